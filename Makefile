@@ -1,0 +1,32 @@
+# Two entry points (see README): `make demo` and `make test`. Both bootstrap .venv themselves.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit setup clean bench
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python scripts/demo.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check shared functions tests bench scripts
+	$(BIN)/ruff format --check shared functions tests bench scripts
+	$(BIN)/mypy
+
+test: $(STAMP) lint
+	$(BIN)/pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

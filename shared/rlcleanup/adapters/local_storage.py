@@ -1,0 +1,128 @@
+"""Storage on the local filesystem: the embedded default, for runs that live on local disk."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import google_crc32c
+
+from rlcleanup.ports.storage import ObjectInfo, UnsafePathError, WriteOutcome
+from rlcleanup.uris import strip_file_scheme
+
+_CHUNK = 1024 * 1024
+
+
+def file_checksums(path: Path) -> tuple[str, str]:
+    """(crc32c, md5), base64 like GCS reports them; streamed in 1 MiB chunks."""
+    crc = google_crc32c.Checksum()
+    md5 = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            crc.update(chunk)
+            md5.update(chunk)
+    return base64.b64encode(crc.digest()).decode(), base64.b64encode(md5.digest()).decode()
+
+
+class LocalStorage:
+    """Local paths. Symlinks are never followed out of a listing (a run must not smuggle in /etc)."""
+
+    def __init__(self, checksums: bool = True) -> None:
+        self._checksums = checksums
+
+    @staticmethod
+    def _path(uri: str) -> Path:
+        return Path(strip_file_scheme(uri))
+
+    def _info(self, path: Path, uri: str) -> ObjectInfo:
+        st = path.stat()
+        crc, md5 = file_checksums(path) if self._checksums else (None, None)
+        return ObjectInfo(
+            uri=uri, size=st.st_size, crc32c=crc, md5=md5, updated=datetime.fromtimestamp(st.st_mtime, UTC)
+        )
+
+    def stat(self, uri: str) -> ObjectInfo | None:
+        path = self._path(uri)
+        if path.is_symlink():
+            raise UnsafePathError(f"refusing symlink {uri!r}")
+        if not path.is_file():
+            return None
+        return self._info(path, uri)
+
+    def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
+        root = self._path(prefix_uri)
+        if not root.is_dir():
+            return
+        base = prefix_uri.rstrip("/")
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+            dirnames.sort()
+            rel_dir = os.path.relpath(dirpath, root)
+            for name in sorted(filenames):
+                path = Path(dirpath) / name
+                if path.is_symlink():
+                    raise UnsafePathError(f"refusing symlink {path} inside {prefix_uri!r}")
+                rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+                yield self._info(path, f"{base}/{rel}")
+
+    def read_range(self, uri: str, start: int, length: int) -> bytes:
+        with self._path(uri).open("rb") as fh:
+            fh.seek(start)
+            return fh.read(length)
+
+    def read_bytes(self, uri: str, max_bytes: int = 64 * 1024 * 1024) -> bytes:
+        path = self._path(uri)
+        if path.stat().st_size > max_bytes:
+            raise ValueError(f"{uri} is larger than {max_bytes} bytes")
+        return path.read_bytes()
+
+    def iter_lines(self, uri: str) -> Iterator[str]:
+        with self._path(uri).open("r", encoding="utf-8", errors="replace", newline=None) as fh:
+            for line in fh:
+                yield line.rstrip("\n")
+
+    def write_if_absent(self, uri: str, data: bytes, content_type: str = "application/octet-stream") -> WriteOutcome:
+        path = self._path(uri)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write to a temp file then link(): atomic create-if-absent, and a crash never leaves a half object.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            try:
+                os.link(tmp, path)
+                return WriteOutcome.created
+            except FileExistsError:
+                return WriteOutcome.identical if path.read_bytes() == data else WriteOutcome.conflict
+        finally:
+            os.unlink(tmp)
+
+    def copy_if_absent(self, src_uri: str, dst_uri: str) -> WriteOutcome:
+        src, dst = self._path(src_uri), self._path(dst_uri)
+        if src.is_symlink():
+            raise UnsafePathError(f"refusing symlink {src_uri!r}")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=".tmp-")
+        os.close(fd)
+        try:
+            shutil.copyfile(src, tmp)
+            try:
+                os.link(tmp, dst)
+                return WriteOutcome.created
+            except FileExistsError:
+                same = file_checksums(Path(tmp)) == file_checksums(dst)
+                return WriteOutcome.identical if same else WriteOutcome.conflict
+        finally:
+            os.unlink(tmp)
+
+    def delete(self, uri: str) -> bool:
+        try:
+            self._path(uri).unlink()
+            return True
+        except FileNotFoundError:
+            return False

@@ -1,0 +1,143 @@
+"""The completion record: what anyone reads after a run ends (Firestore console, CLI, JSON)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+
+
+class Classification(_Model):
+    kind: ClassificationKind
+    evidence: list[str] = Field(default_factory=list, description="config keys (with values) that decided it")
+
+
+class FailureCause(_Model):
+    attempt_id: str | None
+    source_uri: str
+    line: int = Field(description="1-based line of the first traceback line in source_uri")
+    error_type: str
+    message: str
+    traceback: str
+
+
+class Attempt(_Model):
+    attempt_id: str
+    job_id: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    state: str | None = None
+    first_step: int | None = None
+    last_step: int | None = None
+    log_uris: list[str] = Field(default_factory=list)
+    failure: str | None = None
+
+
+class ChainCoverage(_Model):
+    first_step: int | None = None
+    last_step: int | None = None
+    gaps: list[tuple[int, int]] = Field(default_factory=list, description="inclusive [a, b] step ranges with no metric row")
+
+
+class ChainSummary(_Model):
+    attempts: list[Attempt] = Field(default_factory=list)
+    coverage: ChainCoverage = Field(default_factory=ChainCoverage)
+
+
+class ResolvedConfigRef(_Model):
+    uri: str
+    sha256: str
+
+
+class Candidate(_Model):
+    step: int
+    uri: str
+    valid: bool
+    problems: list[str] = Field(default_factory=list, description="'code: detail' strings; code from the vocabulary")
+    warnings: list[str] = Field(default_factory=list)
+    parameter_count: int | None = None
+    estimated_parameter_count: int | None = None
+    size_label: str | None = None
+    total_bytes: int | None = None
+    shard_count: int = 0
+    digest: str | None = Field(default=None, description="sha256 over the export's object names, sizes and checksums")
+
+
+class ResumeSafety(_Model):
+    safe: bool
+    from_step: int | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+
+class Selection(_Model):
+    status: str = Field(description="selected | unresolved")
+    policy: dict[str, object] | None = None
+    step: int | None = None
+    runner_up: int | None = None
+    metric_window: list[int] | None = Field(default=None, description="[first_step, last_step] the score used")
+    chain_coverage: ChainCoverage | None = None
+    candidates_considered: list[int] = Field(default_factory=list)
+    scores: dict[str, float] = Field(default_factory=dict, description="step -> smoothed score")
+    reason: str | None = None
+
+
+class PreservedObject(_Model):
+    source: str
+    destination: str
+    size: int
+    crc32c: str | None = None
+    md5: str | None = None
+    kind: str = "object"
+
+
+class RunError(_Model):
+    step: str
+    code: str
+    message: str
+    at: datetime = Field(default_factory=utcnow)
+
+
+class CompletionRecord(_Model):
+    run_id: str
+    run_uri: str
+    status: RecordStatus = RecordStatus.in_progress
+    classification: Classification | None = None
+    terminal_state: TerminalState | None = None
+    terminal_reasoning: list[str] = Field(default_factory=list)
+    controller_state: str | None = None
+    step_budget: int | None = None
+    last_trained_step: int | None = None
+    last_saved_step: int | None = None
+    first_failure_cause: FailureCause | None = None
+    chain: ChainSummary = Field(default_factory=ChainSummary)
+    source_revision: dict[str, str] = Field(default_factory=dict)
+    base_model: str | None = None
+    resolved_config: ResolvedConfigRef | None = None
+    launch_command: str | None = None
+    preserved_locations: list[str] = Field(default_factory=list)
+    manifest_uri: str | None = None
+    metrics_uri: str | None = None
+    preserved_object_count: int = 0
+    preserved_bytes: int = 0
+    candidates: list[Candidate] = Field(default_factory=list)
+    resume_safety: ResumeSafety | None = None
+    selection: Selection | None = None
+    registration: str | None = None
+    not_applicable_evidence: list[str] = Field(default_factory=list)
+    remaining_work: list[str] = Field(default_factory=list)
+    errors: list[RunError] = Field(default_factory=list)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+    def add_error(self, step: str, code: str, message: str) -> None:
+        self.errors.append(RunError(step=step, code=code, message=message))

@@ -1,0 +1,55 @@
+"""The fixed vocabularies of the v1 contract (run-layout.md). Values are the wire spelling."""
+
+from enum import StrEnum
+
+
+class ClassificationKind(StrEnum):
+    standard = "standard"
+    agentic = "agentic"
+    unknown = "unknown"
+
+
+class TerminalState(StrEnum):
+    completed = "completed"
+    failed = "failed"
+    cancelled = "cancelled"
+    indeterminate = "indeterminate"
+
+
+class CandidateProblem(StrEnum):
+    missing_shard = "missing_shard"
+    unindexed_shard = "unindexed_shard"
+    tensor_not_in_shard = "tensor_not_in_shard"
+    truncated_shard = "truncated_shard"
+    corrupt_header = "corrupt_header"
+    index_total_size_mismatch = "index_total_size_mismatch"
+    missing_config = "missing_config"
+    missing_tokenizer = "missing_tokenizer"
+    step_mismatch = "step_mismatch"
+    beyond_last_saved_step = "beyond_last_saved_step"
+    metric_coverage_gap = "metric_coverage_gap"
+    # Added codes (same style, never reuse a meaning above).
+    missing_index = "missing_index"
+    no_weights = "no_weights"
+    unsafe_path = "unsafe_path"
+
+
+class CheckpointProblem(StrEnum):
+    marker_missing = "marker_missing"
+    marker_step_mismatch = "marker_step_mismatch"
+    missing_rank_shard = "missing_rank_shard"
+    missing_trainer_state = "missing_trainer_state"
+    inconsistent_checkpoint_folder = "inconsistent_checkpoint_folder"
+    # Added: no checkpoint dir at the marker's step, or none at all.
+    missing_checkpoint_dir = "missing_checkpoint_dir"
+
+
+class RecordStatus(StrEnum):
+    """Where the record is in its life; `complete` means no automated work is left."""
+
+    in_progress = "in_progress"
+    routed = "routed"  # agentic: handed to the agentic cleanup path
+    needs_person = "needs_person"  # classification unknown: a person decides
+    awaiting_authority = "awaiting_authority"
+    complete = "complete"
+    failed = "failed"  # rlcleanup itself could not finish; errors[] says why

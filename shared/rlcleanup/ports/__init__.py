@@ -1,0 +1,1 @@
+"""Small ports the pure step logic depends on; adapters implement them."""
