@@ -46,7 +46,9 @@ class Attempt(_Model):
 class ChainCoverage(_Model):
     first_step: int | None = None
     last_step: int | None = None
-    gaps: list[tuple[int, int]] = Field(default_factory=list, description="inclusive [a, b] step ranges with no metric row")
+    gaps: list[tuple[int, int]] = Field(
+        default_factory=list, description="inclusive [a, b] step ranges with no metric row"
+    )
 
 
 class ChainSummary(_Model):

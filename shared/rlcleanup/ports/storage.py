@@ -52,7 +52,9 @@ class Storage(Protocol):
         """Stream text lines (newline stripped, undecodable bytes replaced) in bounded memory."""
         ...
 
-    def write_if_absent(self, uri: str, data: bytes, content_type: str = "application/octet-stream") -> WriteOutcome: ...
+    def write_if_absent(
+        self, uri: str, data: bytes, content_type: str = "application/octet-stream"
+    ) -> WriteOutcome: ...
 
     def copy_if_absent(self, src_uri: str, dst_uri: str) -> WriteOutcome:
         """Server-side copy when both ends share a backend; never overwrites different content."""
