@@ -23,7 +23,7 @@ def _client() -> storage.Client:
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         project = os.environ.get("GOOGLE_CLOUD_PROJECT", "test-project")
-        return storage.Client(project=project, credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
+        return storage.Client(project=project, credentials=AnonymousCredentials())
     return storage.Client()
 
 
