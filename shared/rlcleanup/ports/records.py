@@ -1,29 +1,45 @@
-"""Records port: the completion record, per-step results, claims (idempotency) and the event ledger."""
+"""Records port: completion records, step results, idempotency claims and the event ledger.
+
+Steps that run in parallel (fan-out) each own disjoint top-level fields, so `update` merges fields
+instead of rewriting the whole record: no lost updates without a global lock.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
-from rlcleanup.models.record import CompletionRecord
+from rlcleanup.models.record import CompletionRecord, RunError
 
 
-class ClaimState:
-    acquired = "acquired"  # caller owns the step until the lease ends
-    done = "done"  # step finished before: the caller must not redo it
-    busy = "busy"  # someone else holds an unexpired lease: retry later
+class Claim(StrEnum):
+    acquired = "acquired"  # the caller owns the work until the lease ends
+    done = "done"  # finished before: do not redo it (its result is stored)
+    busy = "busy"  # another worker holds an unexpired lease: retry later
+
+
+class RecordNotFound(KeyError):
+    pass
 
 
 class RecordStore(Protocol):
     def get(self, run_id: str) -> CompletionRecord | None: ...
 
-    def put(self, record: CompletionRecord) -> None: ...
+    def create_if_absent(self, record: CompletionRecord) -> bool:
+        """True when this call created the record."""
+        ...
+
+    def update(self, run_id: str, fields: dict[str, Any]) -> None:
+        """Merge top-level fields (JSON-mode values) into the record and bump updated_at."""
+        ...
+
+    def add_errors(self, run_id: str, errors: list[RunError]) -> None: ...
 
     def list_runs(self, limit: int = 100) -> Iterator[CompletionRecord]: ...
 
-    # Idempotency: claim(run_id, key) -> acquired | done | busy
-    def claim(self, run_id: str, key: str, lease_seconds: float, now: datetime) -> str: ...
+    def claim(self, run_id: str, key: str, lease_seconds: float, now: datetime) -> Claim: ...
 
     def complete(self, run_id: str, key: str, result: dict[str, Any]) -> None: ...
 
@@ -31,6 +47,18 @@ class RecordStore(Protocol):
 
     def result(self, run_id: str, key: str) -> dict[str, Any] | None: ...
 
-    def record_event(self, run_id: str, event_id: str, outcome: dict[str, Any]) -> bool:
-        """Ledger of events seen; False when this event id was already recorded."""
+    def results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
+        """Completed results whose key starts with prefix (fan-in reads these)."""
         ...
+
+    def record_event(self, run_id: str, event_id: str, outcome: dict[str, Any]) -> bool:
+        """Ledger of events seen; False when this event id was recorded before."""
+        ...
+
+    def put_doc(self, collection: str, doc_id: str, data: dict[str, Any], *, only_if_absent: bool = False) -> bool:
+        """Small auxiliary documents (grants, approvers, registry rows); False when only_if_absent and it exists."""
+        ...
+
+    def get_doc(self, collection: str, doc_id: str) -> dict[str, Any] | None: ...
+
+    def list_docs(self, collection: str, prefix: str = "") -> list[tuple[str, dict[str, Any]]]: ...

@@ -1,0 +1,236 @@
+"""Step 3: capture the whole chain into `<preserve_root>/<run_id>/`, write-once, with a manifest.
+
+Split into plan / copy-part / finalize so the runtime can fan out one message per part while the embedded
+pipeline runs the same three calls in a row. Weights and optimizer shards are listed (size + checksums),
+never copied: evidence is the small stuff that lifecycle rules would delete.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+from rlcleanup.models.record import PreservedObject
+from rlcleanup.ports.storage import ObjectInfo, Storage, UnsafePathError, WriteOutcome
+from rlcleanup.steps.layout import RunLayout
+from rlcleanup.uris import join, relative_to
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".distcp", ".pth", ".ckpt", ".gguf")
+MAX_PART_ITEMS = 200
+COPY_WORKERS = 8
+
+# Evidence classes a standard run does not have; their absence is recorded, never reported as missing.
+NOT_APPLICABLE_FOR_STANDARD = [
+    "trials (per-trial outputs under trace_jobs/)",
+    "per-trial rewards",
+    "verifier outcomes",
+    "sandbox records",
+    "agent trajectories / trace evidence",
+]
+
+
+class CaptureItem(BaseModel):
+    source: str
+    dest_rel: str
+    size: int
+    crc32c: str | None = None
+    md5: str | None = None
+    kind: str
+
+
+class CapturePart(BaseModel):
+    part_id: str
+    items: list[CaptureItem]
+
+
+class CapturePlan(BaseModel):
+    run_id: str
+    dest_root: str
+    parts: list[CapturePart]
+    listed_weights: int = 0
+    errors: list[str] = []
+
+
+@dataclass
+class PartResult:
+    part_id: str
+    objects: list[PreservedObject] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+def preserved_root(preserve_root: str, run_id: str) -> str:
+    return join(preserve_root, run_id)
+
+
+def _is_weight(uri: str) -> bool:
+    name = uri.rsplit("/", 1)[-1]
+    if name.endswith(WEIGHT_SUFFIXES):
+        return True
+    # Per-rank FSDP state is the bulk of a checkpoint; trainer_state.pt / data.pt are small evidence.
+    return name.endswith(".pt") and "_rank_" in name
+
+
+def _kind(rel: str) -> str:
+    if "/logs/" in f"/{rel}" or rel.endswith((".log", ".out", ".err")):
+        return "log"
+    if rel.startswith(("checkpoints/", "global_step_")):
+        return "checkpoint_metadata"
+    if rel.startswith("exports/"):
+        return "export_metadata"
+    if rel.startswith("attempts/"):
+        return "attempt_record"
+    return "run_record"
+
+
+def _chunks(part_id: str, items: list[CaptureItem]) -> list[CapturePart]:
+    return [
+        CapturePart(part_id=f"{part_id}-{i // MAX_PART_ITEMS}", items=items[i : i + MAX_PART_ITEMS])
+        for i in range(0, len(items), MAX_PART_ITEMS)
+    ]
+
+
+def plan_capture(storage: Storage, layout: RunLayout, run_id: str, preserve_root: str) -> CapturePlan:
+    """List every evidence object; weights go to listings only. Also writes the listings themselves."""
+    dest_root = preserved_root(preserve_root, run_id)
+    groups: dict[str, list[CaptureItem]] = {}
+    listings: dict[str, list[ObjectInfo]] = {"checkpoints": [], "exports": []}
+    errors: list[str] = []
+    roots = [("run", layout.run_uri)]
+    if layout.temp_root is not None:
+        roots.append(("temp", layout.temp_root))
+    elif not layout.checkpoints_root.startswith(layout.run_uri):
+        roots.append(("checkpoints", layout.checkpoints_root))
+    seen: set[str] = set()
+    for label, root in roots:
+        try:
+            objects = list(storage.list(root))
+        except UnsafePathError as exc:
+            errors.append(f"unsafe_path: {exc}")
+            continue
+        for obj in objects:
+            if obj.uri in seen:
+                continue
+            seen.add(obj.uri)
+            try:
+                rel = relative_to(obj.uri, root)
+            except UnsafePathError as exc:
+                errors.append(f"unsafe_path: {exc}")
+                continue
+            if rel.startswith("attempts/trajectories/") or rel.startswith("attempts/trace_jobs/"):
+                continue  # agentic-only outputs; a standard run has none worth copying
+            is_export = rel.startswith("exports/")
+            is_ckpt = obj.uri.startswith(layout.checkpoints_root.rstrip("/") + "/")
+            if is_export:
+                listings["exports"].append(obj)
+            elif is_ckpt:
+                listings["checkpoints"].append(obj)
+            if _is_weight(obj.uri):
+                continue
+            item = CaptureItem(
+                source=obj.uri,
+                dest_rel=f"{label}/{rel}",
+                size=obj.size,
+                crc32c=obj.crc32c,
+                md5=obj.md5,
+                kind=_kind(rel),
+            )
+            group = f"attempt-{rel.split('/')[1]}" if rel.startswith("attempts/") and rel.count("/") >= 2 else label
+            groups.setdefault(group, []).append(item)
+    parts = [part for group, items in sorted(groups.items()) for part in _chunks(group, items)]
+    for name, objs in listings.items():
+        lines = "".join(
+            json.dumps({"uri": o.uri, "size": o.size, "crc32c": o.crc32c, "md5": o.md5}, sort_keys=True) + "\n"
+            for o in objs
+        )
+        outcome = storage.write_if_absent(join(dest_root, "derived", f"{name}-listing.jsonl"), lines.encode())
+        if outcome is WriteOutcome.conflict:
+            errors.append(f"write_once_conflict: derived/{name}-listing.jsonl differs from an earlier capture")
+    listed_weights = sum(1 for objs in listings.values() for o in objs if _is_weight(o.uri))
+    return CapturePlan(run_id=run_id, dest_root=dest_root, parts=parts, listed_weights=listed_weights, errors=errors)
+
+
+def _copy_one(storage: Storage, dest_root: str, item: CaptureItem) -> tuple[CaptureItem, WriteOutcome | None]:
+    try:
+        return item, storage.copy_if_absent(item.source, join(dest_root, item.dest_rel))
+    except FileNotFoundError:
+        return item, None
+
+
+def copy_part(storage: Storage, dest_root: str, part: CapturePart) -> PartResult:
+    """Copy one slice (server-side on GCS) with a bounded pool; never overwrite different content."""
+    result = PartResult(part_id=part.part_id)
+    with ThreadPoolExecutor(max_workers=COPY_WORKERS) as pool:
+        for item, outcome in pool.map(lambda it: _copy_one(storage, dest_root, it), part.items):
+            dest = join(dest_root, item.dest_rel)
+            if outcome is None:
+                result.missing.append(item.source)
+            elif outcome is WriteOutcome.conflict:
+                result.conflicts.append(dest)
+            else:
+                result.objects.append(
+                    PreservedObject(
+                        source=item.source,
+                        destination=dest,
+                        size=item.size,
+                        crc32c=item.crc32c,
+                        md5=item.md5,
+                        kind=item.kind,
+                    )
+                )
+    # The part's own manifest lands beside the evidence, so fan-in never needs big documents.
+    part_doc = json.dumps([o.model_dump() for o in result.objects], sort_keys=True).encode()
+    storage.write_if_absent(join(dest_root, "_parts", f"{part.part_id}.json"), part_doc, "application/json")
+    return result
+
+
+def write_derived(storage: Storage, dest_root: str, name: str, data: bytes) -> tuple[str, WriteOutcome]:
+    uri = join(dest_root, "derived", name)
+    return uri, storage.write_if_absent(uri, data)
+
+
+def _read_part(storage: Storage, dest_root: str, part_id: str) -> list[PreservedObject]:
+    raw = storage.read_bytes(join(dest_root, "_parts", f"{part_id}.json"))
+    return [PreservedObject.model_validate(o) for o in json.loads(raw)]
+
+
+@dataclass
+class CaptureSummary:
+    manifest_uri: str
+    object_count: int
+    total_bytes: int
+    errors: list[str]
+
+
+def finalize_capture(storage: Storage, dest_root: str, run_id: str, part_ids: Iterable[str]) -> CaptureSummary:
+    """Merge part manifests and derived files into manifest.json (sorted, no timestamps: replays are identical)."""
+    objects: list[PreservedObject] = []
+    for part_id in part_ids:
+        objects.extend(_read_part(storage, dest_root, part_id))
+    for obj in storage.list(join(dest_root, "derived")):
+        objects.append(
+            PreservedObject(
+                source="derived", destination=obj.uri, size=obj.size, crc32c=obj.crc32c, md5=obj.md5, kind="derived"
+            )
+        )
+    objects.sort(key=lambda o: o.destination)
+    total_bytes = sum(o.size for o in objects)
+    manifest = {
+        "run_id": run_id,
+        "preserved_root": dest_root,
+        "object_count": len(objects),
+        "total_bytes": total_bytes,
+        "objects": [o.model_dump() for o in objects],
+    }
+    uri = join(dest_root, "manifest.json")
+    outcome = storage.write_if_absent(uri, json.dumps(manifest, indent=1, sort_keys=True).encode(), "application/json")
+    errors = []
+    if outcome is WriteOutcome.conflict:
+        errors.append(
+            f"write_once_conflict: {uri} exists with different content (the run changed since it was captured)"
+        )
+    return CaptureSummary(manifest_uri=uri, object_count=len(objects), total_bytes=total_bytes, errors=errors)

@@ -1,0 +1,105 @@
+"""Step 1: classify the run from its resolved configuration — never from its name.
+
+Marin injects `trials_dir` and `generator.trajectory_retention.output_path` into every run, so those keys are
+reported as seen but never counted as agentic signals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlcleanup.formats.config import get
+from rlcleanup.models.record import Classification
+from rlcleanup.models.vocab import ClassificationKind
+from rlcleanup.ports.storage import Storage
+from rlcleanup.steps.layout import RunLayout
+from rlcleanup.uris import join
+
+STANDARD_ENTRYPOINTS = ("skyrl_train.entrypoints.main_base",)
+AGENT_HARNESS_ENTRYPOINTS = ("terminal_bench", "harbor", "mini_swe_agent", "miniswe", "swe_agent", "openhands")
+AGENTIC_BLOCKS = ("terminal_bench", "harbor", "config_groups.terminal_bench_config", "generator.miniswe_config_path")
+SANDBOX_KEY_FRAGMENTS = ("daytona", "n_concurrent_trials", "sandbox")
+INJECTED_EVERYWHERE = ("trials_dir", "generator.trajectory_retention.output_path")
+STANDARD_DATA_KINDS = ("parquet", "jsonl", "json", "hf_dataset")
+
+
+def _entrypoint(config: dict[str, Any], skyrl: dict[str, Any]) -> str | None:
+    for source, key in ((skyrl, "entrypoint"), (config, "entrypoint"), (config, "run.entrypoint")):
+        value = get(source, key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _walk_keys(node: Any, prefix: str = "", depth: int = 0) -> list[str]:
+    if depth > 12 or not isinstance(node, dict):
+        return []
+    keys: list[str] = []
+    for key, value in node.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        keys.append(path)
+        keys.extend(_walk_keys(value, path, depth + 1))
+    return keys
+
+
+def classify(storage: Storage, layout: RunLayout) -> Classification:
+    config, skyrl = layout.config, layout.skyrl
+    standard: list[str] = []
+    agentic: list[str] = []
+    notes: list[str] = []
+
+    entrypoint = _entrypoint(config, skyrl)
+    if entrypoint is not None:
+        short = entrypoint.rsplit(".", 1)[-1] if entrypoint.startswith("skyrl_train") else entrypoint
+        if entrypoint in STANDARD_ENTRYPOINTS or short == "main_base":
+            standard.append(f"entrypoint={entrypoint}")
+        elif any(h in entrypoint.lower() for h in AGENT_HARNESS_ENTRYPOINTS):
+            agentic.append(f"entrypoint={entrypoint} (agent harness)")
+        else:
+            notes.append(f"entrypoint={entrypoint} (not a known standard or harness entrypoint)")
+
+    env_class = get(skyrl, "environment.env_class")
+    if isinstance(env_class, str) and env_class:
+        if any(h in env_class.lower() for h in AGENT_HARNESS_ENTRYPOINTS):
+            agentic.append(f"environment.env_class={env_class} (agent harness)")
+        else:
+            standard.append(f"environment.env_class={env_class}")
+
+    data_kind = get(skyrl, "data.kind")
+    train_data = get(skyrl, "data.train_data")
+    if isinstance(data_kind, str) and data_kind in STANDARD_DATA_KINDS and train_data:
+        standard.append(f"data.kind={data_kind} with data.train_data")
+
+    for block in AGENTIC_BLOCKS:
+        if get(skyrl, block) is not None or get(config, block) is not None:
+            agentic.append(f"{block} present (agent harness config)")
+    if get(skyrl, "generator.enable_http_endpoint") is True and get(skyrl, "generator.miniswe_config_path"):
+        agentic.append("generator.enable_http_endpoint=true with a mini-swe-agent config")
+
+    for key in _walk_keys(config):
+        leaf = key.rsplit(".", 1)[-1].lower()
+        if any(fragment in leaf for fragment in SANDBOX_KEY_FRAGMENTS):
+            agentic.append(f"{key} present (sandbox / concurrent trials)")
+
+    if layout.temp_root is not None:
+        trace_root = join(layout.temp_root, "attempts", "trace_jobs")
+        if next(iter(storage.list(trace_root)), None) is not None:
+            agentic.append(f"per-trial outputs under {trace_root}")
+
+    for key in INJECTED_EVERYWHERE:
+        if get(skyrl, key) is not None or get(config, key) is not None:
+            notes.append(f"{key} present: injected by Marin into every run, not an agentic signal")
+
+    if agentic and standard:
+        kind = ClassificationKind.unknown
+        evidence = [f"contradictory: standard signal {s}" for s in standard] + [
+            f"contradictory: agentic signal {a}" for a in agentic
+        ]
+    elif agentic:
+        kind, evidence = ClassificationKind.agentic, agentic
+    elif standard and (entrypoint is not None or len(standard) >= 2):
+        kind, evidence = ClassificationKind.standard, standard
+    else:
+        kind = ClassificationKind.unknown
+        evidence = standard or ["no standard entrypoint, environment or dataset signal; no agentic signal"]
+    return Classification(kind=kind, evidence=evidence + notes)

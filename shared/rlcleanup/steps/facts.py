@@ -1,0 +1,75 @@
+"""Identity and provenance facts read straight off the layout: run id, revision, base model, launch command."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlcleanup.formats.config import get
+from rlcleanup.models.record import ResolvedConfigRef
+from rlcleanup.steps.layout import RunLayout
+from rlcleanup.uris import basename, parent
+
+_SAFE_ID = re.compile(r"[^A-Za-z0-9._=-]+")
+
+
+@dataclass
+class RunFacts:
+    run_id: str
+    source_revision: dict[str, str] = field(default_factory=dict)
+    base_model: str | None = None
+    launch_command: str | None = None
+    resolved_config: ResolvedConfigRef | None = None
+
+
+def safe_run_id(value: str) -> str:
+    """Run ids become document ids and path segments: keep them to a safe alphabet."""
+    cleaned = _SAFE_ID.sub("-", value).strip("-.")[:200]
+    return cleaned or "unnamed-run"
+
+
+def _command(value: Any) -> str | None:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return shlex.join(value)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    return None
+
+
+def run_facts(layout: RunLayout) -> RunFacts:
+    records: list[dict[str, Any]] = [layout.terminal or {}] + [a.record for a in reversed(layout.attempts)]
+    run_id = next((r for r in (get(rec, "response.run_id") for rec in records) if isinstance(r, str) and r), None)
+    if run_id is None:
+        run_id = (
+            f"{basename(parent(layout.run_uri))}-{basename(layout.run_uri)}"
+            if layout.kind == "A"
+            else basename(layout.run_uri)
+        )
+    revision: dict[str, str] = {}
+    for rec in records:
+        runtime = get(rec, "response.runtime")
+        if isinstance(runtime, dict):
+            for key in ("trainer_commit", "launcher_commit", "task_image"):
+                if isinstance(runtime.get(key), str) and key not in revision:
+                    revision[key] = runtime[key]
+    for key in ("runtime.trainer_commit", "runtime.launcher_commit", "runtime.task_image"):
+        value = get(layout.config, key)
+        if isinstance(value, str) and key.split(".")[1] not in revision:
+            revision[key.split(".")[1]] = value
+    base_model = get(layout.skyrl, "trainer.policy.model.path")
+    command = None
+    for rec in records:
+        command = _command(get(rec, "request.command")) or _command(get(rec, "request.argv"))
+        if command:
+            break
+    if command is None:
+        command = _command(get(layout.config, "run.command")) or _command(get(layout.config, "launch_command"))
+    return RunFacts(
+        run_id=safe_run_id(run_id),
+        source_revision=revision,
+        base_model=base_model if isinstance(base_model, str) else None,
+        launch_command=command,
+        resolved_config=ResolvedConfigRef(uri=layout.config_uri, sha256=layout.config_sha256),
+    )
