@@ -25,7 +25,7 @@ class InProcessBus:
     subscribers: dict[str, list[Handler]] = field(default_factory=dict)
     published: list[Delivered] = field(default_factory=list)
     max_attempts: int = 5
-    _queue: deque[tuple[Delivered, int]] = field(default_factory=deque)
+    _queue: deque[tuple[Delivered, Handler, int]] = field(default_factory=deque)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     dead_letters: list[Delivered] = field(default_factory=list)
 
@@ -35,17 +35,18 @@ class InProcessBus:
     def publish(self, topic: str, data: bytes, attributes: dict[str, str] | None = None) -> str:
         msg = Delivered(topic, data, dict(attributes or {}), str(next(self._ids)))
         self.published.append(msg)
-        self._queue.append((msg, 1))
+        for handler in self.subscribers.get(topic, []):  # one delivery per subscription, like Pub/Sub
+            self._queue.append((msg, handler, 1))
         return msg.message_id
 
     def drain(self) -> None:
+        """Deliver until quiet. A handler that raises is retried (a nack), then dead-lettered."""
         while self._queue:
-            msg, attempt = self._queue.popleft()
-            for handler in self.subscribers.get(msg.topic, []):
-                try:
-                    handler(msg.data, msg.attributes, msg.message_id)
-                except Exception:
-                    if attempt >= self.max_attempts:
-                        self.dead_letters.append(msg)
-                    else:
-                        self._queue.append((msg, attempt + 1))
+            msg, handler, attempt = self._queue.popleft()
+            try:
+                handler(msg.data, msg.attributes, msg.message_id)
+            except Exception:
+                if attempt >= self.max_attempts:
+                    self.dead_letters.append(msg)
+                else:
+                    self._queue.append((msg, handler, attempt + 1))

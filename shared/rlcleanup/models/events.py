@@ -25,6 +25,8 @@ _TERMINAL = {
     },
     "k8s": {"COMPLETE", "FAILED", "SUCCEEDED"},
     "marin": {"SUCCESS", "FAILED", "DEP_FAILED"},
+    # An operator ran rlcleanup by hand: the run has ended but no controller verdict comes with it.
+    "manual": {"ENDED"},
 }
 _ANY_TERMINAL = set().union(*_TERMINAL.values()) - {"4", "5", "6", "7", "8"} | {"ABSENT", "VANISHED", "GONE"}
 _IRIS_NAMES = {
@@ -84,6 +86,10 @@ class JobEvent(_Msg):
         if state in {"ABSENT", "VANISHED", "GONE"}:
             return True
         return state in known if known is not None else state in _ANY_TERMINAL
+
+    @property
+    def controller_state(self) -> str | None:
+        return None if self.source.lower() == "manual" else self.state
 
     @property
     def controller_absent(self) -> bool:

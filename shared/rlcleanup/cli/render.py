@@ -1,0 +1,83 @@
+"""Plain-text rendering of a completion record: the verdict first, then the evidence."""
+
+from __future__ import annotations
+
+from rlcleanup.models.record import CompletionRecord
+
+
+def verdict_line(r: CompletionRecord) -> str:
+    kind = r.classification.kind.value if r.classification else "unclassified"
+    if kind != "standard":
+        return f"{r.run_id}: {kind} run — {r.status.value}"
+    parts = [f"{r.run_id}: {r.terminal_state.value if r.terminal_state else 'terminal state not established'}"]
+    if r.first_failure_cause:
+        parts.append(f"first cause {r.first_failure_cause.error_type}")
+    if r.selection:
+        parts.append(f"selected step {r.selection.step}" if r.selection.step is not None else "selection unresolved")
+    if r.resume_safety:
+        parts.append(f"resume safe from {r.resume_safety.from_step}" if r.resume_safety.safe else "resume UNSAFE")
+    parts.append(f"{len(r.remaining_work)} item(s) need a person" if r.remaining_work else "nothing left to do")
+    return " · ".join(parts)
+
+
+def summary(r: CompletionRecord) -> str:
+    lines = [verdict_line(r), ""]
+    add = lines.append
+    add(f"run            {r.run_uri}")
+    add(f"status         {r.status.value}")
+    if r.classification:
+        add(f"classification {r.classification.kind.value}: {'; '.join(r.classification.evidence[:3])}")
+    if r.terminal_state:
+        add(
+            f"terminal state {r.terminal_state.value} (budget {r.step_budget}, last trained {r.last_trained_step}, "
+            f"last saved {r.last_saved_step})"
+        )
+        for reason in r.terminal_reasoning:
+            add(f"  - {reason}")
+    if r.first_failure_cause:
+        c = r.first_failure_cause
+        add(f"first cause    {c.error_type}: {c.message}")
+        add(f"               attempt {c.attempt_id} at {c.source_uri}:{c.line}")
+    if r.chain.attempts:
+        cov = r.chain.coverage
+        add(
+            f"chain          {len(r.chain.attempts)} attempt(s), metrics steps {cov.first_step}..{cov.last_step}, "
+            f"gaps {cov.gaps or 'none'}"
+        )
+        for a in r.chain.attempts:
+            add(f"  - {a.attempt_id} {a.state or '?'} steps {a.first_step}..{a.last_step}")
+    if r.source_revision:
+        add("revision       " + ", ".join(f"{k}={v}" for k, v in sorted(r.source_revision.items())))
+    if r.resolved_config:
+        add(f"config         {r.resolved_config.uri} (sha256 {r.resolved_config.sha256[:12]}…)")
+    if r.manifest_uri:
+        add(f"preserved      {r.preserved_object_count} objects, {r.preserved_bytes} bytes → {r.manifest_uri}")
+    for cand in r.candidates:
+        mark = "valid" if cand.valid else "INVALID"
+        size = f"{cand.size_label or cand.parameter_count} params" if cand.parameter_count else "size unknown"
+        add(f"candidate {cand.step:<5}{mark:8}{size}, {cand.shard_count} shard(s)")
+        for problem in cand.problems:
+            add(f"    ✗ {problem}")
+        for warning in cand.warnings:
+            add(f"    ! {warning}")
+    if r.resume_safety:
+        add(f"resume         {'safe' if r.resume_safety.safe else 'unsafe'}: {'; '.join(r.resume_safety.reasons)}")
+    if r.selection:
+        s = r.selection
+        add(
+            f"selection      {s.status}"
+            + (
+                f" step {s.step} (runner-up {s.runner_up}, window {s.metric_window})"
+                if s.step is not None
+                else f": {s.reason}"
+            )
+        )
+    if r.registration:
+        add(f"registration   {r.registration}")
+    if r.not_applicable_evidence:
+        add(f"not applicable {', '.join(r.not_applicable_evidence)}")
+    for item in r.remaining_work:
+        add(f"TODO           {item}")
+    for err in r.errors:
+        add(f"ERROR          [{err.step}] {err.code}: {err.message}")
+    return "\n".join(lines)
