@@ -10,7 +10,7 @@ from rlcleanup.ports.storage import ObjectInfo, StorageError, WriteOutcome
 from rlcleanup.uris import split_gcs
 
 if TYPE_CHECKING:
-    from google.cloud import storage
+    import google.cloud.storage as storage
 
 _READ_CHUNK = 4 * 1024 * 1024
 
@@ -19,7 +19,7 @@ def _client() -> storage.Client:
     import os
 
     from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
+    import google.cloud.storage as storage
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         project = os.environ.get("GOOGLE_CLOUD_PROJECT", "test-project")

@@ -18,7 +18,7 @@ class PubSubBus:
     def client(self) -> Any:
         with self._lock:  # handlers run in gunicorn threads: build the client once
             if self._client is None:
-                from google.cloud import pubsub_v1
+                import google.cloud.pubsub_v1 as pubsub_v1
 
                 self._client = pubsub_v1.PublisherClient()
             return self._client
