@@ -18,8 +18,8 @@ _READ_CHUNK = 4 * 1024 * 1024
 def _client() -> storage.Client:
     import os
 
-    from google.auth.credentials import AnonymousCredentials
     import google.cloud.storage as storage
+    from google.auth.credentials import AnonymousCredentials
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         project = os.environ.get("GOOGLE_CLOUD_PROJECT", "test-project")

@@ -30,11 +30,17 @@ def file_checksums(path: Path) -> tuple[str, str]:
     return base64.b64encode(crc.digest()).decode(), base64.b64encode(md5.digest()).decode()
 
 
+# Checksumming a local file means reading all of it: fine for logs and configs, not for 5 GB shards.
+# Larger files are listed with size only (GCS reports checksums for free, so gs:// listings always have them).
+CHECKSUM_MAX_BYTES = 64 * 1024 * 1024
+
+
 class LocalStorage:
     """Local paths. Symlinks are never followed out of a listing (a run must not smuggle in /etc)."""
 
-    def __init__(self, checksums: bool = True) -> None:
+    def __init__(self, checksums: bool = True, checksum_max_bytes: int = CHECKSUM_MAX_BYTES) -> None:
         self._checksums = checksums
+        self._checksum_max = checksum_max_bytes
 
     @staticmethod
     def _path(uri: str) -> Path:
@@ -42,7 +48,8 @@ class LocalStorage:
 
     def _info(self, path: Path, uri: str) -> ObjectInfo:
         st = path.stat()
-        crc, md5 = file_checksums(path) if self._checksums else (None, None)
+        wanted = self._checksums and st.st_size <= self._checksum_max
+        crc, md5 = file_checksums(path) if wanted else (None, None)
         return ObjectInfo(
             uri=uri, size=st.st_size, crc32c=crc, md5=md5, updated=datetime.fromtimestamp(st.st_mtime, UTC)
         )

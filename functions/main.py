@@ -1,0 +1,36 @@
+"""Cloud Run function entry points (functions-framework, CloudEvent signature). No logic lives here.
+
+Each entry point decodes the Pub/Sub message, then hands it to `rlcleanup.runtime.handlers.dispatch`, which
+guards idempotency, runs the step and publishes the next messages. Heavy clients are built on first use.
+A transient error raises (HTTP 500 → Pub/Sub redelivers); bad input is recorded and dead-lettered (HTTP 200).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import functions_framework
+from cloudevents.http import CloudEvent
+
+from rlcleanup.runtime.functions import handle_cloud_event
+
+
+def _entry(entry_point: str):  # type: ignore[no-untyped-def]
+    @functions_framework.cloud_event
+    @functools.wraps(handle_cloud_event)
+    def entry(cloud_event: CloudEvent) -> None:
+        handle_cloud_event(entry_point, cloud_event)
+
+    entry.__name__ = entry_point
+    return entry
+
+
+on_job_event = _entry("on_job_event")
+establish_terminal_state = _entry("establish_terminal_state")
+plan_capture = _entry("plan_capture")
+capture_part = _entry("capture_part")
+validate_candidate = _entry("validate_candidate")
+select_candidate = _entry("select_candidate")
+capture_pre_cancel = _entry("capture_pre_cancel")
+apply_grant = _entry("apply_grant")
+retry_waiting_grants = _entry("retry_waiting_grants")

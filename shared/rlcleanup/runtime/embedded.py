@@ -1,0 +1,71 @@
+"""The embedded default: the same handlers wired by the same topology, over in-process bus + SQLite + files."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rlcleanup.adapters.inprocess_bus import InProcessBus
+from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+from rlcleanup.adapters.storage_router import RoutingStorage
+from rlcleanup.models.events import JobEvent
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.runtime.handlers import HANDLERS, dispatch, resolve_run_id
+from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.topology import FunctionSpec, load_topology
+
+log = logging.getLogger(__name__)
+DEFAULT_DB = Path(".rlcleanup") / "records.db"
+DEFAULT_PRESERVE = Path(".rlcleanup") / "preserved"
+
+
+@dataclass
+class EmbeddedStack:
+    ports: Ports
+    bus: InProcessBus
+
+    @classmethod
+    def create(cls, db_path: str | Path, preserve_root: str) -> EmbeddedStack:
+        bus = InProcessBus()
+        ports = Ports(
+            storage=RoutingStorage(), records=SqliteRecordStore(db_path), bus=bus, preserve_root=preserve_root
+        )
+        stack = cls(ports=ports, bus=bus)
+        for fn in load_topology().functions:
+            if fn.entry_point in HANDLERS:
+                bus.subscribe(fn.trigger, stack._handler(fn))
+        return stack
+
+    def _handler(self, fn: FunctionSpec):  # type: ignore[no-untyped-def]
+        def handle(data: bytes, attributes: dict[str, str], message_id: str) -> None:
+            outcome = dispatch(self.ports, fn.entry_point, fn.dead_letter_topic, data, attributes)
+            log.debug("%s: %s", fn.name, outcome)
+
+        return handle
+
+    def emit(self, event: JobEvent) -> None:
+        self.bus.publish("job-events", event.model_dump_json().encode(), {"source": event.source})
+        self.bus.drain()
+
+
+def manual_event(run_uri: str, state: str | None = None, source: str = "manual") -> JobEvent:
+    """An operator-triggered run: no controller verdict unless --state gives one."""
+    return JobEvent(
+        source=source if state else "manual",
+        job_id=f"manual:{run_uri}",
+        run_uri=run_uri,
+        state=state or "ENDED",
+        observed_at=datetime.now(UTC),
+    )
+
+
+def run_embedded(
+    run_uri: str, *, db_path: str | Path = DEFAULT_DB, preserve_root: str | None = None, state: str | None = None
+) -> CompletionRecord | None:
+    preserve = preserve_root or str(DEFAULT_PRESERVE.resolve())
+    stack = EmbeddedStack.create(db_path, preserve)
+    event = manual_event(run_uri, state)
+    stack.emit(event)
+    return stack.ports.records.get(resolve_run_id(stack.ports, event))

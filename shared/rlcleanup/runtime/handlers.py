@@ -1,0 +1,371 @@
+"""Function handlers: decode → guard idempotency → call a step from `rlcleanup.steps` → persist → publish.
+
+The same handlers run under functions-framework (Pub/Sub + Firestore + GCS) and in the embedded default
+(in-process bus + SQLite + local files). Idempotency keys are domain identities (run_id + step + part), so a
+publisher retry with a new message id is still a duplicate. Fan-in is a claim on `fanin:<stage>`: exactly one
+member wins it, and a redelivered member re-checks, so a crash between finishing and fanning in loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
+
+from rlcleanup.models.events import CandidateMessage, CapturePartMessage, JobEvent, RunMessage
+from rlcleanup.models.record import Candidate, CompletionRecord, ResumeSafety, RunError
+from rlcleanup.models.vocab import ClassificationKind, RecordStatus
+from rlcleanup.ports.records import Claim
+from rlcleanup.runtime.errors import PermanentError, RetryLater, classify_error
+from rlcleanup.runtime.metrics_store import load_metric_steps
+from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.wrapup import finish_record
+from rlcleanup.steps import capture as capture_step
+from rlcleanup.steps.classify import classify
+from rlcleanup.steps.facts import run_facts, safe_run_id
+from rlcleanup.steps.layout import discover
+from rlcleanup.steps.settle import settle_terminal_state
+from rlcleanup.steps.validate import check_resume_safety, validate_candidate
+from rlcleanup.uris import basename, parent
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Ports, bytes, dict[str, str]], str]
+
+
+def _publish(p: Ports, topic: str, message: BaseModel, **attributes: str) -> None:
+    p.bus.publish(topic, message.model_dump_json().encode(), attributes)
+
+
+def _once(p: Ports, run_id: str, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """Run `work` once per (run_id, key). None when it was done before; RetryLater while someone holds it."""
+    state = p.records.claim(run_id, key, p.lease_seconds, p.clock.now())
+    if state is Claim.done:
+        return None
+    if state is Claim.busy:
+        raise RetryLater(f"{run_id}/{key} is being processed by another worker")
+    try:
+        result = work()
+    except BaseException:
+        p.records.release(run_id, key)
+        raise
+    p.records.complete(run_id, key, result)
+    return result
+
+
+def _errors(step: str, messages: list[str]) -> list[RunError]:
+    return [RunError(step=step, code=m.split(":", 1)[0], message=m) for m in messages]
+
+
+# ---------------------------------------------------------------- on-job-event (classify and route)
+
+
+def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    event = JobEvent.model_validate_json(data)
+    hint = safe_run_id(event.run_id or f"{basename(parent(event.run_uri))}-{basename(event.run_uri)}")
+    age = (p.clock.now() - event.observed_at).total_seconds()
+    if age > p.max_event_age_seconds:
+        p.records.record_event(hint, event.event_key, {"state": event.state, "outcome": f"dropped: {age:.0f}s old"})
+        return "dropped: older than the max event age"
+    if event.intent == "pre_cancel":
+        if p.records.record_event(hint, event.event_key, {"state": event.state, "outcome": "pre_cancel requested"}):
+            p.bus.publish("pre-cancel", data, {"run_id": hint})
+        return "pre-cancel routed"
+    if not event.is_terminal:
+        p.records.record_event(hint, event.event_key, {"state": event.state, "outcome": "ignored: non-terminal"})
+        return "ignored: non-terminal state"
+
+    layout = discover(p.storage, event.run_uri)
+    facts = run_facts(layout)
+    run_id = facts.run_id
+    p.records.record_event(
+        run_id, event.event_key, {"state": event.state, "source": event.source, "outcome": "terminal"}
+    )
+    preserve_root = event.preserve_root or p.preserve_root
+    if not preserve_root:
+        raise PermanentError(
+            "no_preserve_root", "no preserve root: set RLCLEANUP_PRESERVE_ROOT or the event's preserve_root"
+        )
+
+    def work() -> dict[str, Any]:
+        classification = classify(p.storage, layout)
+        record = CompletionRecord(
+            run_id=run_id,
+            run_uri=layout.run_uri,
+            classification=classification,
+            controller_state=f"{event.source}:{event.state}" if event.controller_state else None,
+            source_revision=facts.source_revision,
+            base_model=facts.base_model,
+            resolved_config=facts.resolved_config,
+            launch_command=facts.launch_command,
+        )
+        kind = classification.kind
+        if kind is ClassificationKind.agentic:
+            record.status = RecordStatus.routed
+            record.remaining_work = ["agentic run: handled by the agentic cleanup path (rl-agentic-job-cleanup)"]
+        elif kind is ClassificationKind.unknown:
+            record.status = RecordStatus.needs_person
+            record.remaining_work = [
+                "classification unknown: a person must decide standard vs agentic from the evidence"
+            ]
+        else:
+            record.not_applicable_evidence = list(capture_step.NOT_APPLICABLE_FOR_STANDARD)
+        if not p.records.create_if_absent(record):
+            fields = record.model_dump(mode="json", exclude={"created_at", "errors"})
+            p.records.update(run_id, fields)
+        next_msg = RunMessage(
+            run_id=run_id,
+            run_uri=layout.run_uri,
+            preserve_root=preserve_root,
+            event_state=event.controller_state,
+            event_source=event.source,
+            controller_absent=event.controller_absent,
+        )
+        if kind is ClassificationKind.agentic:
+            _publish(p, "agentic-runs", next_msg)
+        elif kind is ClassificationKind.standard:
+            _publish(p, "run-classified", next_msg)
+        return {"kind": kind.value}
+
+    result = _once(p, run_id, "classify", work)
+    return f"classified {run_id}: {result['kind']}" if result else f"duplicate: {run_id} already classified"
+
+
+# ---------------------------------------------------------------- terminal state (fan-in member)
+
+
+def establish_terminal_state(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    msg = RunMessage.model_validate_json(data)
+
+    def work() -> dict[str, Any]:
+        layout = discover(p.storage, msg.run_uri)
+        dest_root = capture_step.preserved_root(msg.preserve_root, msg.run_id)
+        fields, errors = settle_terminal_state(
+            p.storage,
+            layout,
+            dest_root,
+            event_state=msg.event_state,
+            event_source=msg.event_source,
+            controller_absent=msg.controller_absent,
+        )
+        p.records.update(msg.run_id, fields)
+        p.records.add_errors(msg.run_id, _errors("terminal_state", errors))
+        return {"terminal_state": fields.get("terminal_state")}
+
+    _once(p, msg.run_id, "terminal", work)
+    return _maybe_fan_in_capture(p, msg.run_id, msg.run_uri, msg.preserve_root)
+
+
+# ---------------------------------------------------------------- capture (plan, parts, fan-in)
+
+
+def plan_capture(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    msg = RunMessage.model_validate_json(data)
+
+    def work() -> dict[str, Any]:
+        layout = discover(p.storage, msg.run_uri)
+        plan = capture_step.plan_capture(p.storage, layout, msg.run_id, msg.preserve_root)
+        p.records.add_errors(msg.run_id, _errors("capture", plan.errors))
+        for part in plan.parts:
+            _publish(
+                p,
+                "capture-parts",
+                CapturePartMessage(run_id=msg.run_id, run_uri=msg.run_uri, dest_root=plan.dest_root, part=part),
+            )
+        return {
+            "parts": [part.part_id for part in plan.parts],
+            "dest_root": plan.dest_root,
+            "preserve_root": msg.preserve_root,
+        }
+
+    _once(p, msg.run_id, "capture-plan", work)
+    return _maybe_fan_in_capture(p, msg.run_id, msg.run_uri, msg.preserve_root)
+
+
+def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    msg = CapturePartMessage.model_validate_json(data)
+
+    def work() -> dict[str, Any]:
+        result = capture_step.copy_part(p.storage, msg.dest_root, msg.part)
+        errors = [f"write_once_conflict: {d} exists with different content; not overwritten" for d in result.conflicts]
+        errors += [f"source_vanished: {s} was listed but is gone" for s in result.missing]
+        p.records.add_errors(msg.run_id, _errors("capture", errors))
+        return {"objects": len(result.objects), "bytes": sum(o.size for o in result.objects)}
+
+    _once(p, msg.run_id, f"capture-part:{msg.part.part_id}", work)
+    plan = p.records.result(msg.run_id, "capture-plan") or {}
+    return _maybe_fan_in_capture(p, msg.run_id, msg.run_uri, plan.get("preserve_root", ""))
+
+
+def _maybe_fan_in_capture(p: Ports, run_id: str, run_uri: str, preserve_root: str) -> str:
+    plan = p.records.result(run_id, "capture-plan")
+    if plan is None or p.records.result(run_id, "terminal") is None:
+        return "waiting: terminal state and capture plan"
+    done = p.records.results(run_id, "capture-part:")
+    pending = [pid for pid in plan["parts"] if f"capture-part:{pid}" not in done]
+    if pending:
+        return f"waiting: {len(pending)} capture parts"
+
+    def work() -> dict[str, Any]:
+        summary = capture_step.finalize_capture(p.storage, plan["dest_root"], run_id, plan["parts"])
+        p.records.update(
+            run_id,
+            {
+                "manifest_uri": summary.manifest_uri,
+                "preserved_locations": [plan["dest_root"]],
+                "preserved_object_count": summary.object_count,
+                "preserved_bytes": summary.total_bytes,
+            },
+        )
+        p.records.add_errors(run_id, _errors("capture", summary.errors))
+        layout = discover(p.storage, run_uri)
+        targets = [f"candidate:{step}" for step in layout.export_steps] + ["resume"]
+        for target in targets:
+            _publish(
+                p,
+                "candidate-validation",
+                CandidateMessage(run_id=run_id, run_uri=run_uri, preserve_root=preserve_root, target=target),
+            )
+        return {"targets": targets}
+
+    result = _once(p, run_id, "fanin:capture", work)
+    return f"fan-in: {len(result['targets'])} validations started" if result else "fan-in already done"
+
+
+# ---------------------------------------------------------------- validation (fan-out per candidate, fan-in)
+
+
+def validate_one(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    msg = CandidateMessage.model_validate_json(data)
+
+    def work() -> dict[str, Any]:
+        layout = discover(p.storage, msg.run_uri)
+        record = p.records.get(msg.run_id)
+        if msg.step is None:
+            return {"resume_safety": check_resume_safety(p.storage, layout).model_dump(mode="json")}
+        metric_steps = load_metric_steps(p.storage, record.metrics_uri) if record and record.metrics_uri else None
+        candidate = validate_candidate(
+            p.storage, layout, msg.step, metric_steps=metric_steps, step_budget=record.step_budget if record else None
+        )
+        return {"candidate": candidate.model_dump(mode="json")}
+
+    _once(p, msg.run_id, f"validate:{msg.target}", work)
+    fanin = p.records.result(msg.run_id, "fanin:capture") or {}
+    targets: list[str] = fanin.get("targets", [])
+    done = p.records.results(msg.run_id, "validate:")
+    if any(f"validate:{t}" not in done for t in targets):
+        return "waiting: other candidates"
+
+    def start_selection() -> dict[str, Any]:
+        _publish(
+            p, "run-selection", RunMessage(run_id=msg.run_id, run_uri=msg.run_uri, preserve_root=msg.preserve_root)
+        )
+        return {}
+
+    return (
+        "selection started"
+        if _once(p, msg.run_id, "fanin:validate", start_selection) is not None
+        else "fan-in already done"
+    )
+
+
+# ---------------------------------------------------------------- selection and the finished record
+
+
+def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    msg = RunMessage.model_validate_json(data)
+
+    def work() -> dict[str, Any]:
+        done = p.records.results(msg.run_id, "validate:")
+        candidates = sorted(
+            (Candidate.model_validate(r["candidate"]) for r in done.values() if "candidate" in r), key=lambda c: c.step
+        )
+        resume = next(
+            (ResumeSafety.model_validate(r["resume_safety"]) for r in done.values() if "resume_safety" in r), None
+        )
+        layout = discover(p.storage, msg.run_uri)
+        record = p.records.get(msg.run_id)
+        if record is None:
+            raise PermanentError("no_record", f"run {msg.run_id} has no record to finish")
+        fields = finish_record(p.storage, layout, record, candidates, resume)
+        p.records.update(msg.run_id, fields)
+        p.bus.publish(
+            "record-ready",
+            json.dumps({"run_id": msg.run_id, "status": fields["status"]}).encode(),
+            {"run_id": msg.run_id},
+        )
+        return {"status": fields["status"]}
+
+    result = _once(p, msg.run_id, "select", work)
+    return f"record {result['status']}" if result else "duplicate: record already finished"
+
+
+HANDLERS: dict[str, Handler] = {
+    "on_job_event": on_job_event,
+    "establish_terminal_state": establish_terminal_state,
+    "plan_capture": plan_capture,
+    "capture_part": capture_part,
+    "validate_candidate": validate_one,
+    "select_candidate": select_candidate,
+}
+
+
+def dispatch(p: Ports, entry_point: str, dead_letter_topic: str, data: bytes, attributes: dict[str, str]) -> str:
+    """Run a handler; permanent errors are recorded and dead-lettered (then acked), transient ones raise."""
+    handler = HANDLERS[entry_point]
+    try:
+        return handler(p, data, attributes)
+    except Exception as exc:
+        permanent = classify_error(exc)
+        if permanent is None:
+            raise
+        record_poison(p, entry_point, dead_letter_topic, data, attributes, permanent)
+        return f"permanent error recorded: {permanent.code}"
+
+
+def record_poison(
+    p: Ports, step: str, dead_letter_topic: str, data: bytes, attributes: dict[str, str], error: PermanentError
+) -> None:
+    """Attach the error to the run when the payload names one; always park a copy on the dead-letter topic."""
+    run_id, run_uri = _identify(data)
+    message = f"{error}"[:2000]
+    if run_id:
+        if p.records.get(run_id) is None:
+            p.records.create_if_absent(
+                CompletionRecord(run_id=run_id, run_uri=run_uri or "unknown", status=RecordStatus.failed)
+            )
+        p.records.add_errors(run_id, [RunError(step=step, code=error.code, message=message)])
+    else:
+        import hashlib
+
+        key = hashlib.sha256(data).hexdigest()[:32]
+        p.records.put_doc(
+            "poison_messages", key, {"step": step, "code": error.code, "message": message, "size": len(data)}
+        )
+    p.bus.publish(dead_letter_topic, data, {**attributes, "rlcleanup_error": error.code, "rlcleanup_step": step})
+    log.warning("permanent error in %s for run %s: %s: %s", step, run_id or "?", error.code, message)
+
+
+def resolve_run_id(p: Ports, event: JobEvent) -> str:
+    """The run id the pipeline files a run under: from its own records, else from its path (as errors are)."""
+    try:
+        return run_facts(discover(p.storage, event.run_uri)).run_id
+    except Exception:
+        return _identify(event.model_dump_json().encode())[0] or "unnamed-run"
+
+
+def _identify(data: bytes) -> tuple[str | None, str | None]:
+    try:
+        payload = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None, None
+    if not isinstance(payload, dict):
+        return None, None
+    run_uri = payload.get("run_uri") if isinstance(payload.get("run_uri"), str) else None
+    run_id = payload.get("run_id") if isinstance(payload.get("run_id"), str) else None
+    if run_id is None and run_uri:
+        run_id = f"{basename(parent(run_uri))}-{basename(run_uri)}"
+    return (safe_run_id(run_id) if run_id else None), run_uri

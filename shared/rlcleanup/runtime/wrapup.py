@@ -1,0 +1,74 @@
+"""The last step's bookkeeping: selection, registration applicability, remaining work and the record's status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlcleanup.formats.config import get
+from rlcleanup.models.record import Candidate, CompletionRecord, ResumeSafety
+from rlcleanup.models.vocab import RecordStatus, TerminalState
+from rlcleanup.ports.storage import Storage
+from rlcleanup.runtime.metrics_store import load_series
+from rlcleanup.steps.layout import RunLayout
+from rlcleanup.steps.select import declared_policy, select
+
+
+def registration_note(layout: RunLayout) -> tuple[str, bool]:
+    declared = get(layout.skyrl, "cleanup.registration") or get(layout.config, "cleanup.registration")
+    if isinstance(declared, dict) and declared.get("registry"):
+        return (
+            f"applies: registry {declared.get('registry')}, model {declared.get('model_name')} (needs a register grant)",
+            True,
+        )
+    return "does not apply: the experiment declares no cleanup.registration", False
+
+
+def finish_record(
+    storage: Storage,
+    layout: RunLayout,
+    record: CompletionRecord,
+    candidates: list[Candidate],
+    resume: ResumeSafety | None,
+) -> dict[str, Any]:
+    raw_policy, policy_error = declared_policy(layout.config, layout.skyrl)
+    metric = str(raw_policy.get("metric", "")) if raw_policy else ""
+    series = load_series(storage, record.metrics_uri, metric) if raw_policy and record.metrics_uri else {}
+    selection = select(
+        raw_policy,
+        candidates,
+        series,
+        last_saved_step=record.last_saved_step,
+        coverage=record.chain.coverage,
+    )
+    if policy_error:
+        selection.reason = policy_error
+    registration, registers = registration_note(layout)
+    valid = [c.step for c in candidates if c.valid]
+    remaining: list[str] = []
+    if record.terminal_state is TerminalState.failed:
+        remaining.append("diagnose the first causal error before any relaunch")
+    if record.terminal_state is TerminalState.indeterminate:
+        remaining.append("terminal state is indeterminate: a person must confirm how the run ended")
+    if selection.status != "selected":
+        if valid:
+            remaining.append(
+                f"selection unresolved: choose among valid candidates {valid} (no declared policy applied)"
+            )
+        else:
+            remaining.append("no valid export candidate: nothing can be handed off")
+    if resume is not None and not resume.safe:
+        remaining.append("resume is unsafe from the latest checkpoint: " + "; ".join(resume.reasons[:3]))
+    if valid:
+        remaining.append("hand off / publish: needs an explicit publish or handoff grant (destination, visibility)")
+        if registers:
+            remaining.append("register: needs a register grant for the selected artifact")
+        remaining.append("reclaim: needs a separate reclaim grant, only after the destination is verified")
+    status = RecordStatus.awaiting_authority if valid else RecordStatus.complete
+    return {
+        "candidates": [c.model_dump(mode="json") for c in candidates],
+        "resume_safety": resume.model_dump(mode="json") if resume else None,
+        "selection": selection.model_dump(mode="json"),
+        "registration": registration,
+        "remaining_work": remaining,
+        "status": status.value,
+    }
