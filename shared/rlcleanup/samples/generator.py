@@ -16,7 +16,7 @@ partial-checkpoint (missing rank shard at the marker, stray dir above it).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,9 @@ _RUNTIME = {
 _SLURM_JOBS = (481516, 481902)
 
 
+DEFAULT_NAME = "math-rl-qwen"
+
+
 @dataclass(frozen=True)
 class _Spec:
     links: tuple[Link, ...]
@@ -68,7 +71,7 @@ class _Spec:
     terminal: bool = True
     ckpt_missing: tuple[str, ...] = ()
     stray_ckpt: int | None = None
-    name: str = "math-rl-qwen"
+    name: str = DEFAULT_NAME
 
 
 def _done(last: int = 20) -> tuple[Link, ...]:
@@ -134,6 +137,8 @@ def write_sample_run(dest: Path, scenario: str) -> Path:
     if scenario not in _SPECS:
         raise ValueError(f"unknown scenario {scenario!r}; choose from {', '.join(SCENARIOS)}")
     spec = _SPECS[scenario]
+    if spec.name == DEFAULT_NAME:  # distinct runs get distinct ids, so samples never collide in one record store
+        spec = replace(spec, name=f"math-rl-{scenario}")
     if spec.layout == "C":
         return _write_layout_c(dest, scenario, spec)
     return _write_layout_a(dest, scenario, spec)
