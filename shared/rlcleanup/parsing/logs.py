@@ -1,0 +1,507 @@
+"""One streaming pass over a training log: metric rows, trainer events and error candidates.
+
+Memory is bounded per file: a traceback keeps a capped head and tail, the error list is capped, and the
+metric parser caps its legacy-dict buffer. The whole file is never held.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from rlcleanup.parsing.metrics import MetricParser, MetricRow, clean_line
+from rlcleanup.ports.storage import Storage, StorageError
+from rlcleanup.steps.layout import AttemptFiles
+from rlcleanup.uris import basename
+
+TRACEBACK_MAX_LINES = 200
+TRACEBACK_MAX_BYTES = 64 * 1024
+TRACEBACK_TAIL_LINES = 40  # kept past the cap, so the final `ErrorType: message` is never lost
+MAX_ERRORS_PER_FILE = 64  # later ones are counted, not kept (64 ranks can print the same traceback)
+MAX_FOREIGN_IN_TRACEBACK = 20  # interleaved lines from other processes tolerated inside a traceback
+_MAX_EVENT_TEXT = 500
+
+
+class EventKind(StrEnum):
+    saved_checkpoint = "saved_checkpoint"
+    reached_max_steps = "reached_max_steps"
+    saved_final_checkpoint = "saved_final_checkpoint"
+    training_done = "training_done"
+    loaded_checkpoint = "loaded_checkpoint"
+    no_checkpoint = "no_checkpoint"
+    already_complete_on_resume = "already_complete_on_resume"
+    resumed_already_complete = "resumed_already_complete"
+    stopped_early = "stopped_early"
+
+
+# (kind, pattern); group 1 is the step when there is one. The `resumed ... already COMPLETE` line precedes
+# `Reached max` so its `max training steps (N)` is not read as a normal finish.
+_EVENT_PATTERNS: tuple[tuple[EventKind, re.Pattern[str]], ...] = (
+    (EventKind.saved_checkpoint, re.compile(r"Successfully saved checkpoint for global_step_(\d+)")),
+    (
+        EventKind.resumed_already_complete,
+        re.compile(r"Resumed at global_step (\d+) >= max training steps \((\d+)\); run is already COMPLETE"),
+    ),
+    (EventKind.reached_max_steps, re.compile(r"Reached max training steps \((\d+)\)")),
+    (EventKind.saved_final_checkpoint, re.compile(r"Saved final checkpoint\.")),
+    (EventKind.training_done, re.compile(r"Training done!")),
+    (EventKind.loaded_checkpoint, re.compile(r"(?i)loaded (?:complete )?checkpoint(?: state)? from global_step_(\d+)")),
+    (EventKind.no_checkpoint, re.compile(r"No checkpoint found, starting training from scratch")),
+    (EventKind.already_complete_on_resume, re.compile(r"Training already complete on resume")),
+    (EventKind.stopped_early, re.compile(r"Training stopped early by callback")),
+)
+
+# Causal fatal lines printed outside any Python traceback: (pattern, error_type). Checked before the noise table,
+# so `received signal SIGSEGV` is causal while `received signal 15` is teardown.
+# The message is group 1 when the pattern has one, else the whole line. No leading `.*`: these run on every line.
+_FATAL_LINES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"Fatal Python error: ?(.*)"), "Fatal Python error"),
+    (re.compile(r"(?i)segmentation fault|\bSIGSEGV\b"), "SegmentationFault"),
+    (re.compile(r"(?i)\bbus error\b|\bSIGBUS\b"), "BusError"),
+    (re.compile(r"torch\.(?:cuda\.)?OutOfMemoryError:? ?(.*)"), "torch.OutOfMemoryError"),
+    (re.compile(r"ray\.exceptions\.OutOfMemoryError:? ?(.*)"), "ray.exceptions.OutOfMemoryError"),
+    (re.compile(r"CUDA out of memory"), "torch.OutOfMemoryError"),
+    (re.compile(r"CUDA error: ?(.*)"), "CUDAError"),
+    (re.compile(r"terminate called after throwing an instance of '([^']+)'"), "C++ exception"),
+)
+_MAX_MATCH_CHARS = 16 * 1024  # events, fatal lines and noise are matched on this much of a line
+# Cheap substring gates: most lines are throughput chatter and skip the regex tables entirely.
+_EVENT_HINTS = ("global_step", "Training", "Reached max", "Saved final", "No checkpoint")
+_FATAL_HINTS = ("error", "fault", "sig", "terminate", "cuda", "watchdog", "nccl", "fatal")  # on the lowercased line
+
+
+@dataclass(frozen=True)
+class NoiseRule:
+    name: str
+    pattern: re.Pattern[str]  # searched in "ErrorType: message"
+    reason: str
+    after_error_only: bool = False  # noise only when another error came first in the same attempt
+
+
+# Teardown noise: what a dying job prints after (and because of) the real failure.
+NOISE_RULES: tuple[NoiseRule, ...] = (
+    NoiseRule(
+        "nccl_watchdog",
+        re.compile(
+            r"(?i)watchdog caught collective operation timeout|ProcessGroupNCCL.*time ?out|WorkNCCL.*timed? ?out"
+            r"|NCCL communicator was aborted"
+        ),
+        "NCCL watchdog timeout or communicator abort: a peer rank had already died",
+    ),
+    NoiseRule(
+        "actor_died",
+        re.compile(r"ActorDiedError|RayActorError.*(?:died unexpectedly|actor is dead)"),
+        "Ray actor died: follows the failure that killed it",
+    ),
+    NoiseRule(
+        "signal",
+        re.compile(r"(?i)\bSIGTERM\b|\bSIGINT\b|received signal|signal 15\b"),
+        "termination signal: the job was being stopped",
+    ),
+    NoiseRule("keyboard_interrupt", re.compile(r"^KeyboardInterrupt"), "KeyboardInterrupt: a stop request"),
+    NoiseRule(
+        "ray_shutdown",
+        re.compile(r"(?i)RaySystemError.*(?:shut ?down|shutting|not been started|not initialized|terminat|exit)"),
+        "Ray system error raised while Ray shut down",
+    ),
+    NoiseRule("cancelled", re.compile(r"CancelledError"), "asyncio cancellation during shutdown"),
+    NoiseRule(
+        "engine_dead",
+        re.compile(r"EngineDeadError"),
+        "vLLM engine already dead: the EngineCore fatal is the cause",
+    ),
+    NoiseRule(
+        "connection_reset",
+        re.compile(
+            r"(?i)connection reset|closed by (?:the )?peer|connection closed|BrokenPipeError|ConnectionResetError"
+        ),
+        "connection reset after an earlier error: a peer went away",
+        after_error_only=True,
+    ),
+)
+
+
+def noise_rule_for(signature: str, *, error_seen: bool) -> NoiseRule | None:
+    for rule in NOISE_RULES:
+        if rule.after_error_only and not error_seen:
+            continue
+        if rule.pattern.search(signature):
+            return rule
+    return None
+
+
+@dataclass(frozen=True)
+class TrainerEvent:
+    kind: EventKind
+    source_uri: str
+    line: int
+    step: int | None  # the N the line names (saved/loaded step, max steps, resumed-at step)
+    text: str
+    timestamp: datetime | None = None
+    max_steps: int | None = None  # only for resumed_already_complete
+
+
+@dataclass
+class ErrorCandidate:
+    source_uri: str
+    attempt_id: str | None
+    line: int  # 1-based: the `Traceback` line, or the fatal line
+    error_type: str
+    message: str
+    traceback: str
+    kind: str  # "traceback" | "fatal_line"
+    causal: bool = True
+    noise: str | None = None  # NoiseRule.name when it is teardown noise
+    noise_reason: str | None = None
+    timestamp: datetime | None = None  # the line's own stamp, else the last stamp seen before it in the file
+    truncated: bool = False
+    complete: bool = True  # False when the file ended before the final `ErrorType: message`
+
+
+@dataclass
+class LogScan:
+    uri: str
+    attempt_id: str | None
+    lines: int = 0
+    metric_rows: list[MetricRow] = field(default_factory=list)
+    events: list[TrainerEvent] = field(default_factory=list)
+    errors: list[ErrorCandidate] = field(default_factory=list)
+    errors_dropped: int = 0
+    metric_blocks_dropped: int = 0
+    first_timestamp: datetime | None = None
+    last_timestamp: datetime | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+# `Name: message` (any dotted identifier, optionally `Wrapper(Inner)`), or a bare name that reads as an exception.
+_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:\([\w., ]*\))?)(?::\s?(?P<msg>.*))?$")
+_BARE_EXC = re.compile(r"(?:Error|Exception|Interrupt|Exit|Fault|Failure|Timeout|Iteration|Group|Warning)$")
+_CHAIN_LINES = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
+
+
+def _exception_line(text: str, *, strict: bool) -> tuple[str, str] | None:
+    """`ErrorType: message`. Strict (after an exception line, where log lines follow) wants an exception-like name;
+    lenient (ending frames) also takes any CamelCase name with a message. `INFO: ...` is never one."""
+    match = _EXC_LINE.match(text.rstrip())
+    if not match:
+        return None
+    etype, msg = match.group("type"), match.group("msg")
+    name = etype.split("(")[0]
+    last = name.rsplit(".", 1)[-1]
+    exception_like = bool(_BARE_EXC.search(name)) or ("." in name and last[:1].isupper())
+    camel = last[:1].isupper() and any(c.islower() for c in last)
+    if not exception_like and (strict or msg is None or not camel):
+        return None
+    return etype, (msg or "").strip()
+
+
+class _Traceback:
+    """One traceback (chained ones merged) being read; stores a capped head and a rolling tail."""
+
+    def __init__(self, line: int, timestamp: datetime | None) -> None:
+        self.line = line
+        self.timestamp = timestamp
+        self.head: list[str] = []
+        self.head_bytes = 0
+        self.tail: deque[str] = deque(maxlen=TRACEBACK_TAIL_LINES)
+        self.omitted = 0
+        self.segments: list[tuple[str, str]] = []  # the last exception line of each chained traceback
+        self.current: tuple[str, str] | None = None  # last exception line seen in the current segment
+        self.state = "frames"  # frames -> tail (after an exception line) -> chain (after a blank line)
+        self.foreign = 0
+        self.chained = False  # saw "During handling ..." / "The above exception ...": the next header continues
+
+    def add(self, text: str) -> None:
+        if len(self.head) < TRACEBACK_MAX_LINES and self.head_bytes + len(text) <= TRACEBACK_MAX_BYTES:
+            self.head.append(text)
+            self.head_bytes += len(text) + 1
+            return
+        if len(self.tail) == self.tail.maxlen:
+            self.omitted += 1
+        self.tail.append(text)
+
+    def end_segment(self) -> None:
+        if self.current is not None:
+            self.segments.append(self.current)
+            self.current = None
+
+    def text(self) -> str:
+        lines = list(self.head)
+        if self.omitted:
+            lines.append(f"... [{self.omitted} lines omitted] ...")
+        lines.extend(self.tail)
+        while lines and not lines[-1].strip():
+            lines.pop()
+        return "\n".join(lines)
+
+
+class LogScanner:
+    """Feed lines in order (`feed`), then `finish()` for the LogScan."""
+
+    def __init__(self, uri: str, attempt_id: str | None = None, *, error_seen: bool = False) -> None:
+        self.scan = LogScan(uri=uri, attempt_id=attempt_id)
+        self._metrics = MetricParser(uri, attempt_id)
+        self._tb: _Traceback | None = None
+        self._error_seen = error_seen  # for after-error-only noise rules (carried across an attempt's files)
+        self._last_ts: datetime | None = None
+
+    @property
+    def error_seen(self) -> bool:
+        return self._error_seen
+
+    def feed(self, raw: str) -> None:
+        scan = self.scan
+        scan.lines += 1
+        lineno = scan.lines
+        cleaned = clean_line(raw)
+        if cleaned.timestamp is not None:
+            self._last_ts = cleaned.timestamp
+            scan.first_timestamp = scan.first_timestamp or cleaned.timestamp
+            scan.last_timestamp = cleaned.timestamp
+        text = cleaned.text
+        row = self._metrics.feed(raw, lineno, cleaned)
+        if row is not None:
+            scan.metric_rows.append(row)
+        self._event(text[:_MAX_MATCH_CHARS], lineno, cleaned.timestamp)
+        if self._tb is not None and self._traceback_line(text):
+            return
+        if "Traceback (most recent call last):" in text:
+            self._tb = _Traceback(lineno, cleaned.timestamp or self._last_ts)
+            self._tb.add(text)
+            return
+        self._fatal_line(text[:_MAX_MATCH_CHARS], lineno, cleaned.timestamp or self._last_ts)
+
+    def finish(self) -> LogScan:
+        if self._tb is not None:
+            self._close_traceback()
+        self._metrics.finish()
+        self.scan.metric_blocks_dropped = self._metrics.dropped_blocks
+        return self.scan
+
+    def _event(self, text: str, lineno: int, timestamp: datetime | None) -> None:
+        if not any(hint in text for hint in _EVENT_HINTS):
+            return
+        for kind, pattern in _EVENT_PATTERNS:
+            match = pattern.search(text)
+            if not match:
+                continue
+            groups = match.groups()
+            step = int(groups[0]) if groups else None
+            max_steps = int(groups[1]) if len(groups) > 1 else None
+            self.scan.events.append(
+                TrainerEvent(kind, self.scan.uri, lineno, step, text[:_MAX_EVENT_TEXT], timestamp, max_steps)
+            )
+            return
+
+    def _traceback_line(self, text: str) -> bool:
+        """Consume a line into the open traceback; False when the traceback has ended (line not consumed)."""
+        tb = self._tb
+        assert tb is not None
+        stripped = text.strip()
+        if tb.state == "chain":  # between chained tracebacks: blanks, the chain sentence, the next header
+            if not stripped or stripped in _CHAIN_LINES:
+                tb.add(text)
+                tb.chained = tb.chained or bool(stripped)
+                return True
+            if tb.chained and "Traceback (most recent call last):" in text:  # else: a separate traceback
+                tb.add(text)
+                tb.state, tb.chained = "frames", False
+                return True
+            self._close_traceback()
+            return False
+        if "Traceback (most recent call last):" in text and tb.state == "tail":
+            self._close_traceback()  # a new, unrelated traceback
+            return False
+        if text[:1].isspace() or (tb.state == "frames" and not stripped):
+            tb.add(text)  # a frame, a code line, `^^^^` markers, or a message continuation
+            tb.foreign = 0
+            return True
+        if not stripped:  # blank after the exception line: maybe a chained traceback follows
+            tb.end_segment()
+            tb.state = "chain"
+            tb.add(text)
+            return True
+        exc = _exception_line(stripped, strict=tb.state == "tail")
+        if exc is not None:
+            tb.add(text)
+            tb.current = exc  # Ray wrappers print the remote error after their own line: the last one wins
+            tb.state = "tail"
+            tb.foreign = 0
+            return True
+        if tb.state == "tail":
+            self._close_traceback()
+            return False
+        tb.foreign += 1  # an interleaved line from another process; skipped
+        if tb.foreign > MAX_FOREIGN_IN_TRACEBACK:
+            self._close_traceback()
+            return False
+        return True
+
+    def _close_traceback(self) -> None:
+        tb = self._tb
+        assert tb is not None
+        self._tb = None
+        tb.end_segment()
+        complete = bool(tb.segments)
+        etype, message = tb.segments[0] if tb.segments else ("<incomplete traceback>", "")
+        signatures = [f"{t}: {m}" for t, m in tb.segments] or [f"{etype}: {message}"]
+        self._add_error(
+            ErrorCandidate(
+                source_uri=self.scan.uri,
+                attempt_id=self.scan.attempt_id,
+                line=tb.line,
+                error_type=etype,
+                message=message,
+                traceback=tb.text(),
+                kind="traceback",
+                timestamp=tb.timestamp,
+                truncated=tb.omitted > 0 or len(tb.tail) > 0,
+                complete=complete,
+            ),
+            signatures,
+        )
+
+    def _fatal_line(self, text: str, lineno: int, timestamp: datetime | None) -> None:
+        stripped = text.strip()
+        lowered = stripped.lower()
+        if not stripped or not any(hint in lowered for hint in _FATAL_HINTS):
+            return
+        for pattern, etype in _FATAL_LINES:
+            match = pattern.search(stripped)
+            if match:
+                message = (match.group(1) if pattern.groups else stripped).strip() or stripped
+                self._add_error(
+                    ErrorCandidate(
+                        source_uri=self.scan.uri,
+                        attempt_id=self.scan.attempt_id,
+                        line=lineno,
+                        error_type=etype,
+                        message=message[:_MAX_EVENT_TEXT],
+                        traceback=stripped[:TRACEBACK_MAX_BYTES],
+                        kind="fatal_line",
+                        timestamp=timestamp,
+                    ),
+                    None,
+                )
+                return
+        # Teardown lines outside tracebacks (`Worker rank 3 received signal 15`, NCCL watchdog) are noise
+        # candidates too: they are the fallback when no causal error exists.
+        rule = noise_rule_for(stripped, error_seen=self._error_seen)
+        if rule is not None and rule.name in ("nccl_watchdog", "signal"):
+            self._add_error(
+                ErrorCandidate(
+                    source_uri=self.scan.uri,
+                    attempt_id=self.scan.attempt_id,
+                    line=lineno,
+                    error_type=rule.name,
+                    message=stripped[:_MAX_EVENT_TEXT],
+                    traceback=stripped[:TRACEBACK_MAX_BYTES],
+                    kind="noise_line",
+                    causal=False,
+                    noise=rule.name,
+                    noise_reason=rule.reason,
+                    timestamp=timestamp,
+                ),
+                None,
+            )
+
+    def _add_error(self, error: ErrorCandidate, signatures: list[str] | None) -> None:
+        if error.causal:
+            # A traceback is noise only when every chained exception in it is noise.
+            rules = [
+                noise_rule_for(sig, error_seen=self._error_seen)
+                for sig in (signatures or [f"{error.error_type}: {error.message}"])
+            ]
+            if rules and all(r is not None for r in rules):
+                first = rules[0]
+                assert first is not None
+                error.causal, error.noise, error.noise_reason = False, first.name, first.reason
+        self._error_seen = True
+        if len(self.scan.errors) >= MAX_ERRORS_PER_FILE:
+            self.scan.errors_dropped += 1
+            return
+        self.scan.errors.append(error)
+
+
+def scan_lines(lines: Iterable[str], uri: str, attempt_id: str | None = None, *, error_seen: bool = False) -> LogScan:
+    scanner = LogScanner(uri, attempt_id, error_seen=error_seen)
+    for raw in lines:
+        scanner.feed(raw)
+    return scanner.finish()
+
+
+# -- per attempt -----------------------------------------------------------------------------------------------
+
+_SKIP_NAMES = re.compile(r"^python-core-.*|.*\.(?:gz|zst|bz2|xz|zip|tar|png|jpg|parquet|pt|safetensors|json)$")
+
+
+def log_order(uris: Iterable[str]) -> list[str]:
+    """finelog.log first (the aggregated stream), then its siblings, then worker logs, then the rest."""
+
+    def rank(uri: str) -> tuple[int, str]:
+        name = basename(uri)
+        if name == "finelog.log":
+            return (0, uri)
+        if name.startswith("finelog"):
+            return (1, uri)
+        if name.startswith("worker-"):
+            return (2, uri)
+        return (3, uri)
+
+    return sorted((u for u in uris if not _SKIP_NAMES.match(basename(u))), key=rank)
+
+
+@dataclass
+class AttemptScan:
+    attempt_id: str
+    files: list[LogScan] = field(default_factory=list)  # in scan order
+    problems: list[str] = field(default_factory=list)  # unreadable logs, named with their uri and cause
+
+    @property
+    def log_uris(self) -> list[str]:
+        return [f.uri for f in self.files]
+
+    @property
+    def metric_rows(self) -> list[MetricRow]:
+        return [row for f in self.files for row in f.metric_rows]
+
+    @property
+    def events(self) -> list[TrainerEvent]:
+        return [event for f in self.files for event in f.events]
+
+    @property
+    def errors(self) -> list[ErrorCandidate]:
+        return [error for f in self.files for error in f.errors]
+
+    def has_event(self, kind: EventKind) -> bool:
+        return any(e.kind == kind for f in self.files for e in f.events)
+
+    @property
+    def last_step(self) -> int | None:
+        steps = [r.step for r in self.metric_rows if r.kind == "train"]
+        return max(steps) if steps else None
+
+
+def scan_attempt(storage: Storage, attempt: AttemptFiles) -> AttemptScan:
+    out = AttemptScan(attempt_id=attempt.attempt_id)
+    error_seen = False
+    for uri in log_order(attempt.log_uris):
+        scanner = LogScanner(uri, attempt.attempt_id, error_seen=error_seen)
+        try:
+            for raw in storage.iter_lines(uri):
+                scanner.feed(raw)
+        except (StorageError, OSError, ValueError) as exc:
+            problem = f"log {uri} could not be read past line {scanner.scan.lines}: {exc}"
+            out.problems.append(problem)
+            scanner.scan.problems.append(problem)
+        scan = scanner.finish()
+        error_seen = scanner.error_seen
+        out.files.append(scan)
+    return out
