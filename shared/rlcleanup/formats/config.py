@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 import yaml
 
 _MISSING = object()
+_INT = re.compile(r"-?[0-9]+")
+
+
+def parse_int(text: str) -> int | None:
+    """ASCII integers only: str.isdigit() admits '¹' and other digits that int() rejects (untrusted input)."""
+    text = text.strip()
+    return int(text) if len(text) <= 32 and _INT.fullmatch(text) else None
 
 
 class ConfigError(ValueError):
@@ -60,8 +68,8 @@ def get_int(config: dict[str, Any], dotted: str) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+    if isinstance(value, str):
+        return parse_int(value)
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return None

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any
 
+from rlcleanup.formats.config import parse_int
 from rlcleanup.models.record import ChainCoverage
 
 MAX_LINE_CHARS = 1024 * 1024  # longer lines are cut before any regex runs
@@ -108,8 +109,8 @@ def _int_step(value: Any) -> int | None:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+    if isinstance(value, str):
+        return parse_int(value)
     return None
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rlcleanup.formats.config import ConfigError, get, parse_config, sha256_hex, skyrl_section
+from rlcleanup.formats.config import ConfigError, get, parse_config, parse_int, sha256_hex, skyrl_section
 from rlcleanup.ports.storage import ObjectInfo, Storage
 from rlcleanup.uris import basename, join, parent
 
@@ -119,7 +119,7 @@ def read_marker(storage: Storage, uri: str) -> int | None:
     if storage.stat(uri) is None:
         return None
     text = storage.read_bytes(uri, 4096).decode("utf-8", errors="replace").strip()
-    return int(text) if text.isdigit() else None
+    return parse_int(text)
 
 
 def _step_dirs(objects: list[ObjectInfo], root: str) -> list[int]:

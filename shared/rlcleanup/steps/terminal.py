@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rlcleanup.formats.config import get, get_int
+from rlcleanup.formats.config import get, get_int, parse_int
 from rlcleanup.models.record import Attempt, ChainCoverage, FailureCause
 from rlcleanup.models.vocab import TerminalState
 from rlcleanup.parsing.logs import AttemptScan, ErrorCandidate, EventKind, TrainerEvent
@@ -106,8 +106,9 @@ _NORMALIZED = {
 def normalize_state(raw: str | int) -> tuple[str, str]:
     """(normalized, spelled) — `5` -> ("failed", "FAILED"); `JOB_STATE_KILLED` -> ("cancelled", "KILLED")."""
     text = str(raw).strip()
-    if text.lstrip("-").isdigit():
-        text = IRIS_JOB_STATES.get(int(text), text)
+    number = parse_int(text)
+    if number is not None:
+        text = IRIS_JOB_STATES.get(number, text)
     spelled = text.upper().replace("-", "_").replace(" ", "_")
     for prefix in ("JOB_STATE_", "JOBSTATE.", "JOBSTATUS.", "MANAGEDJOBSTATUS."):
         spelled = spelled.removeprefix(prefix)
@@ -139,7 +140,7 @@ def controller_readings(
     def add(raw: Any, source: str) -> None:
         if isinstance(raw, str | int) and not isinstance(raw, bool) and str(raw).strip():
             state, spelled = normalize_state(raw)
-            readings.append(ControllerReading(state, spelled if str(raw).strip().isdigit() else str(raw), source))
+            readings.append(ControllerReading(state, spelled if parse_int(str(raw)) is not None else str(raw), source))
 
     if event_state is not None and not controller_absent:
         add(event_state, f"{event_source or 'controller'} event")

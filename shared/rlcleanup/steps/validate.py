@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcleanup.formats.config import get
+from rlcleanup.formats.config import get, parse_int
 from rlcleanup.formats.safetensors_header import (
     DEFAULT_FIRST_BLOCK,
     CorruptHeaderError,
@@ -132,8 +132,9 @@ def _as_int(value: Any) -> int | None:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
+    if isinstance(value, str):
+        number = parse_int(value)
+        return number if number is not None and number >= 0 else None
     return None
 
 
