@@ -14,6 +14,13 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# checkov (infra/ scan in tests/unit/test_infra.py) lives in its own venv: it pins versions that clash with ours.
+CHECKOV_STAMP := .venv-checkov/.installed
+$(CHECKOV_STAMP):
+	$(PY) -m venv .venv-checkov
+	.venv-checkov/bin/pip install -q 'checkov==3.*'
+	touch $(CHECKOV_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
@@ -22,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check shared functions tests bench scripts
 	$(BIN)/mypy
 
-test: $(STAMP) lint
+test: $(STAMP) lint $(CHECKOV_STAMP)
 	$(BIN)/pytest -q
 
 bench: $(STAMP)

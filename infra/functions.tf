@@ -1,0 +1,49 @@
+# One Cloud Run function (gen2) per topology function, all built from the same content-addressed bundle
+# (thin main.py + the rlcleanup package + requirements.txt). Triggered only by its push subscription (pubsub.tf).
+
+resource "google_cloudfunctions2_function" "fn" {
+  for_each = var.topology_functions
+
+  name        = each.key
+  location    = var.region
+  description = each.value.description
+  labels      = { app = "rlcleanup" }
+
+  build_config {
+    runtime         = "python311"
+    entry_point     = each.value.entry_point
+    service_account = google_service_account.builder.id
+
+    source {
+      storage_source {
+        bucket = google_storage_bucket.source.name
+        object = google_storage_bucket_object.bundle.name
+      }
+    }
+  }
+
+  service_config {
+    timeout_seconds                = each.value.timeout_seconds
+    available_memory               = each.value.memory
+    min_instance_count             = 0
+    max_instance_count             = each.value.max_instances
+    ingress_settings               = "ALLOW_INTERNAL_ONLY"
+    all_traffic_on_latest_revision = true
+    service_account_email          = google_service_account.runtime[each.key].email
+
+    environment_variables = {
+      GOOGLE_CLOUD_PROJECT                   = var.project_id
+      LOG_EXECUTION_ID                       = "true"
+      RLCLEANUP_FUNCTION                     = each.key
+      RLCLEANUP_PRESERVE_ROOT                = "gs://${google_storage_bucket.evidence.name}/"
+      RLCLEANUP_RUN_BUCKETS                  = join(",", var.run_buckets)
+      RLCLEANUP_ALLOWED_DESTINATION_PREFIXES = join(",", var.allowed_destination_prefixes)
+    }
+  }
+
+  depends_on = [
+    google_project_service.enabled,
+    google_project_iam_member.builder,
+    google_storage_bucket_iam_member.builder_source_reader,
+  ]
+}

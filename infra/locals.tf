@@ -1,0 +1,94 @@
+# Pure derivations from the variables: no resource or data references here, so tests/unit/test_infra.py can
+# evaluate every map below with `terraform console` offline (no provider needed).
+
+locals {
+  grants_topic = "authority-grants"
+
+  # What each function touches beyond Firestore and its own `publishes` topics. Keys must equal the topology's
+  # functions (tests/unit/test_infra.py checks this; plan fails on a missing key, see local.access). Least privilege:
+  #   read_runs          roles/storage.objectViewer on every run bucket
+  #   delete_in_runs     roles/storage.objectUser on every run bucket (reclaim deletes sources) — apply-grant only
+  #   read_evidence      roles/storage.objectViewer on the preserved-evidence bucket
+  #   write_evidence     roles/storage.objectCreator on the preserved-evidence bucket (write-once: no overwrite/delete)
+  #   write_destinations objectCreator + objectViewer + bucket metadata/IAM read (visibility check) on the
+  #                      buckets of var.allowed_destination_prefixes (hand-off / publish)
+  function_access = {
+    "on-job-event"             = { read_runs = true, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
+    "establish-terminal-state" = { read_runs = true, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
+    "plan-capture"             = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = false, write_destinations = false }
+    "capture-part"             = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = true, write_destinations = false }
+    "validate-candidate"       = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = false, write_destinations = false }
+    "select-candidate"         = { read_runs = false, delete_in_runs = false, read_evidence = true, write_evidence = false, write_destinations = false }
+    "capture-pre-cancel"       = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = true, write_destinations = false }
+    "apply-grant"              = { read_runs = true, delete_in_runs = true, read_evidence = true, write_evidence = false, write_destinations = true }
+    "retry-waiting-grants"     = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = false, write_destinations = true }
+  }
+
+  # Indexing by every topology function makes plan fail when a function has no access entry; iterating over
+  # this map (not function_access) makes an entry for a function that no longer exists a no-op.
+  access = { for fn in keys(var.topology_functions) : fn => local.function_access[fn] }
+
+  # Dead-letter topics and their pull subscriptions, keyed by topic / subscription name.
+  dead_letter_topics = { for fn, f in var.topology_functions : f.dead_letter_topic => fn }
+  dead_letter_subscriptions = {
+    for fn, f in var.topology_functions : f.dead_letter_subscription => { function = fn, topic = f.dead_letter_topic }
+  }
+
+  # Service account IDs (6-30 chars): "<prefix>-<kind>-<function, truncated>-<4 hex of sha1(function)>".
+  # kind "fn" = the function's runtime identity, "iv" = the push subscription's OIDC (invoker) identity.
+  runtime_sa_ids = {
+    for fn in keys(var.topology_functions) :
+    fn => format("%s-%s", trimsuffix(substr("${var.name_prefix}-fn-${fn}", 0, 25), "-"), substr(sha1(fn), 0, 4))
+  }
+  invoker_sa_ids = {
+    for fn in keys(var.topology_functions) :
+    fn => format("%s-%s", trimsuffix(substr("${var.name_prefix}-iv-${fn}", 0, 25), "-"), substr(sha1(fn), 0, 4))
+  }
+
+  # Topic-scoped roles/pubsub.publisher: each function on exactly the topics it publishes to ("<fn>/<topic>").
+  # authority-grants is excluded by construction (and rejected by the topology_functions validation).
+  function_publishers = merge([
+    for fn, f in var.topology_functions : {
+      for t in f.publishes : "${fn}/${t}" => { function = fn, topic = t } if t != local.grants_topic
+    }
+  ]...)
+
+  destination_buckets = toset([for p in var.allowed_destination_prefixes : regex("^gs://([^/]+)/", p)[0]])
+
+  # Bucket-scoped storage bindings ("<fn>/<role>/<bucket>" => binding).
+  storage_bindings = merge(
+    merge([
+      for fn, a in local.access : {
+        for b in var.run_buckets : "${fn}/objectViewer/${b}" => { function = fn, bucket = b, role = "roles/storage.objectViewer" }
+      } if a.read_runs && !a.delete_in_runs
+    ]...),
+    merge([
+      for fn, a in local.access : {
+        for b in var.run_buckets : "${fn}/objectUser/${b}" => { function = fn, bucket = b, role = "roles/storage.objectUser" }
+      } if a.delete_in_runs
+    ]...),
+    merge([
+      for fn, a in local.access : {
+        for b in local.destination_buckets : "${fn}/objectCreator/${b}" => { function = fn, bucket = b, role = "roles/storage.objectCreator" }
+      } if a.write_destinations
+    ]...),
+    merge([
+      for fn, a in local.access : {
+        for b in local.destination_buckets : "${fn}/objectViewer/${b}" => { function = fn, bucket = b, role = "roles/storage.objectViewer" }
+      } if a.write_destinations
+    ]...),
+  )
+
+  # Bindings on the preserved-evidence bucket (created here, so kept apart from the external buckets above).
+  evidence_bindings = merge(
+    { for fn, a in local.access : "${fn}/objectViewer" => { function = fn, role = "roles/storage.objectViewer" } if a.read_evidence },
+    { for fn, a in local.access : "${fn}/objectCreator" => { function = fn, role = "roles/storage.objectCreator" } if a.write_evidence },
+  )
+
+  # Functions that read destination bucket metadata and IAM to verify the actual visibility before a hand-off.
+  destination_inspectors = merge([
+    for fn, a in local.access : {
+      for b in local.destination_buckets : "${fn}/${b}" => { function = fn, bucket = b }
+    } if a.write_destinations
+  ]...)
+}

@@ -1,0 +1,49 @@
+"""Render the topology as Terraform input variables (infra/topology.auto.tfvars.json).
+
+Terraform never restates topics, subscriptions or functions: it `for_each`es over the name-keyed maps produced
+here. Regenerate after editing topology.yaml (a unit test fails while the committed file differs)::
+
+    python -m rlcleanup.runtime.tfvars > infra/topology.auto.tfvars.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rlcleanup.runtime.topology import Topology, load_topology
+
+
+def topology_tfvars(topology: Topology) -> dict[str, Any]:
+    """Return the Terraform variables `topology_topics`, `topology_functions` and `topology_sinks`.
+
+    Each is a map keyed by the resource name; function entries carry the derived names of their push
+    subscription, dead-letter topic and dead-letter subscription so Terraform does not re-derive them.
+    """
+    topics = {t.name: {"description": t.description} for t in topology.topics}
+    functions = {
+        fn.name: {
+            **fn.model_dump(exclude={"name"}),
+            "push_subscription": fn.push_subscription,
+            "dead_letter_topic": fn.dead_letter_topic,
+            "dead_letter_subscription": fn.dead_letter_subscription,
+        }
+        for fn in topology.functions
+    }
+    sinks = {s.subscription: {"topic": s.topic} for s in topology.sinks}
+    return {"topology_topics": topics, "topology_functions": functions, "topology_sinks": sinks}
+
+
+def render(topology: Topology | None = None) -> str:
+    """Serialize deterministically (sorted keys, two-space indent, trailing newline)."""
+    data = topology_tfvars(topology if topology is not None else load_topology())
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def main() -> None:
+    sys.stdout.write(render())
+
+
+if __name__ == "__main__":
+    main()
