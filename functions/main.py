@@ -7,7 +7,7 @@ A transient error raises (HTTP 500 → Pub/Sub redelivers); bad input is recorde
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 
 import functions_framework
 from cloudevents.http import CloudEvent
@@ -15,14 +15,14 @@ from cloudevents.http import CloudEvent
 from rlcleanup.runtime.functions import handle_cloud_event
 
 
-def _entry(entry_point: str):  # type: ignore[no-untyped-def]
-    @functions_framework.cloud_event
-    @functools.wraps(handle_cloud_event)
+def _entry(entry_point: str) -> Callable[[CloudEvent], None]:
     def entry(cloud_event: CloudEvent) -> None:
         handle_cloud_event(entry_point, cloud_event)
 
-    entry.__name__ = entry_point
-    return entry
+    # Name it before registering: functions-framework looks the target up by name in its registry.
+    entry.__name__ = entry.__qualname__ = entry_point
+    registered: Callable[[CloudEvent], None] = functions_framework.cloud_event(entry)
+    return registered
 
 
 on_job_event = _entry("on_job_event")
