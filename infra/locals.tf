@@ -12,16 +12,18 @@ locals {
   #   write_evidence     roles/storage.objectCreator on the preserved-evidence bucket (write-once: no overwrite/delete)
   #   write_destinations objectCreator + objectViewer + bucket metadata/IAM read (visibility check) on the
   #                      buckets of var.allowed_destination_prefixes (hand-off / publish)
+  # What each function's code touches (steps write derived evidence: metrics, listings, reports).
+  # retry-waiting-grants applies grants that arrived early, so it needs exactly what apply-grant needs.
   function_access = {
     "on-job-event"             = { read_runs = true, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
-    "establish-terminal-state" = { read_runs = true, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
-    "plan-capture"             = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = false, write_destinations = false }
+    "establish-terminal-state" = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = true, write_destinations = false }
+    "plan-capture"             = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = true, write_destinations = false }
     "capture-part"             = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = true, write_destinations = false }
     "validate-candidate"       = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = false, write_destinations = false }
-    "select-candidate"         = { read_runs = false, delete_in_runs = false, read_evidence = true, write_evidence = false, write_destinations = false }
+    "select-candidate"         = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = true, write_destinations = false }
     "capture-pre-cancel"       = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = true, write_destinations = false }
-    "apply-grant"              = { read_runs = true, delete_in_runs = true, read_evidence = true, write_evidence = false, write_destinations = true }
-    "retry-waiting-grants"     = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = false, write_destinations = true }
+    "apply-grant"              = { read_runs = true, delete_in_runs = true, read_evidence = true, write_evidence = true, write_destinations = true }
+    "retry-waiting-grants"     = { read_runs = true, delete_in_runs = true, read_evidence = true, write_evidence = true, write_destinations = true }
   }
 
   # Indexing by every topology function makes plan fail when a function has no access entry; iterating over

@@ -33,6 +33,8 @@ needs_terraform = pytest.mark.skipif(TERRAFORM is None, reason="terraform binary
 TF_ENV = {**os.environ, "TF_CLI_CONFIG_FILE": "/dev/null", "TF_IN_AUTOMATION": "1"}
 PUBLIC_MEMBERS = ("allUsers", "allAuthenticatedUsers")
 
+GRANT_APPLIERS = {"apply-grant", "retry-waiting-grants"}
+
 
 # --- helpers ------------------------------------------------------------------------------------------------------
 
@@ -158,7 +160,9 @@ def test_function_access_covers_exactly_the_topology_functions(parsed: dict[str,
     access = _locals(parsed)["function_access"]
     assert set(access) == {f.name for f in load_topology().functions}
     deleters = {fn for fn, a in access.items() if a["delete_in_runs"]}
-    assert deleters == {"apply-grant"}, "only the grant function (reclaim) may delete in run buckets"
+    # Only the grant-applying functions (apply-grant, and retry-waiting-grants for grants that arrived before
+    # their record was ready) carry out a reclaim, so only they may delete in run buckets.
+    assert deleters == GRANT_APPLIERS, "only the grant functions (reclaim) may delete in run buckets"
 
 
 # --- push subscriptions -------------------------------------------------------------------------------------------
@@ -341,7 +345,7 @@ def test_derived_iam_maps(tmp_path: Path, tfvars: dict[str, Any]) -> None:
     }
     # Deleting in run buckets (objectUser) is the grant function's alone, and only on run buckets.
     users = {(b["function"], b["bucket"]) for b in storage.values() if b["role"] == "roles/storage.objectUser"}
-    assert users == {("apply-grant", b) for b in CONSOLE_VARS["run_buckets"]}
+    assert users == {(fn, b) for fn in GRANT_APPLIERS for b in CONSOLE_VARS["run_buckets"]}
     assert {b["role"] for b in storage.values()} <= {
         "roles/storage.objectViewer",
         "roles/storage.objectCreator",
