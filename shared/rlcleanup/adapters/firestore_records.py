@@ -10,6 +10,7 @@ runs/{run_id}/errors/{id}      every error; the run document keeps the first MAX
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Iterator
@@ -112,7 +113,12 @@ class FirestoreRecordStore:
         snap = self._run(run_id).get()
         if not snap.exists:
             return None
-        return CompletionRecord.model_validate(_decode(snap.to_dict()))
+        doc = snap.to_dict()
+        if int(doc.get("error_count") or 0) > len(doc.get("errors") or []):
+            # The run document keeps the first MAX_INLINE_ERRORS; the full list is the errors subcollection.
+            errs = [s.to_dict() for s in self._run(run_id).collection("errors").stream()]
+            doc["errors"] = sorted(errs, key=lambda e: (e.get("at") or utcnow(), e.get("code", "")))
+        return CompletionRecord.model_validate(_decode(doc))
 
     def create_if_absent(self, record: CompletionRecord) -> bool:
         from google.api_core.exceptions import AlreadyExists
@@ -146,22 +152,29 @@ class FirestoreRecordStore:
         batch.commit()
 
     def add_errors(self, run_id: str, errors: list[RunError]) -> None:
-        from google.api_core.exceptions import AlreadyExists
+        """Each error once (keyed by step|code|message); error doc + run counter commit atomically."""
+        from google.api_core.exceptions import AlreadyExists, NotFound
         from google.cloud import firestore
 
         ref = self._run(run_id)
         for err in errors:
             key = hashlib.sha256(f"{err.step}|{err.code}|{err.message}".encode()).hexdigest()[:32]
-            try:
-                ref.collection("errors").document(key).create(err.model_dump(mode="python"))
-            except AlreadyExists:
-                continue  # a replay of the same failure: recorded once
             snap = ref.get(field_paths=["error_count"])
-            count = (snap.to_dict() or {}).get("error_count", 0) if snap.exists else 0
+            if not snap.exists:
+                raise KeyError(f"no record for run {run_id!r}")
+            count = (snap.to_dict() or {}).get("error_count", 0)
             update: dict[str, Any] = {"error_count": firestore.Increment(1), "updated_at": utcnow()}
             if count < MAX_INLINE_ERRORS:
                 update["errors"] = firestore.ArrayUnion([err.model_dump(mode="python")])
-            ref.set(update, merge=True)
+            batch = self.db.batch()
+            batch.create(ref.collection("errors").document(key), err.model_dump(mode="python"))
+            batch.update(ref, update)
+            try:
+                batch.commit()
+            except AlreadyExists:
+                continue  # a replay of the same failure: recorded once
+            except NotFound as exc:
+                raise KeyError(f"no record for run {run_id!r}") from exc
 
     def list_runs(self, limit: int = 100) -> Iterator[CompletionRecord]:
         from google.cloud import firestore
@@ -209,10 +222,14 @@ class FirestoreRecordStore:
         self._step(run_id, key).set(doc)
 
     def release(self, run_id: str, key: str) -> None:
+        from google.api_core.exceptions import FailedPrecondition, NotFound
+
         ref = self._step(run_id, key)
         snap = ref.get()
         if snap.exists and (snap.to_dict() or {}).get("state") != "done":
-            ref.delete()
+            # Only the lease we read: if another worker took it over meanwhile, its claim stays.
+            with contextlib.suppress(FailedPrecondition, NotFound):
+                ref.delete(option=self.db.write_option(last_update_time=snap.update_time))
 
     def result(self, run_id: str, key: str) -> dict[str, Any] | None:
         snap = self._step(run_id, key).get()
@@ -224,7 +241,10 @@ class FirestoreRecordStore:
 
     def results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
-        for snap in self._run(run_id).collection("steps").where("state", "==", "done").stream():
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        steps = self._run(run_id).collection("steps")
+        for snap in steps.where(filter=FieldFilter("state", "==", "done")).stream():
             data = snap.to_dict() or {}
             key = data.get("key", snap.id)
             if key.startswith(prefix):

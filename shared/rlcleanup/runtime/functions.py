@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from typing import Any
@@ -31,7 +32,7 @@ def handle_cloud_event(entry_point: str, cloud_event: Any) -> str:
     try:
         message = decode_cloud_event(cloud_event.data, cloud_event.get("source"))
     except PermanentError as exc:
-        raw = repr(cloud_event.data).encode()[:65536]
+        raw = _raw_copy(cloud_event.data)
         record_poison(p, entry_point, spec.dead_letter_topic, raw, {}, exc)
         return f"permanent error recorded: {exc.code}"
     if entry_point not in HANDLERS:
@@ -39,3 +40,17 @@ def handle_cloud_event(entry_point: str, cloud_event: Any) -> str:
     outcome = dispatch(p, entry_point, spec.dead_letter_topic, message.data, message.attributes)
     log.info("%s: %s", entry_point, outcome, extra={"message_id": message.message_id})
     return outcome
+
+
+def _raw_copy(data: Any) -> bytes:
+    """What to park on the dead-letter topic for an undecodable event: its bytes, else JSON, else repr."""
+    if isinstance(data, bytes):
+        raw = data
+    elif isinstance(data, str):
+        raw = data.encode("utf-8", "replace")
+    else:
+        try:
+            raw = json.dumps(data, default=str).encode()
+        except (TypeError, ValueError):
+            raw = repr(data).encode()
+    return raw[:65536]

@@ -34,18 +34,31 @@ from rlcleanup.uris import basename, parent
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Ports, bytes, dict[str, str]], str]
+VALIDATION_TARGETS = "fanout:validate"  # result key: the candidate-validation fan-out set of a run
 
 
 def _publish(p: Ports, topic: str, message: BaseModel, **attributes: str) -> None:
     p.bus.publish(topic, message.model_dump_json().encode(), attributes)
 
 
-def _once(p: Ports, run_id: str, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
-    """Run `work` once per (run_id, key). None when it was done before; RetryLater while someone holds it."""
+BUSY = {"busy": True}  # what _once returns (with busy_ok) when another delivery holds the claim
+
+
+def _once(
+    p: Ports, run_id: str, key: str, work: Callable[[], dict[str, Any]], *, busy_ok: bool = False
+) -> dict[str, Any] | None:
+    """Run `work` once per (run_id, key). None when it was done before.
+
+    While another delivery holds the claim: RetryLater (this message is redelivered and re-checks), or, for a
+    fan-in with busy_ok, BUSY: the holder is itself a fan-in member whose own message stays unacked until the
+    fan-in is stored (or is redelivered when it fails), so this member can ack instead of retrying.
+    """
     state = p.records.claim(run_id, key, p.lease_seconds, p.clock.now())
     if state is Claim.done:
         return None
     if state is Claim.busy:
+        if busy_ok:
+            return BUSY
         raise RetryLater(f"{run_id}/{key} is being processed by another worker")
     try:
         result = work()
@@ -223,6 +236,9 @@ def _maybe_fan_in_capture(p: Ports, run_id: str, run_uri: str, preserve_root: st
         p.records.add_errors(run_id, _errors("capture", summary.errors))
         layout = discover(p.storage, run_uri)
         targets = [f"candidate:{step}" for step in layout.export_steps] + ["resume"]
+        # The fan-in set is stored BEFORE the fan-out: a validation that finishes before this claim completes
+        # must still know which siblings to wait for (an empty/unknown set would look like "all done").
+        p.records.complete(run_id, VALIDATION_TARGETS, {"targets": targets})
         for target in targets:
             _publish(
                 p,
@@ -231,7 +247,9 @@ def _maybe_fan_in_capture(p: Ports, run_id: str, run_uri: str, preserve_root: st
             )
         return {"targets": targets}
 
-    result = _once(p, run_id, "fanin:capture", work)
+    result = _once(p, run_id, "fanin:capture", work, busy_ok=True)
+    if result is BUSY:
+        return "fan-in in progress in another delivery"
     return f"fan-in: {len(result['targets'])} validations started" if result else "fan-in already done"
 
 
@@ -253,8 +271,10 @@ def validate_one(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         return {"candidate": candidate.model_dump(mode="json")}
 
     _once(p, msg.run_id, f"validate:{msg.target}", work)
-    fanin = p.records.result(msg.run_id, "fanin:capture") or {}
-    targets: list[str] = fanin.get("targets", [])
+    fanout = p.records.result(msg.run_id, VALIDATION_TARGETS)
+    if fanout is None:  # cannot happen for messages the fan-in published (it stores the set first)
+        raise RetryLater(f"{msg.run_id}: validation targets not stored yet")
+    targets: list[str] = fanout["targets"]
     done = p.records.results(msg.run_id, "validate:")
     if any(f"validate:{t}" not in done for t in targets):
         return "waiting: other candidates"
@@ -265,11 +285,10 @@ def validate_one(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         )
         return {}
 
-    return (
-        "selection started"
-        if _once(p, msg.run_id, "fanin:validate", start_selection) is not None
-        else "fan-in already done"
-    )
+    started = _once(p, msg.run_id, "fanin:validate", start_selection, busy_ok=True)
+    if started is BUSY:
+        return "fan-in in progress in another delivery"
+    return "selection started" if started is not None else "fan-in already done"
 
 
 # ---------------------------------------------------------------- selection and the finished record

@@ -1,0 +1,65 @@
+"""Put a sample run (written by `write_sample_run`) on GCS: upload the tree and rewrite its absolute local paths.
+
+The generator writes absolute local paths into text files (resolved config `trainer.ckpt_path`, terminal.json,
+attempt records, log banners). On GCS those must name gs:// URIs, or the pipeline would look on the local disk.
+`rename` gives the run a new name (object keys and text alike), so one scenario can be uploaded many times as
+distinct runs (distinct run ids).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+TEXT_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml", ".txt", ".log", ".out", ".err", ".md", ".csv")
+_UPLOAD_WORKERS = 8
+
+
+def _is_text(path: Path) -> bool:
+    if path.suffix in (".safetensors", ".bin", ".pt", ".parquet"):
+        return False
+    return path.suffix in TEXT_SUFFIXES or path.name.startswith(".") or path.suffix == ""
+
+
+def durable_root(local_dest: Path) -> Path:
+    """The single durable run root R = dest/durable/<name>/<version> of a Layout A sample."""
+    roots = sorted(p for p in (local_dest / "durable").glob("*/*") if p.is_dir())
+    if len(roots) != 1:
+        raise ValueError(f"expected one durable run root under {local_dest}/durable, found {len(roots)}")
+    return roots[0]
+
+
+def upload_sample_run(
+    storage_client: Any, local_dest: Path, bucket: str, prefix: str, *, rename: str | None = None
+) -> str:
+    """Upload every file under local_dest to gs://bucket/prefix/..., rewriting local paths; return the run URI."""
+    local_dest = Path(local_dest).resolve()
+    r = durable_root(local_dest)
+    name = r.parent.name
+    base = f"gs://{bucket}/{prefix.strip('/')}" if prefix.strip("/") else f"gs://{bucket}"
+    replacements = [(f"{local_dest}/", f"{base}/"), (str(local_dest), base)]
+    if rename:
+        replacements.append((name, rename))
+
+    def rewrite(text: str) -> str:
+        for old, new in replacements:
+            text = text.replace(old, new)
+        return text
+
+    gcs_bucket = storage_client.bucket(bucket)
+    files = [p for p in sorted(local_dest.rglob("*")) if p.is_file()]
+
+    def put(path: Path) -> None:
+        rel = rewrite(path.relative_to(local_dest).as_posix())
+        key = f"{prefix.strip('/')}/{rel}" if prefix.strip("/") else rel
+        data = path.read_bytes()
+        if _is_text(path):
+            with contextlib.suppress(UnicodeDecodeError):
+                data = rewrite(data.decode("utf-8")).encode("utf-8")
+        gcs_bucket.blob(key).upload_from_string(data)
+
+    with ThreadPoolExecutor(max_workers=_UPLOAD_WORKERS) as pool:
+        list(pool.map(put, files))
+    return rewrite(str(r))

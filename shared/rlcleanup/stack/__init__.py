@@ -1,0 +1,15 @@
+"""Local stack on real servers (emulators + functions-framework), started and stopped by process group."""
+
+from rlcleanup.stack.local import DEFAULT_PROJECT, DEFAULT_STATE_DIR, StackState, down, reset_firestore, status, up
+from rlcleanup.stack.procs import StackError
+
+__all__ = [
+    "DEFAULT_PROJECT",
+    "DEFAULT_STATE_DIR",
+    "StackError",
+    "StackState",
+    "down",
+    "reset_firestore",
+    "status",
+    "up",
+]

