@@ -355,11 +355,17 @@ def test_derived_iam_maps(tmp_path: Path, tfvars: dict[str, Any]) -> None:
     assert writers <= {"apply-grant", "retry-waiting-grants"}
     assert all(b["bucket"] == "handoff-x" for b in storage.values() if b["role"] == "roles/storage.objectCreator")
     assert {b["function"] for b in inspectors.values()} == writers
-    # Evidence is written (create only, no overwrite/delete role) by the capture functions only.
+    # Evidence is written (create only, no overwrite/delete role) by the functions whose steps write it:
+    # capture, derived metrics/listings/reports, pre-cancel capture, grant provenance and reclaim plans.
     assert {b["function"] for b in evidence.values() if b["role"] == "roles/storage.objectCreator"} == {
         "capture-part",
         "capture-pre-cancel",
+        "establish-terminal-state",
+        "plan-capture",
+        "select-candidate",
+        *GRANT_APPLIERS,
     }
+    assert not any(b["role"] == "roles/storage.objectUser" for b in evidence.values()), "nobody deletes evidence"
     assert {b["role"] for b in evidence.values()} == {"roles/storage.objectViewer", "roles/storage.objectCreator"}
     # One dead-letter topic and subscription per function.
     assert dlq_topics == {f["dead_letter_topic"]: fn for fn, f in fns.items()}
