@@ -55,17 +55,124 @@ def run(
 def show(
     run_id: str,
     db: DbOption = DEFAULT_DB,
+    backend: Annotated[
+        str | None,
+        typer.Option(help="sqlite | firestore (default: firestore when FIRESTORE_EMULATOR_HOST is set)"),
+    ] = None,
+    project: Annotated[str | None, typer.Option(help="Firestore project (default: $GOOGLE_CLOUD_PROJECT)")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Print a stored completion record."""
-    from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+    """Print a stored completion record (SQLite file, or Firestore: the emulator or a real project)."""
+    import os
+
     from rlcleanup.cli.render import summary
 
-    record = SqliteRecordStore(db).get(run_id)
+    chosen = backend or ("firestore" if os.environ.get("FIRESTORE_EMULATOR_HOST") else "sqlite")
+    if chosen == "firestore":
+        from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+
+        project = project or os.environ.get("GOOGLE_CLOUD_PROJECT")
+        if not project:
+            _fail("--backend firestore needs --project or GOOGLE_CLOUD_PROJECT", 2)
+            return
+        record = FirestoreRecordStore(project=project).get(run_id)
+        where = f"Firestore project {project}"
+    elif chosen == "sqlite":
+        from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+
+        record = SqliteRecordStore(db).get(run_id)
+        where = str(db)
+    else:
+        _fail(f"unknown backend {chosen!r} (sqlite | firestore)", 2)
+        return
     if record is None:
-        _fail(f"no record for run {run_id!r} in {db}", 1)
+        _fail(f"no record for run {run_id!r} in {where}", 1)
         return
     typer.echo(record.model_dump_json(indent=2) if as_json else summary(record))
+
+
+@app.command()
+def emit(
+    run_uri: Annotated[str, typer.Option("--run-uri", help="durable run root, gs://bucket/prefix")],
+    state: Annotated[str, typer.Option(help="job state, e.g. SUCCEEDED, FAILED, RUNNING")],
+    source: Annotated[str, typer.Option(help="controller: iris, ray, skypilot, k8s, marin")] = "iris",
+    job_id: Annotated[
+        str | None, typer.Option("--job-id", help="controller job id (default: from the run URI)")
+    ] = None,
+    project: Annotated[str | None, typer.Option(help="Pub/Sub project (default: $GOOGLE_CLOUD_PROJECT)")] = None,
+    topic: Annotated[str, typer.Option(help="topic to publish to")] = "job-events",
+) -> None:
+    """Publish a job-state change to job-events (PUBSUB_EMULATOR_HOST honoured); prints the message id."""
+    import os
+
+    from pydantic import ValidationError
+
+    from rlcleanup.stack.emit import job_event, publish_event
+
+    try:
+        event = job_event(run_uri, state, source=source, job_id=job_id)
+    except ValidationError as exc:
+        _fail(f"invalid event: {exc.errors()[0]['msg']}", 2)
+        return
+    project = project or os.environ.get("GOOGLE_CLOUD_PROJECT")
+    if not project:
+        _fail("set GOOGLE_CLOUD_PROJECT (`eval $(rlcleanup stack up)`) or pass --project", 2)
+        return
+    try:
+        message_id = publish_event(event, project, topic)
+    except Exception as exc:
+        _fail(f"could not publish to {topic}: {type(exc).__name__}: {exc}")
+        return
+    typer.echo(message_id)
+
+
+stack_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Local stack on real emulators.")
+app.add_typer(stack_app, name="stack")
+StateDirOption = Annotated[Path, typer.Option("--state-dir", help="where pids, logs and state.json live")]
+
+
+@stack_app.command("up")
+def stack_up(
+    state_dir: StateDirOption = Path(".rlcleanup/stack"),
+    project: Annotated[str, typer.Option(help="emulator project id")] = "rlcleanup-local",
+    timeout: Annotated[float, typer.Option(help="seconds to wait for every server")] = 90.0,
+) -> None:
+    """Start the emulators and one functions-framework per function; print the env vars to export."""
+    from rlcleanup.stack import StackError, up
+
+    try:
+        state = up(state_dir, project=project, timeout=timeout)
+    except StackError as exc:
+        _fail(str(exc))
+        return
+    typer.echo(state.exports())
+    typer.echo(f"# runs bucket gs://{state.buckets['runs']}, preserve bucket gs://{state.buckets['preserve']}")
+    typer.echo(f"# logs and state in {state.state_dir}; stop with: rlcleanup stack down --state-dir {state_dir}")
+
+
+@stack_app.command("down")
+def stack_down(state_dir: StateDirOption = Path(".rlcleanup/stack")) -> None:
+    """Stop every server of the stack by process group."""
+    from rlcleanup.stack import StackError, down
+
+    try:
+        stopped = down(state_dir)
+    except StackError as exc:
+        _fail(str(exc))
+        return
+    typer.echo(f"stopped {len(stopped)} server(s)" if stopped else "no stack running", err=True)
+
+
+@stack_app.command("status")
+def stack_status(state_dir: StateDirOption = Path(".rlcleanup/stack")) -> None:
+    """Which servers of the stack are running."""
+    from rlcleanup.stack import status
+
+    states = status(state_dir)
+    if not states:
+        _fail("no stack state here", 1)
+    for name, alive in sorted(states.items()):
+        typer.echo(f"{name:32} {'running' if alive else 'stopped'}")
 
 
 @app.command("sample-run")
