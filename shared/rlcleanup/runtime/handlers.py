@@ -19,6 +19,7 @@ from rlcleanup.models.events import CandidateMessage, CapturePartMessage, JobEve
 from rlcleanup.models.record import Candidate, CompletionRecord, ResumeSafety, RunError
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
 from rlcleanup.ports.records import Claim
+from rlcleanup.report.publish import publish_report
 from rlcleanup.runtime.errors import PermanentError, RetryLater, classify_error
 from rlcleanup.runtime.metrics_store import load_metric_steps
 from rlcleanup.runtime.ports import Ports
@@ -311,6 +312,7 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
             raise PermanentError("no_record", f"run {msg.run_id} has no record to finish")
         fields = finish_record(p.storage, layout, record, candidates, resume)
         p.records.update(msg.run_id, fields)
+        publish_report(p.storage, p.records, msg.run_id)  # report.md/.html beside the evidence; never raises
         p.bus.publish(
             "record-ready",
             json.dumps({"run_id": msg.run_id, "status": fields["status"]}).encode(),

@@ -1,0 +1,203 @@
+"""Record -> Document: the verdict first, then the evidence in the order a person checks it."""
+
+from __future__ import annotations
+
+import json
+
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.report.document import BAD, GOOD, WARN, Block, Bullets, Code, Document, Figure, Para, Section, Table
+from rlcleanup.report.inputs import ReportInputs
+from rlcleanup.report.verdict import build_verdict
+
+
+def _v(value: object) -> str:
+    return "—" if value is None or value == "" else str(value)
+
+
+def _person(r: CompletionRecord) -> Section:
+    blocks: list[Block] = [Bullets(r.remaining_work, WARN)] if r.remaining_work else [Para("Nothing.", GOOD)]
+    return Section("What needs a person", "person", blocks)
+
+
+def _terminal(r: CompletionRecord) -> Section:
+    facts = Table(
+        ["terminal state", "controller", "step budget", "last trained step", "last saved step", "record status"],
+        [
+            [
+                _v(r.terminal_state.value if r.terminal_state else None),
+                _v(r.controller_state),
+                _v(r.step_budget),
+                _v(r.last_trained_step),
+                _v(r.last_saved_step),
+                r.status.value,
+            ]
+        ],
+    )
+    blocks: list[Block] = [facts]
+    if r.terminal_reasoning:
+        blocks.append(Bullets(r.terminal_reasoning))
+    return Section("Terminal state", "terminal", blocks)
+
+
+def _cause(r: CompletionRecord) -> Section | None:
+    c = r.first_failure_cause
+    if c is None:
+        return None
+    return Section(
+        "First failure cause",
+        "cause",
+        [
+            Para(f"{c.error_type}: {c.message}", BAD),
+            Para(f"attempt {_v(c.attempt_id)}, at {c.source_uri}:{c.line}"),
+            Code(c.traceback),
+        ],
+    )
+
+
+def _chain(inputs: ReportInputs, with_figure: bool) -> Section:
+    r = inputs.record
+    cov = r.chain.coverage
+    rows = [
+        [
+            a.attempt_id,
+            _v(a.job_id),
+            _v(a.state),
+            f"{_v(a.first_step)}..{_v(a.last_step)}",
+            _v(a.started_at),
+            _v(a.ended_at),
+            _v(a.failure),
+        ]
+        for a in r.chain.attempts
+    ]
+    gaps = ", ".join(f"{a}..{b}" for a, b in cov.gaps)
+    blocks: list[Block] = []
+    if with_figure:
+        blocks.append(
+            Figure(
+                f"Attempts over the step axis; checkpoints (blue), exports (purple, invalid: black X), coverage gaps "
+                f"in red; {inputs.metric_name} below, metric window shaded, selected step dashed."
+            )
+        )
+    blocks.append(Table(["attempt", "job", "state", "steps", "started", "ended", "failure"], rows))
+    blocks.append(
+        Para(
+            f"Metric rows cover steps {_v(cov.first_step)}..{_v(cov.last_step)}; gaps: {gaps}"
+            if cov.gaps
+            else f"Metric rows cover steps {_v(cov.first_step)}..{_v(cov.last_step)} with no gap.",
+            BAD if cov.gaps else GOOD,
+        )
+    )
+    if inputs.checkpoint_steps:
+        blocks.append(Para("Checkpoints preserved (listed): steps " + ", ".join(map(str, inputs.checkpoint_steps))))
+    if inputs.notes:
+        blocks.append(Bullets(inputs.notes, WARN))
+    return Section("Chain", "chain", blocks)
+
+
+def _candidates(r: CompletionRecord) -> Section:
+    if not r.candidates:
+        return Section("Candidates", "candidates", [Para("No export candidate was found.", BAD)])
+    rows = [
+        [
+            str(c.step),
+            "valid" if c.valid else "INVALID",
+            _v(c.size_label or c.parameter_count),
+            str(c.shard_count),
+            _v(c.total_bytes),
+            str(len(c.problems)),
+            c.uri,
+        ]
+        for c in r.candidates
+    ]
+    blocks: list[Block] = [Table(["step", "valid", "parameters", "shards", "bytes", "problems", "uri"], rows)]
+    for c in r.candidates:
+        if c.problems:
+            blocks.append(Para(f"Step {c.step} problems:", BAD))
+            blocks.append(Bullets(c.problems, BAD))
+        if c.warnings:
+            blocks.append(Para(f"Step {c.step} warnings:", WARN))
+            blocks.append(Bullets(c.warnings, WARN))
+    return Section("Candidates", "candidates", blocks)
+
+
+def _selection(r: CompletionRecord) -> Section | None:
+    s = r.selection
+    if s is None:
+        return None
+    blocks: list[Block] = [
+        Para(
+            f"{s.status}: step {s.step} (runner-up {_v(s.runner_up)}, metric window {s.metric_window})"
+            if s.step is not None
+            else s.status,
+            GOOD if s.step is not None else WARN,
+        )
+    ]
+    if s.reason:
+        blocks.append(Para(s.reason))
+    blocks.append(Para("Policy: " + (json.dumps(s.policy, sort_keys=True) if s.policy else "none declared")))
+    if s.candidates_considered:
+        blocks.append(Para("Candidates considered: " + ", ".join(map(str, s.candidates_considered))))
+    if s.scores:
+        ranked = sorted(s.scores.items(), key=lambda kv: int(kv[0]))
+        blocks.append(Table(["step", "score"], [[k, f"{v:.6g}"] for k, v in ranked]))
+    return Section("Selection", "selection", blocks)
+
+
+def _resume(r: CompletionRecord) -> Section | None:
+    rs = r.resume_safety
+    if rs is None:
+        return None
+    head = f"safe from step {rs.from_step}" if rs.safe else "UNSAFE"
+    return Section("Resume safety", "resume", [Para(head, GOOD if rs.safe else BAD), Bullets(rs.reasons)])
+
+
+def _preserved(r: CompletionRecord) -> Section:
+    rows = [["location", loc] for loc in r.preserved_locations]
+    rows += [["manifest", _v(r.manifest_uri)], ["stitched metrics", _v(r.metrics_uri)]]
+    rows += [["objects", f"{r.preserved_object_count} ({r.preserved_bytes} bytes)"]]
+    return Section("Preserved evidence", "preserved", [Table(["what", "where"], rows)])
+
+
+def _config(r: CompletionRecord) -> Section:
+    rows = []
+    if r.classification:
+        rows.append(["classification", f"{r.classification.kind.value}: " + "; ".join(r.classification.evidence)])
+    rows.append(["base model", _v(r.base_model)])
+    if r.resolved_config:
+        rows.append(["resolved config", f"{r.resolved_config.uri} (sha256 {r.resolved_config.sha256})"])
+    rows += [[f"revision: {k}", v] for k, v in sorted(r.source_revision.items())]
+    rows.append(["registration", _v(r.registration)])
+    if r.not_applicable_evidence:
+        rows.append(["not applicable", ", ".join(r.not_applicable_evidence)])
+    blocks: list[Block] = [Table(["what", "value"], rows)]
+    if r.launch_command:
+        blocks += [Para("Launch command:"), Code(r.launch_command)]
+    return Section("Configuration and revision", "config", blocks)
+
+
+def _errors(r: CompletionRecord) -> Section:
+    if not r.errors:
+        return Section("rlcleanup errors", "errors", [Para("None.", GOOD)])
+    rows = [[e.step, e.code, e.message, e.at.isoformat(timespec="seconds")] for e in r.errors]
+    return Section("rlcleanup errors", "errors", [Table(["step", "code", "message", "at"], rows)])
+
+
+def build_document(inputs: ReportInputs, *, with_figure: bool = True) -> Document:
+    r = inputs.record
+    sections = [
+        _person(r),
+        _chain(inputs, with_figure),
+        _terminal(r),
+        _cause(r),
+        _candidates(r),
+        _selection(r),
+        _resume(r),
+        _preserved(r),
+        _config(r),
+        _errors(r),
+    ]
+    return Document(
+        verdict=build_verdict(r),
+        sections=[s for s in sections if s is not None],
+        title=f"rlcleanup report: {r.run_id}",
+    )

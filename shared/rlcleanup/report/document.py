@@ -1,0 +1,78 @@
+"""A format-neutral report: a verdict line, then sections of blocks. Markdown and HTML render the same document,
+so the two can never disagree about what the evidence is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Tones colour the HTML and pick the verdict's banner; Markdown ignores them.
+GOOD, WARN, BAD, NEUTRAL = "good", "warn", "bad", "neutral"
+
+
+@dataclass(frozen=True)
+class VerdictPart:
+    key: str  # terminal | cause | selection | resume | person | errors
+    text: str
+    tone: str = NEUTRAL
+
+
+@dataclass(frozen=True)
+class Verdict:
+    run_id: str
+    parts: list[VerdictPart]
+
+    @property
+    def line(self) -> str:
+        return f"{self.run_id}: " + " · ".join(p.text for p in self.parts)
+
+    @property
+    def tone(self) -> str:
+        tones = {p.tone for p in self.parts}
+        return BAD if BAD in tones else WARN if WARN in tones else GOOD
+
+
+@dataclass(frozen=True)
+class Para:
+    text: str
+    tone: str = NEUTRAL
+
+
+@dataclass(frozen=True)
+class Bullets:
+    items: list[str]
+    tone: str = NEUTRAL
+
+
+@dataclass(frozen=True)
+class Code:
+    text: str
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """Where the chain timeline goes; each renderer inserts its own form (PNG link / inline SVG)."""
+
+    caption: str
+
+
+Block = Para | Bullets | Code | Table | Figure
+
+
+@dataclass
+class Section:
+    title: str
+    anchor: str
+    blocks: list[Block] = field(default_factory=list)
+
+
+@dataclass
+class Document:
+    verdict: Verdict
+    sections: list[Section]
+    title: str

@@ -1,0 +1,72 @@
+"""What a report reads besides the record: the preserved stitched metrics and the checkpoint listing.
+
+Both live in the preserved location's `derived/`; either may be missing (an early failure, a record read far
+from its storage), and the report then says so instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.parsing.metrics import StitchedMetrics
+from rlcleanup.ports.storage import Storage, StorageError
+from rlcleanup.runtime.metrics_store import load_metrics
+from rlcleanup.uris import join
+
+log = logging.getLogger(__name__)
+DEFAULT_METRIC = "reward/avg_raw_reward"
+CHECKPOINT_LISTING = "checkpoints-listing.jsonl"
+_STEP_DIR = re.compile(r"global_step_(\d+)(?:/|$)")
+
+
+@dataclass
+class ReportInputs:
+    record: CompletionRecord
+    metrics: StitchedMetrics | None = None
+    checkpoint_steps: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what could not be loaded, shown in the report
+
+    @property
+    def metric_name(self) -> str:
+        return selection_metric(self.record)
+
+
+def selection_metric(record: CompletionRecord) -> str:
+    """The declared policy's metric, else the reward every SkyRL run logs."""
+    policy = record.selection.policy if record.selection else None
+    metric = policy.get("metric") if isinstance(policy, dict) else None
+    return metric if isinstance(metric, str) and metric else DEFAULT_METRIC
+
+
+def checkpoint_steps_from_listing(lines: list[str]) -> list[int]:
+    steps: set[int] = set()
+    for line in lines:
+        if not line.strip():
+            continue
+        match = _STEP_DIR.search(str(json.loads(line).get("uri", "")))
+        if match:
+            steps.add(int(match.group(1)))
+    return sorted(steps)
+
+
+def load_inputs(storage: Storage, record: CompletionRecord) -> ReportInputs:
+    inputs = ReportInputs(record=record)
+    if record.metrics_uri:
+        try:
+            inputs.metrics = load_metrics(storage, record.metrics_uri)
+        except (OSError, ValueError, StorageError) as exc:  # missing or unreadable: the picture just has no curve
+            inputs.notes.append(f"metrics not loaded from {record.metrics_uri}: {type(exc).__name__}: {exc}")
+    if record.preserved_locations:
+        uri = join(record.preserved_locations[0], "derived", CHECKPOINT_LISTING)
+        try:
+            if storage.stat(uri) is not None:
+                inputs.checkpoint_steps = checkpoint_steps_from_listing(list(storage.iter_lines(uri)))
+        except (OSError, ValueError, StorageError) as exc:
+            inputs.notes.append(f"checkpoint listing not loaded from {uri}: {type(exc).__name__}: {exc}")
+    for note in inputs.notes:
+        log.info("report for %s: %s", record.run_id, note, extra={"run_id": record.run_id})
+    return inputs

@@ -1,0 +1,56 @@
+"""Document -> Markdown (CommonMark/GFM tables), readable raw in a terminal and rendered in chat or GitHub."""
+
+from __future__ import annotations
+
+import re
+
+from rlcleanup.report.document import Block, Bullets, Code, Document, Figure, Para, Table
+
+# Escape only what would change the rendering: emphasis at word edges, code spans, HTML, link brackets.
+_EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
+def escape(text: str) -> str:
+    text = text.replace("\\", "\\\\").replace("`", "\\`").replace("*", "\\*").replace("[", "\\[").replace("]", "\\]")
+    text = text.replace("<", "&lt;").replace(">", "&gt;")
+    return _EDGE_UNDERSCORE.sub(r"\\_", text)
+
+
+def _cell(text: str) -> str:
+    return escape(" ".join(text.split())).replace("|", "\\|")
+
+
+def _fence(text: str) -> str:
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text.rstrip()}\n{fence}"
+
+
+def _block(block: Block, image: str | None) -> str:
+    if isinstance(block, Para):
+        return escape(block.text)
+    if isinstance(block, Bullets):
+        return "\n".join(f"- {escape(' '.join(item.split()))}" for item in block.items)
+    if isinstance(block, Code):
+        return _fence(block.text)
+    if isinstance(block, Table):
+        head = "| " + " | ".join(_cell(h) for h in block.headers) + " |"
+        rule = "|" + "|".join("---" for _ in block.headers) + "|"
+        rows = ["| " + " | ".join(_cell(c) for c in row) + " |" for row in block.rows]
+        return "\n".join([head, rule, *rows])
+    if isinstance(block, Figure):
+        if image is None:
+            return f"_Chain timeline: see report.html (inline SVG) or `rlcleanup report --out DIR`._ {escape(block.caption)}"
+        return f"![chain timeline]({image})\n\n_{escape(block.caption)}_"
+    raise TypeError(f"unknown block {type(block).__name__}")
+
+
+def render_markdown(doc: Document, *, image: str | None = None) -> str:
+    """`image` is the timeline PNG's path relative to where the Markdown is written (None: not written)."""
+    out = [f"# {escape(doc.title)}", "", f"**Verdict:** {escape(doc.verdict.line)}", ""]
+    out += [" · ".join(f"[{s.title}](#{s.anchor})" for s in doc.sections), ""]
+    for section in doc.sections:
+        out += [f'<a id="{section.anchor}"></a>', f"## {escape(section.title)}", ""]
+        for block in section.blocks:
+            out += [_block(block, image), ""]
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,81 @@
+"""The one-line verdict: terminal state, first cause, selection, resume safety, what needs a person."""
+
+from __future__ import annotations
+
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState
+from rlcleanup.report.document import BAD, GOOD, NEUTRAL, WARN, Verdict, VerdictPart
+
+_TERMINAL_TONE = {
+    TerminalState.completed: GOOD,
+    TerminalState.failed: BAD,
+    TerminalState.cancelled: WARN,
+    TerminalState.indeterminate: WARN,
+}
+
+
+def _steps(steps: list[int]) -> str:
+    return ", ".join(str(s) for s in steps)
+
+
+def _terminal(r: CompletionRecord) -> VerdictPart:
+    kind = r.classification.kind if r.classification else None
+    if kind is ClassificationKind.agentic:
+        return VerdictPart("terminal", "agentic run, routed to the agentic cleanup path", WARN)
+    if kind is ClassificationKind.unknown:
+        return VerdictPart("terminal", "classification unknown (neither standard nor agentic)", BAD)
+    if r.terminal_state is None:
+        tone = BAD if r.status is RecordStatus.failed else WARN
+        return VerdictPart("terminal", f"terminal state not established ({r.status.value})", tone)
+    return VerdictPart("terminal", r.terminal_state.value, _TERMINAL_TONE[r.terminal_state])
+
+
+def _cause(r: CompletionRecord) -> VerdictPart | None:
+    cause = r.first_failure_cause
+    if cause is not None:
+        where = f" in attempt {cause.attempt_id}" if cause.attempt_id else ""
+        return VerdictPart("cause", f"first cause {cause.error_type}{where}", BAD)
+    if r.terminal_state is TerminalState.failed:
+        return VerdictPart("cause", "first cause not found in the logs", BAD)
+    return None
+
+
+def _selection(r: CompletionRecord) -> VerdictPart | None:
+    valid = [c.step for c in r.candidates if c.valid]
+    s = r.selection
+    if s is None:
+        return None
+    if s.status == "selected" and s.step is not None:
+        return VerdictPart("selection", f"selected step {s.step}", GOOD)
+    if not valid:
+        return VerdictPart("selection", "no valid candidate to select", BAD)
+    plural = "s" if len(valid) > 1 else ""
+    return VerdictPart(
+        "selection", f"selection unresolved among {len(valid)} valid candidate{plural} ({_steps(valid)})", WARN
+    )
+
+
+def _resume(r: CompletionRecord) -> VerdictPart | None:
+    rs = r.resume_safety
+    if rs is None:
+        return None
+    if rs.safe:
+        return VerdictPart("resume", f"resume safe from step {rs.from_step}", GOOD)
+    reason = f": {rs.reasons[0]}" if rs.reasons else ""
+    return VerdictPart("resume", f"resume UNSAFE{reason}", BAD)
+
+
+def _person(r: CompletionRecord) -> VerdictPart:
+    if not r.remaining_work:
+        if r.status is RecordStatus.in_progress:
+            return VerdictPart("person", "still in progress", NEUTRAL)
+        return VerdictPart("person", "nothing needs a person", GOOD)
+    more = f" (+{len(r.remaining_work) - 1} more)" if len(r.remaining_work) > 1 else ""
+    return VerdictPart("person", f"a person must: {r.remaining_work[0]}{more}", WARN)
+
+
+def build_verdict(r: CompletionRecord) -> Verdict:
+    parts = [_terminal(r), _cause(r), _selection(r), _resume(r), _person(r)]
+    if r.errors:
+        parts.append(VerdictPart("errors", f"{len(r.errors)} rlcleanup error(s)", BAD))
+    return Verdict(run_id=r.run_id, parts=[p for p in parts if p is not None])
