@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime.embedded import DEFAULT_DB
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -40,6 +42,8 @@ def run(
     preserve = (
         preserve_to if preserve_to is None or preserve_to.startswith("gs://") else str(Path(preserve_to).resolve())
     )
+    # The pipeline's own warnings are on the record; stderr carries only the one-line reason below.
+    logging.getLogger("rlcleanup").addHandler(logging.NullHandler())
     try:
         record = run_embedded(uri, db_path=db, preserve_root=preserve, state=state)
     except Exception as exc:  # one line, not a traceback: the record could not be written
@@ -47,6 +51,10 @@ def run(
         return
     if record is None:
         _fail(f"no completion record was written for {run_uri}")
+        return
+    if record.status is RecordStatus.failed:  # only the error was filed (e.g. no config): no completion record
+        reason = f"{record.errors[0].code}: {record.errors[0].message}" if record.errors else "no reason recorded"
+        _fail(f"could not process {run_uri}: {' '.join(reason.split())}")
         return
     typer.echo(record.model_dump_json(indent=2) if as_json else summary(record))
 
@@ -179,10 +187,32 @@ def stack_status(state_dir: StateDirOption = Path(".rlcleanup/stack")) -> None:
 def sample_run(
     dest: Path,
     scenario: Annotated[str, typer.Option(help="scenario name; `--scenario list` shows them")] = "completed-resumed",
+    scale: Annotated[
+        str | None, typer.Option(help="medium (CI-sized) or large (500 ranks, 1 GiB logs, 40 70B exports)")
+    ] = None,
+    ranks: Annotated[int | None, typer.Option(help="with --scale: worker ranks")] = None,
+    attempts: Annotated[int | None, typer.Option(help="with --scale: chained attempts")] = None,
+    exports: Annotated[int | None, typer.Option(help="with --scale: 70B-shaped exports")] = None,
+    log_mb: Annotated[int | None, typer.Option(help="with --scale: total log MiB")] = None,
 ) -> None:
-    """Write a realistic sample run (Layout A unless the scenario says otherwise); prints its run root."""
+    """Write a realistic sample run (Layout A unless the scenario says otherwise); prints its run root.
+
+    --scale writes one large synthetic run instead of a scenario (sparse tensor data: little disk).
+    """
     from rlcleanup.samples.generator import SCENARIOS, write_sample_run
 
+    if scale is not None:
+        from rlcleanup.samples.large import SCALES, spec_for, write_spec
+
+        if scale not in SCALES:
+            _fail(f"unknown scale {scale!r}; choose from {', '.join(SCALES)}", 2)
+        log_bytes = log_mb * 1024 * 1024 if log_mb is not None else None
+        try:
+            spec = spec_for(scale, ranks=ranks, attempts=attempts, exports=exports, log_bytes_total=log_bytes)
+            typer.echo(str(write_spec(dest, spec)))
+        except ValueError as exc:
+            _fail(str(exc), 2)
+        return
     if scenario == "list" or scenario not in SCENARIOS:
         for name, text in SCENARIOS.items():
             typer.echo(f"{name:28} {text}")
