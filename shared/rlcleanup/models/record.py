@@ -109,6 +109,31 @@ class RunError(_Model):
     at: datetime = Field(default_factory=utcnow)
 
 
+class AuthorityAction(_Model):
+    """One grant's outcome, summarized; manifests and reclaim plans live in storage at `uri`."""
+
+    action: str
+    grant_id: str
+    state: str = Field(description="pending | applying | published | handed_off | registered | reclaimed | cleared | refused | expired | not_applicable | withheld")
+    destination: str | None = None
+    step: int | None = None
+    verified_objects: int = 0
+    refusal: str | None = None
+    detail: str | None = None
+    uri: str | None = None
+    reclaimed_bytes: int = 0
+
+
+class PreCancelCapture(_Model):
+    capture_uri: str
+    controller_state: str | None = None
+    ranks: int = 0
+    min_mean_utilization: float | None = None
+    copied_objects: int = 0
+    unexplained_reproducing: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+
+
 class CompletionRecord(_Model):
     run_id: str
     run_uri: str
@@ -135,6 +160,9 @@ class CompletionRecord(_Model):
     resume_safety: ResumeSafety | None = None
     selection: Selection | None = None
     registration: str | None = None
+    authority_actions: list[AuthorityAction] = Field(default_factory=list)
+    reclaimed_bytes: int = 0
+    pre_cancel: PreCancelCapture | None = None
     not_applicable_evidence: list[str] = Field(default_factory=list)
     remaining_work: list[str] = Field(default_factory=list)
     errors: list[RunError] = Field(default_factory=list)

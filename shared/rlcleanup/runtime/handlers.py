@@ -20,6 +20,7 @@ from rlcleanup.models.record import Candidate, CompletionRecord, ResumeSafety, R
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
 from rlcleanup.ports.records import Claim
 from rlcleanup.report.publish import publish_report
+from rlcleanup.runtime import authority_handlers
 from rlcleanup.runtime.errors import PermanentError, RetryLater, classify_error
 from rlcleanup.runtime.metrics_store import load_metric_steps
 from rlcleanup.runtime.ports import Ports
@@ -331,6 +332,9 @@ HANDLERS: dict[str, Handler] = {
     "capture_part": capture_part,
     "validate_candidate": validate_one,
     "select_candidate": select_candidate,
+    "apply_grant": authority_handlers.apply_grant,
+    "capture_pre_cancel": authority_handlers.capture_pre_cancel,
+    "retry_waiting_grants": authority_handlers.retry_waiting_grants,
 }
 
 

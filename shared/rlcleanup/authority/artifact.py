@@ -1,0 +1,42 @@
+"""Which artifact a grant covers, checked against the record and against the bytes as they are now."""
+
+from __future__ import annotations
+
+from rlcleanup.authority.grants import Grant, Refusal
+from rlcleanup.authority.outcome import Outcome, refuse
+from rlcleanup.models.record import Candidate, CompletionRecord
+from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.ports.storage import ObjectInfo, Storage
+from rlcleanup.steps.validate import export_digest
+
+READY = {RecordStatus.awaiting_authority, RecordStatus.complete}
+
+
+def is_ready(record: CompletionRecord | None) -> bool:
+    return record is not None and record.status in READY
+
+
+def listing(storage: Storage, uri: str) -> dict[str, ObjectInfo]:
+    """Objects under uri keyed by their name relative to it (the same naming the digest uses)."""
+    root = uri.rstrip("/")
+    return {o.uri[len(root) + 1 :]: o for o in storage.list(root)}
+
+
+def resolve(storage: Storage, record: CompletionRecord, grant: Grant) -> tuple[Candidate | None, Outcome | None]:
+    """The grant's candidate, or the refusal: unresolved selection, unknown/invalid candidate, digest mismatch."""
+    step = grant.step
+    if step is None:
+        if record.selection is None or record.selection.status != "selected" or record.selection.step is None:
+            return None, refuse(Refusal.selection_unresolved, "selection is unresolved and the grant names no step")
+        step = record.selection.step
+    candidate = next((c for c in record.candidates if c.step == step), None)
+    if candidate is None:
+        return None, refuse(Refusal.no_candidate, f"run {record.run_id} has no export candidate at step {step}")
+    if not candidate.valid:
+        return None, refuse(Refusal.candidate_invalid, f"candidate {step} is invalid: {'; '.join(candidate.problems)}")
+    if candidate.digest != grant.digest:
+        return None, refuse(Refusal.wrong_digest, f"grant digest {grant.digest} != candidate {step} {candidate.digest}")
+    now = export_digest(listing(storage, candidate.uri).items())
+    if now != grant.digest:
+        return None, refuse(Refusal.wrong_digest, f"the export at {candidate.uri} changed since it was validated")
+    return candidate, None

@@ -1,0 +1,266 @@
+"""Signed authority grants: the model, canonical JSON, Ed25519 signatures, approvers and verification.
+
+A grant is bound to one run, one action, one artifact (step + digest), one destination and a deadline. The
+signature covers the canonical JSON of the grant object exactly as sent (sorted keys, no whitespace), so
+verification never depends on how a model re-serializes a timestamp.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import secrets
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from rlcleanup.ports.records import RecordStore
+
+APPROVERS = "approvers"
+_ID = r"^[A-Za-z0-9._=-]{1,200}$"
+
+
+class Action(StrEnum):
+    publish = "publish"
+    handoff = "handoff"
+    register = "register"
+    reclaim = "reclaim"
+    cancel = "cancel"
+
+
+class Visibility(StrEnum):
+    private = "private"
+    internal = "internal"
+    public = "public"
+
+    @property
+    def rank(self) -> int:
+        return ["private", "internal", "public"].index(self.value)
+
+
+class GrantState(StrEnum):
+    pending = "pending"  # verified, waiting for its record (or capture) to be ready
+    applying = "applying"  # claimed by a worker; a crash leaves it here and redelivery resumes it
+    used = "used"
+    refused = "refused"
+    expired = "expired"
+
+
+class Refusal(StrEnum):
+    """Why a grant was refused; the wire spelling is the value."""
+
+    malformed = "malformed"
+    unsigned = "unsigned"
+    bad_signature = "bad_signature"
+    unknown_approver = "unknown_approver"
+    expired = "expired"
+    wrong_run = "wrong_run"
+    wrong_digest = "wrong_digest"
+    wrong_action = "wrong_action"
+    out_of_prefix = "out_of_prefix"
+    replayed = "replayed"
+    # Gates checked after the grant itself is valid.
+    no_candidate = "no_candidate"
+    candidate_invalid = "candidate_invalid"
+    selection_unresolved = "selection_unresolved"
+    secret_found = "secret_found"
+    visibility_broader = "visibility_broader"
+    visibility_unknown = "visibility_unknown"
+    destination_conflict = "destination_conflict"
+    destination_unverified = "destination_unverified"
+    destination_altered = "destination_altered"
+    not_applicable = "not_applicable"
+    record_not_eligible = "record_not_eligible"
+
+
+class Grant(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str = Field(pattern=_ID)
+    action: Action
+    step: int | None = Field(default=None, ge=0)
+    digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    destination: str | None = Field(default=None, max_length=2048)
+    visibility: Visibility = Visibility.private
+    granted_by: str = Field(pattern=_ID)
+    granted_at: datetime
+    expires_at: datetime
+    reason: str = Field(default="", max_length=2000)
+    grant_id: str = Field(default_factory=lambda: uuid.uuid4().hex, pattern=_ID)
+    nonce: str = Field(default_factory=lambda: secrets.token_hex(16), min_length=16, max_length=128)
+
+    @field_validator("destination")
+    @classmethod
+    def _no_traversal(cls, value: str | None) -> str | None:
+        if value is not None and ("\x00" in value or any(seg == ".." for seg in value.split("/"))):
+            raise ValueError("destination must not contain '..' segments or NUL")
+        return value
+
+
+def canonical_json(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sign(grant: Grant, key: Ed25519PrivateKey) -> dict[str, Any]:
+    """The wire message: {"grant": {...}, "signature": base64}."""
+    body = grant.model_dump(mode="json")
+    return {"grant": body, "signature": base64.b64encode(key.sign(canonical_json(body))).decode()}
+
+
+# ---------------------------------------------------------------- keys and approvers
+
+
+def new_key() -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.generate()
+
+
+def private_pem(key: Ed25519PrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def load_private_key(pem: bytes) -> Ed25519PrivateKey:
+    key = serialization.load_pem_private_key(pem, password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError("not an Ed25519 private key")
+    return key
+
+
+def public_b64(key: Ed25519PrivateKey) -> str:
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return base64.b64encode(raw).decode()
+
+
+class Approver(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    approver_id: str = Field(pattern=_ID)
+    public_key: str  # base64 of the 32 raw Ed25519 bytes
+    allowed_prefixes: list[str] = Field(default_factory=list)
+
+    def verify_key(self) -> Ed25519PublicKey:
+        raw = base64.b64decode(self.public_key, validate=True)
+        return Ed25519PublicKey.from_public_bytes(raw)
+
+    def covers(self, destination: str) -> bool:
+        """Prefix match on a path-segment boundary: gs://b/team does not cover gs://b/team-other."""
+        for prefix in self.allowed_prefixes:
+            p = prefix.rstrip("/")
+            if destination == p or destination.startswith(p + "/"):
+                return True
+        return False
+
+
+def register_approver(records: RecordStore, approver: Approver) -> None:
+    approver.verify_key()  # refuse to store a key that could never verify anything
+    records.put_doc(APPROVERS, approver.approver_id, approver.model_dump(exclude={"approver_id"}))
+
+
+def get_approver(records: RecordStore, approver_id: str) -> Approver | None:
+    doc = records.get_doc(APPROVERS, approver_id)
+    return Approver.model_validate({**doc, "approver_id": approver_id}) if doc else None
+
+
+# ---------------------------------------------------------------- verification
+
+
+@dataclass(frozen=True)
+class Verdict:
+    grant: Grant | None
+    refusal: Refusal | None = None
+    detail: str = ""
+    authentic: bool = False  # signature verified: only then may the grant's own id be trusted as a document key
+    raw: dict[str, Any] | None = None  # the grant object exactly as sent (what the signature covers)
+    signature: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.refusal is None
+
+
+def decode_message(data: bytes) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
+    """(envelope, raw grant object, signature) without trusting any of it yet."""
+    envelope = json.loads(data)
+    if not isinstance(envelope, dict):
+        raise ValueError("a grant message is a JSON object")
+    raw = envelope.get("grant")
+    signature = envelope.get("signature")
+    return envelope, raw if isinstance(raw, dict) else None, signature if isinstance(signature, str) else None
+
+
+def verify(
+    records: RecordStore,
+    data: bytes,
+    now: datetime,
+    *,
+    expected_run: str | None = None,
+    intended_action: str | None = None,
+) -> Verdict:
+    """Authenticity, then scope. Artifact (digest) and replay checks need the record and happen later."""
+    try:
+        envelope, raw, signature = decode_message(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return Verdict(None, Refusal.malformed, f"not a JSON grant message: {exc}")
+    if raw is None:
+        return Verdict(None, Refusal.malformed, "no 'grant' object in the message")
+    try:
+        grant = Grant.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return Verdict(None, Refusal.malformed, f"{first['msg']} at {'.'.join(map(str, first['loc']))}")
+    if not signature:
+        return Verdict(grant, Refusal.unsigned, "the message carries no signature", raw=raw)
+    approver = get_approver(records, grant.granted_by)
+    if approver is None:
+        return Verdict(grant, Refusal.unknown_approver, f"no approver {grant.granted_by!r} is registered", raw=raw)
+    try:
+        approver.verify_key().verify(base64.b64decode(signature, validate=True), canonical_json(raw))
+    except (InvalidSignature, binascii.Error, ValueError):
+        detail = f"signature does not verify with {grant.granted_by}'s key"
+        return Verdict(grant, Refusal.bad_signature, detail, raw=raw, signature=signature)
+    verdict = check_scope(grant, approver, now, envelope, expected_run=expected_run, intended_action=intended_action)
+    return replace(verdict, raw=raw, signature=signature)
+
+
+def check_scope(
+    grant: Grant,
+    approver: Approver,
+    now: datetime,
+    envelope: dict[str, Any],
+    *,
+    expected_run: str | None,
+    intended_action: str | None,
+) -> Verdict:
+    def refuse(reason: Refusal, detail: str) -> Verdict:
+        return Verdict(grant, reason, detail, authentic=True)
+
+    run = expected_run or envelope.get("run_id")
+    if run is not None and run != grant.run_id:
+        return refuse(Refusal.wrong_run, f"grant is for run {grant.run_id!r}, delivered for {run!r}")
+    wanted = intended_action or envelope.get("intent")
+    if wanted is not None and wanted != grant.action.value:
+        return refuse(Refusal.wrong_action, f"a {grant.action.value} grant does not authorize {wanted}")
+    if now >= grant.expires_at:
+        return refuse(Refusal.expired, f"expired at {grant.expires_at.isoformat()}")
+    if grant.expires_at <= grant.granted_at:
+        return refuse(Refusal.expired, "expires_at is not after granted_at")
+    if grant.action is not Action.cancel:
+        if not grant.destination:
+            return refuse(Refusal.malformed, f"a {grant.action.value} grant must name a destination")
+        if not approver.covers(grant.destination):
+            return refuse(
+                Refusal.out_of_prefix,
+                f"{grant.destination} is outside {grant.granted_by}'s allowed prefixes {approver.allowed_prefixes}",
+            )
+        if grant.digest is None:
+            return refuse(Refusal.malformed, f"a {grant.action.value} grant must name the artifact digest")
+    return Verdict(grant, authentic=True)

@@ -1,0 +1,67 @@
+"""Registration: a `model_registry/{id}` row, only when the experiment declares `cleanup.registration`
+and the artifact was published (its destination carries a completion marker for the same digest)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlcleanup.authority import artifact
+from rlcleanup.authority.grants import Grant, Refusal
+from rlcleanup.authority.outcome import Outcome, refuse
+from rlcleanup.authority.publish import read_marker
+from rlcleanup.formats.config import get
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.ports.records import RecordStore
+from rlcleanup.ports.storage import Storage
+from rlcleanup.steps.facts import safe_run_id
+from rlcleanup.steps.layout import RunLayout
+
+REGISTRY = "model_registry"
+DOES_NOT_APPLY = "registration does not apply: the experiment declares no cleanup.registration"
+
+
+def declared(layout: RunLayout) -> dict[str, Any] | None:
+    value = get(layout.skyrl, "cleanup.registration") or get(layout.config, "cleanup.registration")
+    return value if isinstance(value, dict) and value.get("registry") else None
+
+
+def register(
+    storage: Storage, records: RecordStore, layout: RunLayout, record: CompletionRecord, grant: Grant
+) -> Outcome:
+    decl = declared(layout)
+    if decl is None:
+        return Outcome(state="not_applicable", refusal=Refusal.not_applicable, detail=DOES_NOT_APPLY)
+    candidate, refused = artifact.resolve(storage, record, grant)
+    if refused:
+        return refused
+    assert candidate is not None and grant.destination is not None
+    marker = read_marker(storage, grant.destination)
+    if marker is None or marker.get("digest") != candidate.digest:
+        return refuse(
+            Refusal.destination_unverified,
+            f"{grant.destination} holds no completed publish of digest {candidate.digest}",
+            grant.destination,
+        )
+    row_id = safe_run_id(f"{decl.get('model_name') or record.run_id}-{record.run_id}-step{candidate.step}")
+    row = {
+        "registry": decl["registry"],
+        "model_name": decl.get("model_name"),
+        "training_type": "RL",  # registry tools default to SFT
+        "run_id": record.run_id,
+        "step": candidate.step,
+        "digest": candidate.digest,
+        "location": grant.destination,
+        "grant_id": grant.grant_id,
+        "base_model": record.base_model,
+        "source_revision": record.source_revision,
+    }
+    created = records.put_doc(REGISTRY, row_id, row, only_if_absent=True)
+    existing = records.get_doc(REGISTRY, row_id) or {}
+    if not created and existing.get("digest") != candidate.digest:
+        return refuse(Refusal.destination_conflict, f"{REGISTRY}/{row_id} exists for another artifact")
+    return Outcome(
+        state="registered",
+        destination=grant.destination,
+        uri=f"{REGISTRY}/{row_id}",
+        detail=f"registry {decl['registry']}, model {decl.get('model_name')}",
+    )

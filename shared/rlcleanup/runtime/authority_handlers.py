@@ -1,0 +1,317 @@
+"""Authority handlers: apply_grant, retry_waiting_grants, capture_pre_cancel.
+
+A grant is verified on arrival (signature, approver, scope, expiry) and filed under runs/{run}/grants/{id}.
+When its record is not ready it waits as `pending` and record-ready retries it (re-verified then: it may have
+expired meanwhile). Carrying it out is guarded by a claim on `grant:<id>`: exactly one worker applies it, a crash
+releases the claim and a redelivery resumes, and any delivery after completion is refused as `replayed`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from rlcleanup.authority import ledger, precancel
+from rlcleanup.authority.artifact import is_ready
+from rlcleanup.authority.controllers import controller_for
+from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, verify
+from rlcleanup.authority.outcome import Outcome
+from rlcleanup.authority.publish import publish
+from rlcleanup.authority.reclaim import reclaim
+from rlcleanup.authority.register import register
+from rlcleanup.models.events import JobEvent
+from rlcleanup.models.record import AuthorityAction, CompletionRecord, PreCancelCapture
+from rlcleanup.ports.records import Claim
+from rlcleanup.runtime.errors import PermanentError, RetryLater
+from rlcleanup.runtime.ports import Ports
+from rlcleanup.steps.capture import preserved_root
+from rlcleanup.steps.facts import run_facts, safe_run_id
+from rlcleanup.steps.layout import RunLayout, discover
+from rlcleanup.uris import basename, join, parent
+
+
+def _once(p: Ports, run_id: str, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """Same contract as handlers._once (kept local: handlers.py imports this module)."""
+    state = p.records.claim(run_id, key, p.lease_seconds, p.clock.now())
+    if state is Claim.done:
+        return None
+    if state is Claim.busy:
+        raise RetryLater(f"{run_id}/{key} is being processed by another worker")
+    try:
+        result = work()
+    except BaseException:
+        p.records.release(run_id, key)
+        raise
+    p.records.complete(run_id, key, result)
+    return result
+
+
+def _state_for(refusal: Refusal) -> GrantState:
+    return GrantState.expired if refusal is Refusal.expired else GrantState.refused
+
+
+# ---------------------------------------------------------------- the record's summary of grants
+
+
+def sync_record(p: Ports, run_id: str) -> None:
+    """Rebuild authority_actions from the grant documents: converges whatever order workers finish in."""
+    if p.records.get(run_id) is None:
+        return
+    actions: list[AuthorityAction] = []
+    reclaimed = 0
+    registration: str | None = None
+    docs = sorted(ledger.list_grants(p.records, run_id), key=lambda kv: (kv[1].get("received_at") or "", kv[0]))
+    for gid, doc in docs:
+        grant = doc.get("grant") or {}
+        out = doc.get("outcome") or {}
+        action = AuthorityAction(
+            action=str(grant.get("action", "unknown")),
+            grant_id=gid,
+            state=str(out.get("state") or doc.get("state")),
+            destination=out.get("destination") or grant.get("destination"),
+            step=grant.get("step") if isinstance(grant.get("step"), int) else None,
+            verified_objects=int(out.get("verified_objects") or 0),
+            refusal=doc.get("refusal"),
+            detail=(doc.get("detail") or out.get("detail") or None),
+            uri=out.get("uri"),
+            reclaimed_bytes=int(out.get("reclaimed_bytes") or 0),
+        )
+        actions.append(action)
+        reclaimed += action.reclaimed_bytes
+        if action.action == Action.register.value and action.state in {"registered", "not_applicable"}:
+            registration = f"registered: {action.uri}" if action.state == "registered" else action.detail
+        if doc.get("replays"):
+            actions.append(
+                action.model_copy(
+                    update={
+                        "state": "refused",
+                        "refusal": Refusal.replayed.value,
+                        "detail": f"delivered {doc['replays']} more time(s) after it was used; not applied again",
+                        "verified_objects": 0,
+                        "reclaimed_bytes": 0,
+                    }
+                )
+            )
+    fields: dict[str, Any] = {
+        "authority_actions": [a.model_dump(mode="json") for a in actions],
+        "reclaimed_bytes": reclaimed,
+    }
+    if registration:
+        fields["registration"] = registration
+    p.records.update(run_id, fields)
+
+
+def _note_replay(p: Ports, run_id: str, gid: str) -> str:
+    doc = ledger.get_grant_doc(p.records, run_id, gid) or {}
+    doc["replays"] = int(doc.get("replays") or 0) + 1
+    p.records.put_doc(ledger.grants_collection(run_id), gid, doc)
+    sync_record(p, run_id)
+    return f"refused: replayed ({gid} was already used)"
+
+
+# ---------------------------------------------------------------- apply
+
+
+def apply_grant(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    now = p.clock.now()
+    verdict = verify(
+        p.records, data, now, expected_run=attributes.get("run_id"), intended_action=attributes.get("intent")
+    )
+    if verdict.grant is None:
+        raise PermanentError("invalid_grant", verdict.detail)
+    grant = verdict.grant
+    gid = ledger.doc_id(verdict, data)
+    if verdict.refusal is not None:
+        state = _state_for(verdict.refusal)
+        created = ledger.file_grant(
+            p.records, grant.run_id, gid, verdict, state, now, refusal=verdict.refusal, detail=verdict.detail
+        )
+        if not created and verdict.authentic:
+            existing = ledger.get_grant_doc(p.records, grant.run_id, gid) or {}
+            if existing.get("state") == GrantState.used.value:
+                return _note_replay(p, grant.run_id, gid)  # e.g. a used publish grant re-sent as a reclaim
+            if existing.get("state") in {GrantState.pending.value, GrantState.applying.value}:
+                ledger.set_state(
+                    p.records, grant.run_id, gid, state, now, refusal=verdict.refusal, detail=verdict.detail
+                )
+        sync_record(p, grant.run_id)
+        return f"refused: {verdict.refusal.value}: {verdict.detail}"
+    if not ledger.file_grant(p.records, grant.run_id, gid, verdict, GrantState.pending, now):
+        existing = ledger.get_grant_doc(p.records, grant.run_id, gid) or {}
+        if existing.get("grant") != verdict.raw:
+            return _note_replay(p, grant.run_id, gid)  # another grant reusing this id
+        if existing.get("state") not in {GrantState.pending.value, GrantState.applying.value}:
+            return _note_replay(p, grant.run_id, gid)
+    return _try_apply(p, grant, gid)
+
+
+def _message(doc: dict[str, Any]) -> bytes:
+    return json.dumps({"grant": doc.get("grant"), "signature": doc.get("signature")}).encode()
+
+
+def retry_waiting_grants(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    """record-ready (or a finished pre-cancel capture): re-verify and apply every pending grant of the run."""
+    payload = json.loads(data)
+    run_id = payload.get("run_id") if isinstance(payload, dict) else None
+    if not isinstance(run_id, str):
+        raise PermanentError("bad_input", "record-ready message without run_id")
+    return _retry(p, run_id)
+
+
+def _retry(p: Ports, run_id: str) -> str:
+    outcomes: list[str] = []
+    for gid, doc in ledger.pending(p.records, run_id):
+        now = p.clock.now()
+        verdict = verify(p.records, _message(doc), now, expected_run=run_id)
+        if verdict.grant is None or verdict.refusal is not None:
+            refusal = verdict.refusal or Refusal.malformed
+            ledger.set_state(p.records, run_id, gid, _state_for(refusal), now, refusal=refusal, detail=verdict.detail)
+            outcomes.append(f"{gid}: {refusal.value}")
+            continue
+        outcomes.append(f"{gid}: {_try_apply(p, verdict.grant, gid)}")
+    sync_record(p, run_id)
+    return "; ".join(outcomes) or "no waiting grants"
+
+
+def _waiting(p: Ports, run_id: str, gid: str, why: str, state: str = "pending") -> str:
+    now = p.clock.now()
+    ledger.set_state(p.records, run_id, gid, GrantState.pending, now, detail=why, outcome={"state": state})
+    sync_record(p, run_id)
+    return f"{state}: {why}"
+
+
+def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
+    run_id = grant.run_id
+    record = p.records.get(run_id)
+    capture: dict[str, Any] | None = None
+    if grant.action is Action.cancel:
+        captures = p.records.results(run_id, "pre-cancel:")
+        if not captures:
+            return _waiting(p, run_id, gid, "waiting for the pre-cancel capture")
+        capture = max(captures.values(), key=lambda c: c.get("captured_at", ""))
+        open_sigs = precancel.unexplained(p.records, run_id, capture.get("reproducing", []))
+        if open_sigs:
+            why = f"withheld: reproducing failure without a recorded cause: {open_sigs[:3]}"
+            return _waiting(p, run_id, gid, why, "withheld")
+    elif not is_ready(record):
+        return _waiting(p, run_id, gid, "waiting for the completion record")
+
+    def work() -> dict[str, Any]:
+        now = p.clock.now()
+        ledger.set_state(p.records, run_id, gid, GrantState.applying, now)
+        outcome = _carry_out(p, grant, gid, record, capture)
+        final = _state_for(outcome.refusal) if outcome.refusal else GrantState.used
+        ledger.set_state(
+            p.records,
+            run_id,
+            gid,
+            final,
+            p.clock.now(),
+            refusal=outcome.refusal,
+            detail=outcome.detail,
+            outcome=outcome.as_doc(),
+        )
+        return outcome.as_doc()
+
+    result = _once(p, run_id, f"grant:{gid}", work)
+    if result is None:
+        return _note_replay(p, run_id, gid)
+    sync_record(p, run_id)
+    return f"{grant.action.value}: {result['state']}" + (f" ({result['refusal']})" if result.get("refusal") else "")
+
+
+def _carry_out(
+    p: Ports, grant: Grant, gid: str, record: CompletionRecord | None, capture: dict[str, Any] | None
+) -> Outcome:
+    if grant.action is Action.cancel:
+        assert capture is not None
+        cleared = {
+            "run_id": grant.run_id,
+            "job_id": capture.get("job_id"),
+            "source": capture.get("source"),
+            "grant_id": gid,
+            "capture_uri": capture.get("capture_uri"),
+            "cleared_at": p.clock.now().isoformat(),
+        }
+        # The controller (or a person) cancels; rlcleanup only says the evidence is safe.
+        p.bus.publish("cancel-cleared", json.dumps(cleared).encode(), {"run_id": grant.run_id})
+        return Outcome(state="cleared", uri=capture.get("capture_uri"), detail="cancel-cleared published")
+    assert record is not None
+    if grant.action in {Action.publish, Action.handoff}:
+        return publish(p.storage, record, grant)
+    layout = discover(p.storage, record.run_uri)
+    if grant.action is Action.register:
+        return register(p.storage, p.records, layout, record, grant)
+
+    def on_plan(plan_uri: str, plan: dict[str, Any]) -> None:
+        # Recorded before the first delete: the record says what is about to go even if the worker dies.
+        detail = f"plan: delete {len(plan['delete'])} objects ({plan['delete_bytes']} bytes), keep {len(plan['keep'])}"
+        outcome = {"state": "reclaiming", "uri": plan_uri, "destination": grant.destination}
+        ledger.set_state(
+            p.records, grant.run_id, gid, GrantState.applying, p.clock.now(), detail=detail, outcome=outcome
+        )
+        sync_record(p, grant.run_id)
+
+    return reclaim(p.storage, record, layout, grant, p.clock.now(), on_plan)
+
+
+# ---------------------------------------------------------------- pre-cancel capture
+
+
+def _run_id(p: Ports, event: JobEvent) -> tuple[str, RunLayout | None]:
+    try:
+        layout = discover(p.storage, event.run_uri)
+        return run_facts(layout).run_id, layout
+    except Exception:  # a live run may not have a readable layout yet: capture what the controller says
+        hint = event.run_id or f"{basename(parent(event.run_uri))}-{basename(event.run_uri)}"
+        return safe_run_id(hint), None
+
+
+def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    event = JobEvent.model_validate_json(data)
+    if event.intent != "pre_cancel":
+        raise PermanentError("bad_input", "capture-pre-cancel needs an event with intent: pre_cancel")
+    run_id, layout = _run_id(p, event)
+    root = event.preserve_root or p.preserve_root
+    if not root:
+        raise PermanentError("no_preserve_root", "no preserve root: set RLCLEANUP_PRESERVE_ROOT or the event's")
+    dest = join(preserved_root(root, run_id), "pre-cancel", event.event_key[:16])
+
+    def work() -> dict[str, Any]:
+        p.records.create_if_absent(CompletionRecord(run_id=run_id, run_uri=event.run_uri))
+        result = precancel.capture(
+            p.storage, p.records, layout, run_id, dest, controller_for(event.source), event.job_id
+        )
+        means = [r.mean for r in result.ranks]
+        summary = PreCancelCapture(
+            capture_uri=result.capture_uri,
+            controller_state=result.controller_state,
+            ranks=len(result.ranks),
+            min_mean_utilization=min(means) if means else None,
+            copied_objects=len(result.copied),
+            unexplained_reproducing=[r.signature for r in result.reproducing if not r.cause_recorded],
+            problems=result.problems[:20],
+        )
+        p.records.update(run_id, {"pre_cancel": summary.model_dump(mode="json")})
+        doc = result.to_doc()
+        return {
+            "capture_uri": result.capture_uri,
+            "job_id": event.job_id,
+            "source": event.source,
+            "captured_at": p.clock.now().isoformat(),
+            "reproducing": doc["reproducing"],
+        }
+
+    done = _once(p, run_id, f"pre-cancel:{event.event_key}", work)
+    retried = _retry(p, run_id)  # a cancel grant may be waiting for exactly this capture
+    return f"{'captured' if done else 'already captured'} {run_id}; grants: {retried}"
+
+
+def record_cause(p: Ports, run_id: str, sig_id: str, note: str, recorded_by: str, at: datetime) -> str:
+    """A person recorded why a reproducing failure happens: waiting cancel grants are retried."""
+    p.records.put_doc(
+        precancel.causes_collection(run_id), sig_id, {"note": note, "recorded_by": recorded_by, "at": at.isoformat()}
+    )
+    return _retry(p, run_id)
