@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from rlcleanup.cli.operator import register as register_operator_commands
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime.embedded import DEFAULT_DB
 
@@ -228,6 +229,9 @@ def schema() -> None:
     from rlcleanup.models.record import CompletionRecord
 
     typer.echo(json.dumps(CompletionRecord.model_json_schema(), indent=2))
+
+
+register_operator_commands(app)  # status, watch, report: cli/operator.py
 
 
 def main() -> None:

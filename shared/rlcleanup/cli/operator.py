@@ -1,0 +1,257 @@
+"""Operator commands: `status`, `watch`, `report`. Registered onto the main app by `register(app)`.
+
+Records come from SQLite (--db) or Firestore (--backend firestore, or automatically when
+FIRESTORE_EMULATOR_HOST is set). Every command takes --json. Exit codes: 0 ok, 1 not found, 2 usage, 3 failure.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from rlcleanup.cli.stores import EXIT_FAILURE, EXIT_USAGE, OpenStore, OperatorError, get_record, open_store
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.models.vocab import RecordStatus, TerminalState
+from rlcleanup.runtime.embedded import DEFAULT_DB
+
+EXIT_CODES = (
+    "Exit codes: 0 ok, 1 not found (run or records), 2 usage, 3 failure (store unreachable, timeout, failed run)."
+)
+
+DbOption = Annotated[Path, typer.Option("--db", help="SQLite records file (embedded default)")]
+BackendOption = Annotated[
+    str | None, typer.Option(help="sqlite | firestore (default: firestore when FIRESTORE_EMULATOR_HOST is set)")
+]
+ProjectOption = Annotated[str | None, typer.Option(help="Firestore project (default: $GOOGLE_CLOUD_PROJECT)")]
+JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def _operator_errors(fn: F) -> F:
+    """OperatorError -> one line on stderr and its exit code; store/network failures -> exit 3, not a traceback."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except OperatorError as exc:
+            typer.echo(f"rlcleanup: {exc}", err=True)
+            raise typer.Exit(exc.code) from None
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # e.g. the emulator went away mid-watch
+            typer.echo(f"rlcleanup: {type(exc).__name__}: {exc}", err=True)
+            raise typer.Exit(EXIT_FAILURE) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # Piped output keeps long run ids on one line instead of rich's 80-column default.
+    return Console(width=None if sys.stdout.isatty() else 200, highlight=False)
+
+
+def _selection(r: CompletionRecord) -> str:
+    if r.selection is None:
+        return "—"
+    return f"step {r.selection.step}" if r.selection.step is not None else r.selection.status
+
+
+def status_row(r: CompletionRecord) -> dict[str, Any]:
+    return {
+        "run_id": r.run_id,
+        "status": r.status.value,
+        "terminal_state": r.terminal_state.value if r.terminal_state else None,
+        "selection": r.selection.status if r.selection else None,
+        "selected_step": r.selection.step if r.selection else None,
+        "errors": len(r.errors),
+        "remaining_work": len(r.remaining_work),
+        "updated_at": r.updated_at.isoformat(),
+        "run_uri": r.run_uri,
+    }
+
+
+_STATES = sorted({s.value for s in RecordStatus} | {s.value for s in TerminalState})
+_TONE = {"complete": "green", "awaiting_authority": "yellow", "failed": "red", "needs_person": "red"}
+
+
+def status(
+    run_id: Annotated[str | None, typer.Argument(help="one run (default: every run, newest first)")] = None,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state", help=f"keep runs whose status or terminal state is one of: {', '.join(_STATES)} (repeatable)"
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, help="most recent runs to list")] = 100,
+    db: DbOption = DEFAULT_DB,
+    backend: BackendOption = None,
+    project: ProjectOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A table of runs: status, terminal state, selection, last update. --json prints a list of objects."""
+    unknown = sorted(set(state or []) - set(_STATES))
+    if unknown:
+        raise OperatorError(f"unknown --state {', '.join(unknown)}: use one of {', '.join(_STATES)}", EXIT_USAGE)
+    opened = open_store(backend, db, project)
+    records = [get_record(opened, run_id)] if run_id else list(opened.store.list_runs(limit=limit))
+    if state:
+        wanted = set(state)
+        records = [
+            r for r in records if r.status.value in wanted or (r.terminal_state and r.terminal_state.value in wanted)
+        ]
+    rows = [status_row(r) for r in records]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"runs in {opened.where}", title_justify="left")
+    for col in ("run id", "status", "terminal state", "selection", "errors", "updated"):
+        table.add_column(col, no_wrap=col == "run id")
+    for r in records:
+        tone = _TONE.get(r.status.value, "")
+        table.add_row(
+            r.run_id,
+            f"[{tone}]{r.status.value}[/]" if tone else r.status.value,
+            r.terminal_state.value if r.terminal_state else "—",
+            _selection(r),
+            str(len(r.errors)) if r.errors else "",
+            r.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        )
+    console = _console()
+    console.print(table)
+    if not records:
+        console.print("no runs match" if state else "no runs yet: `rlcleanup run RUN_ROOT` processes one")
+
+
+def _stage_table(snap: dict[str, Any]) -> Any:
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+
+    table = Table(title=f"{snap['run_id']}: {snap['status']}", title_justify="left", show_edge=False)
+    for col in ("stage", "done", "running", "progress"):
+        table.add_column(col)
+    for st in snap["stages"]:
+        total = st["total"]
+        bar = ProgressBar(total=float(total or 1), completed=float(st["done"] if total else 0), width=30)
+        table.add_row(st["name"], f"{st['done']}/{total if total is not None else '?'}", str(st["running"] or ""), bar)
+    footer = f"errors: {snap['errors']}" if snap["errors"] else ""
+    return Group(table, footer) if footer else table
+
+
+def watch(
+    run_id: Annotated[str, typer.Argument(help="the run to follow")],
+    interval: Annotated[float, typer.Option(min=0.05, help="seconds between polls")] = 1.0,
+    timeout: Annotated[float, typer.Option(min=0, help="give up (exit 3) after this many seconds")] = 1800.0,
+    db: DbOption = DEFAULT_DB,
+    backend: BackendOption = None,
+    project: ProjectOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON snapshot per line, on every change")] = False,
+) -> None:
+    """Follow a run's steps live (claims and results in the record store) until its record is finished.
+
+    Exits 0 when the record is finished, 3 when it finished as `failed` or the timeout passed first."""
+    from rlcleanup.cli.progress import snapshot
+    from rlcleanup.cli.stores import step_states
+
+    opened = open_store(backend, db, project)
+    record = get_record(opened, run_id)
+    deadline = time.monotonic() + timeout
+
+    def poll() -> dict[str, Any]:
+        current = opened.store.get(run_id) or record
+        return snapshot(current, step_states(opened, run_id))
+
+    snap, last = poll(), None
+    live = None
+    if not as_json:
+        from rich.live import Live
+
+        live = Live(_stage_table(snap), console=_console(), auto_refresh=False)
+        live.start()
+    try:
+        while True:
+            if as_json and snap != last:
+                typer.echo(json.dumps(snap), nl=True)
+            elif live is not None:
+                live.update(_stage_table(snap), refresh=True)
+            last = snap
+            if snap["finished"] or time.monotonic() >= deadline:
+                break
+            time.sleep(interval)
+            snap = poll()
+    finally:
+        if live is not None:
+            live.stop()
+    if live is not None and snap["finished"]:
+        from rlcleanup.report.verdict import build_verdict
+
+        final = opened.store.get(run_id) or record
+        typer.echo(f"\n{build_verdict(final).line}")
+    if not snap["finished"]:
+        raise OperatorError(f"run {run_id} not finished after {timeout:g}s (status {snap['status']})", EXIT_FAILURE)
+    if snap["status"] == RecordStatus.failed.value:
+        raise OperatorError(
+            f"run {run_id} finished as failed: `rlcleanup show {run_id}` lists its errors", EXIT_FAILURE
+        )
+
+
+def report(
+    run_id: Annotated[str, typer.Argument(help="the run to report on")],
+    fmt: Annotated[str, typer.Option("--format", help="md | html | json")] = "md",
+    out: Annotated[
+        Path | None, typer.Option("--out", help="write report.<ext> (+ timeline.png) into this directory")
+    ] = None,
+    db: DbOption = DEFAULT_DB,
+    backend: BackendOption = None,
+    project: ProjectOption = None,
+) -> None:
+    """Render a run's completion record: the verdict line, then the evidence, with the chain timeline.
+
+    Without --out the report goes to stdout (Markdown then omits the picture; HTML inlines it as SVG)."""
+    if fmt not in ("md", "html", "json"):
+        raise OperatorError(f"unknown --format {fmt!r}: use md, html or json", EXIT_USAGE)
+    from rlcleanup.adapters.storage_router import RoutingStorage
+    from rlcleanup.report import load_inputs, render_report
+
+    record = get_record(open_store(backend, db, project), run_id)
+    inputs = load_inputs(RoutingStorage(), record)
+    # The picture costs ~1 s of matplotlib: draw it only where it will be seen.
+    rendered = render_report(inputs, with_timeline=fmt == "html" or (fmt == "md" and out is not None))
+    image = "timeline.png" if rendered.timeline is not None and out is not None else None
+    if fmt == "json":
+        text = json.dumps(rendered.as_json(), indent=2)
+    elif fmt == "html":
+        text = rendered.html()
+    else:
+        text = rendered.markdown(image)
+    if out is None:
+        typer.echo(text, nl=not text.endswith("\n"))
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"report.{fmt}"
+    target.write_text(text, encoding="utf-8")
+    typer.echo(str(target))
+    if image and rendered.timeline is not None:
+        (out / image).write_bytes(rendered.timeline.png)
+        typer.echo(str(out / image))
+
+
+def register(app: typer.Typer) -> None:
+    for command in (status, watch, report):
+        app.command(epilog=EXIT_CODES)(_operator_errors(command))
+
+
+__all__ = ["OpenStore", "register"]

@@ -1,0 +1,66 @@
+"""The pipeline's stages as `watch` shows them, computed from the run's step claims (pure: easy to test)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.models.vocab import RecordStatus
+
+# (label, claim key or key prefix ending in ':'); fan-out totals come from the plan/fan-out results.
+STAGES = [
+    ("classify", "classify"),
+    ("terminal state", "terminal"),
+    ("capture plan", "capture-plan"),
+    ("capture parts", "capture-part:"),
+    ("capture fan-in", "fanin:capture"),
+    ("validation", "validate:"),
+    ("validation fan-in", "fanin:validate"),
+    ("selection", "select"),
+]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    done: int
+    running: int
+    total: int | None  # None: not known yet (the fan-out has not been planned)
+
+
+def _total(key: str, states: dict[str, dict[str, Any]]) -> int | None:
+    if not key.endswith(":"):
+        return 1
+    if key == "capture-part:":
+        parts = (states.get("capture-plan") or {}).get("result", {}).get("parts")
+        return len(parts) if isinstance(parts, list) else None
+    for source in ("fanout:validate", "fanin:capture"):
+        targets = (states.get(source) or {}).get("result", {}).get("targets")
+        if isinstance(targets, list):
+            return len(targets)
+    return None
+
+
+def stages(states: dict[str, dict[str, Any]]) -> list[Stage]:
+    out = []
+    for name, key in STAGES:
+        match = [v["state"] for k, v in states.items() if (k.startswith(key) if key.endswith(":") else k == key)]
+        out.append(Stage(name, match.count("done"), match.count("running"), _total(key, states)))
+    return out
+
+
+def finished(record: CompletionRecord) -> bool:
+    """No automated work left for this run: selection wrote its status, or the run left the standard path."""
+    return record.status is not RecordStatus.in_progress
+
+
+def snapshot(record: CompletionRecord, states: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "run_id": record.run_id,
+        "status": record.status.value,
+        "terminal_state": record.terminal_state.value if record.terminal_state else None,
+        "finished": finished(record),
+        "errors": len(record.errors),
+        "stages": [asdict(s) for s in stages(states)],
+    }
