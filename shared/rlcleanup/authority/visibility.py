@@ -2,7 +2,8 @@
 
 GCS: public access prevention `enforced` caps it at private/internal; otherwise an IAM binding (or a default
 object ACL) for allUsers / allAuthenticatedUsers makes it public, a `domain:` member makes it internal. Local:
-the destination directory (or its nearest existing ancestor) with world-read bits is public, group-read is internal.
+the destination directory (or its nearest existing ancestor) with world-read bits is public, group-read is internal,
+capped by the ancestors' search bits (a 0755 directory inside a 0700 one is private).
 When the backend cannot answer (an emulator without IAM) the answer is "unknown" and the caller refuses.
 """
 
@@ -30,18 +31,30 @@ class VisibilityUnknown(Exception):
     pass
 
 
+def _level(mode: int, read: bool) -> Visibility:
+    other, group = (stat.S_IROTH, stat.S_IRGRP) if read else (stat.S_IXOTH, stat.S_IXGRP)
+    return Visibility.public if mode & other else Visibility.internal if mode & group else Visibility.private
+
+
 def local_visibility(uri: str) -> VisibilityReading:
-    path = Path(strip_file_scheme(uri))
+    """Readable by others only if the directory is and every ancestor lets them through (search bit)."""
+    path = Path(strip_file_scheme(uri)).absolute()
     probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     mode = os.stat(probe).st_mode
-    where = f"{probe} mode {stat.filemode(mode)}" + ("" if probe == path else " (nearest existing ancestor)")
-    if mode & stat.S_IROTH:
-        return VisibilityReading(Visibility.public, f"world-readable: {where}")
-    if mode & stat.S_IRGRP:
-        return VisibilityReading(Visibility.internal, f"group-readable: {where}")
-    return VisibilityReading(Visibility.private, f"owner-only: {where}")
+    level, limiter = _level(mode, read=True), f"{probe} mode {stat.filemode(mode)}"
+    for ancestor in probe.parents:
+        amode = os.stat(ancestor).st_mode
+        capped = _level(amode, read=False)
+        if capped.rank < level.rank:
+            level, limiter = capped, f"ancestor {ancestor} mode {stat.filemode(amode)}"
+    words = {
+        Visibility.public: "world-readable",
+        Visibility.internal: "group-readable",
+        Visibility.private: "owner-only",
+    }
+    return VisibilityReading(level, f"{words[level]}: {limiter}")
 
 
 def gcs_visibility(uri: str, client: Any | None = None) -> VisibilityReading:

@@ -123,6 +123,21 @@ def apply_grant(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         raise PermanentError("invalid_grant", verdict.detail)
     grant = verdict.grant
     gid = ledger.doc_id(verdict, data)
+    if verdict.refusal is Refusal.wrong_run:
+        # Filed on the run it was aimed at, so that run's record shows the attempt (under its own doc id).
+        run_id = safe_run_id(attributes.get("run_id") or json.loads(data).get("run_id") or grant.run_id)
+        ledger.file_grant(
+            p.records,
+            run_id,
+            f"wrong-run-{gid}",
+            verdict,
+            GrantState.refused,
+            now,
+            refusal=verdict.refusal,
+            detail=verdict.detail,
+        )
+        sync_record(p, run_id)
+        return f"refused: wrong_run: {verdict.detail}"
     if verdict.refusal is not None:
         state = _state_for(verdict.refusal)
         created = ledger.file_grant(
