@@ -6,12 +6,12 @@ import re
 
 from rlcleanup.report.document import Block, Bullets, Code, Document, Figure, Para, Table
 
-# Escape only what would change the rendering: emphasis at word edges, code spans, HTML, link brackets.
+# Escape only what would change the rendering: emphasis at word edges, code spans, HTML, inline links.
 _EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
 
 def escape(text: str) -> str:
-    text = text.replace("\\", "\\\\").replace("`", "\\`").replace("*", "\\*").replace("[", "\\[").replace("]", "\\]")
+    text = text.replace("\\", "\\\\").replace("`", "\\`").replace("*", "\\*").replace("](", "]\\(")
     text = text.replace("<", "&lt;").replace(">", "&gt;")
     return _EDGE_UNDERSCORE.sub(r"\\_", text)
 

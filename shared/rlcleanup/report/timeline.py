@@ -123,7 +123,7 @@ def render_timeline(inputs: ReportInputs) -> TimelineImage | None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if r.step_budget is not None:
         ax.axvline(r.step_budget, color="#444444", linestyle=":", linewidth=1)
-        ax.text(r.step_budget, -0.5, f" budget {r.step_budget}", va="bottom", fontsize=7, color="#444444")
+        ax.text(r.step_budget, -0.5, f"budget {r.step_budget} ", ha="right", va="bottom", fontsize=7, color="#444444")
     ax.set_axisbelow(True)
     for a, b in gaps:  # light band across the chain: the steps no attempt logged
         ax.axvspan(a - 0.5, b + 0.5, color=GAP_RED, alpha=0.18, linewidth=0)

@@ -1,0 +1,238 @@
+"""Reports rendered from real pipeline runs of the sample scenarios: verdict text, evidence, the timeline's pixels,
+a self-contained HTML page, and write-once publication into the preserved location."""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+from rlcleanup.models.record import ChainCoverage, CompletionRecord
+from rlcleanup.report import ReportInputs, load_inputs, publish_report, render_report
+from rlcleanup.report.timeline import GAP_RED, STATE_COLOURS
+from rlcleanup.runtime.embedded import run_embedded
+from rlcleanup.samples.generator import write_sample_run
+
+SCENARIOS = ["failed-first-link", "selection-policy", "missing-shard", "completed-resumed"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CompletionRecord]:
+    base = tmp_path_factory.mktemp("report")
+    out = {}
+    for scenario in SCENARIOS:
+        root = write_sample_run(base / "src", scenario)
+        record = run_embedded(str(root), db_path=base / "r.db", preserve_root=str(base / "p"))
+        assert record is not None
+        out[scenario] = record
+    return out
+
+
+@pytest.fixture(scope="module")
+def db(runs: dict[str, CompletionRecord]) -> SqliteRecordStore:
+    first = next(iter(runs.values()))
+    return SqliteRecordStore(Path(first.preserved_locations[0]).parents[1] / "r.db")
+
+
+def _render(record: CompletionRecord, timeline: bool = False):  # type: ignore[no-untyped-def]
+    return render_report(load_inputs(LocalStorage(), record), with_timeline=timeline)
+
+
+def _rgb(hex_colour: str) -> tuple[int, int, int]:
+    return int(hex_colour[1:3], 16), int(hex_colour[3:5], 16), int(hex_colour[5:7], 16)
+
+
+def _close(pixel: tuple[int, ...], colour: str, tol: int = 12) -> bool:
+    return all(abs(a - b) <= tol for a, b in zip(pixel[:3], _rgb(colour), strict=True))
+
+
+# ------------------------------------------------------------------ verdict and evidence
+
+
+def test_verdict_line_of_a_failed_run(runs: dict[str, CompletionRecord]) -> None:
+    r = runs["failed-first-link"]
+    line = _render(r).document.verdict.line
+    assert r.first_failure_cause is not None
+    assert line == (
+        f"{r.run_id}: failed · first cause torch.OutOfMemoryError in attempt {r.first_failure_cause.attempt_id} · "
+        "selection unresolved among 1 valid candidate (5) · resume safe from step 5 · "
+        "a person must: diagnose the first causal error before any relaunch (+3 more)"
+    )
+    assert _render(r).document.verdict.tone == "bad"
+
+
+def test_verdict_line_of_a_selected_run(runs: dict[str, CompletionRecord]) -> None:
+    r = runs["selection-policy"]
+    assert _render(r).document.verdict.line.startswith(
+        f"{r.run_id}: completed · selected step 30 · resume safe from step 40 · a person must: hand off / publish"
+    )
+
+
+def test_markdown_opens_with_the_verdict_then_the_evidence(runs: dict[str, CompletionRecord]) -> None:
+    r = runs["failed-first-link"]
+    md = _render(r).markdown()
+    lines = md.splitlines()
+    assert lines[0] == f"# rlcleanup report: {r.run_id}"
+    assert lines[2].startswith(f"**Verdict:** {r.run_id}: failed · first cause torch.OutOfMemoryError")
+    headings = [line[3:] for line in lines if line.startswith("## ")]
+    assert headings[:2] == ["What needs a person", "Chain"]
+    assert {"First failure cause", "Candidates", "Preserved evidence", "Configuration and revision"} <= set(headings)
+    assert "- diagnose the first causal error before any relaunch" in md
+    assert "Traceback (most recent call last):" in md  # the whole traceback, fenced
+    assert r.manifest_uri and r.manifest_uri in md
+    assert r.resolved_config and r.resolved_config.sha256 in md
+
+
+def test_candidates_with_problems_are_listed(runs: dict[str, CompletionRecord]) -> None:
+    rendered = _render(runs["missing-shard"])
+    md, html = rendered.markdown(), rendered.html()
+    row = next(line for line in md.splitlines() if line.startswith("| 10 |"))
+    assert "| INVALID |" in row and "| 1 |" in row  # one problem
+    assert re.search(r"^- missing_shard: model-00002-of-00003\.safetensors is named by", md, re.M)
+    assert "<li>missing_shard: model-00002-of-00003.safetensors is named by" in html
+    assert "selection unresolved among 3 valid candidates (5, 15, 20)" in rendered.document.verdict.line
+
+
+def test_selection_scores_and_policy(runs: dict[str, CompletionRecord]) -> None:
+    r = runs["selection-policy"]
+    s = r.selection
+    assert s is not None and s.step == 30
+    md = _render(r).markdown()
+    assert f"selected: step 30 (runner-up {s.runner_up}, metric window {s.metric_window})" in md
+    assert '"metric": "reward/avg_raw_reward"' in md  # the declared policy, verbatim
+    assert re.search(r"^\| 30 \| 0\.\d+ \|$", md, re.M)
+
+
+def test_a_bare_record_renders_without_a_timeline() -> None:
+    r = CompletionRecord(run_id="bare", run_uri="/nowhere")
+    rendered = render_report(ReportInputs(record=r))
+    assert rendered.timeline is None
+    assert rendered.document.verdict.line == "bare: terminal state not established (in_progress) · still in progress"
+    assert "No timeline picture" not in rendered.html()  # no figure block at all without a chain
+    assert "![chain timeline]" not in rendered.markdown("timeline.png")
+
+
+# ------------------------------------------------------------------ HTML is self-contained
+
+
+def test_html_is_self_contained(runs: dict[str, CompletionRecord]) -> None:
+    html = _render(runs["failed-first-link"], timeline=True).html()
+    assert html.startswith("<!doctype html>")
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html
+    assert not re.search(r"""(?:src|href|action)\s*=\s*["']?\s*(?:https?:)?//""", html, re.I)
+    assert not re.search(r"url\(\s*['\"]?(?:https?:)?//|@import", html, re.I)
+    assert html.count("<svg") == 1 and "<?xml" not in html and "<!DOCTYPE svg" not in html
+    assert "<script" not in html.lower()
+    # Text from the run that looks like markup is escaped, never interpreted.
+    assert "<frozen" not in html
+
+
+# ------------------------------------------------------------------ the timeline picture
+
+
+def _gap_inputs(record: CompletionRecord) -> ReportInputs:
+    """The selection-policy run with steps 14..17 missing from the metrics: a real coverage gap."""
+    inputs = load_inputs(LocalStorage(), record)
+    assert inputs.metrics is not None
+    for step in range(14, 18):
+        del inputs.metrics.train[step]
+    coverage = ChainCoverage(first_step=1, last_step=40, gaps=[(14, 17)])
+    gapped = record.model_copy(update={"chain": record.chain.model_copy(update={"coverage": coverage})})
+    return replace(inputs, record=gapped)
+
+
+def _row_colours(png: bytes, y: int) -> list[tuple[int, ...]]:
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    return [image.getpixel((x, y)) for x in range(image.width)]  # type: ignore[misc]
+
+
+def test_timeline_draws_the_gap_in_red_inside_the_attempt_bar(runs: dict[str, CompletionRecord]) -> None:
+    inputs = _gap_inputs(runs["selection-policy"])
+    attempt = inputs.record.chain.attempts[0]
+    image = render_report(inputs).timeline
+    assert image is not None
+    gap_x, gap_y = image.probes[f"gap:{attempt.attempt_id}"]
+    bar_x, bar_y = image.probes[f"attempt:{attempt.attempt_id}"]
+    pixels = Image.open(io.BytesIO(image.png)).convert("RGB")
+    assert _close(pixels.getpixel((gap_x, gap_y)), GAP_RED)  # type: ignore[arg-type]
+    assert _close(pixels.getpixel((bar_x, bar_y)), STATE_COLOURS["succeeded"])  # type: ignore[arg-type]
+    # Independently of the probes: along the bar's row, red covers 4 of the bar's 40 steps, in one run.
+    row = _row_colours(image.png, gap_y)
+    red = [x for x, p in enumerate(row) if _close(p, GAP_RED)]
+    green = [x for x, p in enumerate(row) if _close(p, STATE_COLOURS["succeeded"])]
+    assert red == list(range(red[0], red[-1] + 1))
+    assert 0.08 < len(red) / (len(red) + len(green)) < 0.12
+    assert min(green) < red[0] and red[-1] < max(green)
+
+
+def test_timeline_without_gaps_has_no_red_on_the_bar(runs: dict[str, CompletionRecord]) -> None:
+    record = runs["selection-policy"]
+    image = _render(record, timeline=True).timeline
+    assert image is not None
+    assert not any(k.startswith("gap:") for k in image.probes)
+    _, y = image.probes[f"attempt:{record.chain.attempts[0].attempt_id}"]
+    assert not any(_close(p, GAP_RED, tol=40) for p in _row_colours(image.png, y))
+
+
+def test_timeline_svg_carries_the_metric_window_and_selection(runs: dict[str, CompletionRecord]) -> None:
+    image = _render(runs["selection-policy"], timeline=True).timeline
+    assert image is not None and image.metric == "reward/avg_raw_reward"
+    for text in ("reward/avg_raw_reward", "metric window", "selected step 30", "budget 40"):
+        assert text in image.svg
+    assert image.svg.startswith("<svg")
+
+
+def test_rendering_is_deterministic(runs: dict[str, CompletionRecord]) -> None:
+    a = _render(runs["failed-first-link"], timeline=True)
+    b = _render(runs["failed-first-link"], timeline=True)
+    assert a.timeline and b.timeline
+    assert a.timeline.png == b.timeline.png and a.timeline.svg == b.timeline.svg
+    assert a.html() == b.html() and a.markdown("timeline.png") == b.markdown("timeline.png")
+
+
+# ------------------------------------------------------------------ publication into the preserved location
+
+
+def test_pipeline_writes_the_report_beside_the_evidence(runs: dict[str, CompletionRecord]) -> None:
+    r = runs["failed-first-link"]
+    derived = Path(r.preserved_locations[0]) / "derived"
+    md = (derived / "report.md").read_text()
+    assert md.splitlines()[2].startswith(f"**Verdict:** {r.run_id}: failed")
+    assert "![chain timeline](timeline.png)" in md
+    assert (derived / "report.html").read_text().count("<svg") == 1
+    assert (derived / "timeline.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_republish_is_identical_and_a_changed_record_gets_a_new_name(
+    runs: dict[str, CompletionRecord], db: SqliteRecordStore
+) -> None:
+    r = runs["completed-resumed"]
+    derived = Path(r.preserved_locations[0]) / "derived"
+    before = (derived / "report.md").read_bytes()
+    assert publish_report(LocalStorage(), db, r.run_id)["md"].endswith("/derived/report.md")  # a replay
+    assert (derived / "report.md").read_bytes() == before
+    db.update(r.run_id, {"remaining_work": ["a person must look at this"]})
+    written = publish_report(LocalStorage(), db, r.run_id)
+    assert re.search(r"/derived/report-[0-9a-f]{12}\.md$", written["md"])
+    assert (derived / "report.md").read_bytes() == before  # never overwritten
+    assert "a person must look at this" in Path(written["md"]).read_text()
+    assert written["png"].endswith("/derived/timeline.png")  # the picture did not change
+
+
+class _BrokenStorage(LocalStorage):
+    def write_if_absent(self, uri: str, data: bytes, content_type: str = "application/octet-stream"):  # type: ignore[no-untyped-def]
+        raise OSError("disk full")
+
+
+def test_a_failed_report_is_recorded_not_raised(runs: dict[str, CompletionRecord], db: SqliteRecordStore) -> None:
+    r = runs["missing-shard"]
+    assert publish_report(_BrokenStorage(), db, r.run_id) == {}
+    errors = [e for e in (db.get(r.run_id) or r).errors if e.step == "report"]
+    assert len(errors) == 1 and errors[0].code == "report_failed"
+    assert "disk full" in errors[0].message and f"rlcleanup report {r.run_id} --out DIR" in errors[0].message
