@@ -118,8 +118,11 @@ def scan_safetensors_metadata(storage: Storage, info: ObjectInfo) -> list[Findin
         return [Finding(info.uri, 0, f"unscannable header: {exc.reason}")]
     if not header.metadata:
         return []
-    lines = [json.dumps({k: v}) for k, v in sorted(header.metadata.items())]
-    return [Finding(f"{info.uri}#__metadata__", f.line, f.rule) for f in _scan_chunk(lines, 0, info.uri)]
+    keys = sorted(header.metadata)
+    lines = [json.dumps({k: header.metadata[k]}) for k in keys]
+    return [
+        Finding(f"{info.uri}#__metadata__[{keys[f.line - 1]}]", f.line, f.rule) for f in _scan_chunk(lines, 0, info.uri)
+    ]
 
 
 def scan_objects(storage: Storage, objects: Iterable[ObjectInfo]) -> ScanReport:
