@@ -7,6 +7,7 @@ import logging
 import threading
 from typing import Any
 
+from rlcleanup.logging_setup import bind_cloud_event
 from rlcleanup.runtime.envelope import decode_cloud_event
 from rlcleanup.runtime.errors import PermanentError
 from rlcleanup.runtime.handlers import HANDLERS, dispatch, record_poison
@@ -27,6 +28,7 @@ def ports() -> Ports:
 
 
 def handle_cloud_event(entry_point: str, cloud_event: Any) -> str:
+    bind_cloud_event(cloud_event, entry_point)  # JSON logs for Cloud Logging, with run/step/event/trace context
     spec = load_topology().function(entry_point)
     p = ports()
     try:
