@@ -34,8 +34,9 @@ def verify_destination(storage: Storage, grant: Grant, export: dict[str, Any]) -
     """None when every exported object's destination copy matches the source as it is now."""
     dest = (grant.destination or "").rstrip("/")
     marker = read_marker(storage, dest)
-    if marker is None or marker.get("digest") != grant.digest:
-        return refuse(Refusal.destination_unverified, f"{dest} carries no completed publish of {grant.digest}", dest)
+    if marker is None or marker.get("digest") != grant.digest or marker.get("step") != grant.step:
+        what = f"step {grant.step} ({grant.digest})"
+        return refuse(Refusal.destination_unverified, f"{dest} carries no completed publish of {what}", dest)
     published = {row["name"] for row in read_provenance(storage, dest).get("manifest", [])}
     missing = sorted(set(export) - published)
     if missing:

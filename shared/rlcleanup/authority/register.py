@@ -36,7 +36,7 @@ def register(
         return refused
     assert candidate is not None and grant.destination is not None
     marker = read_marker(storage, grant.destination)
-    if marker is None or marker.get("digest") != candidate.digest:
+    if marker is None or marker.get("digest") != candidate.digest or marker.get("step") != candidate.step:
         return refuse(
             Refusal.destination_unverified,
             f"{grant.destination} holds no completed publish of digest {candidate.digest}",

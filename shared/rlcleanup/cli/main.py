@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from rlcleanup.cli.authority import register as register_authority_commands
 from rlcleanup.cli.operator import register as register_operator_commands
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime.embedded import DEFAULT_DB
@@ -232,6 +233,7 @@ def schema() -> None:
 
 
 register_operator_commands(app)  # status, watch, report: cli/operator.py
+register_authority_commands(app)  # keygen, approver add, grant, grants, cause: cli/authority.py
 
 
 def main() -> None:
