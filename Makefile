@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit setup clean bench
+.PHONY: demo test lint typecheck unit setup clean bench chromium
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,11 @@ $(CHECKOV_STAMP):
 	.venv-checkov/bin/pip install -q 'checkov==3.*'
 	touch $(CHECKOV_STAMP)
 
+# Headless Chromium for tests/e2e/test_report_browser.py (Debian's package); that test skips only without it.
+chromium:
+	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+		|| echo "make: chromium could not be installed (no apt?): the report browser test will skip" >&2
+
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
@@ -29,7 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check shared functions tests bench scripts
 	$(BIN)/mypy
 
-test: $(STAMP) lint $(CHECKOV_STAMP)
+test: $(STAMP) lint $(CHECKOV_STAMP) chromium
 	$(BIN)/pytest -q
 
 bench: $(STAMP)
