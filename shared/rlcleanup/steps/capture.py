@@ -23,6 +23,10 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".distcp", ".pth", ".ckpt", ".gguf")
 MAX_PART_ITEMS = 200
 COPY_WORKERS = 8
 
+# Derived files written before the manifest (plan: listings; terminal state: metrics, launch command). Files put in
+# derived/ later (the report) cannot be in the first manifest, so a replay must not add them either.
+MANIFEST_DERIVED = ("checkpoints-listing.jsonl", "exports-listing.jsonl", "metrics.jsonl", "launch_command.txt")
+
 # Evidence classes a standard run does not have; their absence is recorded, never reported as missing.
 NOT_APPLICABLE_FOR_STANDARD = [
     "trials (per-trial outputs under trace_jobs/)",
@@ -94,6 +98,32 @@ def _chunks(part_id: str, items: list[CaptureItem]) -> list[CapturePart]:
     ]
 
 
+def _known_areas(layout: RunLayout, label: str, root: str) -> list[str]:
+    """The files and prefixes under `root` that the layout names: the fallback when a whole listing is refused."""
+    if label == "temp":
+        return [join(root, "attempts"), join(root, "checkpoints")]
+    names = [".executor_status", ".executor_info", ".artifact.json", "terminal.json", "exports", "logs"]
+    names += ["latest_ckpt_global_step.txt"] + [f"global_step_{s}" for s in layout.checkpoint_steps]
+    return [layout.config_uri] + [join(root, name) for name in names]
+
+
+def _list_root(storage: Storage, layout: RunLayout, label: str, root: str, errors: list[str]) -> list[ObjectInfo]:
+    """Every object under root. One refused object (a symlink) costs only its own area, never the whole root."""
+    try:
+        return list(storage.list(root))
+    except UnsafePathError as exc:
+        errors.append(f"unsafe_path: {exc}")
+    objects: list[ObjectInfo] = []
+    for area in _known_areas(layout, label, root):
+        try:
+            info = storage.stat(area)
+            objects.extend([info] if info is not None else storage.list(area))
+        except UnsafePathError as exc:
+            if f"unsafe_path: {exc}" not in errors:
+                errors.append(f"unsafe_path: {exc}")
+    return objects
+
+
 def plan_capture(storage: Storage, layout: RunLayout, run_id: str, preserve_root: str) -> CapturePlan:
     """List every evidence object; weights go to listings only. Also writes the listings themselves."""
     dest_root = preserved_root(preserve_root, run_id)
@@ -107,12 +137,7 @@ def plan_capture(storage: Storage, layout: RunLayout, run_id: str, preserve_root
         roots.append(("checkpoints", layout.checkpoints_root))
     seen: set[str] = set()
     for label, root in roots:
-        try:
-            objects = list(storage.list(root))
-        except UnsafePathError as exc:
-            errors.append(f"unsafe_path: {exc}")
-            continue
-        for obj in objects:
+        for obj in _list_root(storage, layout, label, root, errors):
             if obj.uri in seen:
                 continue
             seen.add(obj.uri)
@@ -211,12 +236,14 @@ def finalize_capture(storage: Storage, dest_root: str, run_id: str, part_ids: It
     objects: list[PreservedObject] = []
     for part_id in part_ids:
         objects.extend(_read_part(storage, dest_root, part_id))
-    for obj in storage.list(join(dest_root, "derived")):
-        objects.append(
-            PreservedObject(
-                source="derived", destination=obj.uri, size=obj.size, crc32c=obj.crc32c, md5=obj.md5, kind="derived"
+    for name in MANIFEST_DERIVED:
+        obj = storage.stat(join(dest_root, "derived", name))
+        if obj is not None:
+            objects.append(
+                PreservedObject(
+                    source="derived", destination=obj.uri, size=obj.size, crc32c=obj.crc32c, md5=obj.md5, kind="derived"
+                )
             )
-        )
     objects.sort(key=lambda o: o.destination)
     total_bytes = sum(o.size for o in objects)
     manifest = {

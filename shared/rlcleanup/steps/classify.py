@@ -49,9 +49,11 @@ def classify(storage: Storage, layout: RunLayout) -> Classification:
     notes: list[str] = []
 
     entrypoint = _entrypoint(config, skyrl)
+    standard_entrypoint = False
     if entrypoint is not None:
         short = entrypoint.rsplit(".", 1)[-1] if entrypoint.startswith("skyrl_train") else entrypoint
         if entrypoint in STANDARD_ENTRYPOINTS or short == "main_base":
+            standard_entrypoint = True
             standard.append(f"entrypoint={entrypoint}")
         elif any(h in entrypoint.lower() for h in AGENT_HARNESS_ENTRYPOINTS):
             agentic.append(f"entrypoint={entrypoint} (agent harness)")
@@ -97,7 +99,7 @@ def classify(storage: Storage, layout: RunLayout) -> Classification:
         ]
     elif agentic:
         kind, evidence = ClassificationKind.agentic, agentic
-    elif standard and (entrypoint is not None or len(standard) >= 2):
+    elif standard_entrypoint or len(standard) >= 2:  # an unrecognised entrypoint adds no weight
         kind, evidence = ClassificationKind.standard, standard
     else:
         kind = ClassificationKind.unknown

@@ -1,8 +1,10 @@
 """Step 5: select a candidate only by the experiment's declared policy (`cleanup.selection`).
 
-No policy -> `unresolved`, with every valid candidate listed. With a policy the score of step s is the mean of
-the EMA-smoothed metric over the `trailing` metric rows ending at s (EMA seeded with the first row of the whole
-stitched chain), which is the rule MarinSkyRL's agentic cleanup applies; mode picks max or min.
+No policy -> `unresolved`, with every valid candidate listed. With EMA smoothing the score of step s is the EMA
+at the last metric row <= s, seeded with the first row of the whole stitched chain: MarinSkyRL's "trailing-5 EMA"
+(`parse_skyrl_metrics.py`: alpha = 1/3 = 2/(5+1), EMA_n = a*r_n + (1-a)*EMA_{n-1}, EMA_1 = r_1). `trailing` is the
+warm-up: a step needs that many rows <= s to be scored. Without smoothing the score is the mean of those `trailing`
+raw rows. Mode picks max or min.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from rlcleanup.models.record import Candidate, ChainCoverage, Selection
 
 class Smoothing(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    kind: str = "ema"
+    kind: str = Field(default="ema", pattern="^(ema|none)$")
     alpha: float = Field(default=1 / 3, gt=0, le=1)
     seed: str = "first"
 
@@ -100,12 +102,18 @@ def select(
     metric_steps = sorted(ema)
     scores: dict[int, float] = {}
     windows: dict[int, list[int]] = {}
+    use_ema = policy.smoothing is not None and policy.smoothing.kind == "ema"
     for step in eligible:
-        window = [m for m in metric_steps if m <= step][-policy.trailing :]
-        if len(window) < policy.trailing:
+        history = [m for m in metric_steps if m <= step]
+        if len(history) < policy.trailing:
             continue  # not enough history to score this step honestly
-        scores[step] = sum(ema[m] for m in window) / len(window)
-        windows[step] = [window[0], window[-1]]
+        if use_ema:  # the EMA already carries the whole history: its window starts at the seed row
+            scores[step] = ema[history[-1]]
+            windows[step] = [history[0], history[-1]]
+        else:
+            window = history[-policy.trailing :]
+            scores[step] = sum(ema[m] for m in window) / len(window)
+            windows[step] = [window[0], window[-1]]
     base = Selection(
         status="unresolved",
         policy=raw_policy,

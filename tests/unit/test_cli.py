@@ -1,0 +1,117 @@
+"""The `rlcleanup` command line: exact JSON on stdout, exit codes, one-line reasons on stderr."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rlcleanup.cli.main import app
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.samples.generator import SCENARIOS, write_sample_run
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _sqlite_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FIRESTORE_EMULATOR_HOST", raising=False)  # `show` would read Firestore instead
+
+
+def _one_line(text: str) -> str:
+    lines = text.splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "run_id", "terminal"),
+    [
+        ("completed-resumed", "math-rl-completed-resumed-2026.11.30", "completed"),
+        ("failed-first-link", "math-rl-failed-first-link-2026.11.30", "failed"),
+    ],
+)
+def test_run_json_prints_exactly_the_record(tmp_path: Path, scenario: str, run_id: str, terminal: str) -> None:
+    root = write_sample_run(tmp_path / "src", scenario)
+    db = tmp_path / "r.db"
+    args = ["run", str(root), "--preserve-to", str(tmp_path / "p"), "--db", str(db), "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    record = CompletionRecord.model_validate_json(result.stdout)  # the whole stdout is the record, nothing else
+    assert (record.run_id, record.terminal_state and record.terminal_state.value) == (run_id, terminal)
+    assert record.manifest_uri == str(tmp_path / "p" / run_id / "manifest.json")
+
+    shown = runner.invoke(app, ["show", run_id, "--db", str(db), "--json"])
+    assert shown.exit_code == 0
+    assert CompletionRecord.model_validate_json(shown.stdout) == record
+    summary = runner.invoke(app, ["show", run_id, "--db", str(db)])
+    assert summary.exit_code == 0
+    assert run_id in summary.stdout and terminal in summary.stdout
+
+
+def test_run_summary_without_json(tmp_path: Path) -> None:
+    root = write_sample_run(tmp_path / "src", "completed-resumed")
+    result = runner.invoke(
+        app, ["run", str(root), "--preserve-to", str(tmp_path / "p"), "--db", str(tmp_path / "r.db")]
+    )
+    assert result.exit_code == 0
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(result.stdout)
+    assert "math-rl-completed-resumed-2026.11.30" in result.stdout
+
+
+def test_missing_run_root_fails_with_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    result = runner.invoke(app, ["run", str(missing), "--db", str(tmp_path / "r.db"), "--json"])
+    assert result.exit_code == 3
+    assert result.stdout == ""
+    assert _one_line(result.stderr) == f"rlcleanup: run root {missing} does not exist"
+
+
+def test_missing_config_fails_with_one_line(tmp_path: Path) -> None:
+    root = tmp_path / "runs" / "math-rl" / "v1"
+    root.mkdir(parents=True)
+    (root / ".executor_status").write_text("SUCCESS\n")
+    args = ["run", str(root), "--preserve-to", str(tmp_path / "p"), "--db", str(tmp_path / "r.db"), "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 3
+    assert result.stdout == ""
+    line = _one_line(result.stderr)
+    assert line.startswith(f"rlcleanup: could not process {root}: unreadable_run: no resolved configuration under")
+
+
+def test_show_unknown_id_exits_1(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["show", "no-such-run", "--db", str(tmp_path / "r.db")])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert _one_line(result.stderr) == f"rlcleanup: no record for run 'no-such-run' in {tmp_path / 'r.db'}"
+
+
+def test_schema_is_the_record_json_schema() -> None:
+    result = runner.invoke(app, ["schema"])
+    assert result.exit_code == 0
+    schema = json.loads(result.stdout)
+    assert schema == CompletionRecord.model_json_schema()
+    assert schema["title"] == "CompletionRecord"
+    for field in ("run_id", "classification", "terminal_state", "first_failure_cause", "chain", "candidates"):
+        assert field in schema["properties"]
+
+
+def test_sample_run_list_and_write(tmp_path: Path) -> None:
+    listed = runner.invoke(app, ["sample-run", str(tmp_path), "--scenario", "list"])
+    assert listed.exit_code == 0
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == list(SCENARIOS)
+    assert not tmp_path.joinpath("durable").exists()  # listing writes nothing
+
+    written = runner.invoke(app, ["sample-run", str(tmp_path), "--scenario", "launch-yaml"])
+    assert written.exit_code == 0
+    root = Path(written.stdout.strip())
+    assert root == tmp_path / "durable" / "math-rl-launch-yaml" / "2026.11.30"
+    assert (root / "launch.yaml").is_file()
+
+    unknown = runner.invoke(app, ["sample-run", str(tmp_path), "--scenario", "nonsense"])
+    assert unknown.exit_code == 2
+    assert unknown.stderr.strip() == "rlcleanup: unknown scenario 'nonsense'"
