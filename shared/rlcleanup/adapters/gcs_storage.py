@@ -6,6 +6,7 @@ import io
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from rlcleanup.adapters.lines import bounded_lines
 from rlcleanup.ports.storage import ObjectInfo, StorageError, WriteOutcome
 from rlcleanup.uris import split_gcs
 
@@ -84,11 +85,10 @@ class GcsStorage:
         return data
 
     def iter_lines(self, uri: str) -> Iterator[str]:
-        # blob.open streams in chunks: memory stays bounded whatever the log size.
+        # blob.open streams in chunks and bounded_lines caps each line: memory stays bounded whatever the log.
         with self._blob(uri).open("rb", chunk_size=_READ_CHUNK) as raw:
             text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=None)
-            for line in text:
-                yield line.rstrip("\n")
+            yield from bounded_lines(text)
 
     def write_if_absent(self, uri: str, data: bytes, content_type: str = "application/octet-stream") -> WriteOutcome:
         from google.api_core.exceptions import PreconditionFailed

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import google_crc32c
 
+from rlcleanup.adapters.lines import bounded_lines
 from rlcleanup.ports.storage import ObjectInfo, UnsafePathError, WriteOutcome
 from rlcleanup.uris import strip_file_scheme
 
@@ -69,6 +70,9 @@ class LocalStorage:
         base = prefix_uri.rstrip("/")
         for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
             dirnames.sort()
+            for name in dirnames:  # os.walk lists a symlinked dir but never enters it: refuse, do not skip
+                if (Path(dirpath) / name).is_symlink():
+                    raise UnsafePathError(f"refusing symlinked directory {Path(dirpath) / name} inside {prefix_uri!r}")
             rel_dir = os.path.relpath(dirpath, root)
             for name in sorted(filenames):
                 path = Path(dirpath) / name
@@ -90,8 +94,7 @@ class LocalStorage:
 
     def iter_lines(self, uri: str) -> Iterator[str]:
         with self._path(uri).open("r", encoding="utf-8", errors="replace", newline=None) as fh:
-            for line in fh:
-                yield line.rstrip("\n")
+            yield from bounded_lines(fh)
 
     def write_if_absent(self, uri: str, data: bytes, content_type: str = "application/octet-stream") -> WriteOutcome:
         path = self._path(uri)

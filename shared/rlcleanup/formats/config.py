@@ -23,13 +23,38 @@ class ConfigError(ValueError):
     pass
 
 
+# Resolved configs nest < 10 deep and are dumped without anchors: deeper nesting or many aliases is hostile
+# (a recursion bomb, or a "billion laughs" alias bomb whose expansion explodes in whatever walks it).
+MAX_CONFIG_DEPTH = 64
+MAX_CONFIG_ALIASES = 64
+
+
+def _check_yaml_shape(text: str, name: str) -> None:
+    """Walk the YAML event stream (iterative: no recursion, nothing built) and refuse bombs before loading."""
+    depth = aliases = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_CONFIG_DEPTH:
+                raise ConfigError(f"{name}: nested deeper than {MAX_CONFIG_DEPTH} levels")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+        elif isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_CONFIG_ALIASES:
+                raise ConfigError(f"{name}: more than {MAX_CONFIG_ALIASES} YAML aliases (an alias bomb?)")
+
+
 def parse_config(data: bytes, name: str) -> dict[str, Any]:
     """Parse by content: JSON first (also valid YAML, but stricter), then YAML. Anything but a mapping is an error."""
     text = data.decode("utf-8", errors="strict")
     try:
         parsed: Any = json.loads(text)
+    except RecursionError as exc:
+        raise ConfigError(f"{name}: JSON nested too deeply") from exc
     except json.JSONDecodeError:
         try:
+            _check_yaml_shape(text, name)
             parsed = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"{name}: neither JSON nor YAML: {exc}") from exc

@@ -1,0 +1,18 @@
+"""Bounded line reading for Storage.iter_lines: one over-long line must not be read into memory whole."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TextIO
+
+# The log scanner never looks past this much of a line (parsing.metrics.MAX_LINE_CHARS), so nothing is lost.
+MAX_LINE_CHARS = 1024 * 1024
+
+
+def bounded_lines(fh: TextIO, max_chars: int = MAX_LINE_CHARS) -> Iterator[str]:
+    """Lines without their newline; a longer line is cut at max_chars and its rest skipped (numbering kept)."""
+    while line := fh.readline(max_chars):
+        if len(line) == max_chars and not line.endswith("\n"):
+            while (rest := fh.readline(max_chars)) and not rest.endswith("\n"):
+                pass
+        yield line.rstrip("\n")
