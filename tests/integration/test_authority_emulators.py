@@ -1,0 +1,201 @@
+"""Authority on the real emulators: GCS (fake-gcs-server) for copies and verification, Firestore for grants.
+
+The handlers run in-process over the emulator adapters (the deployed functions are exercised by tests/e2e).
+fake-gcs-server does not model bucket IAM: `GET /storage/v1/b/{bucket}/iam` answers 404 and buckets carry no
+iamConfiguration. So against the emulator a publish is refused as `visibility_unknown` (tested below), and the
+tests that need an IAM answer read it from a recorded GCS getIamPolicy response while every byte still moves
+through the emulator.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+from rlcleanup.adapters.gcs_storage import GcsStorage
+from rlcleanup.adapters.inprocess_bus import InProcessBus
+from rlcleanup.adapters.storage_router import RoutingStorage
+from rlcleanup.authority import publish as publish_mod
+from rlcleanup.authority.grants import Approver, Grant, new_key, public_b64, register_approver, sign
+from rlcleanup.authority.visibility import gcs_visibility
+from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
+from rlcleanup.runtime.handlers import HANDLERS, resolve_run_id
+from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.topology import load_topology
+from rlcleanup.samples.generator import write_sample_run
+
+pytestmark = pytest.mark.integration
+
+# Shapes as GCS returns them (storage#policy); members per https://cloud.google.com/storage/docs/access-control/iam
+PRIVATE_POLICY = [
+    {"role": "roles/storage.legacyBucketOwner", "members": ["projectEditor:p", "projectOwner:p"]},
+    {"role": "roles/storage.legacyBucketReader", "members": ["projectViewer:p"]},
+]
+PUBLIC_POLICY = [*PRIVATE_POLICY, {"role": "roles/storage.objectViewer", "members": ["allUsers"]}]
+
+
+class RecordedIam:
+    """The real emulator client, except that bucket IAM comes from a recorded policy."""
+
+    def __init__(self, real: Any, bindings: list[dict[str, Any]], prevention: str = "inherited") -> None:
+        self.real, self.bindings, self.prevention = real, bindings, prevention
+
+    def get_bucket(self, name: str) -> Any:
+        self.real.get_bucket(name)  # the bucket must really exist on the emulator
+        bindings = self.bindings
+        return SimpleNamespace(
+            iam_configuration=SimpleNamespace(
+                public_access_prevention=self.prevention, uniform_bucket_level_access_enabled=True
+            ),
+            get_iam_policy=lambda requested_policy_version=3: SimpleNamespace(bindings=bindings),
+        )
+
+
+NAME = "math-rl-selection-policy"
+
+
+def _upload(gcs_client: Any, local_root: Path, bucket: str, uid: str) -> str:
+    """Upload a sample run. Text has the local root rewritten (the run's own paths point into GCS) and the run
+    name made unique (run ids key Firestore documents, shared by every test of the session)."""
+    gs_root = f"gs://{bucket}/sample"
+    b = gcs_client.bucket(bucket)
+    for path in sorted(p for p in local_root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if not path.name.endswith((".safetensors", ".pt")):
+            data = data.replace(str(local_root).encode(), gs_root.encode()).replace(
+                NAME.encode(), f"{NAME}-{uid}".encode()
+            )
+        b.blob(f"sample/{str(path.relative_to(local_root)).replace(NAME, f'{NAME}-{uid}')}").upload_from_string(data)
+    return gs_root
+
+
+@pytest.fixture
+def world(stack: Any, gcs_client: Any, firestore_client: Any, uid: str, tmp_path: Path) -> SimpleNamespace:
+    runs, dest = f"auth-runs-{uid}", f"auth-dest-{uid}"
+    gcs_client.create_bucket(runs)
+    gcs_client.create_bucket(dest)
+    local = tmp_path / "sample"
+    run_root = write_sample_run(local, "selection-policy")
+    gs_root = _upload(gcs_client, local, runs, uid)
+    bus = InProcessBus()
+    ports = Ports(
+        storage=RoutingStorage(gcs=GcsStorage(gcs_client)),
+        records=FirestoreRecordStore(project=stack.project, client=firestore_client),
+        bus=bus,
+        preserve_root=f"gs://{runs}/preserved",
+    )
+    emb = EmbeddedStack(ports=ports, bus=bus)
+    for fn in load_topology().functions:
+        if fn.entry_point in HANDLERS:
+            bus.subscribe(fn.trigger, emb._handler(fn))
+    run_uri = gs_root + "/" + str(run_root.relative_to(local)).replace(NAME, f"{NAME}-{uid}")
+    event = manual_event(run_uri)
+    emb.emit(event)
+    run_id = resolve_run_id(ports, event)
+    record = ports.records.get(run_id)
+    assert record is not None and record.status.value == "awaiting_authority", record
+    key = new_key()
+    approver = Approver(
+        approver_id=f"alice-{uid}", public_key=public_b64(key), allowed_prefixes=[f"gs://{dest}/models"]
+    )
+    register_approver(ports.records, approver)
+    return SimpleNamespace(emb=emb, ports=ports, run_id=run_id, key=key, dest=dest, approver=approver.approver_id)
+
+
+def _grant(w: SimpleNamespace, action: str = "publish", visibility: str = "private") -> Grant:
+    record = w.ports.records.get(w.run_id)
+    cand = next(c for c in record.candidates if c.step == 40)
+    now = datetime.now(UTC)
+    return Grant(
+        run_id=w.run_id, action=action, step=40, digest=cand.digest, destination=f"gs://{w.dest}/models/m40",
+        visibility=visibility, granted_by=w.approver, granted_at=now, expires_at=now + timedelta(hours=1),
+    )  # fmt: skip
+
+
+def _deliver(w: SimpleNamespace, grant: Grant) -> None:
+    w.emb.bus.publish("authority-grants", json.dumps(sign(grant, w.key)).encode(), {})
+    w.emb.bus.drain()
+
+
+def _doc(w: SimpleNamespace, grant: Grant) -> dict[str, Any]:
+    doc = w.ports.records.get_doc(f"runs/{w.run_id}/grants", grant.grant_id)
+    assert doc is not None
+    return doc
+
+
+def _dest_objects(gcs_client: Any, bucket: str) -> list[str]:
+    return [b.name for b in gcs_client.list_blobs(bucket)]
+
+
+def test_fake_gcs_cannot_answer_iam_so_publish_is_refused(world: SimpleNamespace, gcs_client: Any) -> None:
+    reading = gcs_visibility(f"gs://{world.dest}/models", gcs_client)
+    assert reading.visibility is None and "404" in reading.evidence  # the emulator has no IAM endpoint
+    grant = _grant(world)
+    _deliver(world, grant)
+    doc = _doc(world, grant)
+    assert doc["state"] == "refused" and doc["refusal"] == "visibility_unknown"
+    assert _dest_objects(gcs_client, world.dest) == []
+
+
+def test_public_gcs_destination_under_private_grant_is_refused(
+    world: SimpleNamespace, gcs_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        publish_mod, "read_visibility", lambda uri, _c=None: gcs_visibility(uri, RecordedIam(gcs_client, PUBLIC_POLICY))
+    )
+    grant = _grant(world, visibility="private")
+    _deliver(world, grant)
+    doc = _doc(world, grant)
+    assert doc["refusal"] == "visibility_broader" and "allUsers" in doc["detail"]
+    assert _dest_objects(gcs_client, world.dest) == []
+
+
+def test_gcs_publish_server_side_copy_verified_and_grant_in_firestore(
+    world: SimpleNamespace, gcs_client: Any, firestore_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        publish_mod,
+        "read_visibility",
+        lambda uri, _c=None: gcs_visibility(uri, RecordedIam(gcs_client, PRIVATE_POLICY, "enforced")),
+    )
+    storage = world.ports.storage
+    streamed: list[str] = []
+    real_write = storage.gcs.write_if_absent
+
+    def spy_write(uri: str, data: bytes, content_type: str = "application/octet-stream"):  # type: ignore[no-untyped-def]
+        streamed.append(uri)
+        return real_write(uri, data, content_type)
+
+    monkeypatch.setattr(storage.gcs, "write_if_absent", spy_write)
+    grant = _grant(world)
+    _deliver(world, grant)
+
+    doc = _doc(world, grant)
+    assert doc["state"] == "used" and doc["outcome"]["state"] == "published", doc
+    # Only provenance and marker are written by this process; every artifact object was a server-side rewrite.
+    assert sorted(u.rsplit("/", 1)[-1] for u in streamed if "/models/" in u) == ["_PUBLISHED.json", "provenance.json"]
+    bucket = gcs_client.bucket(world.dest)
+    prov = json.loads(bucket.blob("models/m40/provenance.json").download_as_bytes())
+    for row in prov["manifest"]:
+        blob = bucket.get_blob(f"models/m40/{row['name']}")
+        assert blob is not None and blob.size == row["size"] and blob.crc32c == row["crc32c"]
+    assert bucket.get_blob("models/m40/_PUBLISHED.json") is not None
+
+    # The grant lives in Firestore at runs/{run_id}/grants/{grant_id}; the record summarizes it.
+    snap = (
+        firestore_client.collection("runs").document(world.run_id).collection("grants").document(grant.grant_id).get()
+    )
+    assert snap.exists and snap.to_dict()["state"] == "used"
+    record = world.ports.records.get(world.run_id)
+    assert [(a.action, a.state) for a in record.authority_actions] == [("publish", "published")]
+    assert record.authority_actions[0].verified_objects == len(prov["manifest"])
+
+    _deliver(world, grant)  # replayed: refused and recorded, nothing copied again
+    record = world.ports.records.get(world.run_id)
+    assert [(a.state, a.refusal) for a in record.authority_actions] == [("published", None), ("refused", "replayed")]
