@@ -58,6 +58,8 @@ def parse_config(data: bytes, name: str) -> dict[str, Any]:
             parsed = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"{name}: neither JSON nor YAML: {exc}") from exc
+        except ValueError as exc:  # a YAML scalar its constructor rejects, e.g. the date 2020-02-30
+            raise ConfigError(f"{name}: YAML value cannot be read: {exc}") from exc
     if not isinstance(parsed, dict):
         raise ConfigError(f"{name}: expected a mapping at the top level, got {type(parsed).__name__}")
     return parsed

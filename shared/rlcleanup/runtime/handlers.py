@@ -385,7 +385,7 @@ def resolve_run_id(p: Ports, event: JobEvent) -> str:
 def _identify(data: bytes) -> tuple[str | None, str | None]:
     try:
         payload = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # `[[[[...` nests past the recursion limit
         return None, None
     if not isinstance(payload, dict):
         return None, None
