@@ -83,6 +83,9 @@ def test_replayed_grant_is_refused(world: World) -> None:
 def test_publish_grant_used_for_reclaim_is_refused(world: World) -> None:
     grant = world.grant("publish")
     _refused(world, world.message(grant, intent="reclaim"), grant.grant_id, "wrong_action")
+    # The intent is not signed: a misdirected copy must not burn the grant for its legitimate delivery.
+    world.deliver(world.message(grant))
+    assert world.grant_doc(grant.grant_id)["state"] == "used"
 
 
 def test_grant_for_another_run_is_refused(world: World) -> None:

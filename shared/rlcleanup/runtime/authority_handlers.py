@@ -48,6 +48,9 @@ def _once(p: Ports, run_id: str, key: str, work: Callable[[], dict[str, Any]]) -
     return result
 
 
+_ENVELOPE_REFUSALS = {Refusal.wrong_run, Refusal.wrong_action}
+
+
 def _state_for(refusal: Refusal) -> GrantState:
     return GrantState.expired if refusal is Refusal.expired else GrantState.refused
 
@@ -123,21 +126,19 @@ def apply_grant(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         raise PermanentError("invalid_grant", verdict.detail)
     grant = verdict.grant
     gid = ledger.doc_id(verdict, data)
-    if verdict.refusal is Refusal.wrong_run:
-        # Filed on the run it was aimed at, so that run's record shows the attempt (under its own doc id).
-        run_id = safe_run_id(attributes.get("run_id") or json.loads(data).get("run_id") or grant.run_id)
+    if verdict.refusal in _ENVELOPE_REFUSALS:
+        # Run and intent come from the unsigned envelope: anyone re-sending a signed grant could set them, so the
+        # refusal is filed beside the grant (on the run it was aimed at) and never touches the grant's own doc.
+        run_id = grant.run_id
+        if verdict.refusal is Refusal.wrong_run:
+            run_id = safe_run_id(attributes.get("run_id") or json.loads(data).get("run_id") or grant.run_id)
+        reason = verdict.refusal.value.replace("_", "-")
         ledger.file_grant(
-            p.records,
-            run_id,
-            f"wrong-run-{gid}",
-            verdict,
-            GrantState.refused,
-            now,
-            refusal=verdict.refusal,
-            detail=verdict.detail,
-        )
+            p.records, run_id, f"{reason}-{gid}", verdict, GrantState.refused, now,
+            refusal=verdict.refusal, detail=verdict.detail,
+        )  # fmt: skip
         sync_record(p, run_id)
-        return f"refused: wrong_run: {verdict.detail}"
+        return f"refused: {verdict.refusal.value}: {verdict.detail}"
     if verdict.refusal is not None:
         state = _state_for(verdict.refusal)
         created = ledger.file_grant(
@@ -146,8 +147,8 @@ def apply_grant(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         if not created and verdict.authentic:
             existing = ledger.get_grant_doc(p.records, grant.run_id, gid) or {}
             if existing.get("state") == GrantState.used.value:
-                return _note_replay(p, grant.run_id, gid)  # e.g. a used publish grant re-sent as a reclaim
-            if existing.get("state") in {GrantState.pending.value, GrantState.applying.value}:
+                return _note_replay(p, grant.run_id, gid)
+            if existing.get("state") == GrantState.pending.value and verdict.refusal is Refusal.expired:
                 ledger.set_state(
                     p.records, grant.run_id, gid, state, now, refusal=verdict.refusal, detail=verdict.detail
                 )
