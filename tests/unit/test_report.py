@@ -118,6 +118,13 @@ def test_a_bare_record_renders_without_a_timeline() -> None:
     assert "![chain timeline]" not in rendered.markdown("timeline.png")
 
 
+def test_unreadable_metrics_are_noted_not_fatal(runs: dict[str, CompletionRecord], tmp_path: Path) -> None:
+    record = runs["failed-first-link"].model_copy(update={"metrics_uri": str(tmp_path / "gone.jsonl")})
+    rendered = render_report(load_inputs(LocalStorage(), record))
+    assert rendered.timeline is not None  # bars and marks still come from the record
+    assert re.search(r"^- metrics not loaded from .*gone\.jsonl: FileNotFoundError", rendered.markdown(), re.M)
+
+
 # ------------------------------------------------------------------ HTML is self-contained
 
 

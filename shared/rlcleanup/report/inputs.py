@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.parsing.metrics import StitchedMetrics
-from rlcleanup.ports.storage import Storage, StorageError
+from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime.metrics_store import load_metrics
 from rlcleanup.uris import join
 
@@ -55,17 +55,19 @@ def checkpoint_steps_from_listing(lines: list[str]) -> list[int]:
 
 def load_inputs(storage: Storage, record: CompletionRecord) -> ReportInputs:
     inputs = ReportInputs(record=record)
+    # Whatever fails here (a missing object, no credentials for gs://, bad JSON), the report still renders from the
+    # record alone and says what it could not load.
     if record.metrics_uri:
         try:
             inputs.metrics = load_metrics(storage, record.metrics_uri)
-        except (OSError, ValueError, StorageError) as exc:  # missing or unreadable: the picture just has no curve
+        except Exception as exc:
             inputs.notes.append(f"metrics not loaded from {record.metrics_uri}: {type(exc).__name__}: {exc}")
     if record.preserved_locations:
         uri = join(record.preserved_locations[0], "derived", CHECKPOINT_LISTING)
         try:
             if storage.stat(uri) is not None:
                 inputs.checkpoint_steps = checkpoint_steps_from_listing(list(storage.iter_lines(uri)))
-        except (OSError, ValueError, StorageError) as exc:
+        except Exception as exc:
             inputs.notes.append(f"checkpoint listing not loaded from {uri}: {type(exc).__name__}: {exc}")
     for note in inputs.notes:
         log.info("report for %s: %s", record.run_id, note, extra={"run_id": record.run_id})
