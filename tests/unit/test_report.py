@@ -96,7 +96,9 @@ def test_candidates_with_problems_are_listed(runs: dict[str, CompletionRecord]) 
     assert "| INVALID |" in row and "| 1 |" in row  # one problem
     assert re.search(r"^- missing_shard: model-00002-of-00003\.safetensors is named by", md, re.M)
     assert "<li>missing_shard: model-00002-of-00003.safetensors is named by" in html
-    assert "selection unresolved among 3 valid candidates (5, 15, 20)" in rendered.document.verdict.line
+    assert "selection unresolved among 3 valid candidates (5, 15, 20) · 1 invalid export (10) · " in (
+        rendered.document.verdict.line
+    )
 
 
 def test_selection_scores_and_policy(runs: dict[str, CompletionRecord]) -> None:

@@ -1,4 +1,5 @@
-"""The one-line verdict: terminal state, first cause, selection, resume safety, what needs a person."""
+"""The one-line verdict: terminal state, first cause, selection (and invalid exports), resume safety, what needs a
+person."""
 
 from __future__ import annotations
 
@@ -55,6 +56,13 @@ def _selection(r: CompletionRecord) -> VerdictPart | None:
     )
 
 
+def _invalid(r: CompletionRecord) -> VerdictPart | None:
+    bad = [c.step for c in r.candidates if not c.valid]
+    if not bad:
+        return None
+    return VerdictPart("invalid", f"{len(bad)} invalid export{'s' if len(bad) > 1 else ''} ({_steps(bad)})", BAD)
+
+
 def _resume(r: CompletionRecord) -> VerdictPart | None:
     rs = r.resume_safety
     if rs is None:
@@ -75,7 +83,7 @@ def _person(r: CompletionRecord) -> VerdictPart:
 
 
 def build_verdict(r: CompletionRecord) -> Verdict:
-    parts = [_terminal(r), _cause(r), _selection(r), _resume(r), _person(r)]
+    parts = [_terminal(r), _cause(r), _selection(r), _invalid(r), _resume(r), _person(r)]
     if r.errors:
         parts.append(VerdictPart("errors", f"{len(r.errors)} rlcleanup error(s)", BAD))
     return Verdict(run_id=r.run_id, parts=[p for p in parts if p is not None])
