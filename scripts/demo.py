@@ -26,6 +26,8 @@ def main() -> int:
             check=True,
         )
     print(f"\nPreserved evidence and manifests: {work / 'preserved'}\nRecords: {work / 'records.db'}")
+    for report in sorted((work / "preserved").glob("*/derived/report.html")):
+        print(f"Report (open in a browser): {report}")
     return 0
 
 
