@@ -149,7 +149,12 @@ class FirestoreRecordStore:
         if isinstance(chain, dict):
             for att in chain.get("attempts", []):
                 batch.set(ref.collection("attempts").document(str(att["attempt_id"])), _plain(att))
-        batch.commit()
+        from google.api_core.exceptions import NotFound
+
+        try:
+            batch.commit()
+        except NotFound as exc:  # the same contract as SQLite: updating a missing record is an error
+            raise KeyError(f"no record for run {run_id!r}") from exc
 
     def add_errors(self, run_id: str, errors: list[RunError]) -> None:
         """Each error once (keyed by step|code|message); error doc + run counter commit atomically."""

@@ -102,30 +102,38 @@ class GcsStorage:
             return WriteOutcome.identical if existing == data else WriteOutcome.conflict
 
     def copy_if_absent(self, src_uri: str, dst_uri: str) -> WriteOutcome:
-        """Server-side rewrite (token loop for large objects); no byte passes through this process."""
+        """Server-side rewrite (token loop for large objects); no byte passes through this process.
+
+        Two requests for a new object (stat the destination, rewrite with if_generation_match=0); the source is
+        only stat'ed when the destination exists (identical or conflict?) or the rewrite finds no source. The
+        destination stat is what keeps emulators write-once: they do not enforce copy preconditions.
+        """
         from google.api_core.exceptions import NotFound, PreconditionFailed
 
-        src = self.stat(src_uri)
-        if src is None:
-            raise FileNotFoundError(src_uri)
         dst = self.stat(dst_uri)
         if dst is not None:
-            return WriteOutcome.identical if _same(src, dst) else WriteOutcome.conflict
+            return self._compare(src_uri, dst)
         src_blob, dst_blob = self._blob(src_uri), self._blob(dst_uri)
         try:
             token, _, _ = dst_blob.rewrite(src_blob, if_generation_match=0)
             while token is not None:
                 token, _, _ = dst_blob.rewrite(src_blob, token=token, if_generation_match=0)
-        except PreconditionFailed:
+        except PreconditionFailed:  # someone created it meanwhile (real GCS enforces the precondition)
             dst = self.stat(dst_uri)
-            return WriteOutcome.identical if dst is not None and _same(src, dst) else WriteOutcome.conflict
+            if dst is None:
+                raise StorageError(f"copy {src_uri} -> {dst_uri}: precondition failed but no object") from None
+            return self._compare(src_uri, dst)
         except NotFound as exc:
+            if self.stat(src_uri) is None:
+                raise FileNotFoundError(src_uri) from exc
             raise StorageError(f"copy {src_uri} -> {dst_uri}: {exc}") from exc
-        # Emulators do not enforce copy preconditions: re-read to be sure what landed is ours.
-        dst = self.stat(dst_uri)
-        if dst is None or not _same(src, dst):
-            return WriteOutcome.conflict
         return WriteOutcome.created
+
+    def _compare(self, src_uri: str, dst: ObjectInfo) -> WriteOutcome:
+        src = self.stat(src_uri)
+        if src is None:
+            raise FileNotFoundError(src_uri)
+        return WriteOutcome.identical if _same(src, dst) else WriteOutcome.conflict
 
     def delete(self, uri: str) -> bool:
         from google.api_core.exceptions import NotFound

@@ -1,0 +1,67 @@
+"""Shared fixtures. `stack`: the real local stack (Pub/Sub + Firestore emulators, fake-gcs-server, one
+functions-framework per function), started once per session on free ports and stopped by process group at the
+end — also on failure, Ctrl-C or an interpreter exit (atexit), so no emulator outlives the test run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlcleanup.stack import StackState, down, up
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[StackState]:
+    state_dir = Path(tempfile.mkdtemp(prefix="rlcleanup-stack-"))
+    state = up(state_dir, project="rlcleanup-test", timeout=120)
+    stopped = False
+
+    def stop() -> None:
+        nonlocal stopped
+        if not stopped:
+            stopped = True
+            down(state_dir)
+
+    atexit.register(stop)
+    saved = {k: os.environ.get(k) for k in state.env}
+    os.environ.update(state.env)
+    try:
+        yield state
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        stop()
+        atexit.unregister(stop)
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def uid() -> str:
+    """A short unique suffix for run names, prefixes and buckets: tests never see each other's data."""
+    return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="session")
+def gcs_client(stack: StackState):  # type: ignore[no-untyped-def]
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    return storage.Client(project=stack.project, credentials=AnonymousCredentials())
+
+
+@pytest.fixture(scope="session")
+def firestore_client(stack: StackState):  # type: ignore[no-untyped-def]
+    from google.cloud import firestore
+
+    return firestore.Client(project=stack.project)

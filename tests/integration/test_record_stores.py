@@ -1,0 +1,206 @@
+"""One RecordStore suite, run against SQLite and against Firestore (the emulator); plus the 1 MiB guard."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from rlcleanup.adapters.firestore_records import MAX_DOC_BYTES, MAX_INLINE_ERRORS, FirestoreRecordStore, approx_size
+from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+from rlcleanup.models.record import CompletionRecord, RunError
+from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.ports.records import Claim, RecordStore
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["sqlite", "firestore"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RecordStore]:
+    if request.param == "sqlite":
+        yield SqliteRecordStore(tmp_path / "records.db")
+    else:
+        stack = request.getfixturevalue("stack")
+        yield FirestoreRecordStore(project=stack.project)
+
+
+def _record(run_id: str) -> CompletionRecord:
+    return CompletionRecord(run_id=run_id, run_uri=f"gs://runs/{run_id}")
+
+
+def test_create_get_update_merges(store: RecordStore, uid: str) -> None:
+    run_id = f"rec-{uid}"
+    assert store.get(run_id) is None
+    assert store.create_if_absent(_record(run_id)) is True
+    assert store.create_if_absent(_record(run_id)) is False
+    store.update(run_id, {"terminal_state": "completed", "step_budget": 20})
+    store.update(run_id, {"status": "awaiting_authority", "manifest_uri": "gs://p/m.json"})
+    got = store.get(run_id)
+    assert got is not None
+    assert (got.terminal_state, got.step_budget) == ("completed", 20)  # the first update survived the second
+    assert got.status is RecordStatus.awaiting_authority and got.manifest_uri == "gs://p/m.json"
+    assert got.updated_at >= got.created_at
+    with pytest.raises(KeyError):
+        store.update(f"absent-{uid}", {"step_budget": 1})
+    with pytest.raises(ValueError):  # never store what the model would reject
+        store.update(run_id, {"status": "not-a-status"})
+
+
+def test_add_errors_dedupes_and_keeps_all(store: RecordStore, uid: str) -> None:
+    run_id = f"err-{uid}"
+    store.create_if_absent(_record(run_id))
+    e1, e2, e3 = (RunError(step="capture", code=f"c{i}", message=f"m{i}") for i in range(3))
+    store.add_errors(run_id, [e1, e2])
+    store.add_errors(run_id, [e1, e3])  # e1 replayed: recorded once
+    got = store.get(run_id)
+    assert got is not None and sorted(e.code for e in got.errors) == ["c0", "c1", "c2"]
+    many = [RunError(step="validate", code="bad", message=f"candidate {i}") for i in range(MAX_INLINE_ERRORS + 5)]
+    store.add_errors(run_id, many)
+    got = store.get(run_id)
+    assert got is not None and len(got.errors) == 3 + len(many)  # beyond the inline ones too
+    with pytest.raises(KeyError):
+        store.add_errors(f"absent-{uid}", [e1])
+
+
+def test_claims(store: RecordStore, uid: str) -> None:
+    run_id = f"claim-{uid}"
+    now = datetime.now(UTC)
+    assert store.claim(run_id, "classify", 60, now) is Claim.acquired
+    assert store.claim(run_id, "classify", 60, now) is Claim.busy
+    assert store.result(run_id, "classify") is None
+    store.complete(run_id, "classify", {"kind": "standard"})
+    assert store.claim(run_id, "classify", 60, now) is Claim.done
+    assert store.result(run_id, "classify") == {"kind": "standard"}
+
+    # a crashed holder: its lease runs out and the next delivery takes over
+    assert store.claim(run_id, "capture-part:a-0", 1, now) is Claim.acquired
+    assert store.claim(run_id, "capture-part:a-0", 1, now + timedelta(seconds=0.5)) is Claim.busy
+    assert store.claim(run_id, "capture-part:a-0", 60, now + timedelta(seconds=2)) is Claim.acquired
+    assert store.claim(run_id, "capture-part:a-0", 60, now + timedelta(seconds=3)) is Claim.busy
+
+    # release on failure: a redelivery runs the step again; releasing a finished step changes nothing
+    store.release(run_id, "capture-part:a-0")
+    assert store.claim(run_id, "capture-part:a-0", 60, now) is Claim.acquired
+    store.complete(run_id, "capture-part:a-0", {"objects": 3})
+    store.release(run_id, "capture-part:a-0")
+    assert store.claim(run_id, "capture-part:a-0", 60, now) is Claim.done
+
+    store.claim(run_id, "capture-part:b-0", 60, now)  # running, not done: not a result
+    store.complete(run_id, "capture-part/c-0", {"objects": 1})  # a key with a slash
+    assert store.results(run_id, "capture-part") == {
+        "capture-part:a-0": {"objects": 3},
+        "capture-part/c-0": {"objects": 1},
+    }
+    assert store.results(run_id, "validate:") == {}
+
+
+def test_concurrent_claims_have_one_winner(store: RecordStore, uid: str) -> None:
+    run_id = f"race-{uid}"
+    now = datetime.now(UTC)
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(lambda _: store.claim(run_id, "fanin:capture", 60, now), range(8)))
+    assert outcomes.count(Claim.acquired) == 1 and outcomes.count(Claim.busy) == 7
+
+
+def test_event_ledger_dedupes(store: RecordStore, uid: str) -> None:
+    run_id = f"ev-{uid}"
+    assert store.record_event(run_id, "e1", {"state": "SUCCEEDED", "outcome": "terminal"}) is True
+    assert store.record_event(run_id, "e1", {"state": "SUCCEEDED", "outcome": "terminal"}) is False
+    assert store.record_event(run_id, "e2", {"state": "RUNNING", "outcome": "ignored"}) is True
+
+
+def test_aux_docs(store: RecordStore, uid: str) -> None:
+    coll = f"grants_{uid}"
+    assert store.put_doc(coll, "g-1", {"kind": "publish", "n": 1}) is True
+    assert store.put_doc(coll, "g-1", {"kind": "publish", "n": 2}, only_if_absent=True) is False
+    assert store.get_doc(coll, "g-1") == {"kind": "publish", "n": 1}
+    assert store.put_doc(coll, "g-1", {"kind": "publish", "n": 3}) is True  # plain put overwrites
+    store.put_doc(coll, "g-2", {"kind": "reclaim"})
+    store.put_doc(coll, "h-1", {"kind": "cancel"})
+    assert store.get_doc(coll, "nope") is None
+    assert [d for d, _ in store.list_docs(coll, "g-")] == ["g-1", "g-2"]
+    assert [d for d, _ in store.list_docs(coll)] == ["g-1", "g-2", "h-1"]
+
+
+def test_list_runs(store: RecordStore, uid: str) -> None:
+    store.create_if_absent(_record(f"list-{uid}"))
+    assert any(r.run_id == f"list-{uid}" for r in store.list_runs(limit=1000))
+
+
+# ------------------------------------------------------------------------------------------------ 1 MiB guard
+
+N_OBJECTS = 5_000
+
+
+def _doc_bytes(name: str, data: dict[str, object]) -> int:
+    """Firestore's document size: name bytes + 16, plus the fields (strings bytes+1, maps keys+values, ...)."""
+    return len(name.encode()) + 1 + 16 + approx_size(data)
+
+
+def test_capture_of_5000_objects_keeps_every_document_small(stack, gcs_client, firestore_client, uid, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The whole pipeline on Firestore + GCS with 5,000 extra evidence objects: the manifest goes to GCS."""
+    from rlcleanup.adapters.inprocess_bus import InProcessBus
+    from rlcleanup.adapters.storage_router import RoutingStorage
+    from rlcleanup.runtime.handlers import HANDLERS, dispatch
+    from rlcleanup.runtime.ports import Ports
+    from rlcleanup.runtime.topology import load_topology
+    from rlcleanup.samples.generator import write_sample_run
+    from rlcleanup.samples.upload import upload_sample_run
+    from rlcleanup.stack.emit import job_event
+
+    write_sample_run(tmp_path, "completed-resumed")
+    name = f"big-{uid}"
+    run_uri = upload_sample_run(gcs_client, tmp_path, stack.buckets["runs"], f"big/{uid}", rename=name)
+    temp_prefix = f"big/{uid}/tmp/ttl=14d/skyrl/{name}/2026.11.30/checkpoints/global_step_20/dataloader"
+    bucket = gcs_client.bucket(stack.buckets["runs"])
+    with ThreadPoolExecutor(16) as pool:
+        list(
+            pool.map(
+                lambda i: bucket.blob(f"{temp_prefix}/state_{i:05d}.json").upload_from_string(b'{"cursor": %d}' % i),
+                range(N_OBJECTS),
+            )
+        )
+
+    records = FirestoreRecordStore(project=stack.project)
+    bus = InProcessBus()
+    ports = Ports(
+        storage=RoutingStorage(), records=records, bus=bus, preserve_root=f"gs://{stack.buckets['preserve']}/{uid}"
+    )
+    for fn in load_topology().functions:
+        if fn.entry_point in HANDLERS:
+            bus.subscribe(
+                fn.trigger,
+                lambda data, attrs, _mid, fn=fn: dispatch(ports, fn.entry_point, fn.dead_letter_topic, data, attrs),
+            )
+    bus.publish("job-events", job_event(run_uri, "SUCCEEDED").model_dump_json().encode())
+    bus.drain()
+
+    run_id = f"{name}-2026.11.30"
+    record = records.get(run_id)
+    assert record is not None and record.status is RecordStatus.awaiting_authority, record and record.errors
+    assert record.preserved_object_count > N_OBJECTS
+    manifest = json.loads(records_manifest(gcs_client, record.manifest_uri))
+    assert manifest["object_count"] == record.preserved_object_count
+    assert sum(1 for o in manifest["objects"] if "/dataloader/state_" in o["destination"]) == N_OBJECTS
+
+    run_ref = firestore_client.collection("runs").document(run_id)
+    run_doc = run_ref.get()
+    run_size = _doc_bytes(run_ref.path, run_doc.to_dict())
+    sub_sizes = {
+        f"{coll}/{snap.id}": _doc_bytes(f"{run_ref.path}/{coll}/{snap.id}", snap.to_dict())
+        for coll in ("steps", "candidates", "attempts", "events", "errors")
+        for snap in run_ref.collection(coll).stream()
+    }
+    print(f"\nrun document ~{run_size} bytes; largest subcollection doc {max(sub_sizes.items(), key=lambda kv: kv[1])}")
+    assert run_size < MAX_DOC_BYTES // 20  # far below 1 MiB: < 52 KB
+    assert max(sub_sizes.values()) < MAX_DOC_BYTES // 20
+
+
+def records_manifest(gcs_client, uri: str) -> bytes:  # type: ignore[no-untyped-def]
+    bucket, _, key = uri.removeprefix("gs://").partition("/")
+    data: bytes = gcs_client.bucket(bucket).blob(key).download_as_bytes()
+    return data
