@@ -24,10 +24,16 @@ PUBSUB_TYPE = "google.cloud.pubsub.topic.v1.messagePublished"
 
 @pytest.fixture(scope="module")
 def client(stack: StackState):  # type: ignore[no-untyped-def]
+    import logging
+
     import functions_framework
 
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
     app = functions_framework.create_app("on_job_event", str(MAIN), "cloudevent")
-    return app.test_client()
+    yield app.test_client()
+    root.handlers[:] = saved  # the entry path installs its JSON log handler on the root logger: undo that
+    root.setLevel(level)
 
 
 def _message(payload: bytes, message_id: str = "m-1") -> dict[str, Any]:

@@ -63,3 +63,32 @@ def upload_sample_run(
     with ThreadPoolExecutor(max_workers=_UPLOAD_WORKERS) as pool:
         list(pool.map(put, files))
     return rewrite(str(r))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rlcleanup.samples.upload LOCAL_DEST BUCKET PREFIX [--rename NAME]`: prints the run URI."""
+    import argparse
+    import os
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("local_dest", type=Path)
+    ap.add_argument("bucket")
+    ap.add_argument("prefix")
+    ap.add_argument("--rename", default=None)
+    args = ap.parse_args(argv)
+    from google.cloud import storage
+
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        from google.auth.credentials import AnonymousCredentials
+
+        client = storage.Client(
+            project=os.environ.get("GOOGLE_CLOUD_PROJECT", "rlcleanup-local"), credentials=AnonymousCredentials()
+        )
+    else:
+        client = storage.Client()
+    print(upload_sample_run(client, args.local_dest, args.bucket, args.prefix, rename=args.rename))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
