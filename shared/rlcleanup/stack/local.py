@@ -282,7 +282,6 @@ def up(
             p for p in (str(_REPO / "shared"), str(source.parent), os.environ.get("PYTHONPATH", "")) if p
         ),
         "PYTHONUNBUFFERED": "1",
-        "RLCLEANUP_LEASE_SECONDS": os.environ.get("RLCLEANUP_LEASE_SECONDS", "120"),
         **(extra_env or {}),
     }
 
@@ -310,7 +309,16 @@ def up(
                 "/_internal/healthcheck",
             ),
         ]
-        specs += [(f"fn-{fn.name}", _ff_command(fn, source, p[f"fn-{fn.name}"]), fn_env, "/") for fn in served]
+        # A claim's lease is the function's timeout: a crashed delivery stops blocking retries once it is over.
+        specs += [
+            (
+                f"fn-{fn.name}",
+                _ff_command(fn, source, p[f"fn-{fn.name}"]),
+                {"RLCLEANUP_LEASE_SECONDS": str(fn.timeout_seconds), **fn_env},
+                "/",
+            )
+            for fn in served
+        ]
         probes: dict[str, str] = {}
         for name, argv, env, path in specs:
             server = procs.start(name, argv, state_dir=state_dir, env=env, cwd=state_dir)
