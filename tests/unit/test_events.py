@@ -29,6 +29,8 @@ class _FixedClock:
 
     def now(self) -> datetime:
         return self._now
+
+
 DLQ = "on-job-event-dlq"
 RUN_ID = "math-rl-completed-resumed-2026.11.30"
 

@@ -114,7 +114,9 @@ class AuthorityAction(_Model):
 
     action: str
     grant_id: str
-    state: str = Field(description="pending | applying | published | handed_off | registered | reclaimed | cleared | refused | expired | not_applicable | withheld")
+    state: str = Field(
+        description="pending | applying | published | handed_off | registered | reclaimed | cleared | refused | expired | not_applicable | withheld"
+    )
     destination: str | None = None
     step: int | None = None
     verified_objects: int = 0
