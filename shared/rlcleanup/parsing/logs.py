@@ -71,7 +71,21 @@ _FATAL_LINES: tuple[tuple[re.Pattern[str], str], ...] = (
 _MAX_MATCH_CHARS = 16 * 1024  # events, fatal lines and noise are matched on this much of a line
 # Cheap substring gates: most lines are throughput chatter and skip the regex tables entirely.
 _EVENT_HINTS = ("global_step", "Training", "Reached max", "Saved final", "No checkpoint")
-_FATAL_HINTS = ("error", "fault", "sig", "terminate", "cuda", "watchdog", "nccl", "fatal")  # on the lowercased line
+# Lowercased-line gates. Not plain "nccl": every `NCCL INFO` chatter line has it; the NCCL noise rule needs a
+# watchdog, a timeout or an abort, so gate on those words instead.
+_FATAL_HINTS = (
+    "error",
+    "fault",
+    "sig",
+    "terminate",
+    "cuda",
+    "watchdog",
+    "timeout",
+    "time out",
+    "timed out",
+    "aborted",
+    "fatal",
+)
 
 
 @dataclass(frozen=True)
