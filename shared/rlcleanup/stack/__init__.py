@@ -1,6 +1,17 @@
 """Local stack on real servers (emulators + functions-framework), started and stopped by process group."""
 
-from rlcleanup.stack.local import DEFAULT_PROJECT, DEFAULT_STATE_DIR, StackState, down, reset_firestore, status, up
+from rlcleanup.stack.local import (
+    DEFAULT_PROJECT,
+    DEFAULT_STATE_DIR,
+    StackState,
+    down,
+    kill_server,
+    reset_firestore,
+    restart_function,
+    start_server,
+    status,
+    up,
+)
 from rlcleanup.stack.procs import StackError
 
 __all__ = [
@@ -9,7 +20,10 @@ __all__ = [
     "StackError",
     "StackState",
     "down",
+    "kill_server",
     "reset_firestore",
+    "restart_function",
+    "start_server",
     "status",
     "up",
 ]

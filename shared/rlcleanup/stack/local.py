@@ -16,6 +16,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -320,11 +322,13 @@ def up(
             for fn in served
         ]
         probes: dict[str, str] = {}
+        launches: dict[str, tuple[list[str], dict[str, str], str]] = {}
         for name, argv, env, path in specs:
             server = procs.start(name, argv, state_dir=state_dir, env=env, cwd=state_dir)
             servers.append(server)
             state.pgids[name] = server.pid
             probes[name] = f"http://{HOST}:{p[name]}{path}"
+            launches[name] = (argv, env, probes[name])
             state.save()  # so `down` can stop a half-started stack
         t0 = time.monotonic()
         for server in servers:
@@ -346,10 +350,65 @@ def up(
             state.path.unlink()
         raise
     _popens[state.stack_id] = {s.name: s for s in servers}
+    _launches[state.stack_id] = launches
     return state
 
 
 _popens: dict[str, dict[str, procs.Server]] = {}  # servers started by this process: reap them on down
+_launches: dict[str, dict[str, tuple[list[str], dict[str, str], str]]] = {}  # argv, env, probe URL per server
+
+
+def kill_server(state: StackState, name: str, sig: int = signal.SIGKILL) -> None:
+    """Signal one server's process group (default SIGKILL, as a crash would); only if it carries our marker."""
+    pgid = state.pgids[name]
+    server = _popens.get(state.stack_id, {}).get(name)
+    if _owned(pgid, state.stack_id):
+        if pgid <= 1 or pgid == os.getpgrp():
+            raise StackError(f"refusing to signal process group {pgid}")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)
+    if sig in (signal.SIGKILL, signal.SIGTERM):
+        deadline = time.monotonic() + 10
+        while procs.group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if server is not None and server.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                server.popen.wait(timeout=5)
+
+
+def start_server(
+    state: StackState, name: str, *, extra_env: dict[str, str] | None = None, timeout: float = 60.0
+) -> float:
+    """(Re)start one server of a stack this process brought up, on the same port (push subscriptions and
+    clients keep reaching it), with `extra_env` over its original environment; returns seconds until ready.
+    An emulator restarted this way starts empty (its state was in memory)."""
+    launch = _launches.get(state.stack_id, {}).get(name)
+    if launch is None:
+        raise StackError(f"{name}: not started by this process (only `up` in this process can restart it)")
+    if _owned(state.pgids[name], state.stack_id):
+        raise StackError(f"{name} is still running (pgid {state.pgids[name]}); kill_server it first")
+    argv, env, probe_url = launch
+    state_dir = Path(state.state_dir)
+    server = procs.start(name, argv, state_dir=state_dir, env={**env, **(extra_env or {})}, cwd=state_dir)
+    state.pgids[name] = server.pid
+    _popens.setdefault(state.stack_id, {})[name] = server
+    state.save()
+    emulator = name in ("pubsub", "firestore", "gcs")
+
+    def probe() -> bool:
+        status = procs.http_status(probe_url)
+        return status == 200 if emulator else status is not None
+
+    return procs.wait_ready(server, probe, timeout, hint=f" on port {state.ports[name]}")
+
+
+def restart_function(
+    state: StackState, function: str, *, extra_env: dict[str, str] | None = None, timeout: float = 60.0
+) -> float:
+    """SIGKILL one function's functions-framework process group and start it again on the same port."""
+    name = f"fn-{function}"
+    kill_server(state, name)
+    return start_server(state, name, extra_env=extra_env, timeout=timeout)
 
 
 def _owned(pgid: int, stack_id: str) -> bool:

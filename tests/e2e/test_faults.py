@@ -1,0 +1,287 @@
+"""Fault injection on the real stack: function processes killed with SIGKILL (mid-copy and at a step boundary),
+the Firestore emulator restarted mid-run, poison messages through Pub/Sub push and dead-lettering.
+
+Leases: a claim's `lease_until` is written by the process that takes it, from that process's
+RLCLEANUP_LEASE_SECONDS (the function's timeout on the stack: 540 s for capture-part). A delivery killed
+mid-copy leaves its claim `running` until that lease runs out, and every redelivery before then answers 500
+("being processed by another worker"). So the crash test first restarts capture-part with a 4 s lease — shorter
+than the emulator's 10 s minimum backoff, so the first redelivery after the kill already finds the lease expired
+and takes the claim over — and puts the function back with its topology lease afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_helpers import sample_on_gcs, wait_record
+from google.cloud.firestore_v1.base_query import FieldFilter
+
+from rlcleanup.stack import StackState, kill_server, restart_function, start_server
+from rlcleanup.stack.emit import job_event, publish_event
+
+pytestmark = pytest.mark.e2e
+SHORT_LEASE = "4"
+EXTRA_LOGS = 600  # with the sample's own files: 4 capture parts of <= 200 objects in the `run` group
+
+
+def _split(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri.removeprefix("gs://").partition("/")
+    return bucket, key
+
+
+def _big_sample(stack: StackState, gcs_client: Any, tmp: Path, uid: str, tag: str) -> tuple[str, str]:
+    """The completed-resumed sample plus EXTRA_LOGS small log files: capture takes long enough to kill it."""
+    run_uri, run_id = sample_on_gcs(stack, gcs_client, tmp, "completed-resumed", f"{tag}-{uid}")
+    bucket, key = _split(run_uri)
+    gcs_bucket = gcs_client.bucket(bucket)
+
+    def put(i: int) -> None:
+        gcs_bucket.blob(f"{key}/logs/noise/rank-{i:04d}.log").upload_from_string(f"noise {i} {uid}\n" * (i % 7 + 1))
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(put, range(EXTRA_LOGS)))
+    return run_uri, run_id
+
+
+def _steps(firestore_client: Any, run_id: str) -> dict[str, dict[str, Any]]:
+    ref = firestore_client.collection("runs").document(run_id).collection("steps")
+    return {snap.id: snap.to_dict() for snap in ref.stream()}
+
+
+def _wait_step(
+    firestore_client: Any, run_id: str, prefix: str, state: str, timeout: float = 60.0
+) -> dict[str, dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        steps = _steps(firestore_client, run_id)
+        hits = {k: v for k, v in steps.items() if k.startswith(prefix) and v.get("state") == state}
+        if hits:
+            return hits
+        time.sleep(0.02)
+    raise AssertionError(f"{run_id}: no {prefix}* step in state {state} within {timeout} s")
+
+
+def _one_record(firestore_client: Any, run_uri: str) -> list[str]:
+    query = firestore_client.collection("runs").where(filter=FieldFilter("run_uri", "==", run_uri))
+    return [s.id for s in query.stream()]
+
+
+def _assert_manifest_complete(gcs_client: Any, record: Any, run_uri: str) -> dict[str, Any]:
+    """Every evidence object of the run is in the manifest, and every listed object is preserved whole: present
+    at its destination with the source's size and crc32c; nothing under the preserved root is unlisted."""
+    assert record.manifest_uri, record
+    mbucket, mkey = _split(record.manifest_uri)
+    manifest: dict[str, Any] = json.loads(gcs_client.bucket(mbucket).blob(mkey).download_as_bytes())
+    root_bucket, root_key = _split(manifest["preserved_root"])
+    preserved = {f"gs://{root_bucket}/{b.name}": b for b in gcs_client.list_blobs(root_bucket, prefix=root_key + "/")}
+    sbucket, skey = _split(run_uri)
+    upload_prefix = skey.split("/durable/")[0] + "/"  # the run's durable root and its temp root (checkpoints)
+    sources = {f"gs://{sbucket}/{b.name}": b for b in gcs_client.list_blobs(sbucket, prefix=upload_prefix)}
+    listed = {o["destination"]: o for o in manifest["objects"]}
+    assert manifest["object_count"] == len(listed) == record.preserved_object_count
+    copied_sources = {o["source"] for o in listed.values() if o["source"] != "derived"}
+    listed_only: set[str] = set()  # weights are listed (uri, size, crc32c) in the derived listings, not copied
+    for name in ("checkpoints-listing.jsonl", "exports-listing.jsonl"):
+        text = gcs_client.bucket(root_bucket).blob(f"{root_key}/derived/{name}").download_as_text()
+        listed_only |= {json.loads(line)["uri"] for line in text.splitlines() if line}
+    assert copied_sources <= set(sources)
+    missing = set(sources) - copied_sources - listed_only
+    assert not missing, sorted(missing)[:5]  # the manifest is complete: every source object copied or listed
+    for dest, obj in listed.items():
+        blob = preserved.get(dest)
+        assert blob is not None, f"listed but not preserved: {dest}"
+        assert (blob.size, blob.crc32c) == (obj["size"], obj["crc32c"]), f"half-written or altered: {dest}"
+        if obj["source"] != "derived":
+            src = sources[obj["source"]]
+            assert (src.size, src.crc32c) == (obj["size"], obj["crc32c"]), dest
+    unlisted = {u for u in preserved if u not in listed and "/_parts/" not in u and not u.endswith("/manifest.json")}
+    assert all("/derived/" in u for u in unlisted), sorted(unlisted)[:5]  # only listings/reports written later
+    return manifest
+
+
+@contextlib.contextmanager
+def _push_paused(stack: StackState, function: str) -> Iterator[None]:
+    """Turn the function's push subscription into a pull one while its process is down, then back.
+
+    The emulator counts every refused push as a delivery attempt and retries refused pushes at once, so while a
+    port is dead a message burns attempts and grows its backoff (up to the 600 s maximum, or is dead-lettered
+    after 10). On Cloud Run a crashed instance is replaced behind a URL that keeps answering; with one process
+    per function, pausing push for the second the restart takes models that. The in-flight push the kill cut
+    still counts as one failed attempt (10 s minimum backoff)."""
+    from google.cloud import pubsub_v1
+
+    subscriber = pubsub_v1.SubscriberClient()
+    sub = subscriber.subscription_path(stack.project, f"{function}-push")
+    endpoint = subscriber.get_subscription(request={"subscription": sub}).push_config.push_endpoint
+    subscriber.modify_push_config(request={"subscription": sub, "push_config": {}})
+    try:
+        yield
+    finally:
+        subscriber.modify_push_config(request={"subscription": sub, "push_config": {"push_endpoint": endpoint}})
+        subscriber.close()
+
+
+@pytest.fixture
+def short_lease_capture(stack: StackState) -> Iterator[None]:
+    restart_function(stack, "capture-part", extra_env={"RLCLEANUP_LEASE_SECONDS": SHORT_LEASE})
+    try:
+        yield
+    finally:
+        restart_function(stack, "capture-part")  # back to the topology lease for the rest of the session
+
+
+def test_capture_part_killed_mid_copy_completes_after_redelivery(
+    stack: StackState, gcs_client: Any, firestore_client: Any, tmp_path: Path, uid: str, short_lease_capture: None
+) -> None:
+    run_uri, run_id = _big_sample(stack, gcs_client, tmp_path, uid, "kill-copy")
+    publish_event(job_event(run_uri, "SUCCEEDED"), stack.project)
+    running = _wait_step(firestore_client, run_id, "capture-part:", "running")
+    with _push_paused(stack, "capture-part"):
+        kill_server(stack, "fn-capture-part")  # SIGKILL the whole functions-framework group, mid-copy
+        killed_at = time.monotonic()
+        steps = _steps(firestore_client, run_id)
+        parts = steps["capture-plan"]["result"]["parts"]
+        assert len(parts) >= 4
+        unfinished = [k for k in running if steps[k]["state"] == "running"]
+        assert unfinished, "every claimed part finished before the kill: not a mid-copy crash"
+        start_server(stack, "fn-capture-part", extra_env={"RLCLEANUP_LEASE_SECONDS": SHORT_LEASE})
+
+    record = wait_record(stack.project, run_id, timeout=150)
+    elapsed = time.monotonic() - killed_at
+    assert record.status.value == "awaiting_authority", record.errors
+    assert record.terminal_state is not None and record.terminal_state.value == "completed"
+    assert record.errors == []  # a retaken part re-copies identical content: no write-once conflict
+    assert len(record.candidates) == 4
+    steps = _steps(firestore_client, run_id)
+    assert all(steps[f"capture-part:{p}"]["state"] == "done" for p in parts)
+    assert steps["fanin:capture"]["state"] == "done"
+    manifest = _assert_manifest_complete(gcs_client, record, run_uri)
+    assert manifest["object_count"] > EXTRA_LOGS
+    assert _one_record(firestore_client, run_uri) == [run_id]
+    assert elapsed < 120
+
+
+def test_terminal_function_down_at_step_boundary(
+    stack: StackState, gcs_client: Any, firestore_client: Any, tmp_path: Path, uid: str
+) -> None:
+    """establish-terminal-state is SIGKILLed before `run-classified` reaches it (the classify → terminal boundary)
+    and only comes back once the capture side has finished; the run then completes from the redelivery."""
+    kill_server(stack, "fn-establish-terminal-state")
+    try:
+        run_uri, run_id = sample_on_gcs(stack, gcs_client, tmp_path, "completed-resumed", f"kill-term-{uid}")
+        publish_event(job_event(run_uri, "SUCCEEDED"), stack.project)
+        _wait_step(firestore_client, run_id, "capture-plan", "done")
+        steps = _steps(firestore_client, run_id)
+        assert "terminal" not in steps and "fanin:capture" not in steps  # fan-in waits for the dead member
+    finally:
+        start_server(stack, "fn-establish-terminal-state")
+    record = wait_record(stack.project, run_id, timeout=120)
+    assert record.status.value == "awaiting_authority", record.errors
+    assert record.terminal_state is not None and record.terminal_state.value == "completed"
+    assert record.errors == [] and len(record.candidates) == 4
+    _assert_manifest_complete(gcs_client, record, run_uri)
+    assert _one_record(firestore_client, run_uri) == [run_id]
+
+
+def _pull_all(subscriber: Any, sub: str, seconds: float) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        resp = subscriber.pull(request={"subscription": sub, "max_messages": 100}, timeout=5)
+        if resp.received_messages:
+            got += [m.message for m in resp.received_messages]
+            subscriber.acknowledge(request={"subscription": sub, "ack_ids": [m.ack_id for m in resp.received_messages]})
+        else:
+            time.sleep(0.2)
+    return got
+
+
+def test_poison_through_push_is_dead_lettered_once(stack: StackState, firestore_client, uid: str) -> None:  # type: ignore[no-untyped-def]
+    """Undecodable, schema-invalid and unknown-run events published to `job-events`: each is acked on its first
+    push (never retried), recorded, and parked exactly once on `on-job-event-dlq`."""
+    from google.cloud import pubsub_v1
+
+    from rlcleanup.adapters.pubsub_bus import PubSubBus
+
+    undecodable = b"\xff\xfe not json " + uid.encode()
+    invalid = json.dumps({"run_uri": f"gs://somewhere/durable/poison-inv-{uid}/v1", "state": "SUCCEEDED"}).encode()
+    unknown_uri = f"gs://{stack.buckets['runs']}/nowhere/durable/poison-unknown-{uid}/v1"
+    unknown = job_event(unknown_uri, "SUCCEEDED").model_dump_json().encode()
+    bus = PubSubBus(project=stack.project)
+    for data in (undecodable, invalid, unknown):
+        bus.publish("job-events", data, {"source": "iris", "poison_test": uid})
+
+    subscriber = pubsub_v1.SubscriberClient()
+    try:
+        sub = subscriber.subscription_path(stack.project, "on-job-event-dlq-sub")
+        parked: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(parked) < 3 and time.monotonic() < deadline:
+            parked += [m for m in _pull_all(subscriber, sub, 1.0) if m.attributes.get("poison_test") == uid]
+        # Longer than the 10 s minimum backoff: a message answered 500 would have been pushed (and parked) again.
+        parked += [m for m in _pull_all(subscriber, sub, 12.0) if m.attributes.get("poison_test") == uid]
+    finally:
+        subscriber.close()
+    by_data = {m.data: m for m in parked}
+    assert len(parked) == 3 and set(by_data) == {undecodable, invalid, unknown}, [
+        (m.data[:60], dict(m.attributes)) for m in parked
+    ]
+    codes = {data: by_data[data].attributes["rlcleanup_error"] for data in by_data}
+    assert codes[undecodable] == codes[invalid] == "invalid_message"
+    assert codes[unknown] not in ("", "invalid_message"), codes[unknown]
+    log = Path(stack.state_dir, "fn-on-job-event.log").read_text(errors="replace")
+    assert log.count(uid) >= 3
+    assert log.count(f"poison-unknown-{uid}") >= 1
+    record = firestore_client.collection("runs").document(f"poison-inv-{uid}-v1").get().to_dict()
+    assert record is not None and [e["code"] for e in record["errors"]] == ["invalid_message"]
+    unknown_record = firestore_client.collection("runs").document(f"poison-unknown-{uid}-v1").get().to_dict()
+    assert unknown_record is not None and len(unknown_record["errors"]) == 1, unknown_record
+
+
+def _log_tail(stack: StackState, name: str, lines: int = 15) -> str:
+    text = Path(stack.state_dir, f"{name}.log").read_text(errors="replace").splitlines()
+    return "\n".join(line[:400] for line in text[-lines:])
+
+
+def test_firestore_restarted_mid_run(stack: StackState, gcs_client, firestore_client, tmp_path: Path, uid: str) -> None:  # type: ignore[no-untyped-def]
+    """The Firestore emulator is SIGKILLed mid-run and started again on the same port. Its state is in memory, so
+    the restart is a total loss of records and claims (the other emulators have no persistence either: a
+    restarted fake-gcs-server would lose the run itself, a restarted Pub/Sub emulator its topics and in-flight
+    messages, so Firestore is the one restart with something meaningful to assert). What must hold: the functions
+    fail clearly while it is down (500 → redelivery, no crash loop), and the controller's next terminal event for
+    the run (a watcher re-emits on reconcile) completes it from scratch: one record, a complete manifest, and the
+    write-once capture finds the evidence already preserved with identical content (no conflict).
+
+    Observed, and asserted so a change is noticed: the outage itself produces no error. Deliveries in flight
+    block in gRPC until the emulator answers again, then carry on against the empty database (a part's claim
+    is re-taken, its fan-in check finds no plan and acks "waiting"). The run is silently orphaned; the record
+    that would say what remains is itself what was lost, so only a re-emitted terminal event repairs it."""
+    run_uri, run_id = _big_sample(stack, gcs_client, tmp_path, uid, "fs-restart")
+    publish_event(job_event(run_uri, "SUCCEEDED"), stack.project)
+    _wait_step(firestore_client, run_id, "capture-part:", "running")  # copies in flight
+    kill_server(stack, "firestore")
+    time.sleep(2.0)  # in-flight deliveries hit the dead emulator
+    start_server(stack, "firestore")
+    assert firestore_client.collection("runs").document(run_id).get().to_dict() is None  # everything is gone
+    publish_event(job_event(run_uri, "SUCCEEDED"), stack.project)  # the re-emitted event: a new observation
+    try:
+        record = wait_record(stack.project, run_id, timeout=120)
+    except AssertionError as exc:
+        tails = {n: _log_tail(stack, n) for n in ("fn-on-job-event", "fn-capture-part", "fn-establish-terminal-state")}
+        raise AssertionError(f"{exc}\n{json.dumps(tails, indent=1)}") from None
+    assert record.status.value == "awaiting_authority", record.errors
+    assert record.terminal_state is not None and record.terminal_state.value == "completed"
+    assert len(record.candidates) == 4
+    assert [e for e in record.errors if e.code == "write_once_conflict"] == []
+    _assert_manifest_complete(gcs_client, record, run_uri)
+    assert _one_record(firestore_client, run_uri) == [run_id]
+    for name in ("fn-capture-part", "fn-establish-terminal-state", "fn-plan-capture"):
+        text = Path(stack.state_dir, f"{name}.log").read_text(errors="replace")
+        assert '"severity": "ERROR"' not in text and "Traceback" not in text, _log_tail(stack, name)
