@@ -18,6 +18,7 @@ from typing import Any
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.ports.storage import ObjectInfo
+from rlcleanup.samples.large import llama70b_tensors as llama_tensors
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.validate import validate_candidate
 
@@ -55,25 +56,6 @@ class CountingStorage:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
-
-
-def llama_tensors() -> list[tuple[str, list[int]]]:
-    kv = KV_HEADS * HEAD_DIM
-    out = [("model.embed_tokens.weight", [VOCAB, HIDDEN])]
-    for i in range(LAYERS):
-        p = f"model.layers.{i}."
-        out += [
-            (p + "input_layernorm.weight", [HIDDEN]),
-            (p + "post_attention_layernorm.weight", [HIDDEN]),
-            (p + "self_attn.q_proj.weight", [HIDDEN, HIDDEN]),
-            (p + "self_attn.k_proj.weight", [kv, HIDDEN]),
-            (p + "self_attn.v_proj.weight", [kv, HIDDEN]),
-            (p + "self_attn.o_proj.weight", [HIDDEN, HIDDEN]),
-            (p + "mlp.gate_proj.weight", [INTERMEDIATE, HIDDEN]),
-            (p + "mlp.up_proj.weight", [INTERMEDIATE, HIDDEN]),
-            (p + "mlp.down_proj.weight", [HIDDEN, INTERMEDIATE]),
-        ]
-    return [*out, ("model.norm.weight", [HIDDEN]), ("lm_head.weight", [VOCAB, HIDDEN])]
 
 
 def nbytes(shape: list[int]) -> int:

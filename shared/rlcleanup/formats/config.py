@@ -89,8 +89,8 @@ def get(config: dict[str, Any], dotted: str, default: Any = None) -> Any:
     return node
 
 
-def get_int(config: dict[str, Any], dotted: str) -> int | None:
-    value = get(config, dotted)
+def as_int(value: Any) -> int | None:
+    """An integer from an untrusted JSON/YAML value: ints, integral floats, ASCII digit strings; never bools."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -100,3 +100,7 @@ def get_int(config: dict[str, Any], dotted: str) -> int | None:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return None
+
+
+def get_int(config: dict[str, Any], dotted: str) -> int | None:
+    return as_int(get(config, dotted))

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any
 
-from rlcleanup.formats.config import parse_int
+from rlcleanup.formats.config import as_int
 from rlcleanup.models.record import ChainCoverage
 
 MAX_LINE_CHARS = 1024 * 1024  # longer lines are cut before any regex runs
@@ -102,16 +102,7 @@ def metric_value(row: MetricRow | Mapping[str, Any], name: str) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _int_step(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        return parse_int(value)
-    return None
+_int_step = as_int
 
 
 def _global_step(metrics: Mapping[str, Any]) -> int | None:

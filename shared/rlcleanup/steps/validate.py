@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcleanup.formats.config import get, parse_int
+from rlcleanup.formats.config import as_int, get
 from rlcleanup.formats.safetensors_header import (
     DEFAULT_FIRST_BLOCK,
     CorruptHeaderError,
@@ -126,16 +126,9 @@ def coverage_gaps(metric_steps: Collection[int], lo: int, hi: int) -> list[tuple
 
 
 def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        number = parse_int(value)
-        return number if number is not None and number >= 0 else None
-    return None
+    """Steps and counts: as_int, but a negative string is no step (a negative int still reaches the checks)."""
+    number = as_int(value)
+    return None if isinstance(value, str) and number is not None and number < 0 else number
 
 
 def _read_json(storage: Storage, uri: str) -> tuple[dict[str, Any] | None, str | None]:
