@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlcleanup.steps.capture import CapturePart
+from rlcleanup.steps.terminal import IRIS_JOB_STATES
 
 # Terminal states by source; everything else is non-terminal (recorded and ignored).
 _TERMINAL = {
@@ -29,16 +30,6 @@ _TERMINAL = {
     "manual": {"ENDED"},
 }
 _ANY_TERMINAL = set().union(*_TERMINAL.values()) - {"4", "5", "6", "7", "8"} | {"ABSENT", "VANISHED", "GONE"}
-_IRIS_NAMES = {
-    1: "PENDING",
-    2: "BUILDING",
-    3: "RUNNING",
-    4: "SUCCEEDED",
-    5: "FAILED",
-    6: "KILLED",
-    7: "WORKER_FAILED",
-    8: "UNSCHEDULABLE",
-}
 
 
 class _Msg(BaseModel):
@@ -65,7 +56,7 @@ class JobEvent(_Msg):
     @classmethod
     def _state_text(cls, value: object) -> object:
         if isinstance(value, int) and not isinstance(value, bool):
-            return _IRIS_NAMES.get(value, str(value))
+            return IRIS_JOB_STATES.get(value, str(value))
         return value
 
     @field_validator("run_uri")

@@ -9,7 +9,6 @@ releases the claim and a redelivery resumes, and any delivery after completion i
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -23,30 +22,13 @@ from rlcleanup.authority.reclaim import reclaim
 from rlcleanup.authority.register import register
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import AuthorityAction, CompletionRecord, PreCancelCapture
-from rlcleanup.ports.records import Claim
-from rlcleanup.runtime.errors import PermanentError, RetryLater
+from rlcleanup.runtime.claims import once as _once
+from rlcleanup.runtime.errors import PermanentError
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.steps.capture import preserved_root
 from rlcleanup.steps.facts import run_facts, safe_run_id
 from rlcleanup.steps.layout import RunLayout, discover
 from rlcleanup.uris import basename, join, parent
-
-
-def _once(p: Ports, run_id: str, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
-    """Same contract as handlers._once (kept local: handlers.py imports this module)."""
-    state = p.records.claim(run_id, key, p.lease_seconds, p.clock.now())
-    if state is Claim.done:
-        return None
-    if state is Claim.busy:
-        raise RetryLater(f"{run_id}/{key} is being processed by another worker")
-    try:
-        result = work()
-    except BaseException:
-        p.records.release(run_id, key)
-        raise
-    p.records.complete(run_id, key, result)
-    return result
-
 
 _ENVELOPE_REFUSALS = {Refusal.wrong_run, Refusal.wrong_action}
 

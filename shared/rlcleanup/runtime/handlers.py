@@ -18,9 +18,10 @@ from pydantic import BaseModel
 from rlcleanup.models.events import CandidateMessage, CapturePartMessage, JobEvent, RunMessage
 from rlcleanup.models.record import Candidate, CompletionRecord, ResumeSafety, RunError
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
-from rlcleanup.ports.records import Claim
 from rlcleanup.report.publish import publish_report
 from rlcleanup.runtime import authority_handlers
+from rlcleanup.runtime.claims import BUSY
+from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.errors import PermanentError, RetryLater, classify_error
 from rlcleanup.runtime.metrics_store import load_metric_steps
 from rlcleanup.runtime.ports import Ports
@@ -41,34 +42,6 @@ VALIDATION_TARGETS = "fanout:validate"  # result key: the candidate-validation f
 
 def _publish(p: Ports, topic: str, message: BaseModel, **attributes: str) -> None:
     p.bus.publish(topic, message.model_dump_json().encode(), attributes)
-
-
-BUSY = {"busy": True}  # what _once returns (with busy_ok) when another delivery holds the claim
-
-
-def _once(
-    p: Ports, run_id: str, key: str, work: Callable[[], dict[str, Any]], *, busy_ok: bool = False
-) -> dict[str, Any] | None:
-    """Run `work` once per (run_id, key). None when it was done before.
-
-    While another delivery holds the claim: RetryLater (this message is redelivered and re-checks), or, for a
-    fan-in with busy_ok, BUSY: the holder is itself a fan-in member whose own message stays unacked until the
-    fan-in is stored (or is redelivered when it fails), so this member can ack instead of retrying.
-    """
-    state = p.records.claim(run_id, key, p.lease_seconds, p.clock.now())
-    if state is Claim.done:
-        return None
-    if state is Claim.busy:
-        if busy_ok:
-            return BUSY
-        raise RetryLater(f"{run_id}/{key} is being processed by another worker")
-    try:
-        result = work()
-    except BaseException:
-        p.records.release(run_id, key)
-        raise
-    p.records.complete(run_id, key, result)
-    return result
 
 
 def _errors(step: str, messages: list[str]) -> list[RunError]:
