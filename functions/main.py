@@ -27,6 +27,7 @@ def _entry(entry_point: str) -> Callable[[CloudEvent], None]:
 
 on_job_event = _entry("on_job_event")
 establish_terminal_state = _entry("establish_terminal_state")
+scan_log_part = _entry("scan_log_part")
 plan_capture = _entry("plan_capture")
 capture_part = _entry("capture_part")
 validate_candidate = _entry("validate_candidate")

@@ -17,6 +17,7 @@ locals {
   function_access = {
     "on-job-event"             = { read_runs = true, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
     "establish-terminal-state" = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = true, write_destinations = false }
+    "scan-log-part"            = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = true, write_destinations = false }
     "plan-capture"             = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = true, write_destinations = false }
     "capture-part"             = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = true, write_destinations = false }
     "validate-candidate"       = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = false, write_destinations = false }

@@ -361,6 +361,7 @@ def test_derived_iam_maps(tmp_path: Path, tfvars: dict[str, Any]) -> None:
         "capture-part",
         "capture-pre-cancel",
         "establish-terminal-state",
+        "scan-log-part",
         "plan-capture",
         "select-candidate",
         *GRANT_APPLIERS,

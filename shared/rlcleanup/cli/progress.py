@@ -11,6 +11,8 @@ from rlcleanup.models.vocab import RecordStatus
 # (label, claim key or key prefix ending in ':'); fan-out totals come from the plan/fan-out results.
 STAGES = [
     ("classify", "classify"),
+    ("log-scan plan", "terminal-plan"),
+    ("log-scan parts", "log-scan:"),
     ("terminal state", "terminal"),
     ("capture plan", "capture-plan"),
     ("capture parts", "capture-part:"),
@@ -32,8 +34,9 @@ class Stage:
 def _total(key: str, states: dict[str, dict[str, Any]]) -> int | None:
     if not key.endswith(":"):
         return 1
-    if key == "capture-part:":
-        parts = (states.get("capture-plan") or {}).get("result", {}).get("parts")
+    plans = {"capture-part:": "capture-plan", "log-scan:": "terminal-plan"}
+    if key in plans:
+        parts = (states.get(plans[key]) or {}).get("result", {}).get("parts")
         return len(parts) if isinstance(parts, list) else None
     for source in ("fanout:validate", "fanin:capture"):
         targets = (states.get(source) or {}).get("result", {}).get("targets")

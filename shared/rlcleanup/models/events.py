@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlcleanup.steps.capture import CapturePart
+from rlcleanup.steps.logscan import LogScanPart
 from rlcleanup.steps.terminal import IRIS_JOB_STATES
 
 # Terminal states by source; everything else is non-terminal (recorded and ignored).
@@ -120,6 +121,12 @@ class CapturePartMessage(_Msg):
     run_uri: str
     dest_root: str
     part: CapturePart
+
+
+class LogScanPartMessage(_Msg):
+    run_id: str
+    dest_root: str
+    part: LogScanPart
 
 
 class CandidateMessage(_Msg):

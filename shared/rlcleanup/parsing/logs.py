@@ -174,6 +174,9 @@ class ErrorCandidate:
     timestamp: datetime | None = None  # the line's own stamp, else the last stamp seen before it in the file
     truncated: bool = False
     complete: bool = True  # False when the file ended before the final `ErrorType: message`
+    # The after-error-only rule that would make this (causal) error noise had an earlier file of the attempt
+    # shown an error. Files are scanned independently (in parallel parts); `carry_error_seen` applies it.
+    noise_after_error: str | None = None
 
 
 @dataclass
@@ -437,6 +440,15 @@ class LogScanner:
                 first = rules[0]
                 assert first is not None
                 error.causal, error.noise, error.noise_reason = False, first.name, first.reason
+            elif not self._error_seen:
+                later = [
+                    noise_rule_for(sig, error_seen=True)
+                    for sig in (signatures or [f"{error.error_type}: {error.message}"])
+                ]
+                if later and all(r is not None for r in later):
+                    first = later[0]
+                    assert first is not None
+                    error.noise_after_error = first.name
         self._error_seen = True
         if len(self.scan.errors) >= MAX_ERRORS_PER_FILE:
             self.scan.errors_dropped += 1
@@ -503,19 +515,35 @@ class AttemptScan:
         return max(steps) if steps else None
 
 
+def scan_log(storage: Storage, uri: str, attempt_id: str | None) -> LogScan:
+    """Stream one log file; a read failure keeps what was scanned and names the uri, line and cause."""
+    scanner = LogScanner(uri, attempt_id)
+    try:
+        for raw in storage.iter_lines(uri):
+            scanner.feed(raw)
+    except (StorageError, OSError, ValueError) as exc:
+        scanner.scan.problems.append(f"log {uri} could not be read past line {scanner.scan.lines}: {exc}")
+    return scanner.finish()
+
+
+def carry_error_seen(files: list[LogScan]) -> None:
+    """Apply after-error-only noise rules across an attempt's files, in scan order (files are scanned alone)."""
+    seen = False
+    for scan in files:
+        if seen:
+            for error in scan.errors:
+                rule = next((r for r in NOISE_RULES if r.name == error.noise_after_error), None)
+                if error.causal and rule is not None:
+                    error.causal, error.noise, error.noise_reason = False, rule.name, rule.reason
+        seen = seen or bool(scan.errors)
+
+
+def assemble_attempt(attempt_id: str, files: list[LogScan]) -> AttemptScan:
+    """An attempt's scan from its files' scans, given in `log_order`."""
+    carry_error_seen(files)
+    return AttemptScan(attempt_id=attempt_id, files=files, problems=[p for f in files for p in f.problems])
+
+
 def scan_attempt(storage: Storage, attempt: AttemptFiles) -> AttemptScan:
-    out = AttemptScan(attempt_id=attempt.attempt_id)
-    error_seen = False
-    for uri in log_order(attempt.log_uris):
-        scanner = LogScanner(uri, attempt.attempt_id, error_seen=error_seen)
-        try:
-            for raw in storage.iter_lines(uri):
-                scanner.feed(raw)
-        except (StorageError, OSError, ValueError) as exc:
-            problem = f"log {uri} could not be read past line {scanner.scan.lines}: {exc}"
-            out.problems.append(problem)
-            scanner.scan.problems.append(problem)
-        scan = scanner.finish()
-        error_seen = scanner.error_seen
-        out.files.append(scan)
-    return out
+    files = [scan_log(storage, uri, attempt.attempt_id) for uri in log_order(attempt.log_uris)]
+    return assemble_attempt(attempt.attempt_id, files)

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rlcleanup.models.events import CandidateMessage, CapturePartMessage, JobEvent, RunMessage
+from rlcleanup.models.events import CandidateMessage, CapturePartMessage, JobEvent, LogScanPartMessage, RunMessage
 from rlcleanup.models.record import Candidate, CompletionRecord, ResumeSafety, RunError
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
 from rlcleanup.report.publish import publish_report
@@ -27,6 +27,7 @@ from rlcleanup.runtime.metrics_store import load_metric_steps
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.wrapup import finish_record
 from rlcleanup.steps import capture as capture_step
+from rlcleanup.steps import logscan
 from rlcleanup.steps.classify import classify
 from rlcleanup.steps.facts import run_facts, safe_run_id
 from rlcleanup.steps.layout import discover
@@ -122,29 +123,72 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     return f"classified {run_id}: {result['kind']}" if result else f"duplicate: {run_id} already classified"
 
 
-# ---------------------------------------------------------------- terminal state (fan-in member)
+# ---------------------------------------------------------------- terminal state (log-scan fan-out, fan-in)
 
 
 def establish_terminal_state(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     msg = RunMessage.model_validate_json(data)
 
-    def work() -> dict[str, Any]:
+    def plan() -> dict[str, Any]:
         layout = discover(p.storage, msg.run_uri)
         dest_root = capture_step.preserved_root(msg.preserve_root, msg.run_id)
+        parts = logscan.plan_log_scan(layout)
+        for part in parts:
+            _publish(p, "log-scan-parts", LogScanPartMessage(run_id=msg.run_id, dest_root=dest_root, part=part))
+        # Part ids and attempt ids only: the file lists travel in the messages, so this result stays small.
+        return {
+            "parts": [[part.part_id, part.attempt_id] for part in parts],
+            "dest_root": dest_root,
+            "run": msg.model_dump(mode="json"),
+        }
+
+    _once(p, msg.run_id, "terminal-plan", plan)
+    return _maybe_fan_in_terminal(p, msg.run_id)
+
+
+def scan_log_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    msg = LogScanPartMessage.model_validate_json(data)
+
+    def work() -> dict[str, Any]:
+        uri, problems = logscan.scan_part(p.storage, msg.dest_root, msg.part)
+        return {"uri": uri, "files": len(msg.part.uris), "bytes": msg.part.bytes, "problems": len(problems)}
+
+    _once(p, msg.run_id, f"log-scan:{msg.part.part_id}", work)
+    return _maybe_fan_in_terminal(p, msg.run_id)
+
+
+def _maybe_fan_in_terminal(p: Ports, run_id: str) -> str:
+    """When every log-scan part is stored: settle the terminal state once, then try the capture fan-in."""
+    plan = p.records.result(run_id, "terminal-plan")
+    if plan is None:
+        return "waiting: log-scan plan"
+    parts = [(part_id, attempt_id) for part_id, attempt_id in plan["parts"]]
+    done = p.records.results(run_id, "log-scan:")
+    pending = [part_id for part_id, _ in parts if f"log-scan:{part_id}" not in done]
+    if pending:
+        return f"waiting: {len(pending)} log-scan parts"
+    msg = RunMessage.model_validate(plan["run"])
+
+    def work() -> dict[str, Any]:
+        layout = discover(p.storage, msg.run_uri)
+        scans = logscan.assemble(p.storage, plan["dest_root"], parts)
         fields, errors = settle_terminal_state(
             p.storage,
             layout,
-            dest_root,
+            scans,
+            plan["dest_root"],
             event_state=msg.event_state,
             event_source=msg.event_source,
             controller_absent=msg.controller_absent,
         )
-        p.records.update(msg.run_id, fields)
-        p.records.add_errors(msg.run_id, _errors("terminal_state", errors))
+        p.records.update(run_id, fields)
+        p.records.add_errors(run_id, _errors("terminal_state", errors))
         return {"terminal_state": fields.get("terminal_state")}
 
-    _once(p, msg.run_id, "terminal", work)
-    return _maybe_fan_in_capture(p, msg.run_id, msg.run_uri, msg.preserve_root)
+    result = _once(p, run_id, "terminal", work, busy_ok=True)
+    if result is BUSY:
+        return "terminal fan-in in progress in another delivery"
+    return _maybe_fan_in_capture(p, run_id, msg.run_uri, msg.preserve_root)
 
 
 # ---------------------------------------------------------------- capture (plan, parts, fan-in)
@@ -301,6 +345,7 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
 HANDLERS: dict[str, Handler] = {
     "on_job_event": on_job_event,
     "establish_terminal_state": establish_terminal_state,
+    "scan_log_part": scan_log_part,
     "plan_capture": plan_capture,
     "capture_part": capture_part,
     "validate_candidate": validate_one,

@@ -1,11 +1,11 @@
-"""Step 2 as the pipeline runs it: scan every attempt's logs once, settle the terminal state, and preserve
-the stitched metrics beside the evidence (the record references them by URI instead of embedding them)."""
+"""Step 2 as the pipeline runs it: from every attempt's log scans (`steps.logscan` parts), settle the terminal
+state and preserve the stitched metrics beside the evidence (the record references them by URI, not embedded)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlcleanup.parsing.logs import scan_attempt
+from rlcleanup.parsing.logs import AttemptScan
 from rlcleanup.ports.storage import Storage, WriteOutcome
 from rlcleanup.steps.capture import write_derived
 from rlcleanup.steps.facts import run_facts
@@ -18,6 +18,7 @@ METRICS_FILE = "metrics.jsonl"
 def settle_terminal_state(
     storage: Storage,
     layout: RunLayout,
+    scans: list[AttemptScan],
     dest_root: str,
     *,
     event_state: str | None = None,
@@ -25,7 +26,6 @@ def settle_terminal_state(
     controller_absent: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
     """Returns the record fields this step owns, and error strings ('code: detail')."""
-    scans = [scan_attempt(storage, attempt) for attempt in layout.attempts]
     budget, budget_reason = step_budget(layout.skyrl)
     verdict = establish_terminal_state(
         layout,
@@ -36,7 +36,7 @@ def settle_terminal_state(
         event_source=event_source,
         controller_absent=controller_absent,
     )
-    errors: list[str] = []
+    errors = [f"unreadable_log: {problem}" for scan in scans for problem in scan.problems]
     metrics_uri, outcome = write_derived(storage, dest_root, METRICS_FILE, verdict.stitched.to_jsonl().encode())
     if outcome is WriteOutcome.conflict:
         errors.append(f"write_once_conflict: {metrics_uri} exists with different content; kept the earlier one")

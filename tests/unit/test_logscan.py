@@ -1,0 +1,127 @@
+"""The terminal-state log scan split into parts: same verdicts as one sequential pass, bounded parts."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.parsing.logs import AttemptScan, scan_attempt
+from rlcleanup.ports.storage import ObjectInfo
+from rlcleanup.samples.generator import write_sample_run
+from rlcleanup.steps import logscan
+from rlcleanup.steps.layout import AttemptFiles, RunLayout, discover
+from rlcleanup.steps.terminal import establish_terminal_state, find_first_error, step_budget
+
+TB = ["Traceback (most recent call last):", '  File "/app/x.py", line 3, in f', "    g()"]
+
+
+def _layout(run_uri: str, attempts: list[AttemptFiles]) -> RunLayout:
+    return RunLayout(
+        run_uri=run_uri,
+        kind="A",
+        config_uri="c",
+        config_bytes=b"",
+        config={},
+        skyrl={},
+        temp_root=None,
+        checkpoints_root="ck",
+        exports_root="ex",
+        attempts=attempts,
+    )
+
+
+def _scan_split(storage: LocalStorage, layout: RunLayout, dest: Path, **limits: int) -> list[AttemptScan]:
+    parts = logscan.plan_log_scan(layout, **limits)
+    for part in parts:
+        logscan.scan_part(storage, str(dest), part)
+    return logscan.assemble(storage, str(dest), [(p.part_id, p.attempt_id) for p in parts])
+
+
+def _comparable(scans: list[AttemptScan]) -> list[dict[str, object]]:
+    return [dataclasses.asdict(s) for s in scans]
+
+
+@pytest.mark.parametrize("scenario", ["failed-first-link", "completed-resumed", "completed-budget-plus-one"])
+def test_one_file_per_part_gives_the_sequential_scan_and_verdict(tmp_path: Path, scenario: str) -> None:
+    storage = LocalStorage(checksums=False)
+    layout = discover(storage, str(write_sample_run(tmp_path / "runs", scenario)))
+    sequential = [scan_attempt(storage, a) for a in layout.attempts]
+    split = _scan_split(storage, layout, tmp_path / "dest", max_files=1)
+    assert sum(len(a.log_uris) for a in layout.attempts) > len(layout.attempts)  # really split
+    assert _comparable(split) == _comparable(sequential)
+    budget, how = step_budget(layout.skyrl)
+    one = establish_terminal_state(layout, sequential, budget, budget_reason=how)
+    many = establish_terminal_state(layout, split, budget, budget_reason=how)
+    assert (many.terminal_state, many.first_failure_cause, many.reasoning) == (
+        one.terminal_state,
+        one.first_failure_cause,
+        one.reasoning,
+    )
+
+
+def test_after_error_noise_is_carried_across_separately_scanned_files(tmp_path: Path) -> None:
+    """A connection reset is noise only after another error in the attempt; files are scanned alone."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "finelog.log").write_text("\n".join([*TB, "torch.OutOfMemoryError: CUDA out of memory"]) + "\n")
+    (logs / "worker-b.err").write_text("\n".join([*TB, "ConnectionResetError: Connection reset by peer"]) + "\n")
+    attempt = AttemptFiles(attempt_id="a1", log_uris=[str(logs / "worker-b.err"), str(logs / "finelog.log")])
+    storage = LocalStorage(checksums=False)
+    whole = scan_attempt(storage, attempt)
+    assert [(e.error_type, e.causal, e.noise) for e in whole.errors] == [
+        ("torch.OutOfMemoryError", True, None),
+        ("ConnectionResetError", False, "connection_reset"),
+    ]
+    alone = scan_attempt(storage, AttemptFiles(attempt_id="a1", log_uris=[str(logs / "worker-b.err")]))
+    assert [(e.error_type, e.causal) for e in alone.errors] == [("ConnectionResetError", True)]  # nothing before it
+    first = find_first_error([whole])
+    assert first is not None and first.candidate.error_type == "torch.OutOfMemoryError"
+
+
+def test_parts_are_cut_at_file_boundaries_by_bytes_and_count_in_chain_order(tmp_path: Path) -> None:
+    def attempt(attempt_id: str, sizes: list[int]) -> AttemptFiles:
+        objects = [ObjectInfo(uri=f"r/{attempt_id}/worker-{i:02d}.err", size=s) for i, s in enumerate(sizes)]
+        return AttemptFiles(attempt_id=attempt_id, log_uris=[o.uri for o in objects], log_objects=objects)
+
+    layout = _layout("r", [attempt("x", [60, 60, 60, 500, 10]), attempt("empty", []), attempt("y", [1] * 5)])
+    parts = logscan.plan_log_scan(layout, max_bytes=128, max_files=3)
+    assert [(p.part_id, p.attempt_id, p.bytes, len(p.uris)) for p in parts] == [
+        ("a000-p0000", "x", 120, 2),
+        ("a000-p0001", "x", 60, 1),
+        ("a000-p0002", "x", 500, 1),  # bigger than the budget: alone, never cut
+        ("a000-p0003", "x", 10, 1),
+        ("a001-p0000", "empty", 0, 0),  # keeps the attempt in the chain
+        ("a002-p0000", "y", 3, 3),
+        ("a002-p0001", "y", 2, 2),
+    ]
+    assert [u for p in parts for u in p.uris] == [u for a in layout.attempts for u in a.log_uris]
+    assert sorted(p.part_id for p in parts) == [p.part_id for p in parts]
+
+
+def test_stored_scans_round_trip_nan_metrics_and_timestamps(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "finelog.log").write_text(
+        '2026-11-30T10:00:00Z WANDB_MIRROR kind=train step=3 metrics={"loss": NaN, "trainer/global_step": 3}\n'
+    )
+    layout = _layout(str(tmp_path), [AttemptFiles(attempt_id="a", log_uris=[str(logs / "finelog.log")])])
+    storage = LocalStorage(checksums=False)
+    (split,) = _scan_split(storage, layout, tmp_path / "dest")
+    (whole,) = [scan_attempt(storage, a) for a in layout.attempts]
+    (row,) = split.metric_rows
+    assert math.isnan(row.metrics["loss"]) and row.step == 3
+    assert split.files[0].first_timestamp == whole.files[0].first_timestamp is not None
+
+
+def test_a_replayed_part_rewrites_nothing(tmp_path: Path) -> None:
+    storage = LocalStorage(checksums=False)
+    layout = discover(storage, str(write_sample_run(tmp_path / "runs", "failed-first-link")))
+    part = logscan.plan_log_scan(layout)[0]
+    uri, _ = logscan.scan_part(storage, str(tmp_path / "dest"), part)
+    before = Path(uri).stat().st_mtime_ns
+    assert logscan.scan_part(storage, str(tmp_path / "dest"), part)[0] == uri
+    assert Path(uri).stat().st_mtime_ns == before
