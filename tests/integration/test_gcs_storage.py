@@ -48,6 +48,51 @@ def test_stat_list_and_reads(gcs: GcsStorage, gcs_client, bucket: str) -> None: 
     assert list(gcs.iter_lines(f"gs://{bucket}/run/sub/b.log")) == ["first", "second", "third"]
 
 
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "blob"])
+def test_read_range_semantics(gcs_client, bucket: str, lean: bool) -> None:  # type: ignore[no-untyped-def]
+    """Both ranged-read paths (pooled urllib3 GET, blob.download_as_bytes) agree on every edge."""
+    gcs = GcsStorage(gcs_client, lean_reads=lean)
+    data = bytes(range(256)) * 40  # 10,240 bytes
+    names = ["plain.bin", "dir/sub dir/shard 00001-of-00030.safetensors", "q?x#y%20&z+é~'.bin", "a//b/./c"]
+    for name in names:
+        gcs_client.bucket(bucket).blob(name).upload_from_string(data)
+    for name in names:
+        uri = f"gs://{bucket}/{name}"
+        assert gcs.read_range(uri, 0, 8) == data[:8], name
+        assert gcs.read_range(uri, 8, 4096) == data[8:4104], name
+        assert gcs.read_range(uri, 10_000, 1000) == data[10_000:], name  # short at the end
+        assert gcs.read_range(uri, 10_239, 1) == data[-1:], name  # the last byte
+        assert gcs.read_range(uri, 10_240, 8) == b"", name  # starts exactly at the end
+        assert gcs.read_range(uri, 50_000, 8) == b"", name  # far beyond it
+        assert gcs.read_range(uri, 5, 0) == b"", name
+    with pytest.raises(FileNotFoundError):
+        gcs.read_range(f"gs://{bucket}/no/such/object", 0, 8)
+    with pytest.raises(FileNotFoundError):
+        gcs.read_range(f"gs://{bucket}-missing-bucket/x", 0, 8)
+    gcs_client.bucket(bucket).blob("empty").upload_from_string(b"")
+    assert gcs.read_range(f"gs://{bucket}/empty", 0, 8) == b""
+    assert (gcs._ranges is not None) is lean  # the lean path really served these reads
+
+
+def test_lean_reads_share_a_pool_across_threads(gcs: GcsStorage, gcs_client, bucket: str) -> None:  # type: ignore[no-untyped-def]
+    from concurrent.futures import ThreadPoolExecutor
+
+    blobs = {f"s/{k:03d}": bytes([k]) * (100 + k) for k in range(64)}
+    for name, body in blobs.items():
+        gcs_client.bucket(bucket).blob(name).upload_from_string(body)
+    jobs = [(name, start) for name in blobs for start in (0, 50, 90, 200)] * 2  # interleaved hits, short and empty
+
+    def read(job: tuple[str, int]) -> bool:
+        name, start = job
+        return gcs.read_range(f"gs://{bucket}/{name}", start, 60) == blobs[name][start : start + 60]
+
+    with ThreadPoolExecutor(32) as pool:
+        assert all(pool.map(read, jobs))
+    with pytest.raises(FileNotFoundError):  # a 404 body left on a pooled connection would corrupt the next read
+        gcs.read_range(f"gs://{bucket}/s/none", 0, 8)
+    assert gcs.read_range(f"gs://{bucket}/s/000", 0, 8) == blobs["s/000"][:8]
+
+
 def test_iter_lines_streams_large_objects(gcs: GcsStorage, gcs_client, bucket: str) -> None:  # type: ignore[no-untyped-def]
     lines = [f"step {i}: " + "x" * 200 for i in range(60_000)]  # ~12.5 MB: several 4 MiB chunks
     gcs_client.bucket(bucket).blob("big.log").upload_from_string("\n".join(lines).encode())
