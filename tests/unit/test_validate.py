@@ -6,6 +6,7 @@ import io
 import json
 import pickle
 import struct
+import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from rlcleanup.models.record import Candidate
 from rlcleanup.ports.storage import ObjectInfo
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.validate import (
+    HEADER_WORKERS,
     check_resume_safety,
     coverage_gaps,
     estimate_parameters,
@@ -355,6 +357,39 @@ def test_many_shards_concurrently(tmp_path: Path) -> None:
     c = validate(tmp_path, workers=16)
     assert c.valid, c.problems
     assert (c.shard_count, c.parameter_count) == (24, sum(4 * (k + 1) for k in range(24)))
+
+
+class ConcurrencyStorage(LocalStorage):
+    """LocalStorage whose ranged reads are held until `target` are in flight at once (or 5 s pass): records the peak."""
+
+    def __init__(self, target: int) -> None:
+        super().__init__(checksums=True)
+        self.cond = threading.Condition()
+        self.target = target
+        self.active = self.peak = 0
+
+    def read_range(self, uri: str, start: int, length: int) -> bytes:
+        with self.cond:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: self.peak >= self.target, timeout=5)
+        try:
+            return super().read_range(uri, start, length)
+        finally:
+            with self.cond:
+                self.active -= 1
+
+
+@pytest.mark.parametrize(("shards", "workers", "peak"), [(30, HEADER_WORKERS, 30), (40, 8, 8), (3, 1, 1)])
+def test_header_pool_is_bounded(tmp_path: Path, shards: int, workers: int, peak: int) -> None:
+    # A 70B export has 30 shards: the default pool reads all their headers in one round, never more than `workers`.
+    assert 30 <= HEADER_WORKERS <= 64
+    make_export(tmp_path, shards=[{f"layer.{k}.w": np.zeros((1, 4), np.float32)} for k in range(shards)])
+    storage = ConcurrencyStorage(target=peak)
+    c = validate_candidate(storage, make_layout(tmp_path), 10, metric_steps=None, step_budget=None, workers=workers)
+    assert c.valid, c.problems
+    assert storage.peak == peak
 
 
 def test_problems_are_capped(tmp_path: Path) -> None:
