@@ -1,41 +1,55 @@
 """Validate many 70B-shaped exports through the Storage port, on local files and on fake-gcs-server.
 
-40 exports x 30 shards (1,200 shards; llama-70B headers) by default, `--exports N` to change it. Reports
-requests per shard, bytes read vs the physical minimum (Σ(8 + header_len) + index + config.json) vs a naive full
-read, and wall time of the bounded concurrent pool (validate_candidate's header pool, one candidate after the
-other as the runtime's per-candidate messages would run) vs a sequential two-request reader (8-byte length, then
-the header) over the same shards.
+8 exports x 30 shards by default (CI size), `--full` for the issue's 40 x 30 (1,200 shards; llama-70B headers),
+`--exports N` for any other count. Reports requests per shard, bytes read vs the physical minimum
+(Σ(8 + header_len) + index + config.json) vs a naive full read, and wall time of:
+  baseline   a sequential two-request reader on the stock google-cloud-storage client: per shard
+             `blob.download_as_bytes(start=0, end=7)`, then the header; one shard after the other
+  ours, 1    validate_candidate with one header worker (GcsStorage's lean ranged GET, 1 request per shard)
+  ours, blob validate_candidate with the bounded header pool, ranged reads through blob.download_as_bytes
+  ours, pool validate_candidate with the bounded header pool and the lean ranged GET (what production runs)
+  fan-out    every candidate at once, each with its own GcsStorage (its own connections), as the runtime's
+             per-candidate messages would run in separate invocations
+ours-1 vs baseline is the reader's own gain, pool vs ours-1 the pool's; ours-blob isolates the HTTP path.
+validate_candidate also lists the export and reads config.json and the index (3 requests per candidate the
+baseline does not make).
+
+Latency is real: bench/latency_proxy.py (a TCP proxy in its own process group) sits in front of fake-gcs-server
+and delays every forwarded chunk by --latency-ms one way (default 10 and 25; a new connection also pays one round
+trip), so both readers pay real round trips. "direct" talks to fake-gcs-server without the proxy.
 
 Substitution on the emulator: fake-gcs-server keeps objects in memory, so it cannot hold 40 x 141 GB. Its shards
 carry the real 70B header and no data section; every shard therefore also reports `truncated_shard`, which does
 not change the number of requests (the header path is identical); the speculative first read (64 KiB) is capped by
 the header-only object's size there, so on full-size GCS objects bytes read match the local figure. Local shards are
-full-size sparse files. A third pass adds a fixed delay per request (--latency-ms, default 20) to model real GCS
-latency, which the local emulator (about 5 ms per request, CPU-bound on both ends) does not have.
-Run: .venv/bin/python bench/bench_validate_many.py [--exports N] [--latency-ms MS] [--repeat K]
+full-size sparse files.
+Run: .venv/bin/python bench/bench_validate_many.py [--full | --exports N] [--latency-ms MS ...] [--workers W]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import struct
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from _common import CountingStorage, fake_gcs, fmt_bytes, gcs_client
+from latency_proxy import latency_proxy
 from rlcleanup.adapters.gcs_storage import GcsStorage
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.formats.safetensors_header import SafetensorsHeader, parse_header
-from rlcleanup.ports.storage import ObjectInfo, Storage
+from rlcleanup.models.record import Candidate
+from rlcleanup.ports.storage import Storage
 from rlcleanup.samples.large import export_template, write_70b_export
 from rlcleanup.steps.layout import RunLayout
-from rlcleanup.steps.validate import validate_candidate
+from rlcleanup.steps.validate import HEADER_WORKERS, validate_candidate
 
 
 def layout(root: str, steps: list[int]) -> RunLayout:
@@ -81,110 +95,165 @@ def upload(client: Any, bucket: str, local: Path, steps: list[int]) -> None:
         list(pool.map(put, files))
 
 
-def sequential_two_request(storage: Storage, shards: list[tuple[str, int]]) -> tuple[float, list[SafetensorsHeader]]:
-    """The baseline reader: per shard, request 1 = the 8-byte length, request 2 = the header; one at a time."""
+def stock_two_request(client: Any, shards: list[str]) -> tuple[float, list[SafetensorsHeader]]:
+    """The baseline: per shard, blob.download_as_bytes for the 8-byte length, then for the header; one at a time."""
     t0 = time.perf_counter()
     headers = []
-    for uri, _ in shards:
-        (n,) = struct.unpack("<Q", storage.read_range(uri, 0, 8))
-        body = struct.pack("<Q", n) + storage.read_range(uri, 8, n)
+    for uri in shards:
+        bucket, key = uri.removeprefix("gs://").split("/", 1)
+        blob = client.bucket(bucket).blob(key)
+        first = blob.download_as_bytes(start=0, end=7)
+        (n,) = struct.unpack("<Q", first)
+        body = first + blob.download_as_bytes(start=8, end=8 + n - 1)
         headers.append(parse_header(body, 1 << 62))  # the promised size, not the (emulator-truncated) object's
     return time.perf_counter() - t0, headers
 
 
-class LatencyStorage(CountingStorage):
-    """Adds a fixed delay to every request: a model of real GCS first-byte latency on top of the emulator."""
-
-    def __init__(self, inner: Storage, seconds: float) -> None:
-        super().__init__(inner)
-        self.delay = seconds
-
-    def stat(self, uri: str) -> ObjectInfo | None:
-        time.sleep(self.delay)
-        return self.inner.stat(uri)
-
-    def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
-        time.sleep(self.delay)
-        return self.inner.list(prefix_uri)
-
-    def read_range(self, uri: str, start: int, length: int) -> bytes:
-        time.sleep(self.delay)
-        return self.inner.read_range(uri, start, length)
-
-    def read_bytes(self, uri: str, max_bytes: int = 64 * 1024 * 1024) -> bytes:
-        time.sleep(self.delay)
-        return self.inner.read_bytes(uri, max_bytes)
-
-
-def measure(name: str, storage: Storage, root: str, steps: list[int], expect_codes: set[str]) -> dict[str, float]:
-    counting = CountingStorage(storage)
-    lay = layout(root, steps)
+def sequential_two_request(storage: Storage, shards: list[str]) -> tuple[float, list[SafetensorsHeader]]:
+    """The same two-request reader through the Storage port (the local-files line)."""
     t0 = time.perf_counter()
-    cands = [validate_candidate(counting, lay, s, metric_steps=None, step_budget=None) for s in steps]
-    pool_wall = time.perf_counter() - t0
-    with ThreadPoolExecutor(len(steps)) as fan:  # one invocation per candidate, all at once (the fan-out)
+    headers = []
+    for uri in shards:
+        (n,) = struct.unpack("<Q", storage.read_range(uri, 0, 8))
+        body = struct.pack("<Q", n) + storage.read_range(uri, 8, n)
+        headers.append(parse_header(body, 1 << 62))
+    return time.perf_counter() - t0, headers
+
+
+def run_candidates(storage: Storage, lay: RunLayout, steps: list[int], workers: int) -> tuple[float, list[Candidate]]:
+    t0 = time.perf_counter()
+    cands = [validate_candidate(storage, lay, s, metric_steps=None, step_budget=None, workers=workers) for s in steps]
+    return time.perf_counter() - t0, cands
+
+
+def fan_out(make: Callable[[], Storage], lay: RunLayout, steps: list[int], workers: int) -> float:
+    """All candidates at once, each with its own storage (its own connection pool), like separate invocations."""
+    stores = [make() for _ in steps]
+    with ThreadPoolExecutor(len(steps)) as fan:
         t0 = time.perf_counter()
-        list(fan.map(lambda s: validate_candidate(storage, lay, s, metric_steps=None, step_budget=None), steps))
-        fan_wall = time.perf_counter() - t0
-    shards = [(o.uri, o.size) for s in steps for o in storage.list(lay.export_uri(s)) if o.uri.endswith(".safetensors")]
-    small = [
-        o.size
-        for s in steps
-        for o in storage.list(lay.export_uri(s))
-        if o.uri.endswith(("model.safetensors.index.json", "/config.json"))
-    ]
-    seq_wall, headers = sequential_two_request(storage, shards)
-    minimum = sum(8 + h.header_len for h in headers) + sum(small)
-    naive = sum(h.expected_size for h in headers) + sum(small)  # what the full-size objects hold
-    per_shard = Counter(counting.requests[u] for u, _ in shards)
+        list(
+            fan.map(
+                lambda i: validate_candidate(
+                    stores[i], lay, steps[i], metric_steps=None, step_budget=None, workers=workers
+                ),
+                range(len(steps)),
+            )
+        )
+        return time.perf_counter() - t0
+
+
+def shard_uris(storage: Storage, lay: RunLayout, steps: list[int]) -> tuple[list[str], int]:
+    """Every shard's uri, and the bytes of the small files validation must also read (index + config.json)."""
+    objects = [o for s in steps for o in storage.list(lay.export_uri(s))]
+    small = sum(o.size for o in objects if o.uri.endswith(("model.safetensors.index.json", "/config.json")))
+    return [o.uri for o in objects if o.uri.endswith(".safetensors")], small
+
+
+def report_io(
+    name: str,
+    counting: CountingStorage,
+    cands: list[Candidate],
+    shards: list[str],
+    small: int,
+    headers: list[SafetensorsHeader],
+    expect: set[str],
+) -> None:
+    minimum = sum(8 + h.header_len for h in headers) + small
+    naive = sum(h.expected_size for h in headers) + small  # what the full-size objects hold
+    per_shard = Counter(counting.requests[u] for u in shards)
     codes = {p.split(":", 1)[0] for c in cands for p in c.problems}
-    assert codes <= expect_codes, f"unexpected problems: {codes - expect_codes}"
-    print(f"{name}: {len(steps)} exports, {len(shards):,} shards, {cands[0].size_label} parameters each")
-    print(f"  problems: {sorted(codes) or 'none'} (expected: {sorted(expect_codes) or 'none'})")
+    assert codes <= expect, f"unexpected problems: {codes - expect}"
+    print(f"{name}: {len(cands)} exports, {len(shards):,} shards, {cands[0].size_label} parameters each")
+    print(f"  problems: {sorted(codes) or 'none'} (expected: {sorted(expect) or 'none'})")
     print(f"  requests per shard: {sum(k * v for k, v in per_shard.items()) / len(shards):.3f}  {dict(per_shard)}")
     print(f"  bytes read {fmt_bytes(counting.bytes_in)} | physical minimum {fmt_bytes(minimum)}", end="")
     print(
         f" ({counting.bytes_in / minimum:.2f}x) | naive full read {fmt_bytes(naive)} ({naive / counting.bytes_in:,.0f}x ours)"
     )
-    print(f"  wall: pool {pool_wall:.2f} s (exports one by one), fan-out {fan_wall:.2f} s (exports at once)")
-    print(f"        sequential two-request reader {seq_wall:.2f} s (headers only, no listing or index)")
-    print(f"  speed-up vs sequential: pool {seq_wall / pool_wall:.1f}x, fan-out {seq_wall / fan_wall:.1f}x")
-    return {"pool": pool_wall, "fan": fan_wall, "seq": seq_wall}
+
+
+def measure_local(root: str, steps: list[int], workers: int) -> None:
+    storage = LocalStorage(checksums=False)
+    lay = layout(root, steps)
+    counting = CountingStorage(storage)
+    pool_wall, cands = run_candidates(counting, lay, steps, workers)
+    shards, small = shard_uris(storage, lay, steps)
+    seq_wall, headers = sequential_two_request(storage, shards)
+    report_io("local (sparse full-size shards)", counting, cands, shards, small, headers, set())
+    print(
+        f"  wall: pool {pool_wall:.2f} s vs sequential two-request reader {seq_wall:.2f} s ({seq_wall / pool_wall:.1f}x)"
+    )
+
+
+def measure_gcs(label: str, url: str, steps: list[int], workers: int) -> dict[str, float]:
+    """Every reader against `url` (fake-gcs-server, or the latency proxy in front of it), fresh clients each."""
+    lay = layout("gs://bench/run", steps)
+    expect = {"truncated_shard"}
+    shards, small = shard_uris(GcsStorage(gcs_client(url)), lay, steps)
+    base_wall, headers = stock_two_request(gcs_client(url), shards)
+    one_wall, _ = run_candidates(GcsStorage(gcs_client(url)), lay, steps, 1)
+    blob_wall, _ = run_candidates(GcsStorage(gcs_client(url), lean_reads=False), lay, steps, workers)
+    counting = CountingStorage(GcsStorage(gcs_client(url)))
+    pool_wall, cands = run_candidates(counting, lay, steps, workers)
+    client = gcs_client(url)  # one client (stat/list/config) shared, a lean range pool per candidate
+    fan_wall = fan_out(lambda: GcsStorage(client), lay, steps, workers)
+    report_io(f"fake-gcs-server, {label}", counting, cands, shards, small, headers, expect)
+    walls = {"baseline": base_wall, "ours-1": one_wall, "ours-blob": blob_wall, "pool": pool_wall, "fan-out": fan_wall}
+    print(f"  wall ({len(shards):,} shards, {workers} header workers):")
+    for name, wall in walls.items():
+        print(
+            f"    {name:10s} {wall:8.2f} s  {base_wall / wall:6.1f}x vs baseline  {wall / len(shards) * 1e3:7.2f} ms/shard"
+        )
+    print(
+        f"  reader's own gain (ours-1 vs baseline) {base_wall / one_wall:.1f}x; pool's gain (pool vs ours-1) {one_wall / pool_wall:.1f}x"
+    )
+    return walls
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--exports", type=int, default=40)
-    ap.add_argument("--repeat", type=int, default=1, help="repeat the GCS measurement, report medians")
-    ap.add_argument("--latency-ms", type=float, default=20.0, help="also measure with this delay per request (0: skip)")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--full", action="store_true", help="the issue's size: 40 exports (1,200 shards)")
+    ap.add_argument("--exports", type=int, default=None, help="number of exports (default 8, 40 with --full)")
+    ap.add_argument("--latency-ms", type=float, nargs="*", default=[10.0, 25.0], help="one-way delays (0: direct only)")
+    ap.add_argument("--workers", type=int, default=HEADER_WORKERS, help="header pool size")
+    ap.add_argument("--repeat", type=int, default=1, help="repeat each GCS measurement, report medians")
     args = ap.parse_args()
-    steps = [5 * (i + 1) for i in range(args.exports)]
+    n = args.exports if args.exports is not None else (40 if args.full else 8)
+    steps = [5 * (i + 1) for i in range(n)]
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory(prefix="bench-validate-many-") as tmp:
         root = Path(tmp)
         t0 = time.perf_counter()
         build_local(root, steps)
-        print(f"built {args.exports} sparse 70B exports in {time.perf_counter() - t0:.1f} s")
-        measure("local (sparse full-size shards)", LocalStorage(checksums=False), str(root), steps, set())
+        print(f"built {n} sparse 70B exports in {time.perf_counter() - t0:.1f} s")
+        measure_local(str(root), steps, args.workers)
         with fake_gcs() as url:
             client = gcs_client(url)
             client.create_bucket("bench")
             t0 = time.perf_counter()
             upload(client, "bench", root, steps)
             print(f"uploaded to fake-gcs-server in {time.perf_counter() - t0:.1f} s")
-            gcs = GcsStorage(client)
-            runs = [
-                measure("fake-gcs-server (header-only shards)", gcs, "gs://bench/run", steps, {"truncated_shard"})
-                for _ in range(args.repeat)
-            ]
-            if args.repeat > 1:
-                med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-                print(
-                    f"  median of {args.repeat}: pool {med['seq'] / med['pool']:.1f}x, fan-out {med['seq'] / med['fan']:.1f}x"
+            settings: list[tuple[str, float]] = [("direct (no added latency)", 0.0)]
+            settings += [(f"+{ms:g} ms each way (real, latency_proxy)", ms) for ms in args.latency_ms if ms > 0]
+            summary = []
+            for label, ms in settings:
+                runs = []
+                for _ in range(args.repeat):
+                    if ms == 0:
+                        runs.append(measure_gcs(label, url, steps, args.workers))
+                    else:
+                        with latency_proxy(url, ms) as proxied:
+                            runs.append(measure_gcs(label, proxied, steps, args.workers))
+                summary.append((label, {k: statistics.median(r[k] for r in runs) for k in runs[0]}))
+            print(
+                f"\nsummary ({n} exports, {30 * n:,} shards; median of {args.repeat}; load now {os.getloadavg()[0]:.2f}):"
+            )
+            for label, med in summary:
+                cells = ", ".join(
+                    f"{k} {v:.2f} s ({med['baseline'] / v:.1f}x)" for k, v in med.items() if k != "baseline"
                 )
-            if args.latency_ms > 0:
-                name = f"fake-gcs-server + {args.latency_ms:g} ms injected per request (modelled GCS latency)"
-                slow = LatencyStorage(gcs, args.latency_ms / 1000)
-                measure(name, slow, "gs://bench/run", steps, {"truncated_shard"})
+                print(f"  {label}: baseline {med['baseline']:.2f} s; {cells}")
 
 
 if __name__ == "__main__":
