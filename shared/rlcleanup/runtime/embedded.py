@@ -12,6 +12,7 @@ from rlcleanup.adapters.sqlite_records import SqliteRecordStore
 from rlcleanup.adapters.storage_router import RoutingStorage
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime.handlers import HANDLERS, dispatch, resolve_run_id
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import FunctionSpec, load_topology
@@ -27,10 +28,15 @@ class EmbeddedStack:
     bus: InProcessBus
 
     @classmethod
-    def create(cls, db_path: str | Path, preserve_root: str) -> EmbeddedStack:
-        bus = InProcessBus()
+    def create(
+        cls, db_path: str | Path, preserve_root: str, *, bus: InProcessBus | None = None, storage: Storage | None = None
+    ) -> EmbeddedStack:
+        bus = bus or InProcessBus()
         ports = Ports(
-            storage=RoutingStorage(), records=SqliteRecordStore(db_path), bus=bus, preserve_root=preserve_root
+            storage=storage or RoutingStorage(),
+            records=SqliteRecordStore(db_path),
+            bus=bus,
+            preserve_root=preserve_root,
         )
         stack = cls(ports=ports, bus=bus)
         for fn in load_topology().functions:
