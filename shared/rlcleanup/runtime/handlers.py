@@ -137,7 +137,9 @@ def establish_terminal_state(p: Ports, data: bytes, attributes: dict[str, str]) 
             _publish(p, "log-scan-parts", LogScanPartMessage(run_id=msg.run_id, dest_root=dest_root, part=part))
         # Part ids and attempt ids only: the file lists travel in the messages, so this result stays small.
         return {
-            "parts": [[part.part_id, part.attempt_id] for part in parts],
+            "parts": [
+                {"part_id": part.part_id, "attempt_id": part.attempt_id} for part in parts
+            ],  # Firestore: no nested arrays
             "dest_root": dest_root,
             "run": msg.model_dump(mode="json"),
         }
@@ -162,7 +164,7 @@ def _maybe_fan_in_terminal(p: Ports, run_id: str) -> str:
     plan = p.records.result(run_id, "terminal-plan")
     if plan is None:
         return "waiting: log-scan plan"
-    parts = [(part_id, attempt_id) for part_id, attempt_id in plan["parts"]]
+    parts = [(part["part_id"], part["attempt_id"]) for part in plan["parts"]]
     done = p.records.results(run_id, "log-scan:")
     pending = [part_id for part_id, _ in parts if f"log-scan:{part_id}" not in done]
     if pending:
