@@ -125,3 +125,16 @@ def test_a_replayed_part_rewrites_nothing(tmp_path: Path) -> None:
     before = Path(uri).stat().st_mtime_ns
     assert logscan.scan_part(storage, str(tmp_path / "dest"), part)[0] == uri
     assert Path(uri).stat().st_mtime_ns == before
+
+
+def test_the_embedded_store_refuses_what_firestore_would(tmp_path: Path) -> None:
+    """The log-scan plan once stored (part, attempt) pairs: Firestore said `Cannot convert an array value in an
+    array value`; SQLite took it. The embedded store now applies Firestore's value rules too."""
+    from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+
+    store = SqliteRecordStore(tmp_path / "r.db")
+    with pytest.raises(ValueError, match="nested arrays"):
+        store.complete("run", "terminal-plan", {"parts": [["a000-p0000", "x"]]})
+    with pytest.raises(ValueError, match="map key"):
+        store.put_doc("c", "d", {"a": {"": 1}})
+    store.complete("run", "terminal-plan", {"parts": [{"part_id": "a000-p0000", "attempt_id": "x"}]})

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcleanup.models.record import CompletionRecord, RunError, utcnow
-from rlcleanup.ports.records import Claim
+from rlcleanup.ports.records import Claim, check_document_value
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (run_id TEXT PRIMARY KEY, doc TEXT NOT NULL, updated_at TEXT NOT NULL);
@@ -66,6 +66,7 @@ class SqliteRecordStore:
             return cur.rowcount == 1
 
     def update(self, run_id: str, fields: dict[str, Any]) -> None:
+        check_document_value(fields, f"runs/{run_id}")
         with self._tx() as db:
             row = db.execute("SELECT doc FROM records WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
@@ -119,6 +120,7 @@ class SqliteRecordStore:
             return Claim.acquired
 
     def complete(self, run_id: str, key: str, result: dict[str, Any]) -> None:
+        check_document_value(result, f"runs/{run_id}/steps/{key}")
         with self._tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO claims (run_id, key, state, lease_until, result) VALUES (?, ?, 'done', NULL, ?)",
@@ -149,6 +151,7 @@ class SqliteRecordStore:
         return {key: json.loads(res) if res else {} for key, res in rows}
 
     def record_event(self, run_id: str, event_id: str, outcome: dict[str, Any]) -> bool:
+        check_document_value(outcome, f"runs/{run_id}/events/{event_id}")
         with self._tx() as db:
             cur = db.execute(
                 "INSERT OR IGNORE INTO events (run_id, event_id, outcome) VALUES (?, ?, ?)",
@@ -157,6 +160,7 @@ class SqliteRecordStore:
             return cur.rowcount == 1
 
     def put_doc(self, collection: str, doc_id: str, data: dict[str, Any], *, only_if_absent: bool = False) -> bool:
+        check_document_value(data, f"{collection}/{doc_id}")
         verb = "INSERT OR IGNORE" if only_if_absent else "INSERT OR REPLACE"
         with self._tx() as db:
             cur = db.execute(

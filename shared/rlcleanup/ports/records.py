@@ -24,6 +24,21 @@ class RecordNotFound(KeyError):
     pass
 
 
+def check_document_value(value: Any, where: str, *, in_array: bool = False) -> None:
+    """Firestore's value rules that JSON lacks, so every store (SQLite too) refuses what Firestore would:
+    an array directly inside an array, and non-string or empty map keys."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"{where}: map key {key!r} is not a non-empty string (Firestore rejects it)")
+            check_document_value(item, f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        if in_array:
+            raise ValueError(f"{where}: an array inside an array (Firestore rejects nested arrays)")
+        for index, item in enumerate(value):
+            check_document_value(item, f"{where}[{index}]", in_array=True)
+
+
 class RecordStore(Protocol):
     def get(self, run_id: str) -> CompletionRecord | None: ...
 
