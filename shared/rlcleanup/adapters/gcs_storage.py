@@ -10,13 +10,17 @@ path builds trace spans, retry wrappers and a resumable-media download object); 
 from __future__ import annotations
 
 import io
+import os
+import tempfile
 import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlcleanup.adapters.lines import bounded_lines
+from rlcleanup.adapters.local_storage import file_checksums
 from rlcleanup.ports.storage import ObjectInfo, StorageError, WriteOutcome
 from rlcleanup.uris import split_gcs
 
@@ -24,6 +28,7 @@ if TYPE_CHECKING:
     import google.cloud.storage as storage
 
 _READ_CHUNK = 4 * 1024 * 1024
+_UPLOAD_CHUNK = 4 * 1024 * 1024  # a multiple of 256 KiB, as resumable uploads require; ~3 chunks held at most
 _RANGE_POOL = 64  # connections kept per host: >= the validation header pool (32), so none is dropped and reopened
 _RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})  # the ones google-cloud-storage's DEFAULT_RETRY retries
 
@@ -229,6 +234,55 @@ class GcsStorage:
                 raise FileNotFoundError(src_uri) from exc
             raise StorageError(f"copy {src_uri} -> {dst_uri}: {exc}") from exc
         return WriteOutcome.created
+
+    def upload_file_if_absent(self, path: Path, dst_uri: str) -> WriteOutcome:
+        """A local file to GCS, write-once, streamed from disk in bounded chunks (a local run preserved to GCS)."""
+        from google.api_core.exceptions import PreconditionFailed
+
+        def compare(dst: ObjectInfo) -> WriteOutcome:
+            crc32c, md5 = file_checksums(path)
+            same = _same(ObjectInfo(uri=str(path), size=path.stat().st_size, crc32c=crc32c, md5=md5), dst)
+            return WriteOutcome.identical if same else WriteOutcome.conflict
+
+        dst = self.stat(dst_uri)  # emulators ignore the precondition on resumable uploads: check first
+        if dst is not None:
+            return compare(dst)
+        blob = self._blob(dst_uri)
+        blob.chunk_size = _UPLOAD_CHUNK  # resumable upload above 8 MiB: memory is a few chunks, not the file
+        try:
+            blob.upload_from_filename(str(path), if_generation_match=0)
+            return WriteOutcome.created
+        except PreconditionFailed:
+            dst = self.stat(dst_uri)
+            if dst is None:
+                raise
+            return compare(dst)
+
+    def download_file_if_absent(self, src_uri: str, path: Path) -> WriteOutcome:
+        """A GCS object to a local file, write-once (temp file + link), streamed to disk in chunks."""
+        from google.api_core.exceptions import NotFound
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        os.close(fd)
+        try:
+            blob = self._blob(src_uri)
+            blob.chunk_size = _UPLOAD_CHUNK  # a chunked download: bounded memory whatever the object size
+            try:
+                blob.download_to_filename(tmp, checksum=None)
+            except NotFound as exc:
+                raise FileNotFoundError(src_uri) from exc
+            try:
+                os.link(tmp, path)
+                return WriteOutcome.created
+            except FileExistsError:
+                return (
+                    WriteOutcome.identical
+                    if file_checksums(Path(tmp)) == file_checksums(path)
+                    else WriteOutcome.conflict
+                )
+        finally:
+            os.unlink(tmp)
 
     def _compare(self, src_uri: str, dst: ObjectInfo) -> WriteOutcome:
         src = self.stat(src_uri)

@@ -47,6 +47,13 @@ class LocalStorage:
     def _path(uri: str) -> Path:
         return Path(strip_file_scheme(uri))
 
+    def checked_path(self, uri: str) -> Path:
+        """The file behind a uri for streaming copies; a symlink is refused (it could point anywhere)."""
+        path = self._path(uri)
+        if path.is_symlink():
+            raise UnsafePathError(f"refusing symlink {uri!r}")
+        return path
+
     def _info(self, path: Path, uri: str) -> ObjectInfo:
         st = path.stat()
         wanted = self._checksums and st.st_size <= self._checksum_max

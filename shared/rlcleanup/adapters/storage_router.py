@@ -45,8 +45,13 @@ class RoutingStorage:
     def copy_if_absent(self, src_uri: str, dst_uri: str) -> WriteOutcome:
         if is_gcs(src_uri) == is_gcs(dst_uri):
             return self._for(src_uri).copy_if_absent(src_uri, dst_uri)
-        # Cross-backend (local run preserved to GCS or back): stream through this process.
-        data = self._for(src_uri).read_bytes(src_uri, max_bytes=1 << 62)
+        # Cross-backend (a local run preserved to GCS, or back): streamed through this process in bounded chunks.
+        gcs, local = self.gcs, self.local
+        if isinstance(gcs, GcsStorage) and isinstance(local, LocalStorage):
+            if is_gcs(dst_uri):
+                return gcs.upload_file_if_absent(local.checked_path(src_uri), dst_uri)
+            return gcs.download_file_if_absent(src_uri, local.checked_path(dst_uri))
+        data = self._for(src_uri).read_bytes(src_uri, max_bytes=1 << 62)  # other adapters (tests): whole object
         return self._for(dst_uri).write_if_absent(dst_uri, data)
 
     def delete(self, uri: str) -> bool:
