@@ -36,6 +36,7 @@ class EventKind(StrEnum):
     already_complete_on_resume = "already_complete_on_resume"
     resumed_already_complete = "resumed_already_complete"
     stopped_early = "stopped_early"
+    controller_stopped = "controller_stopped"  # Slurm cancelled the job: time limit, preemption, scancel
 
 
 # (kind, pattern); group 1 is the step when there is one. The `resumed ... already COMPLETE` line precedes
@@ -53,6 +54,7 @@ _EVENT_PATTERNS: tuple[tuple[EventKind, re.Pattern[str]], ...] = (
     (EventKind.no_checkpoint, re.compile(r"No checkpoint found, starting training from scratch")),
     (EventKind.already_complete_on_resume, re.compile(r"Training already complete on resume")),
     (EventKind.stopped_early, re.compile(r"Training stopped early by callback")),
+    (EventKind.controller_stopped, re.compile(r"\*\*\* (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT \S+")),
 )
 
 # Causal fatal lines printed outside any Python traceback: (pattern, error_type). Checked before the noise table,
@@ -70,7 +72,7 @@ _FATAL_LINES: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 _MAX_MATCH_CHARS = 16 * 1024  # events, fatal lines and noise are matched on this much of a line
 # Cheap substring gates: most lines are throughput chatter and skip the regex tables entirely.
-_EVENT_HINTS = ("global_step", "Training", "Reached max", "Saved final", "No checkpoint")
+_EVENT_HINTS = ("global_step", "Training", "Reached max", "Saved final", "No checkpoint", "CANCELLED AT")
 # Lowercased-line gates. Not plain "nccl": every `NCCL INFO` chatter line has it; the NCCL noise rule needs a
 # watchdog, a timeout or an abort, so gate on those words instead.
 _FATAL_HINTS = (

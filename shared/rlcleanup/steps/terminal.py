@@ -246,7 +246,8 @@ def _attempt_model(att: AttemptFiles, scan: AttemptScan | None, stitched: Stitch
         first = _earliest_in_attempt(scan, True)
         if state is None:
             done = any(scan.has_event(k) for k in (EventKind.training_done, EventKind.resumed_already_complete))
-            state = "succeeded" if done else "failed" if first else None
+            stopped = scan.has_event(EventKind.controller_stopped)  # e.g. a Slurm time limit ends a link
+            state = "succeeded" if done else "failed" if first else "cancelled" if stopped else None
         if failure is None and first is not None:
             failure = f"{first.error_type}: {first.message} at {_at(first)}"
     job_id = resp.get("iris_job_id") or get(resp, "model.iris_job_id")
