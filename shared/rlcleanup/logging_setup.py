@@ -105,6 +105,9 @@ class CloudLoggingFormatter(logging.Formatter):
         extra = getattr(record, "message_id", None)
         if extra is not None:
             entry["message_id"] = extra
+        error = getattr(record, "error", None)  # a structured cause (type, operation, cause): lands in jsonPayload
+        if isinstance(error, dict):
+            entry["error"] = error
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 

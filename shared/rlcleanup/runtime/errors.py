@@ -21,8 +21,44 @@ class RetryLater(Exception):
     """Not an error of the input: the step must run again later (busy lease, fan-in partner not done)."""
 
 
+class RecordStoreUnavailable(Exception):
+    """The record store (Firestore) did not answer within its bounded deadline: transient. The delivery fails
+    (HTTP 500) and Pub/Sub redelivers it with backoff; nothing was acked, so nothing is lost."""
+
+    def __init__(self, run_id: str | None, step: str | None, operation: str, cause: BaseException) -> None:
+        self.run_id = run_id
+        self.step = step
+        self.operation = operation
+        self.cause = f"{type(cause).__name__}: {cause}".splitlines()[0][:300]
+        super().__init__(
+            f"record store unavailable: run {run_id or '?'}, step {step or '?'}, {operation} failed: {self.cause}"
+            " (transient: the delivery fails and Pub/Sub redelivers it)"
+        )
+
+
+class RecordStoreLost(PermanentError):
+    """The record store came back without the data written before (an emulator restarted without persistence;
+    never real Firestore). Retrying cannot bring the run's record and claims back: the run must be re-emitted."""
+
+    def __init__(self, run_id: str | None, step: str | None, since: str) -> None:
+        self.run_id = run_id
+        self.step = step
+        super().__init__(
+            "record_store_lost",
+            f"run {run_id or '?'}, step {step or '?'}: the record store lost every record and claim written before "
+            f"{since} (the database was reset under this worker); this run's progress is gone: re-emit its terminal "
+            "event (`rlcleanup emit --run-uri ... --state ...`) to redo it from scratch (preserved evidence is reused)",
+        )
+
+
 def _transient_types() -> tuple[type[BaseException], ...]:
-    types: list[type[BaseException]] = [StorageError, ConnectionError, TimeoutError, RetryLater]
+    types: list[type[BaseException]] = [
+        StorageError,
+        ConnectionError,
+        TimeoutError,
+        RetryLater,
+        RecordStoreUnavailable,
+    ]
     try:
         from google.api_core import exceptions as gexc
 
