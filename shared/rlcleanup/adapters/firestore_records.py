@@ -6,6 +6,15 @@ runs/{run_id}/candidates/{N}   one document per export candidate
 runs/{run_id}/attempts/{id}    one document per attempt of the chain
 runs/{run_id}/events/{id}      the ledger of every event seen, with its outcome
 runs/{run_id}/errors/{id}      every error; the run document keeps the first MAX_INLINE_ERRORS
+rlcleanup_meta/database        this database's epoch: a fresh id when it was (re)created empty
+
+Every call has a bounded deadline (RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS, default 30 s: per attempt and for
+the retries together; queries 3x). The client's own default is to retry UNAVAILABLE for 60-300 s, so an outage
+was invisible: a delivery blocked, then carried on against whatever answered. Now a record store that does not
+answer in time raises RecordStoreUnavailable (transient, logged at ERROR with run, step, operation and cause),
+the delivery fails with HTTP 500 and Pub/Sub redelivers it. A database that comes back *empty* (an emulator
+restarted without persistence) is noticed by its epoch changing under a claim: RecordStoreLost (permanent,
+recorded on the run, says to re-emit its terminal event).
 """
 
 from __future__ import annotations
@@ -13,12 +22,24 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
+import os
+import threading
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+from rlcleanup.logging_setup import current_context
 from rlcleanup.models.record import CompletionRecord, RunError, utcnow
 from rlcleanup.ports.records import Claim
+from rlcleanup.runtime.errors import RecordStoreLost, RecordStoreUnavailable
+
+log = logging.getLogger(__name__)
+DEFAULT_TIMEOUT_SECONDS = 30.0
+META_COLLECTION = "rlcleanup_meta"
+META_DOC = "database"
+RUN_START_KEYS = ("classify", "pre-cancel:")  # claims that begin work on a run: nothing before them to lose
 
 MAX_DOC_BYTES = 1_048_576
 DOC_BUDGET_BYTES = 900_000  # stay well under Firestore's 1 MiB document limit
@@ -90,11 +111,89 @@ def _check_size(run_id: str, doc: dict[str, Any]) -> None:
         )
 
 
+def unavailability_types() -> tuple[type[BaseException], ...]:
+    """What "the record store did not answer" looks like from the client (after its bounded retries)."""
+    from google.api_core import exceptions as gexc
+
+    return (
+        gexc.ServiceUnavailable,
+        gexc.DeadlineExceeded,
+        gexc.RetryError,
+        gexc.InternalServerError,
+        gexc.TooManyRequests,
+        gexc.GatewayTimeout,
+        gexc.BadGateway,
+        ConnectionError,
+        TimeoutError,
+    )
+
+
+def timeout_seconds() -> float:
+    try:
+        value = float(os.environ.get("RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS", DEFAULT_TIMEOUT_SECONDS))
+    except ValueError:
+        return DEFAULT_TIMEOUT_SECONDS
+    return value if value > 0 else DEFAULT_TIMEOUT_SECONDS
+
+
+def record_store_unavailable(run_id: str | None, operation: str, exc: BaseException) -> RecordStoreUnavailable:
+    """The transient error for an unanswered call, logged once at ERROR with run, step, operation and cause."""
+    step = current_context().step
+    err = RecordStoreUnavailable(run_id, step, operation, exc)
+    log.error(
+        "%s",
+        err,
+        extra={
+            "run_id": run_id,
+            "step": step,
+            "error": {"type": "RecordStoreUnavailable", "operation": operation, "cause": err.cause},
+        },
+    )
+    return err
+
+
 class FirestoreRecordStore:
-    def __init__(self, project: str, client: Any | None = None, database: str = "(default)") -> None:
+    def __init__(
+        self, project: str, client: Any | None = None, database: str = "(default)", timeout: float | None = None
+    ) -> None:
         self.project = project
         self.database = database
         self._client = client
+        self.timeout = timeout or timeout_seconds()
+        self._epoch: str | None = None  # the database epoch this store has seen (None: not looked yet)
+        self._epoch_seen_at: datetime | None = None
+        self._lost_since: datetime | None = None  # set once this store saw the database come back empty
+        self._epoch_lock = threading.Lock()
+        self._retry: Any = None
+
+    @property
+    def _rpc(self) -> dict[str, Any]:
+        """retry + timeout for every call: bounded, instead of the client's 60-300 s default."""
+        if self._retry is None:
+            from google.api_core import exceptions as gexc
+            from google.api_core.retry import Retry, if_exception_type
+
+            self._retry = Retry(
+                predicate=if_exception_type(
+                    gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.InternalServerError, gexc.TooManyRequests
+                ),
+                initial=0.2,
+                maximum=2.0,
+                multiplier=2.0,
+                timeout=self.timeout,
+            )
+        return {"retry": self._retry, "timeout": self.timeout}
+
+    @property
+    def _stream_rpc(self) -> dict[str, Any]:
+        return {**self._rpc, "timeout": 3 * self.timeout}
+
+    @contextlib.contextmanager
+    def _guard(self, operation: str, run_id: str | None = None) -> Iterator[None]:
+        try:
+            yield
+        except unavailability_types() as exc:
+            raise record_store_unavailable(run_id, operation, exc) from exc
 
     @property
     def db(self) -> Any:
@@ -110,14 +209,15 @@ class FirestoreRecordStore:
     # ----------------------------------------------------------- records
 
     def get(self, run_id: str) -> CompletionRecord | None:
-        snap = self._run(run_id).get()
-        if not snap.exists:
-            return None
-        doc = snap.to_dict()
-        if int(doc.get("error_count") or 0) > len(doc.get("errors") or []):
-            # The run document keeps the first MAX_INLINE_ERRORS; the full list is the errors subcollection.
-            errs = [s.to_dict() for s in self._run(run_id).collection("errors").stream()]
-            doc["errors"] = sorted(errs, key=lambda e: (e.get("at") or utcnow(), e.get("code", "")))
+        with self._guard("get record", run_id):
+            snap = self._run(run_id).get(**self._rpc)
+            if not snap.exists:
+                return None
+            doc = snap.to_dict()
+            if int(doc.get("error_count") or 0) > len(doc.get("errors") or []):
+                # The run document keeps the first MAX_INLINE_ERRORS; the full list is the errors subcollection.
+                errs = [s.to_dict() for s in self._run(run_id).collection("errors").stream(**self._stream_rpc)]
+                doc["errors"] = sorted(errs, key=lambda e: (e.get("at") or utcnow(), e.get("code", "")))
         return CompletionRecord.model_validate(_decode(doc))
 
     def create_if_absent(self, record: CompletionRecord) -> bool:
@@ -127,7 +227,8 @@ class FirestoreRecordStore:
         doc["error_count"] = len(record.errors)
         _check_size(record.run_id, doc)
         try:
-            self._run(record.run_id).create(_plain(doc))
+            with self._guard("create record", record.run_id):
+                self._run(record.run_id).create(_plain(doc), **self._rpc)
         except AlreadyExists:
             return False
         return True
@@ -152,7 +253,8 @@ class FirestoreRecordStore:
         from google.api_core.exceptions import NotFound
 
         try:
-            batch.commit()
+            with self._guard("update record", run_id):
+                batch.commit(**self._rpc)
         except NotFound as exc:  # the same contract as SQLite: updating a missing record is an error
             raise KeyError(f"no record for run {run_id!r}") from exc
 
@@ -164,7 +266,8 @@ class FirestoreRecordStore:
         ref = self._run(run_id)
         for err in errors:
             key = hashlib.sha256(f"{err.step}|{err.code}|{err.message}".encode()).hexdigest()[:32]
-            snap = ref.get(field_paths=["error_count"])
+            with self._guard("add error", run_id):
+                snap = ref.get(field_paths=["error_count"], **self._rpc)
             if not snap.exists:
                 raise KeyError(f"no record for run {run_id!r}")
             count = (snap.to_dict() or {}).get("error_count", 0)
@@ -175,7 +278,8 @@ class FirestoreRecordStore:
             batch.create(ref.collection("errors").document(key), err.model_dump(mode="python"))
             batch.update(ref, update)
             try:
-                batch.commit()
+                with self._guard("add error", run_id):
+                    batch.commit(**self._rpc)
             except AlreadyExists:
                 continue  # a replay of the same failure: recorded once
             except NotFound as exc:
@@ -185,8 +289,43 @@ class FirestoreRecordStore:
         from google.cloud import firestore
 
         query = self.db.collection("runs").order_by("updated_at", direction=firestore.Query.DESCENDING).limit(limit)
-        for snap in query.stream():
+        with self._guard("list runs"):
+            snaps = list(query.stream(**self._stream_rpc))
+        for snap in snaps:
             yield CompletionRecord.model_validate(_decode(snap.to_dict()))
+
+    # ----------------------------------------------------------- database epoch (data-loss detection)
+
+    def check_epoch(self, run_id: str, key: str) -> None:
+        """Raise RecordStoreLost when the database was recreated empty since this store first looked (a fresh
+        database gets a new epoch document) and this claim continues a run whose record is gone. Claims that
+        start a run (RUN_START_KEYS) and runs recreated since (a re-emitted event) carry on as usual."""
+        from google.api_core.exceptions import AlreadyExists
+
+        ref = self.db.collection(META_COLLECTION).document(META_DOC)
+        with self._guard("check database epoch", run_id):
+            snap = ref.get(**self._rpc)
+            data = snap.to_dict() if snap.exists else None
+            if data is None:
+                with contextlib.suppress(AlreadyExists):  # another worker created it first: use theirs
+                    ref.create({"epoch": uuid.uuid4().hex, "created_at": utcnow()}, **self._rpc)
+                data = ref.get(**self._rpc).to_dict() or {}
+        epoch = str(data.get("epoch"))
+        with self._epoch_lock:
+            if self._epoch is None:
+                self._epoch, self._epoch_seen_at = epoch, utcnow()
+            elif epoch != self._epoch:
+                self._lost_since = self._lost_since or self._epoch_seen_at
+                self._epoch, self._epoch_seen_at = epoch, utcnow()
+            lost_since = self._lost_since
+        if lost_since is None or key.startswith(RUN_START_KEYS):
+            return
+        with self._guard("check database epoch", run_id):
+            if self._run(run_id).get(field_paths=["run_id"], **self._rpc).exists:
+                return
+        lost = RecordStoreLost(run_id, current_context().step, lost_since.isoformat(timespec="seconds"))
+        log.error("%s", lost, extra={"run_id": run_id, "error": {"type": "RecordStoreLost", "claim": key}})
+        raise lost
 
     # ----------------------------------------------------------- claims
 
@@ -196,48 +335,59 @@ class FirestoreRecordStore:
     def claim(self, run_id: str, key: str, lease_seconds: float, now: datetime) -> Claim:
         from google.api_core.exceptions import AlreadyExists, FailedPrecondition
 
+        self.check_epoch(run_id, key)
         ref = self._step(run_id, key)
+        # The delivery (Pub/Sub message id) holding the lease. Push redelivers a message only after its previous
+        # attempt failed or outlived the ack deadline, so a lease held by the same message is a dead attempt's:
+        # e.g. one whose release() could not reach the record store during an outage. It is taken over at once
+        # instead of answering "busy" until the lease (the function's timeout) runs out.
+        owner = current_context().event_id
         lease = {
             "key": key,
             "state": "running",
             "lease_until": now + timedelta(seconds=lease_seconds),
             "updated_at": now,
+            "owner": owner,
         }
-        try:
-            ref.create(lease)  # atomic create: exactly one winner among concurrent deliveries
-            return Claim.acquired
-        except AlreadyExists:
-            pass
-        snap = ref.get()
-        data = snap.to_dict() or {}
-        if data.get("state") == "done":
-            return Claim.done
-        until = data.get("lease_until")
-        if until is not None and until > now:
-            return Claim.busy
-        try:  # the lease expired (a crashed worker): take it over unless someone else just did
-            ref.update(lease, option=self.db.write_option(last_update_time=snap.update_time))
-        except FailedPrecondition:
-            return Claim.busy
+        with self._guard(f"claim {key}", run_id):
+            try:
+                ref.create(lease, **self._rpc)  # atomic create: exactly one winner among concurrent deliveries
+                return Claim.acquired
+            except AlreadyExists:
+                pass
+            snap = ref.get(**self._rpc)
+            data = snap.to_dict() or {}
+            if data.get("state") == "done":
+                return Claim.done
+            until = data.get("lease_until")
+            if until is not None and until > now and not (owner and data.get("owner") == owner):
+                return Claim.busy
+            try:  # expired (a crashed worker) or this message's own: take it over unless someone else just did
+                ref.update(lease, option=self.db.write_option(last_update_time=snap.update_time), **self._rpc)
+            except FailedPrecondition:
+                return Claim.busy
         return Claim.acquired
 
     def complete(self, run_id: str, key: str, result: dict[str, Any]) -> None:
         doc = {"key": key, "state": "done", "result": _plain(result), "lease_until": None, "updated_at": utcnow()}
         _check_size(run_id, doc)
-        self._step(run_id, key).set(doc)
+        with self._guard(f"complete {key}", run_id):
+            self._step(run_id, key).set(doc, **self._rpc)
 
     def release(self, run_id: str, key: str) -> None:
         from google.api_core.exceptions import FailedPrecondition, NotFound
 
         ref = self._step(run_id, key)
-        snap = ref.get()
-        if snap.exists and (snap.to_dict() or {}).get("state") != "done":
-            # Only the lease we read: if another worker took it over meanwhile, its claim stays.
-            with contextlib.suppress(FailedPrecondition, NotFound):
-                ref.delete(option=self.db.write_option(last_update_time=snap.update_time))
+        with self._guard(f"release {key}", run_id):
+            snap = ref.get(**self._rpc)
+            if snap.exists and (snap.to_dict() or {}).get("state") != "done":
+                # Only the lease we read: if another worker took it over meanwhile, its claim stays.
+                with contextlib.suppress(FailedPrecondition, NotFound):
+                    ref.delete(option=self.db.write_option(last_update_time=snap.update_time), **self._rpc)
 
     def result(self, run_id: str, key: str) -> dict[str, Any] | None:
-        snap = self._step(run_id, key).get()
+        with self._guard(f"read result {key}", run_id):
+            snap = self._step(run_id, key).get(**self._rpc)
         data = snap.to_dict() if snap.exists else None
         if not data or data.get("state") != "done":
             return None
@@ -249,7 +399,9 @@ class FirestoreRecordStore:
         from google.cloud.firestore_v1.base_query import FieldFilter
 
         steps = self._run(run_id).collection("steps")
-        for snap in steps.where(filter=FieldFilter("state", "==", "done")).stream():
+        with self._guard(f"read results {prefix}*", run_id):
+            snaps = list(steps.where(filter=FieldFilter("state", "==", "done")).stream(**self._stream_rpc))
+        for snap in snaps:
             data = snap.to_dict() or {}
             key = data.get("key", snap.id)
             if key.startswith(prefix):
@@ -259,8 +411,10 @@ class FirestoreRecordStore:
     def record_event(self, run_id: str, event_id: str, outcome: dict[str, Any]) -> bool:
         from google.api_core.exceptions import AlreadyExists
 
+        ref = self._run(run_id).collection("events").document(event_id)
         try:
-            self._run(run_id).collection("events").document(event_id).create({**_plain(outcome), "seen_at": utcnow()})
+            with self._guard("record event", run_id):
+                ref.create({**_plain(outcome), "seen_at": utcnow()}, **self._rpc)
         except AlreadyExists:
             return False
         return True
@@ -274,21 +428,25 @@ class FirestoreRecordStore:
         from google.api_core.exceptions import AlreadyExists
 
         ref = self._doc(collection, doc_id)
-        if only_if_absent:
-            try:
-                ref.create(_plain(data))
-            except AlreadyExists:
-                return False
-            return True
-        ref.set(_plain(data))
+        with self._guard(f"write {collection}/{doc_id}"):
+            if only_if_absent:
+                try:
+                    ref.create(_plain(data), **self._rpc)
+                except AlreadyExists:
+                    return False
+                return True
+            ref.set(_plain(data), **self._rpc)
         return True
 
     def get_doc(self, collection: str, doc_id: str) -> dict[str, Any] | None:
-        snap = self._doc(collection, doc_id).get()
+        with self._guard(f"read {collection}/{doc_id}"):
+            snap = self._doc(collection, doc_id).get(**self._rpc)
         return snap.to_dict() if snap.exists else None
 
     def list_docs(self, collection: str, prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
-        docs = [(s.id, s.to_dict() or {}) for s in self.db.collection(collection).stream() if s.id.startswith(prefix)]
+        with self._guard(f"list {collection}"):
+            snaps = list(self.db.collection(collection).stream(**self._stream_rpc))
+        docs = [(s.id, s.to_dict() or {}) for s in snaps if s.id.startswith(prefix)]
         return sorted(docs)
 
 
