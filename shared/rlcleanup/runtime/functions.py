@@ -1,10 +1,20 @@
-"""The glue between functions-framework and the handlers: envelope decoding, ports, structured logging."""
+"""The glue between functions-framework and the handlers: envelope decoding, ports, structured logging.
+
+Every invocation ends with one accounting line (also when it raises): its wall time and the process's peak RSS
+against the function's caps in the topology (timeout_seconds, memory). On Cloud Run the memory limit applies to
+the whole instance, so the process high-water mark (getrusage ru_maxrss) is the measure, not a per-call delta.
+The line is INFO, or WARNING once either figure passes RLCLEANUP_LIMIT_WARN_FRACTION (default 0.8) of its cap.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import resource
+import sys
 import threading
+import time
 from typing import Any
 
 from rlcleanup.logging_setup import bind_cloud_event
@@ -18,6 +28,11 @@ log = logging.getLogger(__name__)
 _ports: Ports | None = None
 _lock = threading.Lock()
 
+ACCOUNTING_PREFIX = "invocation "
+WARN_FRACTION_VAR = "RLCLEANUP_LIMIT_WARN_FRACTION"
+DEFAULT_WARN_FRACTION = 0.8
+PERMANENT_PREFIX = "permanent error recorded"
+
 
 def ports() -> Ports:
     global _ports
@@ -28,7 +43,21 @@ def ports() -> Ports:
 
 
 def handle_cloud_event(entry_point: str, cloud_event: Any) -> str:
-    bind_cloud_event(cloud_event, entry_point)  # JSON logs for Cloud Logging, with run/step/event/trace context
+    started = time.monotonic()
+    outcome = "error"
+    try:
+        bind_cloud_event(cloud_event, entry_point)  # JSON logs for Cloud Logging, with run/step/event/trace context
+        result = _handle(entry_point, cloud_event)
+        outcome = "permanent" if result.startswith(PERMANENT_PREFIX) else "ok"
+        return result
+    except BaseException as exc:
+        outcome = f"error:{type(exc).__name__}"
+        raise
+    finally:
+        account_invocation(entry_point, time.monotonic() - started, outcome)
+
+
+def _handle(entry_point: str, cloud_event: Any) -> str:
     spec = load_topology().function(entry_point)
     p = ports()
     try:
@@ -36,12 +65,82 @@ def handle_cloud_event(entry_point: str, cloud_event: Any) -> str:
     except PermanentError as exc:
         raw = _raw_copy(cloud_event.data)
         record_poison(p, entry_point, spec.dead_letter_topic, raw, {}, exc)
-        return f"permanent error recorded: {exc.code}"
+        return f"{PERMANENT_PREFIX}: {exc.code}"
     if entry_point not in HANDLERS:
         raise RuntimeError(f"no handler registered for {entry_point}")
     outcome = dispatch(p, entry_point, spec.dead_letter_topic, message.data, message.attributes)
     log.info("%s: %s", entry_point, outcome, extra={"message_id": message.message_id})
     return outcome
+
+
+# ---------------------------------------------------------------- per-invocation accounting
+
+
+def peak_rss_mib() -> float:
+    """This process's resident-set high-water mark in MiB (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def warn_fraction() -> float:
+    """The share of a cap above which an invocation is logged at WARNING (env override, else 0.8)."""
+    raw = os.environ.get(WARN_FRACTION_VAR)
+    try:
+        value = float(raw) if raw else DEFAULT_WARN_FRACTION
+    except ValueError:
+        return DEFAULT_WARN_FRACTION
+    return value if 0 < value <= 1 else DEFAULT_WARN_FRACTION
+
+
+def account_invocation(
+    entry_point: str, seconds: float, outcome: str, *, peak_mib: float | None = None, fraction: float | None = None
+) -> dict[str, Any]:
+    """Log (and return) one invocation's accounting: duration and peak RSS against the function's caps."""
+    peak = peak_rss_mib() if peak_mib is None else peak_mib
+    fraction = warn_fraction() if fraction is None else fraction
+    fields: dict[str, Any] = {
+        "entry_point": entry_point,
+        "outcome": outcome,
+        "invocation_seconds": round(seconds, 3),
+        "peak_rss_mib": round(peak, 1),
+    }
+    near: list[str] = []
+    try:
+        spec = load_topology().function(entry_point)
+    except KeyError:
+        spec = None
+    if spec is not None:
+        fields |= {"timeout_seconds": spec.timeout_seconds, "memory_mib": round(spec.memory_mib, 1)}
+        if seconds > fraction * spec.timeout_seconds:
+            near.append("timeout")
+        if peak > fraction * spec.memory_mib:
+            near.append("memory")
+    if near:
+        fields["near_limit"] = ",".join(near)
+    level = logging.WARNING if near else logging.INFO
+    log.log(level, format_accounting(fields), extra={"invocation": fields})
+    return fields
+
+
+def format_accounting(fields: dict[str, Any]) -> str:
+    """`invocation entry_point=capture_part outcome=ok invocation_seconds=0.412 peak_rss_mib=96.1 ...`"""
+    return ACCOUNTING_PREFIX + " ".join(f"{k}={v}" for k, v in fields.items())
+
+
+def parse_accounting(message: str) -> dict[str, Any] | None:
+    """The fields of an accounting message (numbers as floats), or None for any other message."""
+    if not message.startswith(ACCOUNTING_PREFIX):
+        return None
+    fields: dict[str, Any] = {}
+    for pair in message[len(ACCOUNTING_PREFIX) :].split():
+        key, sep, value = pair.partition("=")
+        if not sep:
+            return None
+        try:
+            fields[key] = float(value) if key not in ("entry_point", "outcome", "near_limit") else value
+        except ValueError:
+            fields[key] = value
+    return fields if {"entry_point", "outcome", "invocation_seconds", "peak_rss_mib"} <= fields.keys() else None
 
 
 def _raw_copy(data: Any) -> bytes:

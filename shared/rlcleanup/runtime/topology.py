@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, model_validator
+
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T)?\s*$")
+_UNIT_BYTES: dict[str | None, int] = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_UNIT_BYTES |= {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def parse_memory_mib(text: str) -> float:
+    """A Cloud Run memory limit ('512Mi', '1Gi', '2G', '4000M', bytes) in MiB; ValueError if unparseable."""
+    match = _MEMORY.match(text)
+    if not match:
+        raise ValueError(f"bad memory size {text!r} (expected e.g. '512Mi' or '1Gi')")
+    return float(match.group(1)) * _UNIT_BYTES[match.group(2)] / 2**20
 
 
 class _Strict(BaseModel):
@@ -32,6 +45,10 @@ class FunctionSpec(_Strict):
     max_delivery_attempts: int
     minimum_backoff: str
     maximum_backoff: str
+
+    @property
+    def memory_mib(self) -> float:
+        return parse_memory_mib(self.memory)
 
     @property
     def push_subscription(self) -> str:
@@ -67,6 +84,8 @@ class Topology(_Strict):
                 raise ValueError(f"function {fn.name}: ack deadline below its timeout")
             if not 10 <= fn.ack_deadline_seconds <= 600:
                 raise ValueError(f"function {fn.name}: ack deadline must be 10..600 s")
+            if fn.memory_mib <= 0:
+                raise ValueError(f"function {fn.name}: memory must be positive")
         for sink in self.sinks:
             if sink.topic not in names:
                 raise ValueError(f"sink {sink.subscription} names unknown topic {sink.topic}")
