@@ -14,7 +14,20 @@ from typer.testing import CliRunner
 from rlcleanup.cli.main import app
 from rlcleanup.formats.safetensors_header import parse_header
 from rlcleanup.runtime.embedded import run_embedded
-from rlcleanup.samples.large import SCALES, llama70b_tensors, planned_objects, write_large_run, write_spec
+from rlcleanup.samples.large import (
+    _NODE_FILES,
+    MODELS,
+    RANKS_PER_NODE,
+    SCALES,
+    LargeSpec,
+    llama70b_tensors,
+    llama_tensors,
+    planned_objects,
+    write_large_run,
+    write_spec,
+)
+from rlcleanup.steps.capture import MAX_PART_ITEMS
+from rlcleanup.steps.validate import ESTIMATE_TOLERANCE, estimate_parameters
 
 MEDIUM = SCALES["medium"]
 
@@ -113,3 +126,47 @@ def test_cli_scale_with_overrides(tmp_path: Path) -> None:
     assert len(workers) == 4 * MEDIUM.attempts
     bad = CliRunner().invoke(app, ["sample-run", str(tmp_path / "x"), "--scale", "huge"])
     assert bad.exit_code == 2
+
+
+def test_tiny_model_keeps_the_70b_tensor_list_with_whole_shards(tmp_path: Path) -> None:
+    """The `ci` scale's model: same 80-layer tensor names, tiny dimensions, data really written (an in-memory GCS
+    emulator cannot hold sparse holes), and a config whose 12·L·H²+2·V·H estimate stays within tolerance."""
+    tiny = MODELS["llama-tiny"]
+    assert [n for n, _ in llama_tensors(tiny)] == [n for n, _ in llama70b_tensors()]
+    run = write_large_run(tmp_path, ranks=4, attempts=2, exports=2, log_bytes_total=256 * 1024, model="llama-tiny")
+    spec = LargeSpec(ranks=4, attempts=2, exports=2, log_bytes_total=256 * 1024, model="llama-tiny")
+    assert len(_files(tmp_path)) == planned_objects(spec)
+    policy = run / "exports" / "global_step_10" / "policy"
+    shards = sorted(policy.glob("*.safetensors"))
+    assert len(shards) == 30
+    params = 0
+    for shard in shards:
+        raw = shard.read_bytes()
+        (n,) = struct.unpack("<Q", raw[:8])
+        header = parse_header(raw[: 8 + n], len(raw))
+        assert header.expected_size == len(raw)
+        params += header.parameter_count
+    assert params == sum(math.prod(shape) for _, shape in llama_tensors(tiny))
+    config = json.loads((policy / "config.json").read_text())
+    estimate = estimate_parameters(config)
+    assert estimate is not None and abs(params - estimate) / params < ESTIMATE_TOLERANCE
+    assert sum(s.stat().st_size for s in shards) < 4 * 2**20
+    with pytest.raises(ValueError, match="unknown model"):
+        write_large_run(tmp_path / "x", ranks=2, attempts=2, exports=1, model="gpt-5")
+
+
+def test_ci_scale_is_big_but_fits_the_emulator() -> None:
+    ci = SCALES["ci"]
+    assert ci.model == "llama-tiny" and ci.exports >= 20 and ci.shards >= 30 and ci.attempts >= 3
+    per_attempt = 3 * ci.ranks + len(_NODE_FILES) * math.ceil(ci.ranks / RANKS_PER_NODE)
+    assert per_attempt > MAX_PART_ITEMS  # each attempt's logs need more than one capture part
+    assert ci.log_bytes_total <= 32 * 2**20 and planned_objects(ci) < 2500
+
+
+def test_cli_ci_scale(tmp_path: Path) -> None:
+    args = ["sample-run", str(tmp_path), "--scale", "ci", "--ranks", "2", "--exports", "1", "--log-mb", "1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    run = Path(result.output.strip())
+    config = json.loads((run / "exports" / "global_step_5" / "policy" / "config.json").read_text())
+    assert config["hidden_size"] == MODELS["llama-tiny"].hidden and config["num_hidden_layers"] == 80

@@ -6,6 +6,10 @@ noise everywhere; the middle ones are preempted; the last completes), `exports` 
 (80 layers, H 8192, V 128256, intermediate 28672, bf16, 30 shards with real safetensors headers; the tensor data
 is a sparse hole, so ~141 GB per export costs no disk) and the last two FSDP checkpoints (one rank file per
 worker, sparse too). Big logs are written by repeating pre-rendered chatter blocks, restamped per block.
+
+`model="llama-tiny"` keeps the 80-layer tensor list (same tensor names, so shard headers about as long as the
+70B ones) with tiny dimensions: ~1.1M parameters, 2.2 MB per export, so the whole run, uploaded byte for byte, fits
+an in-memory GCS emulator (fake-gcs-server cannot hold 141 GB exports). The `ci` scale uses it end to end.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ from rlcleanup.samples.curves import reward_curve
 from rlcleanup.samples.generator import _PREEMPT, _RUNTIME, _T0, VERSION, _command, _dump_json, _iso
 from rlcleanup.samples.hf_export import write_checkpoint_dir, write_tokenizer_files
 
-LAYERS, HIDDEN, VOCAB, INTERMEDIATE, HEADS, KV_HEADS, HEAD_DIM = 80, 8192, 128256, 28672, 64, 8, 128
 BF16 = 2
 INTERVAL = 5  # ckpt_interval == hf_save_interval: the budget is exports x 5
 RANKS_PER_NODE = 8
@@ -41,6 +44,24 @@ MiB = 1024 * 1024
 
 
 @dataclass(frozen=True)
+class ModelShape:
+    layers: int
+    hidden: int
+    vocab: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+MODELS: dict[str, ModelShape] = {
+    "llama-70b": ModelShape(80, 8192, 128256, 28672, 64, 8, 128),
+    "llama-tiny": ModelShape(80, 32, 512, 112, 4, 1, 8),  # same tensor list, ~1.1M parameters
+}
+LLAMA_70B = MODELS["llama-70b"]
+
+
+@dataclass(frozen=True)
 class LargeSpec:
     ranks: int = 500
     attempts: int = 3
@@ -48,10 +69,14 @@ class LargeSpec:
     log_bytes_total: int = 1024 * MiB
     shards: int = 30
     name: str = "math-rl-llama70b"
+    model: str = "llama-70b"
 
 
 SCALES: dict[str, LargeSpec] = {
-    "medium": LargeSpec(ranks=50, attempts=3, exports=4, log_bytes_total=30 * MiB),  # CI-sized
+    "medium": LargeSpec(ranks=50, attempts=3, exports=4, log_bytes_total=30 * MiB),  # CI-sized, local files
+    # The end-to-end stack test: small enough for an in-memory GCS emulator, big enough to split every stage
+    # (3 attempts x 64 ranks: several capture parts; 20 exports x 30 shards: 21 validations).
+    "ci": LargeSpec(ranks=64, attempts=3, exports=20, log_bytes_total=16 * MiB, model="llama-tiny"),
     "large": LargeSpec(),  # the issue's figures: 500 ranks x 3 attempts, >= 1 GiB of logs, >= 10,000 objects
 }
 
@@ -70,23 +95,28 @@ def planned_objects(spec: LargeSpec) -> int:
 # ---------------------------------------------------------------- 70B-shaped exports
 
 
-def llama70b_tensors() -> list[tuple[str, list[int]]]:
-    kv = KV_HEADS * HEAD_DIM
-    out = [("model.embed_tokens.weight", [VOCAB, HIDDEN])]
-    for i in range(LAYERS):
+def llama_tensors(shape: ModelShape = LLAMA_70B) -> list[tuple[str, list[int]]]:
+    h, inter, vocab = shape.hidden, shape.intermediate, shape.vocab
+    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    out = [("model.embed_tokens.weight", [vocab, h])]
+    for i in range(shape.layers):
         p = f"model.layers.{i}."
         out += [
-            (p + "input_layernorm.weight", [HIDDEN]),
-            (p + "post_attention_layernorm.weight", [HIDDEN]),
-            (p + "self_attn.q_proj.weight", [HIDDEN, HIDDEN]),
-            (p + "self_attn.k_proj.weight", [kv, HIDDEN]),
-            (p + "self_attn.v_proj.weight", [kv, HIDDEN]),
-            (p + "self_attn.o_proj.weight", [HIDDEN, HIDDEN]),
-            (p + "mlp.gate_proj.weight", [INTERMEDIATE, HIDDEN]),
-            (p + "mlp.up_proj.weight", [INTERMEDIATE, HIDDEN]),
-            (p + "mlp.down_proj.weight", [HIDDEN, INTERMEDIATE]),
+            (p + "input_layernorm.weight", [h]),
+            (p + "post_attention_layernorm.weight", [h]),
+            (p + "self_attn.q_proj.weight", [q, h]),
+            (p + "self_attn.k_proj.weight", [kv, h]),
+            (p + "self_attn.v_proj.weight", [kv, h]),
+            (p + "self_attn.o_proj.weight", [h, q]),
+            (p + "mlp.gate_proj.weight", [inter, h]),
+            (p + "mlp.up_proj.weight", [inter, h]),
+            (p + "mlp.down_proj.weight", [h, inter]),
         ]
-    return [*out, ("model.norm.weight", [HIDDEN]), ("lm_head.weight", [VOCAB, HIDDEN])]
+    return [*out, ("model.norm.weight", [h]), ("lm_head.weight", [vocab, h])]
+
+
+def llama70b_tensors() -> list[tuple[str, list[int]]]:
+    return llama_tensors(LLAMA_70B)
 
 
 def _nbytes(shape: list[int]) -> int:
@@ -101,9 +131,9 @@ class ShardTemplate:
     tensors: tuple[str, ...]
 
 
-def export_template(shards: int = 30) -> list[ShardTemplate]:
+def export_template(shards: int = 30, model: ModelShape = LLAMA_70B) -> list[ShardTemplate]:
     """Tensors in module order, cut into `shards` contiguous groups of about equal bytes."""
-    tensors = llama70b_tensors()
+    tensors = llama_tensors(model)
     total = sum(_nbytes(s) for _, s in tensors)
     groups: list[list[tuple[str, list[int]]]] = [[] for _ in range(shards)]
     cursor = 0
@@ -126,33 +156,37 @@ def export_template(shards: int = 30) -> list[ShardTemplate]:
 
 
 def llama70b_config() -> dict[str, Any]:
+    return llama_config(LLAMA_70B)
+
+
+def llama_config(shape: ModelShape = LLAMA_70B) -> dict[str, Any]:
     return {
         "architectures": ["LlamaForCausalLM"],
         "attention_bias": False,
         "bos_token_id": 128000,
         "eos_token_id": 128009,
-        "head_dim": HEAD_DIM,
+        "head_dim": shape.head_dim,
         "hidden_act": "silu",
-        "hidden_size": HIDDEN,
-        "intermediate_size": INTERMEDIATE,
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
         "max_position_embeddings": 131072,
         "model_type": "llama",
-        "num_attention_heads": HEADS,
-        "num_hidden_layers": LAYERS,
-        "num_key_value_heads": KV_HEADS,
+        "num_attention_heads": shape.heads,
+        "num_hidden_layers": shape.layers,
+        "num_key_value_heads": shape.kv_heads,
         "rms_norm_eps": 1e-05,
         "rope_theta": 500000.0,
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
         "transformers_version": "4.57.1",
-        "vocab_size": VOCAB,
+        "vocab_size": shape.vocab,
     }
 
 
-def write_70b_export(dest: Path, template: list[ShardTemplate]) -> None:
+def write_70b_export(dest: Path, template: list[ShardTemplate], shape: ModelShape = LLAMA_70B) -> None:
     """A whole HF export: real headers, data sections as sparse holes of the exact length."""
     dest.mkdir(parents=True, exist_ok=True)
-    _dump_json(dest / "config.json", llama70b_config())
+    _dump_json(dest / "config.json", llama_config(shape))
     write_tokenizer_files(dest)
     for shard in template:
         with (dest / shard.name).open("wb") as fh:
@@ -163,14 +197,15 @@ def write_70b_export(dest: Path, template: list[ShardTemplate]) -> None:
     _dump_json(dest / "model.safetensors.index.json", index)
 
 
-def _write_checkpoint(dest: Path, step: int, world: int) -> None:
-    """The small generator's checkpoint dir, with each rank file extended (sparse) to its real 70B share."""
+def _write_checkpoint(dest: Path, step: int, world: int, shape: ModelShape = LLAMA_70B) -> None:
+    """The small generator's checkpoint dir, with each rank file extended (sparse) to its real share."""
     write_checkpoint_dir(dest, step, world_size=world)
-    params = sum(math.prod(s) for _, s in llama70b_tensors())
+    params = sum(math.prod(s) for _, s in llama_tensors(shape))
     sizes = {"model": params * BF16 // world, "optim": params * 8 // world}  # bf16 weights; fp32 Adam m and v
     for r in range(world):
         for kind, size in sizes.items():
-            os.truncate(dest / "policy" / f"{kind}_world_size_{world}_rank_{r}.pt", size)
+            path = dest / "policy" / f"{kind}_world_size_{world}_rank_{r}.pt"
+            os.truncate(path, max(size, path.stat().st_size))  # never cut the small generator's real bytes
 
 
 # ---------------------------------------------------------------- chatter blocks
@@ -365,11 +400,15 @@ def write_large_run(
     log_bytes_total: int = 1024 * MiB,
     shards: int = 30,
     name: str = "math-rl-llama70b",
+    model: str = "llama-70b",
 ) -> Path:
     """Write the large run under `dest` (durable root dest/durable/<name>/<version>) and return that root."""
-    spec = LargeSpec(ranks, attempts, exports, log_bytes_total, shards, name)
+    spec = LargeSpec(ranks, attempts, exports, log_bytes_total, shards, name, model)
     if ranks < 2 or attempts < 2 or exports < 1 or shards < 1:
         raise ValueError("need ranks >= 2, attempts >= 2, exports >= 1, shards >= 1")
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
+    shape = MODELS[model]
     r = dest / "durable" / name / VERSION
     t = dest / "tmp" / "ttl=14d" / "skyrl" / name / VERSION
     run_id, ckpt_root, budget = f"{name}-{VERSION}", t / "checkpoints", exports * INTERVAL
@@ -387,18 +426,19 @@ def write_large_run(
         chain.append(render_link(ctx, link, start, pid=4100 + 1000 * i, run_key=f"large/{i}"))
         start = chain[-1].ended + timedelta(minutes=7)
 
-    template = export_template(shards)
+    template = export_template(shards, shape)
     for step in sorted(ctx.exports):
-        write_70b_export(r / "exports" / f"global_step_{step}" / "policy", template)
+        write_70b_export(r / "exports" / f"global_step_{step}" / "policy", template, shape)
     for step in ctx.kept:
-        _write_checkpoint(ckpt_root / f"global_step_{step}", step, ranks)
+        _write_checkpoint(ckpt_root / f"global_step_{step}", step, ranks, shape)
     marker = ctx.kept[-1]
     (ckpt_root / "latest_ckpt_global_step.txt").write_text(str(marker))
 
     cfg = configs.standard_config(
         budget=budget, ckpt_path=str(ckpt_root), export_path=str(r / "exports"), temp_root=str(t), run_name=run_id
     )
-    cfg["trainer"]["policy"]["model"]["path"] = "marin-community/llama-3.1-70b-math-sft"
+    base = "llama-3.1-70b" if model == "llama-70b" else model
+    cfg["trainer"]["policy"]["model"]["path"] = f"marin-community/{base}-math-sft"
     cfg["trainer"]["placement"] |= {
         "policy_num_nodes": math.ceil(ranks / RANKS_PER_NODE),
         "policy_num_gpus_per_node": RANKS_PER_NODE,
@@ -500,4 +540,5 @@ def write_spec(dest: Path, spec: LargeSpec) -> Path:
         log_bytes_total=spec.log_bytes_total,
         shards=spec.shards,
         name=spec.name,
+        model=spec.model,
     )
