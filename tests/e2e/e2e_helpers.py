@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 import time
 import urllib.error
@@ -12,6 +13,8 @@ from typing import Any
 
 from rlcleanup.adapters.firestore_records import FirestoreRecordStore
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.runtime.functions import parse_accounting
+from rlcleanup.runtime.topology import FunctionSpec, load_topology
 from rlcleanup.samples.generator import VERSION, write_sample_run
 from rlcleanup.samples.upload import upload_sample_run
 from rlcleanup.stack import StackState
@@ -54,6 +57,58 @@ def wait_log(path: Path, needle: str, count: int, timeout: float = 90.0) -> str:
             return text
         time.sleep(0.2)
     raise AssertionError(f"{path.name}: {needle!r} seen {text.count(needle)}x, wanted {count}; tail:\n{text[-3000:]}")
+
+
+def served_functions(stack: StackState) -> list[FunctionSpec]:
+    """The topology's functions this stack runs (whatever the topology lists, in its order)."""
+    return [fn for fn in load_topology().functions if fn.name in stack.functions]
+
+
+def function_log(stack: StackState, fn: FunctionSpec) -> Path:
+    return Path(stack.state_dir, f"fn-{fn.name}.log")
+
+
+def log_entries(path: Path, run_id: str | None = None) -> list[dict[str, Any]]:
+    """A function's JSON log records (the stack writes one file per function), optionally for one run only: the
+    records carrying its run_id, plus every record of a delivery (event_id) that names the run (a job event
+    carries only the run's URI, so on-job-event learns the run id while handling it)."""
+    entries = []
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.startswith("{"):
+            continue  # functions-framework / gunicorn start-up lines
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    if run_id is None:
+        return entries
+    deliveries = {
+        e.get("event_id") for e in entries if e.get("run_id") == run_id or run_id in str(e.get("message", ""))
+    }
+    deliveries.discard(None)
+    return [e for e in entries if e.get("run_id") == run_id or e.get("event_id") in deliveries]
+
+
+def invocation_accounting(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-invocation accounting lines (runtime.functions.account_invocation) among log records."""
+    out = []
+    for entry in entries:
+        fields = parse_accounting(str(entry.get("message", "")))
+        if fields is not None:
+            out.append(fields | {"severity": entry.get("severity")})
+    return out
+
+
+def handler_outcomes(entries: list[dict[str, Any]], fn: FunctionSpec) -> list[str]:
+    """The `<entry_point>: <outcome>` line each completed delivery logs."""
+    prefix = f"{fn.entry_point}: "
+    return [
+        str(e["message"])
+        for e in entries
+        if e.get("logger") == "rlcleanup.runtime.functions" and str(e.get("message", "")).startswith(prefix)
+    ]
 
 
 class FaultProxy:
