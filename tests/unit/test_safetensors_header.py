@@ -17,12 +17,14 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
 
+import rlcleanup.formats.safetensors_header as sth
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.formats.safetensors_header import (
     DTYPE_BITS,
     CorruptHeaderError,
     SafetensorsHeader,
     check_json_depth,
+    loads_bounded,
     parse_header,
     read_header,
 )
@@ -180,6 +182,11 @@ def test_format_rules(header: Any, reason: str) -> None:
         (b"[" * 100_000 + b"]" * 100_000, "nested deeper"),
         (b'{"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"a": {}}}}}}}}}}', "nested deeper"),
         (b'{"a": 1, "a": 2}', "duplicate key"),
+        (b'{"a": {"dtype": "F32", "dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', "duplicate key"),
+        # Below the two levels the fast count covers: the hooked parse still finds it.
+        (b'{"a": {"dtype": "F32", "x": {"k": 1, "k": 2}, "shape": [1], "data_offsets": [0, 4]}}', "duplicate key"),
+        (b'{"a": {"dtype": "F32", "x": [{"k": 1, "k": 2}], "shape": [1], "data_offsets": [0, 4]}}', "duplicate key"),
+        (b'{"a": 1, "a": 2} x', "duplicate key"),  # the same error a single hooked parse gives
         (b'{"a": {"dtype": "F32", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 4]}}', "not valid JSON"),
     ],
 )
@@ -206,6 +213,47 @@ def test_strings_with_brackets_and_escapes_are_not_nesting() -> None:
     check_json_depth(r'{"a": "[[[[[[[[[[{{{{{{{{{{\"\\", "b": ["\\\"]]]]]"]}', 3)
     with pytest.raises(ValueError):
         check_json_depth('{"a": [[[[[[[[[[1]]]]]]]]]]}', 8)
+    with pytest.raises(ValueError):  # an unterminated string hides nothing: what follows its quote still counts
+        check_json_depth('{"a": "x\\"' + "[" * 20, 8)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a:b": {"c\\":": 1, "d\\\\": "::"}, "e": {"f": {"g": 1, "h": 2}}}',  # colons and escapes in strings
+        '{"x": [{"k": 1}, {"k": 2}], "y": {"z": {"k": 3}}}',  # objects below two levels, no duplicate
+        '[{"a": 1}, {"a": 2}]',
+        '{"__metadata__": {"k": "v"}, "w": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]}}',
+    ],
+)
+def test_loads_bounded_agrees_with_json_when_there_is_no_duplicate(text: str) -> None:
+    assert loads_bounded(text, 8) == json.loads(text)
+
+
+def test_a_valid_header_needs_no_hooked_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The per-shard cost: a header without duplicate keys is parsed once, by the C parser alone.
+    calls: list[int] = []
+    real = sth._no_duplicates
+
+    def counted(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        calls.append(1)
+        return real(pairs)
+
+    monkeypatch.setattr(sth, "_no_duplicates", counted)
+    header: dict[str, Any] = {"__metadata__": {"format": "pt", "step": "3"}}
+    for i in range(30):
+        header[f"model.layers.{i}.w"] = {"dtype": "BF16", "shape": [2, 3], "data_offsets": [12 * i, 12 * i + 12]}
+    parsed, _ = _read(_write(_file(header)))
+    assert len(parsed.tensors) == 30 and calls == []
+    with pytest.raises(CorruptHeaderError, match="duplicate key"):
+        _read(_write(_file({}, data_len=0, raw=b'{"__metadata__": {"k": "1", "k": "2"}}')))
+    assert calls  # a repeated key falls back to the hooked parse, which names it
+
+
+def test_metadata_keys_with_colons_and_quotes_parse() -> None:
+    header = {"__metadata__": {'a:"b': 'c:"d', "e": "\\"}, "t:1": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}}
+    parsed, _ = _read(_write(_file(header)))
+    assert parsed.metadata == header["__metadata__"] and list(parsed.tensors) == ["t:1"]
 
 
 def test_sub_byte_and_zero_sized_tensors() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from rlcleanup.ports.storage import Storage
@@ -47,7 +47,6 @@ DTYPE_BITS: dict[str, int] = {
     "U64": 64,
 }
 
-_JSON_STRING = re.compile(r'"[^"]*"')  # applied after escapes are dropped: linear, no backtracking
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
@@ -98,16 +97,19 @@ class SafetensorsHeader:
         return sum(t.offsets[1] - t.offsets[0] for t in self.tensors.values())
 
 
-def check_json_depth(text: str, max_depth: int) -> None:
-    """Refuse nesting deeper than max_depth *before* json.loads, whose recursion would otherwise blow the stack.
+def _outside_strings(text: str) -> str:
+    """The JSON text with every string literal (and escape) removed: what is left is structure and scalars.
 
-    Escapes and strings are dropped, then every character but brackets (all linear, C speed); innermost
-    `[]`/`{}` pairs are then peeled max_depth times: anything left is deeper than allowed (or unbalanced,
-    which JSON rejects anyway).
+    `\\\\` before `\\"`, left to right, is exactly how JSON tokenizes escapes inside strings; the quotes then pair
+    up as strings. An unmatched last quote keeps what follows it (like a `"[^"]*"` scan would): it is never a string.
     """
-    # `\\` before `\"`, left to right, is exactly how JSON tokenizes escapes inside strings.
-    unescaped = text.replace("\\\\", "").replace('\\"', "")
-    skeleton = _NOT_BRACKET.sub("", _JSON_STRING.sub("", unescaped))
+    parts = text.replace("\\\\", "").replace('\\"', "").split('"')
+    outside = "".join(parts[::2])
+    return outside if len(parts) % 2 else outside + '"' + parts[-1]
+
+
+def _check_depth(outside: str, max_depth: int) -> None:
+    skeleton = _NOT_BRACKET.sub("", outside)
     for _ in range(max_depth):
         if not skeleton:
             return
@@ -119,6 +121,16 @@ def check_json_depth(text: str, max_depth: int) -> None:
         raise ValueError(f"JSON nested deeper than {max_depth} levels (or unbalanced brackets)")
 
 
+def check_json_depth(text: str, max_depth: int) -> None:
+    """Refuse nesting deeper than max_depth *before* json.loads, whose recursion would otherwise blow the stack.
+
+    Escapes and strings are dropped, then every character but brackets (all linear, C speed); innermost
+    `[]`/`{}` pairs are then peeled max_depth times: anything left is deeper than allowed (or unbalanced,
+    which JSON rejects anyway).
+    """
+    _check_depth(_outside_strings(text), max_depth)
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
@@ -128,10 +140,32 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _shallow_pairs(value: Any) -> int:
+    """Key-value pairs in the top object and the objects directly inside it (a header's or an index's depth)."""
+    if not isinstance(value, dict):
+        return 0
+    return len(value) + sum(len(v) for v in value.values() if isinstance(v, dict))
+
+
 def loads_bounded(text: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """json.loads with a depth guard and duplicate-key rejection; raises ValueError only."""
-    check_json_depth(text, max_depth)
+    """json.loads with a depth guard and duplicate-key rejection; raises ValueError only.
+
+    Outside strings a `:` only ever separates a key from its value, so the text holds exactly that many pairs.
+    When the parsed objects (top level and one below: all a safetensors header or an index has) hold as many,
+    no key was repeated and the plain C parse stands. Otherwise (a duplicate, objects nested deeper, or not JSON
+    at all) the text is parsed again through a hook that refuses duplicate keys anywhere, which also gives the
+    error exactly as a single hooked parse would.
+    """
+    outside = _outside_strings(text)
+    _check_depth(outside, max_depth)
     try:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            pass
+        else:
+            if _shallow_pairs(value) == outside.count(":"):
+                return value
         return json.loads(text, object_pairs_hook=_no_duplicates)
     except RecursionError as exc:  # belt and braces: the depth check should already have refused it
         raise ValueError("JSON nested too deeply") from exc
@@ -149,27 +183,33 @@ def _short(value: Any) -> str:
 
 
 def _tensor(name: str, entry: Any) -> TensorInfo:
+    # The checks run inline and build their message only on failure: this runs for every tensor of every shard.
     if not isinstance(entry, dict):
         raise CorruptHeaderError(f"tensor {name!r}: entry is {type(entry).__name__}, not an object")
     dtype = entry.get("dtype")
-    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+    if not isinstance(dtype, str) or (dtype_bits := DTYPE_BITS.get(dtype)) is None:
         raise CorruptHeaderError(f"tensor {name!r}: unknown dtype {_short(dtype)}")
     shape = entry.get("shape")
     if not isinstance(shape, list):
         raise CorruptHeaderError(f"tensor {name!r}: shape is not a list")
     numel = 1
     for dim in shape:
-        numel *= _u64(dim, f"tensor {name!r}: shape dimension")
+        if type(dim) is not int or not 0 <= dim < _U64:  # bool is not int here
+            _u64(dim, f"tensor {name!r}: shape dimension")
+        numel *= dim
         if numel >= _U64:  # stop before a hostile shape makes a huge integer
             raise CorruptHeaderError(f"tensor {name!r}: shape {_short(shape)} has 2^64 or more elements")
     offsets = entry.get("data_offsets")
     if not isinstance(offsets, list) or len(offsets) != 2:
         raise CorruptHeaderError(f"tensor {name!r}: data_offsets is not [start, end]")
-    start = _u64(offsets[0], f"tensor {name!r}: data_offsets start")
-    end = _u64(offsets[1], f"tensor {name!r}: data_offsets end")
+    start, end = offsets
+    if type(start) is not int or not 0 <= start < _U64:
+        _u64(start, f"tensor {name!r}: data_offsets start")
+    if type(end) is not int or not 0 <= end < _U64:
+        _u64(end, f"tensor {name!r}: data_offsets end")
     if start > end:
         raise CorruptHeaderError(f"tensor {name!r}: data_offsets start {start} > end {end}")
-    bits = numel * DTYPE_BITS[dtype]
+    bits = numel * dtype_bits
     if bits % 8:
         raise CorruptHeaderError(f"tensor {name!r}: {numel} x {dtype} does not fill whole bytes")
     if end - start != bits // 8:
@@ -256,4 +296,4 @@ def read_header(
         header = parse_header(buf, size, max_header)
     except CorruptHeaderError as exc:
         raise CorruptHeaderError(exc.reason, uri) from exc
-    return replace(header, requests=requests, bytes_read=got)
+    return SafetensorsHeader(header.header_len, header.tensors, header.metadata, header.data_end, requests, got)
