@@ -7,6 +7,7 @@ import json
 import pickle
 import struct
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import safetensors.numpy as stn
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.models.record import Candidate
-from rlcleanup.ports.storage import ObjectInfo
+from rlcleanup.ports.storage import ObjectInfo, StorageError
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.validate import (
     HEADER_WORKERS,
@@ -367,9 +368,11 @@ class ConcurrencyStorage(LocalStorage):
         self.cond = threading.Condition()
         self.target = target
         self.active = self.peak = 0
+        self.reads: list[str] = []
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         with self.cond:
+            self.reads.append(uri)
             self.active += 1
             self.peak = max(self.peak, self.active)
             self.cond.notify_all()
@@ -381,15 +384,107 @@ class ConcurrencyStorage(LocalStorage):
                 self.active -= 1
 
 
-@pytest.mark.parametrize(("shards", "workers", "peak"), [(30, HEADER_WORKERS, 30), (40, 8, 8), (3, 1, 1)])
+@pytest.mark.parametrize(("shards", "workers", "peak"), [(30, HEADER_WORKERS, 32), (40, 8, 8), (3, 1, 1)])
 def test_header_pool_is_bounded(tmp_path: Path, shards: int, workers: int, peak: int) -> None:
-    # A 70B export has 30 shards: the default pool reads all their headers in one round, never more than `workers`.
-    assert 30 <= HEADER_WORKERS <= 64
-    make_export(tmp_path, shards=[{f"layer.{k}.w": np.zeros((1, 4), np.float32)} for k in range(shards)])
+    # A 70B export has 30 shards: after the listing the default pool reads config.json, the index and all 30
+    # headers in one round (no chain config -> index -> headers), never more than `workers` at once.
+    assert 32 <= HEADER_WORKERS <= 64
+    policy = make_export(tmp_path, shards=[{f"layer.{k}.w": np.zeros((1, 4), np.float32)} for k in range(shards)])
     storage = ConcurrencyStorage(target=peak)
     c = validate_candidate(storage, make_layout(tmp_path), 10, metric_steps=None, step_budget=None, workers=workers)
     assert c.valid, c.problems
     assert storage.peak == peak
+    assert sorted(storage.reads) == sorted(
+        str(policy / n)
+        for n in ["config.json", "model.safetensors.index.json", *(p.name for p in policy.glob("*.safetensors"))]
+    )  # each once
+
+
+class CountingLocal(LocalStorage):
+    """LocalStorage counting every call that reaches the store, per kind."""
+
+    def __init__(self, fail: type[Exception] | None = None, sizes: dict[str, int] | None = None) -> None:
+        super().__init__(checksums=True)
+        self.calls: list[tuple[str, str]] = []
+        self.fail, self.sizes = fail, sizes or {}
+        self.lock = threading.Lock()
+
+    def _note(self, kind: str, uri: str) -> None:
+        with self.lock:
+            self.calls.append((kind, Path(uri).name))
+
+    def stat(self, uri: str) -> ObjectInfo | None:
+        self._note("stat", uri)
+        return super().stat(uri)
+
+    def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
+        self._note("list", prefix_uri)
+        for info in super().list(prefix_uri):  # a listing that reports other sizes: files rewritten since
+            yield ObjectInfo(info.uri, self.sizes.get(Path(info.uri).name, info.size), info.crc32c)
+
+    def read_range(self, uri: str, start: int, length: int) -> bytes:
+        self._note("read_range", uri)
+        if self.fail is not None:
+            time.sleep(0.05)
+            raise self.fail(f"outage reading {uri}")
+        return super().read_range(uri, start, length)
+
+    def read_bytes(self, uri: str, max_bytes: int = 64 * 1024 * 1024) -> bytes:
+        self._note("read_bytes", uri)
+        return super().read_bytes(uri, max_bytes)
+
+
+def test_one_request_per_object_after_one_listing(tmp_path: Path) -> None:
+    policy = make_export(tmp_path, shards=[{f"layer.{k}.w": np.zeros((1, 4), np.float32)} for k in range(5)])
+    (policy / "trainer_state.json").write_text(json.dumps({"global_step": 10}))
+    storage = CountingLocal()
+    c = validate_candidate(storage, make_layout(tmp_path), 10, metric_steps=None, step_budget=None)
+    assert c.valid, c.problems
+    shards = sorted(p.name for p in policy.glob("*.safetensors"))
+    assert storage.calls[0] == ("list", "policy")
+    assert sorted(storage.calls[1:]) == sorted(
+        ("read_range", n) for n in ["config.json", "model.safetensors.index.json", "trainer_state.json", *shards]
+    )  # no stat, no whole-object read, nothing read twice; tokenizer and generation_config are never read
+
+
+def test_storage_outage_propagates_and_cancels_queued_reads(tmp_path: Path) -> None:
+    make_export(tmp_path, shards=[{f"layer.{k}.w": np.zeros((1, 4), np.float32)} for k in range(30)])
+    storage = CountingLocal(fail=StorageError)
+    with pytest.raises(StorageError, match=r"config\.json"):
+        validate_candidate(storage, make_layout(tmp_path), 10, metric_steps=None, step_budget=None, workers=1)
+    reads = [name for kind, name in storage.calls if kind == "read_range"]
+    assert reads[0] == "config.json" and len(reads) <= 2  # not 32 doomed requests
+
+
+def test_json_file_rewritten_since_the_listing_is_unreadable(tmp_path: Path) -> None:
+    policy = make_export(tmp_path)
+    size = (policy / "config.json").stat().st_size
+    for listed, said in [
+        (size - 1, f"changed since the listing ({size - 1} bytes listed, {size}+ read)"),
+        (size + 5, f"changed since the listing ({size + 5} bytes listed, {size} read)"),
+    ]:
+        storage = CountingLocal(sizes={"config.json": listed})
+        c = validate_candidate(storage, make_layout(tmp_path), 10, metric_steps=None, step_budget=None)
+        assert codes(c) == ["missing_config"] and said in c.problems[0], c.problems
+
+
+def test_oversized_json_is_refused_without_reading_it(tmp_path: Path) -> None:
+    make_export(tmp_path)
+    storage = CountingLocal(sizes={"model.safetensors.index.json": 2**40})
+    c = validate_candidate(storage, make_layout(tmp_path), 10, metric_steps=None, step_budget=None)
+    assert codes(c) == ["corrupt_header"] and "larger than the" in c.problems[0]
+    assert ("read_range", "model.safetensors.index.json") not in storage.calls
+
+
+def test_odd_listed_shard_names_are_read_only_when_the_plan_needs_them(tmp_path: Path) -> None:
+    # Without an index every listed shard counts: one whose name looks like traversal is still a listed object
+    # inside the export (read after the plan, not ahead of it).
+    policy = make_export(tmp_path, index=False)
+    stn.save_file({"odd": np.zeros(3, np.float32)}, str(policy / "x..y.safetensors"))
+    storage = CountingLocal()
+    c = validate_candidate(storage, make_layout(tmp_path), 10, metric_steps=None, step_budget=None)
+    assert codes(c) == ["missing_index"] and c.parameter_count == 179
+    assert storage.calls.count(("read_range", "x..y.safetensors")) == 1
 
 
 def test_problems_are_capped(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pickletools
 import re
 import zipfile
 from collections.abc import Collection, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,8 +34,9 @@ from rlcleanup.uris import basename
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
+TRAINER_STATE_NAME = "trainer_state.json"
 TOKENIZER_NAMES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
-HEADER_WORKERS = 32  # a 70B export has 30 shards: one round of header reads
+HEADER_WORKERS = 32  # a 70B export: config.json, the index and 30 shard headers in one round
 ESTIMATE_TOLERANCE = 0.15
 DEFAULT_CKPT_INTERVAL = 10  # SkyRL ppo_base_config default
 RANK_KINDS = ("model", "optim", "extra_state")
@@ -131,13 +132,40 @@ def _as_int(value: Any) -> int | None:
     return None if isinstance(value, str) and number is not None and number < 0 else number
 
 
-def _read_json(storage: Storage, uri: str) -> tuple[dict[str, Any] | None, str | None]:
+_JsonRead = tuple[dict[str, Any] | None, str | None]  # (object, None) or (None, why it is unreadable)
+
+
+def _read_json(storage: Storage, uri: str) -> _JsonRead:
     """(object, None) or (None, why it is unreadable)."""
     try:
-        value = loads_bounded(storage.read_bytes(uri, _JSON_CAP).decode("utf-8"), _JSON_DEPTH)
+        return _decode_json(storage.read_bytes(uri, _JSON_CAP))
     except FileNotFoundError:
         return None, "absent"
-    except (ValueError, UnicodeDecodeError) as exc:  # too large, not UTF-8, not JSON, too deep
+    except ValueError as exc:  # too large
+        return None, str(exc)[:200]
+
+
+def _read_listed_json(storage: Storage, uri: str, size: int) -> _JsonRead:
+    """A small JSON file the listing gave with its size: one ranged read (no stat, no second request).
+
+    One byte more than listed is asked for, so a file rewritten since the listing shows as such instead of
+    being judged on a prefix (the candidate's digest is the listing's).
+    """
+    if size > _JSON_CAP:
+        return None, f"{size} bytes, larger than the {_JSON_CAP}-byte cap"
+    try:
+        data = storage.read_range(uri, 0, size + 1)
+    except FileNotFoundError:
+        return None, "absent"
+    if len(data) != size:
+        return None, f"changed since the listing ({size} bytes listed, {len(data)}{'+' * (len(data) > size)} read)"
+    return _decode_json(data)
+
+
+def _decode_json(data: bytes) -> _JsonRead:
+    try:
+        value = loads_bounded(data.decode("utf-8"), _JSON_DEPTH)
+    except (ValueError, UnicodeDecodeError) as exc:  # not UTF-8, not JSON, too deep
         return None, str(exc)[:200]
     if not isinstance(value, dict):
         return None, f"top level is {type(value).__name__}, not an object"
@@ -160,16 +188,18 @@ class _WeightPlan:
     total_size: int | None = None
 
 
-def _plan_weights(storage: Storage, uri: str, top: dict[str, ObjectInfo], f: _Findings) -> _WeightPlan:
-    present = sorted(n for n in top if n.endswith(".safetensors"))
-    if INDEX_NAME not in top:
+def _plan_weights(
+    uri: str, top: dict[str, ObjectInfo], present: list[str], read: _JsonRead | None, f: _Findings
+) -> _WeightPlan:
+    """Which shards count, from the listing and the index as read (`read` is None when there is no index)."""
+    if read is None:
         if not present:
             f.add(CP.no_weights, f"no .safetensors file and no {INDEX_NAME} in {uri}")
         elif present != [SINGLE_NAME]:
             f.add(CP.missing_index, f"{len(present)} shard files ({', '.join(present[:3])}...) but no {INDEX_NAME}")
         return _WeightPlan(to_read=present)
 
-    index, why = _read_json(storage, f"{uri}/{INDEX_NAME}")
+    index, why = read
     raw_map = index.get("weight_map") if index else None
     if index is None or not isinstance(raw_map, dict) or not all(isinstance(v, str) for v in raw_map.values()):
         why = why or "weight_map is missing or not a {tensor: shard-file} object"
@@ -220,21 +250,38 @@ def _check_shard_naming(names: set[str], f: _Findings) -> None:
                 )
 
 
-def _read_headers(
-    storage: Storage, uri: str, names: list[str], top: dict[str, ObjectInfo], workers: int, first_block: int
-) -> dict[str, SafetensorsHeader | Exception]:
-    """Headers of many shards at once; a corrupt or vanished shard is a finding, a storage outage propagates."""
+class _Reads:
+    """Every read of one candidate in one bounded pool, submitted as soon as the listing names the object.
 
-    def one(name: str) -> SafetensorsHeader | Exception:
+    A corrupt or vanished shard is a finding (its result is the exception); a storage outage propagates from
+    `result()`, and `close()` then cancels what has not started.
+    """
+
+    def __init__(self, storage: Storage, uri: str, top: dict[str, ObjectInfo], pool: Executor, first_block: int):
+        self.storage, self.uri, self.top, self.pool, self.first_block = storage, uri, top, pool, first_block
+        self._headers: dict[str, Future[SafetensorsHeader | Exception]] = {}
+
+    def json(self, name: str) -> Future[_JsonRead] | None:
+        """The listed top-level JSON file `name`, or None when the listing has no such file."""
+        if name not in self.top:
+            return None
+        return self.pool.submit(_read_listed_json, self.storage, f"{self.uri}/{name}", self.top[name].size)
+
+    def header(self, name: str) -> None:
+        if name not in self._headers:
+            self._headers[name] = self.pool.submit(self._header, name)
+
+    def _header(self, name: str) -> SafetensorsHeader | Exception:
         try:
-            return read_header(storage, f"{uri}/{name}", top[name].size, first_block)
+            return read_header(self.storage, f"{self.uri}/{name}", self.top[name].size, self.first_block)
         except (CorruptHeaderError, FileNotFoundError) as exc:
             return exc
 
-    if not names:
-        return {}
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(names)))) as pool:
-        return dict(zip(names, pool.map(one, names), strict=True))
+    def headers(self, names: list[str]) -> dict[str, SafetensorsHeader | Exception]:
+        """The headers of `names` (read now if they were not read ahead), in that order."""
+        for name in names:
+            self.header(name)
+        return {name: self._headers[name].result() for name in names}
 
 
 def _check_shards(
@@ -298,11 +345,9 @@ def _check_parameters(
     return counted, estimated
 
 
-def _check_step(
-    storage: Storage, layout: RunLayout, uri: str, step: int, top: dict[str, ObjectInfo], f: _Findings
-) -> None:
-    if "trainer_state.json" in top:
-        state, _ = _read_json(storage, f"{uri}/trainer_state.json")
+def _check_step(layout: RunLayout, uri: str, step: int, trainer_state: _JsonRead | None, f: _Findings) -> None:
+    if trainer_state is not None:
+        state, _ = trainer_state
         value = state.get("global_step") if state else None
         if value is not None and _as_int(value) != step:
             f.add(CP.step_mismatch, f"trainer_state.json global_step={value!r} but the dir says {step}")
@@ -342,31 +387,52 @@ def validate_candidate(
     workers: int = HEADER_WORKERS,
     first_block: int = DEFAULT_FIRST_BLOCK,
 ) -> Candidate:
-    """Validate `exports/global_step_<step>/policy/`; `valid` means no problem was found."""
+    """Validate `exports/global_step_<step>/policy/`; `valid` means no problem was found.
+
+    After the listing every read runs at once in one pool of at most `workers`: config.json, the index,
+    trainer_state.json and the header of every listed `*.safetensors` (ahead of the index, which then decides
+    which of them count). One round of requests after the listing, instead of a chain of four.
+    """
     uri = layout.export_uri(step).rstrip("/")
     objects = {o.uri[len(uri) + 1 :]: o for o in storage.list(uri)}
     top = {name: info for name, info in objects.items() if "/" not in name}
+    present = sorted(n for n in top if n.endswith(".safetensors"))
     f = _Findings()
 
-    config: dict[str, Any] | None = None
-    if CONFIG_NAME not in top:
-        f.add(CP.missing_config, f"no {CONFIG_NAME} in {uri}")
-    else:
-        config, why = _read_json(storage, f"{uri}/{CONFIG_NAME}")
-        if config is None:
-            f.add(CP.missing_config, f"{CONFIG_NAME} is unreadable: {why}")
-    if not any(name in top for name in TOKENIZER_NAMES):
-        f.add(CP.missing_tokenizer, f"none of {', '.join(TOKENIZER_NAMES)} in {uri}")
+    jobs = sum(name in top for name in (CONFIG_NAME, INDEX_NAME, TRAINER_STATE_NAME)) + len(present)
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, jobs)))
+    try:
+        reads = _Reads(storage, uri, top, pool, first_block)
+        config_job, index_job, state_job = (reads.json(n) for n in (CONFIG_NAME, INDEX_NAME, TRAINER_STATE_NAME))
+        for name in present:
+            if not unsafe_name(name):  # a listed name is inside the export, but only the plan reads odd ones
+                reads.header(name)
 
-    plan = _plan_weights(storage, uri, top, f)
-    headers = _read_headers(storage, uri, plan.to_read, top, workers, first_block)
+        config: dict[str, Any] | None = None
+        if config_job is None:
+            f.add(CP.missing_config, f"no {CONFIG_NAME} in {uri}")
+        else:
+            config, why = config_job.result()
+            if config is None:
+                f.add(CP.missing_config, f"{CONFIG_NAME} is unreadable: {why}")
+        if not any(name in top for name in TOKENIZER_NAMES):
+            f.add(CP.missing_tokenizer, f"none of {', '.join(TOKENIZER_NAMES)} in {uri}")
+
+        plan = _plan_weights(uri, top, present, index_job.result() if index_job else None, f)
+        headers = reads.headers(plan.to_read)  # the index's weight_map is cross-checked on what was read
+        trainer_state = state_job.result() if state_job else None
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)  # a storage outage: do not queue more doomed requests
+        raise
+    pool.shutdown(wait=True)  # reads ahead that the plan did not need (an unindexed shard) finish here
+
     good = _check_shards(headers, top, step, f)
     _check_index(plan, good, f)
     counted, estimated = _check_parameters(config, good, f)
     expected = len(set(plan.weight_map.values())) if plan.weight_map is not None else len(plan.to_read)
     if good and len(good) < expected:
         f.warnings.append(f"parameter count covers only {len(good)} of {expected} shards (the rest are unreadable)")
-    _check_step(storage, layout, uri, step, top, f)
+    _check_step(layout, uri, step, trainer_state, f)
     _check_saved_and_metrics(layout, step, metric_steps, step_budget, f)
     f.close()
 
