@@ -1,0 +1,143 @@
+"""A big run end to end on the local emulator stack: per-function invocation figures against the topology caps.
+
+Brings up its own stack (Pub/Sub + Firestore emulators, fake-gcs-server, one functions-framework per function;
+stopped by process group at the end), writes a run with the large generator, uploads it to fake-gcs-server, emits
+the terminal job event and waits for the completed record. Then reads every function's log: each invocation's
+accounting line (runtime.functions: wall seconds, process peak RSS) gives calls, max seconds and peak MiB per
+function, next to its timeout_seconds and memory cap. Nothing is asserted (tests/e2e/test_big_run.py asserts the
+CI size); an invocation over a cap is printed as such and the exit status is 1.
+
+Sizes: default the `ci` scale (3 x 64 ranks, 16 MiB of logs, 20 exports x 30 shards); `--full` is the issue's run
+(500 ranks x 3 attempts, 1 GiB of logs, 40 exports x 30 shards, >= 10,000 objects). Both use the tiny-dimension
+llama (same 80-layer tensor list and headers): fake-gcs-server keeps objects in memory and cannot hold 70B shards.
+--full needs a few GiB of memory for the emulator and several minutes (upload is ~100 objects/s).
+Run: .venv/bin/python bench/bench_big_run.py [--full] [--ranks N] [--attempts N] [--exports N] [--log-mb N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rlcleanup.runtime.functions import parse_accounting
+from rlcleanup.runtime.topology import load_topology
+from rlcleanup.samples.generator import VERSION
+from rlcleanup.samples.large import SCALES, planned_objects, write_spec
+from rlcleanup.samples.upload import upload_sample_run
+from rlcleanup.stack import down, up
+
+FINAL = {"awaiting_authority", "complete", "routed", "needs_person", "failed"}
+
+
+def _entries(path: Path, run_id: str) -> list[dict[str, Any]]:
+    """JSON log records of one run: its run_id, or a delivery (event_id) whose records name it."""
+    entries = []
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                continue
+    deliveries = {e.get("event_id") for e in entries if e.get("run_id") == run_id or run_id in str(e.get("message"))}
+    deliveries.discard(None)
+    return [e for e in entries if e.get("run_id") == run_id or e.get("event_id") in deliveries]
+
+
+def _accounting(state_dir: Path, served: list[str], run_id: str) -> dict[str, list[dict[str, Any]]]:
+    out = {}
+    for name in served:
+        lines = [parse_accounting(str(e.get("message", ""))) for e in _entries(state_dir / f"fn-{name}.log", run_id)]
+        out[name] = [f for f in lines if f is not None]
+    return out
+
+
+def _wait_record(store: Any, run_id: str, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = store.get(run_id)
+        done = record is not None and record.status.value in FINAL
+        if done and (record.status.value in ("routed", "needs_person") or store.result(run_id, "select") is not None):
+            return record
+        time.sleep(0.5)
+    raise SystemExit(f"run {run_id} not finished within {timeout:.0f} s")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--full", action="store_true", help="500 ranks x 3 attempts, 1 GiB of logs, 40 exports")
+    ap.add_argument("--ranks", type=int)
+    ap.add_argument("--attempts", type=int)
+    ap.add_argument("--exports", type=int)
+    ap.add_argument("--log-mb", type=int)
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the completed record")
+    args = ap.parse_args()
+    base = replace(SCALES["large"], model="llama-tiny") if args.full else SCALES["ci"]
+    overrides = {"ranks": args.ranks, "attempts": args.attempts, "exports": args.exports}
+    if args.log_mb is not None:
+        overrides["log_bytes_total"] = args.log_mb * 2**20
+    spec = replace(base, name="bench-big-run", **{k: v for k, v in overrides.items() if v is not None})
+    run_id = f"{spec.name}-{VERSION}"
+    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(
+        f"run: {spec.ranks} ranks x {spec.attempts} attempts, {spec.log_bytes_total / 2**20:.0f} MiB of logs, "
+        f"{spec.exports} exports x {spec.shards} shards ({spec.model}), {planned_objects(spec)} objects"
+    )
+
+    with tempfile.TemporaryDirectory(prefix="bench-big-run-") as tmp:
+        work, state_dir = Path(tmp) / "run", Path(tmp) / "stack"
+        t0 = time.monotonic()
+        write_spec(work, spec)
+        print(f"generate: {time.monotonic() - t0:.1f} s", flush=True)
+        t0 = time.monotonic()
+        state = up(state_dir, project="rlcleanup-bench", timeout=180)
+        print(f"stack up: {time.monotonic() - t0:.1f} s", flush=True)
+        try:
+            os.environ.update(state.env)
+            from google.auth.credentials import AnonymousCredentials
+            from google.cloud import storage
+
+            from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+            from rlcleanup.stack.emit import job_event, publish_event
+
+            gcs = storage.Client(project=state.project, credentials=AnonymousCredentials())
+            t0 = time.monotonic()
+            run_uri = upload_sample_run(gcs, work, state.buckets["runs"], "bench")
+            print(f"upload: {time.monotonic() - t0:.1f} s", flush=True)
+            t0 = time.monotonic()
+            publish_event(job_event(run_uri, "SUCCEEDED"), state.project)
+            record = _wait_record(FirestoreRecordStore(project=state.project), run_id, args.timeout)
+            print(f"pipeline: {time.monotonic() - t0:.1f} s, record {record.status.value}", flush=True)
+            time.sleep(3)  # the last accounting lines follow the record
+            served = [fn for fn in load_topology().functions if fn.name in state.functions]
+            figures = _accounting(state_dir, [fn.name for fn in served], run_id)
+        finally:
+            down(state_dir)
+
+    over = 0
+    print(f"\n{'function':<26}{'calls':>6}{'errors':>7}{'max s':>9}{'peak MiB':>10}{'timeout':>9}{'memory':>8}")
+    for fn in served:
+        rows = figures[fn.name]
+        if not rows:
+            continue
+        max_s = max(r["invocation_seconds"] for r in rows)
+        peak = max(r["peak_rss_mib"] for r in rows)
+        errors = sum(1 for r in rows if str(r["outcome"]).startswith("error"))
+        flag = ""
+        if max_s >= fn.timeout_seconds or peak >= fn.memory_mib:
+            over += 1
+            flag = "  OVER A CAP"
+        print(
+            f"{fn.name:<26}{len(rows):>6}{errors:>7}{max_s:>9.2f}{peak:>10.1f}{fn.timeout_seconds:>8}s{fn.memory:>8}{flag}"
+        )
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+    return 1 if over else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
