@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+from rlcleanup.logging_setup import set_context
 from rlcleanup.stack import StackState
 from rlcleanup.stack.emit import job_event
 
@@ -178,6 +179,9 @@ def test_transient_error_answers_500(client, stack: StackState, gcs_client, tmp_
     name = f"busy-{uid}"
     run_uri = upload_sample_run(gcs_client, tmp_path, stack.buckets["runs"], f"ep/{uid}", rename=name)
     records = FirestoreRecordStore(project=stack.project)
+    # The lease belongs to another delivery (another Pub/Sub message): a redelivery of the *same* message would
+    # take its own dead lease over, so the holder must not carry the pushed message's id.
+    set_context(step="on_job_event", event_id=f"another-delivery-{uid}")
     assert records.claim(f"{name}-{VERSION}", "classify", 600, datetime.now(UTC)).value == "acquired"
     data = job_event(run_uri, "SUCCEEDED").model_dump_json().encode()
     resp = _push(client, stack, data)
