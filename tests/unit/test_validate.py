@@ -434,6 +434,25 @@ class CountingLocal(LocalStorage):
         return super().read_bytes(uri, max_bytes)
 
 
+def test_candidates_one_after_the_other_reuse_the_pool_threads(tmp_path: Path) -> None:
+    make_export(tmp_path, shards=[{f"layer.{k}.w": np.zeros((1, 4), np.float32)} for k in range(12)])
+    threads: list[set[int]] = []
+    for _ in range(3):
+        storage = ConcurrencyStorage(target=14)  # config.json, the index and 12 headers at once
+        idents: set[int] = set()
+        real = storage.read_range
+
+        def read(uri: str, start: int, length: int, idents: set[int] = idents, real: Any = real) -> bytes:
+            idents.add(threading.get_ident())
+            return real(uri, start, length)
+
+        storage.read_range = read  # type: ignore[method-assign]
+        c = validate_candidate(storage, make_layout(tmp_path), 10, metric_steps=None, step_budget=None, workers=14)
+        assert c.valid and storage.peak == 14
+        threads.append(idents)
+    assert len(threads[0]) == 14 and threads[0] == threads[1] == threads[2]  # no thread started or joined per candidate
+
+
 def test_one_request_per_object_after_one_listing(tmp_path: Path) -> None:
     policy = make_export(tmp_path, shards=[{f"layer.{k}.w": np.zeros((1, 4), np.float32)} for k in range(5)])
     (policy / "trainer_state.json").write_text(json.dumps({"global_step": 10}))
