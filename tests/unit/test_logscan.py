@@ -138,3 +138,28 @@ def test_the_embedded_store_refuses_what_firestore_would(tmp_path: Path) -> None
     with pytest.raises(ValueError, match="map key"):
         store.put_doc("c", "d", {"a": {"": 1}})
     store.complete("run", "terminal-plan", {"parts": [{"part_id": "a000-p0000", "attempt_id": "x"}]})
+
+
+def test_hundreds_of_rank_logs_stay_out_of_the_record_document(tmp_path: Path) -> None:
+    """500 ranks x 3 attempts: the record keeps 20 log URIs and the count per attempt (the manifest lists all);
+    the full lists made the settled record 1.08 MB in `bench/bench_big_run.py --full` (Firestore's limit is 1 MiB)."""
+    from rlcleanup.models.record import ChainSummary, CompletionRecord
+
+    attempts = [
+        AttemptFiles(
+            attempt_id=f"att-{a}",
+            log_uris=[
+                f"gs://b/run/logs/{a}/ray_session_logs/worker-{r:04d}-{k}.{ext}"
+                for r in range(500)
+                for k, ext in ((0, "out"), (1, "err"))
+            ],
+        )
+        for a in range(3)
+    ]
+    layout = _layout("gs://b/run", attempts)
+    verdict = establish_terminal_state(
+        layout, [AttemptScan(attempt_id=a.attempt_id) for a in attempts], 10, budget_reason="t"
+    )
+    assert [(len(a.log_uris), a.log_count) for a in verdict.attempts] == [(20, 1000)] * 3
+    record = CompletionRecord(run_id="r", run_uri="gs://b/run", chain=ChainSummary(attempts=verdict.attempts))
+    assert len(record.model_dump_json()) < 20_000

@@ -39,7 +39,12 @@ class Attempt(_Model):
     state: str | None = None
     first_step: int | None = None
     last_step: int | None = None
-    log_uris: list[str] = Field(default_factory=list)
+    log_uris: list[str] = Field(
+        default_factory=list,
+        description="the attempt's logs in scan order, at most 20 (hundreds of ranks would outgrow a Firestore "
+        "document); every one is listed in the manifest",
+    )
+    log_count: int = Field(default=0, description="how many logs the attempt has (all scanned, all preserved)")
     failure: str | None = None
 
 

@@ -14,11 +14,12 @@ from typing import Any
 from rlcleanup.formats.config import get, get_int, parse_int
 from rlcleanup.models.record import Attempt, ChainCoverage, FailureCause
 from rlcleanup.models.vocab import TerminalState
-from rlcleanup.parsing.logs import AttemptScan, ErrorCandidate, EventKind, TrainerEvent
+from rlcleanup.parsing.logs import AttemptScan, ErrorCandidate, EventKind, TrainerEvent, log_order
 from rlcleanup.parsing.metrics import StitchedMetrics, stitch
 from rlcleanup.steps.layout import AttemptFiles, RunLayout
 
 ROW_COUNT_KEYS = ("data.num_train_rows", "data.train_rows")  # our convention (run-layout.md)
+MAX_LOG_URIS_IN_RECORD = 20  # 500 ranks x 3 attempts of log URIs would pass Firestore's 1 MiB; the manifest has all
 
 
 # -- budget ----------------------------------------------------------------------------------------------------
@@ -263,7 +264,8 @@ def _attempt_model(att: AttemptFiles, scan: AttemptScan | None, stitched: Stitch
         state=str(state) if state is not None else None,
         first_step=span.first_step if span else None,
         last_step=span.last_step if span else None,
-        log_uris=list(att.log_uris),
+        log_uris=log_order(att.log_uris)[:MAX_LOG_URIS_IN_RECORD],
+        log_count=len(att.log_uris),
         failure=failure,
     )
 
