@@ -20,6 +20,7 @@ CI: list[list[str]] = [
     ["bench_validate.py"],
     ["bench_validate_many.py", "--exports", "8", "--latency-ms", "20"],
     ["bench_capture.py"],
+    ["bench_big_run.py"],
 ]
 FULL: list[list[str]] = [
     ["bench_import.py"],
@@ -27,6 +28,7 @@ FULL: list[list[str]] = [
     ["bench_validate.py"],
     ["bench_validate_many.py", "--exports", "40", "--latency-ms", "20"],
     ["bench_capture.py", "--full"],
+    ["bench_big_run.py", "--full"],
 ]
 
 

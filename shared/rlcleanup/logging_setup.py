@@ -108,6 +108,9 @@ class CloudLoggingFormatter(logging.Formatter):
         error = getattr(record, "error", None)  # a structured cause (type, operation, cause): lands in jsonPayload
         if isinstance(error, dict):
             entry["error"] = error
+        invocation = getattr(record, "invocation", None)  # seconds / peak RSS / caps: queryable, not just text
+        if isinstance(invocation, dict):
+            entry["invocation"] = invocation
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 

@@ -97,6 +97,16 @@ def test_extras_override_context_and_absent_fields_are_null(logs: tuple[logging.
     assert (second["run_id"], second["step"]) == ("run-2", "capture_part")
 
 
+def test_invocation_accounting_is_a_structured_field(logs: tuple[logging.Logger, io.StringIO]) -> None:
+    logger, stream = logs
+    fields = {"entry_point": "capture_part", "invocation_seconds": 1.5, "peak_rss_mib": 97.0}
+    logger.info("invocation ...", extra={"invocation": fields})
+    logger.info("plain")
+    first, second = _entries(stream)
+    assert first["invocation"] == fields  # jsonPayload.invocation.peak_rss_mib is queryable in Cloud Logging
+    assert "invocation" not in second
+
+
 def test_exceptions_carry_the_traceback_in_the_message(logs: tuple[logging.Logger, io.StringIO]) -> None:
     logger, stream = logs
     try:

@@ -190,7 +190,10 @@ def sample_run(
     dest: Path,
     scenario: Annotated[str, typer.Option(help="scenario name; `--scenario list` shows them")] = "completed-resumed",
     scale: Annotated[
-        str | None, typer.Option(help="medium (CI-sized) or large (500 ranks, 1 GiB logs, 40 70B exports)")
+        str | None,
+        typer.Option(
+            help="ci (sized for the in-memory GCS emulator), medium, or large (500 ranks, 1 GiB logs, 40 70B exports)"
+        ),
     ] = None,
     ranks: Annotated[int | None, typer.Option(help="with --scale: worker ranks")] = None,
     attempts: Annotated[int | None, typer.Option(help="with --scale: chained attempts")] = None,
