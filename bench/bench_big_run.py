@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import replace
@@ -57,15 +58,61 @@ def _accounting(state_dir: Path, served: list[str], run_id: str) -> dict[str, li
     return out
 
 
-def _wait_record(store: Any, run_id: str, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
+def _progress(store: Any, run_id: str) -> dict[str, Any]:
+    """Where the run is: record status, log-scan / capture parts and validations done of planned."""
+    record = store.get(run_id)
+    scan_plan = store.result(run_id, "terminal-plan") or {}
+    capture_plan = store.result(run_id, "capture-plan") or {}
+    fanout = store.result(run_id, "fanout:validate") or {}
+    return {
+        "status": record.status.value if record is not None else None,
+        "errors": len(record.errors) if record is not None else 0,
+        "log_scan": (len(store.results(run_id, "log-scan:")), len(scan_plan.get("parts", []))),
+        "capture": (len(store.results(run_id, "capture-part:")), len(capture_plan.get("parts", []))),
+        "validate": (len(store.results(run_id, "validate:")), len(fanout.get("targets", []))),
+    }
+
+
+def _fmt(progress: dict[str, Any]) -> str:
+    def frac(key: str) -> str:
+        done, planned = progress[key]
+        return f"{done}/{planned or '?'}"
+
+    return (
+        f"record {progress['status']} ({progress['errors']} errors), log-scan parts {frac('log_scan')}, "
+        f"capture parts {frac('capture')}, validations {frac('validate')}"
+    )
+
+
+def _wait_record(store: Any, run_id: str, timeout: float, every: float = 30.0) -> Any:
+    start = time.monotonic()
+    deadline, report = start + timeout, start + every
     while time.monotonic() < deadline:
         record = store.get(run_id)
         done = record is not None and record.status.value in FINAL
         if done and (record.status.value in ("routed", "needs_person") or store.result(run_id, "select") is not None):
             return record
+        if time.monotonic() >= report:
+            print(f"  {time.monotonic() - start:6.0f} s: {_fmt(_progress(store, run_id))}", flush=True)
+            report += every
         time.sleep(0.5)
     return None
+
+
+def _document_bytes(store: Any, run_id: str) -> int | None:
+    """The run document's approximate Firestore size (the adapter's own estimate, rounded up)."""
+    from rlcleanup.adapters.firestore_records import approx_size
+
+    snap = store.db.collection("runs").document(run_id).get()
+    return approx_size(snap.to_dict()) if snap.exists else None
+
+
+def _keep_logs(state_dir: Path) -> Path:
+    """Copy the stack's server logs out of the temporary dir (it is removed on exit)."""
+    kept = Path(tempfile.mkdtemp(prefix="bench-big-run-logs-"))
+    for log in state_dir.glob("*.log"):
+        shutil.copy2(log, kept / log.name)
+    return kept
 
 
 def main() -> int:
@@ -76,6 +123,7 @@ def main() -> int:
     ap.add_argument("--exports", type=int)
     ap.add_argument("--log-mb", type=int)
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the completed record")
+    ap.add_argument("--keep-logs", action="store_true", help="keep the stack's logs even when the run completes")
     args = ap.parse_args()
     base = replace(SCALES["large"], model="llama-tiny") if args.full else SCALES["ci"]
     overrides = {"ranks": args.ranks, "attempts": args.attempts, "exports": args.exports}
@@ -96,7 +144,7 @@ def main() -> int:
         print(f"generate: {time.monotonic() - t0:.1f} s", flush=True)
         t0 = time.monotonic()
         state = up(state_dir, project="rlcleanup-bench", timeout=180)
-        print(f"stack up: {time.monotonic() - t0:.1f} s", flush=True)
+        print(f"stack up: {time.monotonic() - t0:.1f} s (state dir {state_dir})", flush=True)
         try:
             os.environ.update(state.env)
             from google.auth.credentials import AnonymousCredentials
@@ -115,14 +163,24 @@ def main() -> int:
             record = _wait_record(store, run_id, args.timeout)
             if record is None:  # still report what ran: the figures say where it stopped
                 print(f"pipeline: NOT FINISHED within {args.timeout:.0f} s", flush=True)
-                last = store.get(run_id)
-                for error in last.errors if last is not None else []:
-                    print(f"  record error: {error.step}: {error.message[:300]}")
             else:
                 print(f"pipeline: {time.monotonic() - t0:.1f} s, record {record.status.value}", flush=True)
+            progress = _progress(store, run_id)
+            print(f"  {_fmt(progress)}")
+            last = store.get(run_id)
+            for error in last.errors if last is not None else []:
+                print(f"  record error: {error.step}: {error.message[:300]}")
+            size = _document_bytes(store, run_id)
+            if size is not None:
+                print(f"  record document: ~{size:,} bytes (Firestore limit 1,048,576)")
             time.sleep(3)  # the last accounting lines follow the record
             served = [fn for fn in load_topology().functions if fn.name in state.functions]
             figures = _accounting(state_dir, [fn.name for fn in served], run_id)
+            if args.keep_logs or record is None or record.status.value == "failed" or progress["errors"]:
+                print(f"stack logs (fn-<name>.log per function) kept in {_keep_logs(state_dir)}")
+        except BaseException:  # upload or a client call broke (or ^C): the logs say what the stack saw
+            print(f"stack logs (fn-<name>.log per function) kept in {_keep_logs(state_dir)}", flush=True)
+            raise
         finally:
             down(state_dir)
 
