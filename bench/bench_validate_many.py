@@ -12,7 +12,8 @@
              per-candidate messages would run in separate invocations
 ours-1 vs baseline is the reader's own gain, pool vs ours-1 the pool's; ours-blob isolates the HTTP path.
 validate_candidate also lists the export and reads config.json and the index (3 requests per candidate the
-baseline does not make).
+baseline does not make): the listing, then one round in the pool (config.json, index and every shard header at
+once; each JSON file one ranged read of its listed size).
 
 Latency is real: bench/latency_proxy.py (a TCP proxy in its own process group) sits in front of fake-gcs-server
 and delays every forwarded chunk by --latency-ms one way (default 10 and 25; a new connection also pays one round
@@ -161,11 +162,16 @@ def report_io(
     minimum = sum(8 + h.header_len for h in headers) + small
     naive = sum(h.expected_size for h in headers) + small  # what the full-size objects hold
     per_shard = Counter(counting.requests[u] for u in shards)
+    shard_set = set(shards)
+    others = sum(n for u, n in counting.requests.items() if u not in shard_set)
     codes = {p.split(":", 1)[0] for c in cands for p in c.problems}
     assert codes <= expect, f"unexpected problems: {codes - expect}"
     print(f"{name}: {len(cands)} exports, {len(shards):,} shards, {cands[0].size_label} parameters each")
     print(f"  problems: {sorted(codes) or 'none'} (expected: {sorted(expect) or 'none'})")
-    print(f"  requests per shard: {sum(k * v for k, v in per_shard.items()) / len(shards):.3f}  {dict(per_shard)}")
+    print(
+        f"  requests per shard: {sum(k * v for k, v in per_shard.items()) / len(shards):.3f}  {dict(per_shard)}", end=""
+    )
+    print(f"; other reads per export {others / len(cands):.2f} (config.json + index) + 1 listing")
     print(f"  bytes read {fmt_bytes(counting.bytes_in)} | physical minimum {fmt_bytes(minimum)}", end="")
     print(
         f" ({counting.bytes_in / minimum:.2f}x) | naive full read {fmt_bytes(naive)} ({naive / counting.bytes_in:,.0f}x ours)"
