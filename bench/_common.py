@@ -73,6 +73,17 @@ class CountingStorage:
         return self.inner.delete(uri)
 
 
+def stop_group(proc: subprocess.Popen[Any]) -> None:
+    """Stop a server started with start_new_session=True by its process group: TERM, then KILL after 10 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -103,13 +114,7 @@ def fake_gcs() -> Iterator[str]:
                     time.sleep(0.05)
             yield url
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc)
 
 
 def gcs_client(url: str, pool: int = 64) -> Any:

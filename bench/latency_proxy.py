@@ -21,6 +21,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from _common import free_port, stop_group
+
 _CHUNK = 256 * 1024
 
 
@@ -74,17 +76,11 @@ async def _serve(port: int, host: str, target_port: int, delay: float) -> None:
         await server.serve_forever()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def latency_proxy(target_url: str, delay_ms: float) -> Iterator[str]:
     """Start the proxy in front of target_url (http://host:port) in its own session; yield its URL; stop its group."""
     host, _, target_port = target_url.removeprefix("http://").rstrip("/").rpartition(":")
-    port = _free_port()
+    port = free_port()
     argv = [sys.executable, str(Path(__file__).resolve()), "--port", str(port), "--target", f"{host}:{target_port}"]
     argv += ["--delay-ms", str(delay_ms)]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
@@ -100,13 +96,7 @@ def latency_proxy(target_url: str, delay_ms: float) -> Iterator[str]:
                 time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
 
 
 def main() -> None:
