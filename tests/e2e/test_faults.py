@@ -25,6 +25,7 @@ from e2e_helpers import sample_on_gcs, wait_record
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+from rlcleanup.models.record import CompletionRecord
 from rlcleanup.stack import StackState, kill_server, restart_function, start_server
 from rlcleanup.stack.emit import job_event, publish_event
 
@@ -272,8 +273,22 @@ def _wait_errors(stack: StackState, run_id: str, kind: str, timeout: float) -> l
         if found:
             return found
         time.sleep(0.5)
-    tails = {n: _log_tail(stack, n) for n in ("fn-capture-part", "fn-establish-terminal-state", "fn-plan-capture")}
-    raise AssertionError(f"no {kind} ERROR line for {run_id} within {timeout} s\n{json.dumps(tails, indent=1)}")
+    raise AssertionError(f"no {kind} ERROR line for {run_id} within {timeout} s\n{_tails(stack)}")
+
+
+_EXPLAIN = ("fn-on-job-event", "fn-establish-terminal-state", "fn-scan-log-part", "fn-plan-capture", "fn-capture-part")
+
+
+def _tails(stack: StackState) -> str:
+    return json.dumps({n: _log_tail(stack, n) for n in _EXPLAIN}, indent=1)
+
+
+def _wait_or_explain(stack: StackState, run_id: str, timeout: float = 150) -> CompletionRecord:
+    """The run's finished record; else fail with the tails of the function logs that explain why not."""
+    try:
+        return wait_record(stack.project, run_id, timeout=timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_tails(stack)}") from None
 
 
 def _assert_outage_logged(stack: StackState, run_id: str) -> None:
@@ -303,11 +318,7 @@ def test_firestore_unresponsive_mid_run_completes_through_redelivery(
         time.sleep(2.0)
     finally:
         kill_server(stack, "firestore", signal.SIGCONT)
-    try:
-        record = wait_record(stack.project, run_id, timeout=150)
-    except AssertionError as exc:
-        tails = {n: _log_tail(stack, n) for n in ("fn-capture-part", "fn-establish-terminal-state", "fn-plan-capture")}
-        raise AssertionError(f"{exc}\n{json.dumps(tails, indent=1)}") from None
+    record = _wait_or_explain(stack, run_id)
     assert record.status.value == "awaiting_authority", record.errors
     assert record.terminal_state is not None and record.terminal_state.value == "completed"
     assert record.errors == [] and len(record.candidates) == 4
@@ -353,11 +364,7 @@ def test_firestore_restarted_mid_run(stack: StackState, gcs_client, firestore_cl
     assert _record_store_errors(stack, run_id, "RecordStoreLost")  # and the function logged it at ERROR
 
     publish_event(job_event(run_uri, "SUCCEEDED"), stack.project)  # what the error says remains
-    try:
-        record = wait_record(stack.project, run_id, timeout=150)
-    except AssertionError as exc:
-        tails = {n: _log_tail(stack, n) for n in ("fn-on-job-event", "fn-capture-part", "fn-establish-terminal-state")}
-        raise AssertionError(f"{exc}\n{json.dumps(tails, indent=1)}") from None
+    record = _wait_or_explain(stack, run_id)
     assert record.status.value == "awaiting_authority", record.errors
     assert record.terminal_state is not None and record.terminal_state.value == "completed"
     assert len(record.candidates) == 4
