@@ -119,15 +119,14 @@ def fake_gcs() -> Iterator[str]:
 
 def gcs_client(url: str, pool: int = 64) -> Any:
     """An anonymous client for the emulator with a connection pool big enough for the bench's threads."""
-    import requests
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
+    from rlcleanup.adapters.gcs_storage import with_pool
+
     os.environ["STORAGE_EMULATOR_HOST"] = url
     client = storage.Client(project="bench", credentials=AnonymousCredentials(), client_options={"api_endpoint": url})
-    adapter = requests.adapters.HTTPAdapter(pool_connections=pool, pool_maxsize=pool)
-    client._http.mount("http://", adapter)
-    return client
+    return with_pool(client, pool)
 
 
 def spec(full: bool, **overrides: Any) -> LargeSpec:

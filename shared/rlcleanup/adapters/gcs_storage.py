@@ -41,8 +41,21 @@ def _client() -> storage.Client:
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         project = os.environ.get("GOOGLE_CLOUD_PROJECT", "test-project")
-        return storage.Client(project=project, credentials=AnonymousCredentials())
-    return storage.Client()
+        client = storage.Client(project=project, credentials=AnonymousCredentials())
+    else:
+        client = storage.Client()
+    return with_pool(client)
+
+
+def with_pool(client: storage.Client, size: int = _RANGE_POOL) -> storage.Client:
+    """requests keeps 10 connections per host by default: concurrent deliveries in one instance, each copying with
+    a pool of 8, would open and discard connections ("Connection pool is full") instead of reusing them."""
+    import requests
+
+    adapter = requests.adapters.HTTPAdapter(pool_connections=size, pool_maxsize=size)
+    for scheme in ("http://", "https://"):
+        client._http.mount(scheme, adapter)
+    return client
 
 
 def _info(blob: Any) -> ObjectInfo:
