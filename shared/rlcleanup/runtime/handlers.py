@@ -135,11 +135,11 @@ def establish_terminal_state(p: Ports, data: bytes, attributes: dict[str, str]) 
         parts = logscan.plan_log_scan(layout)
         for part in parts:
             _publish(p, "log-scan-parts", LogScanPartMessage(run_id=msg.run_id, dest_root=dest_root, part=part))
-        # Part ids and attempt ids only: the file lists travel in the messages, so this result stays small.
+        # Part ids and attempt ids only (as maps: Firestore has no nested arrays); the file lists travel in the
+        # messages, so this result stays small however many logs the run has.
+        parts_index = [{"part_id": part.part_id, "attempt_id": part.attempt_id} for part in parts]
         return {
-            "parts": [
-                {"part_id": part.part_id, "attempt_id": part.attempt_id} for part in parts
-            ],  # Firestore: no nested arrays
+            "parts": parts_index,
             "dest_root": dest_root,
             "run": msg.model_dump(mode="json"),
         }

@@ -28,7 +28,7 @@ _SCANS = TypeAdapter(list[LogScan])
 
 
 class LogScanPart(BaseModel):
-    part_id: str = Field(pattern=r"^a\d{3}-p\d{4}$")  # attempt index, part index: sorts in chain order
+    part_id: str = Field(pattern=r"^a\d{3,}-p\d{4,}$")  # attempt index, part index (zero-padded: chain order)
     attempt_id: str
     uris: list[str]
     bytes: int = 0
