@@ -10,8 +10,6 @@ path builds trace spans, retry wrappers and a resumable-media download object); 
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 import threading
 import urllib.parse
 import urllib.request
@@ -271,31 +269,16 @@ class GcsStorage:
                 raise
             return compare(dst)
 
-    def download_file_if_absent(self, src_uri: str, path: Path) -> WriteOutcome:
-        """A GCS object to a local file, write-once (temp file + link), streamed to disk in chunks."""
+    def download_to(self, src_uri: str, path: Path) -> None:
+        """An object's bytes into a local file, streamed in chunks: bounded memory whatever the object size."""
         from google.api_core.exceptions import NotFound
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        os.close(fd)
+        blob = self._blob(src_uri)
+        blob.chunk_size = _UPLOAD_CHUNK
         try:
-            blob = self._blob(src_uri)
-            blob.chunk_size = _UPLOAD_CHUNK  # a chunked download: bounded memory whatever the object size
-            try:
-                blob.download_to_filename(tmp, checksum=None)
-            except NotFound as exc:
-                raise FileNotFoundError(src_uri) from exc
-            try:
-                os.link(tmp, path)
-                return WriteOutcome.created
-            except FileExistsError:
-                return (
-                    WriteOutcome.identical
-                    if file_checksums(Path(tmp)) == file_checksums(path)
-                    else WriteOutcome.conflict
-                )
-        finally:
-            os.unlink(tmp)
+            blob.download_to_filename(str(path), checksum=None)
+        except NotFound as exc:
+            raise FileNotFoundError(src_uri) from exc
 
     def _compare(self, src_uri: str, dst: ObjectInfo) -> WriteOutcome:
         src = self.stat(src_uri)

@@ -7,7 +7,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -120,14 +120,18 @@ class LocalStorage:
             os.unlink(tmp)
 
     def copy_if_absent(self, src_uri: str, dst_uri: str) -> WriteOutcome:
-        src, dst = self._path(src_uri), self._path(dst_uri)
-        if src.is_symlink():
-            raise UnsafePathError(f"refusing symlink {src_uri!r}")
+        src = self.checked_path(src_uri)
+        return self.fill_if_absent(dst_uri, lambda tmp: shutil.copyfile(src, tmp))
+
+    def fill_if_absent(self, uri: str, fill: Callable[[Path], object]) -> WriteOutcome:
+        """Write-once from a filler that writes a whole file (a copy, a streamed download): it fills a temp file
+        beside the destination, then link() publishes it atomically; an existing file is compared by checksum."""
+        dst = self._path(uri)
         dst.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=".tmp-")
         os.close(fd)
         try:
-            shutil.copyfile(src, tmp)
+            fill(Path(tmp))
             try:
                 os.link(tmp, dst)
                 return WriteOutcome.created

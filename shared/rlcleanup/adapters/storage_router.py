@@ -50,7 +50,7 @@ class RoutingStorage:
         if isinstance(gcs, GcsStorage) and isinstance(local, LocalStorage):
             if is_gcs(dst_uri):
                 return gcs.upload_file_if_absent(local.checked_path(src_uri), dst_uri)
-            return gcs.download_file_if_absent(src_uri, local.checked_path(dst_uri))
+            return local.fill_if_absent(dst_uri, lambda tmp: gcs.download_to(src_uri, tmp))
         data = self._for(src_uri).read_bytes(src_uri, max_bytes=1 << 62)  # other adapters (tests): whole object
         return self._for(dst_uri).write_if_absent(dst_uri, data)
 
