@@ -1,26 +1,43 @@
-"""URI helpers shared by every adapter: `gs://bucket/key` or a local path."""
+"""URI helpers shared by every adapter: `<scheme>://bucket/key` or a local path.
+
+Which schemes mean something is the storage registry's call (adapters/storage_registry.py): these helpers only
+parse. A bare path has scheme `file`; anything else spelled `<scheme>://` keeps its scheme, known or not, so an
+unknown one reaches the registry (and fails there) instead of being read as a local path.
+"""
 
 from __future__ import annotations
 
 import posixpath
+import re
 
 from rlcleanup.ports.storage import UnsafePathError
 
+LOCAL_SCHEME = "file"
+_SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
 
-def is_gcs(uri: str) -> bool:
-    return uri.startswith("gs://")
+
+def scheme(uri: str) -> str:
+    """`gs://b/k` -> "gs"; `s3://b/k` -> "s3"; `/data/run` and `file:///data/run` -> "file" (lower case)."""
+    m = _SCHEME.match(uri)
+    return m["scheme"].lower() if m else LOCAL_SCHEME
+
+
+def is_local(uri: str) -> bool:
+    return scheme(uri) == LOCAL_SCHEME
 
 
 def strip_file_scheme(uri: str) -> str:
     return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
-def split_gcs(uri: str) -> tuple[str, str]:
-    """`gs://b/k/x` -> ("b", "k/x")."""
-    rest = uri[len("gs://") :]
-    bucket, _, key = rest.partition("/")
+def split_bucket(uri: str) -> tuple[str, str]:
+    """`gs://b/k/x` -> ("b", "k/x"); any `<scheme>://bucket/key` object-store URI."""
+    m = _SCHEME.match(uri)
+    if m is None:
+        raise ValueError(f"not a <scheme>://bucket URI: {uri!r}")
+    bucket, _, key = uri[m.end() :].partition("/")
     if not bucket:
-        raise ValueError(f"not a gs:// URI with a bucket: {uri!r}")
+        raise ValueError(f"not a {m['scheme']}:// URI with a bucket: {uri!r}")
     return bucket, key
 
 

@@ -19,11 +19,11 @@ import pytest
 
 from rlcleanup.adapters.firestore_records import FirestoreRecordStore
 from rlcleanup.adapters.gcs_storage import GcsStorage
+from rlcleanup.adapters.gcs_visibility import bucket_visibility
 from rlcleanup.adapters.inprocess_bus import InProcessBus
 from rlcleanup.adapters.storage_router import RoutingStorage
 from rlcleanup.authority import publish as publish_mod
 from rlcleanup.authority.grants import Approver, Grant, new_key, public_b64, register_approver, sign
-from rlcleanup.authority.visibility import gcs_visibility
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
 from rlcleanup.runtime.handlers import HANDLERS, resolve_run_id
 from rlcleanup.runtime.ports import Ports
@@ -85,7 +85,7 @@ def world(stack: Any, gcs_client: Any, firestore_client: Any, uid: str, tmp_path
     gs_root = _upload(gcs_client, local, runs, uid)
     bus = InProcessBus()
     ports = Ports(
-        storage=RoutingStorage(gcs=GcsStorage(gcs_client)),
+        storage=RoutingStorage({"gs": GcsStorage(gcs_client)}),
         records=FirestoreRecordStore(project=stack.project, client=firestore_client),
         bus=bus,
         preserve_root=f"gs://{runs}/preserved",
@@ -134,7 +134,7 @@ def _dest_objects(gcs_client: Any, bucket: str) -> list[str]:
 
 
 def test_fake_gcs_cannot_answer_iam_so_publish_is_refused(world: SimpleNamespace, gcs_client: Any) -> None:
-    reading = gcs_visibility(f"gs://{world.dest}/models", gcs_client)
+    reading = bucket_visibility(f"gs://{world.dest}/models", gcs_client)
     assert reading.visibility is None and "404" in reading.evidence  # the emulator has no IAM endpoint
     grant = _grant(world)
     _deliver(world, grant)
@@ -147,7 +147,9 @@ def test_public_gcs_destination_under_private_grant_is_refused(
     world: SimpleNamespace, gcs_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        publish_mod, "read_visibility", lambda uri, _c=None: gcs_visibility(uri, RecordedIam(gcs_client, PUBLIC_POLICY))
+        publish_mod,
+        "read_visibility",
+        lambda _storage, uri: bucket_visibility(uri, RecordedIam(gcs_client, PUBLIC_POLICY)),
     )
     grant = _grant(world, visibility="private")
     _deliver(world, grant)
@@ -162,17 +164,17 @@ def test_gcs_publish_server_side_copy_verified_and_grant_in_firestore(
     monkeypatch.setattr(
         publish_mod,
         "read_visibility",
-        lambda uri, _c=None: gcs_visibility(uri, RecordedIam(gcs_client, PRIVATE_POLICY, "enforced")),
+        lambda _storage, uri: bucket_visibility(uri, RecordedIam(gcs_client, PRIVATE_POLICY, "enforced")),
     )
     storage = world.ports.storage
     streamed: list[str] = []
-    real_write = storage.gcs.write_if_absent
+    real_write = storage.backend("gs").write_if_absent
 
     def spy_write(uri: str, data: bytes, content_type: str = "application/octet-stream"):  # type: ignore[no-untyped-def]
         streamed.append(uri)
         return real_write(uri, data, content_type)
 
-    monkeypatch.setattr(storage.gcs, "write_if_absent", spy_write)
+    monkeypatch.setattr(storage.backend("gs"), "write_if_absent", spy_write)
     grant = _grant(world)
     _deliver(world, grant)
 

@@ -140,7 +140,7 @@ def test_cross_backend_copies_stream_in_bounded_memory(gcs: GcsStorage, bucket: 
     from rlcleanup.adapters.local_storage import LocalStorage
     from rlcleanup.adapters.storage_router import RoutingStorage
 
-    router = RoutingStorage(local=LocalStorage(checksums=False), gcs=gcs)
+    router = RoutingStorage({"file": LocalStorage(checksums=False), "gs": gcs})
     src = tmp_path / "finelog.log"
     block = b"".join(f"line {i:07d} of a long training log\n".encode() for i in range(32768))
     with src.open("wb") as fh:

@@ -10,17 +10,18 @@ path builds trace spans, retry wrappers and a resumable-media download object); 
 from __future__ import annotations
 
 import io
+import tempfile
 import threading
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlcleanup.adapters.lines import bounded_lines
 from rlcleanup.adapters.local_storage import file_checksums
 from rlcleanup.ports.storage import ObjectInfo, StorageError, WriteOutcome
-from rlcleanup.uris import split_gcs
+from rlcleanup.uris import split_bucket
 
 if TYPE_CHECKING:
     import google.cloud.storage as storage
@@ -150,16 +151,16 @@ class GcsStorage:
         return self._client_obj
 
     def _blob(self, uri: str) -> Any:
-        bucket, key = split_gcs(uri)
+        bucket, key = split_bucket(uri)
         return self.client.bucket(bucket).blob(key)
 
     def stat(self, uri: str) -> ObjectInfo | None:
-        bucket, key = split_gcs(uri)
+        bucket, key = split_bucket(uri)
         blob = self.client.bucket(bucket).get_blob(key)
         return _info(blob) if blob is not None else None
 
     def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
-        bucket, key = split_gcs(prefix_uri.rstrip("/") + "/")
+        bucket, key = split_bucket(prefix_uri.rstrip("/") + "/")
         for blob in self.client.list_blobs(bucket, prefix=key):
             if not blob.name.endswith("/"):  # skip folder placeholders
                 yield _info(blob)
@@ -180,7 +181,7 @@ class GcsStorage:
             return b""
         reader = self._range_reader()
         if reader is not None:
-            bucket, key = split_gcs(uri)
+            bucket, key = split_bucket(uri)
             return reader.read(bucket, key, start, length)
         from google.api_core.exceptions import NotFound, RequestRangeNotSatisfiable
 
@@ -268,6 +269,17 @@ class GcsStorage:
             if dst is None:
                 raise
             return compare(dst)
+
+    def fill_if_absent(self, uri: str, fill: Callable[[Path], object]) -> WriteOutcome:
+        """Write-once from a filler that writes a whole local file (another backend's download): via a temp file,
+        so memory stays bounded; the upload itself is write-once like upload_file_if_absent."""
+        with tempfile.TemporaryDirectory(prefix="rlcleanup-copy-") as tmp_dir:
+            tmp = Path(tmp_dir) / "object"
+            fill(tmp)
+            return self.upload_file_if_absent(tmp, uri)
+
+    def local_file(self, uri: str) -> Path | None:
+        return None  # never a local file: cross-backend copies stream it with download_to
 
     def download_to(self, src_uri: str, path: Path) -> None:
         """An object's bytes into a local file, streamed in chunks: bounded memory whatever the object size."""

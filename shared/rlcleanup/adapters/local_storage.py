@@ -141,6 +141,17 @@ class LocalStorage:
         finally:
             os.unlink(tmp)
 
+    # -- streaming_copy (ports.storage.StreamingStorage): a local file is already a stream's end
+
+    def local_file(self, uri: str) -> Path | None:
+        return self.checked_path(uri)
+
+    def download_to(self, src_uri: str, path: Path) -> None:
+        shutil.copyfile(self.checked_path(src_uri), path)
+
+    def upload_file_if_absent(self, path: Path, dst_uri: str) -> WriteOutcome:
+        return self.fill_if_absent(dst_uri, lambda tmp: shutil.copyfile(path, tmp))
+
     def delete(self, uri: str) -> bool:
         try:
             self._path(uri).unlink()

@@ -1,28 +1,54 @@
-"""One Storage that routes by scheme, so every step accepts local paths and gs:// URIs alike."""
+"""One Storage for every registered scheme, so steps accept any run or destination URI the registry knows.
+
+Each call is routed by the URI's scheme through the storage registry; an unregistered scheme raises
+UnknownSchemeError (never a local path). Copies between two backends stream through this process.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
-from rlcleanup.adapters.gcs_storage import GcsStorage
-from rlcleanup.adapters.local_storage import LocalStorage
-from rlcleanup.ports.storage import ObjectInfo, Storage, WriteOutcome
-from rlcleanup.uris import is_gcs
+from rlcleanup.adapters.storage_registry import BUILTIN, StorageRegistry
+from rlcleanup.ports.storage import (
+    ObjectInfo,
+    Storage,
+    StorageCapabilities,
+    StreamingStorage,
+    VisibilityReading,
+    WriteOutcome,
+)
 
 
 class RoutingStorage:
-    def __init__(self, local: Storage | None = None, gcs: Storage | None = None) -> None:
-        self.local: Storage = local or LocalStorage()
-        self._gcs = gcs
+    """Implements ports.storage.SchemeAwareStorage."""
 
-    @property
-    def gcs(self) -> Storage:
-        if self._gcs is None:
-            self._gcs = GcsStorage()
-        return self._gcs
+    def __init__(self, backends: Mapping[str, Storage] | None = None, *, registry: StorageRegistry = BUILTIN) -> None:
+        """`backends`: adapters already built, by scheme (tests pass an emulator-bound one); each scheme must be
+        registered. The others are made on first use."""
+        self.registry = registry
+        self._made: dict[str, Storage] = {}
+        for name, storage in (backends or {}).items():
+            self.registry.for_uri(f"{name}://")  # fail closed on a scheme nobody registered
+            self._made[name] = storage
+
+    def backend(self, scheme: str) -> Storage:
+        """This router's adapter for a registered scheme (made on first use)."""
+        entry = self.registry.for_uri(f"{scheme}://")
+        if entry.scheme not in self._made:
+            self._made[entry.scheme] = entry.make()
+        return self._made[entry.scheme]
 
     def _for(self, uri: str) -> Storage:
-        return self.gcs if is_gcs(uri) else self.local
+        return self.backend(self.registry.for_uri(uri).scheme)
+
+    def capabilities(self, uri: str) -> StorageCapabilities:
+        return self.registry.for_uri(uri).capabilities
+
+    def read_visibility(self, uri: str) -> VisibilityReading:
+        entry = self.registry.for_uri(uri)
+        if entry.visibility is None:
+            return VisibilityReading(None, f"{entry.scheme} storage cannot read back who can read {uri}")
+        return entry.visibility(self.backend(entry.scheme), uri)
 
     def stat(self, uri: str) -> ObjectInfo | None:
         return self._for(uri).stat(uri)
@@ -43,16 +69,19 @@ class RoutingStorage:
         return self._for(uri).write_if_absent(uri, data, content_type)
 
     def copy_if_absent(self, src_uri: str, dst_uri: str) -> WriteOutcome:
-        if is_gcs(src_uri) == is_gcs(dst_uri):
-            return self._for(src_uri).copy_if_absent(src_uri, dst_uri)
-        # Cross-backend (a local run preserved to GCS, or back): streamed through this process in bounded chunks.
-        gcs, local = self.gcs, self.local
-        if isinstance(gcs, GcsStorage) and isinstance(local, LocalStorage):
-            if is_gcs(dst_uri):
-                return gcs.upload_file_if_absent(local.checked_path(src_uri), dst_uri)
-            return local.fill_if_absent(dst_uri, lambda tmp: gcs.download_to(src_uri, tmp))
-        data = self._for(src_uri).read_bytes(src_uri, max_bytes=1 << 62)  # other adapters (tests): whole object
-        return self._for(dst_uri).write_if_absent(dst_uri, data)
+        src_entry, dst_entry = self.registry.for_uri(src_uri), self.registry.for_uri(dst_uri)
+        src, dst = self.backend(src_entry.scheme), self.backend(dst_entry.scheme)
+        if src_entry.scheme == dst_entry.scheme:
+            return src.copy_if_absent(src_uri, dst_uri)
+        streaming = src_entry.capabilities.streaming_copy and dst_entry.capabilities.streaming_copy
+        if streaming and isinstance(src, StreamingStorage) and isinstance(dst, StreamingStorage):
+            # Cross-backend (a local run preserved to GCS, an S3 run to GCS): streamed in bounded chunks.
+            path = src.local_file(src_uri)
+            if path is not None:
+                return dst.upload_file_if_absent(path, dst_uri)
+            return dst.fill_if_absent(dst_uri, lambda tmp: src.download_to(src_uri, tmp))
+        data = src.read_bytes(src_uri, max_bytes=1 << 62)  # test doubles without streaming: the whole object
+        return dst.write_if_absent(dst_uri, data)
 
     def delete(self, uri: str) -> bool:
         return self._for(uri).delete(uri)

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from rlcleanup.models.vocab import Visibility as Visibility  # re-exported: grants name one, callers import it here
 from rlcleanup.ports.records import RecordStore
 
 APPROVERS = "approvers"
@@ -34,16 +35,6 @@ class Action(StrEnum):
     register = "register"
     reclaim = "reclaim"
     cancel = "cancel"
-
-
-class Visibility(StrEnum):
-    private = "private"
-    internal = "internal"
-    public = "public"
-
-    @property
-    def rank(self) -> int:
-        return ["private", "internal", "public"].index(self.value)
 
 
 class GrantState(StrEnum):

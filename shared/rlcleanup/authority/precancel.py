@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rlcleanup.authority.controllers import Controller, ControllerError
+from rlcleanup.formats.weight_files import is_bulk_weight
 from rlcleanup.parsing.logs import scan_attempt
 from rlcleanup.ports.records import RecordStore
 from rlcleanup.ports.storage import Storage, WriteOutcome
-from rlcleanup.steps.capture import _is_weight
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.uris import basename, join, relative_to
 
@@ -136,7 +136,7 @@ def _copy_inflight(storage: Storage, layout: RunLayout, dest: str, result: Captu
         for info in storage.list(root):
             rel = relative_to(info.uri, root)
             listing.append({"uri": info.uri, "size": info.size, "crc32c": info.crc32c})
-            if _is_weight(info.uri):
+            if is_bulk_weight(info.uri):
                 result.listed_weights += 1
                 continue
             target = join(dest, "inflight", f"global_step_{step}", rel)

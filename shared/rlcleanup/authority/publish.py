@@ -91,7 +91,7 @@ def _manifest(storage: Storage, items: list[Item]) -> tuple[list[dict[str, Any]]
     return rows, expected
 
 
-def publish(storage: Storage, record: CompletionRecord, grant: Grant, gcs_client: Any | None = None) -> Outcome:
+def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome:
     """Publish or hand off the grant's artifact. Returns the outcome; never raises for a refusal."""
     assert grant.destination is not None  # checked by grants.check_scope
     dest = grant.destination.rstrip("/")
@@ -100,7 +100,7 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant, gcs_client
         return refused
     assert candidate is not None
 
-    seen = read_visibility(dest, gcs_client)
+    seen = read_visibility(storage, dest)
     if seen.visibility is None:
         return refuse(Refusal.visibility_unknown, seen.evidence, dest)
     if seen.visibility.rank > grant.visibility.rank:

@@ -15,12 +15,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from rlcleanup.formats.safetensors_header import CorruptHeaderError, read_header
+from rlcleanup.formats.weight_files import WEIGHT_SUFFIXES
 from rlcleanup.ports.storage import ObjectInfo, Storage
 
 # Entropy detectors flag every git SHA and tokenizer merge; an IP address is not a credential.
 _SKIPPED_PLUGINS = {"Base64HighEntropyString", "HexHighEntropyString", "IPPublicDetector"}
 _CHUNK_LINES = 20_000
-_BINARY_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".distcp", ".model", ".npy", ".parquet")
+_BINARY_SUFFIXES = (*WEIGHT_SUFFIXES, ".model", ".npy", ".parquet")  # weights, sentencepiece, arrays, tables
 _TEXT_SUFFIXES = (".json", ".jsonl", ".txt", ".md", ".yaml", ".yml", ".log", ".out", ".err", ".jinja", ".py", ".toml")
 
 # Rules detect-secrets lacks (patterns after gitleaks' huggingface / W&B rules).

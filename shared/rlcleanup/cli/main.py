@@ -27,23 +27,30 @@ def _fail(message: str, code: int = 3) -> None:
 
 @app.command()
 def run(
-    run_uri: Annotated[str, typer.Argument(help="durable run root: a local path or gs://bucket/prefix")],
+    run_uri: Annotated[str, typer.Argument(help="durable run root: a local path or <scheme>://bucket/prefix (gs)")],
     preserve_to: Annotated[str | None, typer.Option("--preserve-to", help="preserve root")] = None,
     db: DbOption = DEFAULT_DB,
     state: Annotated[str | None, typer.Option(help="controller state to pair with, e.g. SUCCEEDED")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print exactly the completion record JSON")] = False,
 ) -> None:
     """Run the whole cleanup pipeline on one run (embedded: local files or GCS, SQLite records)."""
+    from rlcleanup.adapters.storage_registry import BUILTIN
     from rlcleanup.cli.render import summary
+    from rlcleanup.ports.storage import UnknownSchemeError
     from rlcleanup.runtime.embedded import run_embedded
+    from rlcleanup.uris import is_local
 
-    local = not run_uri.startswith("gs://")
+    for given in (run_uri, preserve_to):
+        try:
+            if given is not None:
+                BUILTIN.for_uri(given)  # an unknown scheme is a usage error here, not an empty local directory
+        except UnknownSchemeError as exc:
+            _fail(str(exc), 2)
+    local = is_local(run_uri)
     if local and not Path(run_uri).exists():
         _fail(f"run root {run_uri} does not exist")
     uri = str(Path(run_uri).resolve()) if local else run_uri
-    preserve = (
-        preserve_to if preserve_to is None or preserve_to.startswith("gs://") else str(Path(preserve_to).resolve())
-    )
+    preserve = preserve_to if preserve_to is None or not is_local(preserve_to) else str(Path(preserve_to).resolve())
     # The pipeline's own warnings are on the record; stderr carries only the one-line reason below.
     logging.getLogger("rlcleanup").addHandler(logging.NullHandler())
     try:

@@ -53,3 +53,15 @@ class RecordStatus(StrEnum):
     awaiting_authority = "awaiting_authority"
     complete = "complete"
     failed = "failed"  # rlcleanup itself could not finish; errors[] says why
+
+
+class Visibility(StrEnum):
+    """Who can read a destination; ordered narrowest first (a grant allows its level and narrower)."""
+
+    private = "private"
+    internal = "internal"
+    public = "public"
+
+    @property
+    def rank(self) -> int:
+        return ["private", "internal", "public"].index(self.value)

@@ -1,12 +1,19 @@
-"""Object storage port. URIs are `gs://bucket/key` or local paths (optionally `file://`)."""
+"""Object storage port: what steps may ask of any backend, and the capabilities that differ between backends.
+
+URIs are `<scheme>://...` or bare local paths (scheme `file`); which schemes exist is the storage registry's
+business (adapters/storage_registry.py). Steps talk only to this port and to `StorageCapabilities`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from rlcleanup.models.vocab import Visibility
 
 
 @dataclass(frozen=True)
@@ -23,6 +30,39 @@ class WriteOutcome(StrEnum):
     created = "created"  # the object did not exist and now holds our bytes
     identical = "identical"  # it existed with the same content: a safe replay
     conflict = "conflict"  # it existed with different content: never overwritten
+
+
+@dataclass(frozen=True)
+class StorageCapabilities:
+    """What a backend can do beyond the port's minimum; callers branch on these, never on the URI's scheme."""
+
+    ranged_read: bool  # read_range is one request for just those bytes (header-only validation relies on it)
+    listing: bool  # list(prefix) enumerates objects with sizes
+    server_side_copy: bool  # copy_if_absent within the backend moves no byte through this process
+    streaming_copy: bool  # download_to / upload_file_if_absent: cross-backend copies in bounded memory
+    visibility_readback: bool  # who can read a destination can be read back from the backend itself
+    object_version: bool  # objects carry a version (GCS generation) usable as a write/delete precondition
+    strong_checksum: bool  # every listing reports a content checksum without reading the bytes
+
+
+@dataclass(frozen=True)
+class VisibilityReading:
+    """Who can read a destination, as the backend reports it; `visibility` None means it could not tell."""
+
+    visibility: Visibility | None
+    evidence: str
+
+
+class UnknownSchemeError(ValueError):
+    """A URI whose scheme no storage backend is registered for. Never guessed to be a local path: an `s3://`
+    run read from the local disk would be an empty run, and a destination's visibility would be read off it."""
+
+    code = "unsupported_scheme"
+
+    def __init__(self, scheme: str, uri: str, known: tuple[str, ...]) -> None:
+        self.scheme = scheme
+        self.known = known
+        super().__init__(f"no storage backend for scheme {scheme!r} ({uri[:200]!r}); known schemes: {', '.join(known)}")
 
 
 class StorageError(Exception):
@@ -61,3 +101,36 @@ class Storage(Protocol):
         ...
 
     def delete(self, uri: str) -> bool: ...
+
+
+@runtime_checkable
+class StreamingStorage(Storage, Protocol):
+    """A backend with the `streaming_copy` capability: whole objects to and from a local file in bounded chunks,
+    which is how copies between two backends run (no server-side copy exists across them)."""
+
+    def download_to(self, src_uri: str, path: Path) -> None:
+        """The object's bytes into the local file `path`, streamed."""
+        ...
+
+    def upload_file_if_absent(self, path: Path, dst_uri: str) -> WriteOutcome:
+        """A local file to `dst_uri`, write-once, streamed."""
+        ...
+
+    def fill_if_absent(self, uri: str, fill: Callable[[Path], object]) -> WriteOutcome:
+        """Write-once from `fill`, which writes a whole local file (e.g. another backend's download_to)."""
+        ...
+
+    def local_file(self, uri: str) -> Path | None:
+        """The object as a local file when it already is one (scheme `file`), so a copy reads it in place."""
+        ...
+
+
+@runtime_checkable
+class SchemeAwareStorage(Storage, Protocol):
+    """The storage steps receive (the registry-backed router): the port plus per-URI capabilities."""
+
+    def capabilities(self, uri: str) -> StorageCapabilities: ...
+
+    def read_visibility(self, uri: str) -> VisibilityReading:
+        """Read back who can read `uri`; visibility None (never a guess) when the backend cannot tell."""
+        ...

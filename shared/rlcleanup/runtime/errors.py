@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from rlcleanup.formats.config import ConfigError
-from rlcleanup.ports.storage import StorageError, UnsafePathError
+from rlcleanup.ports.storage import StorageError, UnknownSchemeError, UnsafePathError
 from rlcleanup.steps.layout import LayoutError
 
 
@@ -97,6 +97,8 @@ def classify_error(exc: BaseException) -> PermanentError | None:
         return PermanentError("invalid_message", f"{first['msg']} at {'.'.join(map(str, first['loc']))}")
     if isinstance(exc, UnsafePathError):
         return PermanentError("unsafe_path", str(exc))
+    if isinstance(exc, UnknownSchemeError):
+        return PermanentError(exc.code, str(exc))
     if isinstance(exc, LayoutError | ConfigError):
         return PermanentError("unreadable_run", str(exc))
     if isinstance(exc, UnicodeDecodeError | ValueError | KeyError | TypeError):

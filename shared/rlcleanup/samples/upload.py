@@ -1,7 +1,9 @@
-"""Put a sample run (written by `write_sample_run`) on GCS: upload the tree and rewrite its absolute local paths.
+"""Put a sample run (written by `write_sample_run`) in object storage: upload the tree, rewriting its local paths.
 
 The generator writes absolute local paths into text files (resolved config `trainer.ckpt_path`, terminal.json,
-attempt records, log banners). On GCS those must name gs:// URIs, or the pipeline would look on the local disk.
+attempt records, log banners). In a bucket those must name the bucket's URIs (gs://, or any scheme the storage
+registry serves), or the pipeline would look on the local disk. `upload_sample_run_to` writes through the storage
+port, so it works for every registered scheme; `upload_sample_run` is its GCS-client shorthand.
 `rename` gives the run a new name (object keys and text alike), so one scenario can be uploaded many times as
 distinct runs (distinct run ids).
 """
@@ -13,12 +15,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from rlcleanup.formats.weight_files import has_weight_suffix
+from rlcleanup.ports.storage import Storage, WriteOutcome
+
 TEXT_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml", ".txt", ".log", ".out", ".err", ".md", ".csv")
 _UPLOAD_WORKERS = 8
 
 
 def _is_text(path: Path) -> bool:
-    if path.suffix in (".safetensors", ".bin", ".pt", ".parquet"):
+    if has_weight_suffix(path.name) or path.suffix == ".parquet":
         return False
     return path.suffix in TEXT_SUFFIXES or path.name.startswith(".") or path.suffix == ""
 
@@ -31,14 +36,13 @@ def durable_root(local_dest: Path) -> Path:
     return roots[0]
 
 
-def upload_sample_run(
-    storage_client: Any, local_dest: Path, bucket: str, prefix: str, *, rename: str | None = None
-) -> str:
-    """Upload every file under local_dest to gs://bucket/prefix/..., rewriting local paths; return the run URI."""
+def upload_sample_run_to(storage: Storage, local_dest: Path, dest_root: str, *, rename: str | None = None) -> str:
+    """Upload every file under local_dest to dest_root/... (any registered scheme), rewriting local paths;
+    return the run URI."""
     local_dest = Path(local_dest).resolve()
     r = durable_root(local_dest)
     name = r.parent.name
-    base = f"gs://{bucket}/{prefix.strip('/')}" if prefix.strip("/") else f"gs://{bucket}"
+    base = dest_root.rstrip("/")
     replacements = [(f"{local_dest}/", f"{base}/"), (str(local_dest), base)]
     if rename:
         replacements.append((name, rename))
@@ -48,21 +52,31 @@ def upload_sample_run(
             text = text.replace(old, new)
         return text
 
-    gcs_bucket = storage_client.bucket(bucket)
     files = [p for p in sorted(local_dest.rglob("*")) if p.is_file()]
 
     def put(path: Path) -> None:
-        rel = rewrite(path.relative_to(local_dest).as_posix())
-        key = f"{prefix.strip('/')}/{rel}" if prefix.strip("/") else rel
         data = path.read_bytes()
         if _is_text(path):
             with contextlib.suppress(UnicodeDecodeError):
                 data = rewrite(data.decode("utf-8")).encode("utf-8")
-        gcs_bucket.blob(key).upload_from_string(data)
+        uri = f"{base}/{rewrite(path.relative_to(local_dest).as_posix())}"
+        if storage.write_if_absent(uri, data) is WriteOutcome.conflict:
+            raise FileExistsError(f"{uri} already holds other content: upload the sample under a new prefix")
 
     with ThreadPoolExecutor(max_workers=_UPLOAD_WORKERS) as pool:
         list(pool.map(put, files))
     return rewrite(str(r))
+
+
+def upload_sample_run(
+    storage_client: Any, local_dest: Path, bucket: str, prefix: str, *, rename: str | None = None
+) -> str:
+    """upload_sample_run_to gs://bucket/prefix through a google-cloud-storage client (tests, the local stack)."""
+    from rlcleanup.adapters.gcs_storage import GcsStorage
+    from rlcleanup.adapters.storage_router import RoutingStorage
+
+    base = f"gs://{bucket}/{prefix.strip('/')}" if prefix.strip("/") else f"gs://{bucket}"
+    return upload_sample_run_to(RoutingStorage({"gs": GcsStorage(storage_client)}), local_dest, base, rename=rename)
 
 
 def main(argv: list[str] | None = None) -> int:

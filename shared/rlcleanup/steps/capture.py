@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
+from rlcleanup.formats.weight_files import is_bulk_weight
 from rlcleanup.models.record import PreservedObject
 from rlcleanup.ports.storage import ObjectInfo, Storage, UnsafePathError, WriteOutcome
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.uris import join, relative_to
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".distcp", ".pth", ".ckpt", ".gguf")
 MAX_PART_ITEMS = 200
 COPY_WORKERS = 8
 
@@ -69,14 +69,6 @@ class PartResult:
 
 def preserved_root(preserve_root: str, run_id: str) -> str:
     return join(preserve_root, run_id)
-
-
-def _is_weight(uri: str) -> bool:
-    name = uri.rsplit("/", 1)[-1]
-    if name.endswith(WEIGHT_SUFFIXES):
-        return True
-    # Per-rank FSDP state is the bulk of a checkpoint; trainer_state.pt / data.pt are small evidence.
-    return name.endswith(".pt") and "_rank_" in name
 
 
 def _kind(rel: str) -> str:
@@ -154,7 +146,7 @@ def plan_capture(storage: Storage, layout: RunLayout, run_id: str, preserve_root
                 listings["exports"].append(obj)
             elif is_ckpt:
                 listings["checkpoints"].append(obj)
-            if _is_weight(obj.uri):
+            if is_bulk_weight(obj.uri):
                 continue
             item = CaptureItem(
                 source=obj.uri,
@@ -175,7 +167,7 @@ def plan_capture(storage: Storage, layout: RunLayout, run_id: str, preserve_root
         outcome = storage.write_if_absent(join(dest_root, "derived", f"{name}-listing.jsonl"), lines.encode())
         if outcome is WriteOutcome.conflict:
             errors.append(f"write_once_conflict: derived/{name}-listing.jsonl differs from an earlier capture")
-    listed_weights = sum(1 for objs in listings.values() for o in objs if _is_weight(o.uri))
+    listed_weights = sum(1 for objs in listings.values() for o in objs if is_bulk_weight(o.uri))
     return CapturePlan(run_id=run_id, dest_root=dest_root, parts=parts, listed_weights=listed_weights, errors=errors)
 
 

@@ -1,0 +1,151 @@
+"""The storage scheme registry fails closed: an unknown scheme is a typed error naming it, never a local path."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.adapters.storage_registry import BUILTIN, GCS, LOCAL, StorageBackend, StorageRegistry
+from rlcleanup.adapters.storage_router import RoutingStorage
+from rlcleanup.authority.visibility import read_visibility
+from rlcleanup.models.vocab import Visibility
+from rlcleanup.ports.storage import StorageCapabilities, UnknownSchemeError, WriteOutcome
+from rlcleanup.runtime.errors import classify_error
+from rlcleanup.uris import scheme, split_bucket
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("gs://b/k", "gs"),
+        ("GS://b/k", "gs"),
+        ("s3://b/k", "s3"),
+        ("az://c/k", "az"),
+        ("http://host/x", "http"),
+        ("file:///data/run", "file"),
+        ("/data/run", "file"),
+        ("relative/run", "file"),
+    ],
+)
+def test_scheme_of_a_uri(uri: str, expected: str) -> None:
+    assert scheme(uri) == expected
+
+
+def test_split_bucket_works_for_any_object_store_scheme() -> None:
+    assert split_bucket("gs://b/k/x") == ("b", "k/x")
+    assert split_bucket("s3://bucket/iris/job") == ("bucket", "iris/job")
+    with pytest.raises(ValueError, match="bucket"):
+        split_bucket("gs:///k")
+
+
+@pytest.mark.parametrize("uri", ["s3://marin-us-east/iris/job", "http://example.com/run", "az://c/run"])
+def test_unknown_scheme_is_an_error_naming_it_and_the_known_ones(uri: str, tmp_path: Path) -> None:
+    router = RoutingStorage({"file": LocalStorage()})
+    with pytest.raises(UnknownSchemeError) as info:
+        router.list(uri)
+    assert info.value.scheme == scheme(uri)
+    assert f"{scheme(uri)!r}" in str(info.value) and "file, gs" in str(info.value)
+    for call in (
+        lambda: router.stat(uri),
+        lambda: router.read_bytes(uri),
+        lambda: router.write_if_absent(uri, b"x"),
+        lambda: router.copy_if_absent(str(tmp_path / "x"), uri),
+        lambda: router.capabilities(uri),
+    ):
+        with pytest.raises(UnknownSchemeError):
+            call()
+
+
+def test_unknown_scheme_is_a_permanent_typed_error_on_the_run() -> None:
+    error = classify_error(UnknownSchemeError("s3", "s3://b/run", BUILTIN.schemes))
+    assert error is not None and error.code == "unsupported_scheme" and "s3" in str(error)
+
+
+def test_s3_destination_visibility_is_unknown_not_read_off_the_local_disk(tmp_path: Path) -> None:
+    """Before the registry an s3:// URI fell through to the local-disk reader and came back 'private'."""
+    reading = read_visibility(RoutingStorage(), "s3://bucket/models")
+    assert reading.visibility is None and "'s3'" in reading.evidence
+
+
+def test_local_visibility_goes_through_the_registry(tmp_path: Path) -> None:
+    private = tmp_path / "dest"
+    private.mkdir(mode=0o700)
+    reading = read_visibility(RoutingStorage(), str(private))
+    assert reading.visibility is Visibility.private and "owner-only" in reading.evidence
+
+
+def test_a_backend_without_visibility_readback_reads_unknown(tmp_path: Path) -> None:
+    caps = StorageCapabilities(
+        ranged_read=True,
+        listing=True,
+        server_side_copy=False,
+        streaming_copy=False,
+        visibility_readback=False,
+        object_version=False,
+        strong_checksum=False,
+    )
+    registry = StorageRegistry([LOCAL, StorageBackend("mem", caps, make=LocalStorage)])
+    reading = read_visibility(RoutingStorage(registry=registry), "mem://bucket/models")
+    assert reading.visibility is None and "cannot read back" in reading.evidence
+
+
+def test_registration_refuses_duplicates_and_missing_visibility_readers() -> None:
+    registry = StorageRegistry([LOCAL])
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(LOCAL)
+    with pytest.raises(ValueError, match="visibility"):
+        registry.register(StorageBackend("x", GCS.capabilities, make=LocalStorage))
+    with pytest.raises(UnknownSchemeError):
+        RoutingStorage({"s3": LocalStorage()})  # a prebuilt adapter for an unregistered scheme
+
+
+def test_capabilities_per_backend() -> None:
+    router = RoutingStorage()
+    assert router.capabilities("gs://b/k").object_version and router.capabilities("gs://b/k").strong_checksum
+    assert not router.capabilities("/tmp/x").object_version
+    assert BUILTIN.schemes == ("file", "gs")
+
+
+def test_cross_backend_copy_streams_between_registered_backends(tmp_path: Path) -> None:
+    """A second registered backend: copies both ways take the streaming path (download_to / fill), never a
+    whole-object read_bytes, and stay write-once."""
+
+    class Remote(LocalStorage):  # stands in for an object store: not a local file, no whole-object reads
+        @staticmethod
+        def _path(uri: str) -> Path:
+            return Path(uri.removeprefix("mem://"))
+
+        def local_file(self, uri: str) -> Path | None:
+            return None
+
+        def read_bytes(self, uri: str, max_bytes: int = 64 * 1024 * 1024) -> bytes:
+            raise AssertionError("streaming backends are copied in chunks, not as one whole object")
+
+    caps = dataclasses.replace(LOCAL.capabilities, visibility_readback=False)
+    backend = StorageBackend("mem", caps, make=Remote)
+    router = RoutingStorage(registry=StorageRegistry([LOCAL, backend]))
+    src = tmp_path / "a.log"
+    src.write_bytes(b"hello\n" * 1000)
+    dst = tmp_path / "out" / "a.log"
+    assert router.copy_if_absent(str(src), f"mem://{dst}") is WriteOutcome.created
+    assert dst.read_bytes() == src.read_bytes()
+    back = tmp_path / "back" / "a.log"
+    assert router.copy_if_absent(f"mem://{dst}", str(back)) is WriteOutcome.created
+    assert back.read_bytes() == src.read_bytes()
+    assert router.copy_if_absent(f"mem://{dst}", str(back)) is WriteOutcome.identical
+
+
+@pytest.mark.parametrize("flag", ["run_uri", "preserve_to"])
+def test_cli_run_refuses_an_unknown_scheme_as_a_usage_error(tmp_path: Path, flag: str) -> None:
+    from typer.testing import CliRunner
+
+    from rlcleanup.cli.main import app
+
+    run_uri, preserve = ("s3://bucket/iris/job", str(tmp_path)) if flag == "run_uri" else (str(tmp_path), "az://c/p")
+    result = CliRunner().invoke(app, ["run", run_uri, "--preserve-to", preserve, "--db", str(tmp_path / "r.db")])
+    assert result.exit_code == 2
+    assert "no storage backend for scheme" in result.stderr and "known schemes: file, gs" in result.stderr
+    assert not (tmp_path / "r.db").exists()
