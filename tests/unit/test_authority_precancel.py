@@ -163,7 +163,7 @@ def test_unexplained_reproducing_failure_withholds_clearance(tmp_path: Path) -> 
     assert len(logs) >= 2
     for row, log in enumerate(logs[:2]):
         log.write_text(log.read_text() + TRACEBACK.format(row=1000 + row))
-    w.stack.emit(_event(w, "manual-controller", "job-1"))
+    w.stack.emit(_event(w, "manual", "job-1"))
     pre = w.record.pre_cancel
     assert pre is not None and pre.unexplained_reproducing == ["ValueError: reward function returned NaN for row N"]
     grant = _cancel_grant(w)

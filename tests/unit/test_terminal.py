@@ -130,29 +130,33 @@ def test_step_budget_rules() -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "expected"),
+    ("raw", "source", "expected"),
     [
-        (4, "succeeded"),
-        ("5", "failed"),
-        ("KILLED", "cancelled"),
-        (7, "failed"),
-        ("UNSCHEDULABLE", "failed"),
-        ("JOB_STATE_SUCCEEDED", "succeeded"),
-        ("STOPPED", "cancelled"),
-        ("FAILED_NO_RESOURCE", "failed"),
-        ("CANCELLED", "cancelled"),
-        ("Complete", "succeeded"),
-        ("Failed", "failed"),
-        ("SUCCESS", "succeeded"),
-        ("DEP_FAILED", "failed"),
-        ("RUNNING", "running"),
-        (3, "running"),
-        ("submitted", "pending"),
-        ("weird", "unknown"),
+        (4, "iris", "succeeded"),
+        ("5", "iris", "failed"),
+        ("KILLED", "iris", "cancelled"),
+        (7, "iris", "failed"),
+        ("UNSCHEDULABLE", "iris", "failed"),
+        ("JOB_STATE_SUCCEEDED", "iris", "succeeded"),
+        ("killed", "iris", "cancelled"),
+        (11, "iris", "failed"),  # TaskState COSCHED_FAILED
+        ("STOPPED", "ray", "cancelled"),
+        ("FAILED_NO_RESOURCE", "skypilot", "failed"),
+        ("CANCELLED", "skypilot", "cancelled"),
+        ("Complete", "k8s", "succeeded"),
+        ("Failed", "k8s", "failed"),
+        ("SUCCESS", "marin", "succeeded"),
+        ("DEP_FAILED", "marin", "failed"),
+        ("RUNNING", "marin", "running"),
+        (3, "iris", "running"),
+        ("submitted", "protocol", "pending"),
+        ("weird", "iris", "unknown"),
+        ("CANCELLED", "iris", "unknown"),  # not an Iris spelling: no verdict, never a guess
+        ("5", "ray", "unknown"),  # bare numbers mean something only from Iris
     ],
 )
-def test_normalize_state(raw: str | int, expected: str) -> None:
-    assert normalize_state(raw)[0] == expected
+def test_normalize_state(raw: str | int, source: str, expected: str) -> None:
+    assert normalize_state(raw, source)[0] == expected
 
 
 # -- terminal-state rules --------------------------------------------------------------------------------------

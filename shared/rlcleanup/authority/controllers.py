@@ -15,9 +15,7 @@ from typing import Any, Protocol
 
 import requests
 
-_IRIS_STATES = {1: "PENDING", 2: "BUILDING", 3: "RUNNING", 4: "SUCCEEDED", 5: "FAILED", 6: "KILLED"}
-_IRIS_STATES |= {7: "WORKER_FAILED", 8: "UNSCHEDULABLE", 9: "ASSIGNED", 10: "PREEMPTED", 11: "COSCHED_FAILED"}
-_IRIS_STATES |= {12: "MISSING"}
+from rlcleanup.models.controller_states import IRIS
 
 
 @dataclass
@@ -80,9 +78,10 @@ class RayJobs:
 
 
 def _iris_state(value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return _IRIS_STATES.get(value, str(value))
-    return str(value or "UNKNOWN").upper()
+    """Iris job and task states by name (`6` -> "KILLED", "JOB_STATE_KILLED" -> "KILLED"), from the one table."""
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip():
+        return "UNKNOWN"
+    return IRIS.spell(value)
 
 
 class IrisCli:

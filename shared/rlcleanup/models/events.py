@@ -6,31 +6,12 @@ import hashlib
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from rlcleanup.models import controller_states
+from rlcleanup.models.controller_states import Verdict, is_absent
 from rlcleanup.steps.capture import CapturePart
 from rlcleanup.steps.logscan import LogScanPart
-from rlcleanup.steps.terminal import IRIS_JOB_STATES
-
-# Terminal states by source; everything else is non-terminal (recorded and ignored).
-_TERMINAL = {
-    "iris": {"4", "5", "6", "7", "8", "SUCCEEDED", "FAILED", "KILLED", "WORKER_FAILED", "UNSCHEDULABLE"},
-    "ray": {"SUCCEEDED", "FAILED", "STOPPED"},
-    "skypilot": {
-        "SUCCEEDED",
-        "CANCELLED",
-        "FAILED",
-        "FAILED_SETUP",
-        "FAILED_PRECHECKS",
-        "FAILED_NO_RESOURCE",
-        "FAILED_CONTROLLER",
-    },
-    "k8s": {"COMPLETE", "FAILED", "SUCCEEDED"},
-    "marin": {"SUCCESS", "FAILED", "DEP_FAILED"},
-    # An operator ran rlcleanup by hand: the run has ended but no controller verdict comes with it.
-    "manual": {"ENDED"},
-}
-_ANY_TERMINAL = set().union(*_TERMINAL.values()) - {"4", "5", "6", "7", "8"} | {"ABSENT", "VANISHED", "GONE"}
 
 
 class _Msg(BaseModel):
@@ -53,11 +34,21 @@ class JobEvent(_Msg):
     pods_alive: int | None = None
     preserve_root: str | None = Field(default=None, max_length=2048)
 
+    @field_validator("source")
+    @classmethod
+    def _known_source(cls, value: str) -> str:
+        controller_states.source(value)  # UnknownStateSource: an event from a source we cannot read is invalid
+        return value
+
     @field_validator("state", mode="before")
     @classmethod
-    def _state_text(cls, value: object) -> object:
+    def _state_text(cls, value: object, info: ValidationInfo) -> object:
+        """A wire enum number becomes its name in its source's table (Iris: 6 -> KILLED); a number from a source
+        without numbered states stays a string, which that source's table does not know (not terminal)."""
         if isinstance(value, int) and not isinstance(value, bool):
-            return IRIS_JOB_STATES.get(value, str(value))
+            name = info.data.get("source")
+            table = controller_states.SOURCES.get(name.lower()) if isinstance(name, str) else None
+            return table.spell(value) if table is not None and table.numbers else str(value)
         return value
 
     @field_validator("run_uri")
@@ -72,22 +63,24 @@ class JobEvent(_Msg):
         return self.state.strip().upper().replace(" ", "_")
 
     @property
+    def verdict(self) -> Verdict:
+        """The state in its source's table (models/controller_states.py); `unknown` for a spelling it lacks."""
+        return controller_states.source(self.source).verdict(self.state)
+
+    @property
     def is_terminal(self) -> bool:
-        state = self.normalized_state
-        known = _TERMINAL.get(self.source.lower())
-        if state in {"ABSENT", "VANISHED", "GONE"}:
-            return True
-        return state in known if known is not None else state in _ANY_TERMINAL
+        """Routing: cleanup starts on a terminal state, or on the controller having lost the job. An unknown
+        spelling is not terminal (fail closed: a job that may still run is never cleaned up on a guess)."""
+        return is_absent(self.state) or self.verdict.terminal
 
     @property
     def controller_state(self) -> str | None:
-        return None if self.source.lower() == "manual" else self.state
+        """The state to pair the artifacts with; None when it carries no verdict (a manual ENDED)."""
+        return None if self.verdict is Verdict.ended else self.state
 
     @property
     def controller_absent(self) -> bool:
-        return self.normalized_state in {"ABSENT", "VANISHED", "GONE"} or (
-            self.pods_alive == 0 and self.normalized_state in {"RUNNING", "UNKNOWN"}
-        )
+        return is_absent(self.state) or (self.pods_alive == 0 and self.verdict in (Verdict.running, Verdict.unknown))
 
     @property
     def event_key(self) -> str:

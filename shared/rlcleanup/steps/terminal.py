@@ -12,6 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from rlcleanup.formats.config import get, get_int, parse_int
+from rlcleanup.models import controller_states
+from rlcleanup.models.controller_states import Verdict
 from rlcleanup.models.record import Attempt, ChainCoverage, FailureCause
 from rlcleanup.models.vocab import TerminalState
 from rlcleanup.parsing.logs import AttemptScan, ErrorCandidate, EventKind, TrainerEvent, log_order
@@ -58,75 +60,27 @@ def step_budget(skyrl: dict[str, Any]) -> tuple[int | None, str]:
 
 # -- controller ------------------------------------------------------------------------------------------------
 
-SUCCEEDED, FAILED, CANCELLED, RUNNING, PENDING, UNKNOWN = (
-    "succeeded",
-    "failed",
-    "cancelled",
-    "running",
-    "pending",
-    "unknown",
-)
-TERMINAL_CONTROLLER_STATES = (SUCCEEDED, FAILED, CANCELLED)
-IRIS_JOB_STATES = {
-    0: "UNSPECIFIED",
-    1: "PENDING",
-    2: "BUILDING",
-    3: "RUNNING",
-    4: "SUCCEEDED",
-    5: "FAILED",
-    6: "KILLED",
-    7: "WORKER_FAILED",
-    8: "UNSCHEDULABLE",
-}
-# Every source's spelling (Iris, Ray, SkyPilot, Kubernetes, Marin, terminal.json) -> one normalized state.
-_NORMALIZED = {
-    "SUCCEEDED": SUCCEEDED,
-    "SUCCESS": SUCCEEDED,
-    "COMPLETE": SUCCEEDED,
-    "COMPLETED": SUCCEEDED,
-    "FAILED": FAILED,
-    "WORKER_FAILED": FAILED,
-    "UNSCHEDULABLE": FAILED,
-    "DEP_FAILED": FAILED,
-    "KILLED": CANCELLED,
-    "CANCELLED": CANCELLED,
-    "CANCELED": CANCELLED,
-    "STOPPED": CANCELLED,
-    "RUNNING": RUNNING,
-    "RECOVERING": RUNNING,
-    "CANCELLING": RUNNING,
-    "WINDING_DOWN": RUNNING,
-    "PENDING": PENDING,
-    "BUILDING": PENDING,
-    "STARTING": PENDING,
-    "PREPARED": PENDING,
-    "SUBMITTED": PENDING,
-}
+# Normalised controller states (models/controller_states.py holds every source's spellings).
+SUCCEEDED, FAILED, CANCELLED = Verdict.succeeded, Verdict.failed, Verdict.cancelled
 
 
-def normalize_state(raw: str | int) -> tuple[str, str]:
-    """(normalized, spelled) — `5` -> ("failed", "FAILED"); `JOB_STATE_KILLED` -> ("cancelled", "KILLED")."""
-    text = str(raw).strip()
-    number = parse_int(text)
-    if number is not None:
-        text = IRIS_JOB_STATES.get(number, text)
-    spelled = text.upper().replace("-", "_").replace(" ", "_")
-    for prefix in ("JOB_STATE_", "JOBSTATE.", "JOBSTATUS.", "MANAGEDJOBSTATUS."):
-        spelled = spelled.removeprefix(prefix)
-    if spelled.startswith("FAILED"):  # SkyPilot FAILED_SETUP, FAILED_PRECHECKS, FAILED_NO_RESOURCE, ...
-        return FAILED, spelled
-    return _NORMALIZED.get(spelled, UNKNOWN), spelled
+def normalize_state(raw: str | int, source_name: str) -> tuple[Verdict, str]:
+    """(verdict, spelled) in `source_name`'s table — (5, "iris") -> (failed, "FAILED"); an unknown spelling is
+    `unknown` (no verdict); an unknown source raises UnknownStateSource."""
+    table = controller_states.source(source_name)
+    return table.verdict(raw), table.spell(raw)
 
 
 @dataclass(frozen=True)
 class ControllerReading:
-    state: str  # normalized: succeeded | failed | cancelled | running | pending | unknown
+    state: Verdict  # normalized: succeeded | failed | cancelled | running | pending | unknown (| ended)
     raw: str  # as the source spells it
     source: str  # where it came from, e.g. "iris event", ".executor_status"
 
     @property
     def terminal(self) -> bool:
-        return self.state in TERMINAL_CONTROLLER_STATES
+        """The controller said how the job ended (a bare "ended" is no verdict)."""
+        return self.state.has_outcome
 
     def describe(self) -> str:
         return f"{self.state} ({self.source}: {self.raw})"
@@ -138,21 +92,24 @@ def controller_readings(
     """Every reading in precedence order: event, .executor_status, terminal.json, the last attempt record."""
     readings: list[ControllerReading] = []
 
-    def add(raw: Any, source: str) -> None:
+    def add(raw: Any, table: str, source: str) -> None:
         if isinstance(raw, str | int) and not isinstance(raw, bool) and str(raw).strip():
-            state, spelled = normalize_state(raw)
+            state, spelled = normalize_state(raw, table)
             readings.append(ControllerReading(state, spelled if parse_int(str(raw)) is not None else str(raw), source))
 
     if event_state is not None and not controller_absent:
-        add(event_state, f"{event_source or 'controller'} event")
-    add(layout.executor_status, ".executor_status")
+        if event_source is None:  # a RunMessage comes from a validated JobEvent: its source is always known
+            raise controller_states.UnknownStateSource("(none given)")
+        add(event_state, event_source, f"{event_source} event")
+    add(layout.executor_status, "marin", ".executor_status")
     if layout.terminal:
-        add(get(layout.terminal, "response.state"), f"{layout.terminal_uri or 'terminal.json'} response.state")
-        add(get(layout.terminal, "response.iris_job_state"), "terminal.json response.iris_job_state")
+        terminal_uri = layout.terminal_uri or "terminal.json"
+        add(get(layout.terminal, "response.state"), "protocol", f"{terminal_uri} response.state")
+        add(get(layout.terminal, "response.iris_job_state"), "iris", "terminal.json response.iris_job_state")
     if layout.attempts:
         last = layout.attempts[-1]
-        add(last.response.get("state"), f"attempt {last.attempt_id} record response.state")
-        add(last.response.get("iris_job_state"), f"attempt {last.attempt_id} record response.iris_job_state")
+        add(last.response.get("state"), "protocol", f"attempt {last.attempt_id} record response.state")
+        add(last.response.get("iris_job_state"), "iris", f"attempt {last.attempt_id} record response.iris_job_state")
     return readings
 
 
