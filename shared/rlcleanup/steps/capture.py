@@ -127,6 +127,7 @@ def plan_capture(storage: Storage, layout: RunLayout, run_id: str, preserve_root
         roots.append(("temp", layout.temp_root))
     elif not layout.checkpoints_root.startswith(layout.run_uri):
         roots.append(("checkpoints", layout.checkpoints_root))
+    roots.extend(layout.extra_roots)  # run-layout-v2.md §3: both steps of a multi-step Marin run are evidence
     seen: set[str] = set()
     for label, root in roots:
         for obj in _list_root(storage, layout, label, root, errors):

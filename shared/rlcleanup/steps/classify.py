@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlcleanup.formats.config import get
+from rlcleanup.formats.launch import EntrypointKind, lookup_entrypoint, read_run_config
 from rlcleanup.models.record import Classification
 from rlcleanup.models.vocab import ClassificationKind
 from rlcleanup.ports.storage import Storage
@@ -19,12 +20,23 @@ STANDARD_ENTRYPOINTS = ("skyrl_train.entrypoints.main_base",)
 AGENT_HARNESS_ENTRYPOINTS = ("terminal_bench", "harbor", "mini_swe_agent", "miniswe", "swe_agent", "openhands")
 AGENTIC_BLOCKS = ("terminal_bench", "harbor", "config_groups.terminal_bench_config", "generator.miniswe_config_path")
 SANDBOX_KEY_FRAGMENTS = ("daytona", "n_concurrent_trials", "sandbox")
-INJECTED_EVERYWHERE = ("trials_dir", "generator.trajectory_retention.output_path")
+# marin skyrl.py `retention_overrides`: `++terminal_bench_config.trials_dir=...` and the trajectory output path go
+# into every run's overrides; older adapters injected a top-level `trials_dir`.
+INJECTED_EVERYWHERE = (
+    "trials_dir",
+    "terminal_bench_config.trials_dir",
+    "generator.trajectory_retention.output_path",
+)
 STANDARD_DATA_KINDS = ("parquet", "jsonl", "json", "hf_dataset")
 
 
 def _entrypoint(config: dict[str, Any], skyrl: dict[str, Any]) -> str | None:
-    for source, key in ((skyrl, "entrypoint"), (config, "entrypoint"), (config, "run.entrypoint")):
+    for source, key in (
+        (config, "runtime.entrypoint"),  # SkyRLLaunchConfig (run-layout-v2.md §1)
+        (skyrl, "entrypoint"),
+        (config, "entrypoint"),
+        (config, "run.entrypoint"),
+    ):
         value = get(source, key)
         if isinstance(value, str) and value:
             return value
@@ -48,17 +60,35 @@ def classify(storage: Storage, layout: RunLayout) -> Classification:
     agentic: list[str] = []
     notes: list[str] = []
 
+    run_config = layout.run_config or read_run_config(config)
     entrypoint = _entrypoint(config, skyrl)
     standard_entrypoint = False
     if entrypoint is not None:
-        short = entrypoint.rsplit(".", 1)[-1] if entrypoint.startswith("skyrl_train") else entrypoint
-        if entrypoint in STANDARD_ENTRYPOINTS or short == "main_base":
+        entry = lookup_entrypoint(entrypoint)
+        # run-layout-v2.md §1: the entrypoint table decides (oc: main_base/fully_async standard; mini_swe and
+        # terminal_bench* agentic; *_generate generation-only, no budget).
+        if entry is not None and entry.agent_harness:
+            agentic.append(f"entrypoint={entrypoint} (agent harness)")
+        elif entry is not None:
             standard_entrypoint = True
-            standard.append(f"entrypoint={entrypoint}")
+            if entry.kind is EntrypointKind.generation:
+                standard.append(
+                    f"entrypoint={entrypoint} (generation-only: trains nothing, so no step budget and no candidates)"
+                )
+            elif entry.kind is EntrypointKind.checkpoint_export:
+                standard.append(f"entrypoint={entrypoint} (checkpoint export: converts a trained checkpoint)")
+            else:
+                standard.append(f"entrypoint={entrypoint}")
         elif any(h in entrypoint.lower() for h in AGENT_HARNESS_ENTRYPOINTS):
             agentic.append(f"entrypoint={entrypoint} (agent harness)")
         else:
             notes.append(f"entrypoint={entrypoint} (not a known standard or harness entrypoint)")
+    if run_config.launch is not None and run_config.launch.inputs.data_kind:
+        data_kind_in = run_config.launch.inputs.data_kind
+        if data_kind_in == "parquet":
+            standard.append("inputs.data_kind=parquet (single-turn RLVR rows)")
+        else:
+            notes.append(f"inputs.data_kind={data_kind_in} (MarinSkyRL's default task data; decides nothing alone)")
 
     env_class = get(skyrl, "environment.env_class")
     if isinstance(env_class, str) and env_class:
