@@ -123,7 +123,7 @@ def test_incomplete_traceback_at_end_of_file() -> None:
             "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
             "ray.exceptions.OutOfMemoryError",
         ),
-        ("Fatal Python error: Aborted", "Fatal Python error"),
+        ("Fatal Python error: Segmentation fault", "Fatal Python error"),
         ("*** SIGSEGV received at time=1700000000 ***", "SegmentationFault"),
         ("terminate called after throwing an instance of 'c10::Error'", "C++ exception"),
     ],

@@ -10,10 +10,11 @@ import re
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 
-from rlcleanup.parsing.metrics import MetricParser, MetricRow, clean_line
+from rlcleanup.parsing.metrics import CleanLine, MetricParser, MetricRow, clean_line
+from rlcleanup.parsing.teardown import TEARDOWN, TeardownWording, by_name, causal_what_payload, teardown_for
 from rlcleanup.ports.storage import Storage, StorageError
 from rlcleanup.steps.layout import AttemptFiles
 from rlcleanup.uris import basename
@@ -62,8 +63,13 @@ _EVENT_PATTERNS: tuple[tuple[EventKind, re.Pattern[str]], ...] = (
 # The message is group 1 when the pattern has one, else the whole line. No leading `.*`: these run on every line.
 _FATAL_LINES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"Fatal Python error: ?(.*)"), "Fatal Python error"),
-    (re.compile(r"(?i)segmentation fault|\bSIGSEGV\b"), "SegmentationFault"),
-    (re.compile(r"(?i)\bbus error\b|\bSIGBUS\b"), "BusError"),
+    # Signal names count only where a signal is reported (`received signal 11`, `*** SIGSEGV received at`, the
+    # kernel's `Segmentation fault`); prose that lists SIGSEGV as a possible cause is matched as teardown first.
+    (
+        re.compile(r"(?i)segmentation fault|\*\*\* SIGSEGV received|received signal (?:11|SIGSEGV)\b|SIGSEGV \(@"),
+        "SegmentationFault",
+    ),
+    (re.compile(r"(?i)\bbus error\b|\*\*\* SIGBUS received|received signal (?:7|SIGBUS)\b"), "BusError"),
     (re.compile(r"torch\.(?:cuda\.)?OutOfMemoryError:? ?(.*)"), "torch.OutOfMemoryError"),
     (re.compile(r"ray\.exceptions\.OutOfMemoryError:? ?(.*)"), "ray.exceptions.OutOfMemoryError"),
     (re.compile(r"CUDA out of memory"), "torch.OutOfMemoryError"),
@@ -90,64 +96,16 @@ _FATAL_HINTS = (
 )
 
 
-@dataclass(frozen=True)
-class NoiseRule:
-    name: str
-    pattern: re.Pattern[str]  # searched in "ErrorType: message"
-    reason: str
-    after_error_only: bool = False  # noise only when another error came first in the same attempt
-
-
-# Teardown noise: what a dying job prints after (and because of) the real failure.
-NOISE_RULES: tuple[NoiseRule, ...] = (
-    NoiseRule(
-        "nccl_watchdog",
-        re.compile(
-            r"(?i)watchdog caught collective operation timeout|ProcessGroupNCCL.*time ?out|WorkNCCL.*timed? ?out"
-            r"|NCCL communicator was aborted"
-        ),
-        "NCCL watchdog timeout or communicator abort: a peer rank had already died",
-    ),
-    NoiseRule(
-        "actor_died",
-        re.compile(r"ActorDiedError|RayActorError.*(?:died unexpectedly|actor is dead)"),
-        "Ray actor died: follows the failure that killed it",
-    ),
-    NoiseRule(
-        "signal",
-        re.compile(r"(?i)\bSIGTERM\b|\bSIGINT\b|received signal|signal 15\b"),
-        "termination signal: the job was being stopped",
-    ),
-    NoiseRule("keyboard_interrupt", re.compile(r"^KeyboardInterrupt"), "KeyboardInterrupt: a stop request"),
-    NoiseRule(
-        "ray_shutdown",
-        re.compile(r"(?i)RaySystemError.*(?:shut ?down|shutting|not been started|not initialized|terminat|exit)"),
-        "Ray system error raised while Ray shut down",
-    ),
-    NoiseRule("cancelled", re.compile(r"CancelledError"), "asyncio cancellation during shutdown"),
-    NoiseRule(
-        "engine_dead",
-        re.compile(r"EngineDeadError"),
-        "vLLM engine already dead: the EngineCore fatal is the cause",
-    ),
-    NoiseRule(
-        "connection_reset",
-        re.compile(
-            r"(?i)connection reset|closed by (?:the )?peer|connection closed|BrokenPipeError|ConnectionResetError"
-        ),
-        "connection reset after an earlier error: a peer went away",
-        after_error_only=True,
-    ),
-)
+# Teardown noise: what a dying job prints after (and because of) the real failure. The vocabulary is data in
+# parsing/teardown.py (one table, each wording with its upstream source); these names keep the scanner's API.
+NoiseRule = TeardownWording
+NOISE_RULES = TEARDOWN
+MAX_NOISE_PER_FILE = 16  # teardown lines kept as symptoms; 64 ranks' watchdog lines must not crowd out a cause
+_WHAT_LOOKAHEAD = 3  # a `terminate called ...` line is decided by the `what():` line right after it
 
 
 def noise_rule_for(signature: str, *, error_seen: bool) -> NoiseRule | None:
-    for rule in NOISE_RULES:
-        if rule.after_error_only and not error_seen:
-            continue
-        if rule.pattern.search(signature):
-            return rule
-    return None
+    return teardown_for(signature, error_seen=error_seen)
 
 
 @dataclass(frozen=True)
@@ -270,6 +228,8 @@ class LogScanner:
         self._tb: _Traceback | None = None
         self._error_seen = error_seen  # for after-error-only noise rules (carried across an attempt's files)
         self._last_ts: datetime | None = None
+        self._pending_terminate: ErrorCandidate | None = None  # waits for its `what():` line
+        self._noise_kept = 0
 
     @property
     def error_seen(self) -> bool:
@@ -280,6 +240,8 @@ class LogScanner:
         scan.lines += 1
         lineno = scan.lines
         cleaned = clean_line(raw)
+        if cleaned.timestamp is None and cleaned.month_day_time is not None:
+            cleaned = CleanLine(cleaned.text, self._with_year(cleaned.month_day_time), None)
         if cleaned.timestamp is not None:
             self._last_ts = cleaned.timestamp
             scan.first_timestamp = scan.first_timestamp or cleaned.timestamp
@@ -296,6 +258,16 @@ class LogScanner:
             self._tb.add(text)
             return
         self._fatal_line(text[:_MAX_MATCH_CHARS], lineno, cleaned.timestamp or self._last_ts)
+
+    def _with_year(self, month_day_time: str) -> datetime | None:
+        """vLLM stamps carry no year: take the one of the last full stamp in this file (none seen: no stamp)."""
+        if self._last_ts is None:
+            return None
+        try:
+            stamp = datetime.strptime(f"{self._last_ts.year}-{month_day_time}", "%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            return None
+        return stamp.replace(tzinfo=self._last_ts.tzinfo or UTC)
 
     def finish(self) -> LogScan:
         if self._tb is not None:
@@ -392,44 +364,56 @@ class LogScanner:
         lowered = stripped.lower()
         if not stripped or not any(hint in lowered for hint in _FATAL_HINTS):
             return
+        pending = self._pending_terminate
+        if pending is not None and lineno - pending.line > _WHAT_LOOKAHEAD:
+            pending = self._pending_terminate = None
+        if stripped.startswith("what():"):
+            payload = causal_what_payload(stripped)
+            if pending is not None:
+                # The `what():` line finishes the `terminate called ...` report: keep both lines as one candidate.
+                self._pending_terminate = None
+                pending.traceback = f"{pending.traceback}\n{stripped}"[:TRACEBACK_MAX_BYTES]
+                pending.message = (payload or stripped.removeprefix("what():").strip())[:_MAX_EVENT_TEXT]
+                if payload is not None and not pending.causal:
+                    # run-layout-v2.md §7: a what() payload carrying a CUDA or NCCL error is causal.
+                    pending.causal, pending.noise, pending.noise_reason = True, None, None
+                return
+            if payload is not None:
+                self._add_error(self._line_error(lineno, "C++ exception", payload, stripped, timestamp), None)
+                return
+        # Teardown first (§7): prose that names a signal or an error word is not a cause.
+        rule = teardown_for(stripped, error_seen=self._error_seen)
+        if rule is not None:
+            error = self._line_error(lineno, rule.name, stripped, stripped, timestamp)
+            error.kind, error.causal, error.noise, error.noise_reason = "noise_line", False, rule.name, rule.reason
+            self._add_error(error, None)
+            if rule.name == "dist_backend_terminate":
+                error.error_type, error.message = "c10::DistBackendError", stripped[:_MAX_EVENT_TEXT]
+                self._pending_terminate = error
+            return
         for pattern, etype in _FATAL_LINES:
             match = pattern.search(stripped)
             if match:
                 message = (match.group(1) if pattern.groups else stripped).strip() or stripped
-                self._add_error(
-                    ErrorCandidate(
-                        source_uri=self.scan.uri,
-                        attempt_id=self.scan.attempt_id,
-                        line=lineno,
-                        error_type=etype,
-                        message=message[:_MAX_EVENT_TEXT],
-                        traceback=stripped[:TRACEBACK_MAX_BYTES],
-                        kind="fatal_line",
-                        timestamp=timestamp,
-                    ),
-                    None,
-                )
+                error = self._line_error(lineno, etype, message, stripped, timestamp)
+                self._add_error(error, None)
+                if etype == "C++ exception":
+                    self._pending_terminate = error
                 return
-        # Teardown lines outside tracebacks (`Worker rank 3 received signal 15`, NCCL watchdog) are noise
-        # candidates too: they are the fallback when no causal error exists.
-        rule = noise_rule_for(stripped, error_seen=self._error_seen)
-        if rule is not None and rule.name in ("nccl_watchdog", "signal"):
-            self._add_error(
-                ErrorCandidate(
-                    source_uri=self.scan.uri,
-                    attempt_id=self.scan.attempt_id,
-                    line=lineno,
-                    error_type=rule.name,
-                    message=stripped[:_MAX_EVENT_TEXT],
-                    traceback=stripped[:TRACEBACK_MAX_BYTES],
-                    kind="noise_line",
-                    causal=False,
-                    noise=rule.name,
-                    noise_reason=rule.reason,
-                    timestamp=timestamp,
-                ),
-                None,
-            )
+
+    def _line_error(
+        self, lineno: int, etype: str, message: str, line: str, timestamp: datetime | None
+    ) -> ErrorCandidate:
+        return ErrorCandidate(
+            source_uri=self.scan.uri,
+            attempt_id=self.scan.attempt_id,
+            line=lineno,
+            error_type=etype,
+            message=message[:_MAX_EVENT_TEXT],
+            traceback=line[:TRACEBACK_MAX_BYTES],
+            kind="fatal_line",
+            timestamp=timestamp,
+        )
 
     def _add_error(self, error: ErrorCandidate, signatures: list[str] | None) -> None:
         if error.causal:
@@ -452,6 +436,11 @@ class LogScanner:
                     assert first is not None
                     error.noise_after_error = first.name
         self._error_seen = True
+        if not error.causal:
+            self._noise_kept += 1
+            if self._noise_kept > MAX_NOISE_PER_FILE:
+                self.scan.errors_dropped += 1
+                return
         if len(self.scan.errors) >= MAX_ERRORS_PER_FILE:
             self.scan.errors_dropped += 1
             return
@@ -534,7 +523,7 @@ def carry_error_seen(files: list[LogScan]) -> None:
     for scan in files:
         if seen:
             for error in scan.errors:
-                rule = next((r for r in NOISE_RULES if r.name == error.noise_after_error), None)
+                rule = by_name(error.noise_after_error)
                 if error.causal and rule is not None:
                     error.causal, error.noise, error.noise_reason = False, rule.name, rule.reason
         seen = seen or bool(scan.errors)

@@ -32,6 +32,13 @@ _TIMESTAMP = re.compile(
     r"^\[?(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)\]?\s?"
 )
 _RAY_PREFIX = re.compile(r"^\([^()]*\bpid=\d+[^()]*\) ?")
+# torch.distributed's per-rank prefix (`[rank3]:` before every line a rank prints, tracebacks included).
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
+# vLLM's logger: `ERROR 08-06 21:18:16 [core.py:711] ` (vllm/logger.py _FORMAT: no year in the stamp).
+_VLLM_PREFIX = re.compile(
+    r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.\d+)? \[[\w./-]+:\d+\] ?"
+)
+_MAX_PREFIXES = 6  # `(Worker_TP2 pid=1) (Worker_TP5 pid=2) [rank0]: 2026-...` nests a few deep, never more
 _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _MIRROR = re.compile(r"WANDB_MIRROR\b(?P<attrs>.*?)\bmetrics=")
 _ATTR = re.compile(r"(\w+)=(\S+)")
@@ -42,6 +49,7 @@ _GLOBAL_STEP = "trainer/global_step"
 class CleanLine:
     text: str  # decorations removed, indentation kept
     timestamp: datetime | None
+    month_day_time: str | None = None  # vLLM's yearless `MM-DD HH:MM:SS`; the scanner supplies the year
 
 
 def parse_timestamp(value: str) -> datetime | None:
@@ -53,17 +61,30 @@ def parse_timestamp(value: str) -> datetime | None:
 
 
 def clean_line(raw: str) -> CleanLine:
-    """Strip ANSI codes, a leading timestamp and a Ray actor prefix; keep the rest (and its indentation)."""
+    """Strip ANSI codes and the per-line prefixes (Ray's `(actor pid=N)`, torch's `[rankN]:`, a timestamp, vLLM's
+    `LEVEL MM-DD HH:MM:SS [file:line]`) in whatever order they nest; keep the rest and its indentation.
+
+    Ray prints the prefix before the process's own line, so `(actor pid=N) 2026-11-30 08:00:00.000 | ERROR ...`
+    carries its timestamp after the prefix: prefixes are peeled repeatedly, not in one fixed order.
+    """
     text = _ANSI.sub("", raw[:MAX_LINE_CHARS]).rstrip("\r\n")
     timestamp = None
-    match = _TIMESTAMP.match(text)
-    if match:
-        timestamp = parse_timestamp(match.group("ts"))
-        text = text[match.end() :]
-    match = _RAY_PREFIX.match(text)
-    if match:
-        text = text[match.end() :]
-    return CleanLine(_RAY_REPEAT.sub("", text), timestamp)
+    month_day_time = None
+    for _ in range(_MAX_PREFIXES):
+        match = _RAY_PREFIX.match(text) or _RANK_PREFIX.match(text)
+        if match:
+            text = text[match.end() :]
+            continue
+        if timestamp is None and (match := _TIMESTAMP.match(text)):
+            timestamp = parse_timestamp(match.group("ts"))
+            text = text[match.end() :]
+            continue
+        if month_day_time is None and (match := _VLLM_PREFIX.match(text)):
+            month_day_time = match.group("md")
+            text = text[match.end() :]
+            continue
+        break
+    return CleanLine(_RAY_REPEAT.sub("", text), timestamp, month_day_time)
 
 
 @dataclass(frozen=True)
