@@ -13,6 +13,7 @@ from rlcleanup.parsing.logs import scan_attempt
 from rlcleanup.steps.layout import discover
 from rlcleanup.steps.terminal import (
     TerminalVerdict,
+    earliest_symptom,
     establish_terminal_state,
     first_causal_error,
     normalize_state,
@@ -338,7 +339,7 @@ def test_failed_in_link_one_of_three_with_noise_after(tmp_path: Path) -> None:
     assert said(v, "First causal error: ValueError")
 
 
-def test_first_causal_error_falls_back_to_teardown_and_file_order_without_timestamps(tmp_path: Path) -> None:
+def test_all_teardown_gives_no_cause_and_quotes_the_earliest_symptom_in_file_order(tmp_path: Path) -> None:
     att = Att(
         "a00000000001",
         "2025-03-01T00:00:00Z",
@@ -349,14 +350,17 @@ def test_first_causal_error_falls_back_to_teardown_and_file_order_without_timest
     storage = LocalStorage(checksums=False)
     layout = discover(storage, str(run))
     scans = [scan_attempt(storage, a) for a in layout.attempts]
-    cause = first_causal_error(scans)
-    assert cause is not None and (cause.error_type, cause.line) == ("signal", 1)
-    assert cause.source_uri.endswith("finelog.log")
+    assert first_causal_error(scans) is None
+    symptom = earliest_symptom(scans)
+    assert symptom is not None and (symptom.error_type, symptom.line) == ("signal", 1)
+    assert symptom.source_uri.endswith("finelog.log")
 
     v = verdict(run, event_state="FAILED", event_source="ray")
     assert v.terminal_state == TerminalState.failed
-    assert v.failure_is_teardown_fallback
-    assert said(v, "No causal error was found; the earliest teardown error is reported instead")
+    assert v.first_failure_cause is None
+    assert v.first_failure_reason == "no_causal_error_found"
+    assert v.earliest_symptom is not None and v.earliest_symptom.error_type == "signal"
+    assert said(v, "No causal error was found (no_causal_error_found)")
 
 
 def test_controller_failed_but_budget_reached_is_completed(tmp_path: Path) -> None:
@@ -401,7 +405,9 @@ def test_cancelled_and_killed_after_a_causal_error(tmp_path: Path) -> None:
         event_state="CANCELLED",
         event_source="skypilot",
     )
-    assert v2.terminal_state == TerminalState.failed
+    # run-layout-v2.md §6 rule (2): a stop wins over the error before it; the error is still reported.
+    assert v2.terminal_state == TerminalState.cancelled
+    assert said(v2, "Rule (2) of run-layout-v2.md §6 decided")
     assert v2.first_failure_cause is not None and v2.first_failure_cause.error_type == "torch.OutOfMemoryError"
 
     # A causal error a later attempt trained past does not turn a later kill into a failure.

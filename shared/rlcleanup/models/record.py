@@ -56,9 +56,23 @@ class ChainCoverage(_Model):
     )
 
 
+class StepSummary(_Model):
+    """One Marin executor step of the run (run-layout-v2.md §3): a 3-step run has a -training/-metrics step and
+    its export step, each with its own state."""
+
+    name: str
+    uri: str
+    role: str = Field(description="training | metrics | export | single")
+    executor_status: str | None = None
+    state: str | None = Field(default=None, description="terminal.json or the last attempt's response.state")
+    attempt_ids: list[str] = Field(default_factory=list)
+    failure: str | None = None
+
+
 class ChainSummary(_Model):
     attempts: list[Attempt] = Field(default_factory=list)
     coverage: ChainCoverage = Field(default_factory=ChainCoverage)
+    steps: list[StepSummary] = Field(default_factory=list)
 
 
 class ResolvedConfigRef(_Model):
@@ -153,6 +167,12 @@ class CompletionRecord(_Model):
     last_trained_step: int | None = None
     last_saved_step: int | None = None
     first_failure_cause: FailureCause | None = None
+    first_failure_reason: str | None = Field(
+        default=None, description="`no_causal_error_found` when every logged error is teardown"
+    )
+    earliest_symptom: FailureCause | None = Field(
+        default=None, description="the earliest teardown error, quoted when no causal error exists (never the cause)"
+    )
     chain: ChainSummary = Field(default_factory=ChainSummary)
     source_revision: dict[str, str] = Field(default_factory=dict)
     base_model: str | None = None

@@ -174,6 +174,7 @@ def _maybe_fan_in_terminal(p: Ports, run_id: str) -> str:
     def work() -> dict[str, Any]:
         layout = discover(p.storage, msg.run_uri)
         scans = logscan.assemble(p.storage, plan["dest_root"], parts)
+        existing = p.records.get(run_id)
         fields, errors = settle_terminal_state(
             p.storage,
             layout,
@@ -182,6 +183,8 @@ def _maybe_fan_in_terminal(p: Ports, run_id: str) -> str:
             event_state=msg.event_state,
             event_source=msg.event_source,
             controller_absent=msg.controller_absent,
+            pre_cancel=existing is not None and existing.pre_cancel is not None,
+            now=p.clock.now(),
         )
         p.records.update(run_id, fields)
         p.records.add_errors(run_id, _errors("terminal_state", errors))

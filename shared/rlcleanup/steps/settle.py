@@ -3,14 +3,39 @@ state and preserve the stitched metrics beside the evidence (the record referenc
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from rlcleanup.formats.config import get
+from rlcleanup.models.record import StepSummary
 from rlcleanup.parsing.logs import AttemptScan
 from rlcleanup.ports.storage import Storage, WriteOutcome
 from rlcleanup.steps.capture import write_derived
 from rlcleanup.steps.facts import run_facts
 from rlcleanup.steps.layout import RunLayout
+from rlcleanup.steps.receipts import protocol_facts
 from rlcleanup.steps.terminal import establish_terminal_state, step_budget
+
+
+def step_summaries(layout: RunLayout) -> list[StepSummary]:
+    out: list[StepSummary] = []
+    for step in layout.steps:
+        last = step.attempts[-1].record if step.attempts else {}
+        state = get(step.terminal or {}, "response.state") or get(last, "response.state")
+        failure = get(step.terminal or {}, "response.failure") or get(last, "response.failure")
+        out.append(
+            StepSummary(
+                name=step.name,
+                uri=step.uri,
+                role=step.role.value,
+                executor_status=step.executor_status,
+                state=state if isinstance(state, str) else None,
+                attempt_ids=[a.attempt_id for a in step.attempts],
+                failure=failure if isinstance(failure, str) else None,
+            )
+        )
+    return out
+
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -24,9 +49,17 @@ def settle_terminal_state(
     event_state: str | None = None,
     event_source: str | None = None,
     controller_absent: bool = False,
+    pre_cancel: bool = False,
+    now: datetime | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Returns the record fields this step owns, and error strings ('code: detail')."""
-    budget, budget_reason = step_budget(layout.skyrl)
+    entry = layout.run_config.entry if layout.run_config is not None else None
+    if entry is not None and not entry.trains:
+        # run-layout-v2.md §1 (oc): a generation-only run trains nothing, so it has no step budget.
+        budget, budget_reason = None, f"none: {entry.module} trains nothing (generation-only)"
+    else:
+        budget, budget_reason = step_budget(layout.skyrl)
+    protocol = protocol_facts(storage, layout)
     verdict = establish_terminal_state(
         layout,
         scans,
@@ -35,6 +68,9 @@ def settle_terminal_state(
         event_state=event_state,
         event_source=event_source,
         controller_absent=controller_absent,
+        protocol=protocol,
+        pre_cancel=pre_cancel,
+        now=now,
     )
     errors = [f"unreadable_log: {problem}" for scan in scans for problem in scan.problems]
     metrics_uri, outcome = write_derived(storage, dest_root, METRICS_FILE, verdict.stitched.to_jsonl().encode())
@@ -55,9 +91,12 @@ def settle_terminal_state(
         "first_failure_cause": verdict.first_failure_cause.model_dump(mode="json")
         if verdict.first_failure_cause
         else None,
+        "first_failure_reason": verdict.first_failure_reason,
+        "earliest_symptom": verdict.earliest_symptom.model_dump(mode="json") if verdict.earliest_symptom else None,
         "chain": {
             "attempts": [a.model_dump(mode="json") for a in verdict.attempts],
             "coverage": verdict.coverage.model_dump(mode="json"),
+            "steps": [s.model_dump(mode="json") for s in step_summaries(layout)],
         },
         "metrics_uri": metrics_uri,
     }

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from rlcleanup.formats.config import get, get_int, parse_int
+from rlcleanup.formats.launch import EntrypointKind
 from rlcleanup.models import controller_states
 from rlcleanup.models.controller_states import Verdict
 from rlcleanup.models.record import Attempt, ChainCoverage, FailureCause
@@ -19,6 +20,11 @@ from rlcleanup.models.vocab import TerminalState
 from rlcleanup.parsing.logs import AttemptScan, ErrorCandidate, EventKind, TrainerEvent, log_order
 from rlcleanup.parsing.metrics import StitchedMetrics, stitch
 from rlcleanup.steps.layout import AttemptFiles, RunLayout
+from rlcleanup.steps.marin import LOCK_STALE_SECONDS
+from rlcleanup.steps.precedence import KILL_WORDS, Inputs, Source, decide, lock_fresh
+from rlcleanup.steps.receipts import ProtocolFacts
+
+NO_CAUSAL_ERROR_FOUND = "no_causal_error_found"  # run-layout-v2.md §7 (oc)
 
 ROW_COUNT_KEYS = ("data.num_train_rows", "data.train_rows")  # our convention (run-layout.md)
 MAX_LOG_URIS_IN_RECORD = 20  # 500 ranks x 3 attempts of log URIs would pass Firestore's 1 MiB; the manifest has all
@@ -160,8 +166,15 @@ def find_first_error(scans: list[AttemptScan]) -> FirstError | None:
 
 
 def first_causal_error(scans: list[AttemptScan]) -> FailureCause | None:
+    """The cause, or None when every error is teardown (run-layout-v2.md §7: a symptom is never the cause)."""
     first = find_first_error(scans)
-    return first.cause() if first else None
+    return first.cause() if first is not None and first.causal else None
+
+
+def earliest_symptom(scans: list[AttemptScan]) -> FailureCause | None:
+    """The earliest teardown error, for when no causal error exists."""
+    first = find_first_error(scans)
+    return first.cause() if first is not None and not first.causal else None
 
 
 # -- terminal state --------------------------------------------------------------------------------------------
@@ -176,10 +189,13 @@ class TerminalVerdict:
     last_trained_step: int | None
     last_saved_step: int | None
     first_failure_cause: FailureCause | None
-    failure_is_teardown_fallback: bool
+    failure_is_teardown_fallback: bool  # kept for callers; always False: teardown is never reported as the cause
     attempts: list[Attempt]
     coverage: ChainCoverage
     stitched: StitchedMetrics = field(repr=False, default_factory=StitchedMetrics)
+    earliest_symptom: FailureCause | None = None  # run-layout-v2.md §7: quoted when every error is teardown
+    first_failure_reason: str | None = None  # `no_causal_error_found` when only teardown was logged
+    decided_by: str | None = None  # the §6 rule that decided
 
     @property
     def controller_state(self) -> str | None:
@@ -359,6 +375,110 @@ def _last_trained_step(stitched: StitchedMetrics, events: list[TrainerEvent], bu
     return max(steps) if steps else None
 
 
+def _source(where: str, raw: Any, table: str) -> Source | None:
+    """One reading, spelled in `table`'s source (models/controller_states.py)."""
+    if isinstance(raw, bool) or not isinstance(raw, str | int) or not str(raw).strip():
+        return None
+    state, spelled = normalize_state(raw, table)
+    return Source(where, str(raw), state, killed=table == "iris" and spelled == "KILLED")
+
+
+def _sources(
+    layout: RunLayout, event_state: str | int | None, event_source: str | None, controller_absent: bool
+) -> list[Source]:
+    """Every controller-side source of run-layout-v2.md §6: the event, each Marin step's `.executor_status`,
+    terminal.json, and each step's last attempt record (state, iris_job_state, and a failure string that says the
+    Iris job was KILLED: Marin reports an Iris kill as FAILED, §4)."""
+    out: list[Source] = []
+
+    def add(where: str, raw: Any, table: str) -> None:
+        src = _source(where, raw, table)
+        if src is not None:
+            out.append(src)
+
+    if event_state is not None and event_source is not None and not controller_absent:
+        add(f"{event_source} event", event_state, event_source)
+    steps = layout.steps
+    if not steps:
+        add(".executor_status", layout.executor_status, "marin")
+        records = [("terminal.json", layout.terminal or {})]
+        if layout.attempts:
+            records.append((f"attempt {layout.attempts[-1].attempt_id}", layout.attempts[-1].record))
+    else:
+        records = []
+        for step in steps:
+            add(f"{step.name} .executor_status", step.executor_status, "marin")
+            records.append((f"{step.name} terminal.json", step.terminal or {}))
+            if step.attempts:
+                last = step.attempts[-1]
+                records.append((f"{step.name} attempt {last.attempt_id}", last.record))
+    for where, record in records:
+        add(f"{where} response.state", get(record, "response.state") or get(record, "result.state"), "protocol")
+        add(f"{where} response.iris_job_state", get(record, "response.iris_job_state"), "iris")
+        failure = get(record, "response.failure") or get(record, "result.failure")
+        if isinstance(failure, str) and KILL_WORDS.search(failure):
+            out.append(Source(f"{where} response.failure", failure[:200], Verdict.cancelled, killed=True))
+    return out
+
+
+def _precedence_inputs(
+    layout: RunLayout,
+    sources: list[Source],
+    ev: _Evidence,
+    events: list[TrainerEvent],
+    stitched: StitchedMetrics,
+    scans: list[AttemptScan],
+    first: FirstError | None,
+    protocol: ProtocolFacts | None,
+    *,
+    pre_cancel: bool,
+    controller_absent: bool,
+    now: datetime,
+) -> Inputs:
+    reached = ev.reached or ev.already_complete is not None
+    receipt = protocol.training if protocol is not None else None
+    budget = ev.budget
+    if receipt is not None and receipt.valid and receipt.global_step is not None and budget is not None:
+        reached = reached or receipt.global_step >= budget
+    reached_valid = receipt.valid if receipt is not None else reached
+    terminal_state = normalize_state(str(get(layout.terminal or {}, "response.state") or ""), "protocol")[0]
+    success_record = layout.terminal is not None and terminal_state == SUCCEEDED
+    if receipt is not None:
+        export = protocol.export if protocol is not None else None
+        export_ok = export is None or export.valid
+        success_artifact_valid = receipt.valid and export_ok
+    else:
+        marker = layout.marker_step
+        steps = {marker, marker - 1} if marker is not None else set()
+        success_artifact_valid = any(s in layout.export_steps for s in steps)
+    running_locks = [st.lock for st in layout.steps if st.executor_status == "RUNNING"]
+    if not layout.steps and layout.executor_status == "RUNNING":
+        running_locks = [layout.lock]
+    running = bool(running_locks)
+    fresh = any(lock is not None and lock_fresh(lock.timestamp, now, LOCK_STALE_SECONDS) for lock in running_locks)
+    entry = layout.run_config.entry if layout.run_config is not None else None
+    return Inputs(
+        sources=sources,
+        budget=budget,
+        budget_reached=reached,
+        reached_valid=reached_valid,
+        needs_done_line=ev.already_complete is None and not (receipt is not None and receipt.valid),
+        training_done=ev.training_done is not None,
+        early_stop=_last(events, EventKind.stopped_early) is not None,
+        last_step=_last_trained_step(stitched, events, budget),
+        success_record=success_record,
+        success_artifact_valid=success_artifact_valid,
+        failed_attempt=False,
+        pre_cancel=pre_cancel,
+        controller_absent=controller_absent,
+        running_fresh_lock=running and fresh,
+        running_stale=running and not fresh,
+        causal_error=first is not None and first.causal,
+        unrecovered_error=_unrecovered(first, scans, stitched),
+        generation_only=entry is not None and entry.kind is EntrypointKind.generation,
+    )
+
+
 def establish_terminal_state(
     layout: RunLayout,
     scans: list[AttemptScan],
@@ -368,6 +488,9 @@ def establish_terminal_state(
     event_state: str | int | None = None,
     event_source: str | None = None,
     controller_absent: bool = False,
+    protocol: ProtocolFacts | None = None,
+    pre_cancel: bool = False,
+    now: datetime | None = None,
 ) -> TerminalVerdict:
     scans = _ordered_scans(layout, scans)
     stitched = stitch([(s.attempt_id, s.metric_rows) for s in scans])
@@ -377,7 +500,6 @@ def establish_terminal_state(
 
     readings = controller_readings(layout, event_state, event_source, controller_absent)
     controller = next((r for r in readings if r.terminal), readings[0] if readings else None)
-    vanished = controller is None or not controller.terminal
     if controller_absent:
         reasons.append("The controller's job vanished (no row, 0 pods): it gives no verdict.")
     if controller is None:
@@ -401,56 +523,45 @@ def establish_terminal_state(
             reasons.append(f"First causal error: {first.cite()}.")
         else:
             reasons.append(
-                f"No causal error was found; the earliest teardown error is reported instead: {first.cite()} "
-                f"({first.candidate.noise_reason})."
+                f"No causal error was found (no_causal_error_found); the earliest symptom is quoted separately, "
+                f"never as the cause: {first.cite()} ({first.candidate.noise_reason})."
             )
     elif scans:
         reasons.append(f"No traceback or fatal line was found in the logs of {len(scans)} attempt(s).")
+    if protocol is not None:
+        reasons.extend(protocol.notes)
 
-    completion = ev.reached or ev.already_complete is not None
-    state: TerminalState
-    cause: FirstError | None = None
-    if completion and vanished and ev.training_done is None and ev.already_complete is None:
-        state = TerminalState.indeterminate
-        reasons.append(
-            "The budget looks reached, but with no controller verdict completion also needs 'Training done!', "
-            "which was not logged."
+    decision = decide(
+        _precedence_inputs(
+            layout,
+            _sources(layout, event_state, event_source, controller_absent),
+            ev,
+            events,
+            stitched,
+            scans,
+            first,
+            protocol,
+            pre_cancel=pre_cancel,
+            controller_absent=controller_absent,
+            now=now or datetime.now(UTC),
         )
-        cause = first if first and first.causal else None
-    elif completion:
-        state = TerminalState.completed
-        if controller is not None and controller.state in (FAILED, CANCELLED):
-            reasons.append(
-                f"The controller reported {controller.describe()}, but the budget was reached, so the run is "
-                "completed; the controller's verdict is overridden."
-            )
-        if first is not None and first.causal:
-            reasons.append(
-                f"The error above ({first.candidate.error_type}) did not stop the chain from completing the budget "
-                "(a redundant tail attempt or a recovered link)."
-            )
-    elif controller is not None and controller.state == SUCCEEDED:
-        if first is not None and first.causal:
-            state, cause = TerminalState.failed, first
-            reasons.append("The controller reported success but the budget was not reached and a causal error exists.")
-        else:
-            state = TerminalState.indeterminate
-            reasons.append("The controller reported success but the durable outputs do not show the budget reached.")
-    elif controller is not None and controller.state == FAILED:
-        state, cause = TerminalState.failed, first
-        if first is None:
-            reasons.append("The controller reported failure; no error in the logs explains it.")
-    elif controller is not None and controller.state == CANCELLED:
-        if _unrecovered(first, scans, stitched):
-            state, cause = TerminalState.failed, first
-            reasons.append("The job was killed, but a causal error that no later attempt recovered from came first.")
-        else:
-            state = TerminalState.cancelled
-            reasons.append("The job was stopped (killed/cancelled) with no unrecovered causal error: cancelled.")
-    else:
-        state = TerminalState.indeterminate
-        reasons.append("With no controller verdict and the budget not shown reached, the run is indeterminate.")
-        cause = first if first and first.causal else None
+    )
+    reasons.extend(decision.reasons)
+    state = decision.state
+    if state is TerminalState.completed and first is not None and first.causal:
+        reasons.append(
+            f"The error above ({first.candidate.error_type}) did not stop the chain from completing the budget "
+            "(a redundant tail attempt or a recovered link)."
+        )
+    if state is TerminalState.completed and controller is not None and controller.state in (FAILED, CANCELLED):
+        reasons.append(
+            f"The controller reported {controller.describe()}, but the run is completed; the controller's verdict "
+            "is overridden."
+        )
+    cause: FirstError | None = first if decision.with_cause and first is not None and first.causal else None
+    symptom = first if first is not None and not first.causal else None
+    if state is TerminalState.failed and cause is None and first is None:
+        reasons.append("The controller reported failure; no error in the logs explains it.")
 
     by_id = {s.attempt_id: s for s in scans}
     attempts = [_attempt_model(a, by_id.get(a.attempt_id), stitched) for a in layout.attempts]
@@ -462,7 +573,14 @@ def establish_terminal_state(
         last_trained_step=_last_trained_step(stitched, events, ev.budget),
         last_saved_step=layout.marker_step,
         first_failure_cause=cause.cause() if cause else None,
-        failure_is_teardown_fallback=cause is not None and not cause.causal,
+        failure_is_teardown_fallback=False,
+        earliest_symptom=symptom.cause() if symptom is not None and state is not TerminalState.completed else None,
+        first_failure_reason=NO_CAUSAL_ERROR_FOUND
+        if state in (TerminalState.failed, TerminalState.cancelled, TerminalState.indeterminate)
+        and cause is None
+        and symptom is not None
+        else None,
+        decided_by=decision.rule,
         attempts=attempts,
         coverage=stitched.coverage,
         stitched=stitched,

@@ -1,0 +1,171 @@
+"""The terminal-state precedence rule of run-layout-v2.md §6, applied in one place.
+
+(oc) first match:
+  (1) the budget reached in valid artifacts -> completed
+  (2) KILLED anywhere, CANCELLED/STOPPED, or a pre-cancel then a non-success -> cancelled, even if Marin says FAILED
+  (3) terminal.json + a valid receipt/export -> completed, unless the budget is known, not reached, and no early stop
+      (`Training stopped early by callback`) is logged: then indeterminate, reason `success_below_budget`
+  (4) FAILED / WORKER_FAILED / UNSCHEDULABLE, or a failed attempt -> failed
+  (5) the controller row gone after being seen, 0 pods -> (1)-(3) already tried, so indeterminate
+  (6) never seen, or RUNNING without a fresh `.executor_status.lock` -> indeterminate
+Where none of them speaks (a controller that claims success without a terminal record or export), the v1 rules
+decide and the reasoning says so ("(v1)").
+
+Every source read is listed in the reasoning, then the rule that decided.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from rlcleanup.models.vocab import TerminalState
+
+KILL_WORDS = re.compile(r"(?i)\bJOB_STATE_KILLED\b|\breached\b[^.]*\bkilled\b|\bstate[=: ]+killed\b|\bKILLED\b")
+FAILED_STATES = ("failed",)  # normalized: FAILED, WORKER_FAILED, UNSCHEDULABLE, DEP_FAILED, SkyPilot FAILED_*
+
+
+@dataclass(frozen=True)
+class Source:
+    """One controller-side reading: where, how it spells the state, and what that means."""
+
+    where: str
+    raw: str
+    state: str  # a models.controller_states.Verdict: succeeded | failed | cancelled | running | pending | unknown
+    killed: bool = False  # the Iris job was KILLED (spelled so, or said so in a failure string)
+
+    def describe(self) -> str:
+        return f"{self.where}: {self.raw} -> {self.state}{' (KILLED)' if self.killed else ''}"
+
+
+@dataclass
+class Inputs:
+    sources: list[Source]
+    budget: int | None
+    budget_reached: bool  # the marker (or receipt, or trainer strings) shows the budget reached
+    reached_valid: bool  # ... in artifacts that hold up (v2: a valid receipt; v1: marker/strings as read)
+    needs_done_line: bool  # reached by the marker alone with no controller verdict: 'Training done!' is required
+    training_done: bool
+    early_stop: bool
+    last_step: int | None
+    success_record: bool  # terminal.json (success-only) exists
+    success_artifact_valid: bool  # v2: valid receipt (+ export receipt when joined); v1: an export at the marker
+    failed_attempt: bool  # an attempt record (or the last attempt) says failed
+    pre_cancel: bool
+    controller_absent: bool  # the row was seen and is gone, 0 pods
+    running_fresh_lock: bool
+    running_stale: bool  # RUNNING with no lock or a stale one: a vanished controller
+    causal_error: bool
+    unrecovered_error: bool  # a causal error no later attempt trained past
+    generation_only: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Decision:
+    state: TerminalState
+    rule: str
+    reasons: list[str]
+    with_cause: bool  # report the first causal error as the cause
+
+
+def decide(inp: Inputs) -> Decision:
+    reasons = ["Sources read: " + ("; ".join(s.describe() for s in inp.sources) if inp.sources else "none") + "."]
+    killed = [s for s in inp.sources if s.killed]
+    stopped = [s for s in inp.sources if s.state == "cancelled" and not s.killed]
+    succeeded = [s for s in inp.sources if s.state == "succeeded"]
+    failed = [s for s in inp.sources if s.state in FAILED_STATES]
+    terminal_seen = [s for s in inp.sources if s.state in ("succeeded", "failed", "cancelled")]
+
+    def done(state: TerminalState, rule: str, why: str, *, cause: bool) -> Decision:
+        reasons.append(f"Rule {rule} of run-layout-v2.md §6 decided: {why}")
+        return Decision(state, rule, reasons, cause)
+
+    if inp.generation_only and (succeeded or inp.success_record):
+        return done(
+            TerminalState.completed,
+            "(gen)",
+            "a generation-only run (it trains nothing, so no budget applies) whose controller reports success.",
+            cause=False,
+        )
+    # (1)
+    if inp.budget_reached and inp.reached_valid:
+        no_verdict = not terminal_seen or inp.controller_absent or inp.running_stale
+        if not (inp.needs_done_line and no_verdict and not inp.training_done):
+            override = f" (overriding {', '.join(s.describe() for s in failed + killed)})" if failed or killed else ""
+            return done(
+                TerminalState.completed,
+                "(1)",
+                f"the budget {inp.budget} was reached in valid artifacts{override}.",
+                cause=False,
+            )
+        reasons.append(
+            "The budget looks reached, but with no controller verdict completion also needs 'Training done!', "
+            "which was not logged."
+        )
+    # (2)
+    if killed or stopped or (inp.pre_cancel and not succeeded):
+        stops = [s.describe() for s in killed + stopped] + (["a pre-cancel request"] if inp.pre_cancel else [])
+        marin_failed = [s for s in failed if not s.killed]
+        also = f"; {', '.join(s.describe() for s in marin_failed)} is read as the kill's echo" if marin_failed else ""
+        return done(
+            TerminalState.cancelled,
+            "(2)",
+            f"the job was stopped ({'; '.join(stops)}){also}.",
+            cause=inp.causal_error,
+        )
+    # (3)
+    if inp.success_record and inp.success_artifact_valid:
+        if inp.budget is not None and not inp.budget_reached and not inp.early_stop:
+            return done(
+                TerminalState.indeterminate,
+                "(3)",
+                f"success_below_budget: success is recorded with a valid receipt/export, but the last step "
+                f"{inp.last_step} is below the known budget {inp.budget} and no 'Training stopped early by callback' "
+                "was logged.",
+                cause=inp.causal_error,
+            )
+        stop = " (the trainer stopped early by callback)" if inp.early_stop and not inp.budget_reached else ""
+        return done(TerminalState.completed, "(3)", f"terminal.json and a valid receipt/export{stop}.", cause=False)
+    # (4)
+    if failed or inp.failed_attempt:
+        what = ", ".join(s.describe() for s in failed) or "a failed attempt record"
+        return done(TerminalState.failed, "(4)", f"{what}.", cause=True)
+    # (5)
+    if inp.controller_absent:
+        return done(
+            TerminalState.indeterminate,
+            "(5)",
+            "the controller's row vanished (0 pods) and the artifacts do not show completion.",
+            cause=inp.causal_error,
+        )
+    # (6)
+    if not terminal_seen or inp.running_stale:
+        if inp.running_fresh_lock:
+            why = "the step still reads RUNNING with a fresh .executor_status.lock: it has not ended."
+        elif inp.running_stale:
+            why = "RUNNING without a fresh .executor_status.lock (a vanished controller), and no artifact shows an end."
+        else:
+            why = "no controller state was ever seen and the artifacts do not show completion."
+        return done(TerminalState.indeterminate, "(6)", why, cause=inp.causal_error)
+    # (v1) a success claim with no terminal record or export: the v1 rules.
+    if succeeded:
+        if inp.unrecovered_error:
+            return done(
+                TerminalState.failed,
+                "(v1)",
+                "the controller reported success, but the budget was not reached and a causal error exists.",
+                cause=True,
+            )
+        return done(
+            TerminalState.indeterminate,
+            "(v1)",
+            "the controller reported success but the durable outputs do not show the budget reached.",
+            cause=False,
+        )
+    return done(TerminalState.indeterminate, "(v1)", "no rule applies to the sources read.", cause=inp.causal_error)
+
+
+def lock_fresh(timestamp: datetime | None, now: datetime, stale_seconds: int) -> bool:
+    return timestamp is not None and (now - timestamp).total_seconds() <= stale_seconds

@@ -1,0 +1,147 @@
+"""Protocol v2 facts of a run: which training and export receipts exist and whether each is valid
+(run-layout-v2.md §2, §3). Read once per terminal-state step; the verdict rules consume the result."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlcleanup.formats.config import get
+from rlcleanup.formats.protocol import (
+    ManifestShape,
+    ReceiptCheck,
+    check_export_receipt,
+    check_training_receipt,
+    manifest_shape,
+    training_receipt_uri,
+)
+from rlcleanup.ports.storage import Storage
+from rlcleanup.steps.layout import RunLayout, StepState
+from rlcleanup.steps.marin import StepRole
+from rlcleanup.uris import basename, join
+
+# export_job.py wraps validate_native_checkpoint's "Checkpoint file is missing or changed: ..." (and fsspec's
+# FileNotFoundError) in the export attempt's `failure`: the temp checkpoint the export needs is gone (§2 [I]).
+_EXPIRED = re.compile(r"(?i)checkpoint file is missing or changed|no such file|not found|FileNotFoundError")
+
+
+@dataclass
+class ProtocolFacts:
+    version: int | None = None  # 2 for schema_version 2 manifests / completion_mode configs
+    completion_mode: str | None = None  # metrics | checkpoint
+    training: ReceiptCheck | None = None
+    export: ReceiptCheck | None = None
+    export_failure: str | None = None  # the failed export attempt's `failure`
+    checkpoints_expired: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def success_receipt_valid(self) -> bool:
+        """v2 success = a valid training receipt (and, for a joined export step, a valid export receipt)."""
+        return self.training is not None and self.training.valid
+
+    @property
+    def receipt_step(self) -> int | None:
+        return self.training.global_step if self.training is not None else None
+
+
+def _load(storage: Storage, uri: str) -> dict[str, Any] | None:
+    if storage.stat(uri) is None:
+        return None
+    try:
+        value = json.loads(storage.read_bytes(uri, 16 * 1024 * 1024))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _training_manifest(step: StepState) -> dict[str, Any] | None:
+    """terminal.json when the step succeeded, else the latest attempt record (its request carries the ids)."""
+    if step.terminal:
+        return step.terminal
+    for att in reversed(step.attempts):
+        if att.record:
+            return att.record
+    return None
+
+
+def protocol_facts(storage: Storage, layout: RunLayout) -> ProtocolFacts:
+    facts = ProtocolFacts()
+    training = layout.training_step
+    manifest = _training_manifest(training) if training is not None else None
+    mode = layout.run_config.completion_mode if layout.run_config is not None else None
+    request_mode = get(manifest or {}, "request.completion_mode")
+    if manifest is not None and manifest_shape(manifest) is ManifestShape.v2:
+        facts.version = 2
+    if mode is not None or isinstance(request_mode, str):
+        facts.version = 2
+    facts.completion_mode = request_mode if isinstance(request_mode, str) else mode
+    if facts.version != 2 or training is None or manifest is None:
+        return facts
+
+    raw_request = manifest.get("request")
+    request: dict[str, Any] = raw_request if isinstance(raw_request, dict) else {}
+    run_id = get(request, "run_id")
+    attempt_id = get(request, "attempt_id") or get(manifest, "response.attempt_id")
+    terminal_manifest_uri = get(request, "output.terminal_manifest_uri") or join(training.uri, "terminal.json")
+    resolved_uri = get(request, "output.resolved_config_uri") or layout.config_uri
+    if isinstance(attempt_id, str) and isinstance(terminal_manifest_uri, str):
+        receipt_uri = training_receipt_uri(terminal_manifest_uri, attempt_id)
+        if storage.stat(receipt_uri) is not None or training.terminal is not None:
+            facts.training = check_training_receipt(
+                storage,
+                receipt_uri=receipt_uri,
+                run_id=run_id if isinstance(run_id, str) else None,
+                attempt_id=attempt_id,
+                completion_mode=facts.completion_mode,
+                resolved_config=_load(storage, resolved_uri) if isinstance(resolved_uri, str) else None,
+                checkpoint_root=get(request, "output.checkpoint_root") or layout.checkpoints_root,
+                marker_step=layout.marker_step,
+                # The export step re-checks the inventory at export time; after the temp TTL the files are gone
+                # by design, so file checks run only while the checkpoint root still lists something.
+                check_files=bool(layout.checkpoint_steps) or layout.marker_step is not None,
+            )
+            facts.notes.append(f"Training {facts.training.summary()}.")
+
+    export = layout.export_step
+    if export is not None:
+        _export_facts(storage, layout, export, facts)
+    return facts
+
+
+def _export_facts(storage: Storage, layout: RunLayout, export: StepState, facts: ProtocolFacts) -> None:
+    records = [r for r in [export.terminal, *(a.record for a in reversed(export.attempts))] if r]
+    for record in records:
+        state = get(record, "response.state")
+        if state == "failed" and facts.export_failure is None:
+            failure = get(record, "response.failure")
+            facts.export_failure = failure if isinstance(failure, str) else "export attempt failed (no reason given)"
+    receipt_uri = next(
+        (r.get("export_receipt_uri") for r in records if isinstance(r.get("export_receipt_uri"), str)), None
+    )
+    if export.terminal is not None and isinstance(receipt_uri, str):
+        model = get(export.terminal, "response.model") or {}
+        step = model.get("global_step") if isinstance(model, dict) else None
+        path = model.get("policy_export_uri") if isinstance(model, dict) else None
+        facts.export = check_export_receipt(
+            storage,
+            receipt_uri=receipt_uri,
+            request_fingerprint=basename(receipt_uri).removesuffix(".json"),
+            export_path=path if isinstance(path, str) else None,
+            global_step=step if isinstance(step, int) else None,
+        )
+        facts.notes.append(f"Export {facts.export.summary()}.")
+    if facts.export_failure is not None:
+        gone = not layout.checkpoint_steps and layout.marker_step is None
+        facts.checkpoints_expired = gone and bool(_EXPIRED.search(facts.export_failure))
+        if facts.checkpoints_expired:
+            facts.notes.append(
+                f"The export step failed because the training step's temp checkpoints expired: "
+                f"{layout.checkpoints_root} lists nothing and the export attempt says '{facts.export_failure}'."
+            )
+        else:
+            facts.notes.append(f"The export step failed: {facts.export_failure}.")
+    if layout.training_step is not None and layout.training_step.role is StepRole.metrics:
+        facts.notes.append("Metrics mode: no checkpoints, exports or candidates are expected (run-layout-v2.md §3).")
