@@ -45,12 +45,13 @@ from _common import CountingStorage, fake_gcs, fmt_bytes, gcs_client
 from latency_proxy import latency_proxy
 from rlcleanup.adapters.gcs_storage import GcsStorage
 from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.formats.checkpoints.base import HEADER_WORKERS
 from rlcleanup.formats.safetensors_header import SafetensorsHeader, parse_header
 from rlcleanup.models.record import Candidate
 from rlcleanup.ports.storage import Storage
 from rlcleanup.samples.large import export_template, write_70b_export
 from rlcleanup.steps.layout import RunLayout
-from rlcleanup.steps.validate import HEADER_WORKERS, validate_candidate
+from rlcleanup.steps.validate import validate_candidate
 
 
 def layout(root: str, steps: list[int]) -> RunLayout:

@@ -14,9 +14,9 @@ from authority_support import files_under, make_world
 
 from rlcleanup.authority.artifact import listing
 from rlcleanup.authority.grants import Approver, Grant, public_b64, register_approver
+from rlcleanup.formats.checkpoints.base import export_digest
 from rlcleanup.ports.storage import StorageError
 from rlcleanup.steps.layout import discover
-from rlcleanup.steps.validate import export_digest
 
 TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345"
 

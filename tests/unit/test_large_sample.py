@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlcleanup.cli.main import app
+from rlcleanup.formats.checkpoints.hf_safetensors import ESTIMATE_TOLERANCE, estimate_parameters
 from rlcleanup.formats.safetensors_header import parse_header
 from rlcleanup.runtime.embedded import run_embedded
 from rlcleanup.samples.large import (
@@ -27,7 +28,6 @@ from rlcleanup.samples.large import (
     write_spec,
 )
 from rlcleanup.steps.capture import MAX_PART_ITEMS
-from rlcleanup.steps.validate import ESTIMATE_TOLERANCE, estimate_parameters
 
 MEDIUM = SCALES["medium"]
 

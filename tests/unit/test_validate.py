@@ -18,18 +18,13 @@ import pytest
 import safetensors.numpy as stn
 
 from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.formats.checkpoints.base import HEADER_WORKERS, size_label
+from rlcleanup.formats.checkpoints.hf_safetensors import estimate_parameters
+from rlcleanup.formats.torch_pickle import pickled_global_step
 from rlcleanup.models.record import Candidate
 from rlcleanup.ports.storage import ObjectInfo, StorageError
 from rlcleanup.steps.layout import RunLayout
-from rlcleanup.steps.validate import (
-    HEADER_WORKERS,
-    check_resume_safety,
-    coverage_gaps,
-    estimate_parameters,
-    pickled_global_step,
-    size_label,
-    validate_candidate,
-)
+from rlcleanup.steps.validate import check_resume_safety, coverage_gaps, validate_candidate
 
 # L=1, H=2, V=32: estimate 12*1*4 + 2*32*2 = 176, exactly the parameters of shard_tensors().
 CONFIG = {"num_hidden_layers": 1, "hidden_size": 2, "vocab_size": 32, "architectures": ["LlamaForCausalLM"]}

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from rlcleanup.authority.grants import Grant, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
+from rlcleanup.formats.checkpoints.base import UnknownFormatError
 from rlcleanup.models.record import Candidate, CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.storage import ObjectInfo, Storage
-from rlcleanup.steps.validate import export_digest
+from rlcleanup.steps.validate import candidate_digest
 
 READY = {RecordStatus.awaiting_authority, RecordStatus.complete}
 
@@ -36,7 +37,10 @@ def resolve(storage: Storage, record: CompletionRecord, grant: Grant) -> tuple[C
         return None, refuse(Refusal.candidate_invalid, f"candidate {step} is invalid: {'; '.join(candidate.problems)}")
     if candidate.digest != grant.digest:
         return None, refuse(Refusal.wrong_digest, f"grant digest {grant.digest} != candidate {step} {candidate.digest}")
-    now = export_digest(listing(storage, candidate.uri).items())
+    try:
+        now = candidate_digest(storage, candidate)
+    except UnknownFormatError as exc:  # a record from a build that knew a format this one does not
+        return None, refuse(Refusal.candidate_invalid, f"candidate {step} cannot be re-digested: {exc}")
     if now != grant.digest:
         return None, refuse(Refusal.wrong_digest, f"the export at {candidate.uri} changed since it was validated")
     return candidate, None

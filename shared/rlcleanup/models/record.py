@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState
+from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState, problem_code
 
 
 def utcnow() -> datetime:
@@ -83,6 +83,11 @@ class ResolvedConfigRef(_Model):
 class Candidate(_Model):
     step: int
     uri: str
+    format: str | None = Field(
+        default=None,
+        description="the export format that validated it (formats/checkpoints registry, e.g. hf-safetensors); "
+        "null when no registered format recognises its files",
+    )
     valid: bool
     problems: list[str] = Field(default_factory=list, description="'code: detail' strings; code from the vocabulary")
     warnings: list[str] = Field(default_factory=list)
@@ -92,6 +97,13 @@ class Candidate(_Model):
     total_bytes: int | None = None
     shard_count: int = 0
     digest: str | None = Field(default=None, description="sha256 over the export's object names, sizes and checksums")
+
+    @field_validator("problems")
+    @classmethod
+    def _declared_codes(cls, problems: list[str]) -> list[str]:
+        for text in problems:
+            problem_code(text)  # UnknownProblemCode: an undeclared code never reaches a record
+        return problems
 
 
 class ResumeSafety(_Model):

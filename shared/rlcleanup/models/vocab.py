@@ -1,4 +1,11 @@
-"""The fixed vocabularies of the v1 contract (run-layout.md). Values are the wire spelling."""
+"""The fixed vocabularies of the v1 contract (run-layout.md). Values are the wire spelling.
+
+Problem codes are declared here and nowhere else: every producer writes them through `problem()`, the record
+refuses a candidate problem whose code is not declared, and an undeclared code is a defect (UnknownProblemCode),
+never a new word on a record. Adding one = a member below + the producer that emits it.
+"""
+
+from __future__ import annotations
 
 from enum import StrEnum
 
@@ -32,6 +39,8 @@ class CandidateProblem(StrEnum):
     missing_index = "missing_index"
     no_weights = "no_weights"
     unsafe_path = "unsafe_path"
+    unknown_format = "unknown_format"  # no registered export format recognises the files
+    internal_error = "internal_error"  # validating it raised (a defect): invalid until looked at
 
 
 class CheckpointProblem(StrEnum):
@@ -42,6 +51,33 @@ class CheckpointProblem(StrEnum):
     inconsistent_checkpoint_folder = "inconsistent_checkpoint_folder"
     # Added: no checkpoint dir at the marker's step, or none at all.
     missing_checkpoint_dir = "missing_checkpoint_dir"
+    unknown_format = "unknown_format"  # trainer.strategy names no registered checkpoint format
+
+
+PROBLEM_CODES: frozenset[str] = frozenset(c.value for c in (*CandidateProblem, *CheckpointProblem))
+
+
+class UnknownProblemCode(ValueError):
+    """A problem code nobody declared: a defect in the producer, never written to a record."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+        super().__init__(f"undeclared problem code {code!r} (models/vocab.py declares {len(PROBLEM_CODES)})")
+
+
+def problem(code: str, detail: str) -> str:
+    """The record's "<code>: <detail>" form, for a declared code only."""
+    if code not in PROBLEM_CODES:
+        raise UnknownProblemCode(code)
+    return f"{code}: {detail}"
+
+
+def problem_code(text: str) -> str:
+    """The code of a "<code>: <detail>" problem; UnknownProblemCode when it is not declared."""
+    code = text.split(":", 1)[0].strip()
+    if code not in PROBLEM_CODES:
+        raise UnknownProblemCode(code)
+    return code
 
 
 class RecordStatus(StrEnum):
