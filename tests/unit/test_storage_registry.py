@@ -149,3 +149,21 @@ def test_cli_run_refuses_an_unknown_scheme_as_a_usage_error(tmp_path: Path, flag
     assert result.exit_code == 2
     assert "no storage backend for scheme" in result.stderr and "known schemes: file, gs" in result.stderr
     assert not (tmp_path / "r.db").exists()
+
+
+def test_an_event_for_an_s3_run_is_recorded_as_unsupported_scheme_not_read_from_disk(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from rlcleanup.models.events import JobEvent
+    from rlcleanup.models.vocab import RecordStatus
+    from rlcleanup.runtime.embedded import EmbeddedStack
+
+    stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "preserved"))
+    run_uri = "s3://marin-us-east-02a/iris/rl-job/v1"
+    event = JobEvent(source="iris", job_id="j", run_uri=run_uri, state="FAILED", observed_at=datetime.now(UTC))
+    stack.emit(event)
+    records = [r for r in stack.ports.records.list_runs() if r.run_uri == run_uri]
+    assert len(records) == 1 and records[0].status is RecordStatus.failed
+    error = records[0].errors[0]
+    assert error.code == "unsupported_scheme" and "'s3'" in error.message and "file, gs" in error.message
+    assert not (tmp_path / "preserved").exists() or not any((tmp_path / "preserved").iterdir())
