@@ -167,3 +167,26 @@ def test_an_event_for_an_s3_run_is_recorded_as_unsupported_scheme_not_read_from_
     error = records[0].errors[0]
     assert error.code == "unsupported_scheme" and "'s3'" in error.message and "file, gs" in error.message
     assert not (tmp_path / "preserved").exists() or not any((tmp_path / "preserved").iterdir())
+
+
+def test_sample_upload_goes_through_the_port_for_any_registered_scheme(tmp_path: Path) -> None:
+    """The uploader writes through Storage (write-once), so a new scheme needs no uploader of its own."""
+    from rlcleanup.samples.generator import write_sample_run
+    from rlcleanup.samples.upload import upload_sample_run_to
+    from rlcleanup.steps.layout import discover
+
+    src = tmp_path / "src"
+    write_sample_run(src, "completed-resumed")
+    dest = tmp_path / "bucket" / "prefix"
+    router = RoutingStorage()
+    run_uri = upload_sample_run_to(router, src, str(dest), rename="renamed-run")
+    assert run_uri.startswith(str(dest)) and "renamed-run" in run_uri
+    layout = discover(router, run_uri)
+    assert layout.marker_step == 20 and layout.export_steps == [5, 10, 15, 20]
+    texts = [p.read_text(errors="replace") for p in dest.rglob("*.json")]
+    assert texts and not any(str(src) in text for text in texts)  # every local path was rewritten
+    assert upload_sample_run_to(router, src, str(dest), rename="renamed-run") == run_uri  # a replay is identical
+    config = next(src.rglob("resolved-skyrl.json"))
+    config.write_text(config.read_text().replace("{", '{"edited": 1, ', 1))
+    with pytest.raises(FileExistsError, match="resolved-skyrl.json"):  # write-once: different bytes are refused
+        upload_sample_run_to(router, src, str(dest), rename="renamed-run")
