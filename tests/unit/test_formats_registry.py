@@ -89,8 +89,10 @@ def test_without_a_declared_strategy_the_files_decide(tmp_path: Path) -> None:
     d = make_checkpoint(tmp_path, 10)
     for pt in (d / "policy").glob("*_rank_*.pt"):
         pt.unlink()
-    (d / "policy" / "metadata.json").write_text("{}")
-    (d / "policy" / "__0_0.distcp").write_bytes(b"x")
+    # A complete torch_dist save (run-layout-v2.md §5): common.pt, the shards, .metadata, metadata.json.
+    (d / "policy" / "metadata.json").write_text('{"sharded_backend": "torch_dist"}')
+    for name in ("common.pt", "__0_0.distcp", ".metadata"):
+        (d / "policy" / name).write_bytes(b"x")
     assert resume(tmp_path, skyrl={"trainer": {"ckpt_interval": 10}}).safe  # detected as Megatron
 
 

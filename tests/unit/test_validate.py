@@ -629,16 +629,42 @@ def test_resume_default_interval_is_stated(tmp_path: Path) -> None:
 
 
 def test_resume_megatron(tmp_path: Path) -> None:
+    """run-layout-v2.md §5: common.pt, every __<rank>_<i>.distcp, .metadata, and metadata.json written LAST."""
     d = tmp_path / "checkpoints" / "global_step_10"
     (d / "policy").mkdir(parents=True)
     (d / "trainer_state.pt").write_bytes(torch_like_save({"global_step": 10}))
     (d / "data.pt").write_bytes(b"d")
-    (d / "policy" / "common.pt").write_bytes(b"c")  # the SIGBUS remnant
+    (d / "policy" / "common.pt").write_bytes(b"c")  # the SIGBUS remnant: 421 KB of common.pt and nothing else
     megatron = {"trainer": {"strategy": "megatron", "ckpt_interval": 5}}
-    assert rcodes(resume(tmp_path, skyrl=megatron)) == ["missing_rank_shard"]
-    (d / "policy" / "metadata.json").write_text("{}")
-    (d / "policy" / "__0_0.distcp").write_bytes(b"x")
+    assert rcodes(resume(tmp_path, skyrl=megatron)) == [
+        "missing_dist_checkpoint_config",
+        "missing_distcp_metadata",
+        "missing_distcp_shard",
+    ]
+    # An async save: the marker and the shards of ranks 0 and 2 landed, rank 1's did not, no metadata.json yet.
+    for name in ("__0_0.distcp", "__0_1.distcp", "__2_0.distcp", ".metadata"):
+        (d / "policy" / name).write_bytes(b"x")
+    safety = resume(tmp_path, skyrl=megatron)
+    assert rcodes(safety) == ["missing_dist_checkpoint_config", "missing_distcp_shard"]
+    assert any("absent for ranks 1 of 0-2" in r for r in safety.reasons)
+    (d / "policy" / "__1_0.distcp").write_bytes(b"x")
+    assert rcodes(resume(tmp_path, skyrl=megatron)) == ["missing_dist_checkpoint_config"]
+    (d / "policy" / "metadata.json").write_text('{"sharded_backend": "torch_dist", "sharded_backend_version": 1}')
     assert resume(tmp_path, skyrl=megatron).safe
+    (d / "policy" / "common.pt").write_bytes(b"")
+    assert rcodes(resume(tmp_path, skyrl=megatron)) == ["missing_common_state"]
+
+
+def test_resume_fsdp_doc_only_naming_is_accepted_and_flagged(tmp_path: Path) -> None:
+    d = tmp_path / "checkpoints" / "global_step_10"
+    (d / "policy").mkdir(parents=True)
+    (d / "trainer_state.pt").write_bytes(torch_like_save({"global_step": 10}))
+    (d / "data.pt").write_bytes(b"d")
+    (d / "policy" / "model_state.pt").write_bytes(b"m")
+    (d / "policy" / "optimizer_state.pt").write_bytes(b"o")
+    safety = resume(tmp_path, skyrl={"trainer": {"strategy": "fsdp2", "ckpt_interval": 5}})
+    assert safety.safe
+    assert any("documentation-only naming" in r for r in safety.reasons)
 
 
 def test_pickled_global_step_formats() -> None:

@@ -52,6 +52,12 @@ class CheckpointProblem(StrEnum):
     # Added: no checkpoint dir at the marker's step, or none at all.
     missing_checkpoint_dir = "missing_checkpoint_dir"
     unknown_format = "unknown_format"  # trainer.strategy names no registered checkpoint format
+    # Megatron torch_dist completeness (run-layout-v2.md §5; Megatron-LM dist_checkpointing): each names the file
+    # a complete save writes and this one lacks.
+    missing_common_state = "missing_common_state"  # common.pt (rank 0's non-sharded state) absent or empty
+    missing_distcp_shard = "missing_distcp_shard"  # no `__<rank>_<i>.distcp`, a rank gap, or an empty shard
+    missing_distcp_metadata = "missing_distcp_metadata"  # torch DCP's `.metadata` (written by the coordinator)
+    missing_dist_checkpoint_config = "missing_dist_checkpoint_config"  # metadata.json, written LAST: unfinished
 
 
 PROBLEM_CODES: frozenset[str] = frozenset(c.value for c in (*CandidateProblem, *CheckpointProblem))

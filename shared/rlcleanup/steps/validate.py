@@ -148,8 +148,22 @@ def _checkpoint_format(
         return None
 
 
+def resume_not_applicable(layout: RunLayout) -> str | None:
+    """Runs that keep no checkpoint by design (run-layout-v2.md §1, §3): not resumable, and that is no fault."""
+    entry = layout.run_config.entry if layout.run_config is not None else None
+    if entry is not None and not entry.trains:
+        return f"{entry.module} trains nothing (generation-only), so it keeps no checkpoint"
+    mode = layout.run_config.completion_mode if layout.run_config is not None else None
+    if mode == "metrics":
+        return "completion_mode=metrics keeps no checkpoint (ckpt_interval=-1), so the run is not resumable"
+    return None
+
+
 def check_resume_safety(storage: Storage, layout: RunLayout, formats: FormatRegistry = BUILTIN) -> ResumeSafety:
     """Is the checkpoint the marker names complete enough for SkyRL to resume from it?"""
+    not_applicable = resume_not_applicable(layout)
+    if not_applicable is not None:
+        return ResumeSafety(safe=False, reasons=[f"not applicable: {not_applicable}"])
     f = Findings()
     marker = layout.marker_step
     dirs = layout.checkpoint_steps

@@ -25,6 +25,9 @@ from rlcleanup.ports.storage import ObjectInfo, Storage
 RANK_KINDS = ("model", "optim", "extra_state")
 _RANK_FILE = re.compile(r"^(?P<kind>model|optim|extra_state)_world_size_(?P<w>\d+)_rank_(?P<r>\d+)\.pt$")
 _MAX_WORLD_SIZE = 65536
+# SkyRL's docs (docs/checkpointing-logging/checkpointing.rst) show `model_state.pt` / `optimizer_state.pt`; no code
+# in SkyRL writes them (fsdp_strategy.py saves the per-rank names above). Accepted, flagged (run-layout-v2.md §5).
+DOC_ONLY_NAMES = ("model_state.pt", "optimizer_state.pt")
 
 
 class FsdpCheckpoint:
@@ -33,7 +36,7 @@ class FsdpCheckpoint:
     strategies: tuple[str, ...] = ("fsdp", "fsdp2")
 
     def detect(self, listing: Listing) -> bool:
-        return any(_RANK_FILE.match(name.rsplit("/", 1)[-1]) for name in listing.objects)
+        return any(_RANK_FILE.match(name.rsplit("/", 1)[-1]) or name in DOC_ONLY_NAMES for name in listing.objects)
 
     def digest_inputs(self, listing: Listing) -> Iterable[tuple[str, ObjectInfo]]:
         return listing.objects.items()
@@ -44,6 +47,16 @@ class FsdpCheckpoint:
         """`listing` is one role dir (policy/ or critic/) of a checkpoint."""
         role = listing.uri.rstrip("/").rsplit("/", 1)[-1]
         names = set(listing.objects)
+        if not any(_RANK_FILE.match(n) for n in names) and DOC_ONLY_NAMES[0] in names:
+            f.warnings.append(
+                f"{role}/ uses the documentation-only naming {', '.join(n for n in DOC_ONLY_NAMES if n in names)} "
+                "(SkyRL's FSDP strategy writes {model,optim,extra_state}_world_size_<W>_rank_<r>.pt): accepted, "
+                "but no SkyRL code resumes from it"
+            )
+            empty = [n for n in DOC_ONLY_NAMES if n in names and listing.objects[n].size <= 0]
+            if empty:
+                f.add(KP.missing_rank_shard, f"{role}/{', '.join(empty)} is empty")
+            return FormatReport(shard_count=sum(1 for n in DOC_ONLY_NAMES if n in names))
         present: dict[str, set[tuple[int, int]]] = {kind: set() for kind in RANK_KINDS}
         for name in names:
             m = _RANK_FILE.match(name)
