@@ -188,5 +188,5 @@ def test_sample_upload_goes_through_the_port_for_any_registered_scheme(tmp_path:
     assert upload_sample_run_to(router, src, str(dest), rename="renamed-run") == run_uri  # a replay is identical
     config = next(src.rglob("resolved-skyrl.json"))
     config.write_text(config.read_text().replace("{", '{"edited": 1, ', 1))
-    with pytest.raises(FileExistsError, match="resolved-skyrl.json"):  # write-once: different bytes are refused
+    with pytest.raises(FileExistsError, match=r"resolved-skyrl\.json"):  # write-once: different bytes are refused
         upload_sample_run_to(router, src, str(dest), rename="renamed-run")
