@@ -25,6 +25,7 @@ locals {
     "capture-pre-cancel"       = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = true, write_destinations = false }
     "apply-grant"              = { read_runs = true, delete_in_runs = true, read_evidence = true, write_evidence = true, write_destinations = true }
     "retry-waiting-grants"     = { read_runs = true, delete_in_runs = true, read_evidence = true, write_evidence = true, write_destinations = true }
+    "on-storage-event"         = { read_runs = true, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
   }
 
   # Indexing by every topology function makes plan fail when a function has no access entry; iterating over

@@ -202,6 +202,20 @@ class GcsStorage:
         data: bytes = self._blob(uri).download_as_bytes()
         return data
 
+    def read_generation(self, uri: str, generation: int | None, max_bytes: int = 1024 * 1024) -> bytes | None:
+        """A small object as it was at `generation` (None: the live one); None when that generation is gone.
+        A storage notification names the generation it is about: reading the live object instead would see a
+        later overwrite (a resubmitted step's RUNNING over the token the notification was sent for)."""
+        from google.api_core.exceptions import NotFound
+
+        bucket, key = split_bucket(uri)
+        blob = self.client.bucket(bucket).blob(key, generation=generation)
+        try:
+            data: bytes = blob.download_as_bytes(start=0, end=max_bytes - 1, checksum=None)
+        except NotFound:
+            return None
+        return data
+
     def iter_lines(self, uri: str) -> Iterator[str]:
         # blob.open streams in chunks and bounded_lines caps each line: memory stays bounded whatever the log.
         with self._blob(uri).open("rb", chunk_size=_READ_CHUNK) as raw:

@@ -65,6 +65,17 @@ class RoutingStorage:
     def iter_lines(self, uri: str) -> Iterator[str]:
         return self._for(uri).iter_lines(uri)
 
+    def read_generation(self, uri: str, generation: int | None, max_bytes: int = 1024 * 1024) -> bytes | None:
+        """An object at a generation (GCS); a local file has one version, so generation is ignored there."""
+        backend = self._for(uri)
+        reader = getattr(backend, "read_generation", None)
+        if reader is not None:
+            result: bytes | None = reader(uri, generation, max_bytes)
+            return result
+        if backend.stat(uri) is None:
+            return None
+        return backend.read_range(uri, 0, max_bytes)
+
     def write_if_absent(self, uri: str, data: bytes, content_type: str = "application/octet-stream") -> WriteOutcome:
         return self._for(uri).write_if_absent(uri, data, content_type)
 

@@ -164,6 +164,10 @@ def stack_up(
         return
     typer.echo(state.exports())
     typer.echo(f"# runs bucket gs://{state.buckets['runs']}, preserve bucket gs://{state.buckets['preserve']}")
+    typer.echo(
+        f"# watched runs bucket gs://{state.buckets['watched-runs']} ($RLCLEANUP_RUNS_BUCKET): a run uploaded there"
+        " (status file last) is cleaned up with no emit"
+    )
     typer.echo(f"# logs and state in {state.state_dir}; stop with: rlcleanup stack down --state-dir {state_dir}")
 
 

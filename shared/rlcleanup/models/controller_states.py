@@ -209,8 +209,23 @@ MANUAL = StateSource(
     {"ENDED": V.ended, "SUCCEEDED": V.succeeded, "FAILED": V.failed, "CANCELLED": V.cancelled},
 )
 
+# Hints read off a run's own artifacts: a Cloud Storage notification of a run-end marker (sources/
+# gcs_notifications.py) and the reconciling sweep (sources/sweep.py). They spell the token or marker that ended the
+# run, but every terminal spelling is `ended`: the artifact itself is the evidence (the terminal step reads it),
+# so the event must not count a second time as a controller's word.
+_ARTIFACT_HINT = {
+    "SUCCESS": V.ended,
+    "FAILED": V.ended,
+    "DEP_FAILED": V.ended,
+    "CANCELLED": V.ended,
+    "ENDED": V.ended,
+    "RUNNING": V.running,
+}
+GCS = StateSource("gcs", _ARTIFACT_HINT)
+SWEEP = StateSource("sweep", _ARTIFACT_HINT)
+
 SOURCES: Mapping[str, StateSource] = {
-    s.name: s for s in (IRIS, RAY, SKYPILOT, KUBERNETES, MARIN, PROTOCOL, SLURM, MANUAL)
+    s.name: s for s in (IRIS, RAY, SKYPILOT, KUBERNETES, MARIN, PROTOCOL, SLURM, MANUAL, GCS, SWEEP)
 }
 
 

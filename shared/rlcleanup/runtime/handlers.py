@@ -19,7 +19,7 @@ from rlcleanup.models.events import CandidateMessage, CapturePartMessage, JobEve
 from rlcleanup.models.record import Candidate, CompletionRecord, ResumeSafety, RunError
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
 from rlcleanup.report.publish import publish_report
-from rlcleanup.runtime import authority_handlers
+from rlcleanup.runtime import authority_handlers, source_handlers
 from rlcleanup.runtime.claims import BUSY
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.errors import PermanentError, RetryLater, classify_error
@@ -358,6 +358,7 @@ HANDLERS: dict[str, Handler] = {
     "apply_grant": authority_handlers.apply_grant,
     "capture_pre_cancel": authority_handlers.capture_pre_cancel,
     "retry_waiting_grants": authority_handlers.retry_waiting_grants,
+    "on_storage_event": source_handlers.on_storage_event,
 }
 
 

@@ -11,6 +11,7 @@ distinct runs (distinct run ids).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -36,22 +37,32 @@ def durable_root(local_dest: Path) -> Path:
     return roots[0]
 
 
-def upload_sample_run_to(storage: Storage, local_dest: Path, dest_root: str, *, rename: str | None = None) -> str:
-    """Upload every file under local_dest to dest_root/... (any registered scheme), rewriting local paths;
-    return the run URI."""
-    local_dest = Path(local_dest).resolve()
-    r = durable_root(local_dest)
-    name = r.parent.name
-    base = dest_root.rstrip("/")
+STATUS_FILE = ".executor_status"
+
+
+def _rewriter(local_dest: Path, base: str, rename: str | None) -> Callable[[str], str]:
+    """Local paths -> URIs under base (and the run's name -> rename), in object keys and text alike."""
     replacements = [(f"{local_dest}/", f"{base}/"), (str(local_dest), base)]
     if rename:
-        replacements.append((name, rename))
+        replacements.append((durable_root(local_dest).parent.name, rename))
 
     def rewrite(text: str) -> str:
         for old, new in replacements:
             text = text.replace(old, new)
         return text
 
+    return rewrite
+
+
+def upload_sample_run_to(
+    storage: Storage, local_dest: Path, dest_root: str, *, rename: str | None = None, skip: tuple[Path, ...] = ()
+) -> str:
+    """Upload every file under local_dest to dest_root/... (any registered scheme), rewriting local paths;
+    return the run URI. `skip`: local files left out (a caller that writes them itself, in its own order)."""
+    local_dest = Path(local_dest).resolve()
+    r = durable_root(local_dest)
+    base = dest_root.rstrip("/")
+    rewrite = _rewriter(local_dest, base, rename)
     files = [p for p in sorted(local_dest.rglob("*")) if p.is_file()]
 
     def put(path: Path) -> None:
@@ -64,19 +75,40 @@ def upload_sample_run_to(storage: Storage, local_dest: Path, dest_root: str, *, 
             raise FileExistsError(f"{uri} already holds other content: upload the sample under a new prefix")
 
     with ThreadPoolExecutor(max_workers=_UPLOAD_WORKERS) as pool:
-        list(pool.map(put, files))
+        list(pool.map(put, [f for f in files if f not in skip]))
     return rewrite(str(r))
 
 
 def upload_sample_run(
-    storage_client: Any, local_dest: Path, bucket: str, prefix: str, *, rename: str | None = None
+    storage_client: Any,
+    local_dest: Path,
+    bucket: str,
+    prefix: str,
+    *,
+    rename: str | None = None,
+    status_last: bool = False,
 ) -> str:
-    """upload_sample_run_to gs://bucket/prefix through a google-cloud-storage client (tests, the local stack)."""
+    """upload_sample_run_to gs://bucket/prefix through a google-cloud-storage client (tests, the local stack).
+
+    status_last: write in Marin's order, as a notified bucket sees a run end: `.executor_status` RUNNING first,
+    every other file, then the run's real status token over it (an overwrite, so through the client directly:
+    the port's write-once upload refuses to replace content).
+    """
     from rlcleanup.adapters.gcs_storage import GcsStorage
     from rlcleanup.adapters.storage_router import RoutingStorage
 
     base = f"gs://{bucket}/{prefix.strip('/')}" if prefix.strip("/") else f"gs://{bucket}"
-    return upload_sample_run_to(RoutingStorage({"gs": GcsStorage(storage_client)}), local_dest, base, rename=rename)
+    storage = RoutingStorage({"gs": GcsStorage(storage_client)})
+    local_dest = Path(local_dest).resolve()
+    status = durable_root(local_dest) / STATUS_FILE
+    if not (status_last and status.is_file()):
+        return upload_sample_run_to(storage, local_dest, base, rename=rename)
+    status_uri = _rewriter(local_dest, base, rename)(str(status))
+    blob = storage_client.bucket(bucket).blob(status_uri.removeprefix(f"gs://{bucket}/"))
+    blob.upload_from_string(b"RUNNING\n")
+    run_uri = upload_sample_run_to(storage, local_dest, base, rename=rename, skip=(status,))
+    blob.upload_from_string(status.read_bytes())
+    return run_uri
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("bucket")
     ap.add_argument("prefix")
     ap.add_argument("--rename", default=None)
+    ap.add_argument("--status-last", action="store_true", help="Marin's order: status RUNNING, files, token")
     args = ap.parse_args(argv)
     from google.cloud import storage
 
@@ -100,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         client = storage.Client()
-    print(upload_sample_run(client, args.local_dest, args.bucket, args.prefix, rename=args.rename))
+    run_uri = upload_sample_run(
+        client, args.local_dest, args.bucket, args.prefix, rename=args.rename, status_last=args.status_last
+    )
+    print(run_uri)
     return 0
 
 

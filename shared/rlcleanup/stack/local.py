@@ -34,6 +34,7 @@ DEFAULT_PROJECT = "rlcleanup-local"
 DEFAULT_STATE_DIR = Path(".rlcleanup") / "stack"
 MARKER_VAR = "RLCLEANUP_STACK_ID"
 HOST = "127.0.0.1"
+STORAGE_EVENTS_TOPIC = "storage-events"  # the topology's topic for Cloud Storage notifications
 _REPO = Path(__file__).resolve().parents[3]  # shared/rlcleanup/stack/local.py -> repo root
 
 
@@ -267,7 +268,14 @@ def up(
     allocated = {name: wanted.get(name) or procs.free_port(HOST) for name in names}
 
     state = StackState(state_dir=str(state_dir), project=project, stack_id=uuid.uuid4().hex, ports=allocated)
-    state.buckets = {"runs": f"{project}-runs", "preserve": f"{project}-preserve"}
+    # "watched-runs" is the runs bucket fake-gcs-server sends notifications for (as a google_storage_notification
+    # would): a run uploaded there is picked up with no `emit`. "runs" stays unwatched, so an emit-driven test's
+    # run is never also picked up by its own upload.
+    state.buckets = {
+        "runs": f"{project}-runs",
+        "watched-runs": f"{project}-watched-runs",
+        "preserve": f"{project}-preserve",
+    }
     state.functions = {fn.name: f"http://{HOST}:{allocated[f'fn-{fn.name}']}" for fn in served}
     state.env = {
         "PUBSUB_EMULATOR_HOST": f"{HOST}:{allocated['pubsub']}",
@@ -275,6 +283,7 @@ def up(
         "STORAGE_EMULATOR_HOST": f"http://{HOST}:{allocated['gcs']}",
         "GOOGLE_CLOUD_PROJECT": project,
         "RLCLEANUP_PRESERVE_ROOT": f"gs://{state.buckets['preserve']}",
+        "RLCLEANUP_RUNS_BUCKET": state.buckets["watched-runs"],
     }
     base_env = {**os.environ, **state.env, MARKER_VAR: state.stack_id}
     base_env.pop("GOOGLE_APPLICATION_CREDENTIALS", None)  # never reach a real project from the local stack
@@ -306,6 +315,12 @@ def up(
                 [
                     *(str(fgs), "-scheme", "http", "-backend", "memory", "-host", HOST, "-port", str(p["gcs"])),
                     *("-external-url", f"http://{HOST}:{p['gcs']}", "-log-level", "warn"),
+                    # Its only way to send notifications (no notification API: `bucket.notification().create()`
+                    # is a 404): publish OBJECT_FINALIZE of the watched bucket to the storage-events topic on the
+                    # Pub/Sub emulator (PUBSUB_EMULATOR_HOST is in its env). The topic is provisioned before any
+                    # upload can happen; a publish to a missing topic would only be logged and lost.
+                    *("-event.pubsub-project-id", project, "-event.pubsub-topic", STORAGE_EVENTS_TOPIC),
+                    *("-event.bucket", state.buckets["watched-runs"], "-event.list", "finalize"),
                 ],
                 base_env,
                 "/_internal/healthcheck",

@@ -135,7 +135,12 @@ def read_executor_status(storage: Storage, uri: str) -> str | None:
     """One token, or legacy JSON lines `{"status": ...}` where the last line wins."""
     if storage.stat(uri) is None:
         return None
-    text = storage.read_bytes(uri, 1024 * 1024).decode("utf-8", errors="replace").strip()
+    return parse_executor_status(storage.read_bytes(uri, 1024 * 1024).decode("utf-8", errors="replace"))
+
+
+def parse_executor_status(text: str) -> str | None:
+    """The token of a `.executor_status` body (also what a storage notification's generation held)."""
+    text = text.strip()
     status: str | None = None
     for line in text.splitlines():
         line = line.strip()
