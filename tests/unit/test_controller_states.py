@@ -43,7 +43,7 @@ def test_iris_task_states_9_to_12_are_known_everywhere() -> None:
 
 
 def test_unknown_source_is_rejected_with_the_known_ones_named() -> None:
-    with pytest.raises(ValidationError, match="unknown job-state source 'nomad'; known sources: iris, k8s"):
+    with pytest.raises(ValidationError, match="unknown job-state source 'nomad'; known sources: gcs, iris, k8s"):
         _event(source="nomad", state="FAILED")
     with pytest.raises(UnknownStateSource):
         source("nomad")
