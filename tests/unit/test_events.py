@@ -228,7 +228,8 @@ def test_event_for_a_run_without_config_is_an_unreadable_run(stack: EmbeddedStac
     assert len(record.errors) == 1
     error = record.errors[0]
     assert (error.step, error.code) == ("on_job_event", "unreadable_run")
-    assert error.message.startswith(f"no resolved configuration under {root} (looked for resolved-skyrl.json")
+    assert error.message.startswith(f"no resolved configuration under {root}")
+    assert "(looked for resolved-skyrl.json" in error.message
     assert _topics(stack) == ["job-events", DLQ]
 
 
