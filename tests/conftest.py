@@ -76,3 +76,19 @@ def _no_delivery_context() -> Iterator[None]:
     set_context()
     yield
     set_context()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(stack: StackState) -> str:
+    """The stack's real S3-compatible server (SeaweedFS, started by `up` in its own process group)."""
+    return stack.env["AWS_ENDPOINT_URL"]
+
+
+@pytest.fixture(scope="session")
+def s3_admin(s3_endpoint: str):  # type: ignore[no-untyped-def]
+    """A boto3 client with the admin identity, for test setup only (the adapter under test uses obstore)."""
+    from rlcleanup.stack.s3_server import boto3_client
+
+    client = boto3_client(s3_endpoint)
+    yield client
+    client.close()

@@ -104,4 +104,25 @@ GCS = StorageBackend(
     visibility=_gcs_visibility,
 )
 
-BUILTIN = StorageRegistry([LOCAL, GCS])
+
+def _s3() -> Storage:
+    from rlcleanup.adapters.s3_storage import S3Storage
+
+    return S3Storage()  # endpoints and credentials from the environment (docs/s3.md)
+
+
+S3 = StorageBackend(
+    scheme="s3",
+    capabilities=StorageCapabilities(
+        ranged_read=True,
+        listing=True,
+        server_side_copy=True,  # CopyObject within a bucket; across buckets it streams
+        streaming_copy=True,
+        visibility_readback=False,  # bucket policies/ACLs differ per provider: an s3:// destination reads unknown
+        object_version=False,  # version ids exist only on versioned buckets; nothing may rely on them
+        strong_checksum=False,  # an ETag is an MD5 only for single-part uploads (ObjectInfo.etag says which)
+    ),
+    make=_s3,
+)
+
+BUILTIN = StorageRegistry([LOCAL, GCS, S3])

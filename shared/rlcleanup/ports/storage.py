@@ -24,6 +24,8 @@ class ObjectInfo:
     md5: str | None = None  # base64, as GCS reports it
     updated: datetime | None = None
     generation: int | None = None
+    etag: str | None = None  # S3: the ETag as the server gave it (an MD5 only for single-part uploads)
+    version: str | None = None  # S3: the object version id, when the bucket is versioned
 
 
 class WriteOutcome(StrEnum):
@@ -67,6 +69,11 @@ class UnknownSchemeError(ValueError):
 
 class StorageError(Exception):
     """A storage failure worth retrying (network, 5xx, emulator down)."""
+
+
+class StorageAccessError(Exception):
+    """A storage failure no retry fixes: missing or wrong credentials, access denied, a bucket in another region,
+    an unusable endpoint. Recorded on the run (permanent), with the endpoint and operation in the message."""
 
 
 class UnsafePathError(ValueError):

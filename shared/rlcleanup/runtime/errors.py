@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from rlcleanup.formats.config import ConfigError
-from rlcleanup.ports.storage import StorageError, UnknownSchemeError, UnsafePathError
+from rlcleanup.ports.storage import StorageAccessError, StorageError, UnknownSchemeError, UnsafePathError
 from rlcleanup.steps.layout import LayoutError
 
 
@@ -95,6 +95,8 @@ def classify_error(exc: BaseException) -> PermanentError | None:
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]
         return PermanentError("invalid_message", f"{first['msg']} at {'.'.join(map(str, first['loc']))}")
+    if isinstance(exc, StorageAccessError):
+        return PermanentError("storage_access", str(exc))
     if isinstance(exc, UnsafePathError):
         return PermanentError("unsafe_path", str(exc))
     if isinstance(exc, UnknownSchemeError):

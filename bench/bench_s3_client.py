@@ -1,0 +1,128 @@
+"""S3 client choice: boto3 vs obstore (Rust object_store) for many small ranged reads, on SeaweedFS.
+
+Measures what validation does per shard (one speculative ranged GET of the first block), for a 30-shard export
+and for N x 30 shards, sequentially and on a 32-thread pool (validation's header pool), plus one client's
+construction cost (a function cold start pays it) and list of 1,000 objects. Prints figures; asserts nothing.
+
+    .venv/bin/python bench/bench_s3_client.py [--exports 10] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "shared"))
+
+from rlcleanup.stack import s3_server
+
+FIRST_BLOCK = 64 * 1024  # validation's DEFAULT_FIRST_BLOCK order of magnitude: one speculative read per shard
+
+
+def boto3_client(endpoint: str):  # type: ignore[no-untyped-def]
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=s3_server.ADMIN_KEY,
+        aws_secret_access_key=s3_server.ADMIN_SECRET,
+        region_name=s3_server.REGION,
+        config=Config(s3={"addressing_style": "path"}, max_pool_connections=64),
+    )
+
+
+def obstore_store(endpoint: str, bucket: str):  # type: ignore[no-untyped-def]
+    from obstore.store import S3Store
+
+    return S3Store(
+        bucket,
+        config={
+            "endpoint": endpoint,
+            "access_key_id": s3_server.ADMIN_KEY,
+            "secret_access_key": s3_server.ADMIN_SECRET,
+            "region": s3_server.REGION,
+            "virtual_hosted_style_request": False,
+        },
+        client_options={"allow_http": True, "pool_max_idle_per_host": "64"},
+    )
+
+
+def timed(fn: Callable[[], object], repeat: int) -> float:
+    runs = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t0)
+    return statistics.median(runs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--exports", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    import obstore
+
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory() as tmp, s3_server.running(Path(os.environ.get("BENCH_S3_DIR", tmp))) as srv:
+        print(f"SeaweedFS up in {srv.startup_seconds:.2f} s at {srv.endpoint}")
+        t0 = time.perf_counter()
+        b3 = boto3_client(srv.endpoint)
+        boto_ctor = time.perf_counter() - t0
+        b3.create_bucket(Bucket="bench")
+        t0 = time.perf_counter()
+        store = obstore_store(srv.endpoint, "bench")
+        obs_ctor = time.perf_counter() - t0
+        body = os.urandom(FIRST_BLOCK) + b"\0" * (256 * 1024)  # the header block, then some "tensor" bytes
+        keys = [f"e{e:02d}/model-{s:05d}-of-00030.safetensors" for e in range(args.exports) for s in range(1, 31)]
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda k: b3.put_object(Bucket="bench", Key=k, Body=body), keys))
+        for i in range(1000 - len(keys)):
+            b3.put_object(Bucket="bench", Key=f"many/{i:04d}.json", Body=b"{}")
+        one = keys[:30]
+
+        def boto_read(key: str) -> int:
+            r = b3.get_object(Bucket="bench", Key=key, Range=f"bytes=0-{FIRST_BLOCK - 1}")
+            return len(r["Body"].read())
+
+        def obs_read(key: str) -> int:
+            return len(obstore.get_range(store, key, start=0, length=FIRST_BLOCK))
+
+        for fn in (boto_read, obs_read):  # warm both pools
+            assert all(fn(k) == FIRST_BLOCK for k in one)
+        rows = []
+        for label, fn in (("boto3", boto_read), ("obstore", obs_read)):
+            seq30 = timed(lambda fn=fn: [fn(k) for k in one], args.repeat)
+            with ThreadPoolExecutor(32) as pool:
+                par30 = timed(lambda fn=fn, pool=pool: list(pool.map(fn, one)), args.repeat)
+                parall = timed(lambda fn=fn, pool=pool: list(pool.map(fn, keys)), args.repeat)
+            rows.append((label, seq30, par30, parall))
+        t_list_b = timed(
+            lambda: [o for p in b3.get_paginator("list_objects_v2").paginate(Bucket="bench") for o in p["Contents"]],
+            args.repeat,
+        )
+        t_list_o = timed(lambda: [o for batch in obstore.list(store) for o in batch], args.repeat)
+        print(f"\nclient construction: boto3 {boto_ctor * 1000:.0f} ms, obstore {obs_ctor * 1000:.1f} ms")
+        print(f"list 1,000 objects: boto3 {t_list_b * 1000:.0f} ms, obstore {t_list_o * 1000:.0f} ms")
+        print(
+            f"\n{'client':8} | 30 shards seq | 30 shards, 32 threads | {len(keys)} shards, 32 threads | per read (pool)"
+        )
+        for label, seq30, par30, parall in rows:
+            print(
+                f"{label:8} | {seq30 * 1000:9.0f} ms  | {par30 * 1000:15.0f} ms    | {parall * 1000:13.0f} ms      |"
+                f" {parall / len(keys) * 1000:.2f} ms"
+            )
+        b3.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""An HTTP proxy in front of the real S3 server that injects the faults real S3 produces and SeaweedFS does not:
+throttling (`503 SlowDown` for the first N requests) and a bucket that lives in another region (`301
+PermanentRedirect` with `x-amz-bucket-region`, as AWS answers). Everything else is forwarded byte for byte,
+Host header included, so SigV4 signatures made for the proxy's address verify at the server.
+
+    python tests/servers/s3_fault_proxy.py --port P --target 127.0.0.1:PORT [--slowdown N] [--other-region BUCKET]
+
+`GET /__proxy/stats` answers {"requests": n, "throttled": n} (not forwarded). Started by the tests in its own
+process group and stopped by group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_SLOWDOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+_REDIRECT = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>PermanentRedirect</Code><Message>The bucket you are '
+    b"attempting to access must be addressed using the specified endpoint.</Message></Error>"
+)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--slowdown", type=int, default=0)
+    ap.add_argument("--other-region", default="")
+    args = ap.parse_args()
+    host, port = args.target.rsplit(":", 1)
+    lock = threading.Lock()
+    stats = {"requests": 0, "throttled": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def _reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            for k, v in {"Content-Type": "application/xml", **(headers or {})}.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _handle(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            if self.path == "/__proxy/stats":
+                with lock:
+                    self._reply(200, json.dumps(stats).encode(), {"Content-Type": "application/json"})
+                return
+            with lock:
+                stats["requests"] += 1
+                throttle = stats["throttled"] < args.slowdown
+                if throttle:
+                    stats["throttled"] += 1
+            if throttle:
+                self._reply(503, _SLOWDOWN, {"Retry-After": "0"})
+                return
+            if args.other_region and self.path.lstrip("/").split("/", 1)[0].split("?", 1)[0] == args.other_region:
+                self._reply(301, _REDIRECT, {"x-amz-bucket-region": "eu-west-1"})
+                return
+            conn = http.client.HTTPConnection(host, int(port), timeout=60)
+            try:
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
+                conn.request(self.command, self.path, body=body or None, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                self.send_response(resp.status)
+                head = self.command == "HEAD"  # a HEAD keeps the object's Content-Length (its size)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection") and (head or k.lower() != "content-length"):
+                        self.send_header(k, v)
+                if not head:
+                    self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+            finally:
+                conn.close()
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+    ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main()
