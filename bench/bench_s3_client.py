@@ -2,7 +2,9 @@
 
 Measures what validation does per shard (one speculative ranged GET of the first block), for a 30-shard export
 and for N x 30 shards, sequentially and on a 32-thread pool (validation's header pool), plus one client's
-construction cost (a function cold start pays it) and list of 1,000 objects. Prints figures; asserts nothing.
+construction cost (a function cold start pays it) and list of 1,000 objects. Then the real thing: one 70B
+export (30 shards, real headers; shards uploaded header-only as in bench_validate_many) validated through
+S3Storage with a counting wrapper: requests per shard and wall time. Prints figures; asserts nothing.
 
     .venv/bin/python bench/bench_s3_client.py [--exports 10] [--repeat 3]
 """
@@ -20,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "shared"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rlcleanup.stack import s3_server
 
@@ -121,7 +124,47 @@ def main() -> None:
                 f"{label:8} | {seq30 * 1000:9.0f} ms  | {par30 * 1000:15.0f} ms    | {parall * 1000:13.0f} ms      |"
                 f" {parall / len(keys) * 1000:.2f} ms"
             )
+        validate_export(srv.endpoint, b3, args.repeat)
         b3.close()
+
+
+def validate_export(endpoint: str, b3: object, repeat: int) -> None:
+    import struct
+    from collections import Counter
+
+    from _common import CountingStorage
+    from bench_validate_many import layout
+    from rlcleanup.adapters.s3_storage import S3Endpoint, S3Storage
+    from rlcleanup.samples.large import export_template, write_70b_export
+    from rlcleanup.steps.validate import HEADER_WORKERS, validate_candidate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / "policy"
+        write_70b_export(local, export_template())
+        for path in sorted(local.iterdir()):
+            data = path.read_bytes() if path.suffix != ".safetensors" else b""
+            if path.suffix == ".safetensors":
+                with path.open("rb") as fh:
+                    (n,) = struct.unpack("<Q", fh.read(8))
+                    fh.seek(0)
+                    data = fh.read(8 + n)
+            b3.put_object(Bucket="bench", Key=f"run/exports/global_step_20/policy/{path.name}", Body=data)  # type: ignore[attr-defined]
+    ep = S3Endpoint("bench", endpoint, access_key_id=s3_server.ADMIN_KEY, secret_access_key=s3_server.ADMIN_SECRET)
+    lay = layout("s3://bench/run", [20])
+    walls = []
+    for _ in range(repeat):
+        counting = CountingStorage(S3Storage([], ep))  # a fresh client each time, as one invocation would have
+        t0 = time.perf_counter()
+        cand = validate_candidate(counting, lay, 20, metric_steps=None, step_budget=None, workers=HEADER_WORKERS)
+        walls.append(time.perf_counter() - t0)
+    shards = [u for u in counting.requests if u.endswith(".safetensors")]
+    per_shard = Counter(counting.requests[u] for u in shards)
+    codes = sorted({p.split(":", 1)[0] for p in cand.problems})
+    print(f"\nvalidate one 70B export on S3 through S3Storage ({len(shards)} shards, {HEADER_WORKERS} header workers):")
+    print(f"  requests per shard {dict(per_shard)}; problems {codes} (truncated_shard expected: header-only upload)")
+    print(
+        f"  wall median {statistics.median(walls) * 1000:.0f} ms (runs: {', '.join(f'{w * 1000:.0f}' for w in walls)} ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -229,3 +229,27 @@ def test_s3_to_gcs_and_local_stream_verified_and_write_once(
     assert router.copy_if_absent(f"s3://{bucket}/attempts/0/other.log", dst) is WriteOutcome.conflict
     assert router.copy_if_absent(f"s3://{bucket}/attempts/0/other.log", str(local)) is WriteOutcome.conflict
     assert gcs_client.bucket(gcs_bucket).get_blob("preserved/train.log").size == len(body)  # never overwritten
+
+
+def test_cli_run_on_an_s3_run_preserves_locally(s3_endpoint: str, bucket: str, tmp_path: Path) -> None:
+    """`rlcleanup run s3://…` (embedded): the run is read from the S3 server, evidence lands in a local root."""
+    from typer.testing import CliRunner
+
+    from rlcleanup.cli.main import app
+    from rlcleanup.samples.generator import VERSION, write_sample_run
+    from rlcleanup.samples.upload import upload_sample_run_to
+
+    write_sample_run(tmp_path / "sample", "completed-resumed")
+    run_uri = upload_sample_run_to(S3Storage(), tmp_path / "sample", f"s3://{bucket}/iris/job")
+    preserve = tmp_path / "preserved"
+    result = CliRunner().invoke(
+        app, ["run", run_uri, "--preserve-to", str(preserve), "--db", str(tmp_path / "r.db"), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["run_uri"] == run_uri and record["terminal_state"] == "completed"
+    assert [(c["step"], c["valid"]) for c in record["candidates"]] == [(s, True) for s in (5, 10, 15, 20)]
+    assert record["preserved_object_count"] > 20
+    manifest = json.loads(Path(record["manifest_uri"]).read_text())
+    assert all(o["source"].startswith(f"s3://{bucket}/") for o in manifest["objects"] if o["kind"] != "derived")
+    assert record["run_id"].endswith(VERSION)

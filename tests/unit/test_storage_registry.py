@@ -41,13 +41,13 @@ def test_split_bucket_works_for_any_object_store_scheme() -> None:
         split_bucket("gs:///k")
 
 
-@pytest.mark.parametrize("uri", ["s3://marin-us-east/iris/job", "http://example.com/run", "az://c/run"])
+@pytest.mark.parametrize("uri", ["hdfs://marin-us-east/iris/job", "http://example.com/run", "az://c/run"])
 def test_unknown_scheme_is_an_error_naming_it_and_the_known_ones(uri: str, tmp_path: Path) -> None:
     router = RoutingStorage({"file": LocalStorage()})
     with pytest.raises(UnknownSchemeError) as info:
         router.list(uri)
     assert info.value.scheme == scheme(uri)
-    assert f"{scheme(uri)!r}" in str(info.value) and "file, gs" in str(info.value)
+    assert f"{scheme(uri)!r}" in str(info.value) and "file, gs, s3" in str(info.value)
     for call in (
         lambda: router.stat(uri),
         lambda: router.read_bytes(uri),
@@ -65,9 +65,10 @@ def test_unknown_scheme_is_a_permanent_typed_error_on_the_run() -> None:
 
 
 def test_s3_destination_visibility_is_unknown_not_read_off_the_local_disk(tmp_path: Path) -> None:
-    """Before the registry an s3:// URI fell through to the local-disk reader and came back 'private'."""
+    """Before the registry an s3:// URI fell through to the local-disk reader and came back 'private'. s3 is
+    registered now, without visibility read-back (bucket policies differ per provider): still unknown."""
     reading = read_visibility(RoutingStorage(), "s3://bucket/models")
-    assert reading.visibility is None and "'s3'" in reading.evidence
+    assert reading.visibility is None and "cannot read back" in reading.evidence
 
 
 def test_local_visibility_goes_through_the_registry(tmp_path: Path) -> None:
@@ -99,14 +100,16 @@ def test_registration_refuses_duplicates_and_missing_visibility_readers() -> Non
     with pytest.raises(ValueError, match="visibility"):
         registry.register(StorageBackend("x", GCS.capabilities, make=LocalStorage))
     with pytest.raises(UnknownSchemeError):
-        RoutingStorage({"s3": LocalStorage()})  # a prebuilt adapter for an unregistered scheme
+        RoutingStorage({"az": LocalStorage()})  # a prebuilt adapter for an unregistered scheme
 
 
 def test_capabilities_per_backend() -> None:
     router = RoutingStorage()
     assert router.capabilities("gs://b/k").object_version and router.capabilities("gs://b/k").strong_checksum
     assert not router.capabilities("/tmp/x").object_version
-    assert BUILTIN.schemes == ("file", "gs")
+    assert BUILTIN.schemes == ("file", "gs", "s3")
+    s3 = router.capabilities("s3://b/k")
+    assert s3.ranged_read and s3.listing and s3.streaming_copy and not s3.strong_checksum
 
 
 def test_cross_backend_copy_streams_between_registered_backends(tmp_path: Path) -> None:
@@ -144,14 +147,14 @@ def test_cli_run_refuses_an_unknown_scheme_as_a_usage_error(tmp_path: Path, flag
 
     from rlcleanup.cli.main import app
 
-    run_uri, preserve = ("s3://bucket/iris/job", str(tmp_path)) if flag == "run_uri" else (str(tmp_path), "az://c/p")
+    run_uri, preserve = ("hdfs://bucket/iris/job", str(tmp_path)) if flag == "run_uri" else (str(tmp_path), "az://c/p")
     result = CliRunner().invoke(app, ["run", run_uri, "--preserve-to", preserve, "--db", str(tmp_path / "r.db")])
     assert result.exit_code == 2
-    assert "no storage backend for scheme" in result.stderr and "known schemes: file, gs" in result.stderr
+    assert "no storage backend for scheme" in result.stderr and "known schemes: file, gs, s3" in result.stderr
     assert not (tmp_path / "r.db").exists()
 
 
-def test_an_event_for_an_s3_run_is_recorded_as_unsupported_scheme_not_read_from_disk(tmp_path: Path) -> None:
+def test_an_event_for_an_unregistered_scheme_is_recorded_as_unsupported_not_read_from_disk(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
     from rlcleanup.models.events import JobEvent
@@ -159,13 +162,13 @@ def test_an_event_for_an_s3_run_is_recorded_as_unsupported_scheme_not_read_from_
     from rlcleanup.runtime.embedded import EmbeddedStack
 
     stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "preserved"))
-    run_uri = "s3://marin-us-east-02a/iris/rl-job/v1"
+    run_uri = "az://marin-us-east-02a/iris/rl-job/v1"  # s3 is registered (adapters/s3_storage.py); az is not
     event = JobEvent(source="iris", job_id="j", run_uri=run_uri, state="FAILED", observed_at=datetime.now(UTC))
     stack.emit(event)
     records = [r for r in stack.ports.records.list_runs() if r.run_uri == run_uri]
     assert len(records) == 1 and records[0].status is RecordStatus.failed
     error = records[0].errors[0]
-    assert error.code == "unsupported_scheme" and "'s3'" in error.message and "file, gs" in error.message
+    assert error.code == "unsupported_scheme" and "'az'" in error.message and "file, gs, s3" in error.message
     assert not (tmp_path / "preserved").exists() or not any((tmp_path / "preserved").iterdir())
 
 

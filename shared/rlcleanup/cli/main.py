@@ -27,13 +27,13 @@ def _fail(message: str, code: int = 3) -> None:
 
 @app.command()
 def run(
-    run_uri: Annotated[str, typer.Argument(help="durable run root: a local path or <scheme>://bucket/prefix (gs)")],
+    run_uri: Annotated[str, typer.Argument(help="durable run root: a local path or <scheme>://bucket/prefix (gs, s3)")],
     preserve_to: Annotated[str | None, typer.Option("--preserve-to", help="preserve root")] = None,
     db: DbOption = DEFAULT_DB,
     state: Annotated[str | None, typer.Option(help="controller state to pair with, e.g. SUCCEEDED")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print exactly the completion record JSON")] = False,
 ) -> None:
-    """Run the whole cleanup pipeline on one run (embedded: local files or GCS, SQLite records)."""
+    """Run the whole cleanup pipeline on one run (embedded: local files, GCS or S3, SQLite records)."""
     from rlcleanup.adapters.storage_registry import BUILTIN
     from rlcleanup.cli.render import summary
     from rlcleanup.ports.storage import UnknownSchemeError
@@ -168,6 +168,10 @@ def stack_up(
         f"# watched runs bucket gs://{state.buckets['watched-runs']} ($RLCLEANUP_RUNS_BUCKET): a run uploaded there"
         " (status file last) is cleaned up with no emit"
     )
+    if "s3-runs" in state.buckets:
+        typer.echo(
+            f"# S3 (SeaweedFS) at {state.env.get('AWS_ENDPOINT_URL')}: runs bucket s3://{state.buckets['s3-runs']}"
+        )
     typer.echo(f"# logs and state in {state.state_dir}; stop with: rlcleanup stack down --state-dir {state_dir}")
 
 
