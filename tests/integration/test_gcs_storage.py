@@ -1,4 +1,5 @@
-"""GcsStorage against fake-gcs-server (the stack's GCS emulator)."""
+"""GcsStorage against fake-gcs-server (the stack's GCS emulator): what is GCS-specific. The port semantics every
+object store shares run over gs:// and s3:// alike in test_object_storage.py."""
 
 from __future__ import annotations
 
@@ -22,32 +23,6 @@ def bucket(gcs_client, uid: str) -> str:  # type: ignore[no-untyped-def]
 @pytest.fixture
 def gcs(gcs_client) -> GcsStorage:  # type: ignore[no-untyped-def]
     return GcsStorage(gcs_client)
-
-
-def test_stat_list_and_reads(gcs: GcsStorage, gcs_client, bucket: str) -> None:  # type: ignore[no-untyped-def]
-    b = gcs_client.bucket(bucket)
-    b.blob("run/a.txt").upload_from_string(b"0123456789")
-    b.blob("run/sub/b.log").upload_from_string(b"first\nsecond\r\nthird")
-    b.blob("run/dir/").upload_from_string(b"")  # a folder placeholder: not an object of the run
-    b.blob("runner/other.txt").upload_from_string(b"x")  # shares the string prefix, not the folder
-
-    info = gcs.stat(f"gs://{bucket}/run/a.txt")
-    assert info is not None and info.size == 10 and info.crc32c and info.md5 and info.generation
-    assert gcs.stat(f"gs://{bucket}/run/missing") is None
-    assert [o.uri for o in gcs.list(f"gs://{bucket}/run")] == [
-        f"gs://{bucket}/run/a.txt",
-        f"gs://{bucket}/run/sub/b.log",
-    ]
-
-    assert gcs.read_range(f"gs://{bucket}/run/a.txt", 2, 3) == b"234"
-    assert gcs.read_range(f"gs://{bucket}/run/a.txt", 8, 100) == b"89"  # short at the end
-    assert gcs.read_range(f"gs://{bucket}/run/a.txt", 0, 0) == b""
-    assert gcs.read_bytes(f"gs://{bucket}/run/a.txt") == b"0123456789"
-    with pytest.raises(ValueError):
-        gcs.read_bytes(f"gs://{bucket}/run/a.txt", max_bytes=5)
-    with pytest.raises(FileNotFoundError):
-        gcs.read_bytes(f"gs://{bucket}/run/nope")
-    assert list(gcs.iter_lines(f"gs://{bucket}/run/sub/b.log")) == ["first", "second", "third"]
 
 
 @pytest.mark.parametrize("lean", [True, False], ids=["lean", "blob"])
@@ -93,44 +68,6 @@ def test_lean_reads_share_a_pool_across_threads(gcs: GcsStorage, gcs_client, buc
     with pytest.raises(FileNotFoundError):  # a 404 body left on a pooled connection would corrupt the next read
         gcs.read_range(f"gs://{bucket}/s/none", 0, 8)
     assert gcs.read_range(f"gs://{bucket}/s/000", 0, 8) == blobs["s/000"][:8]
-
-
-def test_iter_lines_streams_large_objects(gcs: GcsStorage, gcs_client, bucket: str) -> None:  # type: ignore[no-untyped-def]
-    lines = [f"step {i}: " + "x" * 200 for i in range(60_000)]  # ~12.5 MB: several 4 MiB chunks
-    gcs_client.bucket(bucket).blob("big.log").upload_from_string("\n".join(lines).encode())
-    seen = 0
-    for i, line in enumerate(gcs.iter_lines(f"gs://{bucket}/big.log")):
-        assert line == lines[i]
-        seen += 1
-    assert seen == len(lines)
-
-
-def test_write_if_absent(gcs: GcsStorage, bucket: str) -> None:
-    uri = f"gs://{bucket}/w/obj.json"
-    assert gcs.write_if_absent(uri, b'{"a": 1}') is WriteOutcome.created
-    assert gcs.write_if_absent(uri, b'{"a": 1}') is WriteOutcome.identical
-    assert gcs.write_if_absent(uri, b'{"a": 2}') is WriteOutcome.conflict
-    assert gcs.read_bytes(uri) == b'{"a": 1}'  # fake-gcs enforces if_generation_match=0: never overwritten
-
-
-def test_copy_if_absent_is_server_side_and_write_once(gcs: GcsStorage, gcs_client, bucket: str) -> None:  # type: ignore[no-untyped-def]
-    b = gcs_client.bucket(bucket)
-    b.blob("src/a.bin").upload_from_string(b"A" * 1000)
-    b.blob("src/b.bin").upload_from_string(b"B" * 1000)
-    assert gcs.copy_if_absent(f"gs://{bucket}/src/a.bin", f"gs://{bucket}/dst/a.bin") is WriteOutcome.created
-    assert gcs.read_bytes(f"gs://{bucket}/dst/a.bin") == b"A" * 1000
-    assert gcs.copy_if_absent(f"gs://{bucket}/src/a.bin", f"gs://{bucket}/dst/a.bin") is WriteOutcome.identical
-    assert gcs.copy_if_absent(f"gs://{bucket}/src/b.bin", f"gs://{bucket}/dst/a.bin") is WriteOutcome.conflict
-    assert gcs.read_bytes(f"gs://{bucket}/dst/a.bin") == b"A" * 1000
-    with pytest.raises(FileNotFoundError):
-        gcs.copy_if_absent(f"gs://{bucket}/src/none.bin", f"gs://{bucket}/dst/none.bin")
-
-
-def test_delete(gcs: GcsStorage, gcs_client, bucket: str) -> None:  # type: ignore[no-untyped-def]
-    gcs_client.bucket(bucket).blob("d/x").upload_from_string(b"x")
-    assert gcs.delete(f"gs://{bucket}/d/x") is True
-    assert gcs.stat(f"gs://{bucket}/d/x") is None
-    assert gcs.delete(f"gs://{bucket}/d/x") is False
 
 
 def test_cross_backend_copies_stream_in_bounded_memory(gcs: GcsStorage, bucket: str, tmp_path: Path) -> None:
