@@ -32,7 +32,7 @@ from rlcleanup.steps.classify import classify
 from rlcleanup.steps.facts import run_facts, safe_run_id
 from rlcleanup.steps.layout import discover
 from rlcleanup.steps.settle import settle_terminal_state
-from rlcleanup.steps.validate import check_resume_safety, validate_candidate
+from rlcleanup.steps.validate import check_resume_safety, resume_not_applicable, validate_candidate
 from rlcleanup.uris import basename, parent
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,9 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
             ]
         else:
             record.not_applicable_evidence = list(capture_step.NOT_APPLICABLE_FOR_STANDARD)
+            by_design = resume_not_applicable(layout)
+            if by_design is not None:  # run-layout-v2.md §1, §3: absent by design, never reported missing
+                record.not_applicable_evidence.append(f"checkpoints, exports and candidates: {by_design}")
         if not p.records.create_if_absent(record):
             fields = record.model_dump(mode="json", exclude={"created_at", "errors"})
             p.records.update(run_id, fields)

@@ -10,7 +10,9 @@ from rlcleanup.models.vocab import RecordStatus, TerminalState
 from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime.metrics_store import load_series
 from rlcleanup.steps.layout import RunLayout
+from rlcleanup.steps.receipts import protocol_facts
 from rlcleanup.steps.select import declared_policy, select
+from rlcleanup.steps.validate import resume_not_applicable
 
 
 def registration_note(layout: RunLayout) -> tuple[str, bool]:
@@ -49,14 +51,24 @@ def finish_record(
         remaining.append("diagnose the first causal error before any relaunch")
     if record.terminal_state is TerminalState.indeterminate:
         remaining.append("terminal state is indeterminate: a person must confirm how the run ended")
+    by_design = resume_not_applicable(layout)  # generation-only / metrics mode: no candidates, not a fault
+    protocol = protocol_facts(storage, layout)
+    if protocol.checkpoints_expired:
+        remaining.append(
+            f"the export step failed because the training step's temp checkpoints expired ({layout.checkpoints_root} "
+            f"lists nothing; export attempt: {protocol.export_failure}): no export can be made from them; the "
+            "training receipt and resolved config are preserved, retrain or restore the checkpoint to export"
+        )
     if selection.status != "selected":
         if valid:
             remaining.append(
                 f"selection unresolved: choose among valid candidates {valid} (no declared policy applied)"
             )
+        elif by_design is not None:
+            remaining.append(f"no export candidates by design: {by_design} (run-layout-v2.md §1, §3)")
         else:
             remaining.append("no valid export candidate: nothing can be handed off")
-    if resume is not None and not resume.safe:
+    if resume is not None and not resume.safe and by_design is None:
         remaining.append("resume is unsafe from the latest checkpoint: " + "; ".join(resume.reasons[:3]))
     if valid:
         remaining.append("hand off / publish: needs an explicit publish or handoff grant (destination, visibility)")

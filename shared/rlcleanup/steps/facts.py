@@ -40,7 +40,14 @@ def _command(value: Any) -> str | None:
 
 def run_facts(layout: RunLayout) -> RunFacts:
     records: list[dict[str, Any]] = [layout.terminal or {}] + [a.record for a in reversed(layout.attempts)]
-    run_id = next((r for r in (get(rec, "response.run_id") for rec in records) if isinstance(r, str) and r), None)
+    run_id = next(
+        (
+            r
+            for r in (get(rec, "response.run_id") or get(rec, "result.run_id") for rec in records)
+            if isinstance(r, str) and r
+        ),
+        None,
+    )
     if run_id is None:
         run_id = (
             f"{basename(parent(layout.run_uri))}-{basename(layout.run_uri)}"
@@ -49,7 +56,7 @@ def run_facts(layout: RunLayout) -> RunFacts:
         )
     revision: dict[str, str] = {}
     for rec in records:
-        runtime = get(rec, "response.runtime")
+        runtime = get(rec, "response.runtime") or get(rec, "result.runtime")
         if isinstance(runtime, dict):
             for key in ("trainer_commit", "launcher_commit", "task_image"):
                 if isinstance(runtime.get(key), str) and key not in revision:

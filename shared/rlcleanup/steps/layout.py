@@ -44,7 +44,10 @@ class AttemptFiles:
 
     @property
     def response(self) -> dict[str, Any]:
+        """`response` (protocol v1/v2), or `result` of a launch.yaml run's manifest (run-layout-v2.md §0)."""
         value = self.record.get("response")
+        if not isinstance(value, dict):
+            value = self.record.get("result")
         return value if isinstance(value, dict) else {}
 
 

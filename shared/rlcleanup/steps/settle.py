@@ -21,8 +21,9 @@ def step_summaries(layout: RunLayout) -> list[StepSummary]:
     out: list[StepSummary] = []
     for step in layout.steps:
         last = step.attempts[-1].record if step.attempts else {}
-        state = get(step.terminal or {}, "response.state") or get(last, "response.state")
-        failure = get(step.terminal or {}, "response.failure") or get(last, "response.failure")
+        records = [step.terminal or {}, last]
+        state = next((v for r in records for k in ("response.state", "result.state") if (v := get(r, k))), None)
+        failure = next((v for r in records for k in ("response.failure", "result.failure") if (v := get(r, k))), None)
         out.append(
             StepSummary(
                 name=step.name,

@@ -414,7 +414,11 @@ def _sources(
                 records.append((f"{step.name} attempt {last.attempt_id}", last.record))
     for where, record in records:
         add(f"{where} response.state", get(record, "response.state") or get(record, "result.state"), "protocol")
-        add(f"{where} response.iris_job_state", get(record, "response.iris_job_state"), "iris")
+        add(
+            f"{where} response.iris_job_state",
+            get(record, "response.iris_job_state") or get(record, "result.iris_job_state"),
+            "iris",
+        )
         failure = get(record, "response.failure") or get(record, "result.failure")
         if isinstance(failure, str) and KILL_WORDS.search(failure):
             out.append(Source(f"{where} response.failure", failure[:200], Verdict.cancelled, killed=True))
@@ -441,7 +445,10 @@ def _precedence_inputs(
     if receipt is not None and receipt.valid and receipt.global_step is not None and budget is not None:
         reached = reached or receipt.global_step >= budget
     reached_valid = receipt.valid if receipt is not None else reached
-    terminal_state = normalize_state(str(get(layout.terminal or {}, "response.state") or ""), "protocol")[0]
+    terminal = layout.terminal or {}
+    terminal_state = normalize_state(
+        str(get(terminal, "response.state") or get(terminal, "result.state") or ""), "protocol"
+    )[0]
     success_record = layout.terminal is not None and terminal_state == SUCCEEDED
     if receipt is not None:
         export = protocol.export if protocol is not None else None
