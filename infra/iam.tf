@@ -93,6 +93,16 @@ resource "google_pubsub_topic_iam_member" "function_publisher" {
   member = google_service_account.runtime[each.value.function].member
 }
 
+# A permanent error (bad input) is recorded on the run, acked, and a copy parked on the function's own dead-letter
+# topic by the function itself, so each runtime identity publishes there too (only there: not another's).
+resource "google_pubsub_topic_iam_member" "function_dead_letter_publisher" {
+  for_each = local.function_dead_letter_publishers
+
+  topic  = google_pubsub_topic.dead_letter[each.value.topic].id
+  role   = "roles/pubsub.publisher"
+  member = google_service_account.runtime[each.key].member
+}
+
 # Only the approvers may publish signed grants. Authoritative for this role on this topic: any other publisher
 # binding on authority-grants is removed on apply.
 resource "google_pubsub_topic_iam_binding" "grants_publishers" {

@@ -49,13 +49,19 @@ locals {
     fn => format("%s-%s", trimsuffix(substr("${var.name_prefix}-iv-${fn}", 0, 25), "-"), substr(sha1(fn), 0, 4))
   }
 
-  # Topic-scoped roles/pubsub.publisher: each function on exactly the topics it publishes to ("<fn>/<topic>").
-  # authority-grants is excluded by construction (and rejected by the topology_functions validation).
+  # Topic-scoped roles/pubsub.publisher: each function on exactly the topics its `publishes` names ("<fn>/<topic>"),
+  # split into project topics and its own dead-letter topic (it parks a copy of each permanent error there itself:
+  # infra/README.md "Dead letters"). authority-grants is excluded by construction (and rejected by the
+  # topology_functions validation); a dead-letter topic of another function gets no binding at all.
   function_publishers = merge([
     for fn, f in var.topology_functions : {
-      for t in f.publishes : "${fn}/${t}" => { function = fn, topic = t } if t != local.grants_topic
+      for t in f.publishes : "${fn}/${t}" => { function = fn, topic = t }
+      if t != local.grants_topic && !contains(keys(local.dead_letter_topics), t)
     }
   ]...)
+  function_dead_letter_publishers = {
+    for fn, f in var.topology_functions : fn => { topic = f.dead_letter_topic } if contains(f.publishes, f.dead_letter_topic)
+  }
 
   destination_buckets = toset([for p in var.allowed_destination_prefixes : regex("^gs://([^/]+)/", p)[0]])
 

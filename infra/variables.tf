@@ -150,6 +150,7 @@ variable "topology_functions" {
     entry_point              = string
     description              = string
     trigger                  = string
+    stage                    = string
     publishes                = list(string)
     timeout_seconds          = number
     ack_deadline_seconds     = number

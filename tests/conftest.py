@@ -6,6 +6,7 @@ end — also on failure, Ctrl-C or an interpreter exit (atexit), so no emulator 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shutil
 import tempfile
@@ -43,7 +44,46 @@ def stack() -> Iterator[StackState]:
                 os.environ[k] = v
         stop()
         atexit.unregister(stop)
+        refused = _guard_refusals_in_logs(state_dir)
         shutil.rmtree(state_dir, ignore_errors=True)
+    assert not refused, f"the publish guard refused publishes in the stack's functions: {refused}"
+
+
+def _guard_refusals_in_logs(state_dir: Path) -> list[str]:
+    """Lines where a functions-framework process of the stack refused an undeclared publish (the guard is on there
+    too, in `dispatch`); the delivery failed and was retried, so only its log says so."""
+    return [
+        line.strip()[:300]
+        for log in sorted(state_dir.glob("fn-*.log"))
+        for line in log.read_text(errors="replace").splitlines()
+        if "undeclared_publish" in line or "which topology.yaml does not declare" in line
+    ]
+
+
+class _RefusalLog(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.refused: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        info = getattr(record, "undeclared_publish", None)
+        if info:
+            self.refused.append(f"{info['function']} -> {info['topic']}")
+
+
+@pytest.fixture(autouse=True)
+def undeclared_publishes() -> Iterator[list[str]]:
+    """The publish guard is on in every test: `dispatch` applies it to every handler it runs (embedded stack,
+    in-process buses over the emulators, functions.py). A publish it refused fails the test here, even one a bus
+    retried and then parked as a dead letter. A test that provokes a refusal on purpose clears this list."""
+    handler = _RefusalLog()
+    logger = logging.getLogger("rlcleanup.runtime.guard")
+    logger.addHandler(handler)
+    try:
+        yield handler.refused
+    finally:
+        logger.removeHandler(handler)
+    assert not handler.refused, f"the publish guard refused undeclared publishes: {handler.refused}"
 
 
 @pytest.fixture

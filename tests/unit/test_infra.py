@@ -201,6 +201,14 @@ def test_ack_deadline_covers_function_timeout(parsed: dict[str, dict[str, Any]],
         assert 5 <= f["max_delivery_attempts"] <= 100, name
 
 
+def test_each_function_publishes_to_its_own_dead_letter_topic(parsed: dict[str, dict[str, Any]]) -> None:
+    # record_poison parks a copy of every permanent error on the function's own <fn>-dlq (see infra/README.md).
+    pub = _resource(parsed, "google_pubsub_topic_iam_member", "function_dead_letter_publisher")
+    assert pub["for_each"] == "${local.function_dead_letter_publishers}" and pub["role"] == "roles/pubsub.publisher"
+    assert pub["topic"] == "${google_pubsub_topic.dead_letter[each.value.topic].id}"
+    assert pub["member"] == "${google_service_account.runtime[each.key].member}"
+
+
 def test_dead_letter_grants_for_pubsub_service_agent(parsed: dict[str, dict[str, Any]]) -> None:
     pub = _resource(parsed, "google_pubsub_topic_iam_member", "dead_letter_publisher")
     assert pub["for_each"] == "${local.dead_letter_topics}" and pub["role"] == "roles/pubsub.publisher"
@@ -327,10 +335,11 @@ def _console(tmp_path: Path, expressions: list[str], **overrides: Any) -> list[A
 
 @needs_terraform
 def test_derived_iam_maps(tmp_path: Path, tfvars: dict[str, Any]) -> None:
-    publishers, storage, evidence, inspectors, dlq_topics, dlq_subs = _console(
+    publishers, dlq_publishers, storage, evidence, inspectors, dlq_topics, dlq_subs = _console(
         tmp_path,
         [
             "local.function_publishers",
+            "local.function_dead_letter_publishers",
             "local.storage_bindings",
             "local.evidence_bindings",
             "local.destination_inspectors",
@@ -339,10 +348,14 @@ def test_derived_iam_maps(tmp_path: Path, tfvars: dict[str, Any]) -> None:
         ],
     )
     fns = tfvars["topology_functions"]
-    # Publisher on exactly the topics each function publishes to.
-    assert {(b["function"], b["topic"]) for b in publishers.values()} == {
-        (fn, t) for fn, f in fns.items() for t in f["publishes"]
-    }
+    # Publisher on exactly the topics each function publishes to (the same list the publish guard enforces), its
+    # own dead-letter topic included, bound on the dead-letter topic resource.
+    granted = {(b["function"], b["topic"]) for b in publishers.values()}
+    granted |= {(fn, b["topic"]) for fn, b in dlq_publishers.items()}
+    assert granted == {(fn, t) for fn, f in fns.items() for t in f["publishes"]}
+    assert granted == {(fn.name, t) for fn in load_topology().functions for t in fn.publishes}
+    assert {fn: b["topic"] for fn, b in dlq_publishers.items()} == {fn: f["dead_letter_topic"] for fn, f in fns.items()}
+    assert not {b["topic"] for b in publishers.values()} & set(dlq_topics), "dead-letter topics are bound apart"
     # Deleting in run buckets (objectUser) is the grant function's alone, and only on run buckets.
     users = {(b["function"], b["bucket"]) for b in storage.values() if b["role"] == "roles/storage.objectUser"}
     assert users == {(fn, b) for fn in GRANT_APPLIERS for b in CONSOLE_VARS["run_buckets"]}

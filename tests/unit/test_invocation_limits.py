@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from rlcleanup.adapters.inprocess_bus import InProcessBus
 from rlcleanup.logging_setup import CloudLoggingFormatter, set_context
 from rlcleanup.runtime import functions
 from rlcleanup.runtime.errors import RetryLater
+from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology, parse_memory_mib, parse_topology
 
 FN = "validate_candidate"  # 300 s, 512Mi in topology.yaml (defaults)
@@ -50,12 +52,14 @@ def test_every_topology_function_has_parseable_caps() -> None:
 def test_a_bad_memory_value_fails_the_topology() -> None:
     raw: dict[str, Any] = {
         "project_topics": [{"name": "t", "description": "d"}],
+        "stages": [{"name": "s", "description": "d"}],
         "functions": [
             {
                 "name": "f",
                 "entry_point": "f",
                 "trigger": "t",
-                "publishes": [],
+                "stage": "s",
+                "publishes": ["f-dlq"],
                 "description": "d",
                 "timeout_seconds": 60,
                 "ack_deadline_seconds": 60,
@@ -177,6 +181,11 @@ def _envelope(payload: dict[str, Any]) -> dict[str, Any]:
     return {"message": {"data": data, "attributes": {}, "messageId": "m-1"}, "subscription": "s"}
 
 
+def _bare_ports() -> Ports:
+    """Ports whose storage and records the fake handlers never touch (the guard wraps the bus)."""
+    return Ports(storage=Any, records=Any, bus=InProcessBus())  # type: ignore[arg-type]
+
+
 def test_one_line_per_invocation_also_when_the_handler_raises(
     monkeypatch: pytest.MonkeyPatch, records: list[logging.LogRecord]
 ) -> None:
@@ -190,7 +199,7 @@ def test_one_line_per_invocation_also_when_the_handler_raises(
         calls.append("fine")
         return "done"
 
-    monkeypatch.setattr(functions, "ports", lambda: object())
+    monkeypatch.setattr(functions, "ports", _bare_ports)
     monkeypatch.setitem(functions.HANDLERS, FN, boom)
     event = _Event(data=_envelope({"run_id": "r-1"}), source="//pubsub", id="e-1")
     with pytest.raises(RetryLater):
@@ -206,7 +215,7 @@ def test_undecodable_event_is_accounted_as_permanent(
     monkeypatch: pytest.MonkeyPatch, records: list[logging.LogRecord]
 ) -> None:
     poisoned: list[str] = []
-    monkeypatch.setattr(functions, "ports", lambda: object())
+    monkeypatch.setattr(functions, "ports", _bare_ports)
     monkeypatch.setattr(functions, "record_poison", lambda p, step, *rest: poisoned.append(step))
     result = functions.handle_cloud_event(FN, _Event(data=b"\xff not an envelope", source=None, id="e-2"))
     assert result.startswith(functions.PERMANENT_PREFIX) and poisoned == [FN]

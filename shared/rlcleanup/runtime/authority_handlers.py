@@ -24,7 +24,9 @@ from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import AuthorityAction, CompletionRecord, PreCancelCapture
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.errors import PermanentError
+from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.topology import load_topology
 from rlcleanup.steps.capture import preserved_root
 from rlcleanup.steps.facts import run_facts, safe_run_id
 from rlcleanup.steps.layout import RunLayout, discover
@@ -308,7 +310,9 @@ def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str
 
 
 def record_cause(p: Ports, run_id: str, sig_id: str, note: str, recorded_by: str, at: datetime) -> str:
-    """A person recorded why a reproducing failure happens: waiting cancel grants are retried."""
+    """A person recorded why a reproducing failure happens: waiting cancel grants are retried (outside any delivery,
+    as retry-waiting-grants would: its declared topics bound what the retry may publish)."""
+    p = guarded_ports(p, load_topology().function("retry-waiting-grants"))
     p.records.put_doc(
         precancel.causes_collection(run_id), sig_id, {"note": note, "recorded_by": recorded_by, "at": at.isoformat()}
     )

@@ -20,6 +20,7 @@ from typing import Any
 from rlcleanup.logging_setup import bind_cloud_event
 from rlcleanup.runtime.envelope import decode_cloud_event
 from rlcleanup.runtime.errors import PermanentError
+from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.handlers import HANDLERS, dispatch, record_poison
 from rlcleanup.runtime.ports import Ports, cloud_ports
 from rlcleanup.runtime.topology import load_topology
@@ -64,7 +65,7 @@ def _handle(entry_point: str, cloud_event: Any) -> str:
         message = decode_cloud_event(cloud_event.data, cloud_event.get("source"))
     except PermanentError as exc:
         raw = _raw_copy(cloud_event.data)
-        record_poison(p, entry_point, spec.dead_letter_topic, raw, {}, exc)
+        record_poison(guarded_ports(p, spec), entry_point, spec.dead_letter_topic, raw, {}, exc)
         return f"{PERMANENT_PREFIX}: {exc.code}"
     if entry_point not in HANDLERS:
         raise RuntimeError(f"no handler registered for {entry_point}")

@@ -23,8 +23,10 @@ from rlcleanup.runtime import authority_handlers, source_handlers
 from rlcleanup.runtime.claims import BUSY
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.errors import PermanentError, RetryLater, classify_error
+from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.metrics_store import load_metric_steps
 from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.topology import load_topology
 from rlcleanup.runtime.wrapup import finish_record
 from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps import logscan
@@ -368,6 +370,7 @@ HANDLERS: dict[str, Handler] = {
 def dispatch(p: Ports, entry_point: str, dead_letter_topic: str, data: bytes, attributes: dict[str, str]) -> str:
     """Run a handler; permanent errors are recorded and dead-lettered (then acked), transient ones raise."""
     handler = HANDLERS[entry_point]
+    p = guarded_ports(p, load_topology().function(entry_point))  # publishes only what topology.yaml declares
     try:
         return handler(p, data, attributes)
     except Exception as exc:

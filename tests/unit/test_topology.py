@@ -1,0 +1,91 @@
+"""topology.yaml as the pipeline graph: its validation rules, and that its fan-outs and barriers name the result
+keys the handlers really store."""
+
+from __future__ import annotations
+
+import copy
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rlcleanup.runtime import handlers
+from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
+from rlcleanup.runtime.handlers import resolve_run_id
+from rlcleanup.runtime.topology import load_topology, parse_topology
+from rlcleanup.samples.generator import write_sample_run
+
+
+def _raw() -> dict[str, Any]:
+    text = resources.files("rlcleanup.runtime").joinpath("topology.yaml").read_text(encoding="utf-8")
+    raw: dict[str, Any] = yaml.safe_load(text)
+    return copy.deepcopy(raw)
+
+
+def _function(raw: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(fn for fn in raw["functions"] if fn["name"] == name)
+
+
+def test_the_shipped_graph_loads() -> None:
+    topology = load_topology()
+    stages = [s.name for s in topology.stages]
+    assert stages[0] == "classify" and {fn.stage for fn in topology.functions} == set(stages)
+    assert {b.name for b in topology.barriers} == {"terminal", "capture", "selection"}
+    for fn in topology.functions:
+        assert fn.dead_letter_topic in fn.publishes, fn.name
+
+
+@pytest.mark.parametrize(
+    ("function", "drop", "error"),
+    [
+        (
+            "plan-capture",
+            "candidate-validation",
+            "plan-capture \\(in barrier capture\\) plans it but does not publish candidate-validation",
+        ),
+        ("establish-terminal-state", "log-scan-parts", "establish-terminal-state plans it but does not publish"),
+        ("validate-candidate", "run-selection", "barrier selection runs in validate-candidate"),
+        ("select-candidate", "select-candidate-dlq", "must declare its own dead-letter topic"),
+    ],
+)
+def test_a_missing_declaration_fails_the_topology(function: str, drop: str, error: str) -> None:
+    raw = _raw()
+    _function(raw, function)["publishes"].remove(drop)
+    with pytest.raises(ValueError, match=error):
+        parse_topology(raw)
+
+
+def test_a_barrier_must_run_wherever_its_last_piece_can_land() -> None:
+    raw = _raw()
+    capture = next(b for b in raw["barriers"] if b["name"] == "capture")
+    capture["runs_in"].remove("scan-log-part")  # the last log-scan part settles the terminal state, then fans in
+    with pytest.raises(ValueError, match=r"barrier capture must run in \['scan-log-part'\] too"):
+        parse_topology(raw)
+
+
+def test_publishing_to_another_functions_dead_letter_topic_is_refused() -> None:
+    raw = _raw()
+    _function(raw, "capture-part")["publishes"].append("apply-grant-dlq")
+    with pytest.raises(ValueError, match="another function's dead-letter topic"):
+        parse_topology(raw)
+
+
+def test_fan_outs_and_barriers_name_the_keys_the_handlers_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(handlers, "publish_report", lambda *args: None)
+    run_root = write_sample_run(tmp_path / "sample", "completed-resumed")
+    stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "preserved"))
+    event = manual_event(str(run_root))
+    stack.emit(event)
+    run_id = resolve_run_id(stack.ports, event)
+    records = stack.ports.records
+    topology = load_topology()
+    for barrier in topology.barriers:
+        assert records.result(run_id, barrier.claim) is not None, f"barrier {barrier.name}: no {barrier.claim!r}"
+    for fan in topology.fan_outs:
+        assert records.result(run_id, fan.member_set) is not None, f"fan-out {fan.name}: no {fan.member_set!r}"
+        prefix = fan.member_key.split("{", 1)[0]
+        assert records.results(run_id, prefix), f"fan-out {fan.name}: no member result {prefix}*"
