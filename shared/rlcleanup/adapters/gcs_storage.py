@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlcleanup.adapters.lines import bounded_lines
 from rlcleanup.adapters.local_storage import file_checksums
-from rlcleanup.ports.storage import ObjectInfo, StorageError, WriteOutcome
+from rlcleanup.ports.storage import ChildPage, ObjectInfo, StorageError, WriteOutcome
 from rlcleanup.uris import split_bucket
 
 if TYPE_CHECKING:
@@ -164,6 +164,20 @@ class GcsStorage:
         for blob in self.client.list_blobs(bucket, prefix=key):
             if not blob.name.endswith("/"):  # skip folder placeholders
                 yield _info(blob)
+
+    def list_children(self, prefix_uri: str, page_token: str | None = None, page_size: int = 200) -> ChildPage:
+        """One page of the immediate children of a prefix (a delimiter listing: one request per page, however
+        many objects lie deeper). The sweep walks run roots with it instead of listing every checkpoint."""
+        bucket, key = split_bucket(prefix_uri.rstrip("/") + "/")
+        blobs = self.client.list_blobs(
+            bucket, prefix=key, delimiter="/", max_results=page_size, page_token=page_token or None
+        )
+        page = next(blobs.pages, None)
+        if page is None:
+            return ChildPage([], [], None)
+        objects = [_info(b) for b in page if not b.name.endswith("/")]
+        prefixes = sorted(f"gs://{bucket}/{p.rstrip('/')}" for p in page.prefixes)
+        return ChildPage(prefixes, objects, blobs.next_page_token)
 
     def _range_reader(self) -> _RangeReader | None:
         if not self._lean_reads:

@@ -14,7 +14,7 @@ from pathlib import Path
 import google_crc32c
 
 from rlcleanup.adapters.lines import bounded_lines
-from rlcleanup.ports.storage import ObjectInfo, UnsafePathError, WriteOutcome
+from rlcleanup.ports.storage import ChildPage, ObjectInfo, UnsafePathError, WriteOutcome
 from rlcleanup.uris import strip_file_scheme
 
 _CHUNK = 1024 * 1024
@@ -69,6 +69,28 @@ class LocalStorage:
         if not path.is_file():
             return None
         return self._info(path, uri)
+
+    def list_children(self, prefix_uri: str, page_token: str | None = None, page_size: int = 200) -> ChildPage:
+        """One page of a directory's entries in name order; the token is the last name returned."""
+        root = self._path(prefix_uri)
+        try:
+            names = sorted(e.name for e in os.scandir(root))
+        except (FileNotFoundError, NotADirectoryError):
+            return ChildPage([], [], None)
+        if page_token:
+            names = [n for n in names if n > page_token]
+        page, more = names[:page_size], len(names) > page_size
+        base = prefix_uri.rstrip("/")
+        prefixes, objects = [], []
+        for name in page:
+            path = root / name
+            if path.is_symlink():
+                continue  # never followed out of the run (as list() does)
+            if path.is_dir():
+                prefixes.append(f"{base}/{name}")
+            elif path.is_file():
+                objects.append(self._info(path, f"{base}/{name}"))
+        return ChildPage(prefixes, objects, page[-1] if more and page else None)
 
     def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
         root = self._path(prefix_uri)

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 
 from rlcleanup.adapters.storage_registry import BUILTIN, StorageRegistry
 from rlcleanup.ports.storage import (
+    ChildPage,
     ObjectInfo,
     Storage,
     StorageCapabilities,
@@ -64,6 +65,14 @@ class RoutingStorage:
 
     def iter_lines(self, uri: str) -> Iterator[str]:
         return self._for(uri).iter_lines(uri)
+
+    def list_children(self, prefix_uri: str, page_token: str | None = None, page_size: int = 200) -> ChildPage:
+        backend = self._for(prefix_uri)
+        lister = getattr(backend, "list_children", None)
+        if lister is None:
+            raise NotImplementedError(f"{prefix_uri}: this storage cannot list a prefix's children page by page")
+        page: ChildPage = lister(prefix_uri, page_token, page_size)
+        return page
 
     def read_generation(self, uri: str, generation: int | None, max_bytes: int = 1024 * 1024) -> bytes | None:
         """An object at a generation (GCS); a local file has one version, so generation is ignored there."""

@@ -95,6 +95,7 @@ class RecordStatus(StrEnum):
     awaiting_authority = "awaiting_authority"
     complete = "complete"
     failed = "failed"  # rlcleanup itself could not finish; errors[] says why
+    stalled = "stalled"  # the sweep found work that can no longer finish by itself; remaining_work says what
 
 
 class Visibility(StrEnum):

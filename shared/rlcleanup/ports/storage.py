@@ -28,6 +28,15 @@ class ObjectInfo:
     version: str | None = None  # S3: the object version id, when the bucket is versioned
 
 
+@dataclass(frozen=True)
+class ChildPage:
+    """One page of a prefix's immediate children: sub-prefixes ("directories") and the objects directly in it."""
+
+    prefixes: list[str]
+    objects: list[ObjectInfo]
+    next_token: str | None
+
+
 class WriteOutcome(StrEnum):
     created = "created"  # the object did not exist and now holds our bytes
     identical = "identical"  # it existed with the same content: a safe replay

@@ -364,6 +364,7 @@ HANDLERS: dict[str, Handler] = {
     "capture_pre_cancel": authority_handlers.capture_pre_cancel,
     "retry_waiting_grants": authority_handlers.retry_waiting_grants,
     "on_storage_event": source_handlers.on_storage_event,
+    "sweep": source_handlers.sweep,
 }
 
 

@@ -1,4 +1,5 @@
-"""Handlers of the event sources: Cloud Storage notifications (on-storage-event) → job-events.
+"""Handlers of the event sources: Cloud Storage notifications (on-storage-event) and the reconciling sweep
+(sweep: scheduler ticks, listing pages, stalled records, controller polls) → job-events.
 
 Each source handler turns what it received into `JobEvent` hints on `job-events` and nothing else: classifying,
 settling and capturing stay with on-job-event and the stages after it, whose claim keys make a duplicate or late
@@ -8,14 +9,34 @@ record-store call.
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import Any
+import os
+from datetime import datetime
+from typing import Any, cast
+
+from pydantic import ValidationError
 
 from rlcleanup.models.events import JobEvent
+from rlcleanup.models.record import RunError
 from rlcleanup.runtime.claims import once
 from rlcleanup.runtime.errors import PermanentError
 from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.topology import load_topology
 from rlcleanup.sources import gcs_notifications as gcsn
+from rlcleanup.sources import iris, ray
+from rlcleanup.sources.sweep import (
+    ChildLister,
+    SweepConfig,
+    SweepPage,
+    SweepRecords,
+    parse_sweep_message,
+    plan_redrive,
+    stalled_fields,
+    stalled_records,
+    sweep_page,
+    tick,
+)
 from rlcleanup.steps.facts import safe_run_id
 from rlcleanup.uris import basename, parent
 
@@ -79,3 +100,82 @@ def read_generation(p: Ports, uri: str, generation: int | None, max_bytes: int) 
 
 def _no_read(uri: str, generation: int | None) -> bytes | None:
     raise AssertionError("decided from the attributes alone")  # pragma: no cover - guarded by the caller
+
+
+# ---------------------------------------------------------------- sweep (scheduler ticks and continuations)
+
+SWEEP_TOPIC = "sweep"
+SEEN = "source_seen"  # controller jobs already turned into events: (cluster, job uid) -> what was published
+
+
+def sweep_config() -> SweepConfig:
+    slowest = max(fn.timeout_seconds for fn in load_topology().functions)
+    return SweepConfig.from_env(slowest_timeout_seconds=slowest)
+
+
+def sweep(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    try:
+        config = sweep_config()
+        msg = parse_sweep_message(data)
+    except (ValueError, ValidationError) as exc:
+        raise PermanentError("bad_sweep_message", str(exc)[:500]) from exc
+    now = p.clock.now()
+    if msg is None:
+        fanout = tick(config)
+        for item in fanout:
+            p.bus.publish(SWEEP_TOPIC, item.model_dump_json().encode(), {"kind": item.kind})
+        return f"tick: {len(fanout)} sweep messages ({len(config.roots)} roots)"
+    if isinstance(msg, SweepPage):
+        storage = cast(ChildLister, p.storage)
+        out = sweep_page(storage, p.records, msg, now, config)
+        for page in out.continuations:
+            p.bus.publish(SWEEP_TOPIC, page.model_dump_json().encode(), {"kind": page.kind})
+        for event in out.events:
+            publish_job_event(p, event)
+        return f"page {msg.prefix}: {len(out.events)} events, {len(out.continuations)} continuations"
+    if isinstance(msg, SweepRecords):
+        return _sweep_records(p, now, config)
+    return _poll_controller(p, msg.source, now)
+
+
+def _sweep_records(p: Ports, now: datetime, config: SweepConfig) -> str:
+    redriven = stalled = 0
+    for record in stalled_records(p.records, now, config):
+        plan = plan_redrive(p.records, record, p.preserve_root)
+        for topic, payload in plan.republish:
+            p.bus.publish(topic, json.dumps(payload).encode(), {"run_id": record.run_id, "redrive": "sweep"})
+        if plan.republish:
+            redriven += 1
+            log.info("sweep re-drove %s: %s", record.run_id, [t for t, _ in plan.republish])
+        if plan.missing:
+            stalled += 1
+            p.records.update(record.run_id, stalled_fields(plan.missing, now))
+            message = f"stalled: missing {', '.join(plan.missing)}"[:2000]
+            p.records.add_errors(record.run_id, [RunError(step="sweep", code="stalled", message=message)])
+            log.warning("sweep marked %s stalled: %s", record.run_id, message)
+    return f"records: {redriven} re-driven, {stalled} stalled"
+
+
+def _poll_controller(p: Ports, source: str, now: datetime) -> str:
+    def seen(key: str) -> bool:
+        return p.records.get_doc(SEEN, key) is not None
+
+    found: list[iris.Found] | list[ray.Found]
+    if source == "iris":
+        url = os.environ["RLCLEANUP_IRIS_URL"]
+        client = iris.IrisClient(url, os.environ.get("RLCLEANUP_IRIS_TOKEN") or None)
+        cluster = os.environ.get("RLCLEANUP_IRIS_CLUSTER") or url
+        template = os.environ.get("RLCLEANUP_IRIS_RUN_URI_TEMPLATE") or None
+        found = iris.poll(client, cluster, seen, run_uri_template=template, now=now)
+    else:
+        url = os.environ["RLCLEANUP_RAY_URL"]
+        found = ray.poll(ray.list_jobs(url), os.environ.get("RLCLEANUP_RAY_CLUSTER") or url, seen, now)
+    published = 0
+    for item in found:
+        if item.event is not None:
+            publish_job_event(p, item.event)  # before marking it seen: a crash in between republishes (harmless)
+            published += 1
+        else:
+            log.warning("%s poll: %s", source, item.reason)
+        p.records.put_doc(SEEN, item.key, {"source": source, "outcome": item.reason}, only_if_absent=True)
+    return f"{source}: {published} events, {len(found) - published} jobs without a run"

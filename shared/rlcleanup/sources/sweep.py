@@ -1,0 +1,334 @@
+"""The reconciling sweep: level-triggered, so a missed, late or never-sent event still ends in a finished record.
+
+Cloud Scheduler publishes a tick to `sweep`; the tick fans out into bounded continuation messages on the same
+topic, each one page of work:
+- `SweepPage`: one page of one prefix under a configured run root (a delimiter listing: one request per page).
+  Above the run level it publishes a page per child prefix; at the run level it looks at each run root (one
+  listing of R's own objects, one read of `.executor_status`) and emits a `JobEvent` (source `sweep`) for a run
+  whose durable state is terminal and that has no finished record. A run whose `.executor_status` says RUNNING
+  with no fresh `.executor_status.lock` (Marin refreshes it every ~30 s; SIGKILL leaves it stale, Ctrl-C deletes
+  it) and nothing written for `lock_stale_seconds` lost its controller: it is emitted as `ABSENT`, settled from
+  its artifacts. The next page travels as a continuation (`page_token`).
+- `SweepRecords`: records stuck `in_progress` past the stall deadline (default 2 x the slowest function timeout
+  after the record's last update) are re-driven by republishing the stage messages that can be rebuilt from
+  stored state (the same messages their stages publish; every stage is claim-guarded, so a duplicate is a no-op),
+  or marked `stalled` with exactly what is missing when the missing work cannot be rebuilt.
+- `SweepController`: one poll of an optional controller (Iris, Ray; sources/iris.py, sources/ray.py).
+Events are hints and claims are the truth: the sweep may emit an event for a run twice; on-job-event's classify
+claim makes it one run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rlcleanup.models.events import JobEvent
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.ports.records import RecordStore
+from rlcleanup.ports.storage import ChildPage, ObjectInfo
+from rlcleanup.steps.facts import safe_run_id
+from rlcleanup.steps.layout import parse_executor_status
+from rlcleanup.uris import basename, parent
+
+SOURCE = "sweep"
+STATUS_FILE = ".executor_status"
+LOCK_FILE = ".executor_status.lock"
+TERMINAL_TOKENS = frozenset({"SUCCESS", "FAILED", "DEP_FAILED", "CANCELLED"})
+LAYOUT_C_MARKERS = ("latest_ckpt_global_step.txt", "resolved_config.yaml")
+DEFAULT_PAGE_SIZE = 100
+DEFAULT_LOCK_STALE_SECONDS = 900.0  # 30 x Marin's refresh: a long GC pause or a slow bucket never looks dead
+DEFAULT_QUIESCENT_SECONDS = 24 * 3600.0  # Layout C has no status file: a day with no new object ends it
+DEFAULT_RECORD_SCAN_LIMIT = 1000
+
+
+class ChildLister(Protocol):
+    def list_children(self, prefix_uri: str, page_token: str | None = None, page_size: int = 200) -> ChildPage: ...
+
+    def read_bytes(self, uri: str, max_bytes: int = ...) -> bytes: ...
+
+
+# ---------------------------------------------------------------- configuration
+
+
+class SweepRoot(BaseModel):
+    """A run root: Marin output prefixes hold runs at `<prefix>/<name>/<version>` (depth 2), Layout C roots at
+    `<root>/<RUN>` (depth 1)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    uri: str = Field(min_length=1)
+    depth: int = Field(default=2, ge=1, le=6)
+
+
+class SweepConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    roots: list[SweepRoot] = []
+    stall_seconds: float = Field(gt=0)
+    page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=1000)
+    lock_stale_seconds: float = Field(default=DEFAULT_LOCK_STALE_SECONDS, gt=0)
+    quiescent_seconds: float = Field(default=DEFAULT_QUIESCENT_SECONDS, gt=0)
+    record_scan_limit: int = Field(default=DEFAULT_RECORD_SCAN_LIMIT, ge=1)
+    controllers: list[Literal["iris", "ray"]] = []
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, *, slowest_timeout_seconds: float) -> SweepConfig:
+        """RLCLEANUP_SWEEP_ROOTS: a JSON list of {"uri", "depth"} or comma-separated URIs (depth 2);
+        RLCLEANUP_STALL_SECONDS (default 2 x the slowest function timeout); RLCLEANUP_SWEEP_PAGE_SIZE;
+        RLCLEANUP_IRIS_URL / RLCLEANUP_RAY_URL switch their pollers on."""
+        env = os.environ if env is None else env
+        raw = env.get("RLCLEANUP_SWEEP_ROOTS", "").strip()
+        roots: list[Any]
+        if raw.startswith("["):
+            roots = json.loads(raw)
+        else:
+            roots = [{"uri": part.strip()} for part in raw.split(",") if part.strip()]
+        fields: dict[str, Any] = {"roots": roots, "stall_seconds": 2 * slowest_timeout_seconds}
+        for name, key in (
+            ("stall_seconds", "RLCLEANUP_STALL_SECONDS"),
+            ("page_size", "RLCLEANUP_SWEEP_PAGE_SIZE"),
+            ("lock_stale_seconds", "RLCLEANUP_SWEEP_LOCK_STALE_SECONDS"),
+            ("quiescent_seconds", "RLCLEANUP_SWEEP_QUIESCENT_SECONDS"),
+        ):
+            if env.get(key):
+                fields[name] = env[key]
+        fields["controllers"] = [c for c in ("iris", "ray") if env.get(f"RLCLEANUP_{c.upper()}_URL")]
+        try:
+            return cls.model_validate(fields)
+        except ValidationError as exc:
+            raise ValueError(f"sweep configuration: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from exc
+
+
+# ---------------------------------------------------------------- messages on the `sweep` topic
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SweepPage(_Msg):
+    kind: Literal["page"] = "page"
+    root: SweepRoot
+    prefix: str  # the prefix whose children this page lists
+    level: int = Field(ge=0)  # prefix's depth below the root (0 = the root)
+    page_token: str | None = None
+
+
+class SweepRecords(_Msg):
+    kind: Literal["records"] = "records"
+
+
+class SweepController(_Msg):
+    kind: Literal["controller"] = "controller"
+    source: Literal["iris", "ray"]
+    offset: int = Field(default=0, ge=0)
+
+
+SweepMessage = SweepPage | SweepRecords | SweepController
+
+
+def parse_sweep_message(data: bytes) -> SweepMessage | None:
+    """A continuation message, or None for a tick (Cloud Scheduler's body is whatever the job says)."""
+    try:
+        payload = json.loads(data) if data.strip() else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(payload, dict) or payload.get("kind") not in ("page", "records", "controller"):
+        return None
+    models: dict[str, type[SweepPage] | type[SweepRecords] | type[SweepController]] = {
+        "page": SweepPage,
+        "records": SweepRecords,
+        "controller": SweepController,
+    }
+    return models[payload["kind"]].model_validate(payload)  # a malformed continuation: ValidationError
+
+
+def tick(config: SweepConfig) -> list[SweepMessage]:
+    """The fan-out of one scheduler tick: a page per root, the record scan, a poll per controller."""
+    pages: list[SweepMessage] = [SweepPage(root=r, prefix=r.uri.rstrip("/"), level=0) for r in config.roots]
+    return [*pages, SweepRecords(), *(SweepController(source=c) for c in config.controllers)]
+
+
+# ---------------------------------------------------------------- run roots
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    run_uri: str
+    state: str | None  # the event state to emit (SUCCESS / FAILED / ... / ENDED / ABSENT), None: not terminal
+    reason: str
+    observed_at: datetime | None = None
+
+
+def look_at_run(storage: ChildLister, run_uri: str, now: datetime, config: SweepConfig) -> RunVerdict:
+    """Is this run root's durable state terminal? One listing of R's own objects, at most one small read."""
+    page = storage.list_children(run_uri, None, 1000)
+    objects = {basename(o.uri): o for o in page.objects}
+    status = objects.get(STATUS_FILE)
+    if status is not None:
+        token = parse_executor_status(storage.read_bytes(status.uri, 1024 * 1024).decode("utf-8", "replace"))
+        if token in TERMINAL_TOKENS:
+            return RunVerdict(run_uri, token, f"{STATUS_FILE} reads {token}", status.updated)
+        lock = objects.get(LOCK_FILE)
+        newest = max((t for t in (status.updated, lock.updated if lock else None) if t is not None), default=None)
+        if token == "RUNNING" and newest is not None and (now - newest).total_seconds() > config.lock_stale_seconds:
+            how = "no lock" if lock is None else f"lock last refreshed {newest.isoformat(timespec='seconds')}"
+            return RunVerdict(run_uri, "ABSENT", f"{STATUS_FILE} RUNNING with {how}: its controller vanished", newest)
+        return RunVerdict(run_uri, None, f"{STATUS_FILE} reads {token or 'nothing'}: still running")
+    if "terminal.json" in objects:
+        return RunVerdict(run_uri, "SUCCESS", "terminal.json (written on success)", objects["terminal.json"].updated)
+    if any(m in objects for m in LAYOUT_C_MARKERS):
+        newest = _newest([*page.objects, *_logs(storage, run_uri)])
+        if newest is not None and (now - newest).total_seconds() > config.quiescent_seconds:
+            return RunVerdict(
+                run_uri, "ABSENT", f"Layout C run quiet since {newest.isoformat(timespec='seconds')}", newest
+            )
+        return RunVerdict(run_uri, None, "Layout C run still writing")
+    return RunVerdict(run_uri, None, "not a run root (no status, terminal.json or Layout C marker)")
+
+
+def _logs(storage: ChildLister, run_uri: str) -> list[ObjectInfo]:
+    return storage.list_children(f"{run_uri}/logs", None, 1000).objects
+
+
+def _newest(objects: list[ObjectInfo]) -> datetime | None:
+    return max((o.updated for o in objects if o.updated is not None), default=None)
+
+
+def run_id_hint(run_uri: str) -> str:
+    """Layout A run ids are `<name>-<version>` (run-layout.md); Layout C runs are named by their directory."""
+    return safe_run_id(f"{basename(parent(run_uri))}-{basename(run_uri)}")
+
+
+FINISHED = frozenset(s for s in RecordStatus if s is not RecordStatus.in_progress)
+
+
+@dataclass
+class PageOutcome:
+    continuations: list[SweepPage]
+    events: list[JobEvent]
+    skipped: dict[str, str]  # run URI -> why no event
+
+
+def sweep_page(
+    storage: ChildLister, records: RecordStore, msg: SweepPage, now: datetime, config: SweepConfig
+) -> PageOutcome:
+    page = storage.list_children(msg.prefix, msg.page_token, config.page_size)
+    out = PageOutcome([], [], {})
+    if page.next_token:
+        out.continuations.append(msg.model_copy(update={"page_token": page.next_token}))
+    if msg.level + 1 < msg.root.depth:
+        out.continuations += [SweepPage(root=msg.root, prefix=p, level=msg.level + 1) for p in page.prefixes]
+        return out
+    for run_uri in page.prefixes:
+        record = _record(records, run_uri)
+        if record is not None:
+            out.skipped[run_uri] = f"record {record.run_id} is {record.status.value}"
+            continue
+        verdict = look_at_run(storage, run_uri, now, config)
+        if verdict.state is None:
+            out.skipped[run_uri] = verdict.reason
+            continue
+        out.events.append(
+            JobEvent(
+                source=SOURCE,
+                job_id=f"sweep:{run_uri}",
+                run_uri=run_uri,
+                state=verdict.state,
+                # The artifact's own time: the same run found by two sweeps is the same event (event_key).
+                observed_at=verdict.observed_at or now,
+                error=verdict.reason if verdict.state == "ABSENT" else None,
+            )
+        )
+    return out
+
+
+def _record(records: RecordStore, run_uri: str) -> CompletionRecord | None:
+    return records.get(run_id_hint(run_uri))
+
+
+# ---------------------------------------------------------------- stalled records
+
+# The stage claim keys of runtime/handlers.py (what each stage stores when it is done).
+K_CLASSIFY, K_TERMINAL_PLAN, K_TERMINAL = "classify", "terminal-plan", "terminal"
+K_CAPTURE_PLAN, K_FANIN_CAPTURE, K_TARGETS, K_SELECT = "capture-plan", "fanin:capture", "fanout:validate", "select"
+
+
+@dataclass(frozen=True)
+class Redrive:
+    """What to do about one stalled run: messages to republish (topic, payload), or what is missing for good."""
+
+    run_id: str
+    republish: list[tuple[str, dict[str, Any]]]
+    missing: list[str]
+
+
+def stalled_records(records: RecordStore, now: datetime, config: SweepConfig) -> list[CompletionRecord]:
+    limit = timedelta(seconds=config.stall_seconds)
+    return [
+        r
+        for r in records.list_runs(limit=config.record_scan_limit)
+        if r.status is RecordStatus.in_progress and now - r.updated_at > limit
+    ]
+
+
+def plan_redrive(records: RecordStore, record: CompletionRecord, preserve_root: str | None) -> Redrive:
+    """Rebuild the messages of the stages that did not finish, from what the stages stored; list the rest."""
+    run_id = record.run_id
+    done = records.results(run_id, "")
+    capture_plan = done.get(K_CAPTURE_PLAN)
+    preserve = (capture_plan or {}).get("preserve_root") or preserve_root
+    if preserve is None:
+        return Redrive(run_id, [], ["a preserve root (none configured and no capture plan stored)"])
+    source, _, state = (record.controller_state or "").partition(":")
+    run_msg = {"run_id": run_id, "run_uri": record.run_uri, "preserve_root": preserve}
+    if state and K_TERMINAL not in done:  # classify's "<source>:<state>" is still there until the terminal step
+        run_msg |= {"event_source": source, "event_state": state}
+    if K_CLASSIFY not in done:
+        return Redrive(run_id, [("job-events", _event_payload(record))], [])
+    missing: list[str] = []
+    plan = done.get(K_TERMINAL_PLAN)
+    if plan is not None and K_TERMINAL not in done:
+        missing += [f"log-scan part {p['part_id']}" for p in plan["parts"] if f"log-scan:{p['part_id']}" not in done]
+    if capture_plan is not None and K_FANIN_CAPTURE not in done:
+        missing += [f"capture part {pid}" for pid in capture_plan["parts"] if f"capture-part:{pid}" not in done]
+    if missing:  # their messages carry file lists nobody stored: only a re-emitted event can redo them
+        return Redrive(run_id, [], missing)
+    if plan is None or capture_plan is None or K_FANIN_CAPTURE not in done:
+        # Each stage re-checks its own claim; a republished run-classified also re-tries both fan-ins.
+        return Redrive(run_id, [("run-classified", run_msg)], [])
+    targets = (done.get(K_TARGETS) or {}).get("targets", [])
+    pending = [t for t in targets if f"validate:{t}" not in done]
+    if pending:
+        base = {"run_id": run_id, "run_uri": record.run_uri, "preserve_root": preserve}
+        return Redrive(run_id, [("candidate-validation", {**base, "target": t}) for t in pending], [])
+    if K_SELECT not in done:
+        return Redrive(run_id, [("run-selection", run_msg)], [])
+    return Redrive(run_id, [], ["nothing: every stage is done, yet the record is in_progress"])
+
+
+def _event_payload(record: CompletionRecord) -> dict[str, Any]:
+    event = JobEvent(
+        source=SOURCE,
+        job_id=f"sweep:{record.run_uri}",
+        run_uri=record.run_uri,
+        state="ENDED",
+        observed_at=record.created_at,
+    )
+    return event.model_dump(mode="json")
+
+
+def stalled_fields(missing: list[str], now: datetime) -> dict[str, Any]:
+    return {
+        "status": RecordStatus.stalled.value,
+        "remaining_work": [
+            f"stalled (sweep {now.isoformat(timespec='seconds')}): missing {', '.join(missing)}; "
+            "re-emit the run's terminal event to redo it"
+        ],
+    }

@@ -1,0 +1,103 @@
+"""STAND-IN for an Iris controller (no Iris emulator exists): `iris.cluster.ControllerService` over the Connect
+protocol's unary JSON form, for the three RPCs the sweep's poller calls: ListJobs, GetJobState, GetJobStatus.
+
+Shapes are those of marin-community/marin `lib/iris/src/iris/rpc/controller.proto` @010ac14 (ListJobsRequest
+{query: JobQuery{state_filter, name_filter, sort_field, sort_direction, offset, limit ≤ 500}}, ListJobsResponse
+{jobs, total_count, has_more}, GetJobStateResponse{states}, GetJobStatusResponse{job, request}), `job.proto`
+@cc38352 (JobStatus, JobState names JOB_STATE_*) and `time.proto` (Timestamp{epoch_ms}), written with the proto3
+JSON mapping (lowerCamelCase names, enum names, int64 as strings). Requests without the configured bearer token
+get Connect's `unauthenticated` error (HTTP 401, `{"code", "message"}`); unknown methods `unimplemented` (404).
+It is not Iris: no scheduling, no tasks, no persistence beyond the jobs file.
+
+    python -m rlcleanup.stack.standins.iris_controller --port 8123 --jobs jobs.json
+
+jobs.json: {"token": "...", "jobs": [JobStatus JSON...], "env": {job_id: {VAR: value}}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+SERVICE = "/iris.cluster.ControllerService/"
+
+
+def _state_name(value: Any) -> str:
+    return str(value).removeprefix("JOB_STATE_").lower()
+
+
+def _submitted(job: dict[str, Any]) -> int:
+    return int((job.get("submittedAt") or {}).get("epochMs") or 0)
+
+
+def list_jobs(jobs: list[dict[str, Any]], query: dict[str, Any]) -> dict[str, Any]:
+    state = str(query.get("stateFilter") or query.get("state_filter") or "").lower()
+    name = str(query.get("nameFilter") or query.get("name_filter") or "").lower()
+    rows = [j for j in jobs if (not state or _state_name(j.get("state")) == state)]
+    rows = [j for j in rows if not name or name in str(j.get("name", "")).lower()]
+    rows.sort(key=_submitted, reverse=query.get("sortDirection") != "SORT_DIRECTION_ASC")
+    offset = int(query.get("offset") or 0)
+    limit = min(int(query.get("limit") or 50), 500)  # JobQuery.limit: default 50, max 500
+    page = rows[offset : offset + limit]
+    return {"jobs": page, "totalCount": len(rows), "hasMore": offset + len(page) < len(rows)}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    jobs_file: Path
+
+    def do_POST(self) -> None:
+        state = json.loads(self.jobs_file.read_text())
+        token = state.get("token")
+        if token and self.headers.get("Authorization") != f"Bearer {token}":
+            return self._reply(401, {"code": "unauthenticated", "message": "missing or wrong bearer token"})
+        if self.headers.get("Content-Type", "").split(";")[0] != "application/json":
+            return self._reply(415, {"code": "invalid_argument", "message": "Content-Type must be application/json"})
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        method = self.path.removeprefix(SERVICE) if self.path.startswith(SERVICE) else ""
+        jobs: list[dict[str, Any]] = state.get("jobs", [])
+        if method == "ListJobs":
+            return self._reply(200, list_jobs(jobs, body.get("query") or {}))
+        if method == "GetJobState":
+            wanted = body.get("jobIds") or body.get("job_ids") or []
+            return self._reply(200, {"states": {j["jobId"]: j["state"] for j in jobs if j["jobId"] in wanted}})
+        if method == "GetJobStatus":
+            job_id = body.get("jobId") or body.get("job_id")
+            # A reused name leaves only the newest job under that id, as the controller replaces finished jobs.
+            match = sorted((j for j in jobs if j["jobId"] == job_id), key=_submitted)
+            if not match:
+                return self._reply(404, {"code": "not_found", "message": f"job {job_id} not found"})
+            env = (state.get("env") or {}).get(job_id, {})
+            request = {"name": match[-1].get("name", ""), "environment": {"envVars": env}}
+            return self._reply(200, {"job": match[-1], "request": request})
+        return self._reply(404, {"code": "unimplemented", "message": f"{self.path} is not served by this stand-in"})
+
+    def do_GET(self) -> None:  # readiness probe
+        self._reply(200, {"standin": "iris-controller"})
+
+    def _reply(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Iris controller stand-in (Connect JSON)")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--jobs", type=Path, required=True)
+    args = ap.parse_args(argv)
+    handler = type("Handler", (_Handler,), {"jobs_file": args.jobs})
+    ThreadingHTTPServer((args.host, args.port), handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main()
