@@ -7,6 +7,7 @@ when the header is longer than that block. Every field is checked against the fo
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import struct
@@ -23,8 +24,9 @@ MIN_HEADER_BYTES = 2  # "{}"
 MAX_JSON_DEPTH = 8
 _U64 = 1 << 64  # the format stores sizes and offsets as u64/usize: larger numbers cannot be real
 
-# Bits per element (safetensors Dtype::bitsize). Sub-byte dtypes must still fill whole bytes.
-DTYPE_BITS: dict[str, int] = {
+# Bits per element (safetensors Dtype::bitsize). Sub-byte dtypes must still fill whole bytes. This static copy
+# (safetensors 0.8 `Dtype`) is only the fallback: `library_dtype_bits()` asks the installed library itself.
+_STATIC_DTYPE_BITS: dict[str, int] = {
     "BOOL": 8,
     "F4": 4,
     "F6_E2M3": 6,
@@ -34,6 +36,8 @@ DTYPE_BITS: dict[str, int] = {
     "F8_E5M2": 8,
     "F8_E4M3": 8,
     "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
     "I16": 16,
     "U16": 16,
     "F16": 16,
@@ -46,6 +50,45 @@ DTYPE_BITS: dict[str, int] = {
     "I64": 64,
     "U64": 64,
 }
+_VARIANTS = re.compile(r"expected one of ((?:`\w+`(?:, )?)+)")
+
+
+def _probe(deserialize: Any, dtype: str, numel: int, nbytes: int) -> str | None:
+    header = json.dumps({"t": {"dtype": dtype, "shape": [numel], "data_offsets": [0, nbytes]}}).encode()
+    try:
+        deserialize(struct.pack("<Q", len(header)) + header + b"\0" * nbytes)
+    except Exception as exc:  # the library's own error type; its message is the data here
+        return str(exc)
+    return None
+
+
+@functools.cache
+def library_dtype_bits() -> dict[str, int]:
+    """The dtype table of the installed `safetensors`, asked of the library itself (issue 14 item 8).
+
+    The Rust reader exposes no table, but it names every `Dtype` variant when it rejects an unknown one (serde's
+    "unknown variant ..., expected one of `BOOL`, `F4`, ..."), and it checks `numel * bitsize == 8 * bytes`: the
+    bits of each dtype are the byte count it accepts for 8 elements. Falls back to the static table when the
+    library cannot be asked (not installed, or its message changed).
+    """
+    try:
+        from safetensors._safetensors_rust import deserialize
+    except ImportError:
+        return dict(_STATIC_DTYPE_BITS)
+    message = _probe(deserialize, "__rlcleanup_probe__", 1, 1) or ""
+    match = _VARIANTS.search(message)
+    if match is None:
+        return dict(_STATIC_DTYPE_BITS)
+    bits: dict[str, int] = {}
+    for name in re.findall(r"`(\w+)`", match.group(1)):
+        # 8 elements take `bits` bytes: the smallest accepted byte count is the bit size (≤ 128 bits/element).
+        found = next((n for n in range(1, 129) if _probe(deserialize, name, 8, n) is None), None)
+        if found is not None:
+            bits[name] = found
+    return bits or dict(_STATIC_DTYPE_BITS)
+
+
+DTYPE_BITS: dict[str, int] = library_dtype_bits()
 
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
