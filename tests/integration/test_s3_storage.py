@@ -19,7 +19,7 @@ import pytest
 
 from rlcleanup.adapters.s3_storage import S3Endpoint, S3Storage, etag_md5, named_endpoints
 from rlcleanup.ports.storage import StorageAccessError, StorageError, WriteOutcome
-from rlcleanup.runtime.errors import classify_error
+from rlcleanup.errors import ErrorKind, error_kind
 from rlcleanup.stack import procs, s3_server
 
 pytestmark = pytest.mark.integration
@@ -93,8 +93,7 @@ def test_wrong_secret_unknown_key_and_read_only_identity(s3_endpoint: str, s3_ad
         with pytest.raises(StorageAccessError, match="access denied or bad credentials") as err:
             S3Storage([], _endpoint(s3_endpoint, key, secret)).stat(uri)
         assert s3_endpoint in str(err.value) and "wrong" not in str(err.value)  # names the endpoint, not the secret
-        permanent = classify_error(err.value)
-        assert permanent is not None and permanent.code == "storage_access"  # recorded, not retried forever
+        assert error_kind(err.value) is ErrorKind.domain and err.value.code == "storage_access"  # recorded, not retried forever
     reader = S3Storage([], _endpoint(s3_endpoint, s3_server.READER_KEY, s3_server.READER_SECRET))
     assert reader.read_bytes(uri) == b"v"
     with pytest.raises(StorageAccessError):
@@ -162,7 +161,7 @@ def test_wrong_endpoint_fails_after_bounded_retries(bucket: str) -> None:
     with pytest.raises(StorageError, match=dead.replace(".", r"\.")) as err:
         storage.read_range(f"s3://{bucket}/k", 0, 8)
     assert time.monotonic() - t0 < 30
-    assert classify_error(err.value) is None  # transient: the delivery is retried with backoff, then dead-lettered
+    assert error_kind(err.value) is ErrorKind.transient  # transient: the delivery is retried with backoff, then dead-lettered
 
 
 @pytest.mark.faults("--slowdown", "2")
@@ -179,7 +178,7 @@ def test_throttling_that_never_ends_is_transient_not_silent(fault_proxy: str, bu
     storage = S3Storage([], _endpoint(fault_proxy), retry=_FAST_RETRY)
     with pytest.raises(StorageError, match=r"SlowDown|503") as err:
         storage.read_range(f"s3://{bucket}/t", 0, 8)
-    assert classify_error(err.value) is None
+    assert error_kind(err.value) is ErrorKind.transient
     assert _stats(fault_proxy)["throttled"] == 4  # the first try and three retries, then it gave up
 
 
@@ -190,7 +189,7 @@ def test_bucket_in_another_region_is_a_clear_permanent_error(
     proxy = request.getfixturevalue("fault_proxy")
     with pytest.raises(StorageAccessError, match="another region") as err:
         S3Storage([], _endpoint(proxy), retry=_FAST_RETRY).read_range("s3://eu-bucket/k", 0, 8)
-    assert classify_error(err.value) is not None
+    assert error_kind(err.value) is ErrorKind.domain
 
 
 def test_s3_to_gcs_and_local_stream_verified_and_write_once(

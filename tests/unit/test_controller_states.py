@@ -10,10 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from rlcleanup.authority.controllers import _iris_state
+from rlcleanup.errors import InvalidMessage
 from rlcleanup.models.controller_states import IRIS, SOURCES, UnknownStateSource, Verdict, source
 from rlcleanup.models.events import JobEvent
 from rlcleanup.runtime.embedded import manual_event
-from rlcleanup.runtime.errors import classify_error
 from rlcleanup.steps.terminal import normalize_state
 
 
@@ -51,8 +51,8 @@ def test_unknown_source_is_rejected_with_the_known_ones_named() -> None:
         normalize_state("FAILED", "nomad")
     with pytest.raises(ValidationError) as info:
         _event(source="nomad", state="FAILED")
-    error = classify_error(info.value)
-    assert error is not None and error.code == "invalid_message" and "nomad" in str(error)
+    error = InvalidMessage.from_validation(info.value)  # what decoding the message raises
+    assert error.code == "invalid_message" and "nomad" in str(error)
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime.embedded import EmbeddedStack
 from rlcleanup.runtime.envelope import decode_cloud_event
-from rlcleanup.runtime.errors import PermanentError
 from rlcleanup.samples.generator import write_sample_run
 
 NOW = datetime.now(UTC)

@@ -13,14 +13,15 @@ import pytest
 from google.api_core import exceptions as gexc
 
 from rlcleanup.adapters.firestore_records import FirestoreRecordStore, timeout_seconds
-from rlcleanup.logging_setup import CloudLoggingFormatter, set_context
-from rlcleanup.runtime.errors import (
+from rlcleanup.errors import (
+    ErrorKind,
     PermanentError,
     RecordStoreLost,
     RecordStoreUnavailable,
     RetryLater,
-    classify_error,
+    error_kind,
 )
+from rlcleanup.logging_setup import CloudLoggingFormatter, set_context
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def _lines(stream: io.StringIO) -> list[dict[str, Any]]:
 
 def test_unavailable_is_transient_and_names_run_step_and_cause() -> None:
     err = RecordStoreUnavailable("run-1", "capture_part", "claim capture-part:run-0", gexc.ServiceUnavailable("down"))
-    assert classify_error(err) is None  # transient: re-raised → HTTP 500 → Pub/Sub redelivers
+    assert error_kind(err) is ErrorKind.transient  # transient: re-raised → HTTP 500 → Pub/Sub redelivers
     assert not isinstance(err, RetryLater | PermanentError)
     text = str(err)
     assert "run run-1" in text and "step capture_part" in text and "claim capture-part:run-0" in text
@@ -66,13 +67,12 @@ def test_unavailable_cause_is_one_bounded_line() -> None:
     [gexc.ServiceUnavailable("x"), gexc.DeadlineExceeded("x"), gexc.RetryError("Timeout of 10.0s exceeded", None)],
 )
 def test_raw_client_unavailability_is_transient_too(exc: Exception) -> None:
-    assert classify_error(exc) is None
+    assert error_kind(exc) is ErrorKind.transient
 
 
 def test_lost_database_is_permanent_and_says_what_remains() -> None:
     err = RecordStoreLost("run-1", "establish_terminal_state", "2026-12-02T17:20:37+00:00")
-    permanent = classify_error(err)
-    assert permanent is err and err.code == "record_store_lost"
+    assert error_kind(err) is ErrorKind.domain and err.code == "record_store_lost"
     text = str(err)
     assert "run run-1" in text and "establish_terminal_state" in text and "2026-12-02T17:20:37" in text
     assert "re-emit its terminal event" in text
@@ -128,7 +128,7 @@ def test_outage_raises_unavailable_and_logs_error_with_run_step_cause(json_log: 
     with pytest.raises(RecordStoreUnavailable) as info:
         store.result("run-7", "capture-plan")
     assert info.value.run_id == "run-7" and info.value.step == "capture_part"
-    assert classify_error(info.value) is None
+    assert error_kind(info.value) is ErrorKind.transient
     (line,) = _lines(json_log)
     assert line["severity"] == "ERROR"
     assert line["run_id"] == "run-7" and line["step"] == "capture_part"

@@ -11,9 +11,9 @@ from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.adapters.storage_registry import BUILTIN, GCS, LOCAL, StorageBackend, StorageRegistry
 from rlcleanup.adapters.storage_router import RoutingStorage
 from rlcleanup.authority.visibility import read_visibility
+from rlcleanup.errors import ErrorKind, error_kind
 from rlcleanup.models.vocab import Visibility
 from rlcleanup.ports.storage import StorageCapabilities, UnknownSchemeError, WriteOutcome
-from rlcleanup.runtime.errors import classify_error
 from rlcleanup.uris import scheme, split_bucket
 
 
@@ -60,8 +60,8 @@ def test_unknown_scheme_is_an_error_naming_it_and_the_known_ones(uri: str, tmp_p
 
 
 def test_unknown_scheme_is_a_permanent_typed_error_on_the_run() -> None:
-    error = classify_error(UnknownSchemeError("s3", "s3://b/run", BUILTIN.schemes))
-    assert error is not None and error.code == "unsupported_scheme" and "s3" in str(error)
+    error = UnknownSchemeError("s3", "s3://b/run", BUILTIN.schemes)
+    assert error_kind(error) is ErrorKind.domain and error.code == "unsupported_scheme" and "s3" in str(error)
 
 
 def test_s3_destination_visibility_is_unknown_not_read_off_the_local_disk(tmp_path: Path) -> None:

@@ -30,10 +30,10 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+from rlcleanup.errors import RecordStoreLost, RecordStoreUnavailable
 from rlcleanup.logging_setup import current_context
 from rlcleanup.models.record import CompletionRecord, RunError, utcnow
 from rlcleanup.ports.records import Claim
-from rlcleanup.runtime.errors import RecordStoreLost, RecordStoreUnavailable
 
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_SECONDS = 30.0

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlcleanup.adapters.lines import bounded_lines
 from rlcleanup.adapters.local_storage import file_checksums
+from rlcleanup.errors import ObjectTooLarge
 from rlcleanup.ports.storage import ChildPage, ObjectInfo, StorageError, WriteOutcome
 from rlcleanup.uris import split_bucket
 
@@ -212,7 +213,7 @@ class GcsStorage:
         if info is None:
             raise FileNotFoundError(uri)
         if info.size > max_bytes:
-            raise ValueError(f"{uri} is larger than {max_bytes} bytes")
+            raise ObjectTooLarge(uri, max_bytes)
         data: bytes = self._blob(uri).download_as_bytes()
         return data
 

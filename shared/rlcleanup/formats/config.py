@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from rlcleanup.errors import PermanentError
+
 _MISSING = object()
 _INT = re.compile(r"-?[0-9]+")
 
@@ -19,8 +21,11 @@ def parse_int(text: str) -> int | None:
     return int(text) if len(text) <= 32 and _INT.fullmatch(text) else None
 
 
-class ConfigError(ValueError):
-    pass
+class ConfigError(PermanentError, ValueError):
+    """A run configuration that cannot be parsed safely: the run is unreadable (bad input, not a defect)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("unreadable_run", message)
 
 
 # Resolved configs nest < 10 deep and are dumped without anchors: deeper nesting or many aliases is hostile

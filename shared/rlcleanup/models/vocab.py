@@ -40,7 +40,9 @@ class CandidateProblem(StrEnum):
     no_weights = "no_weights"
     unsafe_path = "unsafe_path"
     unknown_format = "unknown_format"  # no registered export format recognises the files
-    internal_error = "internal_error"  # validating it raised (a defect): invalid until looked at
+    internal_error = (
+        "internal_error"  # validating it failed (a defect, or input it could not read): invalid until looked at
+    )
 
 
 class CheckpointProblem(StrEnum):

@@ -13,6 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from rlcleanup.errors import PermanentError, TransientError
 from rlcleanup.models.vocab import Visibility
 
 
@@ -64,7 +65,7 @@ class VisibilityReading:
     evidence: str
 
 
-class UnknownSchemeError(ValueError):
+class UnknownSchemeError(PermanentError, ValueError):
     """A URI whose scheme no storage backend is registered for. Never guessed to be a local path: an `s3://`
     run read from the local disk would be an empty run, and a destination's visibility would be read off it."""
 
@@ -73,20 +74,28 @@ class UnknownSchemeError(ValueError):
     def __init__(self, scheme: str, uri: str, known: tuple[str, ...]) -> None:
         self.scheme = scheme
         self.known = known
-        super().__init__(f"no storage backend for scheme {scheme!r} ({uri[:200]!r}); known schemes: {', '.join(known)}")
+        super().__init__(
+            self.code, f"no storage backend for scheme {scheme!r} ({uri[:200]!r}); known schemes: {', '.join(known)}"
+        )
 
 
-class StorageError(Exception):
+class StorageError(TransientError):
     """A storage failure worth retrying (network, 5xx, emulator down)."""
 
 
-class StorageAccessError(Exception):
+class StorageAccessError(PermanentError):
     """A storage failure no retry fixes: missing or wrong credentials, access denied, a bucket in another region,
     an unusable endpoint. Recorded on the run (permanent), with the endpoint and operation in the message."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__("storage_access", message)
 
-class UnsafePathError(ValueError):
-    """An object name that would escape its root (`..`, absolute, symlink out of the run)."""
+
+class UnsafePathError(PermanentError, ValueError):
+    """An object name that would escape its root (`..`, absolute, symlink out of the run, a special file)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("unsafe_path", message)
 
 
 class Storage(Protocol):
@@ -101,7 +110,7 @@ class Storage(Protocol):
         ...
 
     def read_bytes(self, uri: str, max_bytes: int = 64 * 1024 * 1024) -> bytes:
-        """A whole small object; raises ValueError when it is larger than max_bytes."""
+        """A whole small object; raises ObjectTooLarge (a ValueError) when it is larger than max_bytes."""
         ...
 
     def iter_lines(self, uri: str) -> Iterator[str]:

@@ -20,10 +20,11 @@ from rlcleanup.authority.outcome import Outcome
 from rlcleanup.authority.publish import publish
 from rlcleanup.authority.reclaim import reclaim
 from rlcleanup.authority.register import register
+from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import AuthorityAction, CompletionRecord, PreCancelCapture
 from rlcleanup.runtime.claims import once as _once
-from rlcleanup.runtime.errors import PermanentError
+from rlcleanup.runtime.failures import decode
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
@@ -270,7 +271,7 @@ def _run_id(p: Ports, event: JobEvent) -> tuple[str, RunLayout | None]:
 
 
 def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    event = JobEvent.model_validate_json(data)
+    event = decode(JobEvent, data)
     if event.intent != "pre_cancel":
         raise PermanentError("bad_input", "capture-pre-cancel needs an event with intent: pre_cancel")
     run_id, layout = _run_id(p, event)

@@ -46,7 +46,9 @@ class EmbeddedStack:
 
     def _handler(self, fn: FunctionSpec):  # type: ignore[no-untyped-def]
         def handle(data: bytes, attributes: dict[str, str], message_id: str) -> None:
-            outcome = dispatch(self.ports, fn.entry_point, fn.dead_letter_topic, data, attributes)
+            outcome = dispatch(
+                self.ports, fn.entry_point, fn.dead_letter_topic, data, attributes, message_id=message_id
+            )
             log.debug("%s: %s", fn.name, outcome)
 
         return handle

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from rlcleanup.runtime.errors import PermanentError
+from rlcleanup.errors import PermanentError
 
 MAX_MESSAGE_BYTES = 10 * 1024 * 1024  # Pub/Sub's own limit
 

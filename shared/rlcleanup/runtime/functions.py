@@ -17,9 +17,10 @@ import threading
 import time
 from typing import Any
 
+from rlcleanup.errors import PermanentError
 from rlcleanup.logging_setup import bind_cloud_event
 from rlcleanup.runtime.envelope import decode_cloud_event
-from rlcleanup.runtime.errors import PermanentError
+from rlcleanup.runtime.failures import PERMANENT_PREFIX
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.handlers import HANDLERS, dispatch, record_poison
 from rlcleanup.runtime.ports import Ports, cloud_ports
@@ -32,7 +33,6 @@ _lock = threading.Lock()
 ACCOUNTING_PREFIX = "invocation "
 WARN_FRACTION_VAR = "RLCLEANUP_LIMIT_WARN_FRACTION"
 DEFAULT_WARN_FRACTION = 0.8
-PERMANENT_PREFIX = "permanent error recorded"
 
 
 def ports() -> Ports:
@@ -69,7 +69,9 @@ def _handle(entry_point: str, cloud_event: Any) -> str:
         return f"{PERMANENT_PREFIX}: {exc.code}"
     if entry_point not in HANDLERS:
         raise RuntimeError(f"no handler registered for {entry_point}")
-    outcome = dispatch(p, entry_point, spec.dead_letter_topic, message.data, message.attributes)
+    outcome = dispatch(
+        p, entry_point, spec.dead_letter_topic, message.data, message.attributes, message_id=message.message_id
+    )
     log.info("%s: %s", entry_point, outcome, extra={"message_id": message.message_id})
     return outcome
 

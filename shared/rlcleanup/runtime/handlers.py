@@ -15,14 +15,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rlcleanup.errors import PermanentError, RetryLater
 from rlcleanup.models.events import CandidateMessage, CapturePartMessage, JobEvent, LogScanPartMessage, RunMessage
-from rlcleanup.models.record import Candidate, CompletionRecord, ResumeSafety, RunError
+from rlcleanup.models.outcomes import CapturePartOutcome, LogScanOutcome, ValidationOutcome
+from rlcleanup.models.record import CompletionRecord, RunError
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
 from rlcleanup.report.publish import publish_report
 from rlcleanup.runtime import authority_handlers, source_handlers
 from rlcleanup.runtime.claims import BUSY
 from rlcleanup.runtime.claims import once as _once
-from rlcleanup.runtime.errors import PermanentError, RetryLater, classify_error
+from rlcleanup.runtime.failures import decode, finish_failed, identify, to_permanent
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.metrics_store import load_metric_steps
 from rlcleanup.runtime.ports import Ports
@@ -55,7 +57,7 @@ def _errors(step: str, messages: list[str]) -> list[RunError]:
 
 
 def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    event = JobEvent.model_validate_json(data)
+    event = decode(JobEvent, data)
     hint = safe_run_id(event.run_id or f"{basename(parent(event.run_uri))}-{basename(event.run_uri)}")
     age = (p.clock.now() - event.observed_at).total_seconds()
     if age > p.max_event_age_seconds:
@@ -132,7 +134,7 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
 
 
 def establish_terminal_state(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    msg = RunMessage.model_validate_json(data)
+    msg = decode(RunMessage, data)
 
     def plan() -> dict[str, Any]:
         layout = discover(p.storage, msg.run_uri)
@@ -154,11 +156,12 @@ def establish_terminal_state(p: Ports, data: bytes, attributes: dict[str, str]) 
 
 
 def scan_log_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    msg = LogScanPartMessage.model_validate_json(data)
+    msg = decode(LogScanPartMessage, data)
 
     def work() -> dict[str, Any]:
         uri, problems = logscan.scan_part(p.storage, msg.dest_root, msg.part)
-        return {"uri": uri, "files": len(msg.part.uris), "bytes": msg.part.bytes, "problems": len(problems)}
+        outcome = LogScanOutcome(uri=uri, files=len(msg.part.uris), bytes=msg.part.bytes, problems=len(problems))
+        return outcome.model_dump(mode="json")
 
     _once(p, msg.run_id, f"log-scan:{msg.part.part_id}", work)
     return _maybe_fan_in_terminal(p, msg.run_id)
@@ -175,10 +178,13 @@ def _maybe_fan_in_terminal(p: Ports, run_id: str) -> str:
     if pending:
         return f"waiting: {len(pending)} log-scan parts"
     msg = RunMessage.model_validate(plan["run"])
+    outcomes = {part_id: LogScanOutcome.model_validate(done[f"log-scan:{part_id}"]) for part_id, _ in parts}
 
     def work() -> dict[str, Any]:
         layout = discover(p.storage, msg.run_uri)
-        scans = logscan.assemble(p.storage, plan["dest_root"], parts)
+        # A failed part has no stored scan: settle on the parts that were read, and say which files were not.
+        scans = logscan.assemble(p.storage, plan["dest_root"], [part for part in parts if outcomes[part[0]].ok])
+        p.records.add_errors(run_id, _errors("terminal_state", _unread_logs(outcomes)))
         existing = p.records.get(run_id)
         fields, errors = settle_terminal_state(
             p.storage,
@@ -201,11 +207,20 @@ def _maybe_fan_in_terminal(p: Ports, run_id: str) -> str:
     return _maybe_fan_in_capture(p, run_id, msg.run_uri, msg.preserve_root)
 
 
+def _unread_logs(outcomes: dict[str, LogScanOutcome]) -> list[str]:
+    return [
+        f"unreadable_log: {uri} was not scanned (log-scan part {part_id} failed: {outcome.error.code})"
+        for part_id, outcome in outcomes.items()
+        if not outcome.ok and outcome.error
+        for uri in outcome.unread
+    ]
+
+
 # ---------------------------------------------------------------- capture (plan, parts, fan-in)
 
 
 def plan_capture(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    msg = RunMessage.model_validate_json(data)
+    msg = decode(RunMessage, data)
 
     def work() -> dict[str, Any]:
         layout = discover(p.storage, msg.run_uri)
@@ -228,14 +243,15 @@ def plan_capture(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
 
 
 def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    msg = CapturePartMessage.model_validate_json(data)
+    msg = decode(CapturePartMessage, data)
 
     def work() -> dict[str, Any]:
         result = capture_step.copy_part(p.storage, msg.dest_root, msg.part)
         errors = [f"write_once_conflict: {d} exists with different content; not overwritten" for d in result.conflicts]
         errors += [f"source_vanished: {s} was listed but is gone" for s in result.missing]
         p.records.add_errors(msg.run_id, _errors("capture", errors))
-        return {"objects": len(result.objects), "bytes": sum(o.size for o in result.objects)}
+        outcome = CapturePartOutcome(objects=len(result.objects), bytes=sum(o.size for o in result.objects))
+        return outcome.model_dump(mode="json")
 
     _once(p, msg.run_id, f"capture-part:{msg.part.part_id}", work)
     plan = p.records.result(msg.run_id, "capture-plan") or {}
@@ -251,8 +267,13 @@ def _maybe_fan_in_capture(p: Ports, run_id: str, run_uri: str, preserve_root: st
     if pending:
         return f"waiting: {len(pending)} capture parts"
 
+    outcomes = {pid: CapturePartOutcome.model_validate(done[f"capture-part:{pid}"]) for pid in plan["parts"]}
+
     def work() -> dict[str, Any]:
-        summary = capture_step.finalize_capture(p.storage, plan["dest_root"], run_id, plan["parts"])
+        # A failed part wrote no part manifest: the manifest lists what was preserved; errors[] what was not.
+        preserved = [pid for pid, outcome in outcomes.items() if outcome.ok]
+        summary = capture_step.finalize_capture(p.storage, plan["dest_root"], run_id, preserved)
+        p.records.add_errors(run_id, _errors("capture", _unpreserved(outcomes)))
         p.records.update(
             run_id,
             {
@@ -282,22 +303,31 @@ def _maybe_fan_in_capture(p: Ports, run_id: str, run_uri: str, preserve_root: st
     return f"fan-in: {len(result['targets'])} validations started" if result else "fan-in already done"
 
 
+def _unpreserved(outcomes: dict[str, CapturePartOutcome]) -> list[str]:
+    return [
+        f"capture_part_failed: part {pid} could not preserve {len(outcome.unpreserved)} objects"
+        f" ({outcome.error.code}: {outcome.error.message}); first: {', '.join(outcome.unpreserved[:3])}"
+        for pid, outcome in outcomes.items()
+        if not outcome.ok and outcome.error
+    ]
+
+
 # ---------------------------------------------------------------- validation (fan-out per candidate, fan-in)
 
 
 def validate_one(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    msg = CandidateMessage.model_validate_json(data)
+    msg = decode(CandidateMessage, data)
 
     def work() -> dict[str, Any]:
         layout = discover(p.storage, msg.run_uri)
         record = p.records.get(msg.run_id)
         if msg.step is None:
-            return {"resume_safety": check_resume_safety(p.storage, layout).model_dump(mode="json")}
+            return ValidationOutcome(resume_safety=check_resume_safety(p.storage, layout)).model_dump(mode="json")
         metric_steps = load_metric_steps(p.storage, record.metrics_uri) if record and record.metrics_uri else None
         candidate = validate_candidate(
             p.storage, layout, msg.step, metric_steps=metric_steps, step_budget=record.step_budget if record else None
         )
-        return {"candidate": candidate.model_dump(mode="json")}
+        return ValidationOutcome(candidate=candidate).model_dump(mode="json")
 
     _once(p, msg.run_id, f"validate:{msg.target}", work)
     fanout = p.records.result(msg.run_id, VALIDATION_TARGETS)
@@ -324,16 +354,12 @@ def validate_one(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
 
 
 def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    msg = RunMessage.model_validate_json(data)
+    msg = decode(RunMessage, data)
 
     def work() -> dict[str, Any]:
-        done = p.records.results(msg.run_id, "validate:")
-        candidates = sorted(
-            (Candidate.model_validate(r["candidate"]) for r in done.values() if "candidate" in r), key=lambda c: c.step
-        )
-        resume = next(
-            (ResumeSafety.model_validate(r["resume_safety"]) for r in done.values() if "resume_safety" in r), None
-        )
+        outcomes = [ValidationOutcome.model_validate(r) for r in p.records.results(msg.run_id, "validate:").values()]
+        candidates = sorted((o.candidate for o in outcomes if o.candidate), key=lambda c: c.step)
+        resume = next((o.resume_safety for o in outcomes if o.resume_safety), None)
         layout = discover(p.storage, msg.run_uri)
         record = p.records.get(msg.run_id)
         if record is None:
@@ -368,18 +394,25 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
-def dispatch(p: Ports, entry_point: str, dead_letter_topic: str, data: bytes, attributes: dict[str, str]) -> str:
-    """Run a handler; permanent errors are recorded and dead-lettered (then acked), transient ones raise."""
+def dispatch(
+    p: Ports,
+    entry_point: str,
+    dead_letter_topic: str,
+    data: bytes,
+    attributes: dict[str, str],
+    *,
+    message_id: str | None = None,
+) -> str:
+    """Run a handler. Transient errors (and defects within their retry budget) raise: the delivery is retried.
+    Permanent ones are recorded and dead-lettered, the failed step is completed as failed, and the message acked."""
     handler = HANDLERS[entry_point]
     p = guarded_ports(p, load_topology().function(entry_point))  # publishes only what topology.yaml declares
     try:
         return handler(p, data, attributes)
     except Exception as exc:
-        permanent = classify_error(exc)
-        if permanent is None:
-            raise
+        permanent = to_permanent(p, entry_point, data, message_id, exc)  # re-raises what should be retried
         record_poison(p, entry_point, dead_letter_topic, data, attributes, permanent)
-        return f"permanent error recorded: {permanent.code}"
+        return finish_failed(p, entry_point, data, exc, permanent, lambda: handler(p, data, attributes))
 
 
 def record_poison(
@@ -413,15 +446,4 @@ def resolve_run_id(p: Ports, event: JobEvent) -> str:
         return _identify(event.model_dump_json().encode())[0] or "unnamed-run"
 
 
-def _identify(data: bytes) -> tuple[str | None, str | None]:
-    try:
-        payload = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError):  # `[[[[...` nests past the recursion limit
-        return None, None
-    if not isinstance(payload, dict):
-        return None, None
-    run_uri = payload.get("run_uri") if isinstance(payload.get("run_uri"), str) else None
-    run_id = payload.get("run_id") if isinstance(payload.get("run_id"), str) else None
-    if run_id is None and run_uri:
-        run_id = f"{basename(parent(run_uri))}-{basename(run_uri)}"
-    return (safe_run_id(run_id) if run_id else None), run_uri
+_identify = identify  # the name the hostile-input tests use

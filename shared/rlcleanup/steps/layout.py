@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from rlcleanup.errors import PermanentError
 from rlcleanup.formats.config import ConfigError, get, parse_config, parse_int, sha256_hex
 from rlcleanup.formats.launch import RunConfig, read_run_config
 from rlcleanup.ports.storage import ObjectInfo, Storage
@@ -25,8 +26,11 @@ _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _SLURM_LOG = re.compile(r"^(?P<job>.+)_(?P<jobid>\d+)\.out$")
 
 
-class LayoutError(ValueError):
+class LayoutError(PermanentError, ValueError):
     """The run cannot be read at all (no config, unreadable root): recorded on the run."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("unreadable_run", message)
 
 
 @dataclass

@@ -1,0 +1,146 @@
+"""The one error hierarchy: what a failure *is* decides what the runtime does with it.
+
+- `PermanentError` (a domain error, with a `code`): bad input no retry can fix, raised only by our own typed
+  errors (`InvalidMessage`, `UnsafePathError`, `ConfigError`, `LayoutError`, `ObjectTooLarge`,
+  `RecordStoreLost`, ...). Recorded on the run under its code, dead-lettered, acked.
+- `TransientError`: the world is not ready (`RetryLater`, `RecordStoreUnavailable`, storage hiccups). Re-raised:
+  HTTP 500, Pub/Sub redelivers with backoff. Network errors of the client libraries count as transient too.
+- everything else is a **defect** (our bug): logged with its traceback, recorded on the run as `internal_error`,
+  retried a bounded number of deliveries, then dead-lettered and its step completed as failed. A builtin
+  `ValueError`/`KeyError`/`TypeError` is a defect, never "bad input": bad input raises a typed error above (some
+  of which also subclass `ValueError`, so the code that already catches them locally keeps working).
+
+This module sits at the bottom of the layers: it imports nothing from rlcleanup.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+INTERNAL_ERROR = "internal_error"  # the code a defect is recorded under
+
+
+class PermanentError(Exception):
+    """A domain error: bad input that no retry can fix. Recorded on the run under `code`, dead-lettered, acked."""
+
+    code: str = "bad_input"
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class InvalidMessage(PermanentError):
+    """A message payload that does not match its schema (pydantic said why)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("invalid_message", message)
+
+    @classmethod
+    def from_validation(cls, exc: ValidationError) -> InvalidMessage:
+        first = exc.errors()[0]
+        return cls(f"{first['msg']} at {'.'.join(map(str, first['loc']))}")
+
+
+class ObjectTooLarge(PermanentError, ValueError):
+    """An object larger than the reader allows (`Storage.read_bytes(max_bytes=...)`)."""
+
+    def __init__(self, uri: str, max_bytes: int) -> None:
+        super().__init__("object_too_large", f"{uri} is larger than {max_bytes} bytes")
+
+
+class UnreadableRunFile(PermanentError, ValueError):
+    """A run file that must parse (JSON, YAML) and does not: the run cannot be read as the contract says."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("unreadable_run", message)
+
+
+class TransientError(Exception):
+    """Not an error of the input: the delivery fails and is retried later."""
+
+
+class RetryLater(TransientError):
+    """The step must run again later (busy lease, fan-in partner not done)."""
+
+
+class RecordStoreUnavailable(TransientError):
+    """The record store (Firestore) did not answer within its bounded deadline: transient. The delivery fails
+    (HTTP 500) and Pub/Sub redelivers it with backoff; nothing was acked, so nothing is lost."""
+
+    def __init__(self, run_id: str | None, step: str | None, operation: str, cause: BaseException) -> None:
+        self.run_id = run_id
+        self.step = step
+        self.operation = operation
+        self.cause = f"{type(cause).__name__}: {cause}".splitlines()[0][:300]
+        super().__init__(
+            f"record store unavailable: run {run_id or '?'}, step {step or '?'}, {operation} failed: {self.cause}"
+            " (transient: the delivery fails and Pub/Sub redelivers it)"
+        )
+
+
+class RecordStoreLost(PermanentError):
+    """The record store came back without the data written before (an emulator restarted without persistence;
+    never real Firestore). Retrying cannot bring the run's record and claims back: the run must be re-emitted."""
+
+    def __init__(self, run_id: str | None, step: str | None, since: str) -> None:
+        self.run_id = run_id
+        self.step = step
+        super().__init__(
+            "record_store_lost",
+            f"run {run_id or '?'}, step {step or '?'}: the record store lost every record and claim written before "
+            f"{since} (the database was reset under this worker); this run's progress is gone: re-emit its terminal "
+            "event (`rlcleanup emit --run-uri ... --state ...`) to redo it from scratch (preserved evidence is reused)",
+        )
+
+
+class ErrorKind(StrEnum):
+    domain = "domain"  # PermanentError: record under its code, dead-letter, ack
+    transient = "transient"  # re-raise: redelivered with backoff
+    defect = "defect"  # our bug: traceback logged, internal_error recorded, bounded retries, then finished failed
+
+
+def _client_transient_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    try:
+        from google.api_core import exceptions as gexc
+
+        types += [
+            gexc.ServiceUnavailable,
+            gexc.InternalServerError,
+            gexc.TooManyRequests,
+            gexc.DeadlineExceeded,
+            gexc.Aborted,
+            gexc.GatewayTimeout,
+            gexc.BadGateway,
+            gexc.RetryError,
+        ]
+    except ImportError:  # pragma: no cover - google-api-core ships with the client libraries
+        pass
+    try:
+        import requests
+
+        types += [requests.ConnectionError, requests.Timeout]
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(types)
+
+
+CLIENT_TRANSIENT = _client_transient_types()
+
+
+def error_kind(exc: BaseException) -> ErrorKind:
+    if isinstance(exc, PermanentError):
+        return ErrorKind.domain
+    if isinstance(exc, (TransientError, *CLIENT_TRANSIENT)):
+        return ErrorKind.transient
+    return ErrorKind.defect
+
+
+def defect_message(exc: BaseException) -> str:
+    """One bounded line naming the defect: `KeyError: 'step'`."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:500]

@@ -1,0 +1,251 @@
+"""Barriers count completions, not successes: one failing fan-out member (a validation, a capture part, a log-scan
+part) is completed as failed and the run still finishes; a failing stage outside a fan-out fails the run.
+
+Each case injects a failure into exactly one member of a real embedded run (SQLite, local files, in-process bus)
+— a typed bad-input error (permanent at once) or a plain defect (RuntimeError/KeyError/ValueError: retried
+DEFECT_DELIVERY_BUDGET times, then completed as failed) — and asserts the finished record against a clean run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlcleanup.errors import INTERNAL_ERROR, UnreadableRunFile
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.ports.storage import UnsafePathError
+from rlcleanup.runtime import handlers
+from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
+from rlcleanup.runtime.failures import DEFECT_DELIVERY_BUDGET
+from rlcleanup.samples.generator import write_sample_run
+from rlcleanup.steps import capture as capture_step
+from rlcleanup.steps import logscan
+
+FINISHED = (RecordStatus.complete, RecordStatus.awaiting_authority)
+
+
+def _run(base: Path, run_uri: str) -> tuple[EmbeddedStack, CompletionRecord]:
+    stack = EmbeddedStack.create(base / "records.db", str(base / "preserved"))
+    event = manual_event(run_uri)
+    stack.emit(event)
+    record = stack.ports.records.get(resolve_run_id(stack.ports, event))
+    assert record is not None
+    return stack, record
+
+
+@pytest.fixture
+def run_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(handlers, "publish_report", lambda *args: None)  # charts are not under test here
+    return str(write_sample_run(tmp_path / "runs", "completed-resumed"))
+
+
+@pytest.fixture
+def clean(tmp_path: Path, run_uri: str) -> CompletionRecord:
+    _, record = _run(tmp_path / "clean", run_uri)
+    assert record.status is RecordStatus.awaiting_authority and len(record.candidates) == 4 and not record.errors
+    return record
+
+
+def _failing_once_per_match(
+    original: Callable[..., Any], matches: Callable[..., bool], error: Callable[[], Exception], calls: Counter[str]
+) -> Callable[..., Any]:
+    """`original`, except that every call whose arguments match raises `error()` (counted in calls["failed"])."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if matches(*args, **kwargs):
+            calls["failed"] += 1
+            raise error()
+        calls["ok"] += 1
+        return original(*args, **kwargs)
+
+    return wrapper
+
+
+BAD_INPUT = ("bad input", lambda: UnsafePathError("refusing symlink /x/model.safetensors"), "unsafe_path", 1)
+ERRORS = [
+    BAD_INPUT,
+    ("RuntimeError", lambda: RuntimeError("injected defect"), INTERNAL_ERROR, DEFECT_DELIVERY_BUDGET),
+    ("KeyError", lambda: KeyError("step"), INTERNAL_ERROR, DEFECT_DELIVERY_BUDGET),
+    ("ValueError", lambda: ValueError("our own bug, not bad input"), INTERNAL_ERROR, DEFECT_DELIVERY_BUDGET),
+]
+
+
+def _dead_lettered(stack: EmbeddedStack, topic: str) -> list[str]:
+    return [m.attributes["rlcleanup_error"] for m in stack.bus.published if m.topic == topic]
+
+
+@pytest.mark.parametrize(("label", "error", "code", "deliveries"), ERRORS, ids=[e[0] for e in ERRORS])
+def test_one_failing_validation_makes_an_invalid_candidate_and_the_run_finishes(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    run_uri: str,
+    clean: CompletionRecord,
+    label: str,
+    error: Callable[[], Exception],
+    code: str,
+    deliveries: int,
+) -> None:
+    calls: Counter[str] = Counter()
+    fail = _failing_once_per_match(handlers.validate_candidate, lambda s, layout, step, **k: step == 10, error, calls)
+    monkeypatch.setattr(handlers, "validate_candidate", fail)
+    caplog.set_level(logging.ERROR, logger="rlcleanup")
+
+    stack, record = _run(tmp_path / "faulty", run_uri)
+
+    assert record.status in FINISHED  # not in_progress: the fan-in counted the failed member
+    assert calls["failed"] == deliveries  # bad input: once; a defect: retried up to its budget, then finished
+    by_step = {c.step: c for c in record.candidates}
+    assert sorted(by_step) == [5, 10, 15, 20]
+    failed = by_step[10]
+    assert not failed.valid and failed.problems[0].startswith(f"{code}: validation could not finish")
+    assert failed.uri == next(c.uri for c in clean.candidates if c.step == 10)
+    others = [c.model_dump(exclude={"checked_at"}) for c in record.candidates if c.step != 10]
+    assert others == [c.model_dump(exclude={"checked_at"}) for c in clean.candidates if c.step != 10]
+    assert record.resume_safety == clean.resume_safety
+    assert [e.code for e in record.errors] == [code]  # recorded once, however many deliveries
+    assert record.errors[0].step == "validate_candidate"
+    assert _dead_lettered(stack, "validate-candidate-dlq") == [code]
+    assert stack.bus.dead_letters == []  # the bus never gave up on a message: each delivery ended in an ack
+    if code == INTERNAL_ERROR:
+        defect_logs = [r for r in caplog.records if r.getMessage().startswith("defect in validate_candidate")]
+        assert len(defect_logs) == deliveries and all(r.exc_info for r in defect_logs)  # with the traceback
+
+
+@pytest.mark.parametrize(("label", "error", "code", "deliveries"), ERRORS[:2], ids=[e[0] for e in ERRORS[:2]])
+def test_a_failing_resume_check_is_unsafe_and_the_run_finishes(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    run_uri: str,
+    clean: CompletionRecord,
+    label: str,
+    error: Callable[[], Exception],
+    code: str,
+    deliveries: int,
+) -> None:
+    calls: Counter[str] = Counter()
+    monkeypatch.setattr(
+        handlers,
+        "check_resume_safety",
+        _failing_once_per_match(handlers.check_resume_safety, lambda *a: True, error, calls),
+    )
+    _, record = _run(tmp_path / "faulty", run_uri)
+    assert record.status in FINISHED and calls["failed"] == deliveries
+    assert record.resume_safety is not None and not record.resume_safety.safe
+    assert record.resume_safety.reasons[0].startswith(f"{code}: ")
+    assert [c.model_dump(exclude={"checked_at"}) for c in record.candidates] == [
+        c.model_dump(exclude={"checked_at"}) for c in clean.candidates
+    ]
+
+
+@pytest.mark.parametrize(("label", "error", "code", "deliveries"), ERRORS[:3], ids=[e[0] for e in ERRORS[:3]])
+def test_one_failing_capture_part_lists_what_it_could_not_preserve_and_the_run_finishes(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    run_uri: str,
+    clean: CompletionRecord,
+    label: str,
+    error: Callable[[], Exception],
+    code: str,
+    deliveries: int,
+) -> None:
+    calls: Counter[str] = Counter()
+    original = capture_step.copy_part
+    monkeypatch.setattr(
+        capture_step,
+        "copy_part",
+        _failing_once_per_match(original, lambda storage, dest, part: part.part_id == "temp-0", error, calls),
+    )
+    stack, record = _run(tmp_path / "faulty", run_uri)
+
+    assert record.status in FINISHED and calls["failed"] == deliveries
+    outcome = stack.ports.records.result(record.run_id, "capture-part:temp-0")
+    assert outcome is not None and outcome["ok"] is False and outcome["error"]["code"] == code
+    assert outcome["unpreserved"] and all("/tmp/" in uri or "tmp" in uri for uri in outcome["unpreserved"])
+    part_errors = [e for e in record.errors if e.code == "capture_part_failed"]
+    assert len(part_errors) == 1 and "temp-0" in part_errors[0].message
+    assert f"could not preserve {len(outcome['unpreserved'])} objects" in part_errors[0].message
+    # The other three parts are preserved and in the manifest; the failed part's objects are not.
+    assert record.preserved_object_count == clean.preserved_object_count - len(outcome["unpreserved"])
+    assert [c.step for c in record.candidates] == [5, 10, 15, 20]
+    assert _dead_lettered(stack, "capture-part-dlq") == [code]
+
+
+@pytest.mark.parametrize(("label", "error", "code", "deliveries"), ERRORS[:3], ids=[e[0] for e in ERRORS[:3]])
+def test_one_failing_log_scan_part_lists_the_unread_files_and_the_run_finishes(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    run_uri: str,
+    clean: CompletionRecord,
+    label: str,
+    error: Callable[[], Exception],
+    code: str,
+    deliveries: int,
+) -> None:
+    calls: Counter[str] = Counter()
+    original = logscan.scan_part
+    monkeypatch.setattr(
+        logscan,
+        "scan_part",
+        _failing_once_per_match(original, lambda storage, dest, part: part.part_id == "a001-p0000", error, calls),
+    )
+    stack, record = _run(tmp_path / "faulty", run_uri)
+
+    assert record.status in FINISHED and calls["failed"] == deliveries
+    assert record.terminal_state is not None
+    outcome = stack.ports.records.result(record.run_id, "log-scan:a001-p0000")
+    assert outcome is not None and outcome["ok"] is False and outcome["error"]["code"] == code
+    assert outcome["unread"] and outcome["files"] == len(outcome["unread"])
+    unread = [e for e in record.errors if e.code == "unreadable_log"]
+    assert sorted(e.message.split(" ")[1] for e in unread) == sorted(outcome["unread"])
+    assert stack.ports.records.result(record.run_id, "log-scan:a000-p0000")["ok"] is True  # type: ignore[index]
+    # Every export is still judged. Without the second attempt's logs its steps lose metric coverage: a
+    # consequence of the unread files, said as such, never an internal error of the validation.
+    assert [c.step for c in record.candidates] == [5, 10, 15, 20]
+    assert not any(p.startswith(INTERNAL_ERROR) for c in record.candidates for p in c.problems)
+    for candidate in (c for c in record.candidates if not c.valid):
+        assert all(p.startswith(("metric_coverage_gap", "beyond_last_saved_step")) for p in candidate.problems)
+
+
+@pytest.mark.parametrize(
+    ("label", "error", "code"),
+    [
+        ("bad input", lambda: UnreadableRunFile("metrics.jsonl is not JSON"), "unreadable_run"),
+        ("defect", lambda: TypeError("unsupported operand"), INTERNAL_ERROR),
+    ],
+)
+def test_a_failing_stage_outside_a_fan_out_fails_the_run_with_the_reason(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    run_uri: str,
+    label: str,
+    error: Callable[[], Exception],
+    code: str,
+) -> None:
+    def finish(*args: Any) -> Any:
+        raise error()
+
+    monkeypatch.setattr(handlers, "finish_record", finish)
+    stack, record = _run(tmp_path / "faulty", run_uri)
+    assert record.status is RecordStatus.failed
+    assert record.errors and {e.code for e in record.errors} == {code}
+    assert any(e.step == "select_candidate" for e in record.errors)
+    assert any("could not finish step select_candidate" in w for w in record.remaining_work)
+    assert _dead_lettered(stack, "select-candidate-dlq") == [code]
+
+
+def test_a_failing_terminal_fan_in_fails_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_uri: str) -> None:
+    def settle(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("attempt_id")
+
+    monkeypatch.setattr(handlers, "settle_terminal_state", settle)
+    _, record = _run(tmp_path / "faulty", run_uri)
+    assert record.status is RecordStatus.failed
+    assert record.terminal_state is None and record.candidates == []
+    assert {e.code for e in record.errors} == {INTERNAL_ERROR} and "KeyError" in record.errors[0].message
