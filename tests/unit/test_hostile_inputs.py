@@ -11,8 +11,10 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 import posixpath
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -33,7 +35,7 @@ from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.formats.config import ConfigError, parse_config
 from rlcleanup.models.events import JobEvent
 from rlcleanup.parsing.logs import scan_lines
-from rlcleanup.ports.storage import ObjectInfo, WriteOutcome
+from rlcleanup.ports.storage import ObjectInfo, UnsafePathError, WriteOutcome
 from rlcleanup.runtime.embedded import EmbeddedStack, run_embedded
 from rlcleanup.runtime.handlers import _identify
 from rlcleanup.samples.generator import write_sample_run
@@ -329,6 +331,66 @@ def test_symlinks_in_a_local_run_are_refused_and_recorded(tmp_path: Path, kind: 
     assert unsafe and "symlink" in unsafe[0].message
     copied = [p.read_bytes() for p in (tmp_path / "p").rglob("*") if p.is_file()] if (tmp_path / "p").exists() else []
     assert not any(b"SECRET" in data for data in copied)
+
+
+# ---------------------------------------------------------------- special files (FIFOs, sockets) in a local run
+
+
+def _replace_with_fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+@pytest.mark.timeout(120)  # before: a FIFO where a shard should be was opened and read, and the pipeline hung
+@pytest.mark.parametrize("where", ["shard", "log", "socket"])
+def test_special_files_in_a_local_run_are_unsafe_path_and_never_opened(tmp_path: Path, where: str) -> None:
+    run = write_sample_run(tmp_path / "s", "completed-resumed")
+    if where == "shard":
+        shard = sorted((run / "exports" / "global_step_10" / "policy").glob("*.safetensors"))[0]
+        _replace_with_fifo(shard)
+        named = shard
+    elif where == "log":
+        named = next((tmp_path / "s" / "tmp").rglob("finelog.log"))
+        _replace_with_fifo(named)
+    else:
+        named = run / "exports" / "global_step_10" / "policy" / "agent.sock"
+        server = socket.socket(socket.AF_UNIX)
+        cwd = os.getcwd()
+        os.chdir(named.parent)  # a relative bind: the absolute path is longer than AF_UNIX allows
+        try:
+            server.bind(named.name)
+        finally:
+            os.chdir(cwd)
+        server.close()  # the socket file stays on disk: a special file in the listing
+    record = run_embedded(str(run), db_path=tmp_path / "r.db", preserve_root=str(tmp_path / "p"))
+
+    # Like a symlink: the run's listing refuses it, so the run is finished as failed with the reason (nothing
+    # hangs, nothing is left in_progress), and no byte is read from or copied out of the special file.
+    assert record is not None and record.status.value == "failed"
+    unsafe = [e for e in record.errors if e.code == "unsafe_path"]
+    kind = "socket" if where == "socket" else "named pipe"
+    assert unsafe and all(f"refusing special file ({kind}) '{named}" in e.message for e in unsafe)
+    assert record.candidates == [] and record.terminal_state is None
+    preserved = list((tmp_path / "p").rglob("*"))
+    assert not any(p.name == named.name for p in preserved)
+
+
+def test_local_storage_refuses_special_files_on_every_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    storage = LocalStorage()
+    reads = [
+        lambda: storage.stat(str(fifo)),
+        lambda: list(storage.list(str(tmp_path))),
+        lambda: storage.read_bytes(str(fifo)),
+        lambda: storage.read_range(str(fifo), 0, 10),
+        lambda: list(storage.iter_lines(str(fifo))),
+        lambda: storage.copy_if_absent(str(fifo), str(tmp_path / "copy")),
+    ]
+    for read in reads:
+        with pytest.raises(UnsafePathError, match="special file"):
+            read()
+    assert not (tmp_path / "copy").exists()
 
 
 # ---------------------------------------------------------------- logs: hostile bytes, giant lines, bounded memory

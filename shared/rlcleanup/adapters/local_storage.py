@@ -6,6 +6,7 @@ import base64
 import hashlib
 import os
 import shutil
+import stat as stat_mode
 import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from pathlib import Path
 import google_crc32c
 
 from rlcleanup.adapters.lines import bounded_lines
+from rlcleanup.errors import ObjectTooLarge
 from rlcleanup.ports.storage import ChildPage, ObjectInfo, UnsafePathError, WriteOutcome
 from rlcleanup.uris import strip_file_scheme
 
@@ -36,8 +38,31 @@ def file_checksums(path: Path) -> tuple[str, str]:
 CHECKSUM_MAX_BYTES = 64 * 1024 * 1024
 
 
+def refuse_unsafe(path: Path, shown: str) -> bool:
+    """True when `path` exists (as a regular file or a directory). A symlink (it could point anywhere) and a
+    special file (FIFO, socket, device: opening a FIFO blocks for ever, a device reads without end) are refused."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    if stat_mode.S_ISLNK(mode):
+        raise UnsafePathError(f"refusing symlink {shown!r}")
+    if not (stat_mode.S_ISREG(mode) or stat_mode.S_ISDIR(mode)):
+        raise UnsafePathError(f"refusing special file ({_special_kind(mode)}) {shown!r}: never opened")
+    return True
+
+
+def _special_kind(mode: int) -> str:
+    if stat_mode.S_ISFIFO(mode):
+        return "named pipe"
+    if stat_mode.S_ISSOCK(mode):
+        return "socket"
+    return "device" if stat_mode.S_ISCHR(mode) or stat_mode.S_ISBLK(mode) else "not a regular file"
+
+
 class LocalStorage:
-    """Local paths. Symlinks are never followed out of a listing (a run must not smuggle in /etc)."""
+    """Local paths. Symlinks are never followed out of a listing (a run must not smuggle in /etc); special files
+    (FIFOs, sockets, devices) are refused like symlinks and never opened."""
 
     def __init__(self, checksums: bool = True, checksum_max_bytes: int = CHECKSUM_MAX_BYTES) -> None:
         self._checksums = checksums
@@ -50,8 +75,7 @@ class LocalStorage:
     def checked_path(self, uri: str) -> Path:
         """The file behind a uri for streaming copies; a symlink is refused (it could point anywhere)."""
         path = self._path(uri)
-        if path.is_symlink():
-            raise UnsafePathError(f"refusing symlink {uri!r}")
+        refuse_unsafe(path, uri)
         return path
 
     def _info(self, path: Path, uri: str) -> ObjectInfo:
@@ -64,9 +88,7 @@ class LocalStorage:
 
     def stat(self, uri: str) -> ObjectInfo | None:
         path = self._path(uri)
-        if path.is_symlink():
-            raise UnsafePathError(f"refusing symlink {uri!r}")
-        if not path.is_file():
+        if not refuse_unsafe(path, uri) or not path.is_file():
             return None
         return self._info(path, uri)
 
@@ -105,24 +127,23 @@ class LocalStorage:
             rel_dir = os.path.relpath(dirpath, root)
             for name in sorted(filenames):
                 path = Path(dirpath) / name
-                if path.is_symlink():
-                    raise UnsafePathError(f"refusing symlink {path} inside {prefix_uri!r}")
+                refuse_unsafe(path, f"{path} inside {prefix_uri}")
                 rel = name if rel_dir == "." else f"{rel_dir}/{name}"
                 yield self._info(path, f"{base}/{rel}")
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
-        with self._path(uri).open("rb") as fh:
+        with self.checked_path(uri).open("rb") as fh:
             fh.seek(start)
             return fh.read(length)
 
     def read_bytes(self, uri: str, max_bytes: int = 64 * 1024 * 1024) -> bytes:
-        path = self._path(uri)
+        path = self.checked_path(uri)
         if path.stat().st_size > max_bytes:
-            raise ValueError(f"{uri} is larger than {max_bytes} bytes")
+            raise ObjectTooLarge(uri, max_bytes)
         return path.read_bytes()
 
     def iter_lines(self, uri: str) -> Iterator[str]:
-        with self._path(uri).open("r", encoding="utf-8", errors="replace", newline=None) as fh:
+        with self.checked_path(uri).open("r", encoding="utf-8", errors="replace", newline=None) as fh:
             yield from bounded_lines(fh)
 
     def write_if_absent(self, uri: str, data: bytes, content_type: str = "application/octet-stream") -> WriteOutcome:
