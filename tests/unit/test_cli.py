@@ -115,3 +115,19 @@ def test_sample_run_list_and_write(tmp_path: Path) -> None:
     unknown = runner.invoke(app, ["sample-run", str(tmp_path), "--scenario", "nonsense"])
     assert unknown.exit_code == 2
     assert unknown.stderr.strip() == "rlcleanup: unknown scenario 'nonsense'"
+
+
+def test_run_that_never_finishes_its_record_exits_non_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlcleanup.runtime import handlers
+
+    # A selection that acks without finishing the record: the bus drains, the record stays in_progress.
+    monkeypatch.setitem(handlers.HANDLERS, "select_candidate", lambda p, data, attributes: "lost")
+    run = write_sample_run(tmp_path / "s", "completed-resumed")
+    args = ["run", str(run), "--preserve-to", str(tmp_path / "p"), "--db", str(tmp_path / "r.db"), "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 3
+    assert result.stdout == ""
+    assert _one_line(result.stderr) == (
+        "rlcleanup: run math-rl-completed-resumed-2026.11.30 did not finish: "
+        "its record is still in_progress after every message was handled"
+    )

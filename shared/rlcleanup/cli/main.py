@@ -65,6 +65,9 @@ def run(
         reason = f"{record.errors[0].code}: {record.errors[0].message}" if record.errors else "no reason recorded"
         _fail(f"could not process {run_uri}: {' '.join(reason.split())}")
         return
+    if record.status is RecordStatus.in_progress:  # every message was handled, yet no step finished the record
+        _fail(f"run {record.run_id} did not finish: its record is still in_progress after every message was handled")
+        return
     typer.echo(record.model_dump_json(indent=2) if as_json else summary(record))
 
 
