@@ -13,9 +13,9 @@ import pytest
 
 from rlcleanup.adapters.inprocess_bus import InProcessBus
 from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.ports.storage import ObjectInfo
-from rlcleanup.runtime.errors import PermanentError
 from rlcleanup.runtime.handlers import dispatch
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.sources import gcs_notifications as gcsn

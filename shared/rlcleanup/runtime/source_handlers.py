@@ -17,10 +17,10 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
+from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import RunError
 from rlcleanup.runtime.claims import once
-from rlcleanup.runtime.errors import PermanentError
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.sources import gcs_notifications as gcsn
