@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from rlcleanup.adapters.s3_storage import S3Endpoint, S3Storage, etag_md5, named_endpoints
-from rlcleanup.ports.storage import StorageAccessError, StorageError, WriteOutcome
 from rlcleanup.errors import ErrorKind, error_kind
+from rlcleanup.ports.storage import StorageAccessError, StorageError, WriteOutcome
 from rlcleanup.stack import procs, s3_server
 
 pytestmark = pytest.mark.integration
@@ -93,7 +93,9 @@ def test_wrong_secret_unknown_key_and_read_only_identity(s3_endpoint: str, s3_ad
         with pytest.raises(StorageAccessError, match="access denied or bad credentials") as err:
             S3Storage([], _endpoint(s3_endpoint, key, secret)).stat(uri)
         assert s3_endpoint in str(err.value) and "wrong" not in str(err.value)  # names the endpoint, not the secret
-        assert error_kind(err.value) is ErrorKind.domain and err.value.code == "storage_access"  # recorded, not retried forever
+        assert (
+            error_kind(err.value) is ErrorKind.domain and err.value.code == "storage_access"
+        )  # recorded, not retried forever
     reader = S3Storage([], _endpoint(s3_endpoint, s3_server.READER_KEY, s3_server.READER_SECRET))
     assert reader.read_bytes(uri) == b"v"
     with pytest.raises(StorageAccessError):
@@ -161,7 +163,9 @@ def test_wrong_endpoint_fails_after_bounded_retries(bucket: str) -> None:
     with pytest.raises(StorageError, match=dead.replace(".", r"\.")) as err:
         storage.read_range(f"s3://{bucket}/k", 0, 8)
     assert time.monotonic() - t0 < 30
-    assert error_kind(err.value) is ErrorKind.transient  # transient: the delivery is retried with backoff, then dead-lettered
+    assert (
+        error_kind(err.value) is ErrorKind.transient
+    )  # transient: the delivery is retried with backoff, then dead-lettered
 
 
 @pytest.mark.faults("--slowdown", "2")
