@@ -8,6 +8,9 @@ where the run writes them) and run-layout-v2.md, written as literals.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from rlcleanup.models.record import CompletionRecord
@@ -90,6 +93,21 @@ def test_protocol_v2_three_step_run(records: dict[str, CompletionRecord]) -> Non
     assert (r.terminal_state, _rule(r), r.step_budget, r.last_saved_step) == (TerminalState.completed, "(1)", 20, 20)
     assert any(line.startswith("Training receipt ") and " is valid " in line for line in r.terminal_reasoning)
     assert any(line.startswith("Export receipt ") and " is valid " in line for line in r.terminal_reasoning)
+    assert any("request_fingerprint recomputed from the manifest's request" in line for line in r.terminal_reasoning)
+    # Both steps' evidence is preserved: the export step's root ("run") and the training step's ("training-run").
+    assert r.manifest_uri is not None
+    preserved = json.loads(Path(r.manifest_uri).read_text())["objects"]
+    training = sorted(
+        o["destination"].split("/training-run/", 1)[1] for o in preserved if "/training-run/" in o["destination"]
+    )
+    assert training == [
+        ".artifact.json",
+        ".executor_info",
+        ".executor_status",
+        f"receipts/{r.chain.attempts[0].attempt_id}.json",
+        "resolved-skyrl.json",
+        "terminal.json",
+    ]
     # Candidates come from the export step only; the training step exported nothing (hf_save_interval=-1).
     assert _candidates(r) == [(20, True, [])]
     assert r.candidates[0].uri.endswith("/math-rl-protocol-v2/2026.11.30/exports/global_step_20/policy")

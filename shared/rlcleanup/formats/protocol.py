@@ -106,6 +106,7 @@ class ReceiptCheck:
     global_step: int | None = None
     completion_mode: str | None = None
     checkpoint_path: str | None = None
+    fingerprint: str | None = None  # the receipt's request_fingerprint
     reasons: list[str] = field(default_factory=list)  # why it is invalid; empty when valid
     notes: list[str] = field(default_factory=list)  # what was checked
 
@@ -170,6 +171,7 @@ def check_training_receipt(
         out.reasons.append(f"receipt does not parse: {'.'.join(map(str, first['loc']))}: {first['msg']}")
         return out
     out.global_step, out.completion_mode = receipt.global_step, receipt.completion_mode
+    out.fingerprint = receipt.request_fingerprint
     reasons = out.reasons
     if receipt.schema_version != 1:
         reasons.append(f"schema_version {receipt.schema_version} (training_completion.py reads 1)")

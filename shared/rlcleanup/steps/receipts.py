@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -103,12 +104,29 @@ def protocol_facts(storage: Storage, layout: RunLayout) -> ProtocolFacts:
                 # by design, so file checks run only while the checkpoint root still lists something.
                 check_files=bool(layout.checkpoint_steps) or layout.marker_step is not None,
             )
+            _check_fingerprint(manifest, request, receipt_uri, facts.training)
             facts.notes.append(f"Training {facts.training.summary()}.")
 
     export = layout.export_step
     if export is not None:
         _export_facts(storage, layout, export, facts)
     return facts
+
+
+def _check_fingerprint(
+    manifest: dict[str, Any], request: dict[str, Any], receipt_uri: str, check: ReceiptCheck
+) -> None:
+    """protocol.py `training_request_fingerprint`: sha256 of {schema_version: 2, request, receipt_uri} as canonical
+    JSON. Only a v2 manifest's request is the exact dataclass payload, so only there is it recomputed."""
+    if manifest.get("schema_version") != 2 or check.fingerprint is None:
+        return
+    payload = {"schema_version": 2, "request": request, "receipt_uri": receipt_uri}
+    expected = hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    if expected != check.fingerprint:
+        check.reasons.append("request_fingerprint is not the sha256 of this manifest's request")
+        check.valid = False
+    else:
+        check.notes.append("request_fingerprint recomputed from the manifest's request")
 
 
 def _export_facts(storage: Storage, layout: RunLayout, export: StepState, facts: ProtocolFacts) -> None:
