@@ -12,14 +12,13 @@ from rlcleanup.adapters.sqlite_records import SqliteRecordStore
 from rlcleanup.adapters.storage_router import RoutingStorage
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.paths import default_db, default_preserve_root
 from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime.handlers import HANDLERS, dispatch, resolve_run_id
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import FunctionSpec, load_topology
 
 log = logging.getLogger(__name__)
-DEFAULT_DB = Path(".rlcleanup") / "records.db"
-DEFAULT_PRESERVE = Path(".rlcleanup") / "preserved"
 
 
 @dataclass
@@ -70,10 +69,15 @@ def manual_event(run_uri: str, state: str | None = None, source: str = "manual")
 
 
 def run_embedded(
-    run_uri: str, *, db_path: str | Path = DEFAULT_DB, preserve_root: str | None = None, state: str | None = None
+    run_uri: str,
+    *,
+    db_path: str | Path | None = None,
+    preserve_root: str | None = None,
+    state: str | None = None,
 ) -> CompletionRecord | None:
-    preserve = preserve_root or str(DEFAULT_PRESERVE.resolve())
-    stack = EmbeddedStack.create(db_path, preserve)
+    """Defaults: the records file and preserve root under $XDG_STATE_HOME/rlcleanup (see rlcleanup.paths)."""
+    preserve = preserve_root or str(default_preserve_root())
+    stack = EmbeddedStack.create(db_path or default_db(), preserve)
     event = manual_event(run_uri, state)
     stack.emit(event)
     return stack.ports.records.get(resolve_run_id(stack.ports, event))

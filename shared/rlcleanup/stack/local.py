@@ -1,8 +1,11 @@
 """The local stack on real servers: Pub/Sub + Firestore emulators, fake-gcs-server, one functions-framework
 process per function; topics, push/dead-letter/sink subscriptions and buckets created from the topology.
 
-    state = up(Path(".rlcleanup/stack"))     # prints nothing; returns ports, pgids and the env to export
-    down(Path(".rlcleanup/stack"))           # stops every server by process group
+    state = up()      # prints nothing; returns ports, pgids and the env to export
+    down()            # stops every server by process group, from any directory
+
+The state dir defaults to rlcleanup.paths.stack_dir() ($XDG_CACHE_HOME/rlcleanup/stack): one per user, never
+relative to the working directory, so `down` and `status` find the stack `up` started wherever they run.
 
 `state.json` in the state dir records each server's pgid and a per-stack marker; `down` only signals groups
 whose processes carry that marker in their environment, so a stale pidfile can never hit an unrelated process.
@@ -26,12 +29,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlcleanup.paths import stack_dir
 from rlcleanup.runtime.topology import FunctionSpec, Topology, load_topology
 from rlcleanup.stack import procs, s3_server
 from rlcleanup.stack.procs import StackError
 
 DEFAULT_PROJECT = "rlcleanup-local"
-DEFAULT_STATE_DIR = Path(".rlcleanup") / "stack"
+DEFAULT_STATE_DIR = stack_dir()  # at import; up/down/status resolve it again per call (env may change)
 MARKER_VAR = "RLCLEANUP_STACK_ID"
 HOST = "127.0.0.1"
 STORAGE_EVENTS_TOPIC = "storage-events"  # the topology's topic for Cloud Storage notifications
@@ -242,7 +246,7 @@ def provision(state: StackState, topology: Topology, served: list[FunctionSpec])
 
 
 def up(
-    state_dir: Path = DEFAULT_STATE_DIR,
+    state_dir: Path | None = None,
     *,
     project: str = DEFAULT_PROJECT,
     timeout: float = 60.0,
@@ -250,11 +254,14 @@ def up(
     extra_env: dict[str, str] | None = None,
 ) -> StackState:
     """Start everything, wait until each server answers, provision from the topology. On failure, stop all."""
-    state_dir = Path(state_dir).resolve()
+    state_dir = Path(state_dir or stack_dir()).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     existing = StackState.load(state_dir)
     if existing is not None and any(_owned(pgid, existing.stack_id) for pgid in existing.pgids.values()):
-        raise StackError(f"a stack is already running from {state_dir}; run `rlcleanup stack down` first")
+        raise StackError(
+            f"a stack is already running from {state_dir}; use it (`rlcleanup stack status`) or stop it with "
+            "`rlcleanup stack down` first"
+        )
 
     pubsub_script, firestore_script = emulator_scripts()
     fgs = fake_gcs_binary()
@@ -456,9 +463,9 @@ def _owned(pgid: int, stack_id: str) -> bool:
     return False
 
 
-def down(state_dir: Path = DEFAULT_STATE_DIR, *, grace: float = 8.0) -> list[str]:
+def down(state_dir: Path | None = None, *, grace: float = 8.0) -> list[str]:
     """Stop every server of the stack in state_dir by process group; returns the names that were running."""
-    state_dir = Path(state_dir).resolve()
+    state_dir = Path(state_dir or stack_dir()).resolve()
     state = StackState.load(state_dir)
     if state is None:
         return []
@@ -480,8 +487,8 @@ def down(state_dir: Path = DEFAULT_STATE_DIR, *, grace: float = 8.0) -> list[str
     return stopped
 
 
-def status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, Any]:
-    state = StackState.load(Path(state_dir).resolve())
+def status(state_dir: Path | None = None) -> dict[str, Any]:
+    state = StackState.load(Path(state_dir or stack_dir()).resolve())
     if state is None:
         return {}
     return {name: _owned(pgid, state.stack_id) for name, pgid in state.pgids.items()}

@@ -1,0 +1,5 @@
+"""`python -m rlcleanup` is the `rlcleanup` command."""
+
+from rlcleanup.cli.main import main
+
+main()

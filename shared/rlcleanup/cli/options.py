@@ -1,0 +1,49 @@
+"""Options every command shares, so the same flag means the same thing (and completes the same) everywhere.
+
+Fixed sets are Enums: typer lists their choices in --help and offers them to shell completion.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rlcleanup.paths import default_db
+
+
+class Backend(StrEnum):
+    sqlite = "sqlite"
+    firestore = "firestore"
+
+
+class ReportFormat(StrEnum):
+    md = "md"
+    html = "html"
+    json = "json"
+
+
+DbOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--db",
+        help="SQLite records file (default: $RLCLEANUP_DB, else $XDG_STATE_HOME/rlcleanup/records.db)",
+        show_default=False,
+    ),
+]
+BackendOption = Annotated[
+    Backend | None,
+    typer.Option(help="record store (default: firestore when FIRESTORE_EMULATOR_HOST is set, else sqlite)"),
+]
+ProjectOption = Annotated[str | None, typer.Option(help="Firestore / Pub/Sub project (default: $GOOGLE_CLOUD_PROJECT)")]
+JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
+
+
+def db_path(db: Path | None) -> Path:
+    return db if db is not None else default_db()
+
+
+def backend_name(backend: Backend | str | None) -> str | None:
+    return None if backend is None else str(backend.value if isinstance(backend, Backend) else backend)
