@@ -6,6 +6,7 @@ from __future__ import annotations
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState
 from rlcleanup.report.document import BAD, GOOD, NEUTRAL, WARN, Verdict, VerdictPart
+from rlcleanup.steps.remaining import PUBLISHED
 
 _TERMINAL_TONE = {
     TerminalState.completed: GOOD,
@@ -48,6 +49,9 @@ def _selection(r: CompletionRecord) -> VerdictPart | None:
         return None
     if s.status == "selected" and s.step is not None:
         return VerdictPart("selection", f"selected step {s.step}", GOOD)
+    chosen = sorted({a.step for a in r.authority_actions if a.state in PUBLISHED and a.step is not None})
+    if chosen:  # no declared policy, but an approver chose by publishing
+        return VerdictPart("selection", f"step {_steps(chosen)} chosen by a publish grant", GOOD)
     if not valid:
         return VerdictPart("selection", "no valid candidate to select", BAD)
     plural = "s" if len(valid) > 1 else ""

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from rlcleanup.authority import ledger, precancel
-from rlcleanup.authority.artifact import is_ready
+from rlcleanup.authority.artifact import READY, is_ready
 from rlcleanup.authority.controllers import controller_for
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, verify
 from rlcleanup.authority.outcome import Outcome
@@ -31,6 +31,7 @@ from rlcleanup.runtime.topology import load_topology
 from rlcleanup.steps.capture import preserved_root
 from rlcleanup.steps.facts import run_facts, safe_run_id
 from rlcleanup.steps.layout import RunLayout, discover
+from rlcleanup.steps.remaining import still_open
 from rlcleanup.uris import basename, join, parent
 
 _ENVELOPE_REFUSALS = {Refusal.wrong_run, Refusal.wrong_action}
@@ -88,7 +89,17 @@ def sync_record(p: Ports, run_id: str) -> None:
     }
     if registration:
         fields["registration"] = registration
+    fields.update(_remaining_fields(p.records.get(run_id), actions))
     p.records.update(run_id, fields)
+
+
+def _remaining_fields(record: CompletionRecord | None, actions: list[AuthorityAction]) -> dict[str, Any]:
+    """The record's remaining work without what the used grants closed; the status follows (a finished record
+    closes). Layout-derived items wrap-up wrote (diagnose, expired checkpoints...) stay as they were."""
+    if record is None or record.status not in READY:  # still in progress, routed, failed: not ours to move
+        return {}
+    remaining = still_open(record.remaining_work, actions)
+    return {"remaining_work": remaining.items, "status": remaining.status.value}
 
 
 def _note_replay(p: Ports, run_id: str, gid: str) -> str:

@@ -6,11 +6,11 @@ from typing import Any
 
 from rlcleanup.formats.config import get
 from rlcleanup.models.record import Candidate, CompletionRecord, ResumeSafety
-from rlcleanup.models.vocab import RecordStatus, TerminalState
 from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime.metrics_store import load_series
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.receipts import protocol_facts
+from rlcleanup.steps.remaining import derive_remaining
 from rlcleanup.steps.select import declared_policy, select
 from rlcleanup.steps.validate import resume_not_applicable
 
@@ -45,42 +45,30 @@ def finish_record(
     if policy_error:
         selection.reason = policy_error
     registration, registers = registration_note(layout)
-    valid = [c.step for c in candidates if c.valid]
-    remaining: list[str] = []
-    if record.terminal_state is TerminalState.failed:
-        remaining.append("diagnose the first causal error before any relaunch")
-    if record.terminal_state is TerminalState.indeterminate:
-        remaining.append("terminal state is indeterminate: a person must confirm how the run ended")
     by_design = resume_not_applicable(layout)  # generation-only / metrics mode: no candidates, not a fault
     protocol = protocol_facts(storage, layout)
+    notes: list[str] = []
     if protocol.checkpoints_expired:
-        remaining.append(
+        notes.append(
             f"the export step failed because the training step's temp checkpoints expired ({layout.checkpoints_root} "
             f"lists nothing; export attempt: {protocol.export_failure}): no export can be made from them; the "
             "training receipt and resolved config are preserved, retrain or restore the checkpoint to export"
         )
-    if selection.status != "selected":
-        if valid:
-            remaining.append(
-                f"selection unresolved: choose among valid candidates {valid} (no declared policy applied)"
-            )
-        elif by_design is not None:
-            remaining.append(f"no export candidates by design: {by_design} (run-layout-v2.md §1, §3)")
-        else:
-            remaining.append("no valid export candidate: nothing can be handed off")
-    if resume is not None and not resume.safe and by_design is None:
-        remaining.append("resume is unsafe from the latest checkpoint: " + "; ".join(resume.reasons[:3]))
-    if valid:
-        remaining.append("hand off / publish: needs an explicit publish or handoff grant (destination, visibility)")
-        if registers:
-            remaining.append("register: needs a register grant for the selected artifact")
-        remaining.append("reclaim: needs a separate reclaim grant, only after the destination is verified")
-    status = RecordStatus.awaiting_authority if valid else RecordStatus.complete
+    remaining = derive_remaining(
+        terminal_state=record.terminal_state,
+        selection_status=selection.status,
+        candidates=candidates,
+        resume=resume,
+        registers=registers,
+        actions=record.authority_actions,
+        by_design=by_design,
+        notes=notes,
+    )
     return {
         "candidates": [c.model_dump(mode="json") for c in candidates],
         "resume_safety": resume.model_dump(mode="json") if resume else None,
         "selection": selection.model_dump(mode="json"),
         "registration": registration,
-        "remaining_work": remaining,
-        "status": status.value,
+        "remaining_work": remaining.items,
+        "status": remaining.status.value,
     }

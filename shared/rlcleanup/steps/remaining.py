@@ -1,0 +1,92 @@
+"""What is still open on a run, derived from the record (pure): wrap-up lists the work, every applied grant
+re-derives it, so remaining work shrinks as grants are used and the record closes (`complete`) when no authority
+work is left.
+
+Two kinds of item: a person's judgement (diagnose a failure, confirm an indeterminate end, an unsafe resume,
+expired checkpoints) is listed but never holds the record open; authority work (publish/hand off, register,
+reclaim) is what `awaiting_authority` waits for, and each item closes when a grant for it was used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rlcleanup.models.record import AuthorityAction, Candidate, ResumeSafety
+from rlcleanup.models.vocab import RecordStatus, TerminalState
+
+# Outcome states (AuthorityAction.state) that mean the action was carried out.
+PUBLISHED = {"published", "handed_off"}
+REGISTERED = {"registered", "not_applicable"}
+RECLAIMED = {"reclaimed"}
+
+PUBLISH_ITEM = "hand off / publish: needs an explicit publish or handoff grant (destination, visibility)"
+REGISTER_ITEM = "register: needs a register grant for the selected artifact"
+RECLAIM_ITEM = "reclaim: needs a separate reclaim grant, only after the destination is verified"
+SELECTION_PREFIX = "selection unresolved:"
+AUTHORITY_ITEMS = (PUBLISH_ITEM, REGISTER_ITEM, RECLAIM_ITEM)
+
+
+@dataclass(frozen=True)
+class Remaining:
+    items: list[str]
+
+    @property
+    def authority_open(self) -> int:
+        return sum(1 for item in self.items if item in AUTHORITY_ITEMS)
+
+    @property
+    def status(self) -> RecordStatus:
+        return RecordStatus.awaiting_authority if self.authority_open else RecordStatus.complete
+
+
+def derive_remaining(
+    *,
+    terminal_state: TerminalState | None,
+    selection_status: str | None,
+    candidates: Iterable[Candidate],
+    resume: ResumeSafety | None,
+    registers: bool,
+    actions: Iterable[AuthorityAction] = (),
+    by_design: str | None = None,
+    notes: Iterable[str] = (),
+) -> Remaining:
+    """Wrap-up's full list. `by_design`: why a run has no export candidates on purpose (generation-only,
+    metrics mode); `notes`: further person items wrap-up found in the layout (e.g. expired checkpoints)."""
+    valid = [c.step for c in candidates if c.valid]
+    items: list[str] = []
+    if terminal_state is TerminalState.failed:
+        items.append("diagnose the first causal error before any relaunch")
+    if terminal_state is TerminalState.indeterminate:
+        items.append("terminal state is indeterminate: a person must confirm how the run ended")
+    items.extend(notes)
+    if selection_status != "selected":
+        if valid:
+            items.append(f"{SELECTION_PREFIX} choose among valid candidates {valid} (no declared policy applied)")
+        elif by_design is not None:
+            items.append(f"no export candidates by design: {by_design} (run-layout-v2.md §1, §3)")
+        else:
+            items.append("no valid export candidate: nothing can be handed off")
+    if resume is not None and not resume.safe and by_design is None:
+        items.append("resume is unsafe from the latest checkpoint: " + "; ".join(resume.reasons[:3]))
+    if valid:
+        items.append(PUBLISH_ITEM)
+        if registers:
+            items.append(REGISTER_ITEM)
+        items.append(RECLAIM_ITEM)
+    return still_open(items, actions)
+
+
+def still_open(items: Iterable[str], actions: Iterable[AuthorityAction]) -> Remaining:
+    """The items no used grant has closed. A used publish/hand-off names its step: the person chose, so it also
+    closes an unresolved selection."""
+    done = {a.state for a in actions if a.refusal is None}
+    closed: set[str] = set()
+    if done & PUBLISHED:
+        closed.add(PUBLISH_ITEM)
+    if done & REGISTERED:
+        closed.add(REGISTER_ITEM)
+    if done & RECLAIMED:
+        closed.add(RECLAIM_ITEM)
+    published = bool(done & PUBLISHED)
+    return Remaining([i for i in items if i not in closed and not (published and i.startswith(SELECTION_PREFIX))])
