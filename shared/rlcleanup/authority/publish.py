@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rlcleanup.authority import artifact
 from rlcleanup.authority.checks import Expected, expected_of, mismatch
-from rlcleanup.authority.grants import Action, Grant, Refusal
+from rlcleanup.authority.grants import Action, Grant, Refusal, Visibility
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.secrets import scan_objects
 from rlcleanup.authority.visibility import read_visibility
 from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
 from rlcleanup.ports.storage import ObjectInfo, Storage, WriteOutcome
-from rlcleanup.uris import join, relative_to
+from rlcleanup.uris import join, relative_to, strip_file_scheme
 
 PROVENANCE = "provenance.json"
 MARKER = "_PUBLISHED.json"
@@ -91,22 +92,102 @@ def _manifest(storage: Storage, items: list[Item]) -> tuple[list[dict[str, Any]]
     return rows, expected
 
 
-def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome:
-    """Publish or hand off the grant's artifact. Returns the outcome; never raises for a refusal."""
+@dataclass
+class PublishPlan:
+    """Exactly what a publish will copy, and where: `grant --dry-run` shows this, `publish` carries it out."""
+
+    destination: str
+    candidate: Candidate
+    items: list[Item]
+    manifest: list[dict[str, Any]]
+    expected: dict[str, Expected]
+    visibility: str
+    visibility_evidence: str
+    created: list[str]  # local directories created (0700) for the destination; "would create" in a preview
+    scanned_objects: int
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(row["size"] or 0 for row in self.manifest)
+
+    def preview(self) -> dict[str, Any]:
+        return {
+            "destination": self.destination,
+            "step": self.candidate.step,
+            "digest": self.candidate.digest,
+            "visibility": self.visibility,
+            "visibility_evidence": self.visibility_evidence,
+            "creates": self.created,
+            "objects": self.manifest,
+            "object_count": len(self.manifest),
+            "total_bytes": self.total_bytes,
+            "secret_scan": f"clean ({self.scanned_objects} text objects scanned)",
+        }
+
+
+def missing_local_dirs(dest: str) -> list[Path]:
+    """The directories a local destination still needs, outermost first (empty for gs:// or an existing one)."""
+    if "://" in dest and not dest.startswith("file://"):
+        return []  # gs:// (or any other scheme): nothing to create on the local disk
+    path = Path(strip_file_scheme(dest)).absolute()
+    missing: list[Path] = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return list(reversed(missing))
+
+
+def create_private_dirs(dirs: list[Path]) -> None:
+    # 0700 whatever the umask and the parent's mode: a new destination is private until someone widens it.
+    for directory in dirs:
+        directory.mkdir(mode=0o700, exist_ok=True)
+        directory.chmod(0o700)
+
+
+def _visibility_fix(dest: str, evidence: str) -> str:
+    if dest.startswith("gs://"):
+        if "DefaultCredentialsError" in evidence or "credentials" in evidence.lower():
+            return (
+                "no Google Cloud credentials to read the bucket's IAM: set GOOGLE_APPLICATION_CREDENTIALS to a "
+                "service-account key (or run `gcloud auth application-default login`); for the local stack set "
+                'STORAGE_EMULATOR_HOST (`eval "$(rlcleanup stack up)"`), or publish to a local directory'
+            )
+        return "grant the bucket's actual visibility, or remove its public IAM members"
+    return (
+        "make the destination private (`chmod go-rwx DIR` on it or an ancestor), choose a new directory "
+        "(rlcleanup creates it 0700), or grant the wider visibility"
+    )
+
+
+def plan_publish(
+    storage: Storage, record: CompletionRecord, grant: Grant, *, apply: bool = False
+) -> tuple[PublishPlan | None, Outcome | None]:
+    """Resolve, read visibility back, list and scan the objects: the plan, or the refusal.
+    `apply` creates a missing local destination (0700); a preview (`apply=False`) only says it would."""
     assert grant.destination is not None  # checked by grants.check_scope
     dest = grant.destination.rstrip("/")
     candidate, refused = artifact.resolve(storage, record, grant)
     if refused:
-        return refused
+        return None, refused
     assert candidate is not None
 
-    seen = read_visibility(storage, dest)
-    if seen.visibility is None:
-        return refuse(Refusal.visibility_unknown, seen.evidence, dest)
-    if seen.visibility.rank > grant.visibility.rank:
-        return refuse(
+    missing = missing_local_dirs(dest)
+    if missing and apply:
+        create_private_dirs(missing)
+    if missing and not apply:
+        seen_visibility, seen_evidence = Visibility.private, f"{missing[0]} will be created with mode 0700"
+    else:
+        seen = read_visibility(storage, dest)
+        if seen.visibility is None:
+            return None, refuse(
+                Refusal.visibility_unknown, f"{seen.evidence}; fix: {_visibility_fix(dest, seen.evidence)}", dest
+            )
+        seen_visibility, seen_evidence = seen.visibility, seen.evidence
+    if seen_visibility.rank > grant.visibility.rank:
+        return None, refuse(
             Refusal.visibility_broader,
-            f"destination is {seen.visibility.value}, granted {grant.visibility.value}: {seen.evidence}",
+            f"destination is {seen_visibility.value}, granted {grant.visibility.value}: {seen_evidence}; "
+            f"fix: {_visibility_fix(dest, seen_evidence)}",
             dest,
         )
 
@@ -119,9 +200,23 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome
             if len(report.findings) > MAX_FINDINGS_IN_RECORD
             else ""
         )
-        return refuse(Refusal.secret_found, f"secret scan: {shown}{more}", dest)
-
+        return None, refuse(Refusal.secret_found, f"secret scan: {shown}{more}", dest)
     manifest, expected = _manifest(storage, items)
+    created = [str(d) for d in missing]
+    plan = PublishPlan(
+        dest, candidate, items, manifest, expected, seen_visibility.value, seen_evidence, created, len(report.scanned)
+    )
+    return plan, None
+
+
+def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome:
+    """Publish or hand off the grant's artifact. Returns the outcome; never raises for a refusal."""
+    plan, refused = plan_publish(storage, record, grant, apply=True)
+    if refused:
+        return refused
+    assert plan is not None
+    dest, candidate, items = plan.destination, plan.candidate, plan.items
+    manifest, expected = plan.manifest, plan.expected
     prov = json.dumps(provenance(record, candidate, grant, manifest), indent=1, sort_keys=True).encode()
     prov_uri = join(dest, PROVENANCE)
     if storage.write_if_absent(prov_uri, prov, "application/json") is WriteOutcome.conflict:
@@ -157,7 +252,8 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome
         destination=dest,
         verified_objects=len(items),
         uri=prov_uri,
-        detail=f"visibility {seen.visibility.value}: {seen.evidence}; {len(report.scanned)} text objects scanned",
+        detail=(f"created {', '.join(plan.created)} (mode 0700); " if plan.created else "")
+        + f"visibility {plan.visibility}: {plan.visibility_evidence}; {plan.scanned_objects} text objects scanned",
     )
 
 
