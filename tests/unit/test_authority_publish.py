@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -70,11 +71,35 @@ def test_public_destination_under_private_grant_is_refused(tmp_path: Path) -> No
             w.stack.ports.records,
             Approver(approver_id="alice", public_key=public_b64(w.key), allowed_prefixes=[str(public)]),
         )
-        grant = w.grant(visibility="private", destination=str(public / "model"))
+        grant = w.grant(visibility="private", destination=str(public))
         w.deliver(w.message(grant))
         action = w.action(grant.grant_id)
         assert action["refusal"] == "visibility_broader" and "world-readable" in action["detail"]
+        assert "fix: make the destination private (`chmod go-rwx DIR`" in action["detail"]  # the fix, not only docs
         assert files_under(public) == []
+    finally:
+        shutil.rmtree(public)
+
+
+def test_a_missing_local_destination_is_created_0700_and_said_so(tmp_path: Path) -> None:
+    w = make_world(tmp_path)
+    # Under a world-readable parent (like /tmp): the new directories are private whatever the parent and umask.
+    public = Path(tempfile.mkdtemp(prefix="rlcleanup-public-"))
+    os.chmod(public, 0o755)
+    try:
+        register_approver(
+            w.stack.ports.records,
+            Approver(approver_id="alice", public_key=public_b64(w.key), allowed_prefixes=[str(public)]),
+        )
+        dest = public / "team" / "model"
+        grant = w.grant(visibility="private", destination=str(dest))
+        w.deliver(w.message(grant))
+        action = w.action(grant.grant_id)
+        assert action["state"] == "published", action
+        assert action["detail"].startswith(f"created {public / 'team'}, {dest} (mode 0700); visibility private")
+        assert stat.S_IMODE(os.stat(public / "team").st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(dest).st_mode) == 0o700
+        assert (dest / "_PUBLISHED.json").is_file()
     finally:
         shutil.rmtree(public)
 

@@ -66,28 +66,42 @@ def test_run_summary_without_json(tmp_path: Path) -> None:
 def test_missing_run_root_fails_with_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "nope"
     result = runner.invoke(app, ["run", str(missing), "--db", str(tmp_path / "r.db"), "--json"])
-    assert result.exit_code == 3
+    assert result.exit_code == 2  # a bad argument: usage
     assert result.stdout == ""
     assert _one_line(result.stderr) == f"rlcleanup: run root {missing} does not exist"
+    assert not (tmp_path / "r.db").exists()
 
 
-def test_missing_config_fails_with_one_line(tmp_path: Path) -> None:
+def test_a_path_that_is_not_a_run_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     root = tmp_path / "runs" / "math-rl" / "v1"
     root.mkdir(parents=True)
     (root / ".executor_status").write_text("SUCCESS\n")
-    args = ["run", str(root), "--preserve-to", str(tmp_path / "p"), "--db", str(tmp_path / "r.db"), "--json"]
+    db = tmp_path / "r.db"
+    args = ["run", str(root), "--preserve-to", str(tmp_path / "p"), "--db", str(db), "--json"]
     result = runner.invoke(app, args)
-    assert result.exit_code == 3
+    assert result.exit_code == 2
     assert result.stdout == ""
     line = _one_line(result.stderr)
-    assert line.startswith(f"rlcleanup: could not process {root}: unreadable_run: no resolved configuration under")
+    assert line.startswith(f"rlcleanup: {root} is not a run root: no resolved-skyrl.json / launch.yaml")
+    assert line.endswith("nothing was recorded")
+    assert not db.exists()  # no permanent `failed` record cluttering `status`
 
 
-def test_show_unknown_id_exits_1(tmp_path: Path) -> None:
+def test_a_runs_parent_directory_suggests_the_run_roots_below_it(tmp_path: Path) -> None:
+    root = write_sample_run(tmp_path / "src", "completed-resumed")
+    db = tmp_path / "r.db"
+    result = runner.invoke(app, ["run", str(tmp_path / "src"), "--db", str(db)])
+    assert result.exit_code == 2
+    assert _one_line(result.stderr).endswith(f"run roots below it: {root}")
+    assert not db.exists()
+
+
+def test_show_unknown_id_exits_1_and_creates_no_database(tmp_path: Path) -> None:
     result = runner.invoke(app, ["show", "no-such-run", "--db", str(tmp_path / "r.db")])
     assert result.exit_code == 1
     assert result.stdout == ""
-    assert _one_line(result.stderr) == f"rlcleanup: no record for run 'no-such-run' in {tmp_path / 'r.db'}"
+    assert _one_line(result.stderr).startswith(f"rlcleanup: no records database at {tmp_path / 'r.db'}")
+    assert not (tmp_path / "r.db").exists()  # `show --db` on a missing file used to create it
 
 
 def test_schema_is_the_record_json_schema() -> None:

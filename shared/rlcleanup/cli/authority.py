@@ -16,14 +16,11 @@ from typing import Annotated, Any
 
 import typer
 
+from rlcleanup.authority.grants import Action, Visibility
+from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
+from rlcleanup.paths import default_preserve_root, keys_dir
 from rlcleanup.ports.records import RecordStore
-from rlcleanup.runtime.embedded import DEFAULT_DB, DEFAULT_PRESERVE
 
-DbOption = Annotated[Path, typer.Option("--db", help="SQLite records file (embedded default)")]
-BackendOption = Annotated[
-    str | None, typer.Option(help="sqlite | firestore (default: firestore when FIRESTORE_EMULATOR_HOST is set)")
-]
-ProjectOption = Annotated[str | None, typer.Option(help="Firestore / Pub/Sub project (default: $GOOGLE_CLOUD_PROJECT)")]
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
 
@@ -40,8 +37,8 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(**{unit: int(m.group(1))})
 
 
-def _store(backend: str | None, db: Path, project: str | None) -> RecordStore:
-    chosen = backend or ("firestore" if os.environ.get("FIRESTORE_EMULATOR_HOST") else "sqlite")
+def _store(backend: str | None, db: Path | None, project: str | None) -> RecordStore:
+    chosen = backend_name(backend) or ("firestore" if os.environ.get("FIRESTORE_EMULATOR_HOST") else "sqlite")
     if chosen == "firestore":
         from rlcleanup.adapters.firestore_records import FirestoreRecordStore
 
@@ -53,26 +50,52 @@ def _store(backend: str | None, db: Path, project: str | None) -> RecordStore:
         _fail(f"unknown backend {chosen!r} (sqlite | firestore)", 2)
     from rlcleanup.adapters.sqlite_records import SqliteRecordStore
 
-    return SqliteRecordStore(db)
+    return SqliteRecordStore(db_path(db))
+
+
+def key_path(key: str) -> Path:
+    """--key takes a file, or an approver id whose key keygen wrote under $XDG_CONFIG_HOME/rlcleanup/keys."""
+    path = Path(key).expanduser()
+    if not path.exists() and "/" not in key and not key.endswith(".pem"):
+        return keys_dir() / f"{key}.pem"
+    return path
 
 
 def keygen(
-    out: Annotated[Path, typer.Option("--out", help="where to write the Ed25519 private key (PEM, mode 600)")],
-    approver_id: Annotated[str | None, typer.Option("--id", help="approver id (default: the file's stem)")] = None,
+    approver_id: Annotated[
+        str | None, typer.Option("--id", help="approver id (default: the --out file's stem, else $USER)")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="where to write the Ed25519 private key, PEM mode 600 (default: $XDG_CONFIG_HOME/rlcleanup/keys/ID.pem)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Create an approver signing key; prints the public key and the command that registers it."""
     from rlcleanup.authority.grants import new_key, private_pem, public_b64
 
+    approver_id = approver_id or (out.stem if out else os.environ.get("USER") or "approver")
+    out = out or keys_dir() / f"{approver_id}.pem"
     if out.exists():
         _fail(f"{out} exists: refusing to overwrite a key", 2)
     key = new_key()
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(private_pem(key))
     public = public_b64(key)
     typer.echo(f"private key: {out} (keep it secret)\npublic key:  {public}\nregister it with:")
-    typer.echo(f"  rlcleanup approver add {approver_id or out.stem} --public-key {public} --prefix gs://BUCKET/PREFIX")
+    typer.echo(
+        f"  rlcleanup approver add {approver_id} --public-key {public} --prefix gs://BUCKET/PREFIX  (or a local dir)"
+    )
+    typer.echo(
+        f"sign grants with: --key {approver_id}"
+        if out == keys_dir() / f"{approver_id}.pem"
+        else f"sign grants with: --key {out}"
+    )
 
 
 approver_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Approvers whose signed grants count.")
@@ -82,8 +105,11 @@ approver_app = typer.Typer(add_completion=False, no_args_is_help=True, help="App
 def approver_add(
     approver_id: Annotated[str, typer.Argument(help="approver id; grants name it in granted_by")],
     public_key: Annotated[str, typer.Option("--public-key", help="base64 raw Ed25519 public key (from keygen)")],
-    prefix: Annotated[list[str], typer.Option("--prefix", help="allowed destination prefix (repeatable)")],
-    db: DbOption = DEFAULT_DB,
+    prefix: Annotated[
+        list[str],
+        typer.Option("--prefix", help="allowed destination prefix: gs://bucket/path or a local directory (repeatable)"),
+    ],
+    db: DbOption = None,
     backend: BackendOption = None,
     project: ProjectOption = None,
 ) -> None:
@@ -92,6 +118,8 @@ def approver_add(
 
     from rlcleanup.authority.grants import Approver, register_approver
 
+    # A local prefix is stored absolute: grants name absolute destinations (`~/x` and `./x` alike).
+    prefix = [p if p.startswith("gs://") else str(Path(p).expanduser().absolute()) for p in prefix]
     try:
         approver = Approver(approver_id=approver_id, public_key=public_key, allowed_prefixes=prefix)
         register_approver(_store(backend, db, project), approver)
@@ -104,90 +132,204 @@ def _digest(store: RecordStore, run_id: str, step: int) -> str:
     record = store.get(run_id)
     candidate = next((c for c in record.candidates if c.step == step), None) if record else None
     if candidate is None or not candidate.digest:
-        _fail(f"no candidate at step {step} in run {run_id!r}: pass --digest or process the run first", 1)
+        steps = [c.step for c in record.candidates] if record else []
+        _fail(f"run {run_id!r} has no candidate at step {step} (its candidates: {steps or 'none'})", 1)
     assert candidate is not None and candidate.digest is not None
     return candidate.digest
 
 
+def _no_such_run(store: RecordStore, run_id: str, where: str) -> None:
+    from rlcleanup.cli.stores import close_matches
+
+    matches = close_matches(run_id, (r.run_id for r in store.list_runs(limit=1000)))
+    hint = f"; did you mean {', '.join(matches)}?" if matches else "; `rlcleanup status` lists the runs"
+    _fail(f"no such run {run_id!r} in {where}{hint}", 1)
+
+
+def _gcs_credentials_problem(destination: str | None) -> str | None:
+    """A gs:// destination needs credentials (or the storage emulator) to read its IAM back: say so up front."""
+    if not destination or not destination.startswith("gs://") or os.environ.get("STORAGE_EMULATOR_HOST"):
+        return None
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    try:
+        google.auth.default()
+    except DefaultCredentialsError:
+        return (
+            f"no Google Cloud credentials to publish to {destination} (its IAM is read back before any byte moves): "
+            "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file or run `gcloud auth "
+            'application-default login`; on the local stack `eval "$(rlcleanup stack up)"` sets '
+            "STORAGE_EMULATOR_HOST; or grant a local destination directory"
+        )
+    return None
+
+
 def grant(
     run_id: Annotated[str, typer.Argument(help="the run the grant is for")],
-    action: Annotated[str, typer.Option(help="publish | handoff | register | reclaim | cancel")],
-    key: Annotated[Path, typer.Option("--key", help="approver private key (from keygen)")],
-    destination: Annotated[str | None, typer.Option(help="destination URI (not for cancel)")] = None,
+    action: Annotated[Action, typer.Option(help="what the grant authorizes")],
+    key: Annotated[
+        str, typer.Option("--key", help="approver private key: a PEM file, or an approver id from `keygen --id`")
+    ],
+    destination: Annotated[
+        str | None, typer.Option(help="destination: gs://bucket/path or a local directory (not for cancel)")
+    ] = None,
     step: Annotated[int | None, typer.Option(help="candidate step (default: the selected one)")] = None,
     digest: Annotated[str | None, typer.Option(help="candidate digest (default: looked up in the record)")] = None,
-    visibility: Annotated[str, typer.Option(help="private | internal | public")] = "private",
+    visibility: Annotated[Visibility, typer.Option(help="the widest audience you accept")] = Visibility.private,
     expires: Annotated[str, typer.Option(help="lifetime, e.g. 30m, 24h, 7d")] = "24h",
     reason: Annotated[str, typer.Option(help="why (kept with the grant)")] = "",
     approver: Annotated[str | None, typer.Option(help="approver id (default: the key file's stem)")] = None,
-    db: DbOption = DEFAULT_DB,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="sign nothing, apply nothing: print the exact objects, bytes, destination visibility "
+            "(reclaim: the deletion list) this grant would act on",
+        ),
+    ] = False,
+    db: DbOption = None,
     backend: BackendOption = None,
     project: ProjectOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Sign a grant; apply it (embedded) or publish it to authority-grants (Pub/Sub); prints its id and state."""
     from pydantic import ValidationError
 
     from rlcleanup.authority.grants import Grant, load_private_key, sign
 
+    key_file = key_path(key)
     try:
-        private = load_private_key(key.read_bytes())
+        private = load_private_key(key_file.read_bytes())
         lifetime = parse_duration(expires)
     except (OSError, ValueError) as exc:
-        _fail(str(exc), 2)
+        _fail(f"{exc}" if not isinstance(exc, FileNotFoundError) else f"no key file {key_file} (`rlcleanup keygen`)", 2)
         return
+    if destination and not destination.startswith("gs://"):
+        destination = str(Path(destination).expanduser().absolute())
     project = project or os.environ.get("GOOGLE_CLOUD_PROJECT")
-    cloud = bool(os.environ.get("PUBSUB_EMULATOR_HOST") or (project and backend != "sqlite"))
-    store = _store(backend or ("firestore" if cloud else None), db, project)
-    if action != "cancel" and digest is None:
-        record = store.get(run_id)
-        chosen = step if step is not None else (record.selection.step if record and record.selection else None)
+    chosen_backend = backend_name(backend)
+    cloud = bool(os.environ.get("PUBSUB_EMULATOR_HOST") or (project and chosen_backend != "sqlite"))
+    store = _store(chosen_backend or ("firestore" if cloud else None), db, project)
+    where = f"Firestore project {project}" if cloud or chosen_backend == "firestore" else str(db_path(db))
+    record = store.get(run_id)
+    if record is None:
+        _no_such_run(store, run_id, where)
+        return
+    if action is not Action.cancel and digest is None:
+        chosen = step if step is not None else (record.selection.step if record.selection else None)
         if chosen is None:
-            _fail("selection is unresolved: pass --step N", 2)
+            valid = [c.step for c in record.candidates if c.valid]
+            _fail(f"selection is unresolved: pass --step N (valid candidates: {valid or 'none'})", 2)
         step = chosen
         digest = _digest(store, run_id, int(step or 0))
+    if not cloud and not dry_run:
+        problem = _gcs_credentials_problem(destination)
+        if problem:
+            _fail(problem, 3)
     now = datetime.now(UTC)
     try:
         g = Grant.model_validate(
             {
-                "run_id": run_id, "action": action, "step": step, "digest": digest, "destination": destination,
-                "visibility": visibility, "granted_by": approver or key.stem, "granted_at": now,
+                "run_id": run_id, "action": action.value, "step": step, "digest": digest, "destination": destination,
+                "visibility": visibility.value, "granted_by": approver or key_file.stem, "granted_at": now,
                 "expires_at": now + lifetime, "reason": reason,
             }
         )  # fmt: skip
     except ValidationError as exc:
         _fail(f"invalid grant: {exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}", 2)
         return
+    if dry_run:
+        _print_preview(record, g, now, as_json)
+        return
     data = json.dumps(sign(g, private)).encode()
     if cloud:
         from rlcleanup.adapters.pubsub_bus import PubSubBus
 
         message_id = PubSubBus(project or "rlcleanup-local").publish("authority-grants", data, {"run_id": run_id})
-        typer.echo(f"grant {g.grant_id} published to authority-grants (message {message_id})")
+        if as_json:
+            typer.echo(json.dumps({"grant_id": g.grant_id, "state": "published", "message_id": message_id}))
+        else:
+            typer.echo(f"grant {g.grant_id} published to authority-grants (message {message_id})")
         return
     from rlcleanup.runtime.embedded import EmbeddedStack
 
-    stack = EmbeddedStack.create(db, str(DEFAULT_PRESERVE.resolve()))
+    stack = EmbeddedStack.create(db_path(db), str(default_preserve_root()))
     stack.bus.publish("authority-grants", data, {"run_id": run_id})
     stack.bus.drain()
     doc = stack.ports.records.get_doc(f"runs/{run_id}/grants", g.grant_id) or {}
     outcome = doc.get("outcome") or {}
     state = outcome.get("state") or doc.get("state", "?")
-    typer.echo(
-        f"grant {g.grant_id}: {state}" + (f" ({doc['refusal']}: {doc.get('detail')})" if doc.get("refusal") else "")
-    )
+    after = stack.ports.records.get(run_id)
+    if as_json:
+        row = {
+            "grant_id": g.grant_id, "action": action.value, "state": state, "refusal": doc.get("refusal"),
+            "detail": doc.get("detail") or outcome.get("detail"), "record_status": after.status.value if after else None,
+            "remaining_work": after.remaining_work if after else [],
+        }  # fmt: skip
+        typer.echo(json.dumps(row, indent=2))
+    else:
+        typer.echo(
+            f"grant {g.grant_id}: {state}"
+            + (f" ({doc['refusal']}: {doc.get('detail')})" if doc.get("refusal") else "")
+            + (f"\n  {outcome['detail']}" if outcome.get("detail") and not doc.get("refusal") else "")
+        )
+        if after is not None:
+            left = f"{len(after.remaining_work)} item(s) left" if after.remaining_work else "nothing left to do"
+            typer.echo(f"record {run_id}: {after.status.value}, {left}")
     if doc.get("refusal"):
         raise typer.Exit(3)
 
 
+def _print_preview(record: Any, g: Any, now: datetime, as_json: bool) -> None:
+    from rlcleanup.adapters.storage_router import RoutingStorage
+    from rlcleanup.authority.preview import preview_grant
+
+    preview = preview_grant(RoutingStorage(), record, g, now)
+    if as_json:
+        typer.echo(json.dumps(preview, indent=2))
+    else:
+        typer.echo(render_preview(preview))
+    if preview["would"] == "refuse":
+        raise typer.Exit(3)
+
+
+def render_preview(preview: dict[str, Any]) -> str:
+    """The dry-run in words: what, how much, where, and who could read it."""
+    action, dest = preview["action"], preview.get("destination")
+    if preview["would"] == "refuse":
+        return f"dry run: {action} to {dest} would be REFUSED ({preview['refusal']}): {preview['detail']}"
+    if action == "reclaim":
+        lines = [
+            f"dry run: reclaim step {preview['step']} would delete {preview['delete_count']} object(s), "
+            f"{preview['delete_bytes']} bytes (keeps {preview['keep_count']}); destination {dest} verified"
+        ]
+        lines += [f"  delete {d['uri']}  {d['size']} B  crc32c {d['crc32c']}" for d in preview["delete"]]
+        return "\n".join(lines)
+    if "objects" not in preview:
+        return f"dry run: {action}: {preview.get('detail', '')}"
+    lines = [
+        f"dry run: {action} step {preview['step']} ({preview['digest']}) → {dest}",
+        f"  {preview['object_count']} object(s), {preview['total_bytes']} bytes; visibility "
+        f"{preview['visibility']} ({preview['visibility_evidence']}); secret scan {preview['secret_scan']}",
+    ]
+    lines += [f"  creates {c} (mode 0700)" for c in preview["creates"]]
+    lines += [f"  {o['name']}  {o['size']} B  crc32c {o['crc32c']}" for o in preview["objects"]]
+    return "\n".join(lines)
+
+
 def grants(
     run_id: str,
-    db: DbOption = DEFAULT_DB,
+    db: DbOption = None,
     backend: BackendOption = None,
     project: ProjectOption = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: JsonOption = False,
 ) -> None:
-    """List a run's grants with their state (pending, applying, used, refused, expired)."""
-    docs = _store(backend, db, project).list_docs(f"runs/{run_id}/grants")
+    """List a run's grants with their state (pending, applying, used, refused, expired) and result."""
+    store = _store(backend, db, project)
+    if store.get(run_id) is None:
+        _no_such_run(store, run_id, "the record store")
+    docs = store.list_docs(f"runs/{run_id}/grants")
     rows: list[dict[str, Any]] = []
     for gid, doc in docs:
         g = doc.get("grant") or {}
@@ -205,11 +347,16 @@ def grants(
         return
     if not rows:
         typer.echo(f"no grants for run {run_id}")
-        raise typer.Exit(1)
+        return
+    typer.echo(f"{'grant':16}  {'action':8} {'state':8} {'result':12} {'step':>5}  destination")
     for r in rows:
-        why = f"  {r['refusal']}: {r['detail']}" if r["refusal"] else ""
+        # A refused grant's result is "refused" too: print the reason there instead of the same word twice.
+        result = r["refusal"] if r["refusal"] else (r["result"] or "")
+        why = f"  ({r['detail']})" if r["refusal"] and r["detail"] else ""
+        step = "" if r["step"] is None else str(r["step"])
         typer.echo(
-            f"{r['grant_id']}  {r['action'] or '?':8} {r['state']:8} {r['result'] or '':12} {r['destination'] or ''}{why}"
+            f"{r['grant_id'][:16]:16}  {r['action'] or '?':8} {r['state']:8} {result:12} {step:>5}  "
+            f"{r['destination'] or ''}{why}"
         )
 
 
@@ -218,13 +365,13 @@ def cause(
     signature_id: Annotated[str, typer.Argument(help="from the pre-cancel capture.json `reproducing` list")],
     note: Annotated[str, typer.Option(help="the recorded cause")],
     by: Annotated[str, typer.Option(help="who recorded it")] = os.environ.get("USER", "operator"),
-    db: DbOption = DEFAULT_DB,
+    db: DbOption = None,
 ) -> None:
     """Record the cause of a reproducing failure (embedded): withheld cancel grants are retried."""
     from rlcleanup.runtime.authority_handlers import record_cause
     from rlcleanup.runtime.embedded import EmbeddedStack
 
-    stack = EmbeddedStack.create(db, str(DEFAULT_PRESERVE.resolve()))
+    stack = EmbeddedStack.create(db_path(db), str(default_preserve_root()))
     typer.echo(record_cause(stack.ports, run_id, signature_id, note, by, datetime.now(UTC)))
     stack.bus.drain()
 

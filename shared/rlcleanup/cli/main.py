@@ -5,19 +5,46 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from rlcleanup.cli.authority import register as register_authority_commands
+from rlcleanup.cli.operator import operator_errors
 from rlcleanup.cli.operator import register as register_operator_commands
+from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
+from rlcleanup.cli.stores import EXIT_NOT_FOUND, EXIT_USAGE, get_record, open_store
+from rlcleanup.models.controller_states import MANUAL
 from rlcleanup.models.vocab import RecordStatus
-from rlcleanup.runtime.embedded import DEFAULT_DB
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+# What `run --state` accepts: the verdicts an operator can state for a run (ENDED is the default, no verdict).
+MANUAL_STATES = tuple(sorted(set(MANUAL.states) - {"ENDED"}))
+EXIT_CODES = "Exit codes: 0 ok, 1 not found, 2 usage (bad option, or a path that is not a run), 3 failure."
 
-DbOption = Annotated[Path, typer.Option("--db", help="SQLite records file (embedded default)")]
+app = typer.Typer(add_completion=True, no_args_is_help=True, help=__doc__, epilog=EXIT_CODES)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"rlcleanup {version('rlcleanup')}")
+        except PackageNotFoundError:  # running from a source tree without an install
+            typer.echo("rlcleanup (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    _show_version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+    ] = False,
+) -> None:
+    """rlcleanup: cleanup of standard RL runs (see README.md)."""
 
 
 def _fail(message: str, code: int = 3) -> None:
@@ -25,17 +52,45 @@ def _fail(message: str, code: int = 3) -> None:
     raise typer.Exit(code)
 
 
-@app.command()
+def _not_a_run(run_uri: str, local: bool) -> str:
+    from rlcleanup.cli.runroots import CONFIG_NAMES, run_roots_below
+
+    message = f"{run_uri} is not a run root: no {' / '.join(CONFIG_NAMES[:2])} (or Layout C resolved_config) in it"
+    if local:
+        below = run_roots_below(Path(run_uri))
+        if below:
+            return message + "; run roots below it: " + ", ".join(str(p) for p in below)
+    return message + "; nothing was recorded"
+
+
+@app.command(epilog=EXIT_CODES)
 def run(
     run_uri: Annotated[str, typer.Argument(help="durable run root: a local path or <scheme>://bucket/prefix (gs, s3)")],
-    preserve_to: Annotated[str | None, typer.Option("--preserve-to", help="preserve root")] = None,
-    db: DbOption = DEFAULT_DB,
-    state: Annotated[str | None, typer.Option(help="controller state to pair with, e.g. SUCCEEDED")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print exactly the completion record JSON")] = False,
+    preserve_to: Annotated[
+        str | None,
+        typer.Option("--preserve-to", help="preserve root (default: $XDG_STATE_HOME/rlcleanup/preserved)"),
+    ] = None,
+    db: DbOption = None,
+    state: Annotated[
+        str | None,
+        typer.Option(help="controller state to pair with, e.g. SUCCEEDED, FAILED, KILLED (case-insensitive)"),
+    ] = None,
+    rerun: Annotated[
+        bool,
+        typer.Option(
+            "--rerun", help="process the run again although a record exists (the old record is kept as history)"
+        ),
+    ] = False,
+    as_json: JsonOption = False,
 ) -> None:
-    """Run the whole cleanup pipeline on one run (embedded: local files, GCS or S3, SQLite records)."""
+    """Run the whole cleanup pipeline on one run (embedded: local files, GCS or S3, SQLite records).
+
+    A run that already has a record is not processed again: its stored record is printed (and `run` says so).
+    After fixing the run (e.g. a missing shard) use --rerun."""
     from rlcleanup.adapters.storage_registry import BUILTIN
+    from rlcleanup.adapters.storage_router import RoutingStorage
     from rlcleanup.cli.render import summary
+    from rlcleanup.cli.runroots import has_run_config
     from rlcleanup.ports.storage import UnknownSchemeError
     from rlcleanup.runtime.embedded import run_embedded
     from rlcleanup.uris import is_local
@@ -46,15 +101,24 @@ def run(
                 BUILTIN.for_uri(given)  # an unknown scheme is a usage error here, not an empty local directory
         except UnknownSchemeError as exc:
             _fail(str(exc), 2)
+    if state is not None and state.strip().upper() not in MANUAL_STATES:
+        _fail(f"--state {state!r} is not a controller verdict: use one of {', '.join(MANUAL_STATES)}", EXIT_USAGE)
     local = is_local(run_uri)
     if local and not Path(run_uri).exists():
-        _fail(f"run root {run_uri} does not exist")
+        _fail(f"run root {run_uri} does not exist", EXIT_USAGE)
     uri = str(Path(run_uri).resolve()) if local else run_uri
     preserve = preserve_to if preserve_to is None or not is_local(preserve_to) else str(Path(preserve_to).resolve())
+    db_file = db_path(db)
     # The pipeline's own warnings are on the record; stderr carries only the one-line reason below.
     logging.getLogger("rlcleanup").addHandler(logging.NullHandler())
     try:
-        record = run_embedded(uri, db_path=db, preserve_root=preserve, state=state)
+        if not has_run_config(RoutingStorage(), uri):
+            _fail(_not_a_run(run_uri, local), EXIT_USAGE)
+        kept = _prepare_rerun(uri, db_file) if rerun else None
+        started = time.time()
+        record = run_embedded(uri, db_path=db_file, preserve_root=preserve, state=state)
+    except typer.Exit:
+        raise
     except Exception as exc:  # one line, not a traceback: the record could not be written
         _fail(f"could not process {run_uri}: {type(exc).__name__}: {exc}")
         return
@@ -68,50 +132,86 @@ def run(
     if record.status is RecordStatus.in_progress:  # every message was handled, yet no step finished the record
         _fail(f"run {record.run_id} did not finish: its record is still in_progress after every message was handled")
         return
-    typer.echo(record.model_dump_json(indent=2) if as_json else summary(record))
+    # Step claims make a second `run` a no-op: say so instead of passing an old verdict off as new.
+    stored = record.updated_at.timestamp() < started
+    if as_json:
+        typer.echo(record.model_dump_json(indent=2))
+    else:
+        typer.echo(summary(record))
+    if stored:
+        typer.echo(
+            f"rlcleanup: {record.run_id} already had a record (last updated {record.updated_at:%Y-%m-%d %H:%M:%S} "
+            f"UTC); printed the stored one. Re-process with `rlcleanup run {run_uri} --rerun`",
+            err=True,
+        )
+    elif kept:
+        typer.echo(f"rlcleanup: re-ran {record.run_id}; the previous record is kept as {kept}", err=True)
 
 
-@app.command()
+def _prepare_rerun(uri: str, db_file: Path) -> str | None:
+    """Archive the run's record (if any) and clear its step claims; returns where the old record went."""
+    from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+    from rlcleanup.adapters.storage_router import RoutingStorage
+    from rlcleanup.cli import maintenance
+    from rlcleanup.cli.stores import OpenStore
+    from rlcleanup.steps.facts import run_facts
+    from rlcleanup.steps.layout import discover
+
+    run_id = run_facts(discover(RoutingStorage(), uri)).run_id
+    opened = OpenStore(SqliteRecordStore(db_file), f"SQLite {db_file}", "sqlite", db_file)
+    old = opened.store.get(run_id)
+    if old is None:
+        return None
+    kept = maintenance.archive(opened, old)
+    maintenance.reset_for_rerun(opened, run_id)
+    return kept
+
+
+@app.command(epilog=EXIT_CODES)
+@operator_errors
 def show(
     run_id: str,
-    db: DbOption = DEFAULT_DB,
-    backend: Annotated[
-        str | None,
-        typer.Option(help="sqlite | firestore (default: firestore when FIRESTORE_EMULATOR_HOST is set)"),
-    ] = None,
-    project: Annotated[str | None, typer.Option(help="Firestore project (default: $GOOGLE_CLOUD_PROJECT)")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    db: DbOption = None,
+    backend: BackendOption = None,
+    project: ProjectOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Print a stored completion record (SQLite file, or Firestore: the emulator or a real project)."""
-    import os
-
     from rlcleanup.cli.render import summary
 
-    chosen = backend or ("firestore" if os.environ.get("FIRESTORE_EMULATOR_HOST") else "sqlite")
-    if chosen == "firestore":
-        from rlcleanup.adapters.firestore_records import FirestoreRecordStore
-
-        project = project or os.environ.get("GOOGLE_CLOUD_PROJECT")
-        if not project:
-            _fail("--backend firestore needs --project or GOOGLE_CLOUD_PROJECT", 2)
-            return
-        record = FirestoreRecordStore(project=project).get(run_id)
-        where = f"Firestore project {project}"
-    elif chosen == "sqlite":
-        from rlcleanup.adapters.sqlite_records import SqliteRecordStore
-
-        record = SqliteRecordStore(db).get(run_id)
-        where = str(db)
-    else:
-        _fail(f"unknown backend {chosen!r} (sqlite | firestore)", 2)
-        return
-    if record is None:
-        _fail(f"no record for run {run_id!r} in {where}", 1)
-        return
+    record = get_record(open_store(backend_name(backend), db_path(db), project), run_id)
     typer.echo(record.model_dump_json(indent=2) if as_json else summary(record))
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES)
+@operator_errors
+def forget(
+    run_id: str,
+    yes: Annotated[bool, typer.Option("--yes", help="do it (without it, only say what would be removed)")] = False,
+    db: DbOption = None,
+    backend: BackendOption = None,
+    project: ProjectOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Remove a run's record and everything filed under it (claims, grants, history) from the record store.
+
+    For records that should not exist (a wrong path). Preserved evidence and published copies are not touched."""
+    from rlcleanup.cli import maintenance
+
+    opened = open_store(backend_name(backend), db_path(db), project)
+    record = get_record(opened, run_id)
+    if yes:
+        maintenance.forget(opened, run_id)
+    outcome = {"run_id": run_id, "status": record.status.value, "where": opened.where, "removed": yes}
+    if as_json:
+        typer.echo(json.dumps(outcome, indent=2))
+    elif yes:
+        typer.echo(f"forgot {run_id} ({record.status.value}) in {opened.where}")
+    else:
+        typer.echo(f"would forget {run_id} ({record.status.value}) in {opened.where}: add --yes to remove it")
+
+
+@app.command(epilog=EXIT_CODES)
 def emit(
     run_uri: Annotated[str, typer.Option("--run-uri", help="durable run root, gs://bucket/prefix")],
     state: Annotated[str, typer.Option(help="job state, e.g. SUCCEEDED, FAILED, RUNNING")],
@@ -121,8 +221,9 @@ def emit(
     ] = None,
     project: Annotated[str | None, typer.Option(help="Pub/Sub project (default: $GOOGLE_CLOUD_PROJECT)")] = None,
     topic: Annotated[str, typer.Option(help="topic to publish to")] = "job-events",
+    as_json: JsonOption = False,
 ) -> None:
-    """Publish a job-state change to job-events (PUBSUB_EMULATOR_HOST honoured); prints the message id."""
+    """Publish a job-state change to job-events (PUBSUB_EMULATOR_HOST honoured); says what was sent, and where."""
     import os
 
     from pydantic import ValidationError
@@ -132,36 +233,59 @@ def emit(
     try:
         event = job_event(run_uri, state, source=source, job_id=job_id)
     except ValidationError as exc:
-        _fail(f"invalid event: {exc.errors()[0]['msg']}", 2)
+        _fail(f"invalid event: {exc.errors()[0]['msg']}", EXIT_USAGE)
         return
     project = project or os.environ.get("GOOGLE_CLOUD_PROJECT")
     if not project:
-        _fail("set GOOGLE_CLOUD_PROJECT (`eval $(rlcleanup stack up)`) or pass --project", 2)
+        _fail('set GOOGLE_CLOUD_PROJECT (`eval "$(rlcleanup stack up)"`) or pass --project', EXIT_USAGE)
         return
+    emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
     try:
         message_id = publish_event(event, project, topic)
     except Exception as exc:
         _fail(f"could not publish to {topic}: {type(exc).__name__}: {exc}")
         return
-    typer.echo(message_id)
+    where = f"projects/{project}/topics/{topic}" + (f" (emulator {emulator})" if emulator else "")
+    if as_json:
+        sent = {"message_id": message_id, "topic": where, "event": event.model_dump(mode="json")}
+        typer.echo(json.dumps(sent, indent=2))
+        return
+    typer.echo(f"sent {event.source} {event.state} for {event.run_uri} to {where}: message {message_id}")
 
 
 stack_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Local stack on real emulators.")
 app.add_typer(stack_app, name="stack")
-StateDirOption = Annotated[Path, typer.Option("--state-dir", help="where pids, logs and state.json live")]
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="where pids, logs and state.json live (default: $RLCLEANUP_STACK_DIR, else "
+        "$XDG_CACHE_HOME/rlcleanup/stack: one stack per user, found from any directory)",
+        show_default=False,
+    ),
+]
 
 
-@stack_app.command("up")
+def _stack_dir(state_dir: Path | None) -> Path:
+    from rlcleanup.paths import stack_dir
+
+    return (state_dir or stack_dir()).resolve()
+
+
+@stack_app.command("up", epilog=EXIT_CODES)
 def stack_up(
-    state_dir: StateDirOption = Path(".rlcleanup/stack"),
+    state_dir: StateDirOption = None,
     project: Annotated[str, typer.Option(help="emulator project id")] = "rlcleanup-local",
     timeout: Annotated[float, typer.Option(help="seconds to wait for every server")] = 90.0,
 ) -> None:
-    """Start the emulators and one functions-framework per function; print the env vars to export."""
+    """Start the emulators and one functions-framework per function; print the env vars to export.
+
+    Use as `eval "$(rlcleanup stack up)"`. Every server runs in its own process group on a free port."""
     from rlcleanup.stack import StackError, up
 
+    where = _stack_dir(state_dir)
     try:
-        state = up(state_dir, project=project, timeout=timeout)
+        state = up(where, project=project, timeout=timeout)
     except StackError as exc:
         _fail(str(exc))
         return
@@ -175,40 +299,64 @@ def stack_up(
         typer.echo(
             f"# S3 (SeaweedFS) at {state.env.get('AWS_ENDPOINT_URL')}: runs bucket s3://{state.buckets['s3-runs']}"
         )
-    typer.echo(f"# logs and state in {state.state_dir}; stop with: rlcleanup stack down --state-dir {state_dir}")
+    down = "rlcleanup stack down" + ("" if state_dir is None else f" --state-dir {where}")
+    typer.echo(f"# {len(state.pgids)} servers; logs and state in {where}; stop from any directory with: {down}")
 
 
-@stack_app.command("down")
-def stack_down(state_dir: StateDirOption = Path(".rlcleanup/stack")) -> None:
-    """Stop every server of the stack by process group."""
+@stack_app.command("down", epilog=EXIT_CODES)
+def stack_down(state_dir: StateDirOption = None) -> None:
+    """Stop every server of the stack by process group (from any directory)."""
     from rlcleanup.stack import StackError, down
 
+    where = _stack_dir(state_dir)
     try:
-        stopped = down(state_dir)
+        stopped = down(where)
     except StackError as exc:
         _fail(str(exc))
         return
-    typer.echo(f"stopped {len(stopped)} server(s)" if stopped else "no stack running", err=True)
+    if stopped:
+        typer.echo(f"stopped {len(stopped)} server(s) of the stack in {where}", err=True)
+    else:
+        typer.echo(f"no stack running (no live server recorded in {where})", err=True)
 
 
-@stack_app.command("status")
-def stack_status(state_dir: StateDirOption = Path(".rlcleanup/stack")) -> None:
-    """Which servers of the stack are running."""
+@stack_app.command("status", epilog=EXIT_CODES)
+def stack_status(state_dir: StateDirOption = None, as_json: JsonOption = False) -> None:
+    """Which servers of the stack are running (the same state `down` stops). Exit 1 when no stack is recorded."""
     from rlcleanup.stack import status
 
-    states = status(state_dir)
+    where = _stack_dir(state_dir)
+    states = status(where)
+    if as_json:
+        rows = {
+            "state_dir": str(where),
+            "servers": {name: "running" if alive else "stopped" for name, alive in states.items()},
+        }
+        typer.echo(json.dumps(rows, indent=2, sort_keys=True))
+        if not states:
+            raise typer.Exit(EXIT_NOT_FOUND)
+        return
     if not states:
-        _fail("no stack state here", 1)
+        _fail(f"no stack recorded in {where} (start one with `rlcleanup stack up`)", EXIT_NOT_FOUND)
+    typer.echo(f"stack in {where}: {sum(states.values())} of {len(states)} server(s) running")
     for name, alive in sorted(states.items()):
         typer.echo(f"{name:32} {'running' if alive else 'stopped'}")
 
 
-@app.command("sample-run")
+class Scale(StrEnum):
+    ci = "ci"
+    medium = "medium"
+    large = "large"
+
+
+@app.command("sample-run", epilog=EXIT_CODES)
 def sample_run(
-    dest: Path,
+    dest: Annotated[
+        Path | None, typer.Argument(help="directory to write into (not needed for --scenario list)")
+    ] = None,
     scenario: Annotated[str, typer.Option(help="scenario name; `--scenario list` shows them")] = "completed-resumed",
     scale: Annotated[
-        str | None,
+        Scale | None,
         typer.Option(
             help="ci (sized for the in-memory GCS emulator), medium, or large (500 ranks, 1 GiB logs, 40 70B exports)"
         ),
@@ -224,28 +372,29 @@ def sample_run(
     """
     from rlcleanup.samples.generator import SCENARIOS, write_sample_run
 
-    if scale is not None:
-        from rlcleanup.samples.large import SCALES, spec_for, write_spec
-
-        if scale not in SCALES:
-            _fail(f"unknown scale {scale!r}; choose from {', '.join(SCALES)}", 2)
-        log_bytes = log_mb * 1024 * 1024 if log_mb is not None else None
-        try:
-            spec = spec_for(scale, ranks=ranks, attempts=attempts, exports=exports, log_bytes_total=log_bytes)
-            typer.echo(str(write_spec(dest, spec)))
-        except ValueError as exc:
-            _fail(str(exc), 2)
-        return
-    if scenario == "list" or scenario not in SCENARIOS:
+    if scenario == "list" or (scenario not in SCENARIOS and scale is None):
         for name, text in SCENARIOS.items():
             typer.echo(f"{name:28} {text}")
         if scenario != "list":
-            _fail(f"unknown scenario {scenario!r}", 2)
+            _fail(f"unknown scenario {scenario!r}", EXIT_USAGE)
+        return
+    if dest is None:
+        _fail("missing DEST: the directory to write the sample run into", EXIT_USAGE)
+        return
+    if scale is not None:
+        from rlcleanup.samples.large import spec_for, write_spec
+
+        log_bytes = log_mb * 1024 * 1024 if log_mb is not None else None
+        try:
+            spec = spec_for(scale.value, ranks=ranks, attempts=attempts, exports=exports, log_bytes_total=log_bytes)
+            typer.echo(str(write_spec(dest, spec)))
+        except ValueError as exc:
+            _fail(str(exc), EXIT_USAGE)
         return
     typer.echo(str(write_sample_run(dest, scenario)))
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES)
 def schema() -> None:
     """Print the completion record's JSON Schema."""
     from rlcleanup.models.record import CompletionRecord

@@ -16,26 +16,35 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from rlcleanup.cli.stores import EXIT_FAILURE, EXIT_USAGE, OpenStore, OperatorError, get_record, open_store
+from rlcleanup.cli.options import (
+    BackendOption,
+    DbOption,
+    JsonOption,
+    ProjectOption,
+    ReportFormat,
+    backend_name,
+    db_path,
+)
+from rlcleanup.cli.stores import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    OpenStore,
+    OperatorError,
+    get_record,
+    not_found,
+    open_store,
+)
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import RecordStatus, TerminalState
-from rlcleanup.runtime.embedded import DEFAULT_DB
 
 EXIT_CODES = (
     "Exit codes: 0 ok, 1 not found (run or records), 2 usage, 3 failure (store unreachable, timeout, failed run)."
 )
 
-DbOption = Annotated[Path, typer.Option("--db", help="SQLite records file (embedded default)")]
-BackendOption = Annotated[
-    str | None, typer.Option(help="sqlite | firestore (default: firestore when FIRESTORE_EMULATOR_HOST is set)")
-]
-ProjectOption = Annotated[str | None, typer.Option(help="Firestore project (default: $GOOGLE_CLOUD_PROJECT)")]
-JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-
 F = TypeVar("F", bound=Callable[..., None])
 
 
-def _operator_errors(fn: F) -> F:
+def operator_errors(fn: F) -> F:
     """OperatorError -> one line on stderr and its exit code; store/network failures -> exit 3, not a traceback."""
 
     @wraps(fn)
@@ -94,7 +103,7 @@ def status(
         ),
     ] = None,
     limit: Annotated[int, typer.Option(min=1, help="most recent runs to list")] = 100,
-    db: DbOption = DEFAULT_DB,
+    db: DbOption = None,
     backend: BackendOption = None,
     project: ProjectOption = None,
     as_json: JsonOption = False,
@@ -103,7 +112,7 @@ def status(
     unknown = sorted(set(state or []) - set(_STATES))
     if unknown:
         raise OperatorError(f"unknown --state {', '.join(unknown)}: use one of {', '.join(_STATES)}", EXIT_USAGE)
-    opened = open_store(backend, db, project)
+    opened = open_store(backend_name(backend), db_path(db), project)
     records = [get_record(opened, run_id)] if run_id else list(opened.store.list_runs(limit=limit))
     if state:
         wanted = set(state)
@@ -155,7 +164,7 @@ def watch(
     run_id: Annotated[str, typer.Argument(help="the run to follow")],
     interval: Annotated[float, typer.Option(min=0.05, help="seconds between polls")] = 1.0,
     timeout: Annotated[float, typer.Option(min=0, help="give up (exit 3) after this many seconds")] = 1800.0,
-    db: DbOption = DEFAULT_DB,
+    db: DbOption = None,
     backend: BackendOption = None,
     project: ProjectOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON snapshot per line, on every change")] = False,
@@ -166,12 +175,27 @@ def watch(
     from rlcleanup.cli.progress import snapshot
     from rlcleanup.cli.stores import step_states
 
-    opened = open_store(backend, db, project)
-    record = get_record(opened, run_id)
+    opened = open_store(backend_name(backend), db_path(db), project)
     deadline = time.monotonic() + timeout
+    # Right after `emit` the record does not exist yet (classify creates it): wait for it, like for the rest.
+    record = opened.store.get(run_id)
+    if record is None and not as_json:
+        typer.echo(f"waiting for the record of {run_id} in {opened.where} (up to {timeout:g}s)…", err=True)
+    while record is None:
+        if time.monotonic() >= deadline:
+            raise not_found(
+                opened,
+                run_id,
+                f"no record for run {run_id!r} appeared in {opened.where} within {timeout:g}s (was the event emitted"
+                " to this stack? `rlcleanup status` lists the runs it has)",
+                EXIT_FAILURE,
+            )
+        time.sleep(interval)
+        record = opened.store.get(run_id)
 
     def poll() -> dict[str, Any]:
         current = opened.store.get(run_id) or record
+        assert current is not None
         return snapshot(current, step_states(opened, run_id))
 
     snap, last = poll(), None
@@ -210,30 +234,32 @@ def watch(
 
 def report(
     run_id: Annotated[str, typer.Argument(help="the run to report on")],
-    fmt: Annotated[str, typer.Option("--format", help="md | html | json")] = "md",
+    fmt: Annotated[ReportFormat, typer.Option("--format", help="output format")] = ReportFormat.md,
     out: Annotated[
         Path | None, typer.Option("--out", help="write report.<ext> (+ timeline.png) into this directory")
     ] = None,
-    db: DbOption = DEFAULT_DB,
+    db: DbOption = None,
     backend: BackendOption = None,
     project: ProjectOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="same as --format json")] = False,
 ) -> None:
     """Render a run's completion record: the verdict line, then the evidence, with the chain timeline.
 
     Without --out the report goes to stdout (Markdown then omits the picture; HTML inlines it as SVG)."""
-    if fmt not in ("md", "html", "json"):
-        raise OperatorError(f"unknown --format {fmt!r}: use md, html or json", EXIT_USAGE)
     from rlcleanup.adapters.storage_router import RoutingStorage
     from rlcleanup.report import load_inputs, render_report
 
-    record = get_record(open_store(backend, db, project), run_id)
+    if as_json:
+        fmt = ReportFormat.json
+    record = get_record(open_store(backend_name(backend), db_path(db), project), run_id)
     inputs = load_inputs(RoutingStorage(), record)
     # The picture costs ~1 s of matplotlib: draw it only where it will be seen.
-    rendered = render_report(inputs, with_timeline=fmt == "html" or (fmt == "md" and out is not None))
+    kind = fmt.value
+    rendered = render_report(inputs, with_timeline=kind == "html" or (kind == "md" and out is not None))
     image = "timeline.png" if rendered.timeline is not None and out is not None else None
-    if fmt == "json":
+    if kind == "json":
         text = json.dumps(rendered.as_json(), indent=2)
-    elif fmt == "html":
+    elif kind == "html":
         text = rendered.html()
     else:
         text = rendered.markdown(image)
@@ -241,7 +267,7 @@ def report(
         typer.echo(text, nl=not text.endswith("\n"))
         return
     out.mkdir(parents=True, exist_ok=True)
-    target = out / f"report.{fmt}"
+    target = out / f"report.{kind}"
     target.write_text(text, encoding="utf-8")
     typer.echo(str(target))
     if image and rendered.timeline is not None:
@@ -251,7 +277,7 @@ def report(
 
 def register(app: typer.Typer) -> None:
     for command in (status, watch, report):
-        app.command(epilog=EXIT_CODES)(_operator_errors(command))
+        app.command(epilog=EXIT_CODES)(operator_errors(command))
 
 
 __all__ = ["OpenStore", "register"]

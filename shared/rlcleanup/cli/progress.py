@@ -59,11 +59,15 @@ def finished(record: CompletionRecord) -> bool:
 
 
 def snapshot(record: CompletionRecord, states: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    staged = stages(states)
+    # The select step writes the record's status before its claim is marked done: until then the last snapshot
+    # would show "selection 0/1" on a finished record, so wait for that claim too.
+    selecting = any(s.name == "selection" and s.running for s in staged)
     return {
         "run_id": record.run_id,
         "status": record.status.value,
         "terminal_state": record.terminal_state.value if record.terminal_state else None,
-        "finished": finished(record),
+        "finished": finished(record) and not selecting,
         "errors": len(record.errors),
-        "stages": [asdict(s) for s in stages(states)],
+        "stages": [asdict(s) for s in staged],
     }

@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.report.verdict import build_verdict
 
 
 def verdict_line(r: CompletionRecord) -> str:
-    kind = r.classification.kind.value if r.classification else "unclassified"
-    if kind != "standard":
-        return f"{r.run_id}: {kind} run — {r.status.value}"
-    parts = [f"{r.run_id}: {r.terminal_state.value if r.terminal_state else 'terminal state not established'}"]
-    if r.first_failure_cause:
-        parts.append(f"first cause {r.first_failure_cause.error_type}")
-    if r.selection:
-        parts.append(f"selected step {r.selection.step}" if r.selection.step is not None else "selection unresolved")
-    if r.resume_safety:
-        parts.append(f"resume safe from {r.resume_safety.from_step}" if r.resume_safety.safe else "resume UNSAFE")
-    parts.append(f"{len(r.remaining_work)} item(s) need a person" if r.remaining_work else "nothing left to do")
-    return " · ".join(parts)
+    """The same verdict the report, `watch` and `run` print (report/verdict.py): one function for every surface."""
+    return build_verdict(r).line
+
+
+def problem_codes(problems: list[str]) -> list[str]:
+    """Problems are "code: detail"; the code is the contract's vocabulary word."""
+    return sorted({p.split(":", 1)[0].strip() for p in problems if p})
+
+
+def _short(uri: str | None, root: str) -> str:
+    """Paths under the run root print relative to it: the root is on the `run` line already."""
+    if not uri:
+        return "?"
+    prefix = root.rstrip("/") + "/"
+    return uri[len(prefix) :] if uri.startswith(prefix) else uri
+
+
+def _steps(first: int | None, last: int | None) -> str:
+    return f"steps {first}..{last}" if first is not None and last is not None else "no steps logged"
 
 
 def summary(r: CompletionRecord) -> str:
@@ -36,26 +44,26 @@ def summary(r: CompletionRecord) -> str:
             add(f"  - {reason}")
     if r.first_failure_cause:
         c = r.first_failure_cause
-        add(f"first cause    {c.error_type}: {c.message}")
-        add(f"               attempt {c.attempt_id} at {c.source_uri}:{c.line}")
+        add(f"first cause    {c.error_type}: {' '.join(c.message.split())[:300]}")
+        add(f"               attempt {c.attempt_id} at {_short(c.source_uri, r.run_uri)}:{c.line}")
     if r.chain.attempts:
         cov = r.chain.coverage
         add(
-            f"chain          {len(r.chain.attempts)} attempt(s), metrics steps {cov.first_step}..{cov.last_step}, "
+            f"chain          {len(r.chain.attempts)} attempt(s), metrics {_steps(cov.first_step, cov.last_step)}, "
             f"gaps {cov.gaps or 'none'}"
         )
         for a in r.chain.attempts:
-            add(f"  - {a.attempt_id} {a.state or '?'} steps {a.first_step}..{a.last_step}")
+            add(f"  - {a.attempt_id} {a.state or '?'} {_steps(a.first_step, a.last_step)}")
     if r.source_revision:
         add("revision       " + ", ".join(f"{k}={v}" for k, v in sorted(r.source_revision.items())))
     if r.resolved_config:
-        add(f"config         {r.resolved_config.uri} (sha256 {r.resolved_config.sha256[:12]}…)")
+        add(f"config         {_short(r.resolved_config.uri, r.run_uri)} (sha256 {r.resolved_config.sha256[:12]}…)")
     if r.manifest_uri:
         add(f"preserved      {r.preserved_object_count} objects, {r.preserved_bytes} bytes → {r.manifest_uri}")
     for cand in r.candidates:
-        mark = "valid" if cand.valid else "INVALID"
+        mark = "valid" if cand.valid else f"INVALID ({', '.join(problem_codes(cand.problems)) or 'no problem code'})"
         size = f"{cand.size_label or cand.parameter_count} params" if cand.parameter_count else "size unknown"
-        add(f"candidate {cand.step:<5}{mark:8}{size}, {cand.shard_count} shard(s)")
+        add(f"candidate {cand.step:<5}{mark:8} {size}, {cand.shard_count} shard(s)")
         for problem in cand.problems:
             add(f"    ✗ {problem}")
         for warning in cand.warnings:

@@ -104,13 +104,18 @@ def close_matches(wanted: str, known: Iterable[str], n: int = 3) -> list[str]:
     return hits[:n]
 
 
+def not_found(opened: OpenStore, run_id: str, message: str | None = None, code: int = EXIT_NOT_FOUND) -> OperatorError:
+    """ "no record for run X" with the close matches every read command offers."""
+    matches = close_matches(run_id, (r.run_id for r in opened.store.list_runs(limit=1000)))
+    hint = f"; did you mean {', '.join(matches)}?" if matches else "; `rlcleanup status` lists the runs"
+    return OperatorError((message or f"no record for run {run_id!r} in {opened.where}") + hint, code)
+
+
 def get_record(opened: OpenStore, run_id: str) -> CompletionRecord:
     record = opened.store.get(run_id)
     if record is not None:
         return record
-    matches = close_matches(run_id, (r.run_id for r in opened.store.list_runs(limit=1000)))
-    hint = f"; did you mean {', '.join(matches)}?" if matches else "; `rlcleanup status` lists the runs"
-    raise OperatorError(f"no record for run {run_id!r} in {opened.where}{hint}", EXIT_NOT_FOUND)
+    raise not_found(opened, run_id)
 
 
 def step_states(opened: OpenStore, run_id: str) -> dict[str, dict[str, Any]]:
