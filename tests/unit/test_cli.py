@@ -82,7 +82,7 @@ def test_a_path_that_is_not_a_run_is_refused_before_anything_is_written(tmp_path
     assert result.exit_code == 2
     assert result.stdout == ""
     line = _one_line(result.stderr)
-    assert line.startswith(f"rlcleanup: {root} is not a run root: no resolved-skyrl.json / launch.yaml")
+    assert line.startswith(f"rlcleanup: {root} is not a run root: no resolved configuration in it (looked for ")
     assert line.endswith("nothing was recorded")
     assert not db.exists()  # no permanent `failed` record cluttering `status`
 

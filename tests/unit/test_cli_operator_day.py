@@ -322,7 +322,7 @@ def test_run_state_is_checked_and_used(tmp_path: Path) -> None:
     code, _, err = _invoke("run", str(root), "--state", "BOGUS")
     assert code == 2 and "--state 'BOGUS' is not a controller verdict" in err and "SUCCEEDED" in err
     record = _json("run", str(root), "--state", "succeeded")
-    assert "operator event: succeeded" in record["controller_state"]  # it reached the record (was dropped)
+    assert "manual event: succeeded" in record["controller_state"]  # it reached the record (was dropped)
 
 
 def test_sample_run_list_needs_no_destination() -> None:

@@ -329,7 +329,8 @@ def grants(
     store = _store(backend, db, project)
     if store.get(run_id) is None:
         _no_such_run(store, run_id, "the record store")
-    docs = store.list_docs(f"runs/{run_id}/grants")
+    # In the order they arrived (ids are random), as the record's authority_actions list them.
+    docs = sorted(store.list_docs(f"runs/{run_id}/grants"), key=lambda kv: (kv[1].get("received_at") or "", kv[0]))
     rows: list[dict[str, Any]] = []
     for gid, doc in docs:
         g = doc.get("grant") or {}

@@ -55,7 +55,7 @@ def _fail(message: str, code: int = 3) -> None:
 def _not_a_run(run_uri: str, local: bool) -> str:
     from rlcleanup.cli.runroots import CONFIG_NAMES, run_roots_below
 
-    message = f"{run_uri} is not a run root: no {' / '.join(CONFIG_NAMES[:2])} (or Layout C resolved_config) in it"
+    message = f"{run_uri} is not a run root: no resolved configuration in it (looked for {', '.join(CONFIG_NAMES)})"
     if local:
         below = run_roots_below(Path(run_uri))
         if below:

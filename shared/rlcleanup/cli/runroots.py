@@ -6,15 +6,20 @@ import os
 from pathlib import Path
 
 from rlcleanup.ports.storage import Storage
-from rlcleanup.steps.layout import CONFIG_NAMES_A, CONFIG_NAMES_C
-from rlcleanup.uris import join
+from rlcleanup.steps.layout import CONFIG_NAMES_A, CONFIG_NAMES_C, LayoutError, discover
 
 CONFIG_NAMES = CONFIG_NAMES_A + CONFIG_NAMES_C
 _SKIP_DIRS = {".git", ".venv", "node_modules", "__pycache__", "checkpoints", "exports", "logs"}
 
 
 def has_run_config(storage: Storage, run_uri: str) -> bool:
-    return any(storage.stat(join(run_uri.rstrip("/"), name)) is not None for name in CONFIG_NAMES)
+    """False only when layout discovery finds no resolved configuration (also not in a 3-step run's sibling
+    -training step); any other layout problem is the pipeline's to record on the run."""
+    try:
+        discover(storage, run_uri)
+    except LayoutError as exc:
+        return not str(exc).startswith("no resolved configuration")
+    return True
 
 
 def run_roots_below(path: Path, *, limit: int = 5, max_depth: int = 5, max_dirs: int = 5000) -> list[Path]:
