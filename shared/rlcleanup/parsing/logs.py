@@ -1,19 +1,24 @@
 """One streaming pass over a training log: metric rows, trainer events and error candidates.
 
 Memory is bounded per file: a traceback keeps a capped head and tail, the error list is capped, and the
-metric parser caps its legacy-dict buffer. The whole file is never held.
+metric parser caps its legacy-dict buffer. The whole file is never held: the block scanner (below) holds one
+block of BLOCK_BYTES plus at most one partial line of MAX_LINE_BYTES.
 """
 
 from __future__ import annotations
 
+import io
 import re
+import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Protocol, cast
 
-from rlcleanup.parsing.metrics import CleanLine, MetricParser, MetricRow, clean_line
+from rlcleanup.adapters.lines import bounded_lines
+from rlcleanup.parsing.metrics import MAX_LINE_CHARS, CleanLine, MetricParser, MetricRow, clean_line
 from rlcleanup.parsing.teardown import TEARDOWN, TeardownWording, by_name, causal_what_payload, teardown_for
 from rlcleanup.ports.storage import Storage, StorageError
 from rlcleanup.steps.layout import AttemptFiles
@@ -25,6 +30,7 @@ TRACEBACK_TAIL_LINES = 40  # kept past the cap, so the final `ErrorType: message
 MAX_ERRORS_PER_FILE = 64  # later ones are counted, not kept (64 ranks can print the same traceback)
 MAX_FOREIGN_IN_TRACEBACK = 20  # interleaved lines from other processes tolerated inside a traceback
 _MAX_EVENT_TEXT = 500
+_TRACEBACK_HEADER = "Traceback (most recent call last):"
 
 
 class EventKind(StrEnum):
@@ -219,8 +225,24 @@ class _Traceback:
         return "\n".join(lines)
 
 
+def with_year(month_day_time: str, last: datetime | None) -> datetime | None:
+    """vLLM stamps carry no year: take the one of the last stamp in this file (none seen: no stamp). A stamp made so
+    keeps that year and zone, so they are always those of the file's last full stamp before it."""
+    if last is None:
+        return None
+    try:
+        stamp = datetime.strptime(f"{last.year}-{month_day_time}", "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+    return stamp.replace(tzinfo=last.tzinfo or UTC)
+
+
 class LogScanner:
-    """Feed lines in order (`feed`), then `finish()` for the LogScan."""
+    """Feed lines in order (`feed`), then `finish()` for the LogScan.
+
+    The block scanner below feeds only the lines its hit patterns find (and every line inside a traceback or a
+    metric block); a line it skips may only be counted and carry a timestamp. A new per-line effect in `feed` or
+    `clean_line` therefore needs its pattern in `hit_patterns` or the stamp search (test_logs_differential.py)."""
 
     def __init__(self, uri: str, attempt_id: str | None = None, *, error_seen: bool = False) -> None:
         self.scan = LogScan(uri=uri, attempt_id=attempt_id)
@@ -234,6 +256,11 @@ class LogScanner:
     @property
     def error_seen(self) -> bool:
         return self._error_seen
+
+    @property
+    def busy(self) -> bool:
+        """Inside a traceback or a legacy metric block: every next line must be fed, whatever it holds."""
+        return self._tb is not None or self._metrics.in_block
 
     def feed(self, raw: str) -> None:
         scan = self.scan
@@ -253,21 +280,14 @@ class LogScanner:
         self._event(text[:_MAX_MATCH_CHARS], lineno, cleaned.timestamp)
         if self._tb is not None and self._traceback_line(text):
             return
-        if "Traceback (most recent call last):" in text:
+        if _TRACEBACK_HEADER in text:
             self._tb = _Traceback(lineno, cleaned.timestamp or self._last_ts)
             self._tb.add(text)
             return
         self._fatal_line(text[:_MAX_MATCH_CHARS], lineno, cleaned.timestamp or self._last_ts)
 
     def _with_year(self, month_day_time: str) -> datetime | None:
-        """vLLM stamps carry no year: take the one of the last full stamp in this file (none seen: no stamp)."""
-        if self._last_ts is None:
-            return None
-        try:
-            stamp = datetime.strptime(f"{self._last_ts.year}-{month_day_time}", "%Y-%m-%d %H:%M:%S")
-        except ValueError:
-            return None
-        return stamp.replace(tzinfo=self._last_ts.tzinfo or UTC)
+        return with_year(month_day_time, self._last_ts)
 
     def finish(self) -> LogScan:
         if self._tb is not None:
@@ -301,13 +321,13 @@ class LogScanner:
                 tb.add(text)
                 tb.chained = tb.chained or bool(stripped)
                 return True
-            if tb.chained and "Traceback (most recent call last):" in text:  # else: a separate traceback
+            if tb.chained and _TRACEBACK_HEADER in text:  # else: a separate traceback
                 tb.add(text)
                 tb.state, tb.chained = "frames", False
                 return True
             self._close_traceback()
             return False
-        if "Traceback (most recent call last):" in text and tb.state == "tail":
+        if _TRACEBACK_HEADER in text and tb.state == "tail":
             self._close_traceback()  # a new, unrelated traceback
             return False
         if text[:1].isspace() or (tb.state == "frames" and not stripped):
@@ -454,6 +474,270 @@ def scan_lines(lines: Iterable[str], uri: str, attempt_id: str | None = None, *,
     return scanner.finish()
 
 
+# -- block scanner ----------------------------------------------------------------------------------------------
+#
+# Feeding every line through LogScanner costs ~10 µs of Python per line (ANSI cleaning, a timestamp parse, a
+# lowercased look for hints), while well under 1% of a training log's lines can change a scan. The block scanner
+# reads a file in blocks of raw bytes, finds the lines that can matter with one compiled multi-pattern search over
+# the block (RE2), and feeds only those lines, plus every line while a traceback or a legacy metric block is open,
+# through the same LogScanner. A line without a hit only counts, and may carry a timestamp: the first stamp of the
+# file and the last stamp before each hit are found by regex searches over the bytes, never by parsing every line.
+# The differential test (tests/unit/test_logs_differential.py) holds it to the line scanner's exact output.
+
+BLOCK_BYTES = 4 * 1024 * 1024
+# A line is cut at MAX_LINE_CHARS characters; UTF-8 (or U+FFFD for each invalid byte) fits that many characters in
+# 4 bytes each, and a character may look 3 bytes ahead: a longer line keeps this head and skips the rest.
+MAX_LINE_BYTES = 4 * MAX_LINE_CHARS + 4
+
+# Any run of what clean_line's ANSI regex removes. An escape sequence never holds a newline or another ESC, so the
+# sequences a line loses are exactly the ones between the characters that remain: allowing this gap between every
+# two characters of an anchor finds the anchor in the raw bytes wherever it appears in the cleaned text.
+_GAP = rb"(?:\x1b(?:\[[0-9;?]*[ -/]*[@-~]|[@-Z\\-_]))*"
+# The same for Python's backtracking `re`, possessive: at an ESC the sequence is unique (its classes are disjoint and
+# hold no ESC), and what follows a gap here (`[`, a digit) never starts one, so giving nothing back loses no match,
+# while plain `*` would backtrack quadratically over a long run of codes.
+_GAP_RE = rb"(?:\x1b(?:\[[0-9;?]*+[ -/]*+[@-~]|[@-Z\\-_]))*+"
+
+
+def _tolerant(literal: str, *, caseless: bool = False) -> bytes:
+    """A pattern for `literal` with ANSI gaps between its characters; caseless as ASCII letter classes.
+
+    ASCII case folding is enough for the lowercased hints: the only non-ASCII characters whose str.lower() holds an
+    ASCII letter are U+0130 (to "i" + U+0307) and U+212A (to "k"), which can never complete a hint
+    (test_non_ascii_lowercase_cannot_complete_a_hint enumerates every code point)."""
+    parts = []
+    for ch in literal:
+        if caseless and ch.isascii() and ch.isalpha():
+            parts.append(f"[{ch.lower()}{ch.upper()}]".encode())
+        else:
+            parts.append(re.escape(ch).encode())
+    return _GAP.join(parts)
+
+
+def hit_patterns() -> list[bytes]:
+    """What makes LogScanner.feed do more than count a line and note its timestamp, as raw-byte patterns: a trainer
+    event hint, a traceback header, a fatal-line hint (matched on the lowercased line), a metric mirror line or the
+    start of a legacy dict block (`{` then a quote). A superset is harmless (the line is fed and judged exactly)."""
+    patterns = [_tolerant(hint) for hint in _EVENT_HINTS]
+    patterns.append(_tolerant(_TRACEBACK_HEADER))
+    patterns += [_tolerant(hint, caseless=True) for hint in _FATAL_HINTS]
+    patterns.append(_tolerant("WANDB_MIRROR"))
+    patterns.append(rb"\{" + _GAP + rb"['\"]")
+    return patterns
+
+
+def _stamp_core() -> bytes:
+    # What every stamp clean_line can read holds, wherever its prefixes put it: `MM-DD[T ]HH:MM:SS`, the tail of a
+    # full `YYYY-MM-DD HH:MM:SS` and the whole of vLLM's yearless one. Only ASCII digits: datetime.fromisoformat and
+    # strptime's %d-style fields reject other digits, so such a stamp never parses.
+    chars = [rb"[0-9]" if c == "d" else rb"[T ]" if c == "T" else c.encode() for c in "dd-ddTdd:dd:dd"]
+    return _GAP_RE.join(chars)
+
+
+_STAMP_NEXT = re.compile(_stamp_core())  # the first stamp-like text
+_STAMP_LAST = re.compile(rb"(?s).*" + _stamp_core())  # greedy: backtracks from the end, in C
+
+
+class HitFinder(Protocol):
+    def next_hit(self, buf: bytes, start: int, stop: int) -> int | None:
+        """The end (exclusive) of the leftmost hit_patterns() match in buf[start:stop], or None."""
+        ...
+
+
+class Re2Finder:
+    """hit_patterns() as one RE2 alternation over Latin-1 bytes (a byte is a character; invalid UTF-8 is inert).
+
+    RE2 runs a lazily built DFA: compiling costs ~1 ms and a search ~2 ns per byte whatever the number of patterns
+    (bench/bench_log_engines.py measures it against re, hyperscan and Aho-Corasick). Thread-safe."""
+
+    def __init__(self, patterns: list[bytes]) -> None:
+        import re2
+
+        options = re2.Options()
+        options.encoding = re2.Options.Encoding.LATIN1
+        options.never_capture = True
+        self._search = re2.compile(b"|".join(b"(?:" + p + b")" for p in patterns), options).search
+
+    def next_hit(self, buf: bytes, start: int, stop: int) -> int | None:
+        match = self._search(buf, start, stop)
+        return None if match is None else int(match.end())
+
+
+_FINDER: HitFinder | None = None
+_FINDER_LOCK = threading.Lock()
+_FINDER_TRIED = False
+
+
+def hit_finder() -> HitFinder | None:
+    """The process's finder, compiled on first use; None without google-re2 (scan_log then feeds every line)."""
+    global _FINDER, _FINDER_TRIED
+    with _FINDER_LOCK:
+        if not _FINDER_TRIED:
+            _FINDER_TRIED = True
+            try:
+                _FINDER = Re2Finder(hit_patterns())
+            except ImportError:
+                _FINDER = None
+        return _FINDER
+
+
+def _decode(line: bytes) -> str:
+    """One line as iter_lines gave it: UTF-8 with replacement, cut at MAX_LINE_CHARS characters."""
+    text = line.decode("utf-8", "replace")
+    return text[:MAX_LINE_CHARS] if len(text) > MAX_LINE_CHARS else text
+
+
+class BlockScan:
+    """Drive a LogScanner over a file read in blocks; `run(read)` with read(start, length) -> bytes (short at EOF).
+
+    Each block is held as b"\n" + carried partial line + new bytes, newline-normalised the way universal-newline
+    text mode reads (\r\n and a lone \r end a line). Offsets below index that buffer; its byte 0 is the sentinel
+    newline, so every line, the file's first included, follows a newline.
+    """
+
+    def __init__(self, scanner: LogScanner, finder: HitFinder, block: int = BLOCK_BYTES) -> None:
+        self.scanner = scanner
+        self.finder = finder
+        self.block = block
+
+    def run(self, read: Callable[[int, int], bytes]) -> None:
+        offset, carry, held_cr, skipping = 0, b"", False, False
+        while True:
+            data = read(offset, self.block)
+            offset += len(data)
+            eof = len(data) < self.block
+            if held_cr:
+                data, held_cr = b"\r" + data, False
+            if not eof and data.endswith(b"\r"):  # maybe the \r of a \r\n cut by the block: decide with the next
+                data, held_cr = data[:-1], True
+            if b"\r" in data:
+                data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if skipping:  # past MAX_LINE_BYTES of one line: drop bytes up to its end
+                nl = data.find(b"\n")
+                if nl < 0 and not eof:
+                    continue
+                data, skipping = (data[nl:] if nl >= 0 else b""), False
+            buf = b"\n" + carry + data
+            if eof:
+                if len(buf) > 1 and not buf.endswith(b"\n"):
+                    buf += b"\n"  # the last line has no newline: still a line
+                cut = len(buf)
+            else:
+                cut = buf.rfind(b"\n") + 1
+            if cut > 1:
+                self._block(buf, cut)
+            if eof:
+                return
+            carry = buf[cut:]
+            if len(carry) > MAX_LINE_BYTES:
+                carry, skipping = carry[:MAX_LINE_BYTES], True
+
+    def _block(self, buf: bytes, cut: int) -> None:
+        """The complete lines in buf[1:cut]."""
+        pos = self._fed_while_busy(buf, 1, cut)
+        next_hit = self.finder.next_hit
+        while pos < cut and (end := next_hit(buf, pos, cut)) is not None:
+            start = buf.rfind(b"\n", pos - 1, end) + 1  # hits never span a newline
+            self._quiet(buf, pos, start)
+            stop = buf.find(b"\n", end, cut)
+            self.scanner.feed(_decode(buf[start:stop]))
+            pos = self._fed_while_busy(buf, stop + 1, cut)
+        self._quiet(buf, pos, cut)
+
+    def _fed_while_busy(self, buf: bytes, pos: int, cut: int) -> int:
+        scanner = self.scanner
+        while pos < cut and scanner.busy:
+            stop = buf.find(b"\n", pos, cut)
+            scanner.feed(_decode(buf[pos:stop]))
+            pos = stop + 1
+        return pos
+
+    def _quiet(self, buf: bytes, start: int, stop: int) -> None:
+        """Lines [start, stop) hold no hit: count them and take their first and last timestamps."""
+        if stop <= start:
+            return
+        scanner, scan = self.scanner, self.scanner.scan
+        scan.lines += buf.count(b"\n", start, stop)
+        low = start - 1  # the newline before the first line
+        if scan.first_timestamp is None:
+            # Nothing stamped yet, so vLLM's yearless stamps read as none: the first stamp is a full one.
+            first = self._first_full_stamp(buf, low, stop)
+            if first is None:
+                return  # no stamp at all in these lines
+            stamp, low = first
+            scan.first_timestamp = scan.last_timestamp = scanner._last_ts = stamp
+        last = self._last_stamp(buf, low, stop, scanner._last_ts)
+        if last is not None:
+            scan.last_timestamp = scanner._last_ts = last
+
+    @staticmethod
+    def _line_around(buf: bytes, low: int, stop: int, at: int) -> tuple[int, int]:
+        """(start, end) of the line holding byte `at`: after the newline at or past `low`, up to its newline."""
+        return buf.rfind(b"\n", low, at) + 1, buf.find(b"\n", at, stop)
+
+    @staticmethod
+    def _clean(buf: bytes, start: int, end: int) -> CleanLine:
+        return clean_line(_decode(buf[start:end]))
+
+    def _first_full_stamp(self, buf: bytes, low: int, stop: int) -> tuple[datetime, int] | None:
+        """The first full stamp in the lines after the newline at `low`, and the newline ending its line."""
+        pos = low
+        while (match := _STAMP_NEXT.search(buf, pos, stop)) is not None:
+            start, end = self._line_around(buf, low, stop, match.start())
+            stamp = self._clean(buf, start, end).timestamp
+            if stamp is not None:
+                return stamp, end
+            pos = end  # stamp-like text that clean_line does not read as a stamp: go on after its line
+        return None
+
+    def _last_stamp(self, buf: bytes, low: int, stop: int, before: datetime | None) -> datetime | None:
+        """The stamp LogScanner would hold after the lines between the newline at `low` and `stop`, or None when
+        they change nothing; `before` is the one it held before them (it gives vLLM stamps their year)."""
+        end, full_before = stop, _UNSET
+        while (match := _STAMP_LAST.match(buf, low, end)) is not None:
+            start, line_end = self._line_around(buf, low, stop, match.end() - 1)
+            cleaned = self._clean(buf, start, line_end)
+            if cleaned.timestamp is not None:
+                return cleaned.timestamp
+            if cleaned.month_day_time is not None:
+                if full_before is _UNSET:  # the last full stamp before this line, once: nearer lines have none
+                    full_before = self._last_full_stamp(buf, low, start - 1) or before
+                stamp = with_year(cleaned.month_day_time, cast("datetime | None", full_before))
+                if stamp is not None:
+                    return stamp
+            end = start - 1
+        return None
+
+    def _last_full_stamp(self, buf: bytes, low: int, end: int) -> datetime | None:
+        while (match := _STAMP_LAST.match(buf, low, end)) is not None:
+            start, line_end = self._line_around(buf, low, end + 1, match.end() - 1)
+            stamp = self._clean(buf, start, line_end).timestamp
+            if stamp is not None:
+                return stamp
+            end = start - 1
+        return None
+
+
+_UNSET: object = object()
+
+
+def scan_bytes(data: bytes, uri: str, attempt_id: str | None = None, *, block: int = BLOCK_BYTES) -> LogScan:
+    """The scan of a whole file's bytes (tests, small objects); the block scanner when there is a finder."""
+    scanner = LogScanner(uri, attempt_id)
+    finder = hit_finder()
+    if finder is None:
+        for raw in _text_lines(data):
+            scanner.feed(raw)
+    else:
+        BlockScan(scanner, finder, block).run(lambda start, length: data[start : start + length])
+    return scanner.finish()
+
+
+def _text_lines(data: bytes) -> Iterator[str]:
+    text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline=None)
+    yield from bounded_lines(text)
+
+
 # -- per attempt -----------------------------------------------------------------------------------------------
 
 _SKIP_NAMES = re.compile(r"^python-core-.*|.*\.(?:gz|zst|bz2|xz|zip|tar|png|jpg|parquet|pt|safetensors|json)$")
@@ -509,9 +793,13 @@ class AttemptScan:
 def scan_log(storage: Storage, uri: str, attempt_id: str | None) -> LogScan:
     """Stream one log file; a read failure keeps what was scanned and names the uri, line and cause."""
     scanner = LogScanner(uri, attempt_id)
+    finder = hit_finder()
     try:
-        for raw in storage.iter_lines(uri):
-            scanner.feed(raw)
+        if finder is None:
+            for raw in storage.iter_lines(uri):
+                scanner.feed(raw)
+        else:  # ranged reads of BLOCK_BYTES: one request per 4 MiB, the same on every Storage
+            BlockScan(scanner, finder).run(lambda start, length: storage.read_range(uri, start, length))
     except (StorageError, OSError, ValueError) as exc:
         scanner.scan.problems.append(f"log {uri} could not be read past line {scanner.scan.lines}: {exc}")
     return scanner.finish()

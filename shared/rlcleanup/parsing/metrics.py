@@ -230,6 +230,11 @@ class MetricParser:
     def finish(self) -> None:
         self._abandon()
 
+    @property
+    def in_block(self) -> bool:
+        """A legacy dict block is open: every following line matters until it closes (the block scanner asks)."""
+        return bool(self._parts)
+
     def _mirror(self, text: str, lineno: int) -> MetricRow | None:
         match = _MIRROR.search(text)
         if not match:
