@@ -31,6 +31,8 @@ resource "google_cloudfunctions2_function" "fn" {
     all_traffic_on_latest_revision = true
     service_account_email          = google_service_account.runtime[each.key].email
 
+    # Exactly the variables rlcleanup.settings reads (tests/unit/test_infra.py checks both name the same set), plus
+    # LOG_EXECUTION_ID, which functions-framework reads. The claim lease is the function's timeout, as on the stack.
     environment_variables = {
       GOOGLE_CLOUD_PROJECT                   = var.project_id
       LOG_EXECUTION_ID                       = "true"
@@ -38,6 +40,13 @@ resource "google_cloudfunctions2_function" "fn" {
       RLCLEANUP_PRESERVE_ROOT                = "gs://${google_storage_bucket.evidence.name}/"
       RLCLEANUP_RUN_BUCKETS                  = join(",", var.run_buckets)
       RLCLEANUP_ALLOWED_DESTINATION_PREFIXES = join(",", var.allowed_destination_prefixes)
+      RLCLEANUP_LEASE_SECONDS                = tostring(each.value.timeout_seconds)
+      RLCLEANUP_MAX_EVENT_AGE_SECONDS        = tostring(var.max_event_age_seconds)
+      RLCLEANUP_LIMIT_WARN_FRACTION          = tostring(var.limit_warn_fraction)
+      RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS = tostring(var.record_store_timeout_seconds)
+      RLCLEANUP_LOG_LEVEL                    = var.log_level
+      RLCLEANUP_IRIS_STATUS_CMD              = var.iris_status_cmd
+      RLCLEANUP_RAY_DASHBOARD                = var.ray_dashboard
     }
   }
 

@@ -133,6 +133,62 @@ variable "bundle_path" {
   }
 }
 
+variable "max_event_age_seconds" {
+  description = "Job events older than this are ledgered and dropped (RLCLEANUP_MAX_EVENT_AGE_SECONDS)."
+  type        = number
+  default     = 604800
+
+  validation {
+    condition     = var.max_event_age_seconds > 0
+    error_message = "max_event_age_seconds must be positive."
+  }
+}
+
+variable "limit_warn_fraction" {
+  description = "Share of a function's timeout or memory above which an invocation is logged at WARNING (RLCLEANUP_LIMIT_WARN_FRACTION)."
+  type        = number
+  default     = 0.8
+
+  validation {
+    condition     = var.limit_warn_fraction > 0 && var.limit_warn_fraction <= 1
+    error_message = "limit_warn_fraction must be in (0, 1]."
+  }
+}
+
+variable "record_store_timeout_seconds" {
+  description = "Deadline of every Firestore call, retries included (RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS)."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.record_store_timeout_seconds > 0
+    error_message = "record_store_timeout_seconds must be positive."
+  }
+}
+
+variable "log_level" {
+  description = "Log level of the functions (RLCLEANUP_LOG_LEVEL)."
+  type        = string
+  default     = "INFO"
+
+  validation {
+    condition     = contains(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], var.log_level)
+    error_message = "log_level must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL."
+  }
+}
+
+variable "iris_status_cmd" {
+  description = "Command the pre-cancel capture runs for an Iris job's state, {job_id} substituted (RLCLEANUP_IRIS_STATUS_CMD)."
+  type        = string
+  default     = "iris job status {job_id} --json"
+}
+
+variable "ray_dashboard" {
+  description = "Ray dashboard URL for the pre-cancel capture of Ray jobs, e.g. http://head:8265; empty for none (RLCLEANUP_RAY_DASHBOARD)."
+  type        = string
+  default     = ""
+}
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Topology (GENERATED: infra/topology.auto.tfvars.json from shared/rlcleanup/runtime/topology.yaml — do not set by hand)
 # ---------------------------------------------------------------------------------------------------------------------

@@ -133,7 +133,7 @@ def configure_logging(level: int | str | None = None, stream: IO[str] | None = N
     handler.setFormatter(CloudLoggingFormatter(os.environ.get("GOOGLE_CLOUD_PROJECT"), labels))
     setattr(handler, _HANDLER_FLAG, True)
     root.addHandler(handler)
-    root.setLevel(level or os.environ.get("RLCLEANUP_LOG_LEVEL", "INFO"))
+    root.setLevel(level or "INFO")  # the functions pass RLCLEANUP_LOG_LEVEL from their settings
     return handler
 
 
@@ -166,9 +166,9 @@ def _peek_run(data: Any) -> tuple[str | None, str | None]:
     return (run_id if isinstance(run_id, str) else None), message.message_id
 
 
-def bind_cloud_event(cloud_event: Any, step: str) -> LogContext:
+def bind_cloud_event(cloud_event: Any, step: str, level: str | None = None) -> LogContext:
     """Configure logging (first call) and set this delivery's run_id / step / event_id / trace context."""
-    configure_logging()
+    configure_logging(level)
     headers = _request_headers()
     get = getattr(cloud_event, "get", lambda _key, _default=None: None)
     trace = parse_trace(headers.get("traceparent") or get("traceparent"), headers.get("x-cloud-trace-context"))

@@ -23,6 +23,7 @@ import yaml
 
 from rlcleanup.runtime.tfvars import render, topology_tfvars
 from rlcleanup.runtime.topology import load_topology
+from rlcleanup.settings import env_names
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -34,6 +35,7 @@ TF_ENV = {**os.environ, "TF_CLI_CONFIG_FILE": "/dev/null", "TF_IN_AUTOMATION": "
 PUBLIC_MEMBERS = ("allUsers", "allAuthenticatedUsers")
 
 GRANT_APPLIERS = {"apply-grant", "retry-waiting-grants"}
+FRAMEWORK_VARIABLES = {"LOG_EXECUTION_ID"}  # read by functions-framework, not by rlcleanup.settings
 
 
 # --- helpers ------------------------------------------------------------------------------------------------------
@@ -240,7 +242,11 @@ def test_functions_run_as_their_own_service_account(parsed: dict[str, dict[str, 
         assert svc["available_memory"] == "${each.value.memory}"
         assert svc["max_instance_count"] == "${each.value.max_instances}"
         env = svc["environment_variables"]
-        assert {"GOOGLE_CLOUD_PROJECT", "RLCLEANUP_PRESERVE_ROOT"} <= set(env)
+        # Every variable Terraform sets is one the settings read (and so used), and every one they read is set;
+        # LOG_EXECUTION_ID is functions-framework's own.
+        assert set(env) - FRAMEWORK_VARIABLES == env_names()
+        assert env["RLCLEANUP_FUNCTION"] == "${each.key}"
+        assert env["RLCLEANUP_LEASE_SECONDS"] == "${tostring(each.value.timeout_seconds)}"
         build = _block(body, "build_config")
         assert build["runtime"] == "python311"
         assert build["entry_point"] == "${each.value.entry_point}"

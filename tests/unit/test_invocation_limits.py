@@ -18,6 +18,7 @@ from rlcleanup.logging_setup import CloudLoggingFormatter, set_context
 from rlcleanup.runtime import functions
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology, parse_memory_mib, parse_topology
+from rlcleanup.settings import SettingsError, load_settings
 
 FN = "validate_candidate"  # 300 s, 512Mi in topology.yaml (defaults)
 
@@ -137,13 +138,14 @@ def test_warning_past_the_fraction_of_a_cap(
     assert level == (logging.WARNING if near else logging.INFO)
 
 
-def test_fraction_from_the_environment(monkeypatch: pytest.MonkeyPatch, records: list[logging.LogRecord]) -> None:
-    monkeypatch.setenv(functions.WARN_FRACTION_VAR, "0.5")
-    assert functions.warn_fraction() == 0.5
+def test_fraction_from_the_settings(monkeypatch: pytest.MonkeyPatch, records: list[logging.LogRecord]) -> None:
+    monkeypatch.setenv("RLCLEANUP_LIMIT_WARN_FRACTION", "0.5")
+    monkeypatch.setattr(functions, "SETTINGS", load_settings())
     assert functions.account_invocation(FN, 151.0, "ok", peak_mib=10.0)["near_limit"] == "timeout"
-    for bad in ("nope", "0", "1.5", "-1"):
-        monkeypatch.setenv(functions.WARN_FRACTION_VAR, bad)
-        assert functions.warn_fraction() == functions.DEFAULT_WARN_FRACTION
+    for bad in ("nope", "0", "1.5", "-1"):  # refused at cold start, naming the variable (no silent default)
+        monkeypatch.setenv("RLCLEANUP_LIMIT_WARN_FRACTION", bad)
+        with pytest.raises(SettingsError, match=f"RLCLEANUP_LIMIT_WARN_FRACTION='{bad}'"):
+            load_settings()
 
 
 def test_unknown_entry_point_still_accounted(records: list[logging.LogRecord]) -> None:

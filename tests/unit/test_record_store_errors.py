@@ -22,6 +22,7 @@ from rlcleanup.errors import (
     error_kind,
 )
 from rlcleanup.logging_setup import CloudLoggingFormatter, set_context
+from rlcleanup.settings import SettingsError
 
 
 @pytest.fixture
@@ -200,8 +201,11 @@ def test_changed_epoch_raises_lost_for_runs_whose_record_is_gone(json_log: io.St
 def test_timeout_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS", "3")
     assert timeout_seconds() == 3.0
-    monkeypatch.setenv("RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS", "nonsense")
+    monkeypatch.delenv("RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS")
     assert timeout_seconds() == 30.0
+    monkeypatch.setenv("RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS", "nonsense")
+    with pytest.raises(SettingsError, match="RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS='nonsense'"):
+        timeout_seconds()
 
 
 def test_redelivery_of_the_same_message_takes_its_own_lease_over() -> None:

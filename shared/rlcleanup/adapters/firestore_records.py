@@ -23,7 +23,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from rlcleanup.errors import RecordStoreLost, RecordStoreUnavailable
 from rlcleanup.logging_setup import current_context
 from rlcleanup.models.record import CompletionRecord, RunError, utcnow
 from rlcleanup.ports.records import Claim
+from rlcleanup.settings import load_settings
 
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_SECONDS = 30.0
@@ -129,11 +129,8 @@ def unavailability_types() -> tuple[type[BaseException], ...]:
 
 
 def timeout_seconds() -> float:
-    try:
-        value = float(os.environ.get("RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS", DEFAULT_TIMEOUT_SECONDS))
-    except ValueError:
-        return DEFAULT_TIMEOUT_SECONDS
-    return value if value > 0 else DEFAULT_TIMEOUT_SECONDS
+    """The deadline when none is passed (the functions pass the one their settings read at cold start)."""
+    return load_settings().record_store_timeout_seconds
 
 
 def record_store_unavailable(run_id: str | None, operation: str, exc: BaseException) -> RecordStoreUnavailable:

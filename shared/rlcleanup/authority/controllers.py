@@ -7,7 +7,6 @@ command configurable (`RLCLEANUP_IRIS_STATUS_CMD`, `{job_id}` substituted), run 
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Any, Protocol
 import requests
 
 from rlcleanup.models.controller_states import IRIS
+from rlcleanup.settings import DEFAULT_IRIS_STATUS_CMD
 
 
 @dataclass
@@ -86,7 +86,7 @@ def _iris_state(value: Any) -> str:
 
 class IrisCli:
     def __init__(self, command: str | None = None, timeout: float = 30.0) -> None:
-        self.command = command or os.environ.get("RLCLEANUP_IRIS_STATUS_CMD", "iris job status {job_id} --json")
+        self.command = command or DEFAULT_IRIS_STATUS_CMD
         self.timeout = timeout
 
     def snapshot(self, job_id: str) -> ControllerSnapshot:
@@ -124,10 +124,12 @@ class IrisCli:
         )
 
 
-def controller_for(source: str) -> Controller | None:
-    """From the environment: RLCLEANUP_RAY_DASHBOARD (e.g. http://head:8265) and RLCLEANUP_IRIS_STATUS_CMD."""
-    if source.lower() == "ray" and os.environ.get("RLCLEANUP_RAY_DASHBOARD"):
-        return RayJobs(os.environ["RLCLEANUP_RAY_DASHBOARD"])
+def controller_for(
+    source: str, *, ray_dashboard: str | None = None, iris_status_cmd: str | None = None
+) -> Controller | None:
+    """From the deployment settings: RLCLEANUP_RAY_DASHBOARD (e.g. http://head:8265), RLCLEANUP_IRIS_STATUS_CMD."""
+    if source.lower() == "ray" and ray_dashboard:
+        return RayJobs(ray_dashboard)
     if source.lower() == "iris":
-        return IrisCli()
+        return IrisCli(iris_status_cmd)
     return None

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rlcleanup.models.vocab import Visibility as Visibility  # re-exported: grants name one, callers import it here
 from rlcleanup.ports.records import RecordStore
+from rlcleanup.settings import within
 
 APPROVERS = "approvers"
 _ID = r"^[A-Za-z0-9._=-]{1,200}$"
@@ -195,8 +196,10 @@ def verify(
     *,
     expected_run: str | None = None,
     intended_action: str | None = None,
+    deployment_prefixes: tuple[str, ...] | None = None,
 ) -> Verdict:
-    """Authenticity, then scope. Artifact (digest) and replay checks need the record and happen later."""
+    """Authenticity, then scope. Artifact (digest) and replay checks need the record and happen later.
+    `deployment_prefixes` (RLCLEANUP_ALLOWED_DESTINATION_PREFIXES; None = not restricted) bound every approver."""
     try:
         envelope, raw, signature = decode_message(data)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -218,7 +221,15 @@ def verify(
     except (InvalidSignature, binascii.Error, ValueError):
         detail = f"signature does not verify with {grant.granted_by}'s key"
         return Verdict(grant, Refusal.bad_signature, detail, raw=raw, signature=signature)
-    verdict = check_scope(grant, approver, now, envelope, expected_run=expected_run, intended_action=intended_action)
+    verdict = check_scope(
+        grant,
+        approver,
+        now,
+        envelope,
+        expected_run=expected_run,
+        intended_action=intended_action,
+        deployment_prefixes=deployment_prefixes,
+    )
     return replace(verdict, raw=raw, signature=signature)
 
 
@@ -230,6 +241,7 @@ def check_scope(
     *,
     expected_run: str | None,
     intended_action: str | None,
+    deployment_prefixes: tuple[str, ...] | None = None,
 ) -> Verdict:
     def refuse(reason: Refusal, detail: str) -> Verdict:
         return Verdict(grant, reason, detail, authentic=True)
@@ -251,6 +263,13 @@ def check_scope(
             return refuse(
                 Refusal.out_of_prefix,
                 f"{grant.destination} is outside {grant.granted_by}'s allowed prefixes {approver.allowed_prefixes}",
+            )
+        if not within(grant.destination, deployment_prefixes):
+            # The deployment can write only there (IAM on those buckets): refuse with the reason, before any byte.
+            return refuse(
+                Refusal.out_of_prefix,
+                f"{grant.destination} is outside this deployment's allowed destination prefixes "
+                f"{list(deployment_prefixes or ())} (RLCLEANUP_ALLOWED_DESTINATION_PREFIXES)",
             )
         if grant.digest is None:
             return refuse(Refusal.malformed, f"a {grant.action.value} grant must name the artifact digest")

@@ -14,7 +14,7 @@ from typing import Any
 
 from rlcleanup.authority import ledger, precancel
 from rlcleanup.authority.artifact import READY, is_ready
-from rlcleanup.authority.controllers import controller_for
+from rlcleanup.authority.controllers import Controller, controller_for
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, verify
 from rlcleanup.authority.outcome import Outcome
 from rlcleanup.authority.publish import publish
@@ -116,7 +116,12 @@ def _note_replay(p: Ports, run_id: str, gid: str) -> str:
 def apply_grant(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     now = p.clock.now()
     verdict = verify(
-        p.records, data, now, expected_run=attributes.get("run_id"), intended_action=attributes.get("intent")
+        p.records,
+        data,
+        now,
+        expected_run=attributes.get("run_id"),
+        intended_action=attributes.get("intent"),
+        deployment_prefixes=p.allowed_destination_prefixes,
     )
     if verdict.grant is None:
         raise PermanentError("invalid_grant", verdict.detail)
@@ -176,7 +181,9 @@ def _retry(p: Ports, run_id: str) -> str:
     outcomes: list[str] = []
     for gid, doc in ledger.pending(p.records, run_id):
         now = p.clock.now()
-        verdict = verify(p.records, _message(doc), now, expected_run=run_id)
+        verdict = verify(
+            p.records, _message(doc), now, expected_run=run_id, deployment_prefixes=p.allowed_destination_prefixes
+        )
         if verdict.grant is None or verdict.refusal is not None:
             refusal = verdict.refusal or Refusal.malformed
             ledger.set_state(p.records, run_id, gid, _state_for(refusal), now, refusal=refusal, detail=verdict.detail)
@@ -294,7 +301,7 @@ def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str
     def work() -> dict[str, Any]:
         p.records.create_if_absent(CompletionRecord(run_id=run_id, run_uri=event.run_uri))
         result = precancel.capture(
-            p.storage, p.records, layout, run_id, dest, controller_for(event.source), event.job_id
+            p.storage, p.records, layout, run_id, dest, _controller(p, event.source), event.job_id
         )
         means = [r.mean for r in result.ranks]
         summary = PreCancelCapture(
@@ -319,6 +326,10 @@ def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str
     done = _once(p, run_id, f"pre-cancel:{event.event_key}", work)
     retried = _retry(p, run_id)  # a cancel grant may be waiting for exactly this capture
     return f"{'captured' if done else 'already captured'} {run_id}; grants: {retried}"
+
+
+def _controller(p: Ports, source: str) -> Controller | None:
+    return controller_for(source, ray_dashboard=p.ray_dashboard, iris_status_cmd=p.iris_status_cmd)
 
 
 def record_cause(p: Ports, run_id: str, sig_id: str, note: str, recorded_by: str, at: datetime) -> str:

@@ -15,8 +15,9 @@ from rlcleanup.models.record import CompletionRecord
 from rlcleanup.paths import default_db, default_preserve_root
 from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime.handlers import HANDLERS, dispatch, resolve_run_id
-from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.ports import Ports, settings_fields
 from rlcleanup.runtime.topology import FunctionSpec, load_topology
+from rlcleanup.settings import DeploymentSettings, load_settings
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +29,21 @@ class EmbeddedStack:
 
     @classmethod
     def create(
-        cls, db_path: str | Path, preserve_root: str, *, bus: InProcessBus | None = None, storage: Storage | None = None
+        cls,
+        db_path: str | Path,
+        preserve_root: str,
+        *,
+        bus: InProcessBus | None = None,
+        storage: Storage | None = None,
+        settings: DeploymentSettings | None = None,
     ) -> EmbeddedStack:
+        """One process serving every function: the deployment settings are read here, once (unless given)."""
         bus = bus or InProcessBus()
         ports = Ports(
             storage=storage or RoutingStorage(),
             records=SqliteRecordStore(db_path),
             bus=bus,
-            preserve_root=preserve_root,
+            **{**settings_fields(settings or load_settings()), "preserve_root": preserve_root},  # type: ignore[arg-type]
         )
         stack = cls(ports=ports, bus=bus)
         for fn in load_topology().functions:

@@ -4,13 +4,15 @@ Every invocation ends with one accounting line (also when it raises): its wall t
 against the function's caps in the topology (timeout_seconds, memory). On Cloud Run the memory limit applies to
 the whole instance, so the process high-water mark (getrusage ru_maxrss) is the measure, not a per-call delta.
 The line is INFO, or WARNING once either figure passes RLCLEANUP_LIMIT_WARN_FRACTION (default 0.8) of its cap.
+
+The deployment settings are read when this module is imported (functions/main.py imports it at cold start): a bad
+variable stops the instance there, with a `SettingsError` naming it, before any delivery is taken.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import resource
 import sys
 import threading
@@ -24,30 +26,46 @@ from rlcleanup.runtime.failures import PERMANENT_PREFIX
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.handlers import HANDLERS, dispatch, record_poison
 from rlcleanup.runtime.ports import Ports, cloud_ports
-from rlcleanup.runtime.topology import load_topology
+from rlcleanup.runtime.topology import FunctionSpec, load_topology
+from rlcleanup.settings import DeploymentSettings, load_settings
 
 log = logging.getLogger(__name__)
 _ports: Ports | None = None
 _lock = threading.Lock()
 
 ACCOUNTING_PREFIX = "invocation "
-WARN_FRACTION_VAR = "RLCLEANUP_LIMIT_WARN_FRACTION"
-DEFAULT_WARN_FRACTION = 0.8
+SETTINGS: DeploymentSettings = load_settings()  # cold start: once per process, validated
+
+
+class WrongFunction(RuntimeError):
+    """This process was deployed as one function (RLCLEANUP_FUNCTION) but asked to run another's entry point:
+    a deployment defect. The publish guard would check the wrong declaration, so nothing runs."""
 
 
 def ports() -> Ports:
     global _ports
     with _lock:
         if _ports is None:
-            _ports = cloud_ports()
+            _ports = cloud_ports(SETTINGS)
         return _ports
+
+
+def serving(entry_point: str, settings: DeploymentSettings | None = None) -> FunctionSpec:
+    """The topology entry of the function being invoked, cross-checked with the one this process was deployed as."""
+    spec = load_topology().function(entry_point)
+    deployed = (settings or SETTINGS).function
+    if deployed is not None and deployed != spec.name:
+        raise WrongFunction(f"this process serves {deployed} (RLCLEANUP_FUNCTION) but was invoked as {spec.name}")
+    return spec
 
 
 def handle_cloud_event(entry_point: str, cloud_event: Any) -> str:
     started = time.monotonic()
     outcome = "error"
     try:
-        bind_cloud_event(cloud_event, entry_point)  # JSON logs for Cloud Logging, with run/step/event/trace context
+        bind_cloud_event(
+            cloud_event, entry_point, level=SETTINGS.log_level
+        )  # JSON logs for Cloud Logging, with run/step/event/trace context
         result = _handle(entry_point, cloud_event)
         outcome = "permanent" if result.startswith(PERMANENT_PREFIX) else "ok"
         return result
@@ -59,7 +77,7 @@ def handle_cloud_event(entry_point: str, cloud_event: Any) -> str:
 
 
 def _handle(entry_point: str, cloud_event: Any) -> str:
-    spec = load_topology().function(entry_point)
+    spec = serving(entry_point)
     p = ports()
     try:
         message = decode_cloud_event(cloud_event.data, cloud_event.get("source"))
@@ -85,22 +103,12 @@ def peak_rss_mib() -> float:
     return peak / (2**20 if sys.platform == "darwin" else 2**10)
 
 
-def warn_fraction() -> float:
-    """The share of a cap above which an invocation is logged at WARNING (env override, else 0.8)."""
-    raw = os.environ.get(WARN_FRACTION_VAR)
-    try:
-        value = float(raw) if raw else DEFAULT_WARN_FRACTION
-    except ValueError:
-        return DEFAULT_WARN_FRACTION
-    return value if 0 < value <= 1 else DEFAULT_WARN_FRACTION
-
-
 def account_invocation(
     entry_point: str, seconds: float, outcome: str, *, peak_mib: float | None = None, fraction: float | None = None
 ) -> dict[str, Any]:
     """Log (and return) one invocation's accounting: duration and peak RSS against the function's caps."""
     peak = peak_rss_mib() if peak_mib is None else peak_mib
-    fraction = warn_fraction() if fraction is None else fraction
+    fraction = SETTINGS.limit_warn_fraction if fraction is None else fraction
     fields: dict[str, Any] = {
         "entry_point": entry_point,
         "outcome": outcome,

@@ -30,6 +30,7 @@ from rlcleanup.runtime.metrics_store import load_metric_steps
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.runtime.wrapup import finish_record
+from rlcleanup.settings import in_run_buckets
 from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps import logscan
 from rlcleanup.steps.classify import classify
@@ -58,6 +59,12 @@ def _errors(step: str, messages: list[str]) -> list[RunError]:
 
 def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     event = decode(JobEvent, data)
+    if not in_run_buckets(event.run_uri, p.run_buckets):
+        raise PermanentError(
+            "run_outside_buckets",
+            f"{event.run_uri} is not in the run buckets this deployment reads ({', '.join(p.run_buckets or ())}; "
+            "RLCLEANUP_RUN_BUCKETS): refused, nothing read",
+        )
     hint = safe_run_id(event.run_id or f"{basename(parent(event.run_uri))}-{basename(event.run_uri)}")
     age = (p.clock.now() - event.observed_at).total_seconds()
     if age > p.max_event_age_seconds:

@@ -242,6 +242,18 @@ def provision(state: StackState, topology: Topology, served: list[FunctionSpec])
         publisher.transport.close() if hasattr(publisher, "transport") else None
 
 
+def function_env(fn: FunctionSpec, state: StackState) -> dict[str, str]:
+    """What a function's process is deployed with, as Terraform deploys it (infra/modules/rlcleanup/functions.tf):
+    which function it serves (the publish guard's declaration is cross-checked against it), the run buckets it may
+    read, and a claim lease of the function's timeout (a crashed delivery stops blocking retries once it is over)."""
+    runs = [state.buckets["runs"], state.buckets["watched-runs"], f"s3://{state.buckets['s3-runs']}"]
+    return {
+        "RLCLEANUP_FUNCTION": fn.name,
+        "RLCLEANUP_RUN_BUCKETS": ",".join(runs),
+        "RLCLEANUP_LEASE_SECONDS": str(fn.timeout_seconds),
+    }
+
+
 # ------------------------------------------------------------------------------------------ up / down
 
 
@@ -348,12 +360,11 @@ def up(
                 "",
             ),
         ]
-        # A claim's lease is the function's timeout: a crashed delivery stops blocking retries once it is over.
         specs += [
             (
                 f"fn-{fn.name}",
                 _ff_command(fn, source, p[f"fn-{fn.name}"]),
-                {"RLCLEANUP_LEASE_SECONDS": str(fn.timeout_seconds), **fn_env},
+                {**function_env(fn, state), **fn_env},
                 "/",
             )
             for fn in served

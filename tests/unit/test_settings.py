@@ -1,0 +1,126 @@
+"""The one typed deployment configuration: read once, validated with the variable named, and every variable used."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from authority_support import make_world
+
+from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.runtime import functions
+from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
+from rlcleanup.runtime.handlers import resolve_run_id
+from rlcleanup.samples.generator import write_sample_run
+from rlcleanup.settings import SettingsError, env_names, in_run_buckets, load_settings, unconfigured, within
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in env_names():  # the stack fixture may have exported some
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_defaults_without_any_variable() -> None:
+    settings = load_settings()
+    assert settings == unconfigured()
+    assert settings.run_buckets is None and settings.allowed_destination_prefixes is None
+    assert (settings.lease_seconds, settings.limit_warn_fraction, settings.log_level) == (600.0, 0.8, "INFO")
+
+
+def test_values_as_terraform_writes_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLCLEANUP_RUN_BUCKETS", "runs-a,runs-b")  # join(",", var.run_buckets)
+    monkeypatch.setenv("RLCLEANUP_ALLOWED_DESTINATION_PREFIXES", "")  # join(",", []): set, and nothing allowed
+    monkeypatch.setenv("RLCLEANUP_FUNCTION", "capture-part")
+    monkeypatch.setenv("RLCLEANUP_RAY_DASHBOARD", "")
+    monkeypatch.setenv("RLCLEANUP_LOG_LEVEL", "debug")
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "my-project-1")
+    settings = load_settings()
+    assert settings.run_buckets == ("runs-a", "runs-b")
+    assert settings.allowed_destination_prefixes == ()
+    assert settings.function == "capture-part" and settings.ray_dashboard is None
+    assert settings.log_level == "DEBUG" and settings.project == "my-project-1"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("RLCLEANUP_MAX_EVENT_AGE_SECONDS", "a week"),
+        ("RLCLEANUP_LEASE_SECONDS", "0"),
+        ("RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS", "-3"),
+        ("RLCLEANUP_LOG_LEVEL", "LOUD"),
+        ("RLCLEANUP_RUN_BUCKETS", "runs-a,Runs B"),
+        ("RLCLEANUP_ALLOWED_DESTINATION_PREFIXES", "handoff/releases"),
+    ],
+)
+def test_a_bad_value_names_its_variable(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=f"{name}='{value}'"):
+        load_settings()
+
+
+def test_a_bad_value_stops_a_function_at_cold_start() -> None:
+    """Importing the functions module (what functions/main.py does when the instance starts) reads the settings."""
+    env = {**os.environ, "RLCLEANUP_LEASE_SECONDS": "ten minutes"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import rlcleanup.runtime.functions"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "SettingsError" in proc.stderr and "RLCLEANUP_LEASE_SECONDS='ten minutes'" in proc.stderr
+
+
+def test_the_deployed_function_is_cross_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLCLEANUP_FUNCTION", "capture-part")
+    settings = load_settings()
+    assert functions.serving("capture_part", settings).name == "capture-part"
+    with pytest.raises(functions.WrongFunction, match=r"serves capture-part .* invoked as apply-grant"):
+        functions.serving("apply_grant", settings)
+
+
+def test_bucket_and_prefix_matching() -> None:
+    assert in_run_buckets("gs://runs-a/x/y", ("runs-a",)) and not in_run_buckets("gs://runs-ab/x", ("runs-a",))
+    assert in_run_buckets("s3://cw/x", ("runs-a", "s3://cw")) and not in_run_buckets("/local/run", ("runs-a",))
+    assert in_run_buckets("/local/run", None) and not in_run_buckets("gs://runs-a/x", ())
+    assert within("gs://h/rel/m", ("gs://h/rel/",)) and not within("gs://h/release/m", ("gs://h/rel",))
+
+
+def test_a_run_outside_the_run_buckets_is_refused_on_its_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLCLEANUP_RUN_BUCKETS", "runs-a")
+    run_root = write_sample_run(tmp_path / "sample", "completed-resumed")
+    stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "preserved"))  # reads the settings once
+    event = manual_event(str(run_root))
+    stack.emit(event)
+    record = stack.ports.records.get(resolve_run_id(stack.ports, event))
+    assert record is not None and record.status is RecordStatus.failed
+    [error] = record.errors
+    assert error.code == "run_outside_buckets" and "RLCLEANUP_RUN_BUCKETS" in error.message
+    assert record.classification is None or not record.candidates  # nothing was read
+    assert [m.topic for m in stack.bus.published] == ["job-events", "on-job-event-dlq"]
+
+
+def test_a_destination_outside_the_deployment_prefixes_is_refused(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    inside_alice_only = world.grant()  # within alice's allowed prefixes, not within the deployment's
+    world.stack.ports = dataclasses.replace(world.stack.ports, allowed_destination_prefixes=(str(tmp_path / "other"),))
+    world.deliver(world.message(inside_alice_only))
+    doc = world.grant_doc(inside_alice_only.grant_id)
+    assert doc["refusal"] == "out_of_prefix" and "RLCLEANUP_ALLOWED_DESTINATION_PREFIXES" in doc["detail"]
+    assert not any(world.dest_root.rglob("*")), "nothing may be copied"
+    # The same grant is carried out where the deployment allows its destination.
+    world.stack.ports = dataclasses.replace(world.stack.ports, allowed_destination_prefixes=(str(world.dest_root),))
+    allowed = world.grant()
+    world.deliver(world.message(allowed))
+    assert world.grant_doc(allowed.grant_id)["state"] == "used"
