@@ -29,10 +29,18 @@ def client(stack: StackState):  # type: ignore[no-untyped-def]
 
     import functions_framework
 
+    from rlcleanup.runtime import functions
+    from rlcleanup.settings import load_settings
+
     root = logging.getLogger()
     saved, level = list(root.handlers), root.level
+    # A cold start in this process, now that the stack's env is exported: the settings were read when another test
+    # module first imported the functions module, before the stack existed.
+    cold = (functions.SETTINGS, functions._ports)
+    functions.SETTINGS, functions._ports = load_settings(), None
     app = functions_framework.create_app("on_job_event", str(MAIN), "cloudevent")
     yield app.test_client()
+    functions.SETTINGS, functions._ports = cold
     root.handlers[:] = saved  # the entry path installs its JSON log handler on the root logger: undo that
     root.setLevel(level)
 
