@@ -165,6 +165,10 @@ def plan_publish(
     """Resolve, read visibility back, list and scan the objects: the plan, or the refusal.
     `apply` creates a missing local destination (0700); a preview (`apply=False`) only says it would."""
     assert grant.destination is not None  # checked by grants.check_scope
+    if grant.destination.startswith("hf://"):  # the Hub is a destination, not a storage scheme: its own flow
+        from rlcleanup.authority.hub_publish import publish_to_hub
+
+        return publish_to_hub(storage, record, grant)
     dest = grant.destination.rstrip("/")
     candidate, refused = artifact.resolve(storage, record, grant)
     if refused:

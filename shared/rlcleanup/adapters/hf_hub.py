@@ -1,0 +1,126 @@
+"""The Hugging Face Hub as a publish / hand-off destination (`hf://<namespace>/<repo>`), through `huggingface_hub`.
+
+Only these calls are used (each one HTTP endpoint; see tests/servers/hub_standin.py for the shapes):
+`create_repo(private=True, exist_ok=True)`, `model_info` (the repo's real visibility: an org's settings may
+override the flag), `get_paths_info` (size, git blob id, LFS sha256 per file: what is already there, and the
+verification after upload), `preupload_lfs_files` + `create_commit` with `CommitOperationAdd` only (additive: we
+never send a delete). Uploads use the LFS protocol, not Xet (HF_HUB_DISABLE_XET): it hashes every file with
+sha256 on our side, the same oid the Hub reports back in paths-info, so verification compares like with like.
+
+Configuration: `HF_ENDPOINT` (default https://huggingface.co), `HF_TOKEN` (on GCP from Secret Manager, exposed only
+to the publish job and apply-grant).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlcleanup.models.vocab import Visibility
+from rlcleanup.ports.storage import StorageAccessError, StorageError, VisibilityReading
+
+SCHEME = "hf://"
+_PATHS_INFO_CHUNK = 200  # paths per paths-info request (form-encoded body)
+
+
+def is_hub(uri: str) -> bool:
+    return uri.startswith(SCHEME)
+
+
+def repo_of(uri: str) -> str:
+    """`hf://org/name` -> "org/name"; anything else (no namespace, extra segments) is refused."""
+    parts = uri[len(SCHEME) :].strip("/").split("/")
+    if len(parts) != 2 or not all(parts) or any(p in (".", "..") for p in parts):
+        raise ValueError(f"a Hub destination is hf://<namespace>/<repo>, not {uri!r}")
+    return "/".join(parts)
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    path: str
+    size: int
+    blob_id: str  # git blob sha1 (of the LFS pointer for LFS files)
+    sha256: str | None  # LFS oid; None for a regular (non-LFS) file
+
+
+def git_blob_sha(data: bytes) -> str:
+    """The git blob id of a regular file's bytes (what paths-info reports as `oid` for non-LFS files)."""
+    return hashlib.sha1(b"blob %d\x00" % len(data) + data, usedforsecurity=False).hexdigest()
+
+
+def _mapped(exc: BaseException, what: str) -> BaseException:
+    """Hub errors in our vocabulary: auth and permission problems are permanent, 5xx/connection transient."""
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    text = " ".join(str(exc).split())[:300]
+    if status in (401, 403):
+        return StorageAccessError(f"Hub refused {what} ({status}): check HF_TOKEN's write access: {text}")
+    if status is not None and status < 500 and status != 429:
+        return ValueError(f"Hub rejected {what} ({status}): {text}")
+    return StorageError(f"Hub {what} failed: {type(exc).__name__}: {text}")
+
+
+class HubDestination:
+    def __init__(self, endpoint: str | None = None, token: str | None = None) -> None:
+        import huggingface_hub.constants as hf_constants
+        from huggingface_hub import HfApi
+
+        hf_constants.HF_HUB_DISABLE_XET = True  # read at call time by is_xet_available(): LFS, sha256 on our side
+        self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+        token = token or os.environ.get("HF_TOKEN")
+        if not token:
+            raise StorageAccessError("no Hugging Face token: set HF_TOKEN (on GCP: the hf-token secret)")
+        self.api = HfApi(endpoint=self.endpoint, token=token)
+        self.requests = 0  # calls made (each is one HTTP request, except commits: see upload)
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self.requests += 1
+        try:
+            return fn(*args, **kwargs)
+        except (StorageAccessError, StorageError):
+            raise
+        except Exception as exc:
+            raise _mapped(exc, what) from exc
+
+    def ensure_private_repo(self, repo_id: str) -> str:
+        url = self._call("create_repo", self.api.create_repo, repo_id, repo_type="model", private=True, exist_ok=True)
+        return str(url)
+
+    def visibility(self, repo_id: str) -> VisibilityReading:
+        """What the Hub says now, not what we asked for: `private` from model_info."""
+        info = self._call("model_info", self.api.model_info, repo_id)
+        private = getattr(info, "private", None)
+        if private is None:
+            return VisibilityReading(None, f"the Hub did not say whether {repo_id} is private")
+        if private:
+            return VisibilityReading(Visibility.private, f"hf://{repo_id} is private on {self.endpoint}")
+        return VisibilityReading(Visibility.public, f"hf://{repo_id} is public on {self.endpoint}")
+
+    def remote_files(self, repo_id: str, paths: Iterable[str]) -> dict[str, RemoteFile]:
+        from huggingface_hub.hf_api import RepoFile
+
+        wanted = list(paths)
+        out: dict[str, RemoteFile] = {}
+        for i in range(0, len(wanted), _PATHS_INFO_CHUNK):
+            chunk = wanted[i : i + _PATHS_INFO_CHUNK]
+            for entry in self._call("get_paths_info", self.api.get_paths_info, repo_id, chunk, repo_type="model"):
+                if isinstance(entry, RepoFile):
+                    sha = entry.lfs.sha256 if entry.lfs else None
+                    out[entry.path] = RemoteFile(entry.path, int(entry.size), str(entry.blob_id), sha)
+        return out
+
+    def commit_files(self, repo_id: str, files: list[tuple[str, Path]], message: str) -> str:
+        """One commit adding these files (never deleting any); returns the commit sha. Requests: one preupload,
+        one LFS batch and per new LFS object an upload PUT and a verify POST, then the commit (and validate-yaml
+        when README.md is in it)."""
+        from huggingface_hub import CommitOperationAdd
+
+        ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in files]
+        self._call("preupload", self.api.preupload_lfs_files, repo_id, ops, repo_type="model")
+        info = self._call(
+            "create_commit", self.api.create_commit, repo_id, ops, commit_message=message, repo_type="model"
+        )
+        return str(info.oid)
