@@ -165,10 +165,9 @@ def plan_publish(
     """Resolve, read visibility back, list and scan the objects: the plan, or the refusal.
     `apply` creates a missing local destination (0700); a preview (`apply=False`) only says it would."""
     assert grant.destination is not None  # checked by grants.check_scope
-    if grant.destination.startswith("hf://"):  # the Hub is a destination, not a storage scheme: its own flow
-        from rlcleanup.authority.hub_publish import publish_to_hub
-
-        return publish_to_hub(storage, record, grant)
+    if grant.destination.startswith("hf://"):  # publish() hands the Hub to hub_publish; no storage plan exists
+        detail = "a Hub destination is planned and checked by authority/hub_publish.py when the grant is applied"
+        return None, refuse(Refusal.not_applicable, detail, grant.destination)
     dest = grant.destination.rstrip("/")
     candidate, refused = artifact.resolve(storage, record, grant)
     if refused:
@@ -215,6 +214,10 @@ def plan_publish(
 
 def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome:
     """Publish or hand off the grant's artifact. Returns the outcome; never raises for a refusal."""
+    if grant.destination and grant.destination.startswith("hf://"):  # the Hub is a destination, not a storage scheme
+        from rlcleanup.authority.hub_publish import publish_to_hub
+
+        return publish_to_hub(storage, record, grant)
     plan, refused = plan_publish(storage, record, grant, apply=True)
     if refused:
         return refused
