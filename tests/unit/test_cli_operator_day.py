@@ -283,6 +283,9 @@ def test_rerun_after_a_fix_processes_again_and_keeps_the_history(tmp_path: Path)
     redone = next(c for c in again["candidates"] if c["step"] == 10)
     assert redone["problems"] != bad["problems"]  # validated again, not the stored verdict
     assert "missing_shard" not in " ".join(redone["problems"])
+    assert again["errors"] == []  # the first capture is write-once: the re-run preserves beside it, no conflicts
+    assert again["preserved_locations"][0].endswith(f"reruns/{MISSING}/0001/{MISSING}")
+    assert Path(first["manifest_uri"]).is_file() and Path(again["manifest_uri"]).is_file()
 
 
 def test_forget_removes_a_record_only_with_yes(tmp_path: Path) -> None:

@@ -115,6 +115,13 @@ def run(
         if not has_run_config(RoutingStorage(), uri):
             _fail(_not_a_run(run_uri, local), EXIT_USAGE)
         kept = _prepare_rerun(uri, db_file) if rerun else None
+        if kept is not None:
+            # Evidence is write-once: a re-run preserves into its own location, the first capture stays as it was.
+            from rlcleanup.paths import default_preserve_root
+            from rlcleanup.uris import join
+
+            base = preserve or str(default_preserve_root())
+            preserve = join(base, "reruns", kept.rsplit("/", 3)[-3], kept.rsplit("/", 1)[-1])
         started = time.time()
         record = run_embedded(uri, db_path=db_file, preserve_root=preserve, state=state)
     except typer.Exit:
@@ -145,7 +152,11 @@ def run(
             err=True,
         )
     elif kept:
-        typer.echo(f"rlcleanup: re-ran {record.run_id}; the previous record is kept as {kept}", err=True)
+        typer.echo(
+            f"rlcleanup: re-ran {record.run_id}; the previous record is kept as {kept}, this run's evidence is in "
+            f"{record.preserved_locations[0] if record.preserved_locations else preserve}",
+            err=True,
+        )
 
 
 def _prepare_rerun(uri: str, db_file: Path) -> str | None:
