@@ -58,18 +58,18 @@ def _accounting(state_dir: Path, served: list[str], run_id: str) -> dict[str, li
     return out
 
 
-def _progress(store: Any, run_id: str) -> dict[str, Any]:
+def _progress(store: Any, claims: Any, run_id: str) -> dict[str, Any]:
     """Where the run is: record status, log-scan / capture parts and validations done of planned."""
     record = store.get(run_id)
-    scan_plan = store.result(run_id, "terminal-plan") or {}
-    capture_plan = store.result(run_id, "capture-plan") or {}
-    fanout = store.result(run_id, "fanout:validate") or {}
+    scan_plan = claims.result(run_id, "terminal-plan") or {}
+    capture_plan = claims.result(run_id, "capture-plan") or {}
+    fanout = claims.result(run_id, "fanout:validate") or {}
     return {
         "status": record.status.value if record is not None else None,
         "errors": len(record.errors) if record is not None else 0,
-        "log_scan": (len(store.results(run_id, "log-scan:")), len(scan_plan.get("parts", []))),
-        "capture": (len(store.results(run_id, "capture-part:")), len(capture_plan.get("parts", []))),
-        "validate": (len(store.results(run_id, "validate:")), len(fanout.get("targets", []))),
+        "log_scan": (len(claims.results(run_id, "log-scan:")), len(scan_plan.get("parts", []))),
+        "capture": (len(claims.results(run_id, "capture-part:")), len(capture_plan.get("parts", []))),
+        "validate": (len(claims.results(run_id, "validate:")), len(fanout.get("targets", []))),
     }
 
 
@@ -84,16 +84,16 @@ def _fmt(progress: dict[str, Any]) -> str:
     )
 
 
-def _wait_record(store: Any, run_id: str, timeout: float, every: float = 30.0) -> Any:
+def _wait_record(store: Any, claims: Any, run_id: str, timeout: float, every: float = 30.0) -> Any:
     start = time.monotonic()
     deadline, report = start + timeout, start + every
     while time.monotonic() < deadline:
         record = store.get(run_id)
         done = record is not None and record.status.value in FINAL
-        if done and (record.status.value in ("routed", "needs_person") or store.result(run_id, "select") is not None):
+        if done and (record.status.value in ("routed", "needs_person") or claims.result(run_id, "select") is not None):
             return record
         if time.monotonic() >= report:
-            print(f"  {time.monotonic() - start:6.0f} s: {_fmt(_progress(store, run_id))}", flush=True)
+            print(f"  {time.monotonic() - start:6.0f} s: {_fmt(_progress(store, claims, run_id))}", flush=True)
             report += every
         time.sleep(0.5)
     return None
@@ -150,7 +150,7 @@ def main() -> int:
             from google.auth.credentials import AnonymousCredentials
             from google.cloud import storage
 
-            from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+            from rlcleanup.adapters.firestore_records import firestore_stores
             from rlcleanup.stack.emit import job_event, publish_event
 
             gcs = storage.Client(project=state.project, credentials=AnonymousCredentials())
@@ -159,13 +159,13 @@ def main() -> int:
             print(f"upload: {time.monotonic() - t0:.1f} s", flush=True)
             t0 = time.monotonic()
             publish_event(job_event(run_uri, "SUCCEEDED"), state.project)
-            store = FirestoreRecordStore(project=state.project)
-            record = _wait_record(store, run_id, args.timeout)
+            store, claims = firestore_stores(project=state.project)
+            record = _wait_record(store, claims, run_id, args.timeout)
             if record is None:  # still report what ran: the figures say where it stopped
                 print(f"pipeline: NOT FINISHED within {args.timeout:.0f} s", flush=True)
             else:
                 print(f"pipeline: {time.monotonic() - t0:.1f} s, record {record.status.value}", flush=True)
-            progress = _progress(store, run_id)
+            progress = _progress(store, claims, run_id)
             print(f"  {_fmt(progress)}")
             last = store.get(run_id)
             for error in last.errors if last is not None else []:

@@ -53,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
 
-        from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+        from rlcleanup.adapters.firestore_records import FirestoreRunRecords
 
         gcs = storage.Client(project=stack.project, credentials=AnonymousCredentials())
-        records = FirestoreRecordStore(project=stack.project)
+        records = FirestoreRunRecords(project=stack.project)
         local = Path(tempfile.mkdtemp(prefix="rlcleanup-bench-sample-"))
         write_sample_run(local, args.scenario)
         tag = uuid.uuid4().hex[:6]

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+from rlcleanup.adapters.firestore_records import firestore_stores
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.runtime.functions import parse_accounting
 from rlcleanup.runtime.topology import FunctionSpec, load_topology
@@ -31,7 +31,7 @@ def sample_on_gcs(stack: StackState, gcs_client: Any, tmp: Path, scenario: str, 
 
 
 def wait_record(project: str, run_id: str, timeout: float = 120.0, statuses: set[str] = FINAL) -> CompletionRecord:
-    store = FirestoreRecordStore(project=project)
+    store, claims = firestore_stores(project=project)
     deadline = time.monotonic() + timeout
     record = None
     while time.monotonic() < deadline:
@@ -40,7 +40,7 @@ def wait_record(project: str, run_id: str, timeout: float = 120.0, statuses: set
         if (
             record is not None
             and record.status.value in statuses
-            and (record.status.value in ("routed", "needs_person") or store.result(run_id, "select") is not None)
+            and (record.status.value in ("routed", "needs_person") or claims.result(run_id, "select") is not None)
         ):
             return store.get(run_id) or record
         time.sleep(0.1)

@@ -26,7 +26,7 @@ from e2e_helpers import (
     wait_record,
 )
 
-from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+from rlcleanup.adapters.firestore_records import FirestoreIdempotencyStore, FirestoreRunRecords
 from rlcleanup.runtime.handlers import VALIDATION_TARGETS
 from rlcleanup.runtime.topology import FunctionSpec
 from rlcleanup.samples.generator import VERSION
@@ -89,7 +89,7 @@ def test_big_run_within_invocation_limits(stack: StackState, gcs_client, tmp_pat
     ]
     assert record.resume_safety is not None and record.resume_safety.safe
 
-    store = FirestoreRecordStore(project=stack.project)
+    store = FirestoreIdempotencyStore(FirestoreRunRecords(project=stack.project))
     plan = store.result(run_id, "capture-plan")
     fanout = store.result(run_id, VALIDATION_TARGETS)
     assert plan is not None and fanout is not None

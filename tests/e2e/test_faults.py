@@ -24,7 +24,7 @@ import pytest
 from e2e_helpers import sample_on_gcs, wait_record
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+from rlcleanup.adapters.firestore_records import FirestoreRunRecords
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.stack import StackState, kill_server, restart_function, start_server
 from rlcleanup.stack.emit import job_event, publish_event
@@ -351,7 +351,7 @@ def test_firestore_restarted_mid_run(stack: StackState, gcs_client, firestore_cl
         _assert_outage_logged(stack, run_id)
     finally:
         start_server(stack, "firestore")
-    store = FirestoreRecordStore(project=stack.project)
+    store = FirestoreRunRecords(project=stack.project)
     deadline = time.monotonic() + 90
     lost: list[Any] = []
     while not lost and time.monotonic() < deadline:  # redelivery alone: nothing is re-emitted yet

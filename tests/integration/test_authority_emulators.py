@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+from rlcleanup.adapters.firestore_records import firestore_stores
 from rlcleanup.adapters.gcs_storage import GcsStorage
 from rlcleanup.adapters.gcs_visibility import bucket_visibility
 from rlcleanup.adapters.inprocess_bus import InProcessBus
@@ -84,9 +84,11 @@ def world(stack: Any, gcs_client: Any, firestore_client: Any, uid: str, tmp_path
     run_root = write_sample_run(local, "selection-policy")
     gs_root = _upload(gcs_client, local, runs, uid)
     bus = InProcessBus()
+    records, claims = firestore_stores(project=stack.project, client=firestore_client)
     ports = Ports(
         storage=RoutingStorage({"gs": GcsStorage(gcs_client)}),
-        records=FirestoreRecordStore(project=stack.project, client=firestore_client),
+        records=records,
+        claims=claims,
         bus=bus,
         preserve_root=f"gs://{runs}/preserved",
     )

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 from typer.testing import CliRunner
 
-from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+from rlcleanup.adapters.firestore_records import firestore_stores
 from rlcleanup.cli.main import app
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.stack import StackState
@@ -21,13 +21,13 @@ runner = CliRunner()
 
 
 def test_status_and_watch_on_firestore(stack: StackState, uid: str) -> None:
-    store = FirestoreRecordStore(project=stack.project)
+    store, claims = firestore_stores(project=stack.project)
     run_id = f"watch-{uid}"
     now = datetime.now(UTC)
     store.create_if_absent(CompletionRecord(run_id=run_id, run_uri=f"gs://runs/{run_id}"))
-    store.claim(run_id, "classify", 60, now)
-    store.complete(run_id, "classify", {"kind": "standard"})
-    store.claim(run_id, "terminal", 600, now)  # a worker holds this lease right now
+    claims.claim(run_id, "classify", 60, now)
+    claims.complete(run_id, "classify", {"kind": "standard"})
+    claims.claim(run_id, "terminal", 600, now)  # a worker holds this lease right now
 
     result = runner.invoke(app, ["status", run_id, "--json"])
     assert result.exit_code == 0, result.stderr
@@ -39,7 +39,7 @@ def test_status_and_watch_on_firestore(stack: StackState, uid: str) -> None:
 
     def finish() -> None:
         time.sleep(1.0)
-        store.complete(run_id, "terminal", {"terminal_state": "completed"})
+        claims.complete(run_id, "terminal", {"terminal_state": "completed"})
         store.update(run_id, {"status": "complete", "terminal_state": "completed"})
 
     worker = threading.Thread(target=finish)

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from rlcleanup.adapters.firestore_records import FirestoreRecordStore
-from rlcleanup.logging_setup import set_context
+from rlcleanup.adapters.firestore_records import FirestoreRunRecords, firestore_stores
 from rlcleanup.stack import StackState
 from rlcleanup.stack.emit import job_event
 
@@ -136,7 +135,7 @@ def _pull_dlq(stack: StackState, predicate: Any, timeout: float = 20.0) -> Any:
 
 def _poison(stack: StackState, data: bytes) -> dict[str, Any] | None:
     key = hashlib.sha256(data).hexdigest()[:32]
-    return FirestoreRecordStore(project=stack.project).get_doc("poison_messages", key)
+    return FirestoreRunRecords(project=stack.project).get_doc("poison_messages", key)
 
 
 def test_undecodable_push_is_recorded_acked_and_dead_lettered(client, stack: StackState, uid: str) -> None:  # type: ignore[no-untyped-def]
@@ -171,7 +170,7 @@ def test_schema_invalid_message_is_recorded_on_the_run(client, stack: StackState
     payload = json.dumps({"run_uri": f"gs://somewhere/durable/inv-{uid}/v1", "state": "SUCCEEDED"}).encode()
     resp = _push(client, stack, payload)
     assert resp.status_code == 200
-    record = FirestoreRecordStore(project=stack.project).get(f"inv-{uid}-v1")
+    record = FirestoreRunRecords(project=stack.project).get(f"inv-{uid}-v1")
     assert record is not None
     assert [(e.step, e.code) for e in record.errors] == [("on_job_event", "invalid_message")]
     parked = _pull_dlq(stack, lambda m: m.data == payload)
@@ -186,11 +185,11 @@ def test_transient_error_answers_500(client, stack: StackState, gcs_client, tmp_
     write_sample_run(tmp_path, "completed-resumed")
     name = f"busy-{uid}"
     run_uri = upload_sample_run(gcs_client, tmp_path, stack.buckets["runs"], f"ep/{uid}", rename=name)
-    records = FirestoreRecordStore(project=stack.project)
+    records, claims = firestore_stores(project=stack.project)
     # The lease belongs to another delivery (another Pub/Sub message): a redelivery of the *same* message would
-    # take its own dead lease over, so the holder must not carry the pushed message's id.
-    set_context(step="on_job_event", event_id=f"another-delivery-{uid}")
-    assert records.claim(f"{name}-{VERSION}", "classify", 600, datetime.now(UTC)).value == "acquired"
+    # take its own dead lease over, so the holder names another message as its owner.
+    owner = f"another-delivery-{uid}"
+    assert claims.claim(f"{name}-{VERSION}", "classify", 600, datetime.now(UTC), owner=owner).value == "acquired"
     data = job_event(run_uri, "SUCCEEDED").model_dump_json().encode()
     resp = _push(client, stack, data)
     assert resp.status_code == 500  # Pub/Sub redelivers; nothing was recorded as a permanent error

@@ -1,4 +1,5 @@
-"""One RecordStore suite, run against SQLite and against Firestore (the emulator); plus the 1 MiB guard."""
+"""One suite for the two records ports (run records, idempotency store), run against SQLite and against Firestore
+(the emulator); plus the 1 MiB guard."""
 
 from __future__ import annotations
 
@@ -11,29 +12,39 @@ from pathlib import Path
 
 import pytest
 
-from rlcleanup.adapters.firestore_records import MAX_DOC_BYTES, MAX_INLINE_ERRORS, FirestoreRecordStore, approx_size
-from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+from rlcleanup.adapters.firestore_records import MAX_DOC_BYTES, MAX_INLINE_ERRORS, approx_size, firestore_stores
+from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.models.record import CompletionRecord, RunError
 from rlcleanup.models.vocab import RecordStatus
-from rlcleanup.ports.records import Claim, RecordStore
+from rlcleanup.ports.records import Claim, IdempotencyStore, RunRecords
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(params=["sqlite", "firestore"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RecordStore]:
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[RunRecords, IdempotencyStore]]:
     if request.param == "sqlite":
-        yield SqliteRecordStore(tmp_path / "records.db")
+        yield SqliteRunRecords(tmp_path / "records.db"), SqliteIdempotencyStore(tmp_path / "records.db")
     else:
         stack = request.getfixturevalue("stack")
-        yield FirestoreRecordStore(project=stack.project)
+        yield firestore_stores(project=stack.project)
+
+
+@pytest.fixture
+def store(stores: tuple[RunRecords, IdempotencyStore]) -> RunRecords:
+    return stores[0]
+
+
+@pytest.fixture
+def claims(stores: tuple[RunRecords, IdempotencyStore]) -> IdempotencyStore:
+    return stores[1]
 
 
 def _record(run_id: str) -> CompletionRecord:
     return CompletionRecord(run_id=run_id, run_uri=f"gs://runs/{run_id}")
 
 
-def test_create_get_update_merges(store: RecordStore, uid: str) -> None:
+def test_create_get_update_merges(store: RunRecords, uid: str) -> None:
     run_id = f"rec-{uid}"
     assert store.get(run_id) is None
     assert store.create_if_absent(_record(run_id)) is True
@@ -51,7 +62,7 @@ def test_create_get_update_merges(store: RecordStore, uid: str) -> None:
         store.update(run_id, {"status": "not-a-status"})
 
 
-def test_add_errors_dedupes_and_keeps_all(store: RecordStore, uid: str) -> None:
+def test_add_errors_dedupes_and_keeps_all(store: RunRecords, uid: str) -> None:
     run_id = f"err-{uid}"
     store.create_if_absent(_record(run_id))
     e1, e2, e3 = (RunError(step="capture", code=f"c{i}", message=f"m{i}") for i in range(3))
@@ -67,54 +78,78 @@ def test_add_errors_dedupes_and_keeps_all(store: RecordStore, uid: str) -> None:
         store.add_errors(f"absent-{uid}", [e1])
 
 
-def test_claims(store: RecordStore, uid: str) -> None:
+def test_claims(claims: IdempotencyStore, uid: str) -> None:
     run_id = f"claim-{uid}"
     now = datetime.now(UTC)
-    assert store.claim(run_id, "classify", 60, now) is Claim.acquired
-    assert store.claim(run_id, "classify", 60, now) is Claim.busy
-    assert store.result(run_id, "classify") is None
-    store.complete(run_id, "classify", {"kind": "standard"})
-    assert store.claim(run_id, "classify", 60, now) is Claim.done
-    assert store.result(run_id, "classify") == {"kind": "standard"}
+    assert claims.claim(run_id, "classify", 60, now) is Claim.acquired
+    assert claims.claim(run_id, "classify", 60, now) is Claim.busy
+    assert claims.result(run_id, "classify") is None
+    claims.complete(run_id, "classify", {"kind": "standard"})
+    assert claims.claim(run_id, "classify", 60, now) is Claim.done
+    assert claims.result(run_id, "classify") == {"kind": "standard"}
 
     # a crashed holder: its lease runs out and the next delivery takes over
-    assert store.claim(run_id, "capture-part:a-0", 1, now) is Claim.acquired
-    assert store.claim(run_id, "capture-part:a-0", 1, now + timedelta(seconds=0.5)) is Claim.busy
-    assert store.claim(run_id, "capture-part:a-0", 60, now + timedelta(seconds=2)) is Claim.acquired
-    assert store.claim(run_id, "capture-part:a-0", 60, now + timedelta(seconds=3)) is Claim.busy
+    assert claims.claim(run_id, "capture-part:a-0", 1, now) is Claim.acquired
+    assert claims.claim(run_id, "capture-part:a-0", 1, now + timedelta(seconds=0.5)) is Claim.busy
+    assert claims.claim(run_id, "capture-part:a-0", 60, now + timedelta(seconds=2)) is Claim.acquired
+    assert claims.claim(run_id, "capture-part:a-0", 60, now + timedelta(seconds=3)) is Claim.busy
 
     # release on failure: a redelivery runs the step again; releasing a finished step changes nothing
-    store.release(run_id, "capture-part:a-0")
-    assert store.claim(run_id, "capture-part:a-0", 60, now) is Claim.acquired
-    store.complete(run_id, "capture-part:a-0", {"objects": 3})
-    store.release(run_id, "capture-part:a-0")
-    assert store.claim(run_id, "capture-part:a-0", 60, now) is Claim.done
+    claims.release(run_id, "capture-part:a-0")
+    assert claims.claim(run_id, "capture-part:a-0", 60, now) is Claim.acquired
+    claims.complete(run_id, "capture-part:a-0", {"objects": 3})
+    claims.release(run_id, "capture-part:a-0")
+    assert claims.claim(run_id, "capture-part:a-0", 60, now) is Claim.done
 
-    store.claim(run_id, "capture-part:b-0", 60, now)  # running, not done: not a result
-    store.complete(run_id, "capture-part/c-0", {"objects": 1})  # a key with a slash
-    assert store.results(run_id, "capture-part") == {
+    claims.claim(run_id, "capture-part:b-0", 60, now)  # running, not done: not a result
+    claims.complete(run_id, "capture-part/c-0", {"objects": 1})  # a key with a slash
+    assert claims.results(run_id, "capture-part") == {
         "capture-part:a-0": {"objects": 3},
         "capture-part/c-0": {"objects": 1},
     }
-    assert store.results(run_id, "validate:") == {}
+    assert claims.results(run_id, "validate:") == {}
 
 
-def test_concurrent_claims_have_one_winner(store: RecordStore, uid: str) -> None:
+def test_concurrent_claims_have_one_winner(claims: IdempotencyStore, uid: str) -> None:
     run_id = f"race-{uid}"
     now = datetime.now(UTC)
     with ThreadPoolExecutor(8) as pool:
-        outcomes = list(pool.map(lambda _: store.claim(run_id, "fanin:capture", 60, now), range(8)))
+        outcomes = list(pool.map(lambda _: claims.claim(run_id, "fanin:capture", 60, now), range(8)))
     assert outcomes.count(Claim.acquired) == 1 and outcomes.count(Claim.busy) == 7
 
 
-def test_event_ledger_dedupes(store: RecordStore, uid: str) -> None:
+def test_a_lease_held_by_the_same_delivery_is_taken_over_another_waits(claims: IdempotencyStore, uid: str) -> None:
+    run_id = f"owner-{uid}"
+    now = datetime.now(UTC)
+    assert claims.claim(run_id, "capture-part:a-0", 540, now, owner="msg-1") is Claim.acquired
+    # msg-1's attempt died without releasing (e.g. the store was unreachable): another message still waits ...
+    assert claims.claim(run_id, "capture-part:a-0", 540, now, owner="msg-2") is Claim.busy
+    assert claims.claim(run_id, "capture-part:a-0", 540, now) is Claim.busy  # no owner: never "the same"
+    # ... while msg-1's own redelivery takes its lease over at once instead of waiting 540 s
+    assert claims.claim(run_id, "capture-part:a-0", 540, now, owner="msg-1") is Claim.acquired
+    claims.complete(run_id, "capture-part:a-0", {"objects": 2})
+    assert claims.claim(run_id, "capture-part:a-0", 540, now, owner="msg-1") is Claim.done
+    assert claims.result(run_id, "capture-part:a-0") == {"objects": 2}
+
+
+def test_complete_without_a_claim_and_twice_keeps_the_last_result(claims: IdempotencyStore, uid: str) -> None:
+    run_id = f"done-{uid}"
+    claims.complete(run_id, "validate:resume", {"ok": False})  # a failed member completed by dispatch
+    claims.complete(run_id, "validate:resume", {"ok": True})
+    assert claims.result(run_id, "validate:resume") == {"ok": True}
+    assert claims.claim(run_id, "validate:resume", 60, datetime.now(UTC)) is Claim.done
+    with pytest.raises(ValueError):  # Firestore's value rules hold for SQLite too
+        claims.complete(run_id, "validate:x", {"gaps": [[1, 2]]})
+
+
+def test_event_ledger_dedupes(store: RunRecords, uid: str) -> None:
     run_id = f"ev-{uid}"
     assert store.record_event(run_id, "e1", {"state": "SUCCEEDED", "outcome": "terminal"}) is True
     assert store.record_event(run_id, "e1", {"state": "SUCCEEDED", "outcome": "terminal"}) is False
     assert store.record_event(run_id, "e2", {"state": "RUNNING", "outcome": "ignored"}) is True
 
 
-def test_aux_docs(store: RecordStore, uid: str) -> None:
+def test_aux_docs(store: RunRecords, uid: str) -> None:
     coll = f"grants_{uid}"
     assert store.put_doc(coll, "g-1", {"kind": "publish", "n": 1}) is True
     assert store.put_doc(coll, "g-1", {"kind": "publish", "n": 2}, only_if_absent=True) is False
@@ -127,7 +162,7 @@ def test_aux_docs(store: RecordStore, uid: str) -> None:
     assert [d for d, _ in store.list_docs(coll)] == ["g-1", "g-2", "h-1"]
 
 
-def test_list_runs(store: RecordStore, uid: str) -> None:
+def test_list_runs(store: RunRecords, uid: str) -> None:
     store.create_if_absent(_record(f"list-{uid}"))
     assert any(r.run_id == f"list-{uid}" for r in store.list_runs(limit=1000))
 
@@ -171,9 +206,11 @@ def test_capture_of_5000_objects_keeps_every_document_small(stack, gcs_client, f
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda key: runs_bucket.blob(key).upload_from_string(b"{}"), keys))
 
-    records = FirestoreRecordStore(project=stack.project)
+    records, claims = firestore_stores(project=stack.project)
     bus = InProcessBus()
-    ports = Ports(storage=RoutingStorage(), records=records, bus=bus, preserve_root=f"gs://{preserve_bucket.name}")
+    ports = Ports(
+        storage=RoutingStorage(), records=records, claims=claims, bus=bus, preserve_root=f"gs://{preserve_bucket.name}"
+    )
     for fn in load_topology().functions:
         if fn.entry_point in HANDLERS:
             bus.subscribe(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.cli.main import app
 from rlcleanup.cli.stores import close_matches
 from rlcleanup.models.record import CompletionRecord
@@ -171,12 +171,12 @@ def test_watch_a_finished_run_exits_0_at_once(db: Path) -> None:
     assert stages["validation"]["done"] == stages["validation"]["total"] == 8  # 7 exports + resume
 
 
-def _in_progress(db: Path, run_id: str) -> SqliteRecordStore:
-    store = SqliteRecordStore(db)
+def _in_progress(db: Path, run_id: str) -> SqliteRunRecords:
+    store, claims = SqliteRunRecords(db), SqliteIdempotencyStore(db)
     store.create_if_absent(CompletionRecord(run_id=run_id, run_uri=f"/runs/{run_id}"))
-    store.complete(run_id, "classify", {"kind": "standard"})
-    store.complete(run_id, "capture-plan", {"parts": ["run-0", "attempt-a-0"]})
-    store.complete(run_id, "capture-part:run-0", {})
+    claims.complete(run_id, "classify", {"kind": "standard"})
+    claims.complete(run_id, "capture-plan", {"parts": ["run-0", "attempt-a-0"]})
+    claims.complete(run_id, "capture-part:run-0", {})
     return store
 
 
@@ -196,7 +196,7 @@ def test_watch_follows_a_run_to_its_end(tmp_path: Path) -> None:
 
     def finish() -> None:
         time.sleep(0.3)
-        store.complete("live-run", "capture-part:attempt-a-0", {})
+        SqliteIdempotencyStore(db).complete("live-run", "capture-part:attempt-a-0", {})
         time.sleep(0.3)
         store.update("live-run", {"status": "complete"})
 
@@ -212,7 +212,7 @@ def test_watch_follows_a_run_to_its_end(tmp_path: Path) -> None:
 
 def test_watch_of_a_failed_record_exits_3(tmp_path: Path) -> None:
     db = tmp_path / "w.db"
-    SqliteRecordStore(db).create_if_absent(CompletionRecord(run_id="bad", run_uri="/r", status="failed"))
+    SqliteRunRecords(db).create_if_absent(CompletionRecord(run_id="bad", run_uri="/r", status="failed"))
     code, _, err = _invoke("watch", "bad", "--db", str(db))
     assert code == 3 and "finished as failed" in err
 

@@ -130,14 +130,14 @@ def test_a_replayed_part_rewrites_nothing(tmp_path: Path) -> None:
 def test_the_embedded_store_refuses_what_firestore_would(tmp_path: Path) -> None:
     """The log-scan plan once stored (part, attempt) pairs: Firestore said `Cannot convert an array value in an
     array value`; SQLite took it. The embedded store now applies Firestore's value rules too."""
-    from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+    from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 
-    store = SqliteRecordStore(tmp_path / "r.db")
+    claims, store = SqliteIdempotencyStore(tmp_path / "r.db"), SqliteRunRecords(tmp_path / "r.db")
     with pytest.raises(ValueError, match="nested arrays"):
-        store.complete("run", "terminal-plan", {"parts": [["a000-p0000", "x"]]})
+        claims.complete("run", "terminal-plan", {"parts": [["a000-p0000", "x"]]})
     with pytest.raises(ValueError, match="map key"):
         store.put_doc("c", "d", {"a": {"": 1}})
-    store.complete("run", "terminal-plan", {"parts": [{"part_id": "a000-p0000", "attempt_id": "x"}]})
+    claims.complete("run", "terminal-plan", {"parts": [{"part_id": "a000-p0000", "attempt_id": "x"}]})
 
 
 def test_hundreds_of_rank_logs_stay_out_of_the_record_document(tmp_path: Path) -> None:

@@ -165,7 +165,7 @@ def test_one_failing_capture_part_lists_what_it_could_not_preserve_and_the_run_f
     stack, record = _run(tmp_path / "faulty", run_uri)
 
     assert record.status in FINISHED and calls["failed"] == deliveries
-    outcome = stack.ports.records.result(record.run_id, "capture-part:temp-0")
+    outcome = stack.ports.claims.result(record.run_id, "capture-part:temp-0")
     assert outcome is not None and outcome["ok"] is False and outcome["error"]["code"] == code
     assert outcome["unpreserved"] and all("/tmp/" in uri or "tmp" in uri for uri in outcome["unpreserved"])
     part_errors = [e for e in record.errors if e.code == "capture_part_failed"]
@@ -199,12 +199,12 @@ def test_one_failing_log_scan_part_lists_the_unread_files_and_the_run_finishes(
 
     assert record.status in FINISHED and calls["failed"] == deliveries
     assert record.terminal_state is not None
-    outcome = stack.ports.records.result(record.run_id, "log-scan:a001-p0000")
+    outcome = stack.ports.claims.result(record.run_id, "log-scan:a001-p0000")
     assert outcome is not None and outcome["ok"] is False and outcome["error"]["code"] == code
     assert outcome["unread"] and outcome["files"] == len(outcome["unread"])
     unread = [e for e in record.errors if e.code == "unreadable_log"]
     assert sorted(e.message.split(" ")[1] for e in unread) == sorted(outcome["unread"])
-    assert stack.ports.records.result(record.run_id, "log-scan:a000-p0000")["ok"] is True  # type: ignore[index]
+    assert stack.ports.claims.result(record.run_id, "log-scan:a000-p0000")["ok"] is True  # type: ignore[index]
     # Every export is still judged. Without the second attempt's logs its steps lose metric coverage: a
     # consequence of the unread files, said as such, never an internal error of the validation.
     assert [c.step for c in record.candidates] == [5, 10, 15, 20]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from google.api_core import exceptions as gexc
 
-from rlcleanup.adapters.firestore_records import FirestoreRecordStore, timeout_seconds
+from rlcleanup.adapters.firestore_records import FirestoreIdempotencyStore, FirestoreRunRecords, timeout_seconds
 from rlcleanup.errors import (
     ErrorKind,
     PermanentError,
@@ -97,10 +97,10 @@ class _Ref:
         return call
 
 
-def _store(behaviour: Any, calls: list[dict[str, Any]], timeout: float = 2.5) -> FirestoreRecordStore:
-    store = FirestoreRecordStore(project="p", client=_Ref(behaviour, calls), timeout=timeout)
-    store._client.write_option = lambda **k: None
-    return store
+def _store(behaviour: Any, calls: list[dict[str, Any]], timeout: float = 2.5) -> FirestoreIdempotencyStore:
+    records = FirestoreRunRecords(project="p", client=_Ref(behaviour, calls), timeout=timeout)
+    records._client.write_option = lambda **k: None
+    return FirestoreIdempotencyStore(records)
 
 
 def test_every_call_has_a_bounded_retry_and_timeout() -> None:
@@ -113,7 +113,7 @@ def test_every_call_has_a_bounded_retry_and_timeout() -> None:
             return None
 
     store = _store(lambda name: Snap() if name == "get" else [], calls)
-    assert store.get("run-1") is None
+    assert store.records.get("run-1") is None
     store.results("run-1", "validate:")
     store.result("run-1", "select")
     rpc = [c for c in calls if c["method"] in ("get", "stream")]
@@ -135,7 +135,7 @@ def test_outage_raises_unavailable_and_logs_error_with_run_step_cause(json_log: 
     assert line["run_id"] == "run-7" and line["step"] == "capture_part"
     assert "record store unavailable" in line["message"] and "Timeout of 2.5s exceeded" in line["message"]
     assert line["error"]["type"] == "RecordStoreUnavailable"
-    assert line["error"]["operation"] == "read result capture-plan"
+    assert line["error"]["operation"] == "read claim capture-plan"
 
 
 def test_claim_during_outage_raises_unavailable(json_log: io.StringIO) -> None:
@@ -154,7 +154,7 @@ def test_not_found_and_conflicts_are_not_outages() -> None:
             raise gexc.NotFound("no document")
 
     with pytest.raises(KeyError):  # updating a missing record stays the SQLite contract's KeyError
-        _store(missing, []).update("run-9", {"status": "failed"})
+        _store(missing, []).records.update("run-9", {"status": "failed"})
 
 
 def test_changed_epoch_raises_lost_for_runs_whose_record_is_gone(json_log: io.StringIO) -> None:
@@ -183,7 +183,7 @@ def test_changed_epoch_raises_lost_for_runs_whose_record_is_gone(json_log: io.St
                 return Snap(True, {"epoch": next(epochs)})
             return Snap(self.path.removeprefix("runs/") in records)
 
-    store = FirestoreRecordStore(project="p", client=Ref(), timeout=1)
+    store = FirestoreIdempotencyStore(FirestoreRunRecords(project="p", client=Ref(), timeout=1))
     store.check_epoch("run-1", "terminal")
     store.check_epoch("run-1", "terminal")  # unchanged epoch: no extra read, no error
     with pytest.raises(RecordStoreLost) as info:
@@ -244,13 +244,14 @@ def test_redelivery_of_the_same_message_takes_its_own_lease_over() -> None:
         def write_option(self, **kwargs: Any) -> None:
             return None
 
-    store = FirestoreRecordStore(project="p", client=Ref(), timeout=1)
+    store = FirestoreIdempotencyStore(FirestoreRunRecords(project="p", client=Ref(), timeout=1))
     store.check_epoch = lambda run_id, key: None  # type: ignore[method-assign]
+    # The owner is passed explicitly: the logging context's event id no longer matters.
+    set_context(step="capture_part", event_id="msg-1")
     try:
-        set_context(step="capture_part", event_id="msg-2")
+        assert store.claim("run-1", "capture-part:run-0", 540, now, owner="msg-2") is Claim.busy
         assert store.claim("run-1", "capture-part:run-0", 540, now) is Claim.busy
-        set_context(step="capture_part", event_id="msg-1")
-        assert store.claim("run-1", "capture-part:run-0", 540, now) is Claim.acquired
+        assert store.claim("run-1", "capture-part:run-0", 540, now, owner="msg-1") is Claim.acquired
     finally:
         set_context()
     assert [u["owner"] for u in updates] == ["msg-1"]

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from rlcleanup.adapters.local_storage import LocalStorage
-from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+from rlcleanup.adapters.sqlite_records import SqliteRunRecords
 from rlcleanup.models.record import ChainCoverage, CompletionRecord
 from rlcleanup.report import ReportInputs, load_inputs, publish_report, render_report
 from rlcleanup.report.timeline import GAP_RED, STATE_COLOURS
@@ -35,9 +35,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CompletionRecord
 
 
 @pytest.fixture(scope="module")
-def db(runs: dict[str, CompletionRecord]) -> SqliteRecordStore:
+def db(runs: dict[str, CompletionRecord]) -> SqliteRunRecords:
     first = next(iter(runs.values()))
-    return SqliteRecordStore(Path(first.preserved_locations[0]).parents[1] / "r.db")
+    return SqliteRunRecords(Path(first.preserved_locations[0]).parents[1] / "r.db")
 
 
 def _render(record: CompletionRecord, timeline: bool = False):  # type: ignore[no-untyped-def]
@@ -219,7 +219,7 @@ def test_pipeline_writes_the_report_beside_the_evidence(runs: dict[str, Completi
 
 
 def test_republish_is_identical_and_a_changed_record_gets_a_new_name(
-    runs: dict[str, CompletionRecord], db: SqliteRecordStore
+    runs: dict[str, CompletionRecord], db: SqliteRunRecords
 ) -> None:
     r = runs["completed-resumed"]
     derived = Path(r.preserved_locations[0]) / "derived"
@@ -239,7 +239,7 @@ class _BrokenStorage(LocalStorage):
         raise OSError("disk full")
 
 
-def test_a_failed_report_is_recorded_not_raised(runs: dict[str, CompletionRecord], db: SqliteRecordStore) -> None:
+def test_a_failed_report_is_recorded_not_raised(runs: dict[str, CompletionRecord], db: SqliteRunRecords) -> None:
     r = runs["missing-shard"]
     assert publish_report(_BrokenStorage(), db, r.run_id) == {}
     errors = [e for e in (db.get(r.run_id) or r).errors if e.step == "report"]

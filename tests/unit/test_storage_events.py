@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from rlcleanup.adapters.inprocess_bus import InProcessBus
-from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.ports.storage import ObjectInfo
@@ -297,7 +297,12 @@ def _ports(tmp_path: Path, objects: Objects) -> tuple[Ports, list[JobEvent]]:
     bus = InProcessBus()
     seen: list[JobEvent] = []
     bus.subscribe("job-events", lambda data, attrs, mid: seen.append(JobEvent.model_validate_json(data)))
-    ports = Ports(storage=objects, records=SqliteRecordStore(tmp_path / "r.db"), bus=bus)  # type: ignore[arg-type]
+    ports = Ports(
+        storage=objects,
+        records=SqliteRunRecords(tmp_path / "r.db"),
+        claims=SqliteIdempotencyStore(tmp_path / "r.db"),
+        bus=bus,
+    )  # type: ignore[arg-type]
     return ports, seen
 
 

@@ -155,8 +155,8 @@ def test_a_stall_that_cannot_be_redriven_is_marked_with_what_is_missing(
     stack = _stack(tmp_path, DroppingBus("capture-parts", drop=1))  # a capture part's message is lost
     stack.emit(manual_event(run_uri, "SUCCEEDED"))
     run_id = f"math-rl-completed-resumed-{VERSION}"
-    plan: dict[str, Any] = stack.ports.records.result(run_id, "capture-plan") or {}
-    lost = [pid for pid in plan["parts"] if stack.ports.records.result(run_id, f"capture-part:{pid}") is None]
+    plan: dict[str, Any] = stack.ports.claims.result(run_id, "capture-plan") or {}
+    lost = [pid for pid in plan["parts"] if stack.ports.claims.result(run_id, f"capture-part:{pid}") is None]
     assert len(lost) == 1
 
     _tick(stack, LATER)

@@ -81,7 +81,7 @@ def test_fan_outs_and_barriers_name_the_keys_the_handlers_store(
     event = manual_event(str(run_root))
     stack.emit(event)
     run_id = resolve_run_id(stack.ports, event)
-    records = stack.ports.records
+    records = stack.ports.claims
     topology = load_topology()
     for barrier in topology.barriers:
         assert records.result(run_id, barrier.claim) is not None, f"barrier {barrier.name}: no {barrier.claim!r}"

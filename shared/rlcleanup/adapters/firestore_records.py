@@ -1,4 +1,4 @@
-"""RecordStore on Firestore (native mode), laid out to read well in the console.
+"""RunRecords on Firestore (native mode), laid out to read well in the console.
 
 runs/{run_id}                  the record's top-level fields (plain values, timestamps, small maps)
 runs/{run_id}/steps/{key}      idempotency claims and step results
@@ -26,13 +26,13 @@ import logging
 import threading
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from rlcleanup.errors import RecordStoreLost, RecordStoreUnavailable
 from rlcleanup.logging_setup import current_context
 from rlcleanup.models.record import CompletionRecord, RunError, utcnow
-from rlcleanup.ports.records import Claim
+from rlcleanup.ports.records import IdempotencyStore, StepDoc
 from rlcleanup.settings import load_settings
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,9 @@ def record_store_unavailable(run_id: str | None, operation: str, exc: BaseExcept
     return err
 
 
-class FirestoreRecordStore:
+class FirestoreRunRecords:
+    """The run-record repository on Firestore: runs/{run_id} and its candidates/attempts/events/errors."""
+
     def __init__(
         self, project: str, client: Any | None = None, database: str = "(default)", timeout: float | None = None
     ) -> None:
@@ -157,10 +159,6 @@ class FirestoreRecordStore:
         self.database = database
         self._client = client
         self.timeout = timeout or timeout_seconds()
-        self._epoch: str | None = None  # the database epoch this store has seen (None: not looked yet)
-        self._epoch_seen_at: datetime | None = None
-        self._lost_since: datetime | None = None  # set once this store saw the database come back empty
-        self._epoch_lock = threading.Lock()
         self._retry: Any = None
 
     @property
@@ -291,120 +289,6 @@ class FirestoreRecordStore:
         for snap in snaps:
             yield CompletionRecord.model_validate(_decode(snap.to_dict()))
 
-    # ----------------------------------------------------------- database epoch (data-loss detection)
-
-    def check_epoch(self, run_id: str, key: str) -> None:
-        """Raise RecordStoreLost when the database was recreated empty since this store first looked (a fresh
-        database gets a new epoch document) and this claim continues a run whose record is gone. Claims that
-        start a run (RUN_START_KEYS) and runs recreated since (a re-emitted event) carry on as usual."""
-        from google.api_core.exceptions import AlreadyExists
-
-        ref = self.db.collection(META_COLLECTION).document(META_DOC)
-        with self._guard("check database epoch", run_id):
-            snap = ref.get(**self._rpc)
-            data = snap.to_dict() if snap.exists else None
-            if data is None:
-                with contextlib.suppress(AlreadyExists):  # another worker created it first: use theirs
-                    ref.create({"epoch": uuid.uuid4().hex, "created_at": utcnow()}, **self._rpc)
-                data = ref.get(**self._rpc).to_dict() or {}
-        epoch = str(data.get("epoch"))
-        with self._epoch_lock:
-            if self._epoch is None:
-                self._epoch, self._epoch_seen_at = epoch, utcnow()
-            elif epoch != self._epoch:
-                self._lost_since = self._lost_since or self._epoch_seen_at
-                self._epoch, self._epoch_seen_at = epoch, utcnow()
-            lost_since = self._lost_since
-        if lost_since is None or key.startswith(RUN_START_KEYS):
-            return
-        with self._guard("check database epoch", run_id):
-            if self._run(run_id).get(field_paths=["run_id"], **self._rpc).exists:
-                return
-        lost = RecordStoreLost(run_id, current_context().step, lost_since.isoformat(timespec="seconds"))
-        log.error("%s", lost, extra={"run_id": run_id, "error": {"type": "RecordStoreLost", "claim": key}})
-        raise lost
-
-    # ----------------------------------------------------------- claims
-
-    def _step(self, run_id: str, key: str) -> Any:
-        return self._run(run_id).collection("steps").document(key.replace("/", "|"))
-
-    def claim(self, run_id: str, key: str, lease_seconds: float, now: datetime) -> Claim:
-        from google.api_core.exceptions import AlreadyExists, FailedPrecondition
-
-        self.check_epoch(run_id, key)
-        ref = self._step(run_id, key)
-        # The delivery (Pub/Sub message id) holding the lease. Push redelivers a message only after its previous
-        # attempt failed or outlived the ack deadline, so a lease held by the same message is a dead attempt's:
-        # e.g. one whose release() could not reach the record store during an outage. It is taken over at once
-        # instead of answering "busy" until the lease (the function's timeout) runs out.
-        owner = current_context().event_id
-        lease = {
-            "key": key,
-            "state": "running",
-            "lease_until": now + timedelta(seconds=lease_seconds),
-            "updated_at": now,
-            "owner": owner,
-        }
-        with self._guard(f"claim {key}", run_id):
-            try:
-                ref.create(lease, **self._rpc)  # atomic create: exactly one winner among concurrent deliveries
-                return Claim.acquired
-            except AlreadyExists:
-                pass
-            snap = ref.get(**self._rpc)
-            data = snap.to_dict() or {}
-            if data.get("state") == "done":
-                return Claim.done
-            until = data.get("lease_until")
-            if until is not None and until > now and not (owner and data.get("owner") == owner):
-                return Claim.busy
-            try:  # expired (a crashed worker) or this message's own: take it over unless someone else just did
-                ref.update(lease, option=self.db.write_option(last_update_time=snap.update_time), **self._rpc)
-            except FailedPrecondition:
-                return Claim.busy
-        return Claim.acquired
-
-    def complete(self, run_id: str, key: str, result: dict[str, Any]) -> None:
-        doc = {"key": key, "state": "done", "result": _plain(result), "lease_until": None, "updated_at": utcnow()}
-        _check_size(run_id, doc)
-        with self._guard(f"complete {key}", run_id):
-            self._step(run_id, key).set(doc, **self._rpc)
-
-    def release(self, run_id: str, key: str) -> None:
-        from google.api_core.exceptions import FailedPrecondition, NotFound
-
-        ref = self._step(run_id, key)
-        with self._guard(f"release {key}", run_id):
-            snap = ref.get(**self._rpc)
-            if snap.exists and (snap.to_dict() or {}).get("state") != "done":
-                # Only the lease we read: if another worker took it over meanwhile, its claim stays.
-                with contextlib.suppress(FailedPrecondition, NotFound):
-                    ref.delete(option=self.db.write_option(last_update_time=snap.update_time), **self._rpc)
-
-    def result(self, run_id: str, key: str) -> dict[str, Any] | None:
-        with self._guard(f"read result {key}", run_id):
-            snap = self._step(run_id, key).get(**self._rpc)
-        data = snap.to_dict() if snap.exists else None
-        if not data or data.get("state") != "done":
-            return None
-        result: dict[str, Any] = data.get("result") or {}
-        return result
-
-    def results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        from google.cloud.firestore_v1.base_query import FieldFilter
-
-        steps = self._run(run_id).collection("steps")
-        with self._guard(f"read results {prefix}*", run_id):
-            snaps = list(steps.where(filter=FieldFilter("state", "==", "done")).stream(**self._stream_rpc))
-        for snap in snaps:
-            data = snap.to_dict() or {}
-            key = data.get("key", snap.id)
-            if key.startswith(prefix):
-                out[key] = data.get("result") or {}
-        return out
-
     def record_event(self, run_id: str, event_id: str, outcome: dict[str, Any]) -> bool:
         from google.api_core.exceptions import AlreadyExists
 
@@ -445,6 +329,142 @@ class FirestoreRecordStore:
             snaps = list(self.db.collection(collection).stream(**self._stream_rpc))
         docs = [(s.id, s.to_dict() or {}) for s in snaps if s.id.startswith(prefix)]
         return sorted(docs)
+
+
+class FirestoreIdempotencyStore(IdempotencyStore):
+    """Claim primitives on runs/{run_id}/steps/{key} (versions are the documents' update times), plus the
+    database-epoch check every claim makes first. Shares the run records' client, deadlines and error mapping."""
+
+    def __init__(self, records: FirestoreRunRecords) -> None:
+        self.records = records
+        self._epoch: str | None = None  # the database epoch this store has seen (None: not looked yet)
+        self._epoch_seen_at: datetime | None = None
+        self._lost_since: datetime | None = None  # set once this store saw the database come back empty
+        self._epoch_lock = threading.Lock()
+
+    # ----------------------------------------------------------- database epoch (data-loss detection)
+
+    def check_epoch(self, run_id: str, key: str) -> None:
+        """Raise RecordStoreLost when the database was recreated empty since this store first looked (a fresh
+        database gets a new epoch document) and this claim continues a run whose record is gone. Claims that
+        start a run (RUN_START_KEYS) and runs recreated since (a re-emitted event) carry on as usual."""
+        from google.api_core.exceptions import AlreadyExists
+
+        ref = self.records.db.collection(META_COLLECTION).document(META_DOC)
+        with self.records._guard("check database epoch", run_id):
+            snap = ref.get(**self.records._rpc)
+            data = snap.to_dict() if snap.exists else None
+            if data is None:
+                with contextlib.suppress(AlreadyExists):  # another worker created it first: use theirs
+                    ref.create({"epoch": uuid.uuid4().hex, "created_at": utcnow()}, **self.records._rpc)
+                data = ref.get(**self.records._rpc).to_dict() or {}
+        epoch = str(data.get("epoch"))
+        with self._epoch_lock:
+            if self._epoch is None:
+                self._epoch, self._epoch_seen_at = epoch, utcnow()
+            elif epoch != self._epoch:
+                self._lost_since = self._lost_since or self._epoch_seen_at
+                self._epoch, self._epoch_seen_at = epoch, utcnow()
+            lost_since = self._lost_since
+        if lost_since is None or key.startswith(RUN_START_KEYS):
+            return
+        with self.records._guard("check database epoch", run_id):
+            if self.records._run(run_id).get(field_paths=["run_id"], **self.records._rpc).exists:
+                return
+        lost = RecordStoreLost(run_id, current_context().step, lost_since.isoformat(timespec="seconds"))
+        log.error("%s", lost, extra={"run_id": run_id, "error": {"type": "RecordStoreLost", "claim": key}})
+        raise lost
+
+    def _before_claim(self, run_id: str, key: str) -> None:
+        self.check_epoch(run_id, key)
+
+    # ----------------------------------------------------------- claim primitives
+
+    def _step(self, run_id: str, key: str) -> Any:
+        return self.records._run(run_id).collection("steps").document(key.replace("/", "|"))
+
+    def _fields(self, run_id: str, key: str, doc: StepDoc) -> dict[str, Any]:
+        fields = {
+            "key": key,
+            "state": doc.state,
+            "lease_until": doc.lease_until,
+            "owner": doc.owner,
+            "result": _plain(doc.result) if doc.result is not None else None,
+            "updated_at": utcnow(),
+        }
+        _check_size(run_id, fields)
+        return fields
+
+    def _create(self, run_id: str, key: str, doc: StepDoc) -> bool:
+        from google.api_core.exceptions import AlreadyExists
+
+        fields = self._fields(run_id, key, doc)
+        try:
+            with self.records._guard(f"claim {key}", run_id):
+                self._step(run_id, key).create(fields, **self.records._rpc)
+        except AlreadyExists:
+            return False
+        return True
+
+    def _get(self, run_id: str, key: str) -> tuple[StepDoc, Any] | None:
+        with self.records._guard(f"read claim {key}", run_id):
+            snap = self._step(run_id, key).get(**self.records._rpc)
+        if not snap.exists:
+            return None
+        data = snap.to_dict() or {}
+        doc = StepDoc(
+            state=str(data.get("state")),
+            lease_until=data.get("lease_until"),
+            owner=data.get("owner"),
+            result=data.get("result"),
+        )
+        return doc, snap.update_time
+
+    def _compare_and_set(self, run_id: str, key: str, version: Any, doc: StepDoc) -> bool:
+        from google.api_core.exceptions import FailedPrecondition, NotFound
+
+        fields = self._fields(run_id, key, doc)
+        option = self.records.db.write_option(last_update_time=version)
+        try:
+            with self.records._guard(f"update claim {key}", run_id):
+                self._step(run_id, key).update(fields, option=option, **self.records._rpc)
+        except (FailedPrecondition, NotFound):
+            return False
+        return True
+
+    def _delete(self, run_id: str, key: str, version: Any) -> bool:
+        from google.api_core.exceptions import FailedPrecondition, NotFound
+
+        option = self.records.db.write_option(last_update_time=version)
+        try:
+            with self.records._guard(f"release {key}", run_id):
+                self._step(run_id, key).delete(option=option, **self.records._rpc)
+        except (FailedPrecondition, NotFound):
+            return False
+        return True
+
+    def _done_results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        steps = self.records._run(run_id).collection("steps")
+        with self.records._guard(f"read results {prefix}*", run_id):
+            query = steps.where(filter=FieldFilter("state", "==", "done"))
+            snaps = list(query.stream(**self.records._stream_rpc))
+        out: dict[str, dict[str, Any]] = {}
+        for snap in snaps:
+            data = snap.to_dict() or {}
+            key = data.get("key", snap.id)
+            if key.startswith(prefix):
+                out[key] = data.get("result") or {}
+        return out
+
+
+def firestore_stores(
+    project: str, client: Any | None = None, timeout: float | None = None
+) -> tuple[FirestoreRunRecords, FirestoreIdempotencyStore]:
+    """The run-record repository and the idempotency store over one client."""
+    records = FirestoreRunRecords(project=project, client=client, timeout=timeout)
+    return records, FirestoreIdempotencyStore(records)
 
 
 def _plain(value: Any) -> Any:

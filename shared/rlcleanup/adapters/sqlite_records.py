@@ -1,4 +1,8 @@
-"""RecordStore on SQLite: the embedded default (one file, no server). Safe across threads and processes."""
+"""The records ports on SQLite: the embedded default (one file, no server). Safe across threads and processes.
+
+`SqliteRunRecords` is the run-record repository; `SqliteIdempotencyStore` provides the claim primitives (the
+state machine is `IdempotencyStore`'s). Both may open the same file.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +11,20 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from rlcleanup.models.record import CompletionRecord, RunError, utcnow
-from rlcleanup.ports.records import Claim, check_document_value
+from rlcleanup.ports.records import IdempotencyStore, StepDoc, check_document_value
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (run_id TEXT PRIMARY KEY, doc TEXT NOT NULL, updated_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS claims (
   run_id TEXT NOT NULL, key TEXT NOT NULL, state TEXT NOT NULL, lease_until TEXT, result TEXT,
   PRIMARY KEY (run_id, key));
+CREATE TABLE IF NOT EXISTS claim_versions (run_id TEXT NOT NULL, key TEXT NOT NULL, version INTEGER NOT NULL,
+  owner TEXT, PRIMARY KEY (run_id, key));
 CREATE TABLE IF NOT EXISTS events (run_id TEXT NOT NULL, event_id TEXT NOT NULL, outcome TEXT NOT NULL,
   PRIMARY KEY (run_id, event_id));
 CREATE TABLE IF NOT EXISTS docs (collection TEXT NOT NULL, doc_id TEXT NOT NULL, data TEXT NOT NULL,
@@ -26,7 +32,9 @@ CREATE TABLE IF NOT EXISTS docs (collection TEXT NOT NULL, doc_id TEXT NOT NULL,
 """
 
 
-class SqliteRecordStore:
+class _SqliteFile:
+    """One SQLite file, one connection per thread, BEGIN IMMEDIATE transactions."""
+
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         if self.path != ":memory:":
@@ -52,6 +60,10 @@ class SqliteRecordStore:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
+
+
+class SqliteRunRecords(_SqliteFile):
+    """Completion records, the event ledger and auxiliary documents."""
 
     def get(self, run_id: str) -> CompletionRecord | None:
         row = self._conn().execute("SELECT doc FROM records WHERE run_id = ?", (run_id,)).fetchone()
@@ -102,55 +114,6 @@ class SqliteRecordStore:
         for (doc,) in rows:
             yield CompletionRecord.model_validate_json(doc)
 
-    def claim(self, run_id: str, key: str, lease_seconds: float, now: datetime) -> Claim:
-        until = (now + timedelta(seconds=lease_seconds)).isoformat()
-        with self._tx() as db:
-            row = db.execute(
-                "SELECT state, lease_until FROM claims WHERE run_id = ? AND key = ?", (run_id, key)
-            ).fetchone()
-            if row is not None:
-                state, lease_until = row
-                if state == "done":
-                    return Claim.done
-                if lease_until and datetime.fromisoformat(lease_until) > now:
-                    return Claim.busy
-            db.execute(
-                "INSERT OR REPLACE INTO claims (run_id, key, state, lease_until, result) VALUES (?, ?, 'running', ?, NULL)",
-                (run_id, key, until),
-            )
-            return Claim.acquired
-
-    def complete(self, run_id: str, key: str, result: dict[str, Any]) -> None:
-        check_document_value(result, f"runs/{run_id}/steps/{key}")
-        with self._tx() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO claims (run_id, key, state, lease_until, result) VALUES (?, ?, 'done', NULL, ?)",
-                (run_id, key, json.dumps(result, default=str)),
-            )
-
-    def release(self, run_id: str, key: str) -> None:
-        with self._tx() as db:
-            db.execute("DELETE FROM claims WHERE run_id = ? AND key = ? AND state = 'running'", (run_id, key))
-
-    def result(self, run_id: str, key: str) -> dict[str, Any] | None:
-        row = (
-            self._conn()
-            .execute("SELECT result FROM claims WHERE run_id = ? AND key = ? AND state = 'done'", (run_id, key))
-            .fetchone()
-        )
-        return json.loads(row[0]) if row and row[0] else None
-
-    def results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT key, result FROM claims WHERE run_id = ? AND state = 'done' AND substr(key, 1, ?) = ?",
-                (run_id, len(prefix), prefix),
-            )
-            .fetchall()
-        )
-        return {key: json.loads(res) if res else {} for key, res in rows}
-
     def record_event(self, run_id: str, event_id: str, outcome: dict[str, Any]) -> bool:
         check_document_value(outcome, f"runs/{run_id}/events/{event_id}")
         with self._tx() as db:
@@ -188,3 +151,84 @@ class SqliteRecordStore:
             .fetchall()
         )
         return [(doc_id, json.loads(data)) for doc_id, data in rows]
+
+
+class SqliteIdempotencyStore(_SqliteFile, IdempotencyStore):
+    """Claim primitives: a row per claim plus its version (bumped by every compare-and-set)."""
+
+    def _create(self, run_id: str, key: str, doc: StepDoc) -> bool:
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT OR IGNORE INTO claims (run_id, key, state, lease_until, result) VALUES (?, ?, ?, ?, ?)",
+                (run_id, key, *_row(doc)),
+            )
+            if cur.rowcount != 1:
+                return False
+            db.execute(
+                "INSERT OR REPLACE INTO claim_versions (run_id, key, version, owner) VALUES (?, ?, 1, ?)",
+                (run_id, key, doc.owner),
+            )
+            return True
+
+    def _get(self, run_id: str, key: str) -> tuple[StepDoc, Any] | None:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT c.state, c.lease_until, c.result, v.version, v.owner FROM claims c LEFT JOIN claim_versions v"
+                " ON v.run_id = c.run_id AND v.key = c.key WHERE c.run_id = ? AND c.key = ?",
+                (run_id, key),
+            )
+            .fetchone()
+        )
+        if row is None:
+            return None
+        state, lease_until, result, version, owner = row
+        until = datetime.fromisoformat(lease_until) if lease_until else None
+        doc = StepDoc(state=state, lease_until=until, owner=owner, result=json.loads(result) if result else None)
+        return doc, version or 0
+
+    def _compare_and_set(self, run_id: str, key: str, version: Any, doc: StepDoc) -> bool:
+        with self._tx() as db:
+            if self._version(db, run_id, key) != version:
+                return False
+            db.execute(
+                "UPDATE claims SET state = ?, lease_until = ?, result = ? WHERE run_id = ? AND key = ?",
+                (*_row(doc), run_id, key),
+            )
+            db.execute(
+                "INSERT OR REPLACE INTO claim_versions (run_id, key, version, owner) VALUES (?, ?, ?, ?)",
+                (run_id, key, int(version) + 1, doc.owner),
+            )
+            return True
+
+    def _delete(self, run_id: str, key: str, version: Any) -> bool:
+        with self._tx() as db:
+            if self._version(db, run_id, key) != version:
+                return False
+            db.execute("DELETE FROM claims WHERE run_id = ? AND key = ?", (run_id, key))
+            db.execute("DELETE FROM claim_versions WHERE run_id = ? AND key = ?", (run_id, key))
+            return True
+
+    def _done_results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT key, result FROM claims WHERE run_id = ? AND state = 'done' AND substr(key, 1, ?) = ?",
+                (run_id, len(prefix), prefix),
+            )
+            .fetchall()
+        )
+        return {key: json.loads(res) if res else {} for key, res in rows}
+
+    @staticmethod
+    def _version(db: sqlite3.Connection, run_id: str, key: str) -> int | None:
+        exists = db.execute("SELECT 1 FROM claims WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()
+        if exists is None:
+            return None
+        row = db.execute("SELECT version FROM claim_versions WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()
+        return int(row[0]) if row else 0  # a claim written before versions existed
+
+
+def _row(doc: StepDoc) -> tuple[str, str | None, str | None]:
+    until = doc.lease_until.isoformat() if doc.lease_until else None
+    return doc.state, until, json.dumps(doc.result, default=str) if doc.result is not None else None

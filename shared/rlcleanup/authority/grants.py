@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rlcleanup.models.vocab import Visibility as Visibility  # re-exported: grants name one, callers import it here
-from rlcleanup.ports.records import RecordStore
+from rlcleanup.ports.records import RunRecords
 from rlcleanup.settings import within
 
 APPROVERS = "approvers"
@@ -152,12 +152,12 @@ class Approver(BaseModel):
         return False
 
 
-def register_approver(records: RecordStore, approver: Approver) -> None:
+def register_approver(records: RunRecords, approver: Approver) -> None:
     approver.verify_key()  # refuse to store a key that could never verify anything
     records.put_doc(APPROVERS, approver.approver_id, approver.model_dump(exclude={"approver_id"}))
 
 
-def get_approver(records: RecordStore, approver_id: str) -> Approver | None:
+def get_approver(records: RunRecords, approver_id: str) -> Approver | None:
     doc = records.get_doc(APPROVERS, approver_id)
     return Approver.model_validate({**doc, "approver_id": approver_id}) if doc else None
 
@@ -190,7 +190,7 @@ def decode_message(data: bytes) -> tuple[dict[str, Any], dict[str, Any] | None, 
 
 
 def verify(
-    records: RecordStore,
+    records: RunRecords,
     data: bytes,
     now: datetime,
     *,

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from rlcleanup.authority.grants import GrantState, Refusal, Verdict
-from rlcleanup.ports.records import RecordStore
+from rlcleanup.ports.records import RunRecords
 
 
 def grants_collection(run_id: str) -> str:
@@ -25,7 +25,7 @@ def doc_id(verdict: Verdict, data: bytes) -> str:
 
 
 def file_grant(
-    records: RecordStore,
+    records: RunRecords,
     run_id: str,
     gid: str,
     verdict: Verdict,
@@ -49,7 +49,7 @@ def file_grant(
 
 
 def set_state(
-    records: RecordStore,
+    records: RunRecords,
     run_id: str,
     gid: str,
     state: GrantState,
@@ -73,13 +73,13 @@ def set_state(
     records.put_doc(grants_collection(run_id), gid, doc)
 
 
-def get_grant_doc(records: RecordStore, run_id: str, gid: str) -> dict[str, Any] | None:
+def get_grant_doc(records: RunRecords, run_id: str, gid: str) -> dict[str, Any] | None:
     return records.get_doc(grants_collection(run_id), gid)
 
 
-def list_grants(records: RecordStore, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+def list_grants(records: RunRecords, run_id: str) -> list[tuple[str, dict[str, Any]]]:
     return records.list_docs(grants_collection(run_id))
 
 
-def pending(records: RecordStore, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+def pending(records: RunRecords, run_id: str) -> list[tuple[str, dict[str, Any]]]:
     return [(gid, doc) for gid, doc in list_grants(records, run_id) if doc.get("state") == GrantState.pending.value]

@@ -18,7 +18,7 @@ from typing import Any
 from rlcleanup.authority.controllers import Controller, ControllerError
 from rlcleanup.formats.weight_files import is_bulk_weight
 from rlcleanup.parsing.logs import scan_attempt
-from rlcleanup.ports.records import RecordStore
+from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage, WriteOutcome
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.uris import basename, join, relative_to
@@ -104,7 +104,7 @@ def normalize_signature(error_type: str, message: str) -> str:
     return f"{error_type}: {_VOLATILE.sub('N', message.strip())[:200]}"
 
 
-def reproducing_failures(storage: Storage, records: RecordStore, layout: RunLayout, run_id: str) -> list[Reproducing]:
+def reproducing_failures(storage: Storage, records: RunRecords, layout: RunLayout, run_id: str) -> list[Reproducing]:
     seen: dict[str, list[str]] = {}
     for attempt in layout.attempts:
         scan = scan_attempt(storage, attempt)
@@ -122,7 +122,7 @@ def reproducing_failures(storage: Storage, records: RecordStore, layout: RunLayo
     ]
 
 
-def unexplained(records: RecordStore, run_id: str, found: list[dict[str, Any]]) -> list[str]:
+def unexplained(records: RunRecords, run_id: str, found: list[dict[str, Any]]) -> list[str]:
     """Signatures still without a cause, checked now (a cause may have been recorded since the capture)."""
     return [r["signature"] for r in found if records.get_doc(causes_collection(run_id), r["signature_id"]) is None]
 
@@ -156,7 +156,7 @@ def _copy_inflight(storage: Storage, layout: RunLayout, dest: str, result: Captu
 
 def capture(
     storage: Storage,
-    records: RecordStore,
+    records: RunRecords,
     layout: RunLayout | None,
     run_id: str,
     dest: str,

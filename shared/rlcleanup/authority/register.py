@@ -11,7 +11,7 @@ from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.publish import read_marker
 from rlcleanup.formats.config import get
 from rlcleanup.models.record import CompletionRecord
-from rlcleanup.ports.records import RecordStore
+from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.facts import safe_run_id
 from rlcleanup.steps.layout import RunLayout
@@ -26,7 +26,7 @@ def declared(layout: RunLayout) -> dict[str, Any] | None:
 
 
 def register(
-    storage: Storage, records: RecordStore, layout: RunLayout, record: CompletionRecord, grant: Grant
+    storage: Storage, records: RunRecords, layout: RunLayout, record: CompletionRecord, grant: Grant
 ) -> Outcome:
     decl = declared(layout)
     if decl is None:

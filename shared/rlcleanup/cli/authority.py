@@ -19,7 +19,7 @@ import typer
 from rlcleanup.authority.grants import Action, Visibility
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
 from rlcleanup.paths import default_preserve_root, keys_dir
-from rlcleanup.ports.records import RecordStore
+from rlcleanup.ports.records import RunRecords
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -37,20 +37,20 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(**{unit: int(m.group(1))})
 
 
-def _store(backend: str | None, db: Path | None, project: str | None) -> RecordStore:
+def _store(backend: str | None, db: Path | None, project: str | None) -> RunRecords:
     chosen = backend_name(backend) or ("firestore" if os.environ.get("FIRESTORE_EMULATOR_HOST") else "sqlite")
     if chosen == "firestore":
-        from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+        from rlcleanup.adapters.firestore_records import FirestoreRunRecords
 
         project = project or os.environ.get("GOOGLE_CLOUD_PROJECT")
         if not project:
             _fail("Firestore needs --project or GOOGLE_CLOUD_PROJECT", 2)
-        return FirestoreRecordStore(project=str(project))
+        return FirestoreRunRecords(project=str(project))
     if chosen != "sqlite":
         _fail(f"unknown backend {chosen!r} (sqlite | firestore)", 2)
-    from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+    from rlcleanup.adapters.sqlite_records import SqliteRunRecords
 
-    return SqliteRecordStore(db_path(db))
+    return SqliteRunRecords(db_path(db))
 
 
 def key_path(key: str) -> Path:
@@ -128,7 +128,7 @@ def approver_add(
     typer.echo(f"approver {approver_id} may grant under: {', '.join(prefix)}")
 
 
-def _digest(store: RecordStore, run_id: str, step: int) -> str:
+def _digest(store: RunRecords, run_id: str, step: int) -> str:
     record = store.get(run_id)
     candidate = next((c for c in record.candidates if c.step == step), None) if record else None
     if candidate is None or not candidate.digest:
@@ -138,7 +138,7 @@ def _digest(store: RecordStore, run_id: str, step: int) -> str:
     return candidate.digest
 
 
-def _no_such_run(store: RecordStore, run_id: str, where: str) -> None:
+def _no_such_run(store: RunRecords, run_id: str, where: str) -> None:
     from rlcleanup.cli.stores import close_matches
 
     matches = close_matches(run_id, (r.run_id for r in store.list_runs(limit=1000)))

@@ -161,7 +161,7 @@ def run(
 
 def _prepare_rerun(uri: str, db_file: Path) -> str | None:
     """Archive the run's record (if any) and clear its step claims; returns where the old record went."""
-    from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+    from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
     from rlcleanup.adapters.storage_router import RoutingStorage
     from rlcleanup.cli import maintenance
     from rlcleanup.cli.stores import OpenStore
@@ -169,7 +169,9 @@ def _prepare_rerun(uri: str, db_file: Path) -> str | None:
     from rlcleanup.steps.layout import discover
 
     run_id = run_facts(discover(RoutingStorage(), uri)).run_id
-    opened = OpenStore(SqliteRecordStore(db_file), f"SQLite {db_file}", "sqlite", db_file)
+    opened = OpenStore(
+        SqliteRunRecords(db_file), SqliteIdempotencyStore(db_file), f"SQLite {db_file}", "sqlite", db_file
+    )
     old = opened.store.get(run_id)
     if old is None:
         return None

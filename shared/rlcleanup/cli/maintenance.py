@@ -1,7 +1,7 @@
 """Record maintenance the operator asks for: `run --rerun` (keep the old record as history, then start over) and
 `forget` (remove a record that should not exist, e.g. a wrong path).
 
-The RecordStore port has no delete: the pipeline itself never removes anything. These are operator actions, so
+The records ports have no delete: the pipeline itself never removes anything. These are operator actions, so
 they live beside the CLI and speak to each backend directly (SQLite tables; Firestore's recursive delete).
 """
 
@@ -44,7 +44,7 @@ def reset_for_rerun(opened: OpenStore, run_id: str) -> None:
     if opened.backend != "sqlite" or opened.db_path is None:
         raise ValueError("--rerun runs the embedded pipeline: it needs the SQLite records file")
     with _sqlite(opened.db_path) as conn:
-        for table in ("records", "claims", "events"):
+        for table in ("records", "claims", "claim_versions", "events"):
             conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
 
 
@@ -52,7 +52,7 @@ def forget(opened: OpenStore, run_id: str) -> None:
     """Remove the record and everything filed under it (claims, events, grants, history)."""
     if opened.backend == "sqlite" and opened.db_path is not None:
         with _sqlite(opened.db_path) as conn:
-            for table in ("records", "claims", "events"):
+            for table in ("records", "claims", "claim_versions", "events"):
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             conn.execute("DELETE FROM docs WHERE collection LIKE ? ESCAPE '\\'", (_like_prefix(f"runs/{run_id}/"),))
         return

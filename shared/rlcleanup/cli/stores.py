@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcleanup.models.record import CompletionRecord
-from rlcleanup.ports.records import RecordStore
+from rlcleanup.ports.records import IdempotencyStore, RunRecords
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_FAILURE = 0, 1, 2, 3
 
@@ -29,7 +29,8 @@ class OperatorError(Exception):
 
 @dataclass
 class OpenStore:
-    store: RecordStore
+    store: RunRecords
+    claims: IdempotencyStore
     where: str  # for messages: "SQLite .rlcleanup/records.db" / "Firestore project p (emulator localhost:8080)"
     backend: str
     db_path: Path | None = None
@@ -68,9 +69,9 @@ def open_store(backend: str | None, db: Path, project: str | None) -> OpenStore:
                 "PATH, or use --backend firestore",
                 EXIT_NOT_FOUND,
             )
-        from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+        from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 
-        return OpenStore(SqliteRecordStore(db), f"SQLite {db}", "sqlite", db)
+        return OpenStore(SqliteRunRecords(db), SqliteIdempotencyStore(db), f"SQLite {db}", "sqlite", db)
     if chosen != "firestore":
         raise OperatorError(f"unknown backend {chosen!r}: use sqlite or firestore", EXIT_USAGE)
     project = project or os.environ.get("GOOGLE_CLOUD_PROJECT")
@@ -89,9 +90,9 @@ def open_store(backend: str | None, db: Path, project: str | None) -> OpenStore:
     else:
         _check_credentials(project)
         where = f"Firestore project {project}"
-    from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+    from rlcleanup.adapters.firestore_records import firestore_stores
 
-    return OpenStore(FirestoreRecordStore(project=project), where, "firestore")
+    return OpenStore(*firestore_stores(project), where, "firestore")
 
 
 def close_matches(wanted: str, known: Iterable[str], n: int = 3) -> list[str]:
@@ -133,4 +134,4 @@ def step_states(opened: OpenStore, run_id: str) -> dict[str, dict[str, Any]]:
             data = snap.to_dict() or {}
             out[str(data.get("key", snap.id))] = {"state": data.get("state"), "result": data.get("result") or {}}
         return out
-    return {k: {"state": "done", "result": v} for k, v in opened.store.results(run_id, "").items()}
+    return {k: {"state": "done", "result": v} for k, v in opened.claims.results(run_id, "").items()}

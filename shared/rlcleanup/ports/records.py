@@ -1,4 +1,11 @@
-"""Records port: completion records, step results, idempotency claims and the event ledger.
+"""Records ports: the run-record repository, and the idempotency store (claims, leases, step results).
+
+Two ports that say one thing each:
+- `RunRecords`: completion records (get / create / merge-update / errors / list), the event ledger and small
+  auxiliary documents (grants, approvers, registry rows, poison messages, delivery counters).
+- `IdempotencyStore`: "run this step at most once" — the lease/claim state machine, written once here. An adapter
+  provides only the primitives: create-if-absent, get (with an opaque version), compare-and-set on that version,
+  delete on that version, and the completed results under a key prefix.
 
 Steps that run in parallel (fan-out) each own disjoint top-level fields, so `update` merges fields
 instead of rewriting the whole record: no lost updates without a global lock.
@@ -6,11 +13,14 @@ instead of rewriting the whole record: no lost updates without a global lock.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
+from rlcleanup.errors import RetryLater
 from rlcleanup.models.record import CompletionRecord, RunError
 
 
@@ -39,7 +49,9 @@ def check_document_value(value: Any, where: str, *, in_array: bool = False) -> N
             check_document_value(item, f"{where}[{index}]", in_array=True)
 
 
-class RecordStore(Protocol):
+class RunRecords(Protocol):
+    """The run-record repository."""
+
     def get(self, run_id: str) -> CompletionRecord | None: ...
 
     def create_if_absent(self, record: CompletionRecord) -> bool:
@@ -54,18 +66,6 @@ class RecordStore(Protocol):
 
     def list_runs(self, limit: int = 100) -> Iterator[CompletionRecord]: ...
 
-    def claim(self, run_id: str, key: str, lease_seconds: float, now: datetime) -> Claim: ...
-
-    def complete(self, run_id: str, key: str, result: dict[str, Any]) -> None: ...
-
-    def release(self, run_id: str, key: str) -> None: ...
-
-    def result(self, run_id: str, key: str) -> dict[str, Any] | None: ...
-
-    def results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
-        """Completed results whose key starts with prefix (fan-in reads these)."""
-        ...
-
     def record_event(self, run_id: str, event_id: str, outcome: dict[str, Any]) -> bool:
         """Ledger of events seen; False when this event id was recorded before."""
         ...
@@ -77,3 +77,96 @@ class RecordStore(Protocol):
     def get_doc(self, collection: str, doc_id: str) -> dict[str, Any] | None: ...
 
     def list_docs(self, collection: str, prefix: str = "") -> list[tuple[str, dict[str, Any]]]: ...
+
+
+@dataclass(frozen=True)
+class StepDoc:
+    """One claim as the state machine sees it: running under a lease held by `owner`, or done with a result."""
+
+    state: str  # "running" | "done"
+    lease_until: datetime | None = None
+    owner: str | None = None  # the delivery (Pub/Sub message id) holding the lease
+    result: dict[str, Any] | None = None
+
+
+RUNNING, DONE = "running", "done"
+_COMPLETE_TRIES = 5
+
+
+class IdempotencyStore(ABC):
+    """Claims per (run_id, key): the state machine lives here, once; adapters implement the five primitives."""
+
+    # ------------------------------------------------------------------ primitives (per adapter)
+
+    @abstractmethod
+    def _create(self, run_id: str, key: str, doc: StepDoc) -> bool:
+        """Atomically create the claim; False when it exists."""
+
+    @abstractmethod
+    def _get(self, run_id: str, key: str) -> tuple[StepDoc, Any] | None:
+        """The claim and an opaque version for compare-and-set / delete; None when absent."""
+
+    @abstractmethod
+    def _compare_and_set(self, run_id: str, key: str, version: Any, doc: StepDoc) -> bool:
+        """Replace the claim if it is still at `version`; False when someone changed (or deleted) it since."""
+
+    @abstractmethod
+    def _delete(self, run_id: str, key: str, version: Any) -> bool:
+        """Delete the claim if it is still at `version`."""
+
+    @abstractmethod
+    def _done_results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
+        """Results of the done claims whose key starts with prefix."""
+
+    def _before_claim(self, run_id: str, key: str) -> None:  # noqa: B027 - an optional hook, empty by default
+        """A hook run before every claim (Firestore checks its database epoch there)."""
+
+    # ------------------------------------------------------------------ the state machine
+
+    def claim(self, run_id: str, key: str, lease_seconds: float, now: datetime, owner: str | None = None) -> Claim:
+        """Take the claim unless it is done or leased to another delivery. A lease held by the same `owner` is a
+        dead attempt of this very message (push redelivers only after a failure or the ack deadline): e.g. one
+        whose release could not reach the store during an outage. It is taken over at once instead of answering
+        busy until the lease runs out."""
+        self._before_claim(run_id, key)
+        lease = StepDoc(RUNNING, lease_until=now + timedelta(seconds=lease_seconds), owner=owner)
+        if self._create(run_id, key, lease):  # atomic create: exactly one winner among concurrent deliveries
+            return Claim.acquired
+        found = self._get(run_id, key)
+        if found is None:  # released between our create and get: one more try, then let the caller retry
+            return Claim.acquired if self._create(run_id, key, lease) else Claim.busy
+        doc, version = found
+        if doc.state == DONE:
+            return Claim.done
+        leased = doc.lease_until is not None and doc.lease_until > now
+        if leased and not (owner and doc.owner == owner):
+            return Claim.busy
+        # Expired (a crashed worker) or this message's own: take it over unless someone else just did.
+        return Claim.acquired if self._compare_and_set(run_id, key, version, lease) else Claim.busy
+
+    def complete(self, run_id: str, key: str, result: dict[str, Any]) -> None:
+        check_document_value(result, f"runs/{run_id}/steps/{key}")
+        done = StepDoc(DONE, result=result)
+        for _ in range(_COMPLETE_TRIES):
+            if self._create(run_id, key, done):
+                return
+            found = self._get(run_id, key)
+            if found is not None and self._compare_and_set(run_id, key, found[1], done):
+                return
+        raise RetryLater(f"{run_id}/{key}: the claim kept changing under complete()")
+
+    def release(self, run_id: str, key: str) -> None:
+        """Drop an unfinished claim (only the version read: a takeover meanwhile keeps its lease)."""
+        found = self._get(run_id, key)
+        if found is not None and found[0].state != DONE:
+            self._delete(run_id, key, found[1])
+
+    def result(self, run_id: str, key: str) -> dict[str, Any] | None:
+        found = self._get(run_id, key)
+        if found is None or found[0].state != DONE:
+            return None
+        return found[0].result or {}
+
+    def results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
+        """Completed results whose key starts with prefix (fan-in reads these)."""
+        return self._done_results(run_id, prefix)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rlcleanup.models.record import CompletionRecord, RunError
-from rlcleanup.ports.records import RecordStore
+from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage, WriteOutcome
 from rlcleanup.report.build import build_document
 from rlcleanup.report.document import Document
@@ -91,7 +91,7 @@ def write_report(storage: Storage, record: CompletionRecord) -> dict[str, str]:
     return written
 
 
-def publish_report(storage: Storage, records: RecordStore, run_id: str) -> dict[str, str]:
+def publish_report(storage: Storage, records: RunRecords, run_id: str) -> dict[str, str]:
     """The pipeline's hook after selection. Never raises: the record is the truth and a report can be re-made
     with `rlcleanup report RUN_ID --out DIR`; a failure is logged and recorded on the run instead."""
     try:

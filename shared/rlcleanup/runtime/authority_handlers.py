@@ -206,7 +206,7 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
     record = p.records.get(run_id)
     capture: dict[str, Any] | None = None
     if grant.action is Action.cancel:
-        captures = p.records.results(run_id, "pre-cancel:")
+        captures = p.claims.results(run_id, "pre-cancel:")
         if not captures:
             return _waiting(p, run_id, gid, "waiting for the pre-cancel capture")
         capture = max(captures.values(), key=lambda c: c.get("captured_at", ""))

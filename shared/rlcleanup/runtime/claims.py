@@ -37,7 +37,7 @@ def once(
     An exception from `work` releases the claim and is tagged with it, so `dispatch` knows which stage (or which
     fan-out member) failed and can complete it as failed once no retry is left.
     """
-    state = p.records.claim(run_id, key, p.lease_seconds, p.clock.now())
+    state = p.claims.claim(run_id, key, p.lease_seconds, p.clock.now(), owner=p.delivery_id)
     if state is Claim.done:
         return None
     if state is Claim.busy:
@@ -47,9 +47,9 @@ def once(
     try:
         result = work()
     except BaseException as exc:
-        p.records.release(run_id, key)
+        p.claims.release(run_id, key)
         if failed_claim(exc) is None:
             setattr(exc, _FAILED_CLAIM, FailedClaim(run_id, key))
         raise
-    p.records.complete(run_id, key, result)
+    p.claims.complete(run_id, key, result)
     return result

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rlcleanup.adapters.inprocess_bus import InProcessBus
-from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.adapters.storage_router import RoutingStorage
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord
@@ -41,7 +41,8 @@ class EmbeddedStack:
         bus = bus or InProcessBus()
         ports = Ports(
             storage=storage or RoutingStorage(),
-            records=SqliteRecordStore(db_path),
+            records=SqliteRunRecords(db_path),
+            claims=SqliteIdempotencyStore(db_path),
             bus=bus,
             **{**settings_fields(settings or load_settings()), "preserve_root": preserve_root},  # type: ignore[arg-type]
         )

@@ -117,7 +117,7 @@ def finish_failed(
     claim = failed_claim(exc)
     if claim is not None and claim.key.startswith(MEMBER_PREFIXES) and not isinstance(error, RecordStoreLost):
         outcome = member_failure(p, claim.key, data, error)
-        p.records.complete(claim.run_id, claim.key, outcome.model_dump(mode="json"))
+        p.claims.complete(claim.run_id, claim.key, outcome.model_dump(mode="json"))
         log.warning("fan-out member %s of run %s completed as failed: %s", claim.key, claim.run_id, error.code)
         try:
             retry_fan_in()  # the member's claim is done now: the handler goes straight to its fan-in

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel
@@ -176,11 +177,11 @@ def scan_log_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
 
 def _maybe_fan_in_terminal(p: Ports, run_id: str) -> str:
     """When every log-scan part is stored: settle the terminal state once, then try the capture fan-in."""
-    plan = p.records.result(run_id, "terminal-plan")
+    plan = p.claims.result(run_id, "terminal-plan")
     if plan is None:
         return "waiting: log-scan plan"
     parts = [(part["part_id"], part["attempt_id"]) for part in plan["parts"]]
-    done = p.records.results(run_id, "log-scan:")
+    done = p.claims.results(run_id, "log-scan:")
     pending = [part_id for part_id, _ in parts if f"log-scan:{part_id}" not in done]
     if pending:
         return f"waiting: {len(pending)} log-scan parts"
@@ -261,15 +262,15 @@ def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         return outcome.model_dump(mode="json")
 
     _once(p, msg.run_id, f"capture-part:{msg.part.part_id}", work)
-    plan = p.records.result(msg.run_id, "capture-plan") or {}
+    plan = p.claims.result(msg.run_id, "capture-plan") or {}
     return _maybe_fan_in_capture(p, msg.run_id, msg.run_uri, plan.get("preserve_root", ""))
 
 
 def _maybe_fan_in_capture(p: Ports, run_id: str, run_uri: str, preserve_root: str) -> str:
-    plan = p.records.result(run_id, "capture-plan")
-    if plan is None or p.records.result(run_id, "terminal") is None:
+    plan = p.claims.result(run_id, "capture-plan")
+    if plan is None or p.claims.result(run_id, "terminal") is None:
         return "waiting: terminal state and capture plan"
-    done = p.records.results(run_id, "capture-part:")
+    done = p.claims.results(run_id, "capture-part:")
     pending = [pid for pid in plan["parts"] if f"capture-part:{pid}" not in done]
     if pending:
         return f"waiting: {len(pending)} capture parts"
@@ -295,7 +296,7 @@ def _maybe_fan_in_capture(p: Ports, run_id: str, run_uri: str, preserve_root: st
         targets = [f"candidate:{step}" for step in layout.export_steps] + ["resume"]
         # The fan-in set is stored BEFORE the fan-out: a validation that finishes before this claim completes
         # must still know which siblings to wait for (an empty/unknown set would look like "all done").
-        p.records.complete(run_id, VALIDATION_TARGETS, {"targets": targets})
+        p.claims.complete(run_id, VALIDATION_TARGETS, {"targets": targets})
         for target in targets:
             _publish(
                 p,
@@ -337,11 +338,11 @@ def validate_one(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         return ValidationOutcome(candidate=candidate).model_dump(mode="json")
 
     _once(p, msg.run_id, f"validate:{msg.target}", work)
-    fanout = p.records.result(msg.run_id, VALIDATION_TARGETS)
+    fanout = p.claims.result(msg.run_id, VALIDATION_TARGETS)
     if fanout is None:  # cannot happen for messages the fan-in published (it stores the set first)
         raise RetryLater(f"{msg.run_id}: validation targets not stored yet")
     targets: list[str] = fanout["targets"]
-    done = p.records.results(msg.run_id, "validate:")
+    done = p.claims.results(msg.run_id, "validate:")
     if any(f"validate:{t}" not in done for t in targets):
         return "waiting: other candidates"
 
@@ -364,7 +365,7 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     msg = decode(RunMessage, data)
 
     def work() -> dict[str, Any]:
-        outcomes = [ValidationOutcome.model_validate(r) for r in p.records.results(msg.run_id, "validate:").values()]
+        outcomes = [ValidationOutcome.model_validate(r) for r in p.claims.results(msg.run_id, "validate:").values()]
         candidates = sorted((o.candidate for o in outcomes if o.candidate), key=lambda c: c.step)
         resume = next((o.resume_safety for o in outcomes if o.resume_safety), None)
         layout = discover(p.storage, msg.run_uri)
@@ -414,6 +415,7 @@ def dispatch(
     Permanent ones are recorded and dead-lettered, the failed step is completed as failed, and the message acked."""
     handler = HANDLERS[entry_point]
     p = guarded_ports(p, load_topology().function(entry_point))  # publishes only what topology.yaml declares
+    p = replace(p, delivery_id=message_id)  # this delivery's own copy: claims name it as their lease owner
     try:
         return handler(p, data, attributes)
     except Exception as exc:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.clock import Clock, SystemClock
-from rlcleanup.ports.records import RecordStore
+from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import Storage
 from rlcleanup.settings import DEFAULT_IRIS_STATUS_CMD, DeploymentSettings
 
@@ -16,8 +16,9 @@ DEFAULT_MAX_EVENT_AGE_SECONDS = 7 * 24 * 3600
 @dataclass
 class Ports:
     storage: Storage
-    records: RecordStore
+    records: RunRecords  # completion records, event ledger, auxiliary documents
     bus: Bus
+    claims: IdempotencyStore  # at-most-once steps: leases, claims, step results
     clock: Clock = field(default_factory=SystemClock)
     preserve_root: str | None = None  # where evidence goes unless the event names a place
     max_event_age_seconds: float = DEFAULT_MAX_EVENT_AGE_SECONDS
@@ -28,6 +29,9 @@ class Ports:
     allowed_destination_prefixes: tuple[str, ...] | None = None
     ray_dashboard: str | None = None  # the pre-cancel capture's Ray controller, if any
     iris_status_cmd: str = DEFAULT_IRIS_STATUS_CMD
+    # The delivery being handled (its Pub/Sub message id): `dispatch` sets it on its own copy of the ports, and
+    # claims pass it as their lease owner explicitly (never read from the logging context).
+    delivery_id: str | None = None
 
 
 def settings_fields(settings: DeploymentSettings) -> dict[str, object]:
@@ -46,14 +50,16 @@ def settings_fields(settings: DeploymentSettings) -> dict[str, object]:
 def cloud_ports(settings: DeploymentSettings) -> Ports:
     """GCS + Firestore + Pub/Sub from the settings read at cold start (emulator hosts honoured). Clients are
     created lazily."""
-    from rlcleanup.adapters.firestore_records import FirestoreRecordStore
+    from rlcleanup.adapters.firestore_records import firestore_stores
     from rlcleanup.adapters.pubsub_bus import PubSubBus
     from rlcleanup.adapters.storage_router import RoutingStorage
 
     project = settings.project or "test-project"
+    records, claims = firestore_stores(project, timeout=settings.record_store_timeout_seconds)
     return Ports(
         storage=RoutingStorage(),
-        records=FirestoreRecordStore(project=project, timeout=settings.record_store_timeout_seconds),
+        records=records,
+        claims=claims,
         bus=PubSubBus(project=project),
         **settings_fields(settings),  # type: ignore[arg-type]
     )

@@ -141,7 +141,7 @@ def sweep(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
 def _sweep_records(p: Ports, now: datetime, config: SweepConfig) -> str:
     redriven = stalled = 0
     for record in stalled_records(p.records, now, config):
-        plan = plan_redrive(p.records, record, p.preserve_root)
+        plan = plan_redrive(p.claims, record, p.preserve_root)
         for topic, payload in plan.republish:
             p.bus.publish(topic, json.dumps(payload).encode(), {"run_id": record.run_id, "redrive": "sweep"})
         if plan.republish:

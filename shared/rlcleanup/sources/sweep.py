@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
-from rlcleanup.ports.records import RecordStore
+from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import ChildPage, ObjectInfo
 from rlcleanup.steps.facts import safe_run_id
 from rlcleanup.steps.layout import parse_executor_status
@@ -217,7 +217,7 @@ class PageOutcome:
 
 
 def sweep_page(
-    storage: ChildLister, records: RecordStore, msg: SweepPage, now: datetime, config: SweepConfig
+    storage: ChildLister, records: RunRecords, msg: SweepPage, now: datetime, config: SweepConfig
 ) -> PageOutcome:
     page = storage.list_children(msg.prefix, msg.page_token, config.page_size)
     out = PageOutcome([], [], {})
@@ -249,7 +249,7 @@ def sweep_page(
     return out
 
 
-def _record(records: RecordStore, run_uri: str) -> CompletionRecord | None:
+def _record(records: RunRecords, run_uri: str) -> CompletionRecord | None:
     return records.get(run_id_hint(run_uri))
 
 
@@ -269,7 +269,7 @@ class Redrive:
     missing: list[str]
 
 
-def stalled_records(records: RecordStore, now: datetime, config: SweepConfig) -> list[CompletionRecord]:
+def stalled_records(records: RunRecords, now: datetime, config: SweepConfig) -> list[CompletionRecord]:
     limit = timedelta(seconds=config.stall_seconds)
     return [
         r
@@ -278,10 +278,10 @@ def stalled_records(records: RecordStore, now: datetime, config: SweepConfig) ->
     ]
 
 
-def plan_redrive(records: RecordStore, record: CompletionRecord, preserve_root: str | None) -> Redrive:
+def plan_redrive(claims: IdempotencyStore, record: CompletionRecord, preserve_root: str | None) -> Redrive:
     """Rebuild the messages of the stages that did not finish, from what the stages stored; list the rest."""
     run_id = record.run_id
-    done = records.results(run_id, "")
+    done = claims.results(run_id, "")
     capture_plan = done.get(K_CAPTURE_PLAN)
     preserve = (capture_plan or {}).get("preserve_root") or preserve_root
     if preserve is None:
