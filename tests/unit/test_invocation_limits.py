@@ -185,7 +185,7 @@ def _envelope(payload: dict[str, Any]) -> dict[str, Any]:
 
 def _bare_ports() -> Ports:
     """Ports whose storage and records the fake handlers never touch (the guard wraps the bus)."""
-    return Ports(storage=Any, records=Any, bus=InProcessBus())  # type: ignore[arg-type]
+    return Ports(storage=Any, records=Any, claims=Any, bus=InProcessBus())  # type: ignore[arg-type]
 
 
 def test_one_line_per_invocation_also_when_the_handler_raises(
