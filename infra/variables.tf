@@ -1,78 +1,42 @@
-# ---------------------------------------------------------------------------------------------------------------------
-# Deployment inputs (set per project, e.g. in a -var-file; see infra/README.md and deploy.tfvars.example)
-# ---------------------------------------------------------------------------------------------------------------------
+# The root's inputs: the module's, passed through unchanged (infra/main.tf). Types and validation live in the
+# module (modules/rlcleanup/variables.tf); a team instantiating the module in its own Terraform sets these there.
 
 variable "project_id" {
   description = "GCP project that hosts the topics, functions, Firestore database and buckets."
   type        = string
-
-  validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project_id))
-    error_message = "project_id must be a GCP project ID: 6-30 characters, lowercase letters, digits and hyphens."
-  }
 }
 
 variable "region" {
   description = "Region for the functions (Cloud Run) and buckets, e.g. us-central1."
   type        = string
-
-  validation {
-    condition     = can(regex("^[a-z]+-[a-z]+[0-9]+$", var.region))
-    error_message = "region must be a GCP region such as us-central1 or europe-west4."
-  }
 }
 
 variable "firestore_location" {
   description = "Firestore location (a region or multi-region such as nam5). Defaults to var.region."
   type        = string
   default     = null
-
-  validation {
-    condition     = var.firestore_location == null || can(regex("^[a-z0-9-]+$", var.firestore_location))
-    error_message = "firestore_location must be a location ID such as nam5, eur3 or us-central1."
-  }
 }
 
 variable "name_prefix" {
   description = "Short prefix for project-wide names (service accounts, source bucket, custom role, alert)."
   type        = string
   default     = "rlc"
-
-  validation {
-    condition     = can(regex("^[a-z][a-z0-9]{1,7}$", var.name_prefix))
-    error_message = "name_prefix must be 2-8 lowercase letters/digits, starting with a letter (service account IDs are at most 30 characters)."
-  }
 }
 
 variable "run_buckets" {
   description = "Buckets holding the training runs rlcleanup reads. Functions get read access; only the grant function may delete there (reclaim)."
   type        = list(string)
-
-  validation {
-    condition     = length(var.run_buckets) > 0 && alltrue([for b in var.run_buckets : can(regex("^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$", b))])
-    error_message = "run_buckets must be a non-empty list of bucket names (no gs:// prefix)."
-  }
 }
 
 variable "preserve_bucket" {
   description = "Name of the preserved-evidence bucket this module creates (write-once evidence copies)."
   type        = string
-
-  validation {
-    condition     = can(regex("^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$", var.preserve_bucket))
-    error_message = "preserve_bucket must be a bucket name (no gs:// prefix)."
-  }
 }
 
 variable "evidence_retention_days" {
   description = "Retention policy on the preserved-evidence bucket: objects cannot be deleted or overwritten for this many days."
   type        = number
   default     = 365
-
-  validation {
-    condition     = var.evidence_retention_days >= 1 && var.evidence_retention_days <= 3650 && floor(var.evidence_retention_days) == var.evidence_retention_days
-    error_message = "evidence_retention_days must be a whole number of days between 1 and 3650."
-  }
 }
 
 variable "lock_evidence_retention" {
@@ -85,96 +49,51 @@ variable "soft_delete_retention_days" {
   description = "Soft-delete window on the evidence and source buckets (0 disables, otherwise 7-90 days)."
   type        = number
   default     = 30
-
-  validation {
-    condition     = var.soft_delete_retention_days == 0 || (var.soft_delete_retention_days >= 7 && var.soft_delete_retention_days <= 90)
-    error_message = "soft_delete_retention_days must be 0 or between 7 and 90."
-  }
 }
 
 variable "approver_principals" {
   description = "IAM principals allowed to publish signed grants to the authority-grants topic, e.g. [\"group:ml-approvers@example.com\"]. Nobody else may publish there."
   type        = list(string)
-
-  validation {
-    condition     = length(var.approver_principals) > 0 && alltrue([for p in var.approver_principals : can(regex("^(user|group|serviceAccount):[^@\\s]+@[^@\\s]+\\.[a-z]+$", p))])
-    error_message = "approver_principals must be a non-empty list of \"user:\", \"group:\" or \"serviceAccount:\" members with an email address."
-  }
 }
 
 variable "allowed_destination_prefixes" {
   description = "gs:// prefixes that grants may hand off or publish to. The grant function gets write access on these buckets; the prefix itself is enforced in code."
   type        = list(string)
   default     = []
-
-  validation {
-    condition     = alltrue([for p in var.allowed_destination_prefixes : can(regex("^gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]/", p))])
-    error_message = "allowed_destination_prefixes entries must look like gs://bucket/prefix/ (a bucket name followed by a slash)."
-  }
 }
 
 variable "alert_notification_channel" {
   description = "Cloud Monitoring notification channel for the dead-letter backlog alert (projects/P/notificationChannels/ID)."
   type        = string
-
-  validation {
-    condition     = can(regex("^projects/[^/]+/notificationChannels/[0-9]+$", var.alert_notification_channel))
-    error_message = "alert_notification_channel must be a notification channel resource name: projects/<project>/notificationChannels/<id>."
-  }
 }
 
 variable "bundle_path" {
   description = "Path of the prebuilt function bundle (the path printed by scripts/build_bundle.py, relative to where terraform runs)."
   type        = string
-
-  validation {
-    condition     = can(regex("bundle-[0-9a-f]{16}\\.zip$", var.bundle_path)) && fileexists(var.bundle_path)
-    error_message = "bundle_path must name an existing bundle-<hash>.zip built by scripts/build_bundle.py."
-  }
 }
 
 variable "max_event_age_seconds" {
   description = "Job events older than this are ledgered and dropped (RLCLEANUP_MAX_EVENT_AGE_SECONDS)."
   type        = number
   default     = 604800
-
-  validation {
-    condition     = var.max_event_age_seconds > 0
-    error_message = "max_event_age_seconds must be positive."
-  }
 }
 
 variable "limit_warn_fraction" {
   description = "Share of a function's timeout or memory above which an invocation is logged at WARNING (RLCLEANUP_LIMIT_WARN_FRACTION)."
   type        = number
   default     = 0.8
-
-  validation {
-    condition     = var.limit_warn_fraction > 0 && var.limit_warn_fraction <= 1
-    error_message = "limit_warn_fraction must be in (0, 1]."
-  }
 }
 
 variable "record_store_timeout_seconds" {
   description = "Deadline of every Firestore call, retries included (RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS)."
   type        = number
   default     = 30
-
-  validation {
-    condition     = var.record_store_timeout_seconds > 0
-    error_message = "record_store_timeout_seconds must be positive."
-  }
 }
 
 variable "log_level" {
   description = "Log level of the functions (RLCLEANUP_LOG_LEVEL)."
   type        = string
   default     = "INFO"
-
-  validation {
-    condition     = contains(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], var.log_level)
-    error_message = "log_level must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL."
-  }
 }
 
 variable "iris_status_cmd" {
@@ -189,56 +108,17 @@ variable "ray_dashboard" {
   default     = ""
 }
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Topology (GENERATED: infra/topology.auto.tfvars.json from shared/rlcleanup/runtime/topology.yaml — do not set by hand)
-# ---------------------------------------------------------------------------------------------------------------------
-
 variable "topology_topics" {
   description = "Project topics keyed by name. Generated by `python -m rlcleanup.runtime.tfvars`."
-  type = map(object({
-    description = string
-  }))
+  type        = any
 }
 
 variable "topology_functions" {
   description = "Functions keyed by name, with trigger topic, published topics and push/dead-letter settings. Generated."
-  type = map(object({
-    entry_point              = string
-    description              = string
-    trigger                  = string
-    stage                    = string
-    publishes                = list(string)
-    timeout_seconds          = number
-    ack_deadline_seconds     = number
-    memory                   = string
-    max_instances            = number
-    max_delivery_attempts    = number
-    minimum_backoff          = string
-    maximum_backoff          = string
-    push_subscription        = string
-    dead_letter_topic        = string
-    dead_letter_subscription = string
-  }))
-
-  validation {
-    condition     = alltrue([for f in values(var.topology_functions) : f.ack_deadline_seconds >= f.timeout_seconds && f.ack_deadline_seconds <= 600])
-    error_message = "Every function needs timeout_seconds <= ack_deadline_seconds <= 600 (the push ack deadline is the HTTP timeout)."
-  }
-
-  validation {
-    condition     = alltrue([for f in values(var.topology_functions) : f.max_delivery_attempts >= 5 && f.max_delivery_attempts <= 100])
-    error_message = "max_delivery_attempts must be between 5 and 100 (Pub/Sub dead-letter limits)."
-  }
-
-  validation {
-    condition     = !anytrue([for f in values(var.topology_functions) : contains(f.publishes, "authority-grants")])
-    error_message = "No function may publish to authority-grants: only var.approver_principals may."
-  }
+  type        = any
 }
 
 variable "topology_sinks" {
   description = "Pull subscriptions on output topics that other systems consume, keyed by subscription name. Generated."
-  type = map(object({
-    topic = string
-  }))
+  type        = any
 }

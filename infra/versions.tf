@@ -1,3 +1,4 @@
+# The root module: provider configuration and state backend (the reusable resources are in modules/rlcleanup).
 terraform {
   required_version = ">= 1.5"
 

@@ -26,7 +26,8 @@ from rlcleanup.runtime.topology import load_topology
 from rlcleanup.settings import env_names
 
 ROOT = Path(__file__).resolve().parents[2]
-INFRA = ROOT / "infra"
+INFRA = ROOT / "infra"  # the thin root: provider, backend, one module call
+MODULE = INFRA / "modules" / "rlcleanup"  # the reusable resources
 TFVARS = INFRA / "topology.auto.tfvars.json"
 CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"
 TERRAFORM = shutil.which("terraform")
@@ -50,7 +51,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def parsed() -> dict[str, dict[str, Any]]:
-    return {p.name: _load(p) for p in sorted(INFRA.glob("*.tf"))}
+    return {p.name: _load(p) for p in sorted(MODULE.glob("*.tf"))}
 
 
 def _resources(parsed: dict[str, dict[str, Any]]) -> Iterator[tuple[str, str, dict[str, Any]]]:
@@ -131,6 +132,46 @@ def test_every_tfvars_key_is_a_declared_variable(parsed: dict[str, dict[str, Any
     assert set(tfvars) <= declared
 
 
+# --- the thin root and the reusable module --------------------------------------------------------------------
+
+
+def _root() -> dict[str, dict[str, Any]]:
+    return {p.name: _load(p) for p in sorted(INFRA.glob("*.tf"))}
+
+
+def _declared(doc: dict[str, Any], kind: str) -> dict[str, Any]:
+    return {name: body for block in doc.get(kind, []) for name, body in block.items()}
+
+
+def test_root_is_provider_backend_and_one_module_call(parsed: dict[str, dict[str, Any]]) -> None:
+    root = _root()
+    assert not [n for doc in root.values() for n in doc.get("resource", [])], "resources belong in the module"
+    [call] = [b for doc in root.values() for b in doc.get("module", [])]
+    module = call["rlcleanup"]
+    assert module["source"] == "./modules/rlcleanup"
+    module_vars = _declared(parsed["variables.tf"], "variable")
+    root_vars = _declared(root["variables.tf"], "variable")
+    # Every module input is passed straight through from a root variable of the same name, with the same default.
+    assert {k for k in module if k != "source"} == set(module_vars) == set(root_vars)
+    for name in module_vars:
+        assert module[name] == f"${{var.{name}}}", name
+        assert root_vars[name].get("default", "<none>") == module_vars[name].get("default", "<none>"), name
+    # The root re-exports every module output.
+    module_outputs = _declared(parsed["outputs.tf"], "output")
+    root_outputs = _declared(root["outputs.tf"], "output")
+    assert set(root_outputs) == set(module_outputs)
+    assert all(o["value"] == f"${{module.rlcleanup.{n}}}" for n, o in root_outputs.items())
+
+
+def test_module_has_no_provider_or_backend(parsed: dict[str, dict[str, Any]]) -> None:
+    """A team instantiates the module in its own Terraform: provider configuration and state are theirs."""
+    assert not [doc for doc in parsed.values() if doc.get("provider")]
+    [terraform] = [block for doc in parsed.values() for block in doc.get("terraform", [])]
+    assert "backend" not in terraform and "google" in terraform["required_providers"][0]
+    root_terraform = _load(INFRA / "versions.tf")
+    assert root_terraform["provider"] and root_terraform["terraform"][0]["backend"]
+
+
 # --- resources from the topology, never hand-copied --------------------------------------------------------------
 
 
@@ -148,7 +189,7 @@ def test_topology_resources_use_for_each_over_generated_maps(parsed: dict[str, d
     # topic (local.grants_topic, and the validation that no function publishes to it: validations cannot read locals).
     names = {f.name for f in load_topology().functions} | {t.name for t in load_topology().topics}
     for fname in parsed:
-        text = (INFRA / fname).read_text(encoding="utf-8")
+        text = (MODULE / fname).read_text(encoding="utf-8")
         if fname == "locals.tf":
             text = re.sub(r"function_access = \{.*?\n  \}\n", "", text, flags=re.S)
             text = text.replace('grants_topic = "authority-grants"', "")
@@ -254,7 +295,7 @@ def test_functions_run_as_their_own_service_account(parsed: dict[str, dict[str, 
         storage = _block(_block(build, "source"), "storage_source")
         assert storage["object"] == "${google_storage_bucket_object.bundle.name}"
         assert "event_trigger" not in body, "triggered by our own push subscription, not Eventarc"
-    text = "\n".join(p.read_text(encoding="utf-8") for p in INFRA.glob("*.tf"))
+    text = "\n".join(p.read_text(encoding="utf-8") for p in INFRA.rglob("*.tf"))
     assert "compute@developer.gserviceaccount.com" not in text
     assert "appspot.gserviceaccount.com" not in text
 
@@ -318,8 +359,9 @@ CONSOLE_VARS = {
 
 
 def _console(tmp_path: Path, expressions: list[str], **overrides: Any) -> list[Any]:
-    for name in ("variables.tf", "locals.tf", "topology.auto.tfvars.json"):
-        shutil.copy(INFRA / name, tmp_path / name)
+    for name in ("variables.tf", "locals.tf"):
+        shutil.copy(MODULE / name, tmp_path / name)
+    shutil.copy(TFVARS, tmp_path / TFVARS.name)
     (tmp_path / "bundle-0123456789abcdef.zip").write_bytes(b"PK\x05\x06" + b"\0" * 18)
     values = {**CONSOLE_VARS, "bundle_path": "bundle-0123456789abcdef.zip", **overrides}
     (tmp_path / "test.auto.tfvars.json").write_text(json.dumps(values), encoding="utf-8")
@@ -442,7 +484,7 @@ def test_checkov_has_no_failed_checks() -> None:
     assert proc.returncode == 0, f"checkov found failed checks:\n{proc.stdout}\n{proc.stderr}"
     assert re.search(r"Failed checks: 0\b", proc.stdout), proc.stdout
     # Every skip must carry a reason next to it in the .tf file.
-    for path in INFRA.glob("*.tf"):
+    for path in INFRA.rglob("*.tf"):
         for line in path.read_text(encoding="utf-8").splitlines():
             if "checkov:skip=" in line:
                 assert re.search(r"checkov:skip=CKV2?_[A-Z]+_\d+: \S.{20,}", line), f"{path.name}: unjustified skip"

@@ -1,0 +1,29 @@
+# The thin root: provider and backend (versions.tf) and one instance of the reusable module. Another team's
+# Terraform instantiates modules/rlcleanup the same way, with its own provider and state (see infra/README.md).
+
+module "rlcleanup" {
+  source = "./modules/rlcleanup"
+
+  project_id                   = var.project_id
+  region                       = var.region
+  firestore_location           = var.firestore_location
+  name_prefix                  = var.name_prefix
+  run_buckets                  = var.run_buckets
+  preserve_bucket              = var.preserve_bucket
+  evidence_retention_days      = var.evidence_retention_days
+  lock_evidence_retention      = var.lock_evidence_retention
+  soft_delete_retention_days   = var.soft_delete_retention_days
+  approver_principals          = var.approver_principals
+  allowed_destination_prefixes = var.allowed_destination_prefixes
+  alert_notification_channel   = var.alert_notification_channel
+  bundle_path                  = var.bundle_path
+  max_event_age_seconds        = var.max_event_age_seconds
+  limit_warn_fraction          = var.limit_warn_fraction
+  record_store_timeout_seconds = var.record_store_timeout_seconds
+  log_level                    = var.log_level
+  iris_status_cmd              = var.iris_status_cmd
+  ray_dashboard                = var.ray_dashboard
+  topology_topics              = var.topology_topics
+  topology_functions           = var.topology_functions
+  topology_sinks               = var.topology_sinks
+}

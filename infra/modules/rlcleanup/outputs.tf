@@ -1,0 +1,39 @@
+output "function_uris" {
+  description = "Cloud Run URI of each function, keyed by function name (internal ingress only)."
+  value       = { for k, f in google_cloudfunctions2_function.fn : k => f.service_config[0].uri }
+}
+
+output "runtime_service_accounts" {
+  description = "Runtime service account email of each function."
+  value       = { for k, sa in google_service_account.runtime : k => sa.email }
+}
+
+output "push_subscriptions" {
+  description = "Push subscription of each function."
+  value       = { for k, s in google_pubsub_subscription.push : k => s.id }
+}
+
+output "dead_letter_subscriptions" {
+  description = "Pull subscription on each dead-letter topic (where failed messages wait for an operator)."
+  value       = { for k, s in google_pubsub_subscription.dead_letter : k => s.id }
+}
+
+output "topics" {
+  description = "Project topics by name."
+  value       = { for k, t in google_pubsub_topic.topic : k => t.id }
+}
+
+output "evidence_bucket" {
+  description = "Preserved-evidence bucket (RLCLEANUP_PRESERVE_ROOT)."
+  value       = google_storage_bucket.evidence.url
+}
+
+output "bundle_object" {
+  description = "Source bundle the functions are built from."
+  value       = "gs://${google_storage_bucket.source.name}/${google_storage_bucket_object.bundle.name}"
+}
+
+output "firestore_database" {
+  description = "Firestore database holding the records."
+  value       = google_firestore_database.records.id
+}
