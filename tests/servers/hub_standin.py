@@ -5,6 +5,8 @@ and lfs.py) calls on our publish path, with the JSON shapes it parses:
     POST /api/repos/create                        {name, organization, visibility?, type?} -> {url}; 409 {error, url}
     GET  /api/models/{ns}/{name}[/revision/{rev}]  -> {id, private, sha, siblings[{rfilename}]}; 404 RepoNotFound
     POST /api/validate-yaml                       {content, repoType} -> {errors: [], warnings: []}
+    GET  /api/agent-harnesses                     -> {standardEnvVars: [], harnesses: {}} (the client's best-effort
+                                                  user-agent registry, fetched at most once a day)
     POST /api/models/{repo}/preupload/{rev}       {files[{path, sample, size}]} -> {files[{path, uploadMode, shouldIgnore, oid}]}
     POST /{repo}.git/info/lfs/objects/batch       {operation, transfers, objects[{oid, size}], hash_algo, ref}
                                                   -> {transfer: basic, objects[{oid, size, actions{upload, verify}}]}
@@ -156,6 +158,9 @@ def make_handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                     self._send(200, dict(hub.stats))
                     return
                 hub.stats[f"GET {_route(path)}"] += 1
+                if path == "/api/agent-harnesses":
+                    self._send(200, {"standardEnvVars": [], "harnesses": {}})
+                    return
                 if not self._authorized():
                     return
                 if path.startswith("/api/models/"):

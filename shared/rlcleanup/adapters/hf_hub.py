@@ -67,8 +67,10 @@ class HubDestination:
     def __init__(self, endpoint: str | None = None, token: str | None = None) -> None:
         import huggingface_hub.constants as hf_constants
         from huggingface_hub import HfApi
+        from huggingface_hub.utils import disable_progress_bars
 
         hf_constants.HF_HUB_DISABLE_XET = True  # read at call time by is_xet_available(): LFS, sha256 on our side
+        disable_progress_bars()  # tqdm bars in a function's log are noise; progress goes on the run instead
         self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
         token = token or os.environ.get("HF_TOKEN")
         if not token:
