@@ -9,6 +9,7 @@ DEFECT_DELIVERY_BUDGET times, then completed as failed) — and asserts the fini
 from __future__ import annotations
 
 import logging
+import random
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -249,3 +250,33 @@ def test_a_failing_terminal_fan_in_fails_the_run(tmp_path: Path, monkeypatch: py
     assert record.status is RecordStatus.failed
     assert record.terminal_state is None and record.candidates == []
     assert {e.code for e in record.errors} == {INTERNAL_ERROR} and "KeyError" in record.errors[0].message
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_a_failing_member_under_chaotic_redelivery_still_finishes_exactly_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_uri: str, clean: CompletionRecord, seed: int
+) -> None:
+    """At-least-once delivery (duplicates, any order, nacks) with one validation hitting a defect: its duplicates
+    count towards the same retry budget, the member is completed as failed once, and the run finishes once."""
+    from test_redelivery import ChaosBus  # the adversarial bus of the redelivery suite (tests/unit is on sys.path)
+
+    calls: Counter[str] = Counter()
+    fail = _failing_once_per_match(
+        handlers.validate_candidate, lambda s, layout, step, **k: step == 15, lambda: RuntimeError("boom"), calls
+    )
+    monkeypatch.setattr(handlers, "validate_candidate", fail)
+    bus = ChaosBus(rng=random.Random(seed))
+    stack = EmbeddedStack.create(tmp_path / "records.db", str(tmp_path / "preserved"), bus=bus)
+    event = manual_event(run_uri)
+    stack.emit(event)
+
+    assert [r.run_id for r in stack.ports.records.list_runs()] == [clean.run_id]  # exactly one record
+    record = stack.ports.records.get(clean.run_id)
+    assert record is not None and record.status in FINISHED
+    assert calls["failed"] == DEFECT_DELIVERY_BUDGET  # duplicates share the message id, hence the budget
+    failed = next(c for c in record.candidates if c.step == 15)
+    assert not failed.valid and failed.problems[0].startswith(INTERNAL_ERROR)
+    others = [c.model_dump(exclude={"checked_at"}) for c in record.candidates if c.step != 15]
+    assert others == [c.model_dump(exclude={"checked_at"}) for c in clean.candidates if c.step != 15]
+    assert [m.topic for m in bus.published].count("record-ready") == 1
+    assert bus.dead_letters == [] and sum(bus.deliveries.values()) > len(bus.published)
