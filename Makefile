@@ -33,6 +33,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check shared functions tests bench scripts
 	$(BIN)/ruff format --check shared functions tests bench scripts
 	$(BIN)/mypy
+	$(BIN)/lint-imports  # the layer contract in pyproject.toml ([tool.importlinter])
 
 test: $(STAMP) lint $(CHECKOV_STAMP) chromium
 	$(BIN)/pytest -q

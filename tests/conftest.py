@@ -111,7 +111,7 @@ def firestore_client(stack: StackState):  # type: ignore[no-untyped-def]
 def _no_delivery_context() -> Iterator[None]:
     """Each test starts outside any delivery, as every Pub/Sub delivery starts with its own context: an in-process
     entry-point test must not leave its message id bound (a Firestore claim records it as the lease owner)."""
-    from rlcleanup.logging_setup import set_context
+    from rlcleanup.runtime.logging_setup import set_context
 
     set_context()
     yield

@@ -30,11 +30,11 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from rlcleanup.adapters.gcs_storage import GcsStorage
-from rlcleanup.adapters.lines import MAX_LINE_CHARS
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.formats.config import ConfigError, parse_config
 from rlcleanup.models.events import JobEvent
 from rlcleanup.parsing.logs import scan_lines
+from rlcleanup.ports.lines import MAX_LINE_CHARS
 from rlcleanup.ports.storage import ObjectInfo, UnsafePathError, WriteOutcome
 from rlcleanup.runtime.embedded import EmbeddedStack, run_embedded
 from rlcleanup.runtime.handlers import _identify

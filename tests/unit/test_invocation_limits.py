@@ -14,8 +14,8 @@ import pytest
 
 from rlcleanup.adapters.inprocess_bus import InProcessBus
 from rlcleanup.errors import RetryLater
-from rlcleanup.logging_setup import CloudLoggingFormatter, set_context
 from rlcleanup.runtime import functions
+from rlcleanup.runtime.logging_setup import CloudLoggingFormatter, set_context
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology, parse_memory_mib, parse_topology
 from rlcleanup.settings import SettingsError, load_settings

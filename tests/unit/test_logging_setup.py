@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from cloudevents.http import CloudEvent
 
-from rlcleanup.logging_setup import (
+from rlcleanup.runtime.logging_setup import (
     CloudLoggingFormatter,
     Trace,
     bind_cloud_event,

@@ -21,7 +21,7 @@ from rlcleanup.errors import (
     RetryLater,
     error_kind,
 )
-from rlcleanup.logging_setup import CloudLoggingFormatter, set_context
+from rlcleanup.runtime.logging_setup import CloudLoggingFormatter, set_context
 from rlcleanup.settings import SettingsError
 
 

@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from rlcleanup.context import current_context
 from rlcleanup.errors import RecordStoreLost, RecordStoreUnavailable
-from rlcleanup.logging_setup import current_context
 from rlcleanup.models.record import CompletionRecord, RunError, utcnow
 from rlcleanup.ports.records import IdempotencyStore, StepDoc
 from rlcleanup.settings import load_settings

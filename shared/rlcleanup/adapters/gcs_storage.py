@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlcleanup.adapters.lines import bounded_lines
 from rlcleanup.adapters.local_storage import file_checksums
 from rlcleanup.errors import ObjectTooLarge
+from rlcleanup.ports.lines import bounded_lines
 from rlcleanup.ports.storage import ChildPage, ObjectInfo, StorageError, WriteOutcome
 from rlcleanup.uris import split_bucket
 

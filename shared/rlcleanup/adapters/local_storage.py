@@ -14,8 +14,8 @@ from pathlib import Path
 
 import google_crc32c
 
-from rlcleanup.adapters.lines import bounded_lines
 from rlcleanup.errors import ObjectTooLarge
+from rlcleanup.ports.lines import bounded_lines
 from rlcleanup.ports.storage import ChildPage, ObjectInfo, UnsafePathError, WriteOutcome
 from rlcleanup.uris import strip_file_scheme
 

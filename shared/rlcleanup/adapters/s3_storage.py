@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from rlcleanup.adapters.lines import bounded_lines
+from rlcleanup.ports.lines import bounded_lines
 from rlcleanup.ports.storage import ObjectInfo, StorageAccessError, StorageError, UnsafePathError, WriteOutcome
 
 if TYPE_CHECKING:

@@ -10,8 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from rlcleanup.models import controller_states
 from rlcleanup.models.controller_states import Verdict, is_absent
-from rlcleanup.steps.capture import CapturePart
-from rlcleanup.steps.logscan import LogScanPart
+from rlcleanup.models.parts import CapturePart, LogScanPart
 
 
 class _Msg(BaseModel):

@@ -17,11 +17,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol, cast
 
-from rlcleanup.adapters.lines import bounded_lines
 from rlcleanup.parsing.metrics import MAX_LINE_CHARS, CleanLine, MetricParser, MetricRow, clean_line
 from rlcleanup.parsing.teardown import TEARDOWN, TeardownWording, by_name, causal_what_payload, teardown_for
+from rlcleanup.ports.lines import bounded_lines
 from rlcleanup.ports.storage import Storage, StorageError
-from rlcleanup.steps.layout import AttemptFiles
 from rlcleanup.uris import basename
 
 TRACEBACK_MAX_LINES = 200
@@ -823,6 +822,16 @@ def assemble_attempt(attempt_id: str, files: list[LogScan]) -> AttemptScan:
     return AttemptScan(attempt_id=attempt_id, files=files, problems=[p for f in files for p in f.problems])
 
 
-def scan_attempt(storage: Storage, attempt: AttemptFiles) -> AttemptScan:
+class AttemptLogs(Protocol):
+    """What a scan needs of an attempt (steps.layout.AttemptFiles has it): readers know no layout policy."""
+
+    @property
+    def attempt_id(self) -> str: ...
+
+    @property
+    def log_uris(self) -> list[str]: ...
+
+
+def scan_attempt(storage: Storage, attempt: AttemptLogs) -> AttemptScan:
     files = [scan_log(storage, uri, attempt.attempt_id) for uri in log_order(attempt.log_uris)]
     return assemble_attempt(attempt.attempt_id, files)

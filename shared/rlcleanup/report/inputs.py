@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.parsing.metrics import StitchedMetrics
 from rlcleanup.ports.storage import Storage
-from rlcleanup.runtime.metrics_store import load_metrics
+from rlcleanup.steps.metrics_store import load_metrics
 from rlcleanup.uris import join
 
 log = logging.getLogger(__name__)

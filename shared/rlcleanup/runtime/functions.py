@@ -20,11 +20,11 @@ import time
 from typing import Any
 
 from rlcleanup.errors import PermanentError
-from rlcleanup.logging_setup import bind_cloud_event
 from rlcleanup.runtime.envelope import decode_cloud_event
 from rlcleanup.runtime.failures import PERMANENT_PREFIX
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.handlers import HANDLERS, dispatch, record_poison
+from rlcleanup.runtime.logging_setup import bind_cloud_event
 from rlcleanup.runtime.ports import Ports, cloud_ports
 from rlcleanup.runtime.topology import FunctionSpec, load_topology
 from rlcleanup.settings import DeploymentSettings, load_settings

@@ -27,18 +27,18 @@ from rlcleanup.runtime.claims import BUSY
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.failures import decode, finish_failed, identify, to_permanent
 from rlcleanup.runtime.guard import guarded_ports
-from rlcleanup.runtime.metrics_store import load_metric_steps
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
-from rlcleanup.runtime.wrapup import finish_record
 from rlcleanup.settings import in_run_buckets
 from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps import logscan
 from rlcleanup.steps.classify import classify
 from rlcleanup.steps.facts import run_facts, safe_run_id
 from rlcleanup.steps.layout import discover
+from rlcleanup.steps.metrics_store import load_metric_steps
 from rlcleanup.steps.settle import settle_terminal_state
 from rlcleanup.steps.validate import check_resume_safety, resume_not_applicable, validate_candidate
+from rlcleanup.steps.wrapup import finish_record
 from rlcleanup.uris import basename, parent
 
 log = logging.getLogger(__name__)

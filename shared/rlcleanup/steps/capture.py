@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 
 from rlcleanup.formats.weight_files import is_bulk_weight
+from rlcleanup.models.parts import CaptureItem, CapturePart
 from rlcleanup.models.record import PreservedObject
 from rlcleanup.ports.storage import ObjectInfo, Storage, UnsafePathError, WriteOutcome
 from rlcleanup.steps.layout import RunLayout
@@ -35,20 +36,6 @@ NOT_APPLICABLE_FOR_STANDARD = [
     "sandbox records",
     "agent trajectories / trace evidence",
 ]
-
-
-class CaptureItem(BaseModel):
-    source: str
-    dest_rel: str
-    size: int
-    crc32c: str | None = None
-    md5: str | None = None
-    kind: str
-
-
-class CapturePart(BaseModel):
-    part_id: str
-    items: list[CaptureItem]
 
 
 class CapturePlan(BaseModel):

@@ -15,8 +15,9 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import TypeAdapter
 
+from rlcleanup.models.parts import LogScanPart
 from rlcleanup.parsing.logs import AttemptScan, LogScan, assemble_attempt, log_order, scan_log
 from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.layout import RunLayout
@@ -25,13 +26,6 @@ from rlcleanup.uris import join
 MAX_PART_BYTES = 256 * 1024 * 1024  # ~30-40 s of scanning on one core (bench/bench_logs.py: 7-11 MB/s)
 MAX_PART_FILES = 200
 _SCANS = TypeAdapter(list[LogScan])
-
-
-class LogScanPart(BaseModel):
-    part_id: str = Field(pattern=r"^a\d{3,}-p\d{4,}$")  # attempt index, part index (zero-padded: chain order)
-    attempt_id: str
-    uris: list[str]
-    bytes: int = 0
 
 
 def plan_log_scan(

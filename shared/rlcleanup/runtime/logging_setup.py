@@ -14,10 +14,10 @@ import logging
 import os
 import re
 import sys
-from contextvars import ContextVar
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
+
+from rlcleanup.context import LogContext, Trace, current_context, set_context
 
 _TRACE = "logging.googleapis.com/trace"
 _SPAN = "logging.googleapis.com/spanId"
@@ -27,25 +27,6 @@ _SOURCE = "logging.googleapis.com/sourceLocation"
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 _CLOUD_TRACE = re.compile(r"^([0-9a-fA-F]{1,32})(?:/(\d+))?(?:;o=([01]))?$")
 CONTEXT_FIELDS = ("run_id", "step", "event_id")
-
-
-@dataclass(frozen=True)
-class Trace:
-    trace_id: str
-    span_id: str | None = None  # 16 hex digits, as Cloud Logging's spanId wants
-    sampled: bool = False
-
-
-@dataclass(frozen=True)
-class LogContext:
-    run_id: str | None = None
-    step: str | None = None
-    event_id: str | None = None
-    trace: Trace | None = None
-
-
-_EMPTY = LogContext()
-_context: ContextVar[LogContext | None] = ContextVar("rlcleanup_log_context", default=None)
 
 
 def parse_trace(traceparent: str | None = None, cloud_trace: str | None = None) -> Trace | None:
@@ -60,17 +41,6 @@ def parse_trace(traceparent: str | None = None, cloud_trace: str | None = None) 
             span = f"{int(m.group(2)):016x}" if m.group(2) else None
             return Trace(m.group(1).lower(), span, m.group(3) == "1")
     return None
-
-
-def set_context(**fields: Any) -> LogContext:
-    """Replace the whole per-delivery context (a reused worker thread must not inherit the last delivery's)."""
-    ctx = LogContext(**fields)
-    _context.set(ctx)
-    return ctx
-
-
-def current_context() -> LogContext:
-    return _context.get() or _EMPTY
 
 
 class CloudLoggingFormatter(logging.Formatter):

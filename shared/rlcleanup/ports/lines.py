@@ -1,4 +1,5 @@
-"""Bounded line reading for Storage.iter_lines: one over-long line must not be read into memory whole."""
+"""Bounded line reading, the line semantics of Storage.iter_lines: shared by every adapter and the block log
+scanner, so one over-long line is never read into memory whole and both readers number lines alike."""
 
 from __future__ import annotations
 

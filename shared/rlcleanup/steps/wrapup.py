@@ -7,8 +7,8 @@ from typing import Any
 from rlcleanup.formats.config import get
 from rlcleanup.models.record import Candidate, CompletionRecord, ResumeSafety
 from rlcleanup.ports.storage import Storage
-from rlcleanup.runtime.metrics_store import load_series
 from rlcleanup.steps.layout import RunLayout
+from rlcleanup.steps.metrics_store import load_series
 from rlcleanup.steps.receipts import protocol_facts
 from rlcleanup.steps.remaining import derive_remaining
 from rlcleanup.steps.select import declared_policy, select
