@@ -357,3 +357,19 @@ def test_text_summary_has_no_none_ranges_and_short_paths(tmp_path: Path) -> None
     assert "None..None" not in out and "steps None" not in out
     cause_at = next(line for line in out.splitlines() if line.strip().startswith("attempt ") and " at " in line)
     assert str(root) not in cause_at  # relative to the run root printed on the `run` line
+
+
+def test_a_completed_run_says_no_failure_and_shows_preemption_in_the_chain(tmp_path: Path) -> None:
+    _json("run", str(_sample(tmp_path, "completed-resumed")))
+    code, out, _ = _invoke("show", COMPLETED)
+    assert code == 0
+    assert "No causal error was found" not in out
+    assert "no failure: the run completed" in out
+    chain = [line for line in out.splitlines() if line.startswith("  - d196629b17f2")]
+    assert chain and "preempted" in chain[0]
+
+
+def test_the_first_cause_is_printed_once(tmp_path: Path) -> None:
+    _json("run", str(_sample(tmp_path, "failed-first-link")))
+    code, out, _ = _invoke("show", "math-rl-failed-first-link-2026.11.30")
+    assert code == 0 and out.count("Tried to allocate 2.00 GiB") == 1

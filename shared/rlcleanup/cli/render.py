@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.models.vocab import TerminalState
 from rlcleanup.report.verdict import build_verdict
 
 
@@ -28,6 +29,20 @@ def _steps(first: int | None, last: int | None) -> str:
     return f"steps {first}..{last}" if first is not None and last is not None else "no steps logged"
 
 
+def _reasons(r: CompletionRecord) -> list[str]:
+    """The terminal reasoning as a reader needs it: the first cause once (its own line below says it in full),
+    and "no failure" for a completed run instead of the teardown noise no causal error was found behind."""
+    out: list[str] = []
+    for reason in r.terminal_reasoning:
+        if r.first_failure_cause is not None and reason.startswith("First causal error:"):
+            continue
+        if r.terminal_state is TerminalState.completed and reason.startswith("No causal error was found"):
+            out.append("no failure: the run completed (restarts and preemptions are listed in the chain below)")
+            continue
+        out.append(reason)
+    return out
+
+
 def summary(r: CompletionRecord) -> str:
     lines = [verdict_line(r), ""]
     add = lines.append
@@ -40,7 +55,7 @@ def summary(r: CompletionRecord) -> str:
             f"terminal state {r.terminal_state.value} (budget {r.step_budget}, last trained {r.last_trained_step}, "
             f"last saved {r.last_saved_step})"
         )
-        for reason in r.terminal_reasoning:
+        for reason in _reasons(r):
             add(f"  - {reason}")
     if r.first_failure_cause:
         c = r.first_failure_cause
@@ -53,7 +68,9 @@ def summary(r: CompletionRecord) -> str:
             f"gaps {cov.gaps or 'none'}"
         )
         for a in r.chain.attempts:
-            add(f"  - {a.attempt_id} {a.state or '?'} {_steps(a.first_step, a.last_step)}")
+            # A preemption is a chain event (the next link resumed), not an error of the run.
+            event = f" ({' '.join(a.failure.split())[:120]})" if a.failure else ""
+            add(f"  - {a.attempt_id} {a.state or '?'} {_steps(a.first_step, a.last_step)}{event}")
     if r.source_revision:
         add("revision       " + ", ".join(f"{k}={v}" for k, v in sorted(r.source_revision.items())))
     if r.resolved_config:
