@@ -27,6 +27,7 @@ locals {
     "retry-waiting-grants"     = { read_runs = true, delete_in_runs = true, read_evidence = true, write_evidence = true, write_destinations = true }
     "on-storage-event"         = { read_runs = true, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
     "sweep"                    = { read_runs = true, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
+    "on-k8s-log-entry"         = { read_runs = false, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
   }
 
   # Indexing by every topology function makes plan fail when a function has no access entry; iterating over

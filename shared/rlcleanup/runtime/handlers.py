@@ -399,6 +399,7 @@ HANDLERS: dict[str, Handler] = {
     "retry_waiting_grants": authority_handlers.retry_waiting_grants,
     "on_storage_event": source_handlers.on_storage_event,
     "sweep": source_handlers.sweep,
+    "on_k8s_log_entry": source_handlers.on_k8s_log_entry,
 }
 
 

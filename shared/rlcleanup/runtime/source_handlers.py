@@ -24,7 +24,7 @@ from rlcleanup.runtime.claims import once
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.sources import gcs_notifications as gcsn
-from rlcleanup.sources import iris, ray
+from rlcleanup.sources import iris, k8s, ray
 from rlcleanup.sources.sweep import (
     ChildLister,
     SweepConfig,
@@ -179,3 +179,29 @@ def _poll_controller(p: Ports, source: str, now: datetime) -> str:
             log.warning("%s poll: %s", source, item.reason)
         p.records.put_doc(SEEN, item.key, {"source": source, "outcome": item.reason}, only_if_absent=True)
     return f"{source}: {published} events, {len(found) - published} jobs without a run"
+
+
+# ---------------------------------------------------------------- GKE / Kubernetes (Cloud Logging sink)
+
+
+def on_k8s_log_entry(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    try:
+        entry = k8s.parse_log_entry(data)
+    except k8s.LogEntryError as exc:
+        raise PermanentError("bad_log_entry", str(exc)) from exc
+    end = k8s.job_end(entry)
+    if isinstance(end, str):
+        return end
+    outcome = k8s.to_event(end, os.environ.get("RLCLEANUP_K8S_RUN_URI_TEMPLATE") or None)
+    if isinstance(outcome, str):
+        log.warning("%s", outcome)
+        return outcome
+    event = outcome
+
+    def work() -> dict[str, Any]:
+        publish_job_event(p, event)
+        return {"job": event.job_id, "state": event.state}
+
+    # Events and audit entries of one Job end (and a sink's redelivery) are one event: keyed by the Job end.
+    result = once(p, safe_run_id(f"k8s-{end.namespace}-{end.name}"), f"k8s:{end.dedupe_key}", work)
+    return f"published: {event.job_id} {event.state}" if result else f"duplicate: {event.job_id} {event.state}"
