@@ -226,27 +226,51 @@ def forget(
 
 @app.command(epilog=EXIT_CODES)
 def emit(
-    run_uri: Annotated[str, typer.Option("--run-uri", help="durable run root, gs://bucket/prefix")],
-    state: Annotated[str, typer.Option(help="job state, e.g. SUCCEEDED, FAILED, RUNNING")],
-    source: Annotated[str, typer.Option(help="controller: iris, ray, skypilot, k8s, marin")] = "iris",
+    event_json: Annotated[
+        str | None, typer.Argument(help="`-`: read one JobEvent as JSON from stdin (docs/events.md) instead of flags")
+    ] = None,
+    run_uri: Annotated[str | None, typer.Option("--run-uri", help="durable run root, gs://bucket/prefix")] = None,
+    state: Annotated[str | None, typer.Option(help="job state as the source spells it: SUCCEEDED, FAILED, ...")] = None,
+    source: Annotated[str, typer.Option(help="iris, ray, skypilot, k8s, marin, slurm, manual")] = "iris",
     job_id: Annotated[
         str | None, typer.Option("--job-id", help="controller job id (default: from the run URI)")
     ] = None,
+    attempt_id: Annotated[str | None, typer.Option("--attempt-id", help="the attempt this state is about")] = None,
     project: Annotated[str | None, typer.Option(help="Pub/Sub project (default: $GOOGLE_CLOUD_PROJECT)")] = None,
     topic: Annotated[str, typer.Option(help="topic to publish to")] = "job-events",
     as_json: JsonOption = False,
 ) -> None:
-    """Publish a job-state change to job-events (PUBSUB_EMULATOR_HOST honoured); says what was sent, and where."""
+    """Publish a job-state change to job-events (PUBSUB_EMULATOR_HOST honoured); says what was sent, and where.
+
+    Any controller's hook can call it: with flags, or `rlcleanup emit - < event.json` (docs/events.md)."""
     import os
+    import sys
 
     from pydantic import ValidationError
 
     from rlcleanup.stack.emit import job_event, publish_event
 
     try:
-        event = job_event(run_uri, state, source=source, job_id=job_id)
+        if event_json is not None:
+            if event_json != "-":
+                _fail("the only argument emit takes is `-` (a JSON event on stdin)", EXIT_USAGE)
+                return
+            payload = json.loads(sys.stdin.read() or "null")
+            if not isinstance(payload, dict):
+                _fail("stdin must hold one JSON object (a JobEvent, docs/events.md)", EXIT_USAGE)
+                return
+            event = job_event(**{"source": source, **payload})
+        elif run_uri is None or state is None:
+            _fail("give --run-uri and --state, or `-` to read the event from stdin", EXIT_USAGE)
+            return
+        else:
+            event = job_event(run_uri, state, source=source, job_id=job_id, attempt_id=attempt_id)
     except ValidationError as exc:
-        _fail(f"invalid event: {exc.errors()[0]['msg']}", EXIT_USAGE)
+        err = exc.errors()[0]
+        _fail(f"invalid event: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}", EXIT_USAGE)
+        return
+    except (ValueError, TypeError) as exc:
+        _fail(f"invalid event: {exc}", EXIT_USAGE)
         return
     project = project or os.environ.get("GOOGLE_CLOUD_PROJECT")
     if not project:

@@ -20,18 +20,36 @@ class _Msg(BaseModel):
 class JobEvent(_Msg):
     """A job-state change. Unknown fields are ignored; the ones below are validated."""
 
-    source: str = Field(min_length=1, max_length=64)
-    job_id: str = Field(min_length=1, max_length=512)
-    run_uri: str = Field(min_length=1, max_length=2048)
-    state: str = Field(min_length=1, max_length=64)
-    observed_at: datetime
-    run_id: str | None = Field(default=None, max_length=256)
-    attempt_id: str | None = Field(default=None, max_length=64)
-    exit_code: int | None = None
-    error: str | None = Field(default=None, max_length=65536)
-    intent: Literal["pre_cancel"] | None = None
-    pods_alive: int | None = None
-    preserve_root: str | None = Field(default=None, max_length=2048)
+    source: str = Field(
+        min_length=1,
+        max_length=64,
+        description="Who saw the state: iris, ray, skypilot, k8s, marin, protocol, slurm, manual, gcs, sweep "
+        "(models/controller_states.py; an unknown source is refused).",
+    )
+    job_id: str = Field(
+        min_length=1, max_length=512, description="The source's identity of the job (Iris job id, Ray submission id...)"
+    )
+    run_uri: str = Field(
+        min_length=1, max_length=2048, description="The run's durable root R (gs://bucket/prefix, s3://, or a path)."
+    )
+    state: str = Field(
+        min_length=1,
+        max_length=64,
+        description="The state as the source spells it (Iris also as its enum number); ABSENT/VANISHED/GONE: the "
+        "controller lost the job.",
+    )
+    observed_at: datetime = Field(description="When the source observed the state (ISO 8601 with a zone).")
+    run_id: str | None = Field(default=None, max_length=256, description="The run id, when the source knows it.")
+    attempt_id: str | None = Field(default=None, max_length=64, description="The attempt the state is about.")
+    exit_code: int | None = Field(default=None, description="The job's exit code, when the source reports one.")
+    error: str | None = Field(default=None, max_length=65536, description="The source's error text, if any.")
+    intent: Literal["pre_cancel"] | None = Field(
+        default=None, description="pre_cancel: a request to capture live state before a cancel (not a terminal event)."
+    )
+    pods_alive: int | None = Field(default=None, description="Pods still alive (0 with RUNNING: the job vanished).")
+    preserve_root: str | None = Field(
+        default=None, max_length=2048, description="Where to preserve evidence (default: the deployment's)."
+    )
 
     @field_validator("source")
     @classmethod

@@ -14,9 +14,10 @@ def job_event(
     *,
     source: str = "iris",
     job_id: str | None = None,
-    observed_at: datetime | None = None,
+    observed_at: datetime | str | None = None,
     **extra: object,
 ) -> JobEvent:
+    """A JobEvent; job_id defaults to `<source>:<run_uri>`, observed_at to now. Unset extras are left out."""
     return JobEvent.model_validate(
         {
             "source": source,
@@ -24,7 +25,7 @@ def job_event(
             "run_uri": run_uri,
             "state": state,
             "observed_at": observed_at or datetime.now(UTC),
-            **extra,
+            **{k: v for k, v in extra.items() if v is not None},
         }
     )
 
@@ -35,3 +36,18 @@ def publish_event(event: JobEvent, project: str | None = None, topic: str = "job
 
     bus = PubSubBus(project=project or os.environ.get("GOOGLE_CLOUD_PROJECT", "rlcleanup-local"))
     return bus.publish(topic, event.model_dump_json().encode(), {"source": event.source, "state": event.state})
+
+
+def job_event_schema() -> str:
+    """The JobEvent JSON Schema as published in docs/job-event.schema.json (a unit test checks for drift)."""
+    import json
+
+    schema = JobEvent.model_json_schema()
+    schema["title"] = "JobEvent"
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(job_event_schema())
