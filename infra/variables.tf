@@ -122,3 +122,90 @@ variable "topology_sinks" {
   description = "Pull subscriptions on output topics that other systems consume, keyed by subscription name. Generated."
   type        = any
 }
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Event sources (modules/rlcleanup/events.tf, docs/events.md)
+# ---------------------------------------------------------------------------------------------------------------------
+
+variable "notify_run_buckets" {
+  description = "Create a Cloud Storage notification (OBJECT_FINALIZE, JSON_API_V1) on every run bucket, feeding on-storage-event. The buckets must be in var.project_id (their project's GCS service agent publishes)."
+  type        = bool
+  default     = true
+}
+
+variable "run_bucket_notification_prefixes" {
+  description = "Optional object_name_prefix per run bucket (bucket name => prefix), e.g. { \"team-runs\" = \"experiments/\" }. GCS allows 100 notification configs per bucket."
+  type        = map(string)
+  default     = {}
+}
+
+variable "sweep_schedule" {
+  description = "Cloud Scheduler cron (UTC) of the reconciling sweep."
+  type        = string
+  default     = "*/15 * * * *"
+}
+
+variable "sweep_roots" {
+  description = "Run roots the sweep lists: Marin output prefixes (depth 2: <prefix>/<name>/<version>) and Layout C roots (depth 1)."
+  type        = list(object({ uri = string, depth = optional(number, 2) }))
+  default     = []
+}
+
+variable "iris_controller_url" {
+  description = "Iris controller URL the sweep polls (ListJobs/GetJobStatus over Connect JSON); empty turns the Iris poller off."
+  type        = string
+  default     = ""
+}
+
+variable "iris_cluster" {
+  description = "Name of that Iris cluster (part of the (cluster, job uid) dedupe key); defaults to the URL."
+  type        = string
+  default     = ""
+}
+
+variable "iris_token_secret" {
+  description = "Secret Manager secret ID (in var.project_id) holding the Iris bearer token; the sweep reads it as RLCLEANUP_IRIS_TOKEN."
+  type        = string
+  default     = ""
+}
+
+variable "iris_run_uri_template" {
+  description = "Fallback run URI for an Iris job without RLCLEANUP_RUN_URI in its environment, over {job_name}, {run_id}, {attempt_id}."
+  type        = string
+  default     = ""
+}
+
+variable "sweep_tuning" {
+  description = "The sweep's tunables, 0 = its default: stall_seconds (2 x the slowest function timeout), page_size (100 names a listing page), lock_stale_seconds (900), quiescent_seconds (a day; Layout C)."
+  type = object({
+    stall_seconds      = optional(number, 0)
+    page_size          = optional(number, 0)
+    lock_stale_seconds = optional(number, 0)
+    quiescent_seconds  = optional(number, 0)
+  })
+  default = {}
+}
+
+variable "k8s_log_sink" {
+  description = "Create a Cloud Logging sink of GKE Job endings into k8s-job-events (read by on-k8s-log-entry)."
+  type        = bool
+  default     = false
+}
+
+variable "k8s_log_sink_filter" {
+  description = "The sink's filter: Job events that end a Job, and Job status audit entries (which carry the Job's annotations)."
+  type        = string
+  default     = "resource.type=\"k8s_cluster\" AND ((logName:\"/logs/events\" AND jsonPayload.involvedObject.kind=\"Job\" AND jsonPayload.reason=(\"Completed\" OR \"BackoffLimitExceeded\" OR \"DeadlineExceeded\" OR \"PodFailurePolicy\" OR \"MaxFailedIndexesExceeded\")) OR protoPayload.methodName=(\"io.k8s.batch.v1.jobs.status.update\" OR \"io.k8s.batch.v1.jobs.status.patch\"))"
+}
+
+variable "k8s_run_uri_template" {
+  description = "Run URI of a Job seen in the events log (no annotations there), over {cluster}, {namespace}, {job_name}."
+  type        = string
+  default     = ""
+}
+
+variable "job_event_publishers" {
+  description = "IAM members allowed to publish job events (publisher on job-events only), e.g. a SkyPilot controller's service account."
+  type        = list(string)
+  default     = []
+}

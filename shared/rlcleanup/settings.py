@@ -47,7 +47,19 @@ class DeploymentSettings(BaseSettings):
     record_store_timeout_seconds: float = Field(default=30.0, gt=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     iris_status_cmd: str = Field(default=DEFAULT_IRIS_STATUS_CMD, min_length=1)
-    ray_dashboard: str | None = None  # e.g. http://head:8265; unset or empty = no Ray controller
+    ray_dashboard: str | None = None  # e.g. http://head:8265; unset or empty = no Ray controller (the sweep polls it)
+    # Event sources (sources/, docs/events.md). The sweep's run roots: a JSON list of {"uri", "depth"} or
+    # comma-separated URIs; its tunables (0 = the sweep's default); the Iris controller it polls; the k8s adapter.
+    sweep_roots: str = ""
+    stall_seconds: float = Field(default=0, ge=0)
+    sweep_page_size: int = Field(default=0, ge=0, le=1000)
+    sweep_lock_stale_seconds: float = Field(default=0, ge=0)
+    sweep_quiescent_seconds: float = Field(default=0, ge=0)
+    iris_url: str | None = None
+    iris_token: str | None = None  # from Secret Manager (a secret environment variable)
+    iris_cluster: str | None = None
+    iris_run_uri_template: str | None = None
+    k8s_run_uri_template: str | None = None
 
     @field_validator("run_buckets", "allowed_destination_prefixes", mode="before")
     @classmethod
@@ -78,7 +90,18 @@ class DeploymentSettings(BaseSettings):
     def _upper(cls, value: Any) -> Any:
         return value.strip().upper() if isinstance(value, str) else value
 
-    @field_validator("ray_dashboard", "function", "preserve_root", "project", mode="before")
+    @field_validator(
+        "ray_dashboard",
+        "function",
+        "preserve_root",
+        "project",
+        "iris_url",
+        "iris_token",
+        "iris_cluster",
+        "iris_run_uri_template",
+        "k8s_run_uri_template",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value

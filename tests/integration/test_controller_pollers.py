@@ -185,7 +185,7 @@ def test_ray_poller_against_the_standin(tmp_path: Path, standin: Any, monkeypatc
     listed = ray.list_jobs(url)
     assert [j.status for j in listed] == ["FAILED", "RUNNING", "SUCCEEDED"]
 
-    monkeypatch.setenv("RLCLEANUP_RAY_URL", url)
+    monkeypatch.setenv("RLCLEANUP_RAY_DASHBOARD", url)
     stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "preserved"))
     message = json.dumps({"kind": "controller", "source": "ray"}).encode()
     for _ in range(2):  # the second poll finds nothing new

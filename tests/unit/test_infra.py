@@ -193,6 +193,7 @@ def test_topology_resources_use_for_each_over_generated_maps(parsed: dict[str, d
         if fname == "locals.tf":
             text = re.sub(r"function_access = \{.*?\n  \}\n", "", text, flags=re.S)
             text = text.replace('grants_topic = "authority-grants"', "")
+            text = re.sub(r"event_sources = \{.*?\n  \}\n", "", text, flags=re.S)
         if fname == "variables.tf":
             text = text.replace('contains(f.publishes, "authority-grants")', "")
         for name in names:
@@ -285,7 +286,12 @@ def test_functions_run_as_their_own_service_account(parsed: dict[str, dict[str, 
         env = svc["environment_variables"]
         # Every variable Terraform sets is one the settings read (and so used), and every one they read is set;
         # LOG_EXECUTION_ID is functions-framework's own.
-        assert set(env) - FRAMEWORK_VARIABLES == env_names()
+        # Secrets (the Iris token) arrive as secret environment variables, not plain ones.
+        secrets = {
+            d["content"][0]["key"] for d in svc.get("dynamic", []) for d in [d.get("secret_environment_variables")] if d
+        }
+        assert set(env) - FRAMEWORK_VARIABLES | secrets == env_names()
+        assert secrets == {"RLCLEANUP_IRIS_TOKEN"}
         assert env["RLCLEANUP_FUNCTION"] == "${each.key}"
         assert env["RLCLEANUP_LEASE_SECONDS"] == "${tostring(each.value.timeout_seconds)}"
         build = _block(body, "build_config")
@@ -316,13 +322,21 @@ def test_no_public_principals_anywhere() -> None:
             assert member not in text, f"{path.relative_to(ROOT)} mentions {member}"
 
 
+def _names_other_topic(topic: str) -> bool:
+    """A grant on one named topic other than authority-grants (the event sources' publishers, modules/rlcleanup/events.tf)."""
+    match = re.fullmatch(r"\$\{google_pubsub_topic\.topic\[local\.event_sources\.(\w+)\]\.id\}", topic)
+    return match is not None
+
+
 def test_only_approvers_publish_to_authority_grants(parsed: dict[str, dict[str, Any]], tfvars: dict[str, Any]) -> None:
     topic_iam = [(t, n, b) for t, n, b in _resources(parsed) if t.startswith("google_pubsub_topic_iam")]
     assert not [n for t, n, _ in topic_iam if t == "google_pubsub_topic_iam_policy"], "no authoritative topic policies"
     on_grants = [
         (t, n, b)
         for t, n, b in topic_iam
-        if "local.grants_topic" in b["topic"] or "authority-grants" in b["topic"] or "each" not in b["topic"]
+        if "local.grants_topic" in b["topic"]
+        or "authority-grants" in b["topic"]
+        or ("each" not in b["topic"] and not _names_other_topic(b["topic"]))
     ]
     assert [(t, n) for t, n, _ in on_grants] == [("google_pubsub_topic_iam_binding", "grants_publishers")]
     binding = on_grants[0][2]
@@ -488,3 +502,60 @@ def test_checkov_has_no_failed_checks() -> None:
         for line in path.read_text(encoding="utf-8").splitlines():
             if "checkov:skip=" in line:
                 assert re.search(r"checkov:skip=CKV2?_[A-Z]+_\d+: \S.{20,}", line), f"{path.name}: unjustified skip"
+
+
+# --- event sources (modules/rlcleanup/events.tf) ------------------------------------------------------------------------------
+
+
+def test_run_buckets_notify_storage_events(parsed: dict[str, dict[str, Any]], tfvars: dict[str, Any]) -> None:
+    notification = _resource(parsed, "google_storage_notification", "run_bucket")
+    assert notification["for_each"] == "${local.run_bucket_notifications}"
+    assert notification["topic"] == "${google_pubsub_topic.topic[local.event_sources.storage_events].id}"
+    assert (notification["payload_format"], notification["event_types"]) == ("JSON_API_V1", ["OBJECT_FINALIZE"])
+    agent = _resource(parsed, "google_pubsub_topic_iam_member", "gcs_notifications_publisher")
+    assert agent["topic"] == notification["topic"] and agent["role"] == "roles/pubsub.publisher"
+    assert "data.google_storage_project_service_account.gcs.email_address" in agent["member"]
+    assert tfvars["topology_functions"]["on-storage-event"]["trigger"] == "storage-events"
+
+
+def test_scheduler_ticks_the_sweep(parsed: dict[str, dict[str, Any]], tfvars: dict[str, Any]) -> None:
+    job = _resource(parsed, "google_cloud_scheduler_job", "reconcile")
+    assert _block(job, "pubsub_target")["topic_name"] == "${google_pubsub_topic.topic[local.event_sources.sweep].id}"
+    assert job["schedule"] == "${var.sweep_schedule}"
+    assert tfvars["topology_functions"]["sweep"]["trigger"] == "sweep"
+    env = _block(_resource(parsed, "google_cloudfunctions2_function", "fn"), "service_config")["environment_variables"]
+    assert env["RLCLEANUP_SWEEP_ROOTS"] == "${jsonencode(var.sweep_roots)}"
+    topology = {f.name for f in load_topology().functions} | {t.name for t in load_topology().topics}
+    assert set(_locals(parsed)["event_sources"].values()) <= topology
+    secret = _resource(parsed, "google_secret_manager_secret_iam_member", "sweep_iris_token")
+    assert (
+        secret["role"] == "roles/secretmanager.secretAccessor"
+        and "runtime[local.event_sources.sweep_function]" in secret["member"]
+    )
+
+
+def test_k8s_sink_and_job_event_publishers(parsed: dict[str, dict[str, Any]]) -> None:
+    sink = _resource(parsed, "google_logging_project_sink", "k8s_job_ends")
+    assert (
+        sink["destination"]
+        == "pubsub.googleapis.com/${google_pubsub_topic.topic[local.event_sources.k8s_job_events].id}"
+    )
+    assert sink["unique_writer_identity"] is True
+    writer = _resource(parsed, "google_pubsub_topic_iam_member", "k8s_sink_publisher")
+    assert writer["member"] == "${google_logging_project_sink.k8s_job_ends[0].writer_identity}"
+    publishers = _resource(parsed, "google_pubsub_topic_iam_member", "job_event_publishers")
+    assert publishers["topic"] == "${google_pubsub_topic.topic[local.event_sources.job_events].id}"
+    assert publishers["for_each"] == "${toset(var.job_event_publishers)}"
+
+
+def test_sink_filter_matches_what_the_adapter_reads(parsed: dict[str, dict[str, Any]]) -> None:
+    from rlcleanup.sources import k8s
+
+    variables = {
+        name: body for doc in parsed.values() for block in doc.get("variable", []) for name, body in block.items()
+    }
+    default = variables["k8s_log_sink_filter"]["default"]
+    for reason in sorted(k8s.COMPLETE_REASONS | k8s.FAILED_REASONS):
+        assert f'\\"{reason}\\"' in default or f'"{reason}"' in default, reason
+    for method in k8s.STATUS_METHODS:
+        assert method in default

@@ -14,6 +14,7 @@ from rlcleanup.adapters.sqlite_records import SqliteRecordStore
 from rlcleanup.models.events import JobEvent
 from rlcleanup.runtime.handlers import dispatch
 from rlcleanup.runtime.ports import Ports
+from rlcleanup.settings import DeploymentSettings
 from rlcleanup.sources import k8s
 
 UID = "6d2c1f0e-4a7b-4f0e-9a51-0c8f5f7b2a11"
@@ -138,16 +139,16 @@ def test_no_annotation_and_no_template_names_no_run() -> None:
     assert "names no run" in str(k8s.to_event(end, None))
 
 
-def _ports(tmp_path: Path) -> tuple[Ports, list[JobEvent]]:
+def _ports(tmp_path: Path, **settings: Any) -> tuple[Ports, list[JobEvent]]:
     bus = InProcessBus()
     seen: list[JobEvent] = []
     bus.subscribe("job-events", lambda data, attrs, mid: seen.append(JobEvent.model_validate_json(data)))
-    return Ports(storage=None, records=SqliteRecordStore(tmp_path / "r.db"), bus=bus), seen  # type: ignore[arg-type]
+    records = SqliteRecordStore(tmp_path / "r.db")
+    return Ports(storage=None, records=records, bus=bus, settings=DeploymentSettings(**settings)), seen  # type: ignore[arg-type]
 
 
-def test_handler_publishes_one_event_per_job_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RLCLEANUP_K8S_RUN_URI_TEMPLATE", "gs://b/exp/{job_name}/v1")
-    ports, seen = _ports(tmp_path)
+def test_handler_publishes_one_event_per_job_end(tmp_path: Path) -> None:
+    ports, seen = _ports(tmp_path, k8s_run_uri_template="gs://b/exp/{job_name}/v1")
     annotated = audit_entry(FAILED, {k8s.RUN_URI_ANNOTATION: "gs://b/exp/math-rl/v1"})
     failed_event = event_entry("BackoffLimitExceeded", event_type="Warning")
     outs = [

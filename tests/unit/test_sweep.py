@@ -16,6 +16,7 @@ from rlcleanup.models.events import JobEvent
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
 from rlcleanup.samples.generator import VERSION, write_sample_run
+from rlcleanup.settings import DeploymentSettings
 from rlcleanup.sources.sweep import SweepConfig, SweepPage, SweepRoot, parse_sweep_message, tick
 
 LATER = datetime.now(UTC) + timedelta(hours=2)  # past the stall deadline and the lock staleness
@@ -66,17 +67,19 @@ def test_tick_fans_out_one_message_per_root_records_and_controllers() -> None:
     assert parse_sweep_message(page.model_dump_json().encode()) == page
 
 
-def test_config_from_env_defaults_to_twice_the_slowest_timeout() -> None:
-    config = SweepConfig.from_env({"RLCLEANUP_SWEEP_ROOTS": "gs://a/x, gs://b/y"}, slowest_timeout_seconds=540)
-    assert [r.uri for r in config.roots] == ["gs://a/x", "gs://b/y"] and config.roots[0].depth == 2
-    assert config.stall_seconds == 1080
-    as_json = SweepConfig.from_env(
-        {"RLCLEANUP_SWEEP_ROOTS": '[{"uri": "gs://c", "depth": 1}]', "RLCLEANUP_STALL_SECONDS": "30"},
-        slowest_timeout_seconds=540,
-    )
-    assert as_json.roots[0].depth == 1 and as_json.stall_seconds == 30
-    with pytest.raises(ValueError, match="page_size"):
-        SweepConfig.from_env({"RLCLEANUP_SWEEP_PAGE_SIZE": "0"}, slowest_timeout_seconds=60)
+def test_config_from_settings_defaults_to_twice_the_slowest_timeout() -> None:
+    def config(**env: Any) -> SweepConfig:
+        return SweepConfig.from_settings(DeploymentSettings(**env), slowest_timeout_seconds=540)
+
+    parsed = config(sweep_roots="gs://a/x, gs://b/y")
+    assert [r.uri for r in parsed.roots] == ["gs://a/x", "gs://b/y"] and parsed.roots[0].depth == 2
+    assert parsed.stall_seconds == 1080 and parsed.page_size == 100 and parsed.controllers == []
+    as_json = config(sweep_roots='[{"uri": "gs://c", "depth": 1}]', stall_seconds=30, iris_url="http://iris")
+    assert as_json.roots[0].depth == 1 and as_json.stall_seconds == 30 and as_json.controllers == ["iris"]
+    with pytest.raises(ValueError, match="RLCLEANUP_SWEEP_"):
+        config(sweep_roots='[{"uri": "gs://c", "depth": 9}]')
+    with pytest.raises(ValueError, match="RLCLEANUP_SWEEP_"):
+        config(sweep_roots="[not json")
 
 
 def test_sweep_finds_a_run_whose_event_was_never_sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

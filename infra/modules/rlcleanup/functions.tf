@@ -47,6 +47,27 @@ resource "google_cloudfunctions2_function" "fn" {
       RLCLEANUP_LOG_LEVEL                    = var.log_level
       RLCLEANUP_IRIS_STATUS_CMD              = var.iris_status_cmd
       RLCLEANUP_RAY_DASHBOARD                = var.ray_dashboard
+      # Event sources (modules/rlcleanup/events.tf): the sweep reads these (and RLCLEANUP_RAY_DASHBOARD), on-k8s-log-entry the last.
+      RLCLEANUP_SWEEP_ROOTS              = jsonencode(var.sweep_roots)
+      RLCLEANUP_IRIS_URL                 = var.iris_controller_url
+      RLCLEANUP_IRIS_CLUSTER             = var.iris_cluster
+      RLCLEANUP_IRIS_RUN_URI_TEMPLATE    = var.iris_run_uri_template
+      RLCLEANUP_K8S_RUN_URI_TEMPLATE     = var.k8s_run_uri_template
+      RLCLEANUP_STALL_SECONDS            = tostring(var.sweep_tuning.stall_seconds)
+      RLCLEANUP_SWEEP_PAGE_SIZE          = tostring(var.sweep_tuning.page_size)
+      RLCLEANUP_SWEEP_LOCK_STALE_SECONDS = tostring(var.sweep_tuning.lock_stale_seconds)
+      RLCLEANUP_SWEEP_QUIESCENT_SECONDS  = tostring(var.sweep_tuning.quiescent_seconds)
+    }
+
+    # The Iris bearer token (Secret Manager), for the sweep only and only when configured.
+    dynamic "secret_environment_variables" {
+      for_each = each.key == local.event_sources.sweep_function && var.iris_token_secret != "" ? [var.iris_token_secret] : []
+      content {
+        key        = "RLCLEANUP_IRIS_TOKEN"
+        project_id = var.project_id
+        secret     = secret_environment_variables.value
+        version    = "latest"
+      }
     }
   }
 

@@ -4,6 +4,15 @@
 locals {
   grants_topic = "authority-grants"
 
+  # The event sources' endpoints in the topology (modules/rlcleanup/events.tf; tests/unit/test_infra.py checks they exist).
+  event_sources = {
+    storage_events = "storage-events"
+    sweep          = "sweep"
+    sweep_function = "sweep"
+    k8s_job_events = "k8s-job-events"
+    job_events     = "job-events"
+  }
+
   # What each function touches beyond Firestore and its own `publishes` topics. Keys must equal the topology's
   # functions (tests/unit/test_infra.py checks this; plan fails on a missing key, see local.access). Least privilege:
   #   read_runs          roles/storage.objectViewer on every run bucket

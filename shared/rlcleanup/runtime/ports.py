@@ -32,6 +32,7 @@ class Ports:
     # The delivery being handled (its Pub/Sub message id): `dispatch` sets it on its own copy of the ports, and
     # claims pass it as their lease owner explicitly (never read from the logging context).
     delivery_id: str | None = None
+    settings: DeploymentSettings | None = None  # the whole configuration, for handlers with their own (the sweep)
 
 
 def settings_fields(settings: DeploymentSettings) -> dict[str, object]:
@@ -44,6 +45,7 @@ def settings_fields(settings: DeploymentSettings) -> dict[str, object]:
         "allowed_destination_prefixes": settings.allowed_destination_prefixes,
         "ray_dashboard": settings.ray_dashboard,
         "iris_status_cmd": settings.iris_status_cmd,
+        "settings": settings,
     }
 
 

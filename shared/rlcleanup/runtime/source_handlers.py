@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from datetime import datetime
 from typing import Any, cast
 
@@ -23,6 +22,7 @@ from rlcleanup.models.record import RunError
 from rlcleanup.runtime.claims import once
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
+from rlcleanup.settings import DeploymentSettings, unconfigured
 from rlcleanup.sources import gcs_notifications as gcsn
 from rlcleanup.sources import iris, k8s, ray
 from rlcleanup.sources.sweep import (
@@ -108,14 +108,18 @@ SWEEP_TOPIC = "sweep"
 SEEN = "source_seen"  # controller jobs already turned into events: (cluster, job uid) -> what was published
 
 
-def sweep_config() -> SweepConfig:
+def settings(p: Ports) -> DeploymentSettings:
+    return p.settings if p.settings is not None else unconfigured()
+
+
+def sweep_config(p: Ports) -> SweepConfig:
     slowest = max(fn.timeout_seconds for fn in load_topology().functions)
-    return SweepConfig.from_env(slowest_timeout_seconds=slowest)
+    return SweepConfig.from_settings(settings(p), slowest_timeout_seconds=slowest)
 
 
 def sweep(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     try:
-        config = sweep_config()
+        config = sweep_config(p)
         msg = parse_sweep_message(data)
     except (ValueError, ValidationError) as exc:
         raise PermanentError("bad_sweep_message", str(exc)[:500]) from exc
@@ -161,15 +165,15 @@ def _poll_controller(p: Ports, source: str, now: datetime) -> str:
         return p.records.get_doc(SEEN, key) is not None
 
     found: list[iris.Found] | list[ray.Found]
-    if source == "iris":
-        url = os.environ["RLCLEANUP_IRIS_URL"]
-        client = iris.IrisClient(url, os.environ.get("RLCLEANUP_IRIS_TOKEN") or None)
-        cluster = os.environ.get("RLCLEANUP_IRIS_CLUSTER") or url
-        template = os.environ.get("RLCLEANUP_IRIS_RUN_URI_TEMPLATE") or None
-        found = iris.poll(client, cluster, seen, run_uri_template=template, now=now)
+    conf = settings(p)
+    if source == "iris" and conf.iris_url:
+        client = iris.IrisClient(conf.iris_url, conf.iris_token)
+        cluster = conf.iris_cluster or conf.iris_url
+        found = iris.poll(client, cluster, seen, run_uri_template=conf.iris_run_uri_template, now=now)
+    elif source == "ray" and conf.ray_dashboard:
+        found = ray.poll(ray.list_jobs(conf.ray_dashboard), conf.ray_dashboard, seen, now)
     else:
-        url = os.environ["RLCLEANUP_RAY_URL"]
-        found = ray.poll(ray.list_jobs(url), os.environ.get("RLCLEANUP_RAY_CLUSTER") or url, seen, now)
+        return f"{source}: not configured (RLCLEANUP_IRIS_URL / RLCLEANUP_RAY_DASHBOARD unset)"
     published = 0
     for item in found:
         if item.event is not None:
@@ -192,7 +196,7 @@ def on_k8s_log_entry(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     end = k8s.job_end(entry)
     if isinstance(end, str):
         return end
-    outcome = k8s.to_event(end, os.environ.get("RLCLEANUP_K8S_RUN_URI_TEMPLATE") or None)
+    outcome = k8s.to_event(end, settings(p).k8s_run_uri_template)
     if isinstance(outcome, str):
         log.warning("%s", outcome)
         return outcome

@@ -21,8 +21,6 @@ claim makes it one run.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -34,6 +32,7 @@ from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import ChildPage, ObjectInfo
+from rlcleanup.settings import DeploymentSettings
 from rlcleanup.steps.facts import safe_run_id
 from rlcleanup.steps.layout import parse_executor_status
 from rlcleanup.uris import basename, parent
@@ -78,31 +77,32 @@ class SweepConfig(BaseModel):
     controllers: list[Literal["iris", "ray"]] = []
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, slowest_timeout_seconds: float) -> SweepConfig:
-        """RLCLEANUP_SWEEP_ROOTS: a JSON list of {"uri", "depth"} or comma-separated URIs (depth 2);
-        RLCLEANUP_STALL_SECONDS (default 2 x the slowest function timeout); RLCLEANUP_SWEEP_PAGE_SIZE;
-        RLCLEANUP_IRIS_URL / RLCLEANUP_RAY_URL switch their pollers on."""
-        env = os.environ if env is None else env
-        raw = env.get("RLCLEANUP_SWEEP_ROOTS", "").strip()
-        roots: list[Any]
-        if raw.startswith("["):
-            roots = json.loads(raw)
-        else:
-            roots = [{"uri": part.strip()} for part in raw.split(",") if part.strip()]
-        fields: dict[str, Any] = {"roots": roots, "stall_seconds": 2 * slowest_timeout_seconds}
-        for name, key in (
-            ("stall_seconds", "RLCLEANUP_STALL_SECONDS"),
-            ("page_size", "RLCLEANUP_SWEEP_PAGE_SIZE"),
-            ("lock_stale_seconds", "RLCLEANUP_SWEEP_LOCK_STALE_SECONDS"),
-            ("quiescent_seconds", "RLCLEANUP_SWEEP_QUIESCENT_SECONDS"),
-        ):
-            if env.get(key):
-                fields[name] = env[key]
-        fields["controllers"] = [c for c in ("iris", "ray") if env.get(f"RLCLEANUP_{c.upper()}_URL")]
+    def from_settings(cls, settings: DeploymentSettings, *, slowest_timeout_seconds: float) -> SweepConfig:
+        """From the deployment settings (RLCLEANUP_SWEEP_ROOTS: a JSON list of {"uri", "depth"} or comma-separated
+        URIs, depth 2; each tunable 0 = its default, the stall deadline 2 x the slowest function timeout;
+        RLCLEANUP_IRIS_URL / RLCLEANUP_RAY_DASHBOARD switch their pollers on). ValueError names what is wrong."""
+        raw = settings.sweep_roots.strip()
         try:
+            roots: list[Any] = (
+                json.loads(raw) if raw.startswith("[") else [{"uri": p.strip()} for p in raw.split(",") if p.strip()]
+            )
+            fields: dict[str, Any] = {
+                "roots": roots,
+                "stall_seconds": settings.stall_seconds or 2 * slowest_timeout_seconds,
+                "controllers": [c for c, url in (("iris", settings.iris_url), ("ray", settings.ray_dashboard)) if url],
+            }
+            for name, value in (
+                ("page_size", settings.sweep_page_size),
+                ("lock_stale_seconds", settings.sweep_lock_stale_seconds),
+                ("quiescent_seconds", settings.sweep_quiescent_seconds),
+            ):
+                if value:
+                    fields[name] = value
             return cls.model_validate(fields)
-        except ValidationError as exc:
-            raise ValueError(f"sweep configuration: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from exc
+        except ValueError as exc:  # JSONDecodeError and ValidationError are ValueErrors
+            detail = exc.errors()[0] if isinstance(exc, ValidationError) else None
+            where = f"{detail['loc']}: {detail['msg']}" if detail else str(exc)
+            raise ValueError(f"sweep configuration (RLCLEANUP_SWEEP_*): {where}") from exc
 
 
 # ---------------------------------------------------------------- messages on the `sweep` topic
