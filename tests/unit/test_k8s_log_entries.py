@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rlcleanup.adapters.inprocess_bus import InProcessBus
-from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.models.events import JobEvent
 from rlcleanup.runtime.handlers import dispatch
 from rlcleanup.runtime.ports import Ports
@@ -143,8 +143,15 @@ def _ports(tmp_path: Path, **settings: Any) -> tuple[Ports, list[JobEvent]]:
     bus = InProcessBus()
     seen: list[JobEvent] = []
     bus.subscribe("job-events", lambda data, attrs, mid: seen.append(JobEvent.model_validate_json(data)))
-    records = SqliteRecordStore(tmp_path / "r.db")
-    return Ports(storage=None, records=records, bus=bus, settings=DeploymentSettings(**settings)), seen  # type: ignore[arg-type]
+    db = tmp_path / "r.db"
+    ports = Ports(
+        storage=None,  # type: ignore[arg-type]
+        records=SqliteRunRecords(db),
+        claims=SqliteIdempotencyStore(db),
+        bus=bus,
+        settings=DeploymentSettings(**settings),
+    )
+    return ports, seen
 
 
 def test_handler_publishes_one_event_per_job_end(tmp_path: Path) -> None:
