@@ -215,3 +215,24 @@ def test_generation_only_run(records: dict[str, CompletionRecord]) -> None:
     assert r.not_applicable_evidence[-1].startswith("checkpoints, exports and candidates: ")
     assert r.remaining_work[0].startswith("no export candidates by design: ")
     assert r.status is RecordStatus.complete
+
+
+def test_fused_moe_export_would_not_load(records: dict[str, CompletionRecord]) -> None:
+    r = records["fused-moe-export"]
+    assert (r.terminal_state, _rule(r), r.step_budget) == (TerminalState.completed, "(1)", 20)
+    if not transformers_installed():  # the optional extra: the check is recorded as skipped, never guessed
+        assert _candidates(r) == [(5, True, []), (10, True, []), (15, True, []), (20, True, [])]
+        assert all(any(w.startswith("tensor layout check skipped: ") for w in c.warnings) for c in r.candidates)
+        return
+    # Per-expert Qwen3-MoE tensors load (transformers 5 fuses them at load); fused w1/w2/w3 ones do not.
+    assert _candidates(r) == [(5, True, []), (10, True, []), (15, True, []), (20, False, ["tensor_layout_mismatch"])]
+    (problem,) = r.candidates[3].problems
+    assert problem.startswith("tensor_layout_mismatch: Qwen3MoeForCausalLM from config.json would load with 4 missing")
+    assert "first: model.layers.0.mlp.experts.down_proj" in problem
+    assert "6 unexpected, first: model.layers.0.mlp.moe.experts.w1" in problem
+
+
+def transformers_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("transformers") is not None and importlib.util.find_spec("torch") is not None

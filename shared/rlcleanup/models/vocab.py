@@ -43,6 +43,8 @@ class CandidateProblem(StrEnum):
     internal_error = (
         "internal_error"  # validating it failed (a defect, or input it could not read): invalid until looked at
     )
+    # The tensor names would not load into the architecture config.json declares (transformers' loader rules).
+    tensor_layout_mismatch = "tensor_layout_mismatch"
 
 
 class CheckpointProblem(StrEnum):

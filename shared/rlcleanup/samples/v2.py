@@ -50,7 +50,79 @@ SCENARIOS_V2: dict[str, str] = {
     "without metadata.json (not resumable); completed at 20",
     "generation-only": "launch.yaml with runtime.entrypoint main_generate (training_type null): no budget, no "
     "checkpoints, no candidates; completed",
+    "fused-moe-export": "launch.yaml run of a tiny Qwen3-MoE: exports 5-15 carry per-expert tensors (load fine), "
+    "export 20 fused mlp.moe.experts.w1/w2/w3 ones (tensor_layout_mismatch)",
 }
+
+# A tiny Qwen3-MoE (transformers `qwen3_moe`): 2 layers, 4 experts.
+MOE_LAYERS, MOE_EXPERTS, MOE_HIDDEN, MOE_FF, MOE_VOCAB, MOE_HEADS, MOE_KV, MOE_HEAD_DIM = 2, 4, 64, 32, 256, 4, 2, 16
+
+
+def moe_config() -> dict[str, Any]:
+    return {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "hidden_size": MOE_HIDDEN,
+        "intermediate_size": 128,
+        "moe_intermediate_size": MOE_FF,
+        "num_hidden_layers": MOE_LAYERS,
+        "num_attention_heads": MOE_HEADS,
+        "num_key_value_heads": MOE_KV,
+        "head_dim": MOE_HEAD_DIM,
+        "num_experts": MOE_EXPERTS,
+        "num_experts_per_tok": 2,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "vocab_size": MOE_VOCAB,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def moe_tensors(fused: bool) -> dict[str, list[int]]:
+    """Per-expert names as Qwen3-MoE checkpoints are published, or a fused w1/w2/w3 layout nothing loads."""
+    h, q, kv = MOE_HIDDEN, MOE_HEADS * MOE_HEAD_DIM, MOE_KV * MOE_HEAD_DIM
+    out: dict[str, list[int]] = {"model.embed_tokens.weight": [MOE_VOCAB, h], "model.norm.weight": [h]}
+    out["lm_head.weight"] = [MOE_VOCAB, h]
+    for layer in range(MOE_LAYERS):
+        p = f"model.layers.{layer}."
+        out |= {p + "input_layernorm.weight": [h], p + "post_attention_layernorm.weight": [h]}
+        out |= {p + "self_attn.q_proj.weight": [q, h], p + "self_attn.k_proj.weight": [kv, h]}
+        out |= {p + "self_attn.v_proj.weight": [kv, h], p + "self_attn.o_proj.weight": [h, q]}
+        out |= {p + "self_attn.q_norm.weight": [MOE_HEAD_DIM], p + "self_attn.k_norm.weight": [MOE_HEAD_DIM]}
+        out[p + "mlp.gate.weight"] = [MOE_EXPERTS, h]
+        if fused:
+            out |= {
+                p + "mlp.moe.experts.w1": [MOE_EXPERTS, MOE_FF, h],
+                p + "mlp.moe.experts.w3": [MOE_EXPERTS, MOE_FF, h],
+            }
+            out[p + "mlp.moe.experts.w2"] = [MOE_EXPERTS, h, MOE_FF]
+        else:
+            for e in range(MOE_EXPERTS):
+                out[f"{p}mlp.experts.{e}.gate_proj.weight"] = [MOE_FF, h]
+                out[f"{p}mlp.experts.{e}.up_proj.weight"] = [MOE_FF, h]
+                out[f"{p}mlp.experts.{e}.down_proj.weight"] = [h, MOE_FF]
+    return out
+
+
+def write_moe_export(dest: Path, *, fused: bool) -> None:
+    """One model.safetensors (BF16, zero data) plus config and tokenizer files."""
+    from rlcleanup.samples.hf_export import write_tokenizer_files
+
+    dest.mkdir(parents=True, exist_ok=True)
+    _dump_json(dest / "config.json", moe_config())
+    write_tokenizer_files(dest)
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, shape in sorted(moe_tensors(fused).items()):
+        n = 2
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    (dest / "model.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw + bytes(offset))
 
 
 def _dump_json(path: Path, value: Any) -> None:
@@ -211,7 +283,7 @@ def _launch_doc(step: _Step, aid: str, *, entrypoint: str, training_type: str | 
     }
 
 
-def _write_launch_run(dest: Path, scenario: str, *, generation: bool = False) -> Path:
+def _write_launch_run(dest: Path, scenario: str, *, generation: bool = False, moe: bool = False) -> Path:
     step = _step(dest, f"math-rl-{scenario}")
     aid = hexid(scenario, "attempt", 0, n=12)
     budget = 20
@@ -242,7 +314,11 @@ def _write_launch_run(dest: Path, scenario: str, *, generation: bool = False) ->
         ctx = _ctx(budget, step.t / "checkpoints", step.r / "exports", hf_interval=5)
         (logs,) = _render(ctx, [Link(1, budget, None, "done")], scenario)
         for s in sorted(ctx.exports):
-            write_hf_export(step.r / "exports" / f"global_step_{s}" / "policy")
+            policy = step.r / "exports" / f"global_step_{s}" / "policy"
+            if moe:
+                write_moe_export(policy, fused=s == budget)
+            else:
+                write_hf_export(policy)
         for s in ctx.kept:
             write_checkpoint_dir(step.t / "checkpoints" / f"global_step_{s}", s)
         _marker(step.t / "checkpoints", ctx.kept[-1])
@@ -663,6 +739,8 @@ def write_v2_run(dest: Path, scenario: str) -> Path:
         return _write_launch_run(dest, scenario)
     if scenario == "generation-only":
         return _write_launch_run(dest, scenario, generation=True)
+    if scenario == "fused-moe-export":
+        return _write_launch_run(dest, scenario, moe=True)
     if scenario in ("protocol-v2", "export-expired"):
         training = _write_v2_training(dest, scenario, mode="checkpoint")
         return _write_v2_export(dest, scenario, training, expired=scenario == "export-expired")

@@ -26,6 +26,7 @@ from rlcleanup.formats.checkpoints.base import (
     as_step,
     read_listed_json,
 )
+from rlcleanup.formats.checkpoints.tensor_layout import check_tensor_layout
 from rlcleanup.formats.safetensors_header import CorruptHeaderError, SafetensorsHeader, read_header
 from rlcleanup.models.vocab import CandidateProblem as CP
 from rlcleanup.ports.storage import ObjectInfo, Storage
@@ -231,6 +232,16 @@ def _check_shards(
     return good
 
 
+def _check_tensor_layout(config: dict[str, Any], good: dict[str, SafetensorsHeader], f: Findings) -> None:
+    """Issue 14 item 9: the names `from_pretrained` would report missing / unexpected (formats.checkpoints.
+    tensor_layout, transformers' own rules on the meta device; skipped, and said so, without transformers)."""
+    layout = check_tensor_layout(config, {name for header in good.values() for name in header.tensors})
+    if layout.mismatch:
+        f.add(CP.tensor_layout_mismatch, layout.detail())
+    elif not layout.checked:
+        f.warnings.append(f"tensor layout check skipped: {layout.skipped_reason}")
+
+
 def _check_index(plan: _WeightPlan, good: dict[str, SafetensorsHeader], f: Findings) -> None:
     if plan.weight_map is None:
         return
@@ -315,6 +326,8 @@ class HfSafetensorsExport:
         expected = len(set(plan.weight_map.values())) if plan.weight_map is not None else len(plan.to_read)
         if good and len(good) < expected:
             f.warnings.append(f"parameter count covers only {len(good)} of {expected} shards (the rest are unreadable)")
+        if config is not None and good and len(good) >= expected:
+            _check_tensor_layout(config, good, f)
         _check_trainer_state(step, trainer_state, f)
         return FormatReport(
             parameter_count=counted,
