@@ -65,6 +65,11 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CompletionRec
     return out
 
 
+def _findings(warnings: list[str]) -> list[str]:
+    """Warnings minus the optional tensor-layout check's skip note (recorded when transformers is absent)."""
+    return [w for w in warnings if not w.startswith("tensor layout check skipped: ")]
+
+
 def _candidates(record: CompletionRecord) -> dict[int, tuple[bool, list[str]]]:
     """step -> (valid, problem codes)."""
     return {c.step: (c.valid, [p.split(":", 1)[0] for p in c.problems]) for c in record.candidates}
@@ -137,7 +142,7 @@ def test_completed_resumed(records: dict[str, CompletionRecord]) -> None:
     assert (r.chain.coverage.first_step, r.chain.coverage.last_step, r.chain.coverage.gaps) == (1, 20, [])
     assert _candidates(r) == {5: (True, []), 10: (True, []), 15: (True, []), 20: (True, [])}
     assert all(c.parameter_count == PARAMS and c.estimated_parameter_count == ESTIMATE for c in r.candidates)
-    assert all((c.shard_count, c.warnings) == (3, []) for c in r.candidates)
+    assert all((c.shard_count, _findings(c.warnings)) == (3, []) for c in r.candidates)
     assert r.resume_safety is not None and (r.resume_safety.safe, r.resume_safety.from_step) == (True, 20)
     assert r.registration == NO_REGISTRATION
     assert r.remaining_work == [*_unresolved([5, 10, 15, 20]), HANDOFF, RECLAIM]
