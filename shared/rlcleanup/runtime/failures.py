@@ -41,9 +41,9 @@ from rlcleanup.models.outcomes import CapturePartOutcome, LogScanOutcome, Member
 from rlcleanup.models.record import Candidate, ResumeSafety, RunError
 from rlcleanup.models.vocab import CandidateProblem, RecordStatus
 from rlcleanup.runtime.claims import failed_claim
+from rlcleanup.runtime.layouts import run_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.steps.facts import safe_run_id
-from rlcleanup.steps.layout import discover
 from rlcleanup.uris import basename, join, parent
 
 log = logging.getLogger(__name__)
@@ -168,14 +168,17 @@ def member_failure(p: Ports, key: str, data: bytes, error: PermanentError) -> Ba
         ok=False,
         error=failure,
         candidate=Candidate(
-            step=check.step, uri=_export_uri(p, check.run_uri, check.step), valid=False, problems=[problem]
+            step=check.step,
+            uri=_export_uri(p, check.run_id, check.run_uri, check.step),
+            valid=False,
+            problems=[problem],
         ),
     )
 
 
-def _export_uri(p: Ports, run_uri: str, step: int) -> str:
+def _export_uri(p: Ports, run_id: str, run_uri: str, step: int) -> str:
     try:
-        return discover(p.storage, run_uri).export_uri(step)
+        return run_layout(p, run_id, run_uri).export_uri(step)
     except Exception:  # the listing may be what failed: name the conventional place instead
         return join(run_uri, "exports", f"global_step_{step}", "policy")
 

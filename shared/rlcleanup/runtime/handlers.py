@@ -27,6 +27,7 @@ from rlcleanup.runtime.claims import BUSY
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.failures import decode, finish_failed, identify, to_permanent
 from rlcleanup.runtime.guard import guarded_ports
+from rlcleanup.runtime.layouts import CLASSIFY_KEY, run_layout, snapshot_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.settings import in_run_buckets
@@ -128,13 +129,16 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
             event_source=event.source,
             controller_absent=event.controller_absent,
         )
+        snapshot: dict[str, str] = {}
         if kind is ClassificationKind.agentic:
             _publish(p, "agentic-runs", next_msg)
         elif kind is ClassificationKind.standard:
+            # Discover once: every later hop reads this snapshot instead of listing the run again.
+            snapshot = snapshot_layout(p, run_id, preserve_root, layout)
             _publish(p, "run-classified", next_msg)
-        return {"kind": kind.value}
+        return {"kind": kind.value, **snapshot}
 
-    result = _once(p, run_id, "classify", work)
+    result = _once(p, run_id, CLASSIFY_KEY, work)
     return f"classified {run_id}: {result['kind']}" if result else f"duplicate: {run_id} already classified"
 
 
@@ -145,7 +149,7 @@ def establish_terminal_state(p: Ports, data: bytes, attributes: dict[str, str]) 
     msg = decode(RunMessage, data)
 
     def plan() -> dict[str, Any]:
-        layout = discover(p.storage, msg.run_uri)
+        layout = run_layout(p, msg.run_id, msg.run_uri)
         dest_root = capture_step.preserved_root(msg.preserve_root, msg.run_id)
         parts = logscan.plan_log_scan(layout)
         for part in parts:
@@ -189,7 +193,7 @@ def _maybe_fan_in_terminal(p: Ports, run_id: str) -> str:
     outcomes = {part_id: LogScanOutcome.model_validate(done[f"log-scan:{part_id}"]) for part_id, _ in parts}
 
     def work() -> dict[str, Any]:
-        layout = discover(p.storage, msg.run_uri)
+        layout = run_layout(p, msg.run_id, msg.run_uri)
         # A failed part has no stored scan: settle on the parts that were read, and say which files were not.
         scans = logscan.assemble(p.storage, plan["dest_root"], [part for part in parts if outcomes[part[0]].ok])
         p.records.add_errors(run_id, _errors("terminal_state", _unread_logs(outcomes)))
@@ -231,7 +235,7 @@ def plan_capture(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     msg = decode(RunMessage, data)
 
     def work() -> dict[str, Any]:
-        layout = discover(p.storage, msg.run_uri)
+        layout = run_layout(p, msg.run_id, msg.run_uri)
         plan = capture_step.plan_capture(p.storage, layout, msg.run_id, msg.preserve_root)
         p.records.add_errors(msg.run_id, _errors("capture", plan.errors))
         for part in plan.parts:
@@ -292,7 +296,7 @@ def _maybe_fan_in_capture(p: Ports, run_id: str, run_uri: str, preserve_root: st
             },
         )
         p.records.add_errors(run_id, _errors("capture", summary.errors))
-        layout = discover(p.storage, run_uri)
+        layout = run_layout(p, run_id, run_uri)
         targets = [f"candidate:{step}" for step in layout.export_steps] + ["resume"]
         # The fan-in set is stored BEFORE the fan-out: a validation that finishes before this claim completes
         # must still know which siblings to wait for (an empty/unknown set would look like "all done").
@@ -327,7 +331,7 @@ def validate_one(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     msg = decode(CandidateMessage, data)
 
     def work() -> dict[str, Any]:
-        layout = discover(p.storage, msg.run_uri)
+        layout = run_layout(p, msg.run_id, msg.run_uri)
         record = p.records.get(msg.run_id)
         if msg.step is None:
             return ValidationOutcome(resume_safety=check_resume_safety(p.storage, layout)).model_dump(mode="json")
@@ -368,7 +372,7 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         outcomes = [ValidationOutcome.model_validate(r) for r in p.claims.results(msg.run_id, "validate:").values()]
         candidates = sorted((o.candidate for o in outcomes if o.candidate), key=lambda c: c.step)
         resume = next((o.resume_safety for o in outcomes if o.resume_safety), None)
-        layout = discover(p.storage, msg.run_uri)
+        layout = run_layout(p, msg.run_id, msg.run_uri)
         record = p.records.get(msg.run_id)
         if record is None:
             raise PermanentError("no_record", f"run {msg.run_id} has no record to finish")

@@ -1,0 +1,31 @@
+"""Discover once: the run's layout is discovered by classification and read back from its snapshot after that.
+
+Classification (on-job-event) stores the `RunLayout` write-once beside the evidence
+(`steps/layout_snapshot.py`) and names it in its own claim result, so a later hop finds it in our record store —
+never in a message, which could otherwise choose where we read. One GET replaces a whole discovery (dozens of
+listings). A run classified before snapshots existed is discovered again, as it was.
+"""
+
+from __future__ import annotations
+
+from rlcleanup.runtime.ports import Ports
+from rlcleanup.steps import capture as capture_step
+from rlcleanup.steps.layout import RunLayout, discover
+from rlcleanup.steps.layout_snapshot import load_layout, save_layout
+
+CLASSIFY_KEY = "classify"  # the claim whose result names the snapshot
+
+
+def snapshot_layout(p: Ports, run_id: str, preserve_root: str, layout: RunLayout) -> dict[str, str]:
+    """Store the layout; returns the fields classification keeps in its claim result."""
+    dest_root = capture_step.preserved_root(preserve_root, run_id)
+    return {"layout_uri": save_layout(p.storage, dest_root, layout), "dest_root": dest_root}
+
+
+def run_layout(p: Ports, run_id: str, run_uri: str) -> RunLayout:
+    """The layout classification stored for this run (or a fresh discovery for a run classified without one)."""
+    stored = p.claims.result(run_id, CLASSIFY_KEY) or {}
+    uri, dest_root = stored.get("layout_uri"), stored.get("dest_root")
+    if not isinstance(uri, str) or not isinstance(dest_root, str):
+        return discover(p.storage, run_uri)
+    return load_layout(p.storage, uri, dest_root=dest_root, run_uri=run_uri)
