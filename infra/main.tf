@@ -39,4 +39,9 @@ module "rlcleanup" {
   topology_topics                  = var.topology_topics
   topology_functions               = var.topology_functions
   topology_sinks                   = var.topology_sinks
+  s3_endpoints                     = var.s3_endpoints
+  enable_hub_destination           = var.enable_hub_destination
+  hf_endpoint                      = var.hf_endpoint
+  hub_upload_image                 = var.hub_upload_image
+  hub_upload_timeout_seconds       = var.hub_upload_timeout_seconds
 }

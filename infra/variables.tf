@@ -209,3 +209,33 @@ variable "job_event_publishers" {
   type        = list(string)
   default     = []
 }
+
+variable "s3_endpoints" {
+  description = "S3-compatible run stores by name; one Secret Manager secret each (see the module)."
+  type        = map(object({ buckets = list(string) }))
+  default     = {}
+}
+
+variable "enable_hub_destination" {
+  description = "Create the HF token secret and the Hub upload job (see the module)."
+  type        = bool
+  default     = false
+}
+
+variable "hf_endpoint" {
+  description = "The Hugging Face Hub endpoint (see the module)."
+  type        = string
+  default     = "https://huggingface.co"
+}
+
+variable "hub_upload_image" {
+  description = "Container image of the Hub upload job (see the module)."
+  type        = string
+  default     = ""
+}
+
+variable "hub_upload_timeout_seconds" {
+  description = "Timeout of one Hub upload job task (see the module)."
+  type        = number
+  default     = 21600
+}

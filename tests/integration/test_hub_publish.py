@@ -250,3 +250,37 @@ def test_a_planted_token_is_refused_before_the_repo_gets_a_byte(
     assert not any(
         k.startswith(("PUT", "POST /api/models/{repo}/commit", "POST /api/models/{repo}/preupload")) for k in spent
     )
+
+
+def test_the_upload_job_reverifies_the_filed_grant_and_files_the_outcome(
+    hub: Standin, world: tuple[World, Any], uid: str
+) -> None:
+    """The Cloud Run job path (authority/hub_job.py): the grant filed on the ledger, re-verified, uploaded with
+    progress, the outcome filed as apply-grant would; a forged ledger entry is refused."""
+    from rlcleanup.authority import ledger
+    from rlcleanup.authority.grants import GrantState, verify
+    from rlcleanup.authority.hub_job import run_job
+
+    w, key = world
+    p = w.stack.ports
+    grant = _grant(w, f"hf://rl-team/job-{uid}")
+    message = w.message(grant, key=key)
+    verdict = verify(p.records, message, p.clock.now(), expected_run=w.run_id)
+    assert verdict.refusal is None
+    assert ledger.file_grant(p.records, w.run_id, grant.grant_id, verdict, GrantState.applying, p.clock.now())
+    outcome = run_job(p, w.run_id, grant.grant_id)
+    assert outcome.state == "handed_off", outcome
+    doc = ledger.get_grant_doc(p.records, w.run_id, grant.grant_id)
+    assert doc is not None and doc["state"] == "used" and doc["outcome"]["uri"] == outcome.uri
+    assert w.action(grant.grant_id)["state"] == "handed_off"  # synced onto the record
+    assert MARKER in hub.files(f"rl-team/job-{uid}")
+    assert run_job(p, w.run_id, grant.grant_id).detail == "already applied"  # a restarted job redoes nothing
+
+    forged = _grant(w, f"hf://rl-team/forged-{uid}")
+    other_key = new_key()
+    fverdict = verify(p.records, w.message(forged, key=other_key), p.clock.now(), expected_run=w.run_id)
+    assert fverdict.raw is not None and fverdict.signature  # filed as if it had passed (a tampered ledger)
+    ledger.file_grant(p.records, w.run_id, forged.grant_id, fverdict, GrantState.applying, p.clock.now())
+    refused = run_job(p, w.run_id, forged.grant_id)
+    assert refused.refusal is not None and refused.refusal.value == "bad_signature"
+    assert "rl-team/forged" not in json.dumps(hub.stats())

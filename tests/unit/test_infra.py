@@ -559,3 +559,26 @@ def test_sink_filter_matches_what_the_adapter_reads(parsed: dict[str, dict[str, 
         assert f'\\"{reason}\\"' in default or f'"{reason}"' in default, reason
     for method in k8s.STATUS_METHODS:
         assert method in default
+
+
+@needs_terraform
+def test_s3_endpoint_secrets_and_hub_token_are_least_privilege(tmp_path: Path, tfvars: dict[str, Any]) -> None:
+    """Issue 15: one Secret Manager secret per S3 endpoint, readable by exactly the functions that read runs; the HF
+    token by exactly the grant-applying functions (plus the upload job, in hub.tf); hf:// prefixes get no bucket IAM."""
+    readers, appliers, storage, access = _console(
+        tmp_path,
+        ["local.s3_secret_readers", "local.grant_appliers", "local.storage_bindings", "local.access"],
+        s3_endpoints={"coreweave": {"buckets": ["marin-us-east-02a"]}, "r2": {"buckets": ["marin-na"]}},
+        allowed_destination_prefixes=["gs://handoff-x/releases/", "hf://marin-community/"],
+    )
+    run_readers = {fn for fn, a in access.items() if a["read_runs"]}
+    assert {(b["function"], b["endpoint"]) for b in readers.values()} == {
+        (fn, ep) for fn in run_readers for ep in ("coreweave", "r2")
+    }
+    assert set(appliers) == set(GRANT_APPLIERS)
+    assert {b["bucket"] for b in storage.values() if b["role"] == "roles/storage.objectCreator"} == {"handoff-x"}
+    hub = (MODULE / "hub.tf").read_text()
+    functions = (MODULE / "functions.tf").read_text()
+    assert "contains(local.s3_readers, each.key) ? var.s3_endpoints : {}" in functions
+    assert "contains(local.grant_appliers, each.key)" in functions and "secret_key_ref" in hub
+    assert "google_cloud_run_v2_job" in hub and "roles/run.jobsExecutorWithOverrides" in hub

@@ -69,11 +69,34 @@ resource "google_cloudfunctions2_function" "fn" {
         version    = "latest"
       }
     }
+
+    # Credentials come from Secret Manager, never from plain variables: each S3 endpoint's secret only on the
+    # functions that read runs, the HF token only on the grant-applying functions (s3.tf, hub.tf).
+    dynamic "secret_environment_variables" {
+      for_each = contains(local.s3_readers, each.key) ? var.s3_endpoints : {}
+      content {
+        key        = "RLCLEANUP_S3_ENDPOINT_${upper(replace(secret_environment_variables.key, "-", "_"))}"
+        project_id = var.project_id
+        secret     = google_secret_manager_secret.s3_endpoint[secret_environment_variables.key].secret_id
+        version    = "latest"
+      }
+    }
+    dynamic "secret_environment_variables" {
+      for_each = var.enable_hub_destination && contains(local.grant_appliers, each.key) ? toset(["HF_TOKEN"]) : toset([])
+      content {
+        key        = secret_environment_variables.value
+        project_id = var.project_id
+        secret     = google_secret_manager_secret.hf_token[0].secret_id
+        version    = "latest"
+      }
+    }
   }
 
   depends_on = [
     google_project_service.enabled,
     google_project_iam_member.builder,
     google_storage_bucket_iam_member.builder_source_reader,
+    google_secret_manager_secret_iam_member.s3_endpoint_reader,
+    google_secret_manager_secret_iam_member.hf_token_reader,
   ]
 }

@@ -74,7 +74,17 @@ locals {
     for fn, f in var.topology_functions : fn => { topic = f.dead_letter_topic } if contains(f.publishes, f.dead_letter_topic)
   }
 
-  destination_buckets = toset([for p in var.allowed_destination_prefixes : regex("^gs://([^/]+)/", p)[0]])
+  # hf:// prefixes (Hub hand-off, hub.tf) carry no bucket IAM: only gs:// prefixes name destination buckets.
+  destination_buckets = toset([for p in var.allowed_destination_prefixes : regex("^gs://([^/]+)/", p)[0] if startswith(p, "gs://")])
+
+  # S3 endpoint secrets (s3.tf): every function that reads runs gets each endpoint's secret ("<fn>/<endpoint>").
+  s3_readers = sort([for fn, a in local.access : fn if a.read_runs])
+  s3_secret_readers = merge([
+    for fn in local.s3_readers : { for ep in keys(var.s3_endpoints) : "${fn}/${ep}" => { function = fn, endpoint = ep } }
+  ]...)
+
+  # The functions that apply grants (and so may hand off to the Hub), and who may read the HF token (hub.tf).
+  grant_appliers = sort([for fn, a in local.access : fn if a.write_destinations])
 
   # Bucket-scoped storage bindings ("<fn>/<role>/<bucket>" => binding).
   storage_bindings = merge(

@@ -103,13 +103,13 @@ variable "approver_principals" {
 }
 
 variable "allowed_destination_prefixes" {
-  description = "gs:// prefixes that grants may hand off or publish to. The grant function gets write access on these buckets; the prefix itself is enforced in code."
+  description = "gs:// (and hf://namespace/) prefixes that grants may hand off or publish to. The grant function gets write access on these buckets; the prefix itself is enforced in code."
   type        = list(string)
   default     = []
 
   validation {
-    condition     = alltrue([for p in var.allowed_destination_prefixes : can(regex("^gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]/", p))])
-    error_message = "allowed_destination_prefixes entries must look like gs://bucket/prefix/ (a bucket name followed by a slash)."
+    condition     = alltrue([for p in var.allowed_destination_prefixes : can(regex("^(gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]|hf://[A-Za-z0-9][A-Za-z0-9._-]*)/", p))])
+    error_message = "allowed_destination_prefixes entries must look like gs://bucket/prefix/ or hf://namespace/ (followed by a slash)."
   }
 }
 
@@ -347,5 +347,50 @@ variable "job_event_publishers" {
   validation {
     condition     = alltrue([for p in var.job_event_publishers : can(regex("^(user|group|serviceAccount):[^@\\s]+@[^@\\s]+\\.[a-z]+$", p))])
     error_message = "job_event_publishers must be \"user:\", \"group:\" or \"serviceAccount:\" members with an email address."
+  }
+}
+
+variable "s3_endpoints" {
+  description = "S3-compatible run stores (CoreWeave, R2), by name: each gets one Secret Manager secret <prefix>-s3-<name> holding its endpoint JSON (docs/s3.md), readable only by the functions that read runs. The buckets are documentation here; the secret's JSON routes them."
+  type        = map(object({ buckets = list(string) }))
+  default     = {}
+
+  validation {
+    condition     = alltrue([for name in keys(var.s3_endpoints) : can(regex("^[a-z][a-z0-9-]{0,20}$", name))])
+    error_message = "s3_endpoints names must be lower-case letters, digits and dashes (at most 21 characters), e.g. coreweave."
+  }
+}
+
+variable "enable_hub_destination" {
+  description = "Create the HF token secret and the Cloud Run job that uploads large hand-offs to the Hugging Face Hub."
+  type        = bool
+  default     = false
+}
+
+variable "hf_endpoint" {
+  description = "The Hugging Face Hub endpoint the upload job talks to."
+  type        = string
+  default     = "https://huggingface.co"
+}
+
+variable "hub_upload_image" {
+  description = "Container image of the Hub upload job (the rlcleanup package; built by Cloud Build). Required when enable_hub_destination is true."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = var.hub_upload_image == "" || can(regex("^[a-z0-9.-]+(:[0-9]+)?/\\S+$", var.hub_upload_image))
+    error_message = "hub_upload_image must be an image reference such as us-docker.pkg.dev/PROJECT/REPO/rlcleanup:TAG."
+  }
+}
+
+variable "hub_upload_timeout_seconds" {
+  description = "Timeout of one Hub upload job task (each retry resumes where the last stopped)."
+  type        = number
+  default     = 21600
+
+  validation {
+    condition     = var.hub_upload_timeout_seconds >= 600 && var.hub_upload_timeout_seconds <= 604800
+    error_message = "hub_upload_timeout_seconds must be between 600 and 604800 (7 days, Cloud Run's limit)."
   }
 }

@@ -1,0 +1,132 @@
+# The Hugging Face Hub as a publish / hand-off destination (docs/hub.md). A large export exceeds one function
+# invocation, so apply-grant starts the Cloud Run job below for it (resumable: files already on the Hub with the
+# same sha256 are skipped). The HF token is a Secret Manager secret (value added out of band, never in state),
+# readable only by the job's own service account and by the two grant-applying functions (small exports inline).
+
+locals {
+  # Who may read the HF token: the grant-applying functions (small exports are uploaded inline) and the job.
+  hub_token_readers = var.enable_hub_destination ? merge(
+    { for fn in local.grant_appliers : fn => google_service_account.runtime[fn].member },
+    { hub-upload-job = google_service_account.hub_upload[0].member },
+  ) : {}
+}
+
+resource "google_secret_manager_secret" "hf_token" {
+  count = var.enable_hub_destination ? 1 : 0
+
+  secret_id = "${var.name_prefix}-hf-token"
+  labels    = { app = "rlcleanup", purpose = "hub-destination" }
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_service_account" "hub_upload" {
+  count = var.enable_hub_destination ? 1 : 0
+
+  account_id   = "${var.name_prefix}-hub-upload"
+  display_name = "rlcleanup Hub upload job"
+  description  = "Runs the resumable Hugging Face Hub upload job for large hand-offs; reads runs and evidence."
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_secret_manager_secret_iam_member" "hf_token_reader" {
+  for_each = local.hub_token_readers
+
+  secret_id = google_secret_manager_secret.hf_token[0].id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = each.value
+}
+
+resource "google_cloud_run_v2_job" "hub_upload" {
+  count = var.enable_hub_destination ? 1 : 0
+
+  name                = "${var.name_prefix}-hub-upload"
+  location            = var.region
+  labels              = { app = "rlcleanup" }
+  deletion_protection = false
+
+  template {
+    task_count  = 1
+    parallelism = 1
+
+    template {
+      service_account = google_service_account.hub_upload[0].email
+      timeout         = "${var.hub_upload_timeout_seconds}s"
+      max_retries     = 3 # each retry resumes: verified files are skipped
+
+      containers {
+        image   = var.hub_upload_image
+        command = ["python", "-m", "rlcleanup.authority.hub_job"]
+
+        resources {
+          limits = { cpu = "2", memory = "4Gi" }
+        }
+
+        env {
+          name  = "GOOGLE_CLOUD_PROJECT"
+          value = var.project_id
+        }
+        env {
+          name  = "HF_ENDPOINT"
+          value = var.hf_endpoint
+        }
+        env {
+          name = "HF_TOKEN"
+          value_source {
+            secret_key_ref {
+              secret  = google_secret_manager_secret.hf_token[0].secret_id
+              version = "latest"
+            }
+          }
+        }
+        dynamic "env" {
+          for_each = var.s3_endpoints
+          content {
+            name = "RLCLEANUP_S3_ENDPOINT_${upper(replace(env.key, "-", "_"))}"
+            value_source {
+              secret_key_ref {
+                secret  = google_secret_manager_secret.s3_endpoint[env.key].secret_id
+                version = "latest"
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  depends_on = [google_project_service.enabled, google_secret_manager_secret_iam_member.hf_token_reader]
+}
+
+# apply-grant / retry-waiting-grants start the job with per-grant overrides (run id, grant id), nothing more.
+resource "google_cloud_run_v2_job_iam_member" "hub_upload_starter" {
+  for_each = var.enable_hub_destination ? toset(local.grant_appliers) : toset([])
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_job.hub_upload[0].name
+  role     = "roles/run.jobsExecutorWithOverrides"
+  member   = google_service_account.runtime[each.key].member
+}
+
+# The job reads the run (any run bucket), the preserved evidence, and records progress on the run (Firestore).
+resource "google_storage_bucket_iam_member" "hub_upload_reads" {
+  for_each = var.enable_hub_destination ? toset(concat(var.run_buckets, [google_storage_bucket.evidence.name])) : toset([])
+
+  bucket = each.key
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.hub_upload[0].member
+}
+
+resource "google_project_iam_member" "hub_upload_firestore" {
+  count = var.enable_hub_destination ? 1 : 0
+
+  project = var.project_id
+  role    = "roles/datastore.user"
+  member  = google_service_account.hub_upload[0].member
+}
