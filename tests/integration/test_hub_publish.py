@@ -255,11 +255,11 @@ def test_a_planted_token_is_refused_before_the_repo_gets_a_byte(
 def test_the_upload_job_reverifies_the_filed_grant_and_files_the_outcome(
     hub: Standin, world: tuple[World, Any], uid: str
 ) -> None:
-    """The Cloud Run job path (authority/hub_job.py): the grant filed on the ledger, re-verified, uploaded with
+    """The Cloud Run job path (runtime/hub_job.py): the grant filed on the ledger, re-verified, uploaded with
     progress, the outcome filed as apply-grant would; a forged ledger entry is refused."""
     from rlcleanup.authority import ledger
     from rlcleanup.authority.grants import GrantState, verify
-    from rlcleanup.authority.hub_job import run_job
+    from rlcleanup.runtime.hub_job import run_job
 
     w, key = world
     p = w.stack.ports

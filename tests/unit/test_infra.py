@@ -290,8 +290,13 @@ def test_functions_run_as_their_own_service_account(parsed: dict[str, dict[str, 
         secrets = {
             d["content"][0]["key"] for d in svc.get("dynamic", []) for d in [d.get("secret_environment_variables")] if d
         }
-        assert set(env) - FRAMEWORK_VARIABLES | secrets == env_names()
-        assert secrets == {"RLCLEANUP_IRIS_TOKEN"}
+        # Credentials the adapters read themselves (issue 15): each S3 endpoint's JSON, the Hub token.
+        credentials = {
+            'RLCLEANUP_S3_ENDPOINT_${upper(replace(secret_environment_variables.key, "-", "_"))}',
+            "HF_TOKEN",
+        }
+        assert set(env) - FRAMEWORK_VARIABLES | (secrets - credentials) == env_names()
+        assert secrets == {"RLCLEANUP_IRIS_TOKEN", *credentials}
         assert env["RLCLEANUP_FUNCTION"] == "${each.key}"
         assert env["RLCLEANUP_LEASE_SECONDS"] == "${tostring(each.value.timeout_seconds)}"
         build = _block(body, "build_config")

@@ -82,11 +82,11 @@ resource "google_cloudfunctions2_function" "fn" {
       }
     }
     dynamic "secret_environment_variables" {
-      for_each = var.enable_hub_destination && contains(local.grant_appliers, each.key) ? toset(["HF_TOKEN"]) : toset([])
+      for_each = var.enable_hub_destination && contains(local.grant_appliers, each.key) ? [google_secret_manager_secret.hf_token[0].secret_id] : []
       content {
-        key        = secret_environment_variables.value
+        key        = "HF_TOKEN"
         project_id = var.project_id
-        secret     = google_secret_manager_secret.hf_token[0].secret_id
+        secret     = secret_environment_variables.value
         version    = "latest"
       }
     }

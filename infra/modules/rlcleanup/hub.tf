@@ -61,7 +61,7 @@ resource "google_cloud_run_v2_job" "hub_upload" {
 
       containers {
         image   = var.hub_upload_image
-        command = ["python", "-m", "rlcleanup.authority.hub_job"]
+        command = ["python", "-m", "rlcleanup.runtime.hub_job"]
 
         resources {
           limits = { cpu = "2", memory = "4Gi" }

@@ -1,4 +1,4 @@
-"""The Hub upload as a Cloud Run job (`python -m rlcleanup.authority.hub_job`, infra/modules/rlcleanup/hub.tf), for
+"""The Hub upload as a Cloud Run job (`python -m rlcleanup.runtime.hub_job`, infra/modules/rlcleanup/hub.tf), for
 exports too large for one function invocation.
 
 Started with the overrides RLCLEANUP_HUB_RUN_ID and RLCLEANUP_HUB_GRANT_ID. It never trusts them alone: the grant
@@ -18,12 +18,11 @@ from rlcleanup.authority.grants import GrantState, Refusal, verify
 from rlcleanup.authority.hub_publish import publish_to_hub
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.errors import PermanentError
+from rlcleanup.runtime.authority_handlers import _state_for, sync_record
 from rlcleanup.runtime.ports import Ports
 
 
 def run_job(p: Ports, run_id: str, gid: str) -> Outcome:
-    from rlcleanup.runtime.authority_handlers import _state_for, sync_record
-
     doc = ledger.get_grant_doc(p.records, run_id, gid)
     if doc is None:
         raise PermanentError("bad_input", f"no grant {gid!r} is filed on run {run_id!r}")
