@@ -177,3 +177,41 @@ def test_a_malformed_continuation_is_dead_lettered(tmp_path: Path) -> None:
     stack.bus.drain()
     dead = [m for m in stack.bus.published if m.topic == "sweep-dlq"]
     assert len(dead) == 1 and dead[0].attributes["rlcleanup_error"] == "bad_sweep_message"
+
+
+def test_a_quiet_layout_c_run_is_settled_from_its_artifacts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    write_sample_run(tmp_path / "slurm", "legacy-metrics")  # Layout C: no status file, no terminal.json
+    root = tmp_path / "slurm" / "rl_ckpts"
+    monkeypatch.setenv("RLCLEANUP_SWEEP_ROOTS", json.dumps([{"uri": str(root), "depth": 1}]))
+    stack = _stack(tmp_path)
+    _tick(stack, datetime.now(UTC) + timedelta(hours=1))  # written just now: still writing, left alone
+    assert _job_events(stack.bus) == []
+    day_ago = (datetime.now(UTC) - timedelta(days=2)).timestamp()
+    for path in root.rglob("*"):
+        os.utime(path, (day_ago, day_ago))
+    _tick(stack, datetime.now(UTC))
+    events = _job_events(stack.bus)
+    assert [(e.source, e.state) for e in events] == [("sweep", "ABSENT")]
+    assert events[0].error and "Layout C run quiet since" in events[0].error
+    records = list(stack.ports.records.list_runs())
+    assert len(records) == 1 and records[0].run_uri == str(root / "math-grpo-tiny-llama-legacy")
+    assert records[0].status in (RecordStatus.awaiting_authority, RecordStatus.complete)
+    _tick(stack, datetime.now(UTC) + timedelta(minutes=15))  # recorded now: the next sweep emits nothing
+    assert len(_job_events(stack.bus)) == 1, records[0].run_id
+
+
+def test_a_root_on_storage_without_child_listing_is_dead_lettered_not_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class NoChildren:
+        def list_children(self, prefix_uri: str, page_token: str | None = None, page_size: int = 200) -> Any:
+            raise NotImplementedError(f"{prefix_uri}: this storage cannot list a prefix's children page by page")
+
+    monkeypatch.setenv("RLCLEANUP_SWEEP_ROOTS", "s3://bucket/runs")
+    stack = _stack(tmp_path)
+    stack.ports.storage = NoChildren()  # type: ignore[assignment]
+    _tick(stack, LATER)
+    dead = [m for m in stack.bus.published if m.topic == "sweep-dlq"]
+    assert [m.attributes["rlcleanup_error"] for m in dead] == ["sweep_unsupported_storage"]

@@ -276,8 +276,8 @@ variable "sweep_roots" {
   default     = []
 
   validation {
-    condition     = alltrue([for r in var.sweep_roots : can(regex("^(gs|s3)://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/.*)?$", r.uri)) && r.depth >= 1 && r.depth <= 6])
-    error_message = "sweep_roots entries need a gs:// or s3:// uri and a depth between 1 and 6."
+    condition     = alltrue([for r in var.sweep_roots : can(regex("^gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/.*)?$", r.uri)) && r.depth >= 1 && r.depth <= 6])
+    error_message = "sweep_roots entries need a gs:// uri (s3:// roots cannot be listed page by page yet) and a depth between 1 and 6."
   }
 }
 

@@ -131,7 +131,10 @@ def sweep(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         return f"tick: {len(fanout)} sweep messages ({len(config.roots)} roots)"
     if isinstance(msg, SweepPage):
         storage = cast(ChildLister, p.storage)
-        out = sweep_page(storage, p.records, msg, now, config)
+        try:
+            out = sweep_page(storage, p.records, msg, now, config)
+        except NotImplementedError as exc:  # a root on a backend without page-by-page listing (s3 today)
+            raise PermanentError("sweep_unsupported_storage", str(exc)) from exc
         for page in out.continuations:
             p.bus.publish(SWEEP_TOPIC, page.model_dump_json().encode(), {"kind": page.kind})
         for event in out.events:

@@ -201,8 +201,11 @@ def _newest(objects: list[ObjectInfo]) -> datetime | None:
     return max((o.updated for o in objects if o.updated is not None), default=None)
 
 
-def run_id_hint(run_uri: str) -> str:
-    """Layout A run ids are `<name>-<version>` (run-layout.md); Layout C runs are named by their directory."""
+def run_id_hint(run_uri: str, depth: int = 2) -> str:
+    """The id the pipeline files a run under: Layout A `<name>-<version>` (a run two levels below a Marin prefix,
+    run-layout.md), Layout C its directory's name (a run directly below its root)."""
+    if depth == 1:
+        return safe_run_id(basename(run_uri))
     return safe_run_id(f"{basename(parent(run_uri))}-{basename(run_uri)}")
 
 
@@ -227,7 +230,7 @@ def sweep_page(
         out.continuations += [SweepPage(root=msg.root, prefix=p, level=msg.level + 1) for p in page.prefixes]
         return out
     for run_uri in page.prefixes:
-        record = _record(records, run_uri)
+        record = records.get(run_id_hint(run_uri, msg.root.depth))
         if record is not None:
             out.skipped[run_uri] = f"record {record.run_id} is {record.status.value}"
             continue
@@ -247,10 +250,6 @@ def sweep_page(
             )
         )
     return out
-
-
-def _record(records: RunRecords, run_uri: str) -> CompletionRecord | None:
-    return records.get(run_id_hint(run_uri))
 
 
 # ---------------------------------------------------------------- stalled records
