@@ -16,6 +16,7 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -218,6 +219,15 @@ def test_block_scanner_matches_the_line_scanner(data: bytes, block: int) -> None
     assert_same(data, block)
 
 
+@MANY
+@given(data=log_file(), block=st.sampled_from([32, 4096]), window=st.sampled_from([1, 40, 200]))
+def test_backward_stamp_search_past_its_window(data: bytes, block: int, window: int) -> None:
+    """The last stamp before a hit is searched backwards over _BACK_WINDOW bytes, then forwards (RE2) over the rest:
+    shrink the window so generated logs take both paths."""
+    with mock.patch.object(logs, "_BACK_WINDOW", window):
+        assert_same(data, block)
+
+
 def test_every_block_size_on_a_mixed_log() -> None:
     lines = [s.encode() for s in (*STAMPS, *CHATTER, *HITS, *TRACEBACK)]
     data = b"".join(line + ENDINGS[i % len(ENDINGS)] for i, line in enumerate(lines))
@@ -225,6 +235,16 @@ def test_every_block_size_on_a_mixed_log() -> None:
     assert want.errors and want.events and want.metric_rows and want.first_timestamp  # the log exercises them all
     for block in range(1, 97):
         assert_same(data, block)
+
+
+def test_backward_stamp_search_window_edges() -> None:
+    """Every window size up to past a line: some window edge falls inside the last stamp."""
+    data = b"2026-11-30 08:00:01 a\nINFO 03-30 08:16:00 [m.py:1] b\n2025-01-02 03:04:05 c\nquiet\nCUDA error: x\n"
+    want = assert_same(data, 4096)
+    assert want.errors[0].timestamp is not None and want.errors[0].timestamp.year == 2025
+    for window in range(1, 80):
+        with mock.patch.object(logs, "_BACK_WINDOW", window):
+            assert_same(data, 4096)
 
 
 # -- giant lines ----------------------------------------------------------------------------------------------
