@@ -1,15 +1,21 @@
 """First-causal-error scan over a large run's logs: MB/s per core and peak RSS, vs `grep -n` over the same files.
 
 The scan (parsing.logs.scan_attempt over every attempt, then steps.terminal.find_first_error) runs in a fresh
-child process so its peak RSS (getrusage ru_maxrss) is its own; grep runs over exactly the files the scanner
-reads (log_order: python-core-*.log and binaries are skipped by both). Single-threaded: CPU s ≈ wall s.
-Run: .venv/bin/python bench/bench_logs.py [--full] [--run R]
+child process so its peak RSS is its own (VmHWM from /proc/self/status: getrusage's ru_maxrss survives exec on
+Linux and would report the parent's peak at fork); the parent discovers the run once and hands the
+child its attempts (ids and log uris), so the child's peak is imports + the scan, not the listing of 10,000 objects.
+grep runs over exactly the files the scanner reads (log_order: python-core-*.log and binaries are skipped by both).
+Single-threaded: CPU s ~ wall s. The block scanner is compared with the line scanner it replaced (every line fed
+to LogScanner, the path scan_log takes without the RE2 finder) in the same run: both verdicts must agree.
+`--one-file MIB` also scans one log of that size (a worker log repeated) for RSS whatever the file size.
+Run: .venv/bin/python bench/bench_logs.py [--full] [--run R] [--line | --no-line] [--one-file MIB]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -25,21 +31,33 @@ from rlcleanup.steps.layout import discover
 GREP_PATTERN = r"Traceback \(most recent call last\)|Error|error:|Fatal|SIG[A-Z]+"
 
 
-def scanned_files(run: Path) -> list[str]:
+def attempts_of(run: Path) -> list[dict[str, object]]:
     layout = discover(LocalStorage(checksums=False), str(run))
-    return [uri for att in layout.attempts for uri in log_order(att.log_uris)]
+    return [{"attempt_id": a.attempt_id, "log_uris": log_order(a.log_uris)} for a in layout.attempts]
 
 
-def child(run: str) -> None:
+def peak_rss_kib() -> int:
+    """This process's own resident high-water mark (VmHWM), in KiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # not Linux: the best there is
+
+
+def child(attempts_json: str, engine: str) -> None:
     """Scan every attempt; print one JSON line with wall, CPU, RSS before/after and what was found."""
+    from rlcleanup.parsing import logs
     from rlcleanup.parsing.logs import scan_attempt
+    from rlcleanup.steps.layout import AttemptFiles
     from rlcleanup.steps.terminal import find_first_error
 
+    if engine == "line":  # the line scanner: scan_log feeds every line when there is no finder
+        logs._FINDER, logs._FINDER_TRIED = None, True
     storage = LocalStorage(checksums=False)
-    layout = discover(storage, run)
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    attempts = [AttemptFiles(attempt_id=a["attempt_id"], log_uris=a["log_uris"]) for a in json.loads(attempts_json)]
+    rss_before = peak_rss_kib()
     cpu0, t0 = time.process_time(), time.perf_counter()
-    scans = [scan_attempt(storage, att) for att in layout.attempts]
+    scans = [scan_attempt(storage, att) for att in attempts]
     first = find_first_error(scans)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     found = first.candidate if first else None
@@ -49,14 +67,35 @@ def child(run: str) -> None:
                 "wall": wall,
                 "cpu": cpu,
                 "rss_before_kib": rss_before,
-                "rss_peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                "rss_peak_kib": peak_rss_kib(),
                 "lines": sum(f.lines for s in scans for f in s.files),
                 "files": sum(len(s.files) for s in scans),
                 "first": f"{found.error_type} at {Path(found.source_uri).name}:{found.line}" if found else None,
                 "causal": bool(first and first.causal),
+                "errors": sum(len(f.errors) for s in scans for f in s.files),
+                "events": sum(len(f.events) for s in scans for f in s.files),
+                "metric_rows": sum(len(f.metric_rows) for s in scans for f in s.files),
             }
         )
     )
+
+
+def run_child(attempts: list[dict[str, object]], engine: str) -> dict[str, object]:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump(attempts, fh)
+    try:
+        argv = [sys.executable, __file__, "--child", fh.name, "--engine", engine]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(fh.name)
+    result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def warm(path: Path) -> None:
+    with path.open("rb") as fh:
+        while fh.read(1 << 20):
+            pass
 
 
 def grep(files: list[str]) -> tuple[float, float, int]:
@@ -76,47 +115,82 @@ def grep(files: list[str]) -> tuple[float, float, int]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), matches
 
 
-def bench(run: Path) -> None:
-    files = scanned_files(run)
+def report(name: str, res: dict[str, object], mb: float) -> None:
+    cpu, wall = float(res["cpu"]), float(res["wall"])  # type: ignore[arg-type]
+    print(f"  {name}: {wall:.2f} s wall, {cpu:.2f} s CPU -> {mb / cpu:.1f} MB/s per core")
+    print(f"           {res['lines']:,} lines; first error found: {res['first']} (causal={res['causal']})")
+    peak, before = int(res["rss_peak_kib"]) * 1024, int(res["rss_before_kib"]) * 1024  # type: ignore[call-overload]
+    print(f"           peak RSS {fmt_bytes(peak)} (+{fmt_bytes(peak - before)} over the process after its imports)")
+
+
+def bench(attempts: list[dict[str, object]], line: bool) -> None:
+    files = [str(u) for a in attempts for u in a["log_uris"]]  # type: ignore[attr-defined]
     total = sum(Path(f).stat().st_size for f in files)
     print(f"logs scanned: {len(files):,} files, {fmt_bytes(total)}")
-    for f in files:  # warm the page cache for both contenders alike
-        Path(f).read_bytes()
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", str(run)], capture_output=True, text=True, check=True
-    ).stdout
-    res = json.loads(out.strip().splitlines()[-1])
+    for f in files:  # warm the page cache for every contender alike
+        warm(Path(f))
     mb = total / 1e6
-    print(f"  scanner: {res['wall']:.2f} s wall, {res['cpu']:.2f} s CPU -> {mb / res['cpu']:.1f} MB/s per core")
-    print(f"           {res['lines']:,} lines; first error found: {res['first']} (causal={res['causal']})")
-    rss_delta = (res["rss_peak_kib"] - res["rss_before_kib"]) * 1024
-    print(
-        f"           peak RSS {fmt_bytes(res['rss_peak_kib'] * 1024)} "
-        f"(+{fmt_bytes(rss_delta)} over the process after imports and discovery)"
-    )
+    block = run_child(attempts, "block")
+    report("block scanner", block, mb)
     g_wall, g_cpu, matches = grep(files)
     print(
         f"  grep -n -E: {g_wall:.2f} s wall, {g_cpu:.2f} s CPU -> {mb / max(g_cpu, 1e-9):.1f} MB/s; {matches:,} lines"
     )
-    print(f"  ratio: the scanner takes {res['cpu'] / max(g_cpu, 1e-9):.1f}x grep's CPU time")
+    print(f"  ratio: the block scanner takes {float(block['cpu']) / max(g_cpu, 1e-9):.1f}x grep's CPU time")  # type: ignore[arg-type]
+    if line:
+        old = run_child(attempts, "line")
+        report("line scanner", old, mb)
+        same = all(old[k] == block[k] for k in ("first", "causal", "lines", "errors", "events", "metric_rows"))
+        print(
+            f"  block vs line scanner: {float(old['cpu']) / float(block['cpu']):.1f}x less CPU; "  # type: ignore[arg-type]
+            f"same verdict, lines, errors, events and metric rows: {same}"
+        )
+
+
+def one_file(run: Path, mib: int) -> None:
+    """One log of `mib` MiB (the run's largest worker log repeated): RSS whatever the file size."""
+    attempts = attempts_of(run)
+    logs = sorted((Path(str(u)) for a in attempts for u in a["log_uris"]), key=lambda p: p.stat().st_size)  # type: ignore[attr-defined]
+    unit = logs[-1].read_bytes()
+    with tempfile.TemporaryDirectory(prefix="bench-logs-one-") as tmp:
+        big = Path(tmp) / "worker-big.err"
+        with big.open("wb") as fh:
+            written = 0
+            while written < mib * 1024 * 1024:
+                fh.write(unit)
+                written += len(unit)
+        print(f"\none file: {fmt_bytes(written)} ({logs[-1].name} x {written // len(unit)})")
+        warm(big)
+        res = run_child([{"attempt_id": "one", "log_uris": [str(big)]}], "block")
+        report("block scanner", res, written / 1e6)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--full", action="store_true", help="500 ranks x 3 attempts, 1 GiB of logs")
     ap.add_argument("--run", type=Path, help="an existing run root (skips generation)")
+    ap.add_argument("--line", action=argparse.BooleanOptionalAction, default=None, help="also the line scanner")
+    ap.add_argument("--one-file", type=int, default=0, metavar="MIB", help="also one log file of MIB MiB")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--engine", default="block", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child)
+        child(Path(args.child).read_text(), args.engine)
         return
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    line = args.line if args.line is not None else not args.full  # the line scanner takes ~2.5 min on --full
     if args.run:
-        bench(args.run)
+        bench(attempts_of(args.run), line)
+        if args.one_file:
+            one_file(args.run, args.one_file)
         return
     with tempfile.TemporaryDirectory(prefix="bench-logs-") as tmp:
         run, spec, secs = build_run(Path(tmp), args.full, exports=2)
         print(f"generated {spec.ranks} ranks x {spec.attempts} attempts in {secs:.1f} s")
-        bench(run)
+        bench(attempts_of(run), line)
+        if args.one_file:
+            one_file(run, args.one_file)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -615,9 +615,10 @@ def _decode(line: bytes) -> str:
 class BlockScan:
     """Drive a LogScanner over a file read in blocks; `run(read)` with read(start, length) -> bytes (short at EOF).
 
-    Each block is held as b"\n" + carried partial line + new bytes, newline-normalised the way universal-newline
-    text mode reads (\r\n and a lone \r end a line). Offsets below index that buffer; its byte 0 is the sentinel
-    newline, so every line, the file's first included, follows a newline.
+    Each block is newline-normalised the way universal-newline text mode reads (\r\n and a lone \r end a line) and
+    scanned in place from its first newline to its last; the line cut by the block's start (the carried rest of the
+    previous one, and this block up to its first newline) gets a small buffer of its own that begins with a
+    sentinel newline. Every region scanned so starts right after a newline, the file's first line included.
     """
 
     def __init__(self, scanner: LogScanner, finder: HitFinder, block: int = BLOCK_BYTES) -> None:
@@ -646,24 +647,35 @@ class BlockScan:
                 if nl < 0 and not eof:
                     continue
                 data, skipping = (data[nl:] if nl >= 0 else b""), False
-            buf = b"\n" + carry + data
+            first = data.find(b"\n")
+            if first < 0:  # no line ends here: all of it continues the carried line
+                carry += data
+                if eof:
+                    if carry:  # the last line has no newline: still a line
+                        self._block(b"\n" + carry + b"\n", 0, len(carry) + 2)
+                    return
+                if len(carry) > MAX_LINE_BYTES:
+                    carry, skipping = carry[:MAX_LINE_BYTES], True
+                continue
+            # The line the read cut, whole: a small buffer of its own, so the block itself is never copied.
+            line = b"\n" + carry + data[: first + 1]
+            self._block(line, 0, len(line))
+            del line
+            last = data.rfind(b"\n")
+            if last > first:
+                self._block(data, first, last + 1)
+            carry = data[last + 1 :]
+            del data  # before the next read: one block alive at a time
             if eof:
-                if len(buf) > 1 and not buf.endswith(b"\n"):
-                    buf += b"\n"  # the last line has no newline: still a line
-                cut = len(buf)
-            else:
-                cut = buf.rfind(b"\n") + 1
-            if cut > 1:
-                self._block(buf, cut)
-            if eof:
+                if carry:
+                    self._block(b"\n" + carry + b"\n", 0, len(carry) + 2)
                 return
-            carry = buf[cut:]
             if len(carry) > MAX_LINE_BYTES:
                 carry, skipping = carry[:MAX_LINE_BYTES], True
 
-    def _block(self, buf: bytes, cut: int) -> None:
-        """The complete lines in buf[1:cut]."""
-        pos = self._fed_while_busy(buf, 1, cut)
+    def _block(self, buf: bytes, low: int, cut: int) -> None:
+        """The complete lines in buf[low + 1 : cut]; buf[low] is the newline before them."""
+        pos = self._fed_while_busy(buf, low + 1, cut)
         next_hit = self.finder.next_hit
         while pos < cut and (end := next_hit(buf, pos, cut)) is not None:
             start = buf.rfind(b"\n", pos - 1, end) + 1  # hits never span a newline
