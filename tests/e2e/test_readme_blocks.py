@@ -25,6 +25,8 @@ README = REPO / "README.md"
 NOT_RUN = {
     "make test": "`make test` runs this very test: running it here would recurse (the block's `make demo` line runs)",
     "rlcleanup sample-run DIR --scenario NAME": "a usage synopsis with placeholders (DIR, RUN_URI, RUN_ID), not commands",
+    "rlcleanup approver add alice --public-key <printed key> --prefix hf://": "needs a Hugging Face Hub account and "
+    "HF_TOKEN (hf:// hand-off is tested against the Hub stand-in, docs/hub.md)",
     "AWS_ENDPOINT_URL=https://cwobject.com": "needs a real CoreWeave S3 endpoint and keys (tests/e2e/test_s3_run.py "
     "covers s3:// runs on SeaweedFS)",
 }
