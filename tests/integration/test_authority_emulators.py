@@ -33,11 +33,16 @@ from rlcleanup.samples.generator import write_sample_run
 pytestmark = pytest.mark.integration
 
 # Shapes as GCS returns them (storage#policy); members per https://cloud.google.com/storage/docs/access-control/iam
-PRIVATE_POLICY = [
+# A new bucket's default bindings: every project viewer/editor can read it, so it is `internal`, not private.
+DEFAULT_POLICY = [
     {"role": "roles/storage.legacyBucketOwner", "members": ["projectEditor:p", "projectOwner:p"]},
     {"role": "roles/storage.legacyBucketReader", "members": ["projectViewer:p"]},
 ]
-PUBLIC_POLICY = [*PRIVATE_POLICY, {"role": "roles/storage.objectViewer", "members": ["allUsers"]}]
+PRIVATE_POLICY = [
+    {"role": "roles/storage.legacyBucketOwner", "members": ["projectOwner:p"]},
+    {"role": "roles/storage.objectAdmin", "members": ["serviceAccount:rlcleanup@p.iam.gserviceaccount.com"]},
+]
+PUBLIC_POLICY = [*DEFAULT_POLICY, {"role": "roles/storage.objectViewer", "members": ["allUsers"]}]
 
 
 class RecordedIam:
@@ -107,7 +112,9 @@ def world(stack: Any, gcs_client: Any, firestore_client: Any, uid: str, tmp_path
         approver_id=f"alice-{uid}", public_key=public_b64(key), allowed_prefixes=[f"gs://{dest}/models"]
     )
     register_approver(ports.records, approver)
-    return SimpleNamespace(emb=emb, ports=ports, run_id=run_id, key=key, dest=dest, approver=approver.approver_id)
+    return SimpleNamespace(
+        emb=emb, ports=ports, run_id=run_id, key=key, dest=dest, runs=runs, approver=approver.approver_id
+    )
 
 
 def _grant(w: SimpleNamespace, action: str = "publish", visibility: str = "private") -> Grant:
@@ -160,6 +167,21 @@ def test_public_gcs_destination_under_private_grant_is_refused(
     assert _dest_objects(gcs_client, world.dest) == []
 
 
+def test_default_bucket_bindings_read_internal_so_a_private_grant_is_refused(
+    world: SimpleNamespace, gcs_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        publish_mod,
+        "read_visibility",
+        lambda _storage, uri: bucket_visibility(uri, RecordedIam(gcs_client, DEFAULT_POLICY, "enforced")),
+    )
+    grant = _grant(world, visibility="private")
+    _deliver(world, grant)
+    doc = _doc(world, grant)
+    assert doc["refusal"] == "visibility_broader" and "projectViewer:p" in doc["detail"], doc
+    assert _dest_objects(gcs_client, world.dest) == []
+
+
 def test_gcs_publish_server_side_copy_verified_and_grant_in_firestore(
     world: SimpleNamespace, gcs_client: Any, firestore_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,8 +204,11 @@ def test_gcs_publish_server_side_copy_verified_and_grant_in_firestore(
 
     doc = _doc(world, grant)
     assert doc["state"] == "used" and doc["outcome"]["state"] == "published", doc
-    # Only provenance and marker are written by this process; every artifact object was a server-side rewrite.
-    assert sorted(u.rsplit("/", 1)[-1] for u in streamed if "/models/" in u) == ["_PUBLISHED.json", "provenance.json"]
+    # Only provenance (into the private staging area) and the marker are written by this process; every artifact
+    # object, and the scanned provenance itself, reached the destination as a generation-pinned server-side rewrite.
+    assert sorted(u.rsplit("/", 1)[-1] for u in streamed if "/models/" in u) == ["_PUBLISHED.json"]
+    assert [u.rsplit("/", 1)[-1] for u in streamed if "/authority/staging/" in u] == ["provenance.json"]
+    assert not [b.name for b in gcs_client.list_blobs(world.runs) if "/authority/staging/" in b.name]
     bucket = gcs_client.bucket(world.dest)
     prov = json.loads(bucket.blob("models/m40/provenance.json").download_as_bytes())
     for row in prov["manifest"]:

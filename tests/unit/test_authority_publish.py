@@ -128,13 +128,14 @@ def test_duplicate_delivery_publishes_once(tmp_path: Path) -> None:
     w = make_world(tmp_path)
     storage = w.stack.ports.storage
     copies: list[str] = []
-    real = storage.copy_if_absent
+    real = storage.upload_file_if_absent  # pinned copies of local files stream through it
 
-    def counting(src: str, dst: str):  # type: ignore[no-untyped-def]
-        copies.append(dst)
+    def counting(src: Path, dst: str):  # type: ignore[no-untyped-def]
+        if dst.startswith(str(w.dest_root)):
+            copies.append(dst)
         return real(src, dst)
 
-    storage.copy_if_absent = counting  # type: ignore[method-assign]
+    storage.upload_file_if_absent = counting  # type: ignore[method-assign]
     grant = w.grant()
     data = w.message(grant)
     w.deliver(data)
@@ -148,21 +149,21 @@ def test_duplicate_delivery_publishes_once(tmp_path: Path) -> None:
 def test_interrupted_copy_leaves_no_completion_marker_and_resumes(tmp_path: Path) -> None:
     w = make_world(tmp_path)
     storage = w.stack.ports.storage
-    real = storage.copy_if_absent
+    real = storage.upload_file_if_absent
 
-    def flaky(src: str, dst: str):  # type: ignore[no-untyped-def]
-        if dst.endswith("model-00002-of-00003.safetensors"):
+    def flaky(src: Path, dst: str):  # type: ignore[no-untyped-def]
+        if dst.startswith(str(w.dest_root)) and dst.endswith("model-00002-of-00003.safetensors"):
             raise StorageError("connection reset")
         return real(src, dst)
 
-    storage.copy_if_absent = flaky  # type: ignore[method-assign]
+    storage.upload_file_if_absent = flaky  # type: ignore[method-assign]
     grant = w.grant()
     w.deliver(w.message(grant))  # every redelivery fails on the same object
     dest = w.dest_root / "model"
     assert (dest / "model-00001-of-00003.safetensors").exists()
     assert not (dest / "_PUBLISHED.json").exists()
     assert w.grant_doc(grant.grant_id)["state"] == "applying"
-    storage.copy_if_absent = real  # type: ignore[method-assign]
+    storage.upload_file_if_absent = real  # type: ignore[method-assign]
     w.deliver(w.message(grant))  # the next delivery resumes the same grant
     assert (dest / "_PUBLISHED.json").exists()
     assert w.grant_doc(grant.grant_id)["state"] == "used"

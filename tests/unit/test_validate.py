@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 import struct
 import threading
@@ -163,13 +164,19 @@ def test_valid_single_file_without_index(tmp_path: Path) -> None:
     assert (c.parameter_count, c.shard_count) == (9, 1)
 
 
-def test_digest_tracks_names_sizes_and_checksums(tmp_path: Path) -> None:
+def test_digest_pins_object_versions_not_just_content(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
-    make_export(a)
-    pb = make_export(b)
-    assert validate(a).digest == validate(b).digest
-    (pb / "tokenizer_config.json").write_text("{ }")  # same name, other bytes
-    assert validate(a).digest != validate(b).digest
+    pa = make_export(a)
+    make_export(b)
+    first = validate(a).digest
+    assert validate(a).digest == first  # stable while nothing changes
+    assert validate(b).digest != first  # the same bytes in other files are another artifact (other versions)
+    shard = next(pa.glob("*.safetensors"))
+    stat = shard.stat()
+    data = shard.read_bytes()
+    shard.write_bytes(data)  # rewritten with identical bytes, mtime set back: ctime still moves
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert validate(a).digest != first
 
 
 # ---------------------------------------------------------------- each problem code

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rlcleanup.adapters.local_storage import file_checksums
 from rlcleanup.errors import ObjectTooLarge
 from rlcleanup.ports.lines import bounded_lines
-from rlcleanup.ports.storage import ChildPage, ObjectInfo, StorageError, WriteOutcome
+from rlcleanup.ports.storage import ChildPage, ObjectInfo, SourceChangedError, StorageError, WriteOutcome
 from rlcleanup.uris import split_bucket
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ def _info(blob: Any) -> ObjectInfo:
         md5=blob.md5_hash,
         updated=blob.updated,
         generation=blob.generation,
+        fingerprint=f"gen:{blob.generation}" if blob.generation is not None else None,
     )
 
 
@@ -248,8 +249,11 @@ class GcsStorage:
             existing = self._blob(uri).download_as_bytes()
             return WriteOutcome.identical if existing == data else WriteOutcome.conflict
 
-    def copy_if_absent(self, src_uri: str, dst_uri: str) -> WriteOutcome:
+    def copy_if_absent(self, src_uri: str, dst_uri: str, *, source_generation: int | None = None) -> WriteOutcome:
         """Server-side rewrite (token loop for large objects); no byte passes through this process.
+
+        `source_generation` pins the source version (if_source_generation_match): a grant copies exactly the
+        generation that was validated, and an overwrite since then fails the copy (SourceChangedError).
 
         Two requests for a new object (stat the destination, rewrite with if_generation_match=0); the source is
         only stat'ed when the destination exists (identical or conflict?) or the rewrite finds no source. The
@@ -261,13 +265,19 @@ class GcsStorage:
         if dst is not None:
             return self._compare(src_uri, dst)
         src_blob, dst_blob = self._blob(src_uri), self._blob(dst_uri)
+        pin: dict[str, Any] = {"if_generation_match": 0}
+        if source_generation is not None:
+            pin["if_source_generation_match"] = source_generation
         try:
-            token, _, _ = dst_blob.rewrite(src_blob, if_generation_match=0)
+            token, _, _ = dst_blob.rewrite(src_blob, **pin)
             while token is not None:
-                token, _, _ = dst_blob.rewrite(src_blob, token=token, if_generation_match=0)
-        except PreconditionFailed:  # someone created it meanwhile (real GCS enforces the precondition)
+                token, _, _ = dst_blob.rewrite(src_blob, token=token, **pin)
+        except PreconditionFailed:  # someone created it meanwhile, or the source is another generation now
             dst = self.stat(dst_uri)
             if dst is None:
+                src = self.stat(src_uri)
+                if source_generation is not None and (src is None or src.generation != source_generation):
+                    raise SourceChangedError(f"{src_uri}: generation {source_generation} is gone") from None
                 raise StorageError(f"copy {src_uri} -> {dst_uri}: precondition failed but no object") from None
             return self._compare(src_uri, dst)
         except NotFound as exc:
@@ -327,14 +337,21 @@ class GcsStorage:
             raise FileNotFoundError(src_uri)
         return WriteOutcome.identical if _same(src, dst) else WriteOutcome.conflict
 
-    def delete(self, uri: str) -> bool:
-        from google.api_core.exceptions import NotFound
+    def delete(self, uri: str, *, if_generation: int | None = None) -> bool:
+        """`if_generation`: delete only that version (reclaim deletes exactly the generation it verified);
+        a newer generation raises SourceChangedError and stays."""
+        from google.api_core.exceptions import NotFound, PreconditionFailed
 
         try:
-            self._blob(uri).delete()
+            if if_generation is None:
+                self._blob(uri).delete()
+            else:
+                self._blob(uri).delete(if_generation_match=if_generation)
             return True
         except NotFound:
             return False
+        except PreconditionFailed as exc:
+            raise SourceChangedError(f"{uri}: not generation {if_generation} any more") from exc
 
 
 def _same(a: ObjectInfo, b: ObjectInfo) -> bool:

@@ -14,6 +14,8 @@ from rlcleanup.ports.storage import VisibilityReading
 from rlcleanup.uris import split_bucket
 
 _PUBLIC_MEMBERS = {"allUsers", "allAuthenticatedUsers"}
+# Convenience members: everyone holding the project's viewer or editor role. At least `internal`.
+_PROJECT_MEMBERS = ("projectViewer:", "projectEditor:")  # owners can grant themselves anything anyway
 
 
 def bucket_visibility(uri: str, client: Any) -> VisibilityReading:
@@ -31,10 +33,11 @@ def bucket_visibility(uri: str, client: Any) -> VisibilityReading:
     if acl_public is None:
         return VisibilityReading(None, f"gs://{bucket_name} uses fine-grained ACLs that could not be read")
     if prevention == "enforced":
-        broad = any(m.startswith("domain:") for m in members)
+        broad = sorted(m for m in members if m.startswith(("domain:", *_PROJECT_MEMBERS)))
         return VisibilityReading(
             Visibility.internal if broad else Visibility.private,
-            f"public access prevention enforced on gs://{bucket_name}",
+            f"public access prevention enforced on gs://{bucket_name}"
+            + (f"; readable by domain/project-wide members {broad}" if broad else ""),
         )
     public = sorted(members & _PUBLIC_MEMBERS)
     if public or acl_public:
@@ -44,6 +47,9 @@ def bucket_visibility(uri: str, client: Any) -> VisibilityReading:
         )
     if any(m.startswith("domain:") for m in members):
         return VisibilityReading(Visibility.internal, f"gs://{bucket_name}: a domain-wide IAM member")
+    project_wide = sorted(m for m in members if m.startswith(_PROJECT_MEMBERS))
+    if project_wide:  # every viewer/editor of the project reads it: not private to the granted people
+        return VisibilityReading(Visibility.internal, f"gs://{bucket_name}: project-wide IAM members {project_wide}")
     return VisibilityReading(Visibility.private, f"gs://{bucket_name}: no public or domain-wide IAM member")
 
 

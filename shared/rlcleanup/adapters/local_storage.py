@@ -33,6 +33,12 @@ def file_checksums(path: Path) -> tuple[str, str]:
     return base64.b64encode(crc.digest()).decode(), base64.b64encode(md5.digest()).decode()
 
 
+def stat_fingerprint(st: os.stat_result) -> str:
+    """A local file's version without reading it: any write changes size or mtime_ns, and ctime_ns (which no
+    unprivileged user can set back) changes on every write, utime, rename or chmod; device + inode name the file."""
+    return f"local:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
 # Checksumming a local file means reading all of it: fine for logs and configs, not for 5 GB shards.
 # Larger files are listed with size only (GCS reports checksums for free, so gs:// listings always have them).
 CHECKSUM_MAX_BYTES = 64 * 1024 * 1024
@@ -79,11 +85,16 @@ class LocalStorage:
         return path
 
     def _info(self, path: Path, uri: str) -> ObjectInfo:
-        st = path.stat()
+        st = path.lstat()  # callers refused symlinks already; lstat keeps a swapped-in link from being followed
         wanted = self._checksums and st.st_size <= self._checksum_max
         crc, md5 = file_checksums(path) if wanted else (None, None)
         return ObjectInfo(
-            uri=uri, size=st.st_size, crc32c=crc, md5=md5, updated=datetime.fromtimestamp(st.st_mtime, UTC)
+            uri=uri,
+            size=st.st_size,
+            crc32c=crc,
+            md5=md5,
+            updated=datetime.fromtimestamp(st.st_mtime, UTC),
+            fingerprint=stat_fingerprint(st),
         )
 
     def stat(self, uri: str) -> ObjectInfo | None:

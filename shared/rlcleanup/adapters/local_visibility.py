@@ -24,7 +24,8 @@ def _level(mode: int, read: bool) -> Visibility:
 
 def path_visibility(uri: str) -> VisibilityReading:
     """Readable by others only if the directory is and every ancestor lets them through (search bit)."""
-    path = Path(strip_file_scheme(uri)).absolute()
+    # The real directory: a symlinked destination is read where it leads, not where the link sits.
+    path = Path(os.path.realpath(strip_file_scheme(uri)))
     probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

@@ -468,6 +468,11 @@ def _copy_create(store: Any, src: str, dst: str) -> None:
 
 def _info(bucket: str, meta: Mapping[str, Any]) -> ObjectInfo:
     etag = meta.get("e_tag")
+    modified = meta.get("last_modified")
+    # An overwrite gets a new Last-Modified from the server (clients cannot set it), even with the same ETag.
+    fingerprint = (
+        f"s3:{(etag or '').strip(chr(34))}:{modified.isoformat() if modified else ''}:{meta.get('version') or ''}"
+    )
     return ObjectInfo(
         uri=f"s3://{bucket}/{meta['path']}",
         size=int(meta["size"]),
@@ -475,6 +480,7 @@ def _info(bucket: str, meta: Mapping[str, Any]) -> ObjectInfo:
         updated=meta.get("last_modified"),
         etag=etag.strip('"') if etag else None,
         version=meta.get("version"),
+        fingerprint=fingerprint,
     )
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
 import secrets
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -25,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rlcleanup.models.vocab import Visibility as Visibility  # re-exported: grants name one, callers import it here
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.settings import within
+from rlcleanup.uris import LOCAL_SCHEME, scheme, strip_file_scheme
 
 APPROVERS = "approvers"
 _ID = r"^[A-Za-z0-9._=-]{1,200}$"
@@ -71,6 +74,12 @@ class Refusal(StrEnum):
     destination_altered = "destination_altered"
     not_applicable = "not_applicable"
     record_not_eligible = "record_not_eligible"
+    source_changed = "source_changed"  # an object is not the version the grant pinned (edited since validation)
+    unscannable = "unscannable"  # bytes that would be published could not be scanned (binary, not parsed tensors)
+    apply_failed = "apply_failed"  # carrying the grant out raised something no retry fixes; nothing left behind
+    plan_rejected = "plan_rejected"  # a reclaim plan names an object outside the granted export, or evidence
+    not_yet_valid = "not_yet_valid"  # before not_before (beyond the clock-skew allowance)
+    lifetime_too_long = "lifetime_too_long"  # expires_at - granted_at over the deployment's maximum
 
 
 class Grant(BaseModel):
@@ -85,6 +94,7 @@ class Grant(BaseModel):
     granted_by: str = Field(pattern=_ID)
     granted_at: datetime
     expires_at: datetime
+    not_before: datetime | None = None  # defaults to granted_at
     reason: str = Field(default="", max_length=2000)
     grant_id: str = Field(default_factory=lambda: uuid.uuid4().hex, pattern=_ID)
     nonce: str = Field(default_factory=lambda: secrets.token_hex(16), min_length=16, max_length=128)
@@ -144,16 +154,50 @@ class Approver(BaseModel):
         return Ed25519PublicKey.from_public_bytes(raw)
 
     def covers(self, destination: str) -> bool:
-        """Prefix match on a path-segment boundary: gs://b/team does not cover gs://b/team-other."""
+        """Prefix match on a path-segment boundary: gs://b/team does not cover gs://b/team-other. Local paths are
+        compared as real paths (symlinks resolved on both sides), so a link under a prefix cannot lead out of it."""
+        target = real_location(destination)
         for prefix in self.allowed_prefixes:
-            p = prefix.rstrip("/")
-            if destination == p or destination.startswith(p + "/"):
+            if prefix_too_broad(prefix):  # stored before the rule existed: covers nothing, never everything
+                continue
+            p = real_location(prefix).rstrip("/")
+            if target == p or target.startswith(p + "/"):
                 return True
         return False
 
 
+def real_location(uri: str) -> str:
+    """A local path with every existing symlink resolved (what the kernel will actually write to); other
+    schemes as given (object stores have no links)."""
+    if scheme(uri) != LOCAL_SCHEME:
+        return uri
+    return os.path.realpath(strip_file_scheme(uri))
+
+
+def prefix_too_broad(prefix: str) -> str | None:
+    """Why an approver prefix would grant too much (None: it is narrow enough). A prefix must name at least a
+    bucket, or an absolute local directory below the root: "", "/", "gs://", "s3://" would cover everything."""
+    p = prefix.strip()
+    if not p:
+        return "an empty prefix would cover every destination"
+    if "://" in p and scheme(p) != LOCAL_SCHEME:
+        rest = p.split("://", 1)[1].strip("/")
+        if not rest:
+            return f"{prefix!r} names no bucket: it would cover every bucket"
+        return None
+    path = strip_file_scheme(p)
+    if not path.startswith("/"):
+        return f"{prefix!r} is not an absolute path"
+    if not [seg for seg in path.split("/") if seg and seg != "."] or ".." in path.split("/"):
+        return f"{prefix!r} covers the whole filesystem"
+    return None
+
+
 def register_approver(records: RunRecords, approver: Approver) -> None:
     approver.verify_key()  # refuse to store a key that could never verify anything
+    for prefix in approver.allowed_prefixes:
+        if why := prefix_too_broad(prefix):
+            raise ValueError(f"refusing prefix {prefix!r}: {why}")
     records.put_doc(APPROVERS, approver.approver_id, approver.model_dump(exclude={"approver_id"}))
 
 
@@ -163,6 +207,30 @@ def get_approver(records: RunRecords, approver_id: str) -> Approver | None:
 
 
 # ---------------------------------------------------------------- verification
+
+
+@dataclass(frozen=True)
+class LifetimeLimits:
+    max_lifetime: timedelta
+    clock_skew: timedelta
+
+
+def lifetime_limits(environ: Mapping[str, str] | None = None) -> LifetimeLimits:
+    """RLCLEANUP_GRANT_MAX_LIFETIME_SECONDS (default 7 days) and RLCLEANUP_GRANT_CLOCK_SKEW_SECONDS (default
+    120): how long one grant may be valid at most, and how far an approver's clock may run ahead of ours."""
+    env = os.environ if environ is None else environ
+
+    def seconds(name: str, default: float) -> timedelta:
+        try:
+            value = float(env.get(name, default))
+        except ValueError:
+            value = default
+        return timedelta(seconds=max(value, 0.0))
+
+    return LifetimeLimits(
+        seconds("RLCLEANUP_GRANT_MAX_LIFETIME_SECONDS", 7 * 24 * 3600),
+        seconds("RLCLEANUP_GRANT_CLOCK_SKEW_SECONDS", 120),
+    )
 
 
 @dataclass(frozen=True)
@@ -252,10 +320,24 @@ def check_scope(
     wanted = intended_action or envelope.get("intent")
     if wanted is not None and wanted != grant.action.value:
         return refuse(Refusal.wrong_action, f"a {grant.action.value} grant does not authorize {wanted}")
+    naive = [
+        n for n in ("granted_at", "expires_at", "not_before") if (t := getattr(grant, n)) and t.utcoffset() is None
+    ]
+    if naive:  # a timestamp without a zone means something else on every machine: never guessed
+        return refuse(Refusal.malformed, f"timestamps without a time zone: {naive}")
+    limits = lifetime_limits()
     if now >= grant.expires_at:
         return refuse(Refusal.expired, f"expired at {grant.expires_at.isoformat()}")
     if grant.expires_at <= grant.granted_at:
         return refuse(Refusal.expired, "expires_at is not after granted_at")
+    start = grant.not_before or grant.granted_at
+    if now + limits.clock_skew < start:
+        return refuse(Refusal.not_yet_valid, f"valid from {start.isoformat()} (now {now.isoformat()})")
+    if grant.expires_at - min(grant.granted_at, start) > limits.max_lifetime:
+        return refuse(
+            Refusal.lifetime_too_long,
+            f"valid for {grant.expires_at - min(grant.granted_at, start)}, the maximum is {limits.max_lifetime}",
+        )
     if grant.action is not Action.cancel:
         if not grant.destination:
             return refuse(Refusal.malformed, f"a {grant.action.value} grant must name a destination")

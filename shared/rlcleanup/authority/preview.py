@@ -1,7 +1,7 @@
 """What a grant would do, computed by the code that carries it out (so the preview and the effect cannot differ).
 
 publish / handoff: `publish.plan_publish` (objects, sizes, checksums, destination visibility read back);
-reclaim: the same verification and `reclaim.make_plan` (the exact deletion list). Nothing is written.
+reclaim: `reclaim.make_plan` (twins re-verified, the exact deletion list). Nothing is written.
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from rlcleanup.authority import artifact
 from rlcleanup.authority.grants import Action, Grant
 from rlcleanup.authority.outcome import Outcome
 from rlcleanup.authority.publish import plan_publish
-from rlcleanup.authority.reclaim import make_plan, verify_destination
+from rlcleanup.authority.reclaim import make_plan
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.layout import discover
 
@@ -29,7 +29,9 @@ def _refused(grant: Grant, outcome: Outcome) -> dict[str, Any]:
     }
 
 
-def preview_grant(storage: Storage, record: CompletionRecord, grant: Grant, now: datetime) -> dict[str, Any]:
+def preview_grant(
+    storage: Storage, record: CompletionRecord, grant: Grant, now: datetime, records: RunRecords
+) -> dict[str, Any]:
     if grant.action in {Action.publish, Action.handoff}:
         plan, refused = plan_publish(storage, record, grant, apply=False)
         if refused:
@@ -37,24 +39,19 @@ def preview_grant(storage: Storage, record: CompletionRecord, grant: Grant, now:
         assert plan is not None
         return {"action": grant.action.value, "would": grant.action.value, **plan.preview()}
     if grant.action is Action.reclaim:
-        candidate, refused = artifact.resolve(storage, record, grant)
-        if refused:
-            return _refused(grant, refused)
-        assert candidate is not None
-        refused = verify_destination(storage, grant, artifact.listing(storage, candidate.uri))
-        if refused:
-            return _refused(grant, refused)
-        deletion = make_plan(storage, record, discover(storage, record.run_uri), grant, candidate.uri, now)
+        deletion = make_plan(storage, records, record, discover(storage, record.run_uri), grant, now)
+        if isinstance(deletion, Outcome):
+            return _refused(grant, deletion)
         return {
             "action": grant.action.value,
             "would": "reclaim",
             "destination": grant.destination,
-            "step": candidate.step,
-            "digest": candidate.digest,
-            "delete": deletion["delete"],
-            "delete_count": len(deletion["delete"]),
-            "delete_bytes": deletion["delete_bytes"],
-            "keep_count": len(deletion["keep"]),
+            "step": grant.step,
+            "digest": grant.digest,
+            "delete": [{"uri": d.uri, "size": d.size} for d in deletion.delete],
+            "delete_count": len(deletion.delete),
+            "delete_bytes": deletion.delete_bytes,
+            "keep_count": deletion.keep_count,
         }
     return {
         "action": grant.action.value,

@@ -1,10 +1,12 @@
-"""Publish / hand-off: gates first (artifact, visibility, secret scan), then provenance, copy, verify, marker.
+"""Publish / hand-off: gates (artifact pinned by digest, visibility), then stage, scan the staged bytes, promote.
 
 Destination layout: the export's files at the top, the preserved logs under `training_logs/`, `provenance.json`
-beside them and `_PUBLISHED.json` written LAST, only after every object was re-read and matched. An interrupted
-copy leaves no marker (so nothing claims completeness) and a redelivery resumes: copies are write-once and a
-replayed copy of identical bytes is a no-op. Marker and provenance carry no wall-clock time, so a replay is
-byte-identical.
+beside them and `_PUBLISHED.json` written LAST, only after every object was promoted and verified. Everything is
+first copied (pinned, authority/pinning.py) into a private staging area inside the run's preserved location,
+`provenance.json` written there too, and the staged listing scanned: what is scanned is exactly what is promoted
+(each staged object is pinned as scanned). A refusal removes the staging area and what the attempt promoted; an
+interrupted publish leaves no marker and a redelivery runs every check again. Marker and provenance carry no
+wall-clock time, so a replay is byte-identical.
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from rlcleanup.authority import artifact
-from rlcleanup.authority.checks import Expected, expected_of, mismatch
 from rlcleanup.authority.grants import Action, Grant, Refusal, Visibility
 from rlcleanup.authority.outcome import Outcome, refuse
-from rlcleanup.authority.secrets import scan_objects
+from rlcleanup.authority.pinning import CopyProof, pinned_copy
+from rlcleanup.authority.secrets import ScanReport, scan_objects
 from rlcleanup.authority.visibility import read_visibility
 from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
-from rlcleanup.ports.storage import ObjectInfo, Storage, WriteOutcome
+from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage, WriteOutcome
 from rlcleanup.uris import join, relative_to, strip_file_scheme
 
 PROVENANCE = "provenance.json"
@@ -82,14 +84,19 @@ def provenance(
     }
 
 
-def _manifest(storage: Storage, items: list[Item]) -> tuple[list[dict[str, Any]], dict[str, Expected]]:
-    expected = {item.name: expected_of(storage, item.source) for item in items}
-    rows = [
-        {"name": i.name, "source": i.source.uri, "size": e.size, "crc32c": e.crc32c, "md5": e.md5}
+def _manifest(items: list[Item]) -> list[dict[str, Any]]:
+    """What a preview shows: the pinned listing's own sizes, checksums and versions (no byte is read for it)."""
+    return [
+        {
+            "name": i.name,
+            "source": i.source.uri,
+            "source_version": i.source.fingerprint,
+            "size": i.source.size,
+            "crc32c": i.source.crc32c,
+            "md5": i.source.md5,
+        }
         for i in items
-        for e in [expected[i.name]]
     ]
-    return rows, expected
 
 
 @dataclass
@@ -100,7 +107,6 @@ class PublishPlan:
     candidate: Candidate
     items: list[Item]
     manifest: list[dict[str, Any]]
-    expected: dict[str, Expected]
     visibility: str
     visibility_evidence: str
     created: list[str]  # local directories created (0700) for the destination; "would create" in a preview
@@ -121,7 +127,7 @@ class PublishPlan:
             "objects": self.manifest,
             "object_count": len(self.manifest),
             "total_bytes": self.total_bytes,
-            "secret_scan": f"clean ({self.scanned_objects} text objects scanned)",
+            "secret_scan": f"clean ({self.scanned_objects} source objects scanned; the staged copy is scanned again)",
         }
 
 
@@ -169,7 +175,7 @@ def plan_publish(
         detail = "a Hub destination is planned and checked by authority/hub_publish.py when the grant is applied"
         return None, refuse(Refusal.not_applicable, detail, grant.destination)
     dest = grant.destination.rstrip("/")
-    candidate, refused = artifact.resolve(storage, record, grant)
+    candidate, pinned, refused = artifact.resolve_pinned(storage, record, grant)
     if refused:
         return None, refused
     assert candidate is not None
@@ -194,26 +200,65 @@ def plan_publish(
             dest,
         )
 
-    items = plan_items(storage, record, candidate)
-    report = scan_objects(storage, [i.source for i in items])
-    if not report.clean:
-        shown = "; ".join(str(f) for f in report.findings[:MAX_FINDINGS_IN_RECORD])
-        more = (
-            f" (+{len(report.findings) - MAX_FINDINGS_IN_RECORD} more)"
-            if len(report.findings) > MAX_FINDINGS_IN_RECORD
-            else ""
-        )
-        return None, refuse(Refusal.secret_found, f"secret scan: {shown}{more}", dest)
-    manifest, expected = _manifest(storage, items)
+    items = plan_items(storage, record, pinned)
+    scanned = 0
+    if not apply:  # a preview scans the sources; a publish scans the staged copy (the bytes it will publish)
+        report = scan_objects(storage, [i.source for i in items])
+        why = _scan_refusal(report, "")
+        if why is not None:
+            return None, refuse(Refusal.secret_found if report.findings else Refusal.unscannable, why, dest)
+        scanned = len(report.scanned)
     created = [str(d) for d in missing]
-    plan = PublishPlan(
-        dest, candidate, items, manifest, expected, seen_visibility.value, seen_evidence, created, len(report.scanned)
-    )
+    plan = PublishPlan(dest, candidate, items, _manifest(items), seen_visibility.value, seen_evidence, created, scanned)
     return plan, None
 
 
+STAGING = "authority/staging"
+
+
+def staging_root(record: CompletionRecord, grant: Grant) -> str:
+    """Where a publish is assembled before anything reaches the destination: inside the run's preserved location
+    (the deployment's evidence store, private to rlcleanup), never under the destination, so bytes that fail a
+    check are never readable by the destination's audience."""
+    return join(record.preserved_locations[0], STAGING, grant.grant_id)
+
+
+def _cleanup(storage: Storage, prefix: str) -> None:
+    for info in list(storage.list(prefix)):
+        storage.delete(info.uri)
+
+
+def _refuse_and_clean(
+    storage: Storage, reason: Refusal, detail: str, dest: str, *, staging: str, promoted: list[str] | None = None
+) -> Outcome:
+    """A refusal leaves nothing behind: the staging area goes, and so does whatever this publish put at the
+    destination (only while no completion marker claims it; a marker means another publish finished there)."""
+    _cleanup(storage, staging)
+    if promoted and storage.stat(join(dest, MARKER)) is None:
+        for uri in promoted:
+            storage.delete(uri)
+    return refuse(reason, detail, dest)
+
+
+def _scan_refusal(report: ScanReport, staging: str) -> str | None:
+    if report.clean and not report.refused:
+        return None
+    if report.findings:
+        shown = "; ".join(str(f).replace(staging + "/", "") for f in report.findings[:MAX_FINDINGS_IN_RECORD])
+        more = len(report.findings) - MAX_FINDINGS_IN_RECORD
+        return f"secret scan: {shown}" + (f" (+{more} more)" if more > 0 else "")
+    shown = "; ".join(r.replace(staging + "/", "") for r in report.refused[:MAX_FINDINGS_IN_RECORD])
+    return f"not scannable, so not published: {shown}"
+
+
 def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome:
-    """Publish or hand off the grant's artifact. Returns the outcome; never raises for a refusal."""
+    """Publish or hand off the grant's artifact. Returns the outcome; never raises for a refusal.
+
+    1. the artifact as validated (digest = pinned versions), the destination's real visibility;
+    2. every object copied, pinned, into a private staging area, plus provenance.json written there;
+    3. the staged copy is scanned, exactly the bytes that will be published (what we wrote ourselves included);
+    4. promotion: each staged object (pinned as scanned) copied to the destination and verified, marker last.
+    Any refusal removes the staging area and what this attempt promoted."""
     if grant.destination and grant.destination.startswith("hf://"):  # the Hub is a destination, not a storage scheme
         from rlcleanup.authority.hub_publish import publish_to_hub
 
@@ -223,25 +268,76 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome
         return refused
     assert plan is not None
     dest, candidate, items = plan.destination, plan.candidate, plan.items
-    manifest, expected = plan.manifest, plan.expected
-    prov = json.dumps(provenance(record, candidate, grant, manifest), indent=1, sort_keys=True).encode()
-    prov_uri = join(dest, PROVENANCE)
-    if storage.write_if_absent(prov_uri, prov, "application/json") is WriteOutcome.conflict:
-        return refuse(Refusal.destination_conflict, f"{prov_uri} exists with other content (another publish?)", dest)
+    if not record.preserved_locations:
+        return refuse(Refusal.record_not_eligible, "the run has no preserved location to stage the publish in", dest)
+    marker = read_marker(storage, dest)
+    if marker is not None:  # a finished publish: a redelivery of ours is a no-op, anyone else's is a conflict
+        if marker.get("grant_id") == grant.grant_id and marker.get("digest") == candidate.digest:
+            return _published(grant, plan, len(read_provenance(storage, dest).get("manifest", [])), 0)
+        return refuse(Refusal.destination_conflict, f"{join(dest, MARKER)} already marks another publish", dest)
 
-    conflicts = [
-        join(dest, i.name)
-        for i in items
-        if storage.copy_if_absent(i.source.uri, join(dest, i.name)) is WriteOutcome.conflict
+    staging = staging_root(record, grant)
+    _cleanup(storage, staging)  # a crashed attempt's leftovers: every check runs again on fresh copies
+    items = plan_items(storage, record, candidate)
+    staged: list[CopyProof] = []
+    try:
+        for item in items:
+            proof = pinned_copy(storage, item.source, join(staging, item.name))
+            if proof.outcome == "conflict":
+                return _refuse_and_clean(
+                    storage, Refusal.destination_conflict, f"staging {item.name} did not verify", dest, staging=staging
+                )
+            staged.append(proof)
+    except SourceChangedError as exc:
+        return _refuse_and_clean(storage, Refusal.source_changed, str(exc), dest, staging=staging)
+
+    manifest = [
+        {
+            "name": item.name,
+            "source": item.source.uri,
+            "source_version": item.source.fingerprint,
+            "size": proof.size,
+            "crc32c": proof.crc32c,
+            "md5": proof.md5,
+            "sha256": proof.sha256,
+        }
+        for item, proof in zip(items, staged, strict=True)
     ]
-    if conflicts:
-        return refuse(Refusal.destination_conflict, f"exists with different content: {conflicts[:5]}", dest)
+    prov = json.dumps(provenance(record, candidate, grant, manifest), indent=1, sort_keys=True).encode()
+    if storage.write_if_absent(join(staging, PROVENANCE), prov, "application/json") is WriteOutcome.conflict:
+        return _refuse_and_clean(
+            storage, Refusal.destination_conflict, "staging provenance.json", dest, staging=staging
+        )
 
-    problems = [p for i in items if (p := mismatch(storage, join(dest, i.name), expected[i.name]))]
-    if problems:  # something else wrote there meanwhile: no marker, so the destination never claims completeness
-        return refuse(Refusal.destination_conflict, f"verification failed: {problems[:5]}", dest)
+    # Scan the staged bytes, pinned as listed: promotion copies exactly these versions, so a byte written into
+    # staging after the scan fails the promotion instead of being published.
+    listed = sorted(storage.list(staging), key=lambda o: o.uri)
+    report = scan_objects(storage, listed)
+    why = _scan_refusal(report, staging)
+    if why is not None:
+        reason = Refusal.secret_found if report.findings else Refusal.unscannable
+        return _refuse_and_clean(storage, reason, why, dest, staging=staging)
 
-    marker = {
+    promoted: list[str] = []
+    proofs: list[CopyProof] = []
+    try:
+        for info in listed:
+            target = join(dest, relative_to(info.uri, staging))
+            proof = pinned_copy(storage, info, target)
+            if proof.outcome == "conflict":
+                return _refuse_and_clean(
+                    storage, Refusal.destination_conflict, f"{target} exists with other content or did not verify",
+                    dest, staging=staging, promoted=promoted,
+                )  # fmt: skip
+            promoted.append(target)
+            proofs.append(proof)
+    except SourceChangedError as exc:
+        return _refuse_and_clean(
+            storage, Refusal.source_changed, f"staged copy changed after the scan: {exc}", dest,
+            staging=staging, promoted=promoted,
+        )  # fmt: skip
+
+    marker_doc = {
         "run_id": record.run_id,
         "grant_id": grant.grant_id,
         "step": candidate.step,
@@ -250,17 +346,49 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome
         "provenance": PROVENANCE,
     }
     marker_uri = join(dest, MARKER)
-    if storage.write_if_absent(marker_uri, json.dumps(marker, sort_keys=True).encode(), "application/json") is (
+    if storage.write_if_absent(marker_uri, json.dumps(marker_doc, sort_keys=True).encode(), "application/json") is (
         WriteOutcome.conflict
     ):
-        return refuse(Refusal.destination_conflict, f"{marker_uri} already marks another publish", dest)
+        return _refuse_and_clean(
+            storage, Refusal.destination_conflict, f"{marker_uri} already marks another publish", dest,
+            staging=staging, promoted=promoted,
+        )  # fmt: skip
+    _cleanup(storage, staging)
+    # The proofs go to the record store (the caller files them on the grant): reclaim re-verifies each
+    # destination twin against them, never against files an approver's bucket could hold.
+    out = _published(grant, plan, len(items), len(report.scanned))
+    out.extra["twins"] = _twins(items, staged, proofs, dest)
+    return out
+
+
+def _twins(items: list[Item], staged: list[CopyProof], promoted: list[CopyProof], dest: str) -> list[dict[str, Any]]:
+    """Per exported object: its pinned source and the proof of its destination copy."""
+    by_dest = {p.destination: p for p in promoted}
+    rows: list[dict[str, Any]] = []
+    for item, stage in zip(items, staged, strict=True):
+        twin = by_dest.get(join(dest, item.name))
+        if twin is None:
+            continue
+        rows.append(
+            {
+                "name": item.name,
+                "source": item.source.uri,
+                "source_fingerprint": stage.source_fingerprint,
+                "source_generation": stage.source_generation,
+                "proof": twin.model_copy(update={"sha256": twin.sha256 or stage.sha256}).model_dump(mode="json"),
+            }
+        )
+    return rows
+
+
+def _published(grant: Grant, plan: PublishPlan, objects: int, scanned: int) -> Outcome:
     return Outcome(
         state="handed_off" if grant.action is Action.handoff else "published",
-        destination=dest,
-        verified_objects=len(items),
-        uri=prov_uri,
+        destination=plan.destination,
+        verified_objects=objects,
+        uri=join(plan.destination, PROVENANCE),
         detail=(f"created {', '.join(plan.created)} (mode 0700); " if plan.created else "")
-        + f"visibility {plan.visibility}: {plan.visibility_evidence}; {plan.scanned_objects} text objects scanned",
+        + f"visibility {plan.visibility}: {plan.visibility_evidence}; {scanned} staged objects scanned",
     )
 
 

@@ -1,158 +1,289 @@
-"""Reclaim: delete the source copy of an artifact only after its destination is re-verified now.
+"""Reclaim: delete the source copy of a published artifact, one object at a time, each only right after its
+destination twin is re-verified.
 
-1. The destination must carry a completion marker for the grant's digest, and every exported object must match
-   its destination copy byte-for-byte (size + CRC32C, re-read at reclaim time, never trusted from the publish).
-2. A plan is written (write-once, beside the preserved evidence) listing exactly what will be deleted and what is
-   kept and why; the caller records it before anything is deleted.
-3. Execution is idempotent: an object already gone counts as deleted; an object whose size, checksum or GCS
-   generation changed after the plan was made is kept, and objects created later are not in the plan. Preserved evidence is never in the plan.
+- The plan lives in the record store (`runs/{run}/reclaim_plans/{grant}`), never in a bucket: a file planted in
+  the preserved location or the destination is never read as a plan. It is derived only from the record and the
+  record store: the granted candidate (its digest re-checked against the objects as they are now, so their
+  versions are the validated ones) and the proofs the publish filed on its grant (per object: the pinned source
+  version and what arrived at the destination — generation + checksums, or the SHA-256 of every byte).
+- A plan may name only objects under the granted export (`exports/global_step_<step>/policy/`), never preserved
+  evidence or anything under the deployment's preserve root; it is checked against these rules when made and again
+  on every attempt, so a plan edited in the store is refused (`plan_rejected`) before anything is deleted.
+- Execution, on every attempt including resumes: for each object, the destination twin is re-verified now
+  (generation + checksums on GCS, SHA-256 of the bytes elsewhere), then the source is deleted only if it is still
+  the pinned version (GCS: `if_generation_match`). A twin that fails stops the reclaim (`destination_altered`)
+  with the source kept. An object already gone counts as deleted; one rewritten since the plan is kept.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from rlcleanup.authority import artifact
-from rlcleanup.authority.checks import Expected, crc32c_of, expected_of, mismatch
-from rlcleanup.authority.grants import Grant, Refusal
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlcleanup.authority import artifact, ledger
+from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
-from rlcleanup.authority.publish import read_marker, read_provenance
+from rlcleanup.authority.pinning import CopyProof, twin_mismatch
+from rlcleanup.authority.publish import read_marker
 from rlcleanup.models.record import CompletionRecord
-from rlcleanup.ports.storage import Storage, WriteOutcome
+from rlcleanup.ports.records import RunRecords
+from rlcleanup.ports.storage import SchemeAwareStorage, SourceChangedError, Storage
 from rlcleanup.steps.layout import RunLayout
-from rlcleanup.uris import join
+
+MAX_KEEP_LISTED = 500  # the store's documents are bounded; the count of everything kept is always exact
 
 
-def plan_uri(record: CompletionRecord, grant: Grant) -> str:
-    return join(record.preserved_locations[0], "authority", f"reclaim-{grant.grant_id}.json")
+def plans_collection(run_id: str) -> str:
+    return f"runs/{run_id}/reclaim_plans"
 
 
-def verify_destination(storage: Storage, grant: Grant, export: dict[str, Any]) -> Outcome | None:
-    """None when every exported object's destination copy matches the source as it is now."""
+class PlanEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    uri: str
+    name: str
+    size: int = Field(ge=0)
+    source_fingerprint: str
+    source_generation: int | None = None
+    twin: CopyProof
+
+
+class KeepEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    uri: str
+    reason: str
+
+
+class ReclaimPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    grant_id: str
+    publish_grant_id: str
+    made_at: datetime
+    destination: str
+    export: str
+    delete: list[PlanEntry]
+    delete_bytes: int
+    keep: list[KeepEntry]
+    keep_count: int
+
+
+class PlanResult(BaseModel):
+    deleted: list[str] = Field(default_factory=list)
+    kept_changed: list[str] = Field(default_factory=list)
+    reclaimed_bytes: int = 0
+    stopped: str | None = None  # why execution stopped before the end (a twin failed re-verification)
+
+
+def _under(uri: str, root: str) -> bool:
+    root = root.rstrip("/")
+    return uri.startswith(root + "/")
+
+
+def plan_problem(plan: ReclaimPlan, record: CompletionRecord, grant: Grant, preserve_root: str | None) -> str | None:
+    """Why this plan must not run (None: it may). Checked when it is made and before every attempt."""
+    if plan.run_id != record.run_id or plan.grant_id != grant.grant_id:
+        return "the plan belongs to another run or grant"
+    candidate = next((c for c in record.candidates if c.step == grant.step), None)
+    if candidate is None or candidate.uri.rstrip("/") != plan.export.rstrip("/"):
+        return f"the plan's export {plan.export} is not the record's candidate at step {grant.step}"
+    if not candidate.uri.rstrip("/").endswith(f"global_step_{grant.step}/policy"):
+        return f"the candidate {candidate.uri} is not an export directory"
+    if (plan.destination or "").rstrip("/") != (grant.destination or "").rstrip("/"):
+        return "the plan's destination is not the grant's"
+    evidence = [*record.preserved_locations, *([preserve_root] if preserve_root else [])]
+    for entry in plan.delete:
+        if any(seg in {"..", "."} for seg in entry.uri.split("/")[3:]) or "\x00" in entry.uri:
+            return f"{entry.uri}: not a plain object name"
+        if not _under(entry.uri, plan.export):
+            return f"{entry.uri} is outside the granted export {plan.export}"
+        if any(_under(entry.uri, root) or entry.uri == root.rstrip("/") for root in evidence):
+            return f"{entry.uri} is preserved evidence"
+        if not entry.twin.destination.startswith(plan.destination.rstrip("/") + "/"):
+            return f"{entry.uri}: its twin {entry.twin.destination} is outside the destination"
+    return None
+
+
+def _published_twins(records: RunRecords, grant: Grant) -> tuple[str, dict[str, dict[str, Any]]] | None:
+    """(publish grant id, twins by name) of a completed publish of this digest to this destination, from the
+    record store (where the publish filed its proofs), never from files at the destination."""
     dest = (grant.destination or "").rstrip("/")
-    marker = read_marker(storage, dest)
-    if marker is None or marker.get("digest") != grant.digest or marker.get("step") != grant.step:
-        what = f"step {grant.step} ({grant.digest})"
-        return refuse(Refusal.destination_unverified, f"{dest} carries no completed publish of {what}", dest)
-    published = {row["name"] for row in read_provenance(storage, dest).get("manifest", [])}
-    missing = sorted(set(export) - published)
-    if missing:
-        return refuse(Refusal.destination_unverified, f"not in the destination's manifest: {missing[:5]}", dest)
-    problems = [
-        p for name, info in export.items() if (p := mismatch(storage, join(dest, name), expected_of(storage, info)))
-    ]
-    if problems:
-        return refuse(Refusal.destination_altered, f"destination re-verification failed: {problems[:5]}", dest)
+    for gid, doc in ledger.list_grants(records, grant.run_id):
+        body, out = doc.get("grant") or {}, doc.get("outcome") or {}
+        if (
+            doc.get("state") == GrantState.used.value
+            and body.get("action") in {Action.publish.value, Action.handoff.value}
+            and body.get("digest") == grant.digest
+            and body.get("step") == grant.step
+            and (out.get("destination") or "").rstrip("/") == dest
+            and isinstance(out.get("twins"), list)
+        ):
+            return gid, {t["name"]: t for t in out["twins"] if isinstance(t, dict) and "name" in t}
     return None
 
 
 def make_plan(
-    storage: Storage, record: CompletionRecord, layout: RunLayout, grant: Grant, export_uri: str, now: datetime
-) -> dict[str, Any]:
-    export_root = export_uri.rstrip("/") + "/"
-    preserved = [p.rstrip("/") + "/" for p in record.preserved_locations]
-    roots = [layout.run_uri] + ([layout.temp_root] if layout.temp_root else [])
-    delete: list[dict[str, Any]] = []
-    keep: list[dict[str, str]] = []
-    seen: set[str] = set()
-    for root in roots:
-        for info in storage.list(root):
-            if info.uri in seen:
-                continue
-            seen.add(info.uri)
-            if any(info.uri.startswith(p) for p in preserved):
-                keep.append({"uri": info.uri, "reason": "preserved evidence: never deleted"})
-            elif info.uri.startswith(export_root):
-                delete.append(
-                    {
-                        "uri": info.uri,
-                        "size": info.size,
-                        "crc32c": crc32c_of(storage, info),
-                        "generation": info.generation,
-                    }
-                )
-            else:
-                keep.append({"uri": info.uri, "reason": f"outside the granted artifact (step {grant.step})"})
-    return {
-        "run_id": record.run_id,
-        "grant_id": grant.grant_id,
-        "made_at": now.isoformat(),
-        "destination": grant.destination,
-        "export": export_uri,
-        "delete": delete,
-        "delete_bytes": sum(d["size"] for d in delete),
-        "keep": keep,
-    }
-
-
-def execute(storage: Storage, plan: dict[str, Any]) -> tuple[list[str], list[str], int]:
-    """(deleted, kept-because-changed, bytes). Safe to run again: gone objects count as deleted."""
-    deleted: list[str] = []
-    changed: list[str] = []
-    reclaimed = 0
-    for entry in plan["delete"]:
-        info = storage.stat(entry["uri"])
-        if info is None:
-            deleted.append(entry["uri"])
-            reclaimed += entry["size"]
-            continue
-        want = Expected(size=entry["size"], crc32c=entry["crc32c"])
-        # Content identity, not mtimes (the plan's clock and the storage's clock differ); GCS adds the generation.
-        rewritten = entry.get("generation") is not None and info.generation != entry["generation"]
-        if rewritten or mismatch(storage, entry["uri"], want) is not None:
-            changed.append(entry["uri"])  # written after the plan was made: not ours to delete
-            continue
-        storage.delete(entry["uri"])
-        deleted.append(entry["uri"])
-        reclaimed += entry["size"]
-    return deleted, changed, reclaimed
-
-
-def reclaim(
     storage: Storage,
+    records: RunRecords,
     record: CompletionRecord,
     layout: RunLayout,
     grant: Grant,
     now: datetime,
-    on_plan: Callable[[str, dict[str, Any]], None],
+) -> ReclaimPlan | Outcome:
+    dest = (grant.destination or "").rstrip("/")
+    candidate, refused = artifact.resolve(storage, record, grant)  # digest == pinned versions, checked now
+    if refused:
+        return refused
+    assert candidate is not None
+    marker = read_marker(storage, dest)
+    if marker is None or marker.get("digest") != grant.digest or marker.get("step") != grant.step:
+        what = f"step {grant.step} ({grant.digest})"
+        return refuse(Refusal.destination_unverified, f"{dest} carries no completed publish of {what}", dest)
+    published = _published_twins(records, grant)
+    if published is None:
+        return refuse(Refusal.destination_unverified, f"no publish of {grant.digest} to {dest} is recorded", dest)
+    publish_gid, twins = published
+    export = artifact.listing(storage, candidate.uri)
+    delete: list[PlanEntry] = []
+    for name, info in sorted(export.items()):
+        twin = twins.get(name)
+        if twin is None or twin.get("source_fingerprint") != info.fingerprint:
+            return refuse(Refusal.destination_unverified, f"{name}: this version was not published to {dest}", dest)
+        proof = CopyProof.model_validate(twin["proof"])
+        problem = twin_mismatch(storage, proof)
+        if problem:
+            return refuse(Refusal.destination_altered, f"destination re-verification failed: {problem}", dest)
+        delete.append(
+            PlanEntry(
+                uri=info.uri,
+                name=name,
+                size=info.size,
+                source_fingerprint=twin["source_fingerprint"],
+                source_generation=twin.get("source_generation"),
+                twin=proof,
+            )
+        )
+    planned = {d.uri for d in delete}
+    keep: list[KeepEntry] = []
+    count = 0
+    preserved = [p.rstrip("/") for p in record.preserved_locations]
+    seen: set[str] = set()
+    for root in [layout.run_uri, *([layout.temp_root] if layout.temp_root else [])]:
+        for info in storage.list(root):
+            if info.uri in planned or info.uri in seen:
+                continue
+            seen.add(info.uri)
+            count += 1
+            if len(keep) < MAX_KEEP_LISTED:
+                why = (
+                    "preserved evidence: never deleted"
+                    if any(_under(info.uri, p) for p in preserved)
+                    else f"outside the granted artifact (step {grant.step})"
+                )
+                keep.append(KeepEntry(uri=info.uri, reason=why))
+    return ReclaimPlan(
+        run_id=record.run_id,
+        grant_id=grant.grant_id,
+        publish_grant_id=publish_gid,
+        made_at=now,
+        destination=dest,
+        export=candidate.uri,
+        delete=delete,
+        delete_bytes=sum(d.size for d in delete),
+        keep=keep,
+        keep_count=count,
+    )
+
+
+def _delete_pinned(storage: Storage, entry: PlanEntry) -> bool:
+    versioned = isinstance(storage, SchemeAwareStorage) and storage.capabilities(entry.uri).object_version
+    if versioned and entry.source_generation is not None:
+        return storage.delete(entry.uri, if_generation=entry.source_generation)  # type: ignore[call-arg]
+    return storage.delete(entry.uri)
+
+
+def execute(storage: Storage, plan: ReclaimPlan) -> PlanResult:
+    """Each object: re-verify its twin now, then delete it if it is still the pinned version. Safe to re-run."""
+    result = PlanResult()
+    for entry in plan.delete:
+        info = storage.stat(entry.uri)
+        if info is None:  # deleted by an earlier attempt
+            result.deleted.append(entry.uri)
+            result.reclaimed_bytes += entry.size
+            continue
+        if info.fingerprint != entry.source_fingerprint:
+            result.kept_changed.append(entry.uri)  # rewritten after the plan: not the bytes that were published
+            continue
+        problem = twin_mismatch(storage, entry.twin)
+        if problem:
+            result.stopped = f"{entry.name}: destination twin failed re-verification: {problem}"
+            return result
+        try:
+            _delete_pinned(storage, entry)
+        except SourceChangedError:
+            result.kept_changed.append(entry.uri)
+            continue
+        result.deleted.append(entry.uri)
+        result.reclaimed_bytes += entry.size
+    return result
+
+
+def reclaim(
+    storage: Storage,
+    records: RunRecords,
+    record: CompletionRecord,
+    layout: RunLayout,
+    grant: Grant,
+    now: datetime,
+    on_plan: Callable[[str, ReclaimPlan], None],
+    preserve_root: str | None = None,
 ) -> Outcome:
-    """Verify, plan, record the plan (on_plan), delete. A redelivery after a crash resumes the written plan."""
-    if not record.preserved_locations:
-        return refuse(Refusal.record_not_eligible, "the run has no preserved location to keep the reclaim plan in")
-    uri = plan_uri(record, grant)
-    existing = storage.stat(uri)
-    if existing is not None:
-        plan = json.loads(storage.read_bytes(uri))
-    else:
-        candidate, refused = artifact.resolve(storage, record, grant)
-        if refused:
-            return refused
-        assert candidate is not None
-        export = artifact.listing(storage, candidate.uri)
-        refused = verify_destination(storage, grant, export)
-        if refused:
-            return refused
-        plan = make_plan(storage, record, layout, grant, candidate.uri, now)
-        if (
-            storage.write_if_absent(uri, json.dumps(plan, indent=1).encode(), "application/json")
-            is WriteOutcome.conflict
-        ):
-            plan = json.loads(storage.read_bytes(uri))  # a concurrent worker wrote it first: follow that plan
-    on_plan(uri, plan)
-    deleted, changed, reclaimed = execute(storage, plan)
-    result = {"plan": uri, "deleted": deleted, "kept_changed_after_plan": changed, "reclaimed_bytes": reclaimed}
-    result_uri = uri.removesuffix(".json") + "-result.json"
-    storage.write_if_absent(result_uri, json.dumps(result, indent=1).encode(), "application/json")
+    """Plan (or resume the stored plan), record it (on_plan), then delete twin-verified objects one by one."""
+    collection = plans_collection(record.run_id)
+    stored = records.get_doc(collection, grant.grant_id)
+    if stored is None:
+        made = make_plan(storage, records, record, layout, grant, now)
+        if isinstance(made, Outcome):
+            return made
+        problem = plan_problem(made, record, grant, preserve_root)
+        if problem:
+            return refuse(Refusal.plan_rejected, problem, grant.destination)
+        if not records.put_doc(collection, grant.grant_id, made.model_dump(mode="json"), only_if_absent=True):
+            stored = records.get_doc(collection, grant.grant_id)  # a concurrent worker stored it first: follow it
+        else:
+            stored = made.model_dump(mode="json")
+    try:
+        plan = ReclaimPlan.model_validate(stored)
+    except ValueError as exc:
+        return refuse(Refusal.plan_rejected, f"the stored plan is not a plan: {exc}"[:500], grant.destination)
+    problem = plan_problem(plan, record, grant, preserve_root)  # on every attempt, resumes included
+    if problem:
+        return refuse(Refusal.plan_rejected, problem, grant.destination)
+    plan_ref = f"{collection}/{grant.grant_id}"
+    on_plan(plan_ref, plan)
+    result = execute(storage, plan)
+    records.put_doc(f"{collection}/{grant.grant_id}/results", now.isoformat(), result.model_dump(mode="json"))
+    summary = (
+        f"deleted {len(result.deleted)} of {len(plan.delete)} planned objects; kept {plan.keep_count}"
+        + (f"; {len(result.kept_changed)} changed after the plan and were kept" if result.kept_changed else "")
+        + f"; plan {plan_ref}"
+    )
+    if result.stopped:
+        out = refuse(Refusal.destination_altered, f"{result.stopped}; {summary}", grant.destination)
+        out.reclaimed_bytes = result.reclaimed_bytes
+        out.extra["deleted"] = result.deleted
+        return out
     return Outcome(
         state="reclaimed",
         destination=grant.destination,
-        verified_objects=len(plan["delete"]),
-        uri=result_uri,
-        reclaimed_bytes=reclaimed,
-        detail=f"deleted {len(deleted)} of {len(plan['delete'])} planned objects; kept {len(plan['keep'])}"
-        + (f"; {len(changed)} changed after the plan and were kept" if changed else "")
-        + f"; plan {uri}",
+        verified_objects=len(plan.delete),
+        uri=plan_ref,
+        reclaimed_bytes=result.reclaimed_bytes,
+        detail=summary,
+        extra={"deleted": result.deleted, "kept_changed": result.kept_changed},
     )

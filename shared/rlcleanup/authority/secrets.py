@@ -1,40 +1,76 @@
-"""Secret scan of everything text that would leave the run: detect-secrets plus the rules it lacks.
+"""Secret scan of every byte that would be published, in the form it is published (the staged copy).
 
-Text objects are streamed in bounded chunks through temp files (detect-secrets scans files); safetensors
-contribute only their header `__metadata__`, read with ranged requests. Tensor bytes are never read as text.
-Findings name the object, the 1-based line and the rule, never the secret itself.
+What a file is comes from parsing it, never from its name:
+- a safetensors file whose header parses and whose tensors exactly fill the rest of the file: the header (names,
+  `__metadata__`) is scanned; tensor bytes are the only bytes not scanned;
+- a file without NUL bytes: text, every byte scanned (no line is cut, however long);
+- anything else: refused as unscannable (not published), never skipped.
+
+Text is read in blocks. A fast pre-filter (one compiled alternation of every rule's anchor, run over whole
+blocks) finds candidate lines; only those go through detect-secrets' plugins and our own rules, which are
+registered as detect-secrets plugins (rlcleanup.authority.secret_plugins) so allowlist comments and baselines
+work. Each block is also scanned as decoded: JSON/unicode escapes undone, backslash-continued lines and string
+concatenations joined, base64 runs decoded. Findings name the object, the 1-based line and the rule, never the
+secret itself. The rule set is listed in docs/authority.md.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import base64
+import binascii
+import bisect
 import re
-import tempfile
+import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
 
 from rlcleanup.formats.safetensors_header import CorruptHeaderError, read_header
-from rlcleanup.formats.weight_files import WEIGHT_SUFFIXES
 from rlcleanup.ports.storage import ObjectInfo, Storage
 
 # Entropy detectors flag every git SHA and tokenizer merge; an IP address is not a credential.
 _SKIPPED_PLUGINS = {"Base64HighEntropyString", "HexHighEntropyString", "IPPublicDetector"}
-_CHUNK_LINES = 20_000
-_BINARY_SUFFIXES = (*WEIGHT_SUFFIXES, ".model", ".npy", ".parquet")  # weights, sentencepiece, arrays, tables
-_TEXT_SUFFIXES = (".json", ".jsonl", ".txt", ".md", ".yaml", ".yml", ".log", ".out", ".err", ".jinja", ".py", ".toml")
+_BLOCK = 4 * 1024 * 1024
+_SNIFF = 8192
+_PLUGIN_FILE = Path(__file__).with_name("secret_plugins.py")
+_SESSION_LOCK = threading.RLock()  # detect-secrets settings are process-global
 
-# Rules detect-secrets lacks (patterns after gitleaks' huggingface / W&B rules).
-_EXTRA_RULES: list[tuple[str, re.Pattern[str]]] = [
-    ("Hugging Face token", re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9])")),
-    ("Hugging Face org token", re.compile(r"(?<![A-Za-z0-9])api_org_[A-Za-z0-9]{30,}(?![A-Za-z0-9])")),
-    ("W&B API key", re.compile(r"WANDB_API_KEY['\"]?\s*[=:]\s*['\"]?[0-9a-f]{40}(?![0-9a-f])", re.IGNORECASE)),
-    ("W&B API key (netrc)", re.compile(r"(?:^|\s)password\s+[0-9a-f]{40}(?![0-9a-f])")),
-    (
-        "GCP service-account private key",
-        re.compile(r"['\"]private_key['\"]\s*:\s*['\"]-----BEGIN (?:RSA )?PRIVATE KEY-----"),
-    ),
-]
+# Anchors of every rule (ours and detect-secrets' plugins): a line containing none of them cannot produce a
+# finding. Literals are matched on the lowered text; rules without a literal anchor keep a case-sensitive regex.
+# Keep in step with the plugins: the differential test (tests/unit/test_secret_scan_properties.py) checks that
+# the pre-filtered scan finds what running every rule on every line finds.
+_LITERALS = (
+    "key", "secret", "token", "passw", "pwd", "pass", "auth", "credential", "bearer", "private", "api", "login",
+    "-----begin", "putty", "akia", "asia", "a3t", "abia", "acca", "aws", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
+    "github_pat_", "glpat-", "gldt-", "glptt-", "glrt-", "glsoat-", "glcbt-", "glffct-", "glft-", "glimt-",
+    "glagent-", "gloas-", "xox", "hooks.slack", "sk_live", "rk_live", "sq0", "sg.", "hf_", "api_org_", "npm_",
+    "pypi-", "aiza", "ya29.", "accountkey", "eyj", "discord", "twilio", "mailchimp", "artifactory", "ibm",
+    "cloudant", "softlayer", "azure", "sk-", "t3blbkfj", "://", "wandb",
+)  # fmt: skip
+_LITERAL_RX = re.compile("|".join(re.escape(x) for x in sorted(_LITERALS, key=len, reverse=True)))
+_ANCHOR_REGEXES = (
+    re.compile(r"AKC[a-zA-Z0-9]{10}|AP[0-9ABCDEF][a-zA-Z0-9]{8}"),  # Artifactory
+    re.compile(r"[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{20}"),  # Discord-shaped tokens
+    re.compile(r"[0-9]{8,10}:[A-Za-z0-9_-]{35}"),  # Telegram bot tokens
+    re.compile(r"(?:AC|SK)[a-z0-9]{32}"),  # Twilio
+    re.compile(r"[0-9a-z]{32}-us[0-9]"),  # Mailchimp
+)
+
+
+def _anchored(text: str) -> bool:
+    return _LITERAL_RX.search(text.lower()) is not None or any(p.search(text) for p in _ANCHOR_REGEXES)
+
+
+_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
+_JSON_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\([\\/\"nrt])")
+_CONCAT = re.compile(r"""(["'])\s*(?:\+|\.\.|\\\n|\n)?\s*\1""")  # "ab" + "cd", "ab" "cd", 'ab' .. 'cd'
+_CONTINUATION = re.compile(r"\\\r?\n\s*")
+_NEWLINE = re.compile(r"\n")
+_JOIN_HINT = re.compile(r"""\\\r?\n|["']\s*(?:\+|\.\.)?\s*\r?\n""")
+_PREFILTERS = (_B64_RUN, re.compile(r"\\u[0-9a-fA-F]{4}|\\[/\"]"), _JOIN_HINT, re.compile(r"[\"']\s*\+?\s*[\"']"))
 
 
 @dataclass(frozen=True)
@@ -51,91 +87,213 @@ class Finding:
 class ScanReport:
     findings: list[Finding]
     scanned: list[str]
-    skipped: list[str]  # binary objects not read as text (weights), with why
+    skipped: list[str] = field(default_factory=list)  # tensor data sections (identified by parsing), with why
+    refused: list[str] = field(default_factory=list)  # objects whose bytes could not be scanned: never published
 
     @property
     def clean(self) -> bool:
-        return not self.findings
+        return not self.findings and not self.refused
 
 
-def is_text(uri: str) -> bool:
-    name = uri.rsplit("/", 1)[-1].lower()
-    if name.endswith(_BINARY_SUFFIXES):
-        return False
-    return name.endswith(_TEXT_SUFFIXES) or "netrc" in name or "." not in name
+# ---------------------------------------------------------------- detect-secrets, restricted to candidate lines
 
 
-def _plugins() -> list[dict[str, str]]:
+def plugins_used() -> list[dict[str, str]]:
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
     classes: list[type] = list(get_mapping_from_secret_type_to_class().values())
-    names = sorted(c.__name__ for c in classes)
-    return [{"name": n} for n in names if n not in _SKIPPED_PLUGINS]
+    own = set(_our_plugin_names())
+    names = sorted({c.__name__ for c in classes} - own - _SKIPPED_PLUGINS)
+    return [{"name": n} for n in names] + [{"name": n, "path": f"file://{_PLUGIN_FILE}"} for n in sorted(own)]
 
 
-def _scan_chunk(lines: list[str], offset: int, uri: str) -> Iterator[Finding]:
-    from detect_secrets import SecretsCollection
+@cache
+def _our_plugin_names() -> tuple[str, ...]:
+    from rlcleanup.authority import secret_plugins
+
+    return tuple(cls.__name__ for cls in secret_plugins.PLUGINS)
+
+
+@cache
+def _settings() -> dict[str, Any]:
+    return {"plugins_used": plugins_used()}  # default filters: allowlist comments, heuristics
+
+
+@contextmanager
+def detect_secrets_session() -> Iterator[None]:
+    """detect-secrets configured with our plugin set for the duration of a scan (configuring it per line would
+    cost more than the scan). Its plugin-class mapping is cached: cleared so our file plugins are found."""
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.settings import transient_settings
 
-    for i, line in enumerate(lines, start=offset + 1):
-        for rule, pattern in _EXTRA_RULES:
-            if pattern.search(line):
-                yield Finding(uri, i, rule)
-    suffix = os.path.splitext(uri.rsplit("/", 1)[-1])[1] or ".txt"
-    fd, path = tempfile.mkstemp(suffix=suffix, prefix="rlcleanup-scan-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
-        with transient_settings({"plugins_used": _plugins()}):
-            collection = SecretsCollection()
-            collection.scan_file(path)
-            for _, secret in collection:
-                yield Finding(uri, offset + (secret.line_number or 0), secret.type)
-    finally:
-        os.unlink(path)
+    settings = _settings()
+    get_mapping_from_secret_type_to_class.cache_clear()
+    with _SESSION_LOCK, transient_settings(settings):
+        get_mapping_from_secret_type_to_class.cache_clear()
+        yield
+    get_mapping_from_secret_type_to_class.cache_clear()
 
 
-def scan_text(storage: Storage, uri: str) -> list[Finding]:
-    """Stream the object's lines; each chunk is scanned on its own (line numbers stay global)."""
+def _line_findings(line: str) -> set[str]:
+    from detect_secrets.core.scan import scan_line
+
+    return {secret.type for secret in scan_line(line)}
+
+
+def rules() -> list[str]:
+    """The rule set in force (docs/authority.md lists it)."""
+    return [p["name"] for p in plugins_used()]
+
+
+# ---------------------------------------------------------------- decoded views of a text
+
+
+def _unescape(text: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        if m.group(1):
+            return chr(int(m.group(1), 16))
+        return {"n": "\n", "r": "\r", "t": "\t"}.get(m.group(2), m.group(2))
+
+    return _JSON_ESCAPE.sub(one, text)
+
+
+def _joined(text: str) -> str:
+    return _CONCAT.sub("", _CONTINUATION.sub("", text))
+
+
+def _b64_decoded(line: str) -> Iterator[str]:
+    for m in _B64_RUN.finditer(line):
+        run = m.group(0)
+        for decode in (base64.b64decode, base64.urlsafe_b64decode):
+            try:
+                raw = decode(run + "=" * (-len(run) % 4))
+            except (binascii.Error, ValueError):
+                continue
+            text = raw.decode("utf-8", errors="ignore")
+            if len(text) >= 16 and sum(c.isprintable() for c in text) >= 0.9 * len(text):
+                yield text
+                break
+
+
+def _views(line: str) -> Iterator[str]:
+    yield line
+    unescaped = _unescape(line)
+    if unescaped != line:
+        yield unescaped
+    joined = _joined(unescaped)
+    if joined != unescaped:
+        yield joined
+    for decoded in _b64_decoded(line):
+        yield decoded
+        yield _unescape(decoded)
+
+
+def scan_string(text: str, uri: str, first_line: int = 1) -> list[Finding]:
+    """Findings in a text (first line numbered first_line): pre-filter, then every rule on candidate lines."""
+    with detect_secrets_session():
+        return _scan_string(text, uri, first_line)
+
+
+def _candidate_lines(text: str) -> list[int]:
+    """Indexes of the lines any rule, decoder or join could fire on, from whole-block regex passes, so the
+    per-line work (detect-secrets) runs on the few candidate lines instead of all of them."""
+    ends = [m.start() for m in _NEWLINE.finditer(text)]
+    hits: set[int] = set()
+    passes: list[tuple[re.Pattern[str], str]] = [(_LITERAL_RX, text.lower())]
+    passes += [(p, text) for p in (*_ANCHOR_REGEXES, *_PREFILTERS)]
+    for pattern, haystack in passes:
+        for m in pattern.finditer(haystack):
+            if pattern is _B64_RUN and not _mixed_case(m.group(0)):
+                continue  # hex ids and lowercase paths decode to nothing printable
+            line = bisect.bisect_left(ends, m.start())
+            hits.add(line)
+            if pattern is _JOIN_HINT:  # a join reaches into the next line
+                hits.add(line + 1)
+    return sorted(hits)
+
+
+def _mixed_case(run: str) -> bool:
+    return any(c.isupper() for c in run) and any(c.islower() for c in run)
+
+
+def _scan_string(text: str, uri: str, first_line: int = 1) -> list[Finding]:
+    found: set[Finding] = set()
+    lines = text.split("\n")
+    for i in _candidate_lines(text):
+        if i >= len(lines):
+            continue
+        line = lines[i]
+        views = [v for v in _views(line) if _anchored(v)]
+        if i + 1 < len(lines):  # joins across a line end: continuations, "a" +<newline> "b"
+            joined = _joined(_unescape(line + "\n" + lines[i + 1]))
+            if "\n" not in joined and _anchored(joined):
+                views.append(joined)
+        for view in views:
+            for rule in _line_findings(view):
+                found.add(Finding(uri, first_line + i, rule))
+    return sorted(found, key=lambda f: (f.line, f.rule))
+
+
+def _blocks(storage: Storage, info: ObjectInfo) -> Iterator[tuple[int, str]]:
+    """(first line number, text) per block, split on line ends; a line longer than a block is kept whole."""
+    offset, line_no, carry = 0, 1, b""
+    while offset < info.size:
+        chunk = storage.read_range(info.uri, offset, min(_BLOCK, info.size - offset))
+        if not chunk:
+            break
+        offset += len(chunk)
+        data = carry + chunk
+        cut = data.rfind(b"\n")
+        if cut < 0 and offset < info.size:
+            carry = data  # one very long line: keep reading until it ends (never cut, never skipped)
+            continue
+        head, carry = (data, b"") if offset >= info.size else (data[: cut + 1], data[cut + 1 :])
+        text = head.decode("utf-8", errors="replace").replace("\r\n", "\n")
+        yield line_no, text
+        line_no += text.count("\n")
+    if carry:
+        yield line_no, carry.decode("utf-8", errors="replace")
+
+
+def scan_text(storage: Storage, info: ObjectInfo) -> list[Finding]:
     found: list[Finding] = []
-    chunk: list[str] = []
-    offset = 0
-    for line in storage.iter_lines(uri):
-        chunk.append(line)
-        if len(chunk) >= _CHUNK_LINES:
-            found.extend(_scan_chunk(chunk, offset, uri))
-            offset += len(chunk)
-            chunk = []
-    if chunk:
-        found.extend(_scan_chunk(chunk, offset, uri))
+    for first, text in _blocks(storage, info):
+        found.extend(_scan_string(text, info.uri, first))
     return sorted(set(found), key=lambda f: (f.line, f.rule))
 
 
-def scan_safetensors_metadata(storage: Storage, info: ObjectInfo) -> list[Finding]:
-    """Only the header's `__metadata__` (string map); one pretty line per key keeps line numbers meaningful."""
+# ---------------------------------------------------------------- what a file is, by parsing
+
+
+def _tensor_header(storage: Storage, info: ObjectInfo) -> Any | None:
+    """The safetensors header when the file is one whose tensors exactly fill the rest; else None."""
     try:
         header = read_header(storage, info.uri, info.size)
-    except CorruptHeaderError as exc:
-        return [Finding(info.uri, 0, f"unscannable header: {exc.reason}")]
-    if not header.metadata:
-        return []
-    keys = sorted(header.metadata)
-    lines = [json.dumps({k: header.metadata[k]}) for k in keys]
-    return [
-        Finding(f"{info.uri}#__metadata__[{keys[f.line - 1]}]", f.line, f.rule) for f in _scan_chunk(lines, 0, info.uri)
-    ]
+    except CorruptHeaderError:
+        return None
+    return header if 8 + header.header_len + header.data_end == info.size else None
+
+
+def scan_object(storage: Storage, info: ObjectInfo, report: ScanReport) -> None:
+    header = _tensor_header(storage, info) if info.size >= 8 else None
+    if header is not None:
+        head = storage.read_range(info.uri, 8, header.header_len).decode("utf-8", errors="replace")
+        report.findings.extend(Finding(f"{info.uri}#header", f.line, f.rule) for f in _scan_string(head, info.uri))
+        report.scanned.append(f"{info.uri}#header")
+        report.skipped.append(f"{info.uri}: {header.data_end} tensor bytes (parsed as safetensors)")
+        return
+    sniff = storage.read_range(info.uri, 0, min(_SNIFF, info.size)) if info.size else b""
+    if b"\x00" in sniff:
+        report.refused.append(f"{info.uri}: binary and not a parsed tensor file")
+        return
+    found = scan_text(storage, info)
+    report.findings.extend(found)
+    report.scanned.append(info.uri)
 
 
 def scan_objects(storage: Storage, objects: Iterable[ObjectInfo]) -> ScanReport:
-    report = ScanReport(findings=[], scanned=[], skipped=[])
-    for info in objects:
-        name = info.uri.lower()
-        if name.endswith(".safetensors"):
-            report.findings.extend(scan_safetensors_metadata(storage, info))
-            report.scanned.append(f"{info.uri}#__metadata__")
-        elif is_text(info.uri):
-            report.findings.extend(scan_text(storage, info.uri))
-            report.scanned.append(info.uri)
-        else:
-            report.skipped.append(f"{info.uri}: binary (never scanned as text)")
+    report = ScanReport(findings=[], scanned=[])
+    with detect_secrets_session():
+        for info in objects:
+            scan_object(storage, info, report)
     return report

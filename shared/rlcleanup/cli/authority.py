@@ -240,7 +240,7 @@ def grant(
         _fail(f"invalid grant: {exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}", 2)
         return
     if dry_run:
-        _print_preview(record, g, now, as_json)
+        _print_preview(record, g, now, as_json, store)
         return
     data = json.dumps(sign(g, private)).encode()
     if cloud:
@@ -281,11 +281,11 @@ def grant(
         raise typer.Exit(3)
 
 
-def _print_preview(record: Any, g: Any, now: datetime, as_json: bool) -> None:
+def _print_preview(record: Any, g: Any, now: datetime, as_json: bool, store: Any) -> None:
     from rlcleanup.adapters.storage_router import RoutingStorage
     from rlcleanup.authority.preview import preview_grant
 
-    preview = preview_grant(RoutingStorage(), record, g, now)
+    preview = preview_grant(RoutingStorage(), record, g, now, store)
     if as_json:
         typer.echo(json.dumps(preview, indent=2))
     else:

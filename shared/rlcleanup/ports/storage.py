@@ -27,6 +27,11 @@ class ObjectInfo:
     generation: int | None = None
     etag: str | None = None  # S3: the ETag as the server gave it (an MD5 only for single-part uploads)
     version: str | None = None  # S3: the object version id, when the bucket is versioned
+    # What changes whenever the object's bytes may have changed, as this backend can tell without reading them:
+    # GCS the generation; local disk device, inode, size, mtime_ns and ctime_ns (ctime cannot be set back by a
+    # user, so an edit followed by `touch -d` still shows); S3 the ETag, Last-Modified and version id. A grant's
+    # digest covers it, so a grant authorizes exactly the object versions that were validated (docs/authority.md).
+    fingerprint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,11 @@ class StorageAccessError(PermanentError):
 
     def __init__(self, message: str) -> None:
         super().__init__("storage_access", message)
+
+
+class SourceChangedError(Exception):
+    """The object is not the version a caller pinned (a generation precondition failed, or its fingerprint moved
+    while it was being copied). Never retried into success: the grant that pinned it is refused."""
 
 
 class UnsafePathError(PermanentError, ValueError):

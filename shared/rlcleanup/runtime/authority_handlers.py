@@ -17,10 +17,10 @@ from rlcleanup.authority.artifact import READY, is_ready
 from rlcleanup.authority.controllers import Controller, controller_for
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, verify
 from rlcleanup.authority.outcome import Outcome
-from rlcleanup.authority.publish import publish
-from rlcleanup.authority.reclaim import reclaim
+from rlcleanup.authority.publish import publish, staging_root
+from rlcleanup.authority.reclaim import ReclaimPlan, reclaim
 from rlcleanup.authority.register import register
-from rlcleanup.errors import PermanentError
+from rlcleanup.errors import PermanentError, TransientError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import AuthorityAction, CompletionRecord, PreCancelCapture
 from rlcleanup.runtime.claims import once as _once
@@ -220,7 +220,12 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
     def work() -> dict[str, Any]:
         now = p.clock.now()
         ledger.set_state(p.records, run_id, gid, GrantState.applying, now)
-        outcome = _carry_out(p, grant, gid, record, capture)
+        try:
+            outcome = _carry_out(p, grant, gid, record, capture)
+        except TransientError:
+            raise  # transient: the claim is released and a redelivery re-runs every check from the start
+        except Exception as exc:
+            outcome = _failed(p, grant, record, exc)
         final = _state_for(outcome.refusal) if outcome.refusal else GrantState.used
         ledger.set_state(
             p.records,
@@ -239,6 +244,22 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
         return _note_replay(p, run_id, gid)
     sync_record(p, run_id)
     return f"{grant.action.value}: {result['state']}" + (f" ({result['refusal']})" if result.get("refusal") else "")
+
+
+def _failed(p: Ports, grant: Grant, record: CompletionRecord | None, exc: Exception) -> Outcome:
+    """A permanent failure while applying: clean what this grant staged, and refuse with the cause named."""
+    if record is not None and record.preserved_locations and grant.action in {Action.publish, Action.handoff}:
+        try:
+            for info in list(p.storage.list(staging_root(record, grant))):
+                p.storage.delete(info.uri)
+        except Exception:
+            pass
+    return Outcome(
+        state="refused",
+        refusal=Refusal.apply_failed,
+        destination=grant.destination,
+        detail=f"{type(exc).__name__}: {str(exc)[:500]}",
+    )
 
 
 def _carry_out(
@@ -264,16 +285,16 @@ def _carry_out(
     if grant.action is Action.register:
         return register(p.storage, p.records, layout, record, grant)
 
-    def on_plan(plan_uri: str, plan: dict[str, Any]) -> None:
+    def on_plan(plan_ref: str, plan: ReclaimPlan) -> None:
         # Recorded before the first delete: the record says what is about to go even if the worker dies.
-        detail = f"plan: delete {len(plan['delete'])} objects ({plan['delete_bytes']} bytes), keep {len(plan['keep'])}"
-        outcome = {"state": "reclaiming", "uri": plan_uri, "destination": grant.destination}
+        detail = f"plan: delete {len(plan.delete)} objects ({plan.delete_bytes} bytes), keep {plan.keep_count}"
+        outcome = {"state": "reclaiming", "uri": plan_ref, "destination": grant.destination}
         ledger.set_state(
             p.records, grant.run_id, gid, GrantState.applying, p.clock.now(), detail=detail, outcome=outcome
         )
         sync_record(p, grant.run_id)
 
-    return reclaim(p.storage, record, layout, grant, p.clock.now(), on_plan)
+    return reclaim(p.storage, p.records, record, layout, grant, p.clock.now(), on_plan, p.preserve_root)
 
 
 # ---------------------------------------------------------------- pre-cancel capture

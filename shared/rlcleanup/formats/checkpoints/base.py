@@ -146,8 +146,13 @@ def size_label(count: int) -> str:
 
 
 def export_digest(objects: Iterable[tuple[str, ObjectInfo]]) -> str:
-    """sha256 over sorted "name<TAB>size<TAB>crc32c" lines: same names, sizes and checksums -> same digest."""
-    lines = sorted(f"{name}\t{info.size}\t{info.crc32c or ''}" for name, info in objects)
+    """sha256 over sorted "name<TAB>size<TAB>crc32c<TAB>fingerprint" lines.
+
+    The fingerprint is the object's version (GCS generation; local device/inode/size/mtime_ns/ctime_ns; S3
+    ETag/Last-Modified/version): a CRC32C can be restored after an edit with four chosen bytes and a large local
+    file has none, but a version cannot be restored, so the digest a grant signs pins exactly the validated
+    object versions without reading a shard's bytes. The same bytes copied elsewhere are another artifact."""
+    lines = sorted(f"{name}\t{info.size}\t{info.crc32c or ''}\t{info.fingerprint or ''}" for name, info in objects)
     return hashlib.sha256("".join(line + "\n" for line in lines).encode()).hexdigest()
 
 

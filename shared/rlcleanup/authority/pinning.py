@@ -1,0 +1,265 @@
+"""Pinned copies: copy exactly the object version a grant authorizes, and prove what arrived.
+
+A grant's digest covers every exported object's fingerprint (GCS generation; local device/inode/size/mtime_ns/
+ctime_ns; S3 ETag/Last-Modified/version), taken by the header-only validation without reading a shard. Here the
+pin is enforced while the bytes move:
+
+- backends with `object_version` (GCS), same backend: a server-side copy with `if_source_generation_match`, then
+  the destination's size/CRC32C/MD5 must equal the pinned source's, and its generation is recorded;
+- everything else (local disk, S3, across backends): the bytes are streamed once, SHA-256 (and CRC32C/MD5)
+  computed over every byte while copying, and the source's fingerprint is checked before and after (a local file
+  through one open descriptor, fstat'ed at both ends): any change refuses the copy.
+
+The proof (sizes, checksums, SHA-256, destination version) is what reclaim later re-verifies a twin against.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import google_crc32c
+from pydantic import BaseModel, ConfigDict
+
+from rlcleanup.adapters.local_storage import stat_fingerprint
+from rlcleanup.ports.storage import (
+    ObjectInfo,
+    SchemeAwareStorage,
+    SourceChangedError,
+    Storage,
+    StorageCapabilities,
+    WriteOutcome,
+)
+
+_CHUNK = 8 * 1024 * 1024
+
+
+class CopyProof(BaseModel):
+    """What one pinned copy put at its destination (stored with the publish, checked again by reclaim)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str
+    source_fingerprint: str
+    source_generation: int | None = None
+    destination: str
+    size: int
+    crc32c: str | None = None
+    md5: str | None = None
+    sha256: str | None = None  # of every byte copied (streamed copies); None for server-side generation copies
+    destination_generation: int | None = None
+    destination_fingerprint: str | None = None
+    outcome: str  # created | identical
+
+
+@runtime_checkable
+class _Files(Protocol):
+    def local_file(self, uri: str) -> Path | None: ...
+
+    def upload_file_if_absent(self, path: Path, dst_uri: str) -> WriteOutcome: ...
+
+
+def _caps(storage: Storage, uri: str) -> StorageCapabilities | None:
+    return storage.capabilities(uri) if isinstance(storage, SchemeAwareStorage) else None
+
+
+def _same_backend(storage: Storage, a: str, b: str) -> bool:
+    registry = getattr(storage, "registry", None)
+    return registry is not None and registry.for_uri(a).scheme == registry.for_uri(b).scheme
+
+
+class _Hashes:
+    def __init__(self) -> None:
+        self.sha = hashlib.sha256()
+        self.crc = google_crc32c.Checksum()
+        self.md5 = hashlib.md5(usedforsecurity=False)
+        self.size = 0
+
+    def update(self, chunk: bytes) -> None:
+        self.sha.update(chunk)
+        self.crc.update(chunk)
+        self.md5.update(chunk)
+        self.size += len(chunk)
+
+    @property
+    def crc32c(self) -> str:
+        return base64.b64encode(self.crc.digest()).decode()
+
+    @property
+    def md5_b64(self) -> str:
+        return base64.b64encode(self.md5.digest()).decode()
+
+
+def require_pin(src: ObjectInfo) -> str:
+    if not src.fingerprint:
+        raise SourceChangedError(f"{src.uri}: its backend reports no version, so the validated bytes cannot be pinned")
+    return src.fingerprint
+
+
+def still_pinned(storage: Storage, src: ObjectInfo) -> None:
+    """Raise SourceChangedError unless the object at src.uri is still the pinned version."""
+    pin = require_pin(src)
+    now = storage.stat(src.uri)
+    if now is None:
+        raise SourceChangedError(f"{src.uri}: gone since it was validated")
+    if now.fingerprint != pin or now.size != src.size:
+        raise SourceChangedError(f"{src.uri}: changed since it was validated ({pin} -> {now.fingerprint})")
+
+
+def _stream_local(path: Path, src: ObjectInfo, out: Path) -> _Hashes:
+    """One descriptor from first byte to last: the name cannot be swapped under us mid-copy, and fstat at both
+    ends sees any write (size/mtime_ns/ctime_ns) that happened meanwhile."""
+    pin = require_pin(src)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    hashes = _Hashes()
+    try:
+        if stat_fingerprint(os.fstat(fd)) != pin:
+            raise SourceChangedError(f"{src.uri}: changed since it was validated")
+        with open(fd, "rb", closefd=False) as fh, out.open("wb") as dst:
+            while chunk := fh.read(_CHUNK):
+                hashes.update(chunk)
+                dst.write(chunk)
+            dst.flush()
+            os.fsync(dst.fileno())
+        if stat_fingerprint(os.fstat(fd)) != pin:
+            raise SourceChangedError(f"{src.uri}: written to while it was being copied")
+    finally:
+        os.close(fd)
+    if stat_fingerprint(os.lstat(path)) != pin:  # the name now points elsewhere (renamed over)
+        raise SourceChangedError(f"{src.uri}: replaced while it was being copied")
+    return hashes
+
+
+def _stream_remote(storage: Storage, src: ObjectInfo, out: Path) -> _Hashes:
+    still_pinned(storage, src)
+    hashes = _Hashes()
+    with out.open("wb") as dst:
+        offset = 0
+        while offset < src.size:
+            chunk = storage.read_range(src.uri, offset, min(_CHUNK, src.size - offset))
+            if not chunk:
+                break
+            hashes.update(chunk)
+            dst.write(chunk)
+            offset += len(chunk)
+    still_pinned(storage, src)  # an overwrite mid-stream moves the fingerprint (S3 Last-Modified, GCS generation)
+    if hashes.size != src.size:
+        raise SourceChangedError(f"{src.uri}: streamed {hashes.size} bytes, validated {src.size}")
+    return hashes
+
+
+def pinned_copy(storage: Storage, src: ObjectInfo, dst_uri: str) -> CopyProof:
+    """Copy exactly the pinned version of `src` to `dst_uri` (write-once) and verify what arrived.
+
+    Raises SourceChangedError when the source is not the pinned version; returns a proof whose `outcome` is
+    `conflict` when the destination holds other bytes (never overwritten)."""
+    pin = require_pin(src)
+    caps = _caps(storage, src.uri)
+    if (
+        caps is not None
+        and caps.object_version
+        and src.generation is not None
+        and _same_backend(storage, src.uri, dst_uri)
+    ):
+        outcome = storage.copy_if_absent(src.uri, dst_uri, source_generation=src.generation)  # type: ignore[call-arg]
+        if outcome is WriteOutcome.conflict:
+            return CopyProof(
+                source=src.uri, source_fingerprint=pin, destination=dst_uri, size=src.size, outcome="conflict"
+            )
+        got = storage.stat(dst_uri)
+        return _verified(src, pin, dst_uri, got, outcome, crc32c=src.crc32c, md5=src.md5, sha256=None)
+    if not isinstance(storage, _Files):
+        raise TypeError(f"{type(storage).__name__} cannot stream a pinned copy")
+    with tempfile.TemporaryDirectory(prefix="rlcleanup-pinned-") as tmp_dir:
+        tmp = Path(tmp_dir) / "object"
+        path = storage.local_file(src.uri)
+        hashes = _stream_local(path, src, tmp) if path is not None else _stream_remote(storage, src, tmp)
+        if src.crc32c and src.crc32c != hashes.crc32c:  # the listing's checksum (GCS/small local) must agree too
+            raise SourceChangedError(f"{src.uri}: the copied bytes do not match the validated CRC32C")
+        outcome = storage.upload_file_if_absent(tmp, dst_uri)
+    if outcome is WriteOutcome.conflict:
+        return CopyProof(source=src.uri, source_fingerprint=pin, destination=dst_uri, size=src.size, outcome="conflict")
+    got = storage.stat(dst_uri)
+    proof = _verified(
+        src, pin, dst_uri, got, outcome, crc32c=hashes.crc32c, md5=hashes.md5_b64, sha256=hashes.sha.hexdigest()
+    )
+    unlisted = got is not None and not got.crc32c and not got.md5  # a large local file: no listed checksum
+    if unlisted and got is not None and sha256_of(storage, got) != proof.sha256:
+        return proof.model_copy(update={"outcome": "conflict"})
+    return proof
+
+
+def _verified(
+    src: ObjectInfo,
+    pin: str,
+    dst_uri: str,
+    got: ObjectInfo | None,
+    outcome: WriteOutcome,
+    *,
+    crc32c: str | None,
+    md5: str | None,
+    sha256: str | None,
+) -> CopyProof:
+    base = CopyProof(
+        source=src.uri,
+        source_fingerprint=pin,
+        source_generation=src.generation,
+        destination=dst_uri,
+        size=src.size,
+        crc32c=crc32c,
+        md5=md5,
+        sha256=sha256,
+        destination_generation=got.generation if got else None,
+        destination_fingerprint=got.fingerprint if got else None,
+        outcome=outcome.value,
+    )
+    if got is None or got.size != src.size:
+        return base.model_copy(update={"outcome": "conflict"})
+    if crc32c and got.crc32c and got.crc32c != crc32c:
+        return base.model_copy(update={"outcome": "conflict"})
+    if md5 and got.md5 and got.md5 != md5:
+        return base.model_copy(update={"outcome": "conflict"})
+    return base
+
+
+def sha256_of(storage: Storage, info: ObjectInfo) -> str:
+    """SHA-256 of the object's bytes as they are now (reclaim re-verifies a streamed copy's twin with it)."""
+    sha = hashlib.sha256()
+    path = storage.local_file(info.uri) if isinstance(storage, _Files) else None
+    if path is not None:
+        with path.open("rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                sha.update(chunk)
+        return sha.hexdigest()
+    offset = 0
+    while offset < info.size:
+        chunk = storage.read_range(info.uri, offset, min(_CHUNK, info.size - offset))
+        if not chunk:
+            break
+        sha.update(chunk)
+        offset += len(chunk)
+    return sha.hexdigest()
+
+
+def twin_mismatch(storage: Storage, proof: CopyProof) -> str | None:
+    """None when the destination still holds exactly what the proof says was copied there (checked now)."""
+    got = storage.stat(proof.destination)
+    if got is None:
+        return f"{proof.destination}: missing"
+    if got.size != proof.size:
+        return f"{proof.destination}: size {got.size} != {proof.size}"
+    if proof.destination_generation is not None and got.generation != proof.destination_generation:
+        return f"{proof.destination}: generation {got.generation} != {proof.destination_generation}"
+    if proof.crc32c and got.crc32c and got.crc32c != proof.crc32c:
+        return f"{proof.destination}: crc32c differs"
+    if proof.md5 and got.md5 and got.md5 != proof.md5:
+        return f"{proof.destination}: md5 differs"
+    # No server-enforced version: the bytes themselves (a local dir anyone with access could edit).
+    unversioned = proof.destination_generation is None
+    if unversioned and (proof.sha256 is None or sha256_of(storage, got) != proof.sha256):
+        return f"{proof.destination}: its bytes differ from the SHA-256 recorded at publish"
+    return None

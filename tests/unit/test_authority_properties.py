@@ -1,0 +1,373 @@
+"""Adversarial tests of the authority properties (docs/authority.md §Threat model): each tries to break one.
+
+P1 a grant authorizes exactly the validated object versions; P2 reclaim deletes only what the record-store plan
+names, each object right after its twin is re-verified; P4 every published byte is scanned as published;
+P5 a refused or failed publish leaves nothing behind; P6 scope edges (prefixes, symlinks, lifetimes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from authority_support import World, files_under, make_world
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.adapters.storage_router import RoutingStorage
+from rlcleanup.authority import pinning
+from rlcleanup.authority.grants import Approver, prefix_too_broad, public_b64, register_approver
+from rlcleanup.authority.pinning import pinned_copy
+from rlcleanup.authority.publish import STAGING
+from rlcleanup.authority.secrets import scan_objects, scan_string
+from rlcleanup.ports.storage import SourceChangedError, StorageError
+
+TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345"
+
+# ---------------------------------------------------------------- P1: pinned versions (unit level, fast)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.binary(min_size=1, max_size=4096),
+    at=st.integers(min_value=0, max_value=4095),
+    new=st.binary(min_size=0, max_size=8),
+    restore_mtime=st.booleans(),
+)
+def test_any_edit_after_validation_fails_the_pinned_copy(
+    tmp_path: Path, data: bytes, at: int, new: bytes, restore_mtime: bool
+) -> None:
+    """Any write after the listing (even of identical bytes, even with mtime set back) moves the pin."""
+    storage = RoutingStorage()
+    src = tmp_path / f"src-{os.urandom(4).hex()}"
+    src.write_bytes(data)
+    pinned = storage.stat(str(src))
+    assert pinned is not None and pinned.fingerprint
+    before = src.stat()
+    time.sleep(0.01)  # past the kernel's timestamp tick (see the residual risks in docs/authority.md)
+    at = at % len(data)
+    edited = data[:at] + new + data[at + len(new) :]
+    src.write_bytes(edited[: len(data)] if len(edited) >= len(data) else edited)
+    if restore_mtime:
+        os.utime(src, ns=(before.st_atime_ns, before.st_mtime_ns))
+    dst = tmp_path / f"dst-{os.urandom(4).hex()}"
+    with pytest.raises(SourceChangedError):
+        pinned_copy(storage, pinned, str(dst))
+    assert not dst.exists()
+
+
+def test_a_write_while_copying_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = RoutingStorage()
+    src = tmp_path / "shard"
+    src.write_bytes(os.urandom(20 * 1024 * 1024))
+    pinned = storage.stat(str(src))
+    assert pinned is not None
+    real_update = pinning._Hashes.update
+    calls = {"n": 0}
+
+    def tampering(self: pinning._Hashes, chunk: bytes) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            time.sleep(0.01)
+            with src.open("r+b") as fh:  # the attacker rewrites a later block mid-copy, same size
+                fh.seek(15 * 1024 * 1024)
+                fh.write(b"\x00" * 16)
+        real_update(self, chunk)
+
+    monkeypatch.setattr(pinning._Hashes, "update", tampering)
+    with pytest.raises(SourceChangedError, match="while it was being copied"):
+        pinned_copy(storage, pinned, str(tmp_path / "dst"))
+    assert not (tmp_path / "dst").exists()
+
+
+def test_pinned_copy_records_the_sha256_of_every_byte(tmp_path: Path) -> None:
+    import hashlib
+
+    storage = RoutingStorage()
+    data = os.urandom(9 * 1024 * 1024 + 7)  # over one chunk, not a multiple of it
+    (tmp_path / "a").write_bytes(data)
+    src = storage.stat(str(tmp_path / "a"))
+    assert src is not None
+    proof = pinned_copy(storage, src, str(tmp_path / "out" / "a"))
+    assert proof.outcome == "created" and proof.sha256 == hashlib.sha256(data).hexdigest()
+    assert (tmp_path / "out" / "a").read_bytes() == data
+    assert pinning.twin_mismatch(storage, proof) is None
+    (tmp_path / "out" / "a").write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    assert pinning.twin_mismatch(storage, proof) is not None  # one flipped bit at the destination
+
+
+def test_a_source_without_a_version_cannot_be_pinned(tmp_path: Path) -> None:
+    from rlcleanup.ports.storage import ObjectInfo
+
+    (tmp_path / "a").write_bytes(b"x")
+    with pytest.raises(SourceChangedError, match="cannot be pinned"):
+        pinned_copy(RoutingStorage(), ObjectInfo(uri=str(tmp_path / "a"), size=1), str(tmp_path / "b"))
+
+
+# ---------------------------------------------------------------- P1 end to end: edits after approval
+
+
+def _shard(w: World, n: int = 2) -> Path:
+    return Path(w.candidate().uri) / f"model-0000{n}-of-00003.safetensors"
+
+
+def _nothing_left(w: World) -> None:
+    assert files_under(w.dest_root) == []
+    assert files_under(Path(w.record.preserved_locations[0]) / STAGING) == []
+
+
+def test_weights_edited_after_approval_with_checksum_and_mtime_kept_are_not_published(tmp_path: Path) -> None:
+    w = make_world(tmp_path)
+    grant = w.grant()  # signed over the validated digest
+    shard = _shard(w)
+    before = shard.stat()
+    data = bytearray(shard.read_bytes())
+    data[-8:] = b"\x13" * 8  # tensor bytes swapped after approval, same size
+    shard.write_bytes(bytes(data))
+    os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the mtime put back
+    w.deliver(w.message(grant))
+    action = w.action(grant.grant_id)
+    assert action["refusal"] == "wrong_digest" and "changed since it was validated" in action["detail"]
+    _nothing_left(w)
+
+
+def test_edit_between_digest_check_and_copy_is_refused_as_source_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlcleanup.authority import artifact
+
+    w = make_world(tmp_path)
+    grant = w.grant()
+    real = artifact.resolve
+
+    def resolve_then_edit(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        result = real(*args, **kwargs)  # type: ignore[arg-type]
+        _shard(w, 3).write_bytes(_shard(w, 3).read_bytes())  # the race: rewritten after the check
+        return result
+
+    monkeypatch.setattr(artifact, "resolve", resolve_then_edit)
+    w.deliver(w.message(grant))
+    action = w.action(grant.grant_id)
+    assert action["refusal"] == "source_changed" and "model-00003" in action["detail"], action
+    _nothing_left(w)
+
+
+# ---------------------------------------------------------------- P4/P5: scan what is published; leave nothing
+
+
+def test_token_in_provenance_we_write_ourselves_is_found(tmp_path: Path) -> None:
+    w = make_world(tmp_path)
+    w.stack.ports.records.update(w.run_id, {"base_model": f"https://user:{TOKEN}@huggingface.co/org/base"})
+    grant = w.grant()
+    w.deliver(w.message(grant))
+    action = w.action(grant.grant_id)
+    assert action["refusal"] == "secret_found" and "provenance.json" in action["detail"], action
+    assert TOKEN not in json.dumps(w.grant_doc(grant.grant_id))
+    _nothing_left(w)
+
+
+def test_bytes_written_into_staging_after_the_scan_never_reach_the_destination(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlcleanup.authority import publish as publish_mod
+
+    w = make_world(tmp_path)
+    grant = w.grant()
+    real = publish_mod.scan_objects
+
+    def scan_then_plant(storage, objects):  # type: ignore[no-untyped-def]
+        objects = list(objects)
+        report = real(storage, objects)
+        log = next(o for o in objects if o.uri.endswith("finelog.log"))
+        with open(log.uri, "a") as fh:
+            fh.write(f"HF_TOKEN={TOKEN}\n")
+        return report
+
+    monkeypatch.setattr(publish_mod, "scan_objects", scan_then_plant)
+    w.deliver(w.message(grant))
+    action = w.action(grant.grant_id)
+    assert action["refusal"] == "source_changed" and "after the scan" in action["detail"], action
+    assert not any(TOKEN in p.read_text(errors="replace") for p in files_under(w.dest_root))
+    assert not (w.dest_root / "model" / "_PUBLISHED.json").exists()
+    _nothing_left(w)
+
+
+def test_a_refusal_half_way_through_promotion_removes_what_was_promoted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = make_world(tmp_path)
+    grant = w.grant()
+    dest = w.dest_root / "model"
+    dest.mkdir()
+    (dest / "tokenizer.json").write_text('{"planted": true}')  # a conflicting object sorted after the shards
+    w.deliver(w.message(grant))
+    action = w.action(grant.grant_id)
+    assert action["refusal"] == "destination_conflict", action
+    assert [p.name for p in files_under(dest)] == ["tokenizer.json"]  # ours removed, theirs untouched
+    assert files_under(Path(w.record.preserved_locations[0]) / STAGING) == []
+
+
+def test_a_symlink_error_mid_apply_is_a_recorded_refusal_and_redelivery_does_not_publish(tmp_path: Path) -> None:
+    w = make_world(tmp_path)
+    grant = w.grant()
+    secret = tmp_path / "outside-key.pem"
+    secret.write_text("-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n")
+    (Path(w.candidate().uri) / "extra.json").symlink_to(secret)
+    w.deliver(w.message(grant))
+    doc = w.grant_doc(grant.grant_id)
+    assert doc["state"] == "refused" and doc["refusal"] in {"apply_failed", "wrong_digest"}, doc
+    assert "symlink" in doc["detail"]
+    w.deliver(w.message(grant))  # redelivery: never applied after a refusal
+    assert w.grant_doc(grant.grant_id)["state"] == "refused"
+    _nothing_left(w)
+
+
+def _safetensors(payload: bytes, metadata: dict[str, str] | None = None) -> bytes:
+    header: dict[str, object] = {"w": {"dtype": "U8", "shape": [len(payload)], "data_offsets": [0, len(payload)]}}
+    if metadata:
+        header["__metadata__"] = metadata
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + payload
+
+
+def test_file_kinds_come_from_parsing_not_names(tmp_path: Path) -> None:
+    storage = LocalStorage()
+    cases = {
+        "weights.bin": f"export HF_TOKEN={TOKEN}\n".encode(),  # text under a binary name: scanned
+        "run.sh": f"wandb login {'0123456789abcdef' * 2}01234567\n".encode(),
+        "creds.pem": b"-----BEGIN RSA PRIVATE KEY-----\nMIIB\n-----END RSA PRIVATE KEY-----\n",
+        "fake.safetensors": _safetensors(b"\x00" * 8) + f"\nHF_TOKEN={TOKEN}\n".encode(),  # trailing text
+        "tensor-name.safetensors": _safetensors(b"\x01" * 8, {"note": f"token {TOKEN}"}),
+    }
+    for name, raw in cases.items():
+        (tmp_path / name).write_bytes(raw)
+    (tmp_path / "blob.dat").write_bytes(b"\x00\x01\x02binary")
+    (tmp_path / "clean.safetensors").write_bytes(_safetensors(os.urandom(64)))
+    infos = [storage.stat(str(p)) for p in sorted(tmp_path.iterdir())]
+    report = scan_objects(storage, [i for i in infos if i is not None])
+    flagged = {f.uri.rsplit("/", 1)[-1].split("#")[0] for f in report.findings}
+    assert flagged == set(cases), report.findings
+    assert [r.rsplit("/", 1)[-1] for r in report.refused] == ["blob.dat: binary and not a parsed tensor file"]
+    assert any("clean.safetensors: 64 tensor bytes" in s for s in report.skipped)
+    assert not report.clean
+
+
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    body=st.text(alphabet=_ALPHABET, min_size=30, max_size=40),
+    form=st.sampled_from(["plain", "base64", "json_escaped", "concat", "continuation", "concat_newline", "long"]),
+    cut=st.integers(min_value=1, max_value=29),
+)
+def test_hidden_forms_of_a_token_are_found(body: str, form: str, cut: int) -> None:
+    import base64
+
+    token = "hf_" + body
+    head, tail = token[:cut], token[cut:]
+    text = {
+        "plain": f"HF_TOKEN={token}",
+        "base64": "blob " + base64.b64encode(f"export HF_TOKEN={token}".encode()).decode(),
+        "json_escaped": json.dumps({"t": token}).replace("h", "\\u0068", 1),
+        "concat": f'tok = "{head}" + "{tail}"',
+        "continuation": f'tok = "{head}\\\n{tail}"',
+        "concat_newline": f'tok = ("{head}"\n    "{tail}")',
+        "long": "x" * (1024 * 1024 + 17) + f" {token}",
+    }[form]
+    found = scan_string("step 1\n" + text + "\nstep 2\n", "u")
+    assert any(f.rule == "Hugging Face token" and f.line == 2 for f in found), (form, found)
+    assert all(token not in str(f) for f in found)
+
+
+@settings(max_examples=25, deadline=None)
+@given(lines=st.lists(st.text(alphabet=_ALPHABET + " =:_-./\"'{}", max_size=80), max_size=30))
+def test_prefilter_finds_what_every_line_scan_finds(lines: list[str]) -> None:
+    """Differential: the pre-filtered scan equals running every rule on every line (the slow path)."""
+    from rlcleanup.authority import secrets as S
+
+    text = "\n".join(lines)
+    fast = {(f.line, f.rule) for f in scan_string(text, "u")}
+    slow: set[tuple[int, str]] = set()
+    with S.detect_secrets_session():
+        for i, line in enumerate(text.split("\n"), start=1):
+            slow |= {(i, rule) for rule in S._line_findings(line)}
+    assert slow <= fast
+
+
+# ---------------------------------------------------------------- P6: scope edges
+
+
+@pytest.mark.parametrize("prefix", ["", " ", "/", "//", "/.", "gs://", "gs:///", "s3://", "file:///", "relative/dir"])
+def test_prefixes_broader_than_a_bucket_or_top_level_directory_are_refused(tmp_path: Path, prefix: str) -> None:
+    assert prefix_too_broad(prefix)
+    w = make_world(tmp_path, run=False)
+    with pytest.raises(ValueError, match="refusing prefix"):
+        register_approver(
+            w.stack.ports.records, Approver(approver_id="bob", public_key=public_b64(w.key), allowed_prefixes=[prefix])
+        )
+
+
+@pytest.mark.parametrize("prefix", ["gs://bucket", "gs://bucket/team", "s3://b", "/data", "/tmp/x/y"])
+def test_narrow_prefixes_are_accepted(prefix: str) -> None:
+    assert prefix_too_broad(prefix) is None
+
+
+def test_a_symlink_under_an_allowed_prefix_does_not_lead_out_of_it(tmp_path: Path) -> None:
+    w = make_world(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir(mode=0o700)
+    (w.dest_root / "link").symlink_to(outside)
+    grant = w.grant(destination=str(w.dest_root / "link" / "model"))
+    w.deliver(w.message(grant))
+    assert w.grant_doc(grant.grant_id)["refusal"] == "out_of_prefix"
+    assert files_under(outside) == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "refusal"),
+    [
+        ({"expires_at": timedelta(days=8)}, "lifetime_too_long"),
+        ({"not_before": timedelta(hours=1), "expires_at": timedelta(hours=2)}, "not_yet_valid"),
+        ({"granted_at": timedelta(hours=1), "expires_at": timedelta(hours=2)}, "not_yet_valid"),
+        ({"naive": True}, "malformed"),
+    ],
+)
+def test_grant_lifetimes_are_bounded(tmp_path: Path, fields: dict[str, object], refusal: str) -> None:
+    w = make_world(tmp_path)
+    now = datetime.now(UTC)
+    overrides: dict[str, object] = {}
+    if fields.get("naive"):
+        overrides = {
+            "granted_at": now.replace(tzinfo=None),
+            "expires_at": (now + timedelta(hours=1)).replace(tzinfo=None),
+        }
+    else:
+        overrides = {k: now + v for k, v in fields.items() if isinstance(v, timedelta)}
+    grant = w.grant(**overrides)
+    w.deliver(w.message(grant))
+    doc = w.grant_doc(grant.grant_id)
+    assert doc["state"] in {"refused", "expired"} and doc["refusal"] == refusal, doc
+    assert files_under(w.dest_root) == []
+
+
+def test_retryable_storage_errors_during_apply_are_retried_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = make_world(tmp_path)
+    grant = w.grant()
+    storage = w.stack.ports.storage
+    real = storage.upload_file_if_absent
+    monkeypatch.setattr(storage, "upload_file_if_absent", lambda *a: (_ for _ in ()).throw(StorageError("503")))
+    w.deliver(w.message(grant))
+    assert w.grant_doc(grant.grant_id)["state"] == "applying"  # released for a redelivery, every check re-run
+    monkeypatch.setattr(storage, "upload_file_if_absent", real)
+    w.deliver(w.message(grant))
+    assert w.grant_doc(grant.grant_id)["state"] == "used"
+    assert files_under(Path(w.record.preserved_locations[0]) / STAGING) == []
