@@ -144,14 +144,14 @@ def test_edit_between_digest_check_and_copy_is_refused_as_source_changed(
 
     w = make_world(tmp_path)
     grant = w.grant()
-    real = artifact.resolve
+    real = artifact.resolve_pinned
 
     def resolve_then_edit(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
         result = real(*args, **kwargs)  # type: ignore[arg-type]
         _shard(w, 3).write_bytes(_shard(w, 3).read_bytes())  # the race: rewritten after the check
         return result
 
-    monkeypatch.setattr(artifact, "resolve", resolve_then_edit)
+    monkeypatch.setattr(artifact, "resolve_pinned", resolve_then_edit)
     w.deliver(w.message(grant))
     action = w.action(grant.grant_id)
     assert action["refusal"] == "source_changed" and "model-00003" in action["detail"], action
@@ -242,18 +242,22 @@ def test_file_kinds_come_from_parsing_not_names(tmp_path: Path) -> None:
         "weights.bin": f"export HF_TOKEN={TOKEN}\n".encode(),  # text under a binary name: scanned
         "run.sh": f"wandb login {'0123456789abcdef' * 2}01234567\n".encode(),
         "creds.pem": b"-----BEGIN RSA PRIVATE KEY-----\nMIIB\n-----END RSA PRIVATE KEY-----\n",
-        "fake.safetensors": _safetensors(b"\x00" * 8) + f"\nHF_TOKEN={TOKEN}\n".encode(),  # trailing text
         "tensor-name.safetensors": _safetensors(b"\x01" * 8, {"note": f"token {TOKEN}"}),
     }
     for name, raw in cases.items():
         (tmp_path / name).write_bytes(raw)
     (tmp_path / "blob.dat").write_bytes(b"\x00\x01\x02binary")
+    # Named like weights, but its tensors do not fill it (text appended): not exempt, and binary, so refused.
+    (tmp_path / "fake.safetensors").write_bytes(_safetensors(b"\x00" * 8) + f"\nHF_TOKEN={TOKEN}\n".encode())
     (tmp_path / "clean.safetensors").write_bytes(_safetensors(os.urandom(64)))
     infos = [storage.stat(str(p)) for p in sorted(tmp_path.iterdir())]
     report = scan_objects(storage, [i for i in infos if i is not None])
     flagged = {f.uri.rsplit("/", 1)[-1].split("#")[0] for f in report.findings}
     assert flagged == set(cases), report.findings
-    assert [r.rsplit("/", 1)[-1] for r in report.refused] == ["blob.dat: binary and not a parsed tensor file"]
+    assert sorted(r.rsplit("/", 1)[-1] for r in report.refused) == [
+        "blob.dat: binary and not a parsed tensor file",
+        "fake.safetensors: binary and not a parsed tensor file",
+    ]
     assert any("clean.safetensors: 64 tensor bytes" in s for s in report.skipped)
     assert not report.clean
 
@@ -371,3 +375,83 @@ def test_retryable_storage_errors_during_apply_are_retried_not_refused(
     w.deliver(w.message(grant))
     assert w.grant_doc(grant.grant_id)["state"] == "used"
     assert files_under(Path(w.record.preserved_locations[0]) / STAGING) == []
+
+
+# ---------------------------------------------------------------- P8: local state files are owner-only
+
+
+def test_record_store_and_keys_are_created_owner_only(tmp_path: Path) -> None:
+    import stat as stat_mod
+
+    from typer.testing import CliRunner
+
+    from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+    from rlcleanup.cli.main import app
+
+    old = os.umask(0o022)  # a permissive umask: the modes must not depend on it
+    try:
+        store = SqliteRecordStore(tmp_path / "state" / "records.db")
+        store.put_doc("approvers", "x", {"public_key": "k"})
+        result = CliRunner().invoke(app, ["keygen", "--out", str(tmp_path / "keys" / "alice.pem")])
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output
+    for path in [tmp_path / "state" / "records.db", tmp_path / "keys" / "alice.pem"]:
+        assert stat_mod.S_IMODE(path.stat().st_mode) == 0o600, path
+    for side in (tmp_path / "state").glob("records.db-*"):
+        assert stat_mod.S_IMODE(side.stat().st_mode) == 0o600, side
+
+
+# ---------------------------------------------------------------- P7: cancel clearance and controllers
+
+
+def test_a_second_pre_cancel_event_with_an_unreadable_run_uri_clears_nothing(tmp_path: Path) -> None:
+    from test_authority_precancel import TRACEBACK, _cancel_grant, _cleared, _event
+
+    from rlcleanup.models.events import JobEvent
+
+    w = make_world(tmp_path, "completed-resumed", run=False)
+    for row, log in enumerate(sorted((w.tmp / "runs").rglob("attempts/*/logs/finelog.log"))[:2]):
+        log.write_text(log.read_text() + TRACEBACK.format(row=1000 + row))
+    w.stack.emit(_event(w, "manual", "job-1"))
+    grant = _cancel_grant(w)
+    w.deliver(w.message(grant))
+    assert w.action(grant.grant_id)["state"] == "withheld"
+    decoy = JobEvent(
+        source="manual", job_id="job-2", run_uri=str(tmp_path / "gone" / "run"), run_id=w.run_id,
+        state="RUNNING", observed_at=datetime.now(UTC), intent="pre_cancel",
+    )  # fmt: skip
+    w.stack.emit(decoy)  # captures nothing of the run, and is the newest capture
+    assert _cleared(w) == []
+    assert w.action(grant.grant_id)["state"] == "withheld"
+
+
+def test_an_event_preserve_root_outside_the_deployment_root_is_refused(tmp_path: Path) -> None:
+    from test_authority_precancel import _event
+
+    w = make_world(tmp_path, run=False)
+    elsewhere = tmp_path / "attacker-chosen"
+    event = _event(w, "manual", "job-1").model_copy(update={"preserve_root": str(elsewhere)})
+    w.stack.emit(event)
+    assert files_under(elsewhere) == []
+
+
+@pytest.mark.parametrize("job_id", ["--config=/tmp/evil.yaml", "-x", "../../api/jobs", "a/../../b", "id?x=1", "a b"])
+def test_hostile_job_ids_never_reach_a_controller(job_id: str) -> None:
+    from rlcleanup.authority.controllers import ControllerError, IrisCli, RayJobs
+
+    ray = RayJobs("http://127.0.0.1:9")  # nothing listens: a request would fail differently
+    with pytest.raises(ControllerError, match="not a ray job id"):
+        ray.snapshot(job_id)
+    with pytest.raises(ControllerError, match="not a iris job id"):
+        IrisCli("/bin/false {job_id}").snapshot(job_id)
+
+
+def test_iris_job_id_is_one_argv_element_and_never_spliced_into_an_option(tmp_path: Path) -> None:
+    from rlcleanup.authority.controllers import IrisCli
+
+    script = tmp_path / "iris"
+    script.write_text('#!/bin/sh\nprintf \'{"job_id": "%s", "state": "RUNNING", "argc": "%s"}\' "$2" "$#"\n')
+    script.chmod(0o755)
+    snap = IrisCli(f"{script} --flag={{job_id}} {{job_id}}").snapshot("/marin/run-1")
+    assert snap.raw["job_id"] == "/marin/run-1" and snap.raw["argc"] == "2"

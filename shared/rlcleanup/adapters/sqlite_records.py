@@ -7,6 +7,7 @@ state machine is `IdempotencyStore`'s). Both may open the same file.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -32,6 +33,20 @@ CREATE TABLE IF NOT EXISTS docs (collection TEXT NOT NULL, doc_id TEXT NOT NULL,
 """
 
 
+def _owner_only(path: Path) -> None:
+    """The store holds grants, approvers' public keys and records: created (and kept) mode 0600. SQLite gives its
+    -wal/-shm files the database file's permissions, so they follow."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists() and not side.is_symlink():
+            os.chmod(side, 0o600)
+
+
 class _SqliteFile:
     """One SQLite file, one connection per thread, BEGIN IMMEDIATE transactions."""
 
@@ -39,6 +54,7 @@ class _SqliteFile:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            _owner_only(Path(self.path))
         self._local = threading.local()
         self._conn().executescript(_SCHEMA)
 

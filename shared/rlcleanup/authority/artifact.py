@@ -8,7 +8,7 @@ from rlcleanup.formats.checkpoints.base import UnknownFormatError
 from rlcleanup.models.record import Candidate, CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.storage import ObjectInfo, Storage
-from rlcleanup.steps.validate import candidate_digest
+from rlcleanup.steps.validate import candidate_pins
 
 READY = {RecordStatus.awaiting_authority, RecordStatus.complete}
 
@@ -25,22 +25,33 @@ def listing(storage: Storage, uri: str) -> dict[str, ObjectInfo]:
 
 def resolve(storage: Storage, record: CompletionRecord, grant: Grant) -> tuple[Candidate | None, Outcome | None]:
     """The grant's candidate, or the refusal: unresolved selection, unknown/invalid candidate, digest mismatch."""
+    candidate, _, refused = resolve_pinned(storage, record, grant)
+    return candidate, refused
+
+
+def resolve_pinned(
+    storage: Storage, record: CompletionRecord, grant: Grant
+) -> tuple[Candidate | None, dict[str, ObjectInfo], Outcome | None]:
+    """resolve(), plus the objects (by name) of the very listing whose digest matched the grant: the pinned
+    versions every later copy or delete must use (never a second, later listing)."""
     step = grant.step
     if step is None:
         if record.selection is None or record.selection.status != "selected" or record.selection.step is None:
-            return None, refuse(Refusal.selection_unresolved, "selection is unresolved and the grant names no step")
+            return None, {}, refuse(Refusal.selection_unresolved, "selection is unresolved and the grant names no step")
         step = record.selection.step
     candidate = next((c for c in record.candidates if c.step == step), None)
     if candidate is None:
-        return None, refuse(Refusal.no_candidate, f"run {record.run_id} has no export candidate at step {step}")
+        return None, {}, refuse(Refusal.no_candidate, f"run {record.run_id} has no export candidate at step {step}")
     if not candidate.valid:
-        return None, refuse(Refusal.candidate_invalid, f"candidate {step} is invalid: {'; '.join(candidate.problems)}")
+        why = f"candidate {step} is invalid: {'; '.join(candidate.problems)}"
+        return None, {}, refuse(Refusal.candidate_invalid, why)
     if candidate.digest != grant.digest:
-        return None, refuse(Refusal.wrong_digest, f"grant digest {grant.digest} != candidate {step} {candidate.digest}")
+        why = f"grant digest {grant.digest} != candidate {step} {candidate.digest}"
+        return None, {}, refuse(Refusal.wrong_digest, why)
     try:
-        now = candidate_digest(storage, candidate)
+        now, pinned = candidate_pins(storage, candidate)
     except UnknownFormatError as exc:  # a record from a build that knew a format this one does not
-        return None, refuse(Refusal.candidate_invalid, f"candidate {step} cannot be re-digested: {exc}")
+        return None, {}, refuse(Refusal.candidate_invalid, f"candidate {step} cannot be re-digested: {exc}")
     if now != grant.digest:
-        return None, refuse(Refusal.wrong_digest, f"the export at {candidate.uri} changed since it was validated")
-    return candidate, None
+        return None, {}, refuse(Refusal.wrong_digest, f"the export at {candidate.uri} changed since it was validated")
+    return candidate, pinned, None

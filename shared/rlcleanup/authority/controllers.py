@@ -7,8 +7,10 @@ command configurable (`RLCLEANUP_IRIS_STATUS_CMD`, `{job_id}` substituted), run 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,6 +39,19 @@ class ControllerError(Exception):
     """The controller could not be read; the capture records it and goes on with files."""
 
 
+# Each controller's job-id grammar. A job id comes from an event (anyone who can publish one chooses it), so it is
+# checked against the grammar and then passed as data: a URL-quoted path segment for Ray, one argv element for Iris
+# (never starting with "-", so never read as an option such as --config=...).
+RAY_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")  # raysubmit_<id> submission ids, hex job ids
+IRIS_JOB_ID = re.compile(r"^/?[A-Za-z0-9][A-Za-z0-9._-]{0,127}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,127}){0,8}$")
+
+
+def checked_job_id(grammar: re.Pattern[str], source: str, job_id: str) -> str:
+    if not isinstance(job_id, str) or not grammar.fullmatch(job_id) or ".." in job_id.split("/"):
+        raise ControllerError(f"{source}: job id {job_id[:80]!r} is not a {source} job id; not sent to the controller")
+    return job_id
+
+
 class RayJobs:
     def __init__(self, base_url: str, timeout: float = 10.0, max_log_bytes: int = 1 << 20) -> None:
         self.base_url = base_url.rstrip("/")
@@ -55,8 +70,9 @@ class RayJobs:
         return body
 
     def snapshot(self, job_id: str) -> ControllerSnapshot:
-        details = self._get(f"/api/jobs/{job_id}")
-        logs = self._get(f"/api/jobs/{job_id}/logs").get("logs")
+        segment = urllib.parse.quote(checked_job_id(RAY_JOB_ID, "ray", job_id), safe="")
+        details = self._get(f"/api/jobs/{segment}")
+        logs = self._get(f"/api/jobs/{segment}/logs").get("logs")
         text = logs[-self.max_log_bytes :] if isinstance(logs, str) else None
         return ControllerSnapshot(
             source="ray",
@@ -90,7 +106,10 @@ class IrisCli:
         self.timeout = timeout
 
     def snapshot(self, job_id: str) -> ControllerSnapshot:
-        argv = [part.replace("{job_id}", job_id) for part in shlex.split(self.command)]
+        checked_job_id(IRIS_JOB_ID, "iris", job_id)
+        # The id replaces a whole argv element only: "{job_id}" embedded in a longer option is not substituted,
+        # so an id can never become (part of) an option.
+        argv = [job_id if part == "{job_id}" else part for part in shlex.split(self.command)]
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:

@@ -37,8 +37,9 @@ class Item:
     name: str  # relative to the destination
 
 
-def plan_items(storage: Storage, record: CompletionRecord, candidate: Candidate) -> list[Item]:
-    items = [Item(info, name) for name, info in sorted(artifact.listing(storage, candidate.uri).items())]
+def plan_items(storage: Storage, record: CompletionRecord, pinned: dict[str, ObjectInfo]) -> list[Item]:
+    """The export's pinned objects (from the listing whose digest matched the grant) and the preserved logs."""
+    items = [Item(info, name) for name, info in sorted(pinned.items())]
     for obj in _preserved_logs(storage, record):
         root = record.preserved_locations[0]
         items.append(
@@ -278,7 +279,6 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome
 
     staging = staging_root(record, grant)
     _cleanup(storage, staging)  # a crashed attempt's leftovers: every check runs again on fresh copies
-    items = plan_items(storage, record, candidate)
     staged: list[CopyProof] = []
     try:
         for item in items:

@@ -136,7 +136,7 @@ def make_plan(
     now: datetime,
 ) -> ReclaimPlan | Outcome:
     dest = (grant.destination or "").rstrip("/")
-    candidate, refused = artifact.resolve(storage, record, grant)  # digest == pinned versions, checked now
+    candidate, export, refused = artifact.resolve_pinned(storage, record, grant)  # digest == versions, now
     if refused:
         return refused
     assert candidate is not None
@@ -148,7 +148,6 @@ def make_plan(
     if published is None:
         return refuse(Refusal.destination_unverified, f"no publish of {grant.digest} to {dest} is recorded", dest)
     publish_gid, twins = published
-    export = artifact.listing(storage, candidate.uri)
     delete: list[PlanEntry] = []
     for name, info in sorted(export.items()):
         twin = twins.get(name)

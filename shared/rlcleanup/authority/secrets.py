@@ -35,6 +35,7 @@ from rlcleanup.ports.storage import ObjectInfo, Storage
 _SKIPPED_PLUGINS = {"Base64HighEntropyString", "HexHighEntropyString", "IPPublicDetector"}
 _BLOCK = 4 * 1024 * 1024
 _SNIFF = 8192
+_WINDOW, _OVERLAP = 8192, 2048  # long lines are scanned in windows this size, overlapping this much
 _PLUGIN_FILE = Path(__file__).with_name("secret_plugins.py")
 _SESSION_LOCK = threading.RLock()  # detect-secrets settings are process-global
 
@@ -69,6 +70,7 @@ _JSON_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\([\\/\"nrt])")
 _CONCAT = re.compile(r"""(["'])\s*(?:\+|\.\.|\\\n|\n)?\s*\1""")  # "ab" + "cd", "ab" "cd", 'ab' .. 'cd'
 _CONTINUATION = re.compile(r"\\\r?\n\s*")
 _NEWLINE = re.compile(r"\n")
+_NON_PRINTABLE = re.compile(r"[^\x20-\x7e\t\n]")
 _JOIN_HINT = re.compile(r"""\\\r?\n|["']\s*(?:\+|\.\.)?\s*\r?\n""")
 _PREFILTERS = (_B64_RUN, re.compile(r"\\u[0-9a-fA-F]{4}|\\[/\"]"), _JOIN_HINT, re.compile(r"[\"']\s*\+?\s*[\"']"))
 
@@ -170,7 +172,7 @@ def _b64_decoded(line: str) -> Iterator[str]:
             except (binascii.Error, ValueError):
                 continue
             text = raw.decode("utf-8", errors="ignore")
-            if len(text) >= 16 and sum(c.isprintable() for c in text) >= 0.9 * len(text):
+            if len(text) >= 16 and len(_NON_PRINTABLE.findall(text)) <= 0.1 * len(text):
                 yield text
                 break
 
@@ -213,7 +215,18 @@ def _candidate_lines(text: str) -> list[int]:
 
 
 def _mixed_case(run: str) -> bool:
-    return any(c.isupper() for c in run) and any(c.islower() for c in run)
+    return run.lower() != run and run.upper() != run  # C-speed: no per-character Python loop
+
+
+def _windows(line: str) -> Iterator[str]:
+    """A long line in overlapping windows: every rule still sees any secret whole (none is longer than the
+    overlap), and no detector regex ever runs over a megabyte-long line."""
+    if len(line) <= _WINDOW:
+        yield line
+        return
+    step = _WINDOW - _OVERLAP
+    for start in range(0, len(line) - _OVERLAP, step):
+        yield line[start : start + _WINDOW]
 
 
 def _scan_string(text: str, uri: str, first_line: int = 1) -> list[Finding]:
@@ -223,7 +236,7 @@ def _scan_string(text: str, uri: str, first_line: int = 1) -> list[Finding]:
         if i >= len(lines):
             continue
         line = lines[i]
-        views = [v for v in _views(line) if _anchored(v)]
+        views = [v for piece in _windows(line) for v in _views(piece) if _anchored(v)]
         if i + 1 < len(lines):  # joins across a line end: continuations, "a" +<newline> "b"
             joined = _joined(_unescape(line + "\n" + lines[i + 1]))
             if "\n" not in joined and _anchored(joined):

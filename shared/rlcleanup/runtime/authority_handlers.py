@@ -15,7 +15,7 @@ from typing import Any
 from rlcleanup.authority import ledger, precancel
 from rlcleanup.authority.artifact import READY, is_ready
 from rlcleanup.authority.controllers import Controller, controller_for
-from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, verify
+from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, real_location, verify
 from rlcleanup.authority.outcome import Outcome
 from rlcleanup.authority.publish import publish, staging_root
 from rlcleanup.authority.reclaim import ReclaimPlan, reclaim
@@ -206,11 +206,16 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
     record = p.records.get(run_id)
     capture: dict[str, Any] | None = None
     if grant.action is Action.cancel:
-        captures = p.claims.results(run_id, "pre-cancel:")
-        if not captures:
-            return _waiting(p, run_id, gid, "waiting for the pre-cancel capture")
-        capture = max(captures.values(), key=lambda c: c.get("captured_at", ""))
-        open_sigs = precancel.unexplained(p.records, run_id, capture.get("reproducing", []))
+        captures = list(p.claims.results(run_id, "pre-cancel:").values())
+        # Only a capture that read *this* run's files counts: an event naming the run id with an unreadable (or
+        # another) run URI captured nothing of it and must not clear anything.
+        own = [c for c in captures if c.get("layout_read") and (record is None or c.get("run_uri") == record.run_uri)]
+        if not own:
+            return _waiting(p, run_id, gid, "waiting for a pre-cancel capture of the run's own files")
+        capture = max(own, key=lambda c: c.get("captured_at", ""))
+        # Every reproducing failure any capture of the run saw needs its cause recorded, not just the latest's.
+        seen = [sig for c in captures for sig in c.get("reproducing", [])]
+        open_sigs = precancel.unexplained(p.records, run_id, seen)
         if open_sigs:
             why = f"withheld: reproducing failure without a recorded cause: {open_sigs[:3]}"
             return _waiting(p, run_id, gid, why, "withheld")
@@ -309,14 +314,30 @@ def _run_id(p: Ports, event: JobEvent) -> tuple[str, RunLayout | None]:
         return safe_run_id(hint), None
 
 
+def deployment_preserve_root(p: Ports, event: JobEvent) -> str:
+    """Where evidence goes is the deployment's choice (RLCLEANUP_PRESERVE_ROOT), never an event's: a sender must
+    not redirect writes to a place of its choosing. An event's preserve_root is honoured only inside it."""
+    root = p.preserve_root
+    if not root:
+        raise PermanentError("no_preserve_root", "no preserve root: set RLCLEANUP_PRESERVE_ROOT")
+    if event.preserve_root and not _inside(event.preserve_root, root):
+        raise PermanentError(
+            "root_outside_allowed", f"the event's preserve_root {event.preserve_root[:200]!r} is outside {root}"
+        )
+    return event.preserve_root or root
+
+
+def _inside(uri: str, root: str) -> bool:
+    uri, root = real_location(uri).rstrip("/"), real_location(root).rstrip("/")
+    return (uri == root or uri.startswith(root + "/")) and ".." not in uri.split("/")
+
+
 def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     event = decode(JobEvent, data)
     if event.intent != "pre_cancel":
         raise PermanentError("bad_input", "capture-pre-cancel needs an event with intent: pre_cancel")
     run_id, layout = _run_id(p, event)
-    root = event.preserve_root or p.preserve_root
-    if not root:
-        raise PermanentError("no_preserve_root", "no preserve root: set RLCLEANUP_PRESERVE_ROOT or the event's")
+    root = deployment_preserve_root(p, event)
     dest = join(preserved_root(root, run_id), "pre-cancel", event.event_key[:16])
 
     def work() -> dict[str, Any]:
@@ -342,6 +363,8 @@ def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str
             "source": event.source,
             "captured_at": p.clock.now().isoformat(),
             "reproducing": doc["reproducing"],
+            "run_uri": event.run_uri,
+            "layout_read": layout is not None,
         }
 
     done = _once(p, run_id, f"pre-cancel:{event.event_key}", work)

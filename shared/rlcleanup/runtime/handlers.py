@@ -86,11 +86,7 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     p.records.record_event(
         run_id, event.event_key, {"state": event.state, "source": event.source, "outcome": "terminal"}
     )
-    preserve_root = event.preserve_root or p.preserve_root
-    if not preserve_root:
-        raise PermanentError(
-            "no_preserve_root", "no preserve root: set RLCLEANUP_PRESERVE_ROOT or the event's preserve_root"
-        )
+    preserve_root = authority_handlers.deployment_preserve_root(p, event)
 
     def work() -> dict[str, Any]:
         classification = classify(p.storage, layout)

@@ -32,7 +32,7 @@ from rlcleanup.formats.torch_pickle import pickled_global_step
 from rlcleanup.models.record import Candidate, ResumeSafety
 from rlcleanup.models.vocab import CandidateProblem as CP
 from rlcleanup.models.vocab import CheckpointProblem as KP
-from rlcleanup.ports.storage import Storage
+from rlcleanup.ports.storage import ObjectInfo, Storage
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.uris import basename
 
@@ -126,8 +126,17 @@ def validate_candidate(
 def candidate_digest(storage: Storage, candidate: Candidate, formats: FormatRegistry = BUILTIN) -> str:
     """The candidate's digest as its files are now, by its own format's digest inputs (a grant binds to it).
     A record naming a format nobody registered raises UnknownFormatError: never digested by a guess."""
+    return candidate_pins(storage, candidate, formats)[0]
+
+
+def candidate_pins(
+    storage: Storage, candidate: Candidate, formats: FormatRegistry = BUILTIN
+) -> tuple[str, dict[str, ObjectInfo]]:
+    """(digest, the objects it covers by name) from ONE listing: a grant's copies use exactly these versions, so
+    nothing written between the digest check and the copy is copied (authority/pinning.py)."""
     fmt = formats.get(candidate.format or CONTRACT_EXPORT_FORMAT)
-    return export_digest(fmt.digest_inputs(list_dir(storage, candidate.uri)))
+    inputs = dict(fmt.digest_inputs(list_dir(storage, candidate.uri)))
+    return export_digest(inputs.items()), inputs
 
 
 # ---------------------------------------------------------------- resume safety
