@@ -385,12 +385,12 @@ def test_record_store_and_keys_are_created_owner_only(tmp_path: Path) -> None:
 
     from typer.testing import CliRunner
 
-    from rlcleanup.adapters.sqlite_records import SqliteRecordStore
+    from rlcleanup.adapters.sqlite_records import SqliteRunRecords
     from rlcleanup.cli.main import app
 
     old = os.umask(0o022)  # a permissive umask: the modes must not depend on it
     try:
-        store = SqliteRecordStore(tmp_path / "state" / "records.db")
+        store = SqliteRunRecords(tmp_path / "state" / "records.db")
         store.put_doc("approvers", "x", {"public_key": "k"})
         result = CliRunner().invoke(app, ["keygen", "--out", str(tmp_path / "keys" / "alice.pem")])
     finally:
@@ -455,3 +455,27 @@ def test_iris_job_id_is_one_argv_element_and_never_spliced_into_an_option(tmp_pa
     script.chmod(0o755)
     snap = IrisCli(f"{script} --flag={{job_id}} {{job_id}}").snapshot("/marin/run-1")
     assert snap.raw["job_id"] == "/marin/run-1" and snap.raw["argc"] == "2"
+
+
+# ---------------------------------------------------------------- P3: run ids are never truncated into collisions
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.text(max_size=300), b=st.text(max_size=300))
+def test_distinct_run_names_never_share_an_id(a: str, b: str) -> None:
+    import re
+
+    from rlcleanup.steps.facts import safe_run_id
+
+    ia, ib = safe_run_id(a), safe_run_id(b)
+    for value in (ia, ib):
+        assert re.fullmatch(r"[A-Za-z0-9._=-]{1,200}", value), value
+    if a != b and a.strip("-.") and b.strip("-."):
+        assert ia != ib, (a, b)
+
+
+def test_two_ids_equal_in_their_first_200_characters_stay_two_runs() -> None:
+    from rlcleanup.steps.facts import safe_run_id
+
+    base = "rl-" + "x" * 197
+    assert safe_run_id(base + "-attempt-1") != safe_run_id(base + "-attempt-2")

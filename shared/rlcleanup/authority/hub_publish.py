@@ -216,6 +216,9 @@ def publish_to_hub(
     with tempfile.TemporaryDirectory(prefix="rlcleanup-hub-") as tmp_dir:
         tmp = Path(tmp_dir)
         report = scan_objects(storage, [i.source for i in items if i.source is not None])
+        if report.refused:  # unknown file kinds are refused, never skipped (docs/authority.md P4)
+            shown = "; ".join(report.refused[:MAX_FINDINGS_IN_RECORD])
+            return refuse(Refusal.unscannable, f"not scannable, so not published: {shown}", dest)
         findings = [str(f) for f in report.findings] + _scan_generated(items, tmp)
         if findings:
             shown = "; ".join(findings[:MAX_FINDINGS_IN_RECORD])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -24,10 +25,18 @@ class RunFacts:
     resolved_config: ResolvedConfigRef | None = None
 
 
+_MAX_ID = 200
+
+
 def safe_run_id(value: str) -> str:
-    """Run ids become document ids and path segments: keep them to a safe alphabet."""
-    cleaned = _SAFE_ID.sub("-", value).strip("-.")[:200]
-    return cleaned or "unnamed-run"
+    """Run ids become document ids and path segments: keep them to a safe alphabet. Never a collision by
+    construction: an id that had to be changed (characters replaced, or cut to fit) carries a hash of the original,
+    so two runs equal in their first 200 characters, or differing only in unsafe characters, stay two runs."""
+    cleaned = _SAFE_ID.sub("-", value).strip("-.")
+    if cleaned == value and len(cleaned) <= _MAX_ID:
+        return cleaned or "unnamed-run"
+    tag = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{cleaned[: _MAX_ID - len(tag) - 1].rstrip('-.')}-{tag}".lstrip("-")
 
 
 def _command(value: Any) -> str | None:
