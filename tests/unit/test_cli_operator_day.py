@@ -192,7 +192,12 @@ def test_publish_and_reclaim_close_the_record_and_the_preview_equals_the_effect(
     assert oct(models.stat().st_mode & 0o777) == "0o700" and oct(dest.stat().st_mode & 0o777) == "0o700"
     assert f"created {models}, {dest} (mode 0700)" in used["detail"]
     provenance = json.loads((dest / "provenance.json").read_text())
-    assert provenance["manifest"] == preview["objects"]  # the preview is what was copied
+    copied = {row["name"]: row for row in provenance["manifest"]}
+    assert set(copied) == {o["name"] for o in preview["objects"]}  # the preview is what was copied,
+    for row in preview["objects"]:  # version for version
+        assert {k: copied[row["name"]][k] for k in ("source", "source_version", "size")} == {
+            k: row[k] for k in ("source", "source_version", "size")
+        }
     assert used["remaining_work"] == ["reclaim: needs a separate reclaim grant, only after the destination is verified"]
 
     plan_preview = _json(*base, "--action", "reclaim", "--dry-run")
@@ -201,9 +206,11 @@ def test_publish_and_reclaim_close_the_record_and_the_preview_equals_the_effect(
     assert reclaimed["state"] == "reclaimed"
     assert reclaimed["record_status"] == "complete" and reclaimed["remaining_work"] == []
     record = CompletionRecord.model_validate(_json("show", COMPLETED))
-    plan_uri = next(a.uri for a in record.authority_actions if a.action == "reclaim").removesuffix("-result.json")
-    plan = json.loads(Path(plan_uri + ".json").read_text())
-    assert plan["delete"] == plan_preview["delete"]  # the preview is what was deleted
+    plan_ref = next(a.uri for a in record.authority_actions if a.action == "reclaim")
+    assert plan_ref and "/reclaim_plans/" in plan_ref  # kept in the record store, never in a bucket
+    planned = {d["uri"] for d in plan_preview["delete"]}
+    assert planned and not any(Path(u).exists() for u in planned)  # the preview is what was deleted
+    assert (dest / "_PUBLISHED.json").exists()
 
     assert record.status.value == "complete" and record.remaining_work == []
     report = _json("report", COMPLETED)
