@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import sys
 from pathlib import Path
@@ -67,8 +66,8 @@ def test_publish_from_s3_then_reclaim_the_s3_source(s3_admin, tmp_path: Path, ui
     w.deliver(w.message(reclaim))
     raction = w.action(reclaim.grant_id)
     assert raction["state"] == "reclaimed", raction
-    result = json.loads(Path(raction["uri"]).read_text())
-    plan = json.loads(Path(result["plan"]).read_text())
+    plan = w.stack.ports.records.get_doc(f"runs/{w.run_id}/reclaim_plans", reclaim.grant_id)  # the record store
+    assert plan is not None and raction["uri"] == f"runs/{w.run_id}/reclaim_plans/{reclaim.grant_id}"
     planned = {d["uri"] for d in plan["delete"]}
     assert planned == {o.uri for o in sources.values()}  # the granted artifact's S3 source copy, nothing else
     after = {o.uri for o in storage.list(w.run_uri.rsplit("/durable/", 1)[0])}

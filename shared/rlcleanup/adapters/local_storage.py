@@ -16,7 +16,7 @@ import google_crc32c
 
 from rlcleanup.errors import ObjectTooLarge
 from rlcleanup.ports.lines import bounded_lines
-from rlcleanup.ports.storage import ChildPage, ObjectInfo, UnsafePathError, WriteOutcome
+from rlcleanup.ports.storage import ChildPage, ObjectInfo, UnsafePathError, WriteOutcome, stat_fingerprint
 from rlcleanup.uris import strip_file_scheme
 
 _CHUNK = 1024 * 1024
@@ -31,12 +31,6 @@ def file_checksums(path: Path) -> tuple[str, str]:
             crc.update(chunk)
             md5.update(chunk)
     return base64.b64encode(crc.digest()).decode(), base64.b64encode(md5.digest()).decode()
-
-
-def stat_fingerprint(st: os.stat_result) -> str:
-    """A local file's version without reading it: any write changes size or mtime_ns, and ctime_ns (which no
-    unprivileged user can set back) changes on every write, utime, rename or chmod; device + inode name the file."""
-    return f"local:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 # Checksumming a local file means reading all of it: fine for logs and configs, not for 5 GB shards.

@@ -25,7 +25,6 @@ from typing import Protocol, runtime_checkable
 import google_crc32c
 from pydantic import BaseModel, ConfigDict
 
-from rlcleanup.adapters.local_storage import stat_fingerprint
 from rlcleanup.ports.storage import (
     ObjectInfo,
     SchemeAwareStorage,
@@ -33,6 +32,7 @@ from rlcleanup.ports.storage import (
     Storage,
     StorageCapabilities,
     WriteOutcome,
+    stat_fingerprint,
 )
 
 _CHUNK = 8 * 1024 * 1024

@@ -6,6 +6,7 @@ business (adapters/storage_registry.py). Steps talk only to this port and to `St
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +33,13 @@ class ObjectInfo:
     # user, so an edit followed by `touch -d` still shows); S3 the ETag, Last-Modified and version id. A grant's
     # digest covers it, so a grant authorizes exactly the object versions that were validated (docs/authority.md).
     fingerprint: str | None = None
+
+
+# (defined here, not in the local adapter: pinned copies in authority/ compare a descriptor's fstat with it)
+def stat_fingerprint(st: os.stat_result) -> str:
+    """A local file's version without reading it: any write changes size or mtime_ns, and ctime_ns (which no
+    unprivileged user can set back) changes on every write, utime, rename or chmod; device + inode name the file."""
+    return f"local:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 @dataclass(frozen=True)
