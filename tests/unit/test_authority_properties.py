@@ -479,3 +479,33 @@ def test_two_ids_equal_in_their_first_200_characters_stay_two_runs() -> None:
 
     base = "rl-" + "x" * 197
     assert safe_run_id(base + "-attempt-1") != safe_run_id(base + "-attempt-2")
+
+
+def test_a_second_run_claiming_a_run_id_is_a_recorded_conflict_not_a_merge(tmp_path: Path) -> None:
+    from rlcleanup.runtime.embedded import manual_event
+    from rlcleanup.samples.generator import write_sample_run
+
+    w = make_world(tmp_path)
+    before = w.record
+    impostor = write_sample_run(tmp_path / "other-team", "selection-policy")  # its records name the same run id
+    w.stack.emit(manual_event(str(impostor)))
+    after = w.record
+    assert after.run_uri == before.run_uri == w.run_uri  # never merged into the real run's record
+    assert after.candidates == before.candidates and after.preserved_locations == before.preserved_locations
+    conflicts = [e for e in after.errors if e.code == "run_id_conflict"]
+    assert conflicts and str(impostor) in conflicts[0].message
+
+
+def test_png_text_chunks_are_scanned_and_a_broken_png_is_refused(tmp_path: Path) -> None:
+    from PIL import Image, PngImagePlugin
+
+    meta = PngImagePlugin.PngInfo()
+    meta.add_text("Comment", f"HF_TOKEN={TOKEN}", zip=True)  # compressed: only a parser sees it
+    Image.new("RGB", (4, 4)).save(tmp_path / "chart.png", pnginfo=meta)
+    Image.new("RGB", (4, 4)).save(tmp_path / "clean.png")
+    (tmp_path / "cut.png").write_bytes((tmp_path / "clean.png").read_bytes()[:-20])  # no IEND
+    storage = LocalStorage()
+    infos = [storage.stat(str(tmp_path / n)) for n in ("chart.png", "clean.png", "cut.png")]
+    report = scan_objects(storage, [i for i in infos if i is not None])
+    assert [f.uri.rsplit("/", 1)[-1] for f in report.findings] == ["chart.png#text"]
+    assert [r.rsplit("/", 1)[-1] for r in report.refused] == ["cut.png: a PNG whose chunks do not parse"]

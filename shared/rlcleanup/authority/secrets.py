@@ -21,6 +21,7 @@ import binascii
 import bisect
 import re
 import threading
+import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -287,6 +288,47 @@ def _tensor_header(storage: Storage, info: ObjectInfo) -> Any | None:
     return header if 8 + header.header_len + header.data_end == info.size else None
 
 
+_PNG = b"\x89PNG\r\n\x1a\n"
+_PNG_MAX = 64 * 1024 * 1024
+
+
+def _png_texts(storage: Storage, info: ObjectInfo) -> str | None:
+    """Every text a PNG carries (tEXt, zTXt, iTXt, eXIf and any chunk that is not image data), one per line;
+    None when the chunk structure does not parse to its end. Image data (IHDR/PLTE/IDAT/IEND) is the exemption."""
+    if info.size > _PNG_MAX:
+        return None
+    data = storage.read_bytes(info.uri, _PNG_MAX)
+    pos, texts = len(_PNG), list[str]()
+    while pos + 8 <= len(data):
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        kind = data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        if len(body) != length or pos + 12 + length > len(data):
+            return None
+        pos += 12 + length
+        if kind in {b"IHDR", b"PLTE", b"IDAT", b"tRNS", b"gAMA", b"cHRM", b"sRGB", b"pHYs", b"bKGD", b"IEND"}:
+            if kind == b"IEND":
+                trailing = data[pos:]
+                return "\n".join(texts) + ("\n" + trailing.decode("utf-8", "replace") if trailing else "")
+            continue
+        if kind == b"zTXt" and b"\x00" in body:
+            key, rest = body.split(b"\x00", 1)
+            try:
+                body = key + b" " + zlib.decompress(rest[1:])
+            except zlib.error:
+                return None
+        elif kind == b"iTXt":
+            parts = body.split(b"\x00", 2)
+            if len(parts) == 3 and len(parts[1]) >= 1 and parts[1][:1] == b"\x01":
+                tail = parts[2][1:].split(b"\x00", 2)  # method, language, translated keyword, text
+                try:
+                    body = parts[0] + b" " + zlib.decompress(tail[-1])
+                except zlib.error:
+                    return None
+        texts.append(body.replace(b"\x00", b" ").decode("utf-8", "replace"))
+    return None  # no IEND: truncated or not a PNG
+
+
 def scan_object(storage: Storage, info: ObjectInfo, report: ScanReport) -> None:
     header = _tensor_header(storage, info) if info.size >= 8 else None
     if header is not None:
@@ -296,6 +338,15 @@ def scan_object(storage: Storage, info: ObjectInfo, report: ScanReport) -> None:
         report.skipped.append(f"{info.uri}: {header.data_end} tensor bytes (parsed as safetensors)")
         return
     sniff = storage.read_range(info.uri, 0, min(_SNIFF, info.size)) if info.size else b""
+    if sniff.startswith(_PNG):  # our own report images: their text chunks are scanned, pixels are not text
+        texts = _png_texts(storage, info)
+        if texts is None:
+            report.refused.append(f"{info.uri}: a PNG whose chunks do not parse")
+            return
+        report.findings.extend(Finding(f"{info.uri}#text", f.line, f.rule) for f in _scan_string(texts, info.uri))
+        report.scanned.append(f"{info.uri}#text")
+        report.skipped.append(f"{info.uri}: image data (parsed as PNG)")
+        return
     if b"\x00" in sniff:
         report.refused.append(f"{info.uri}: binary and not a parsed tensor file")
         return

@@ -22,7 +22,7 @@ from rlcleanup.authority.reclaim import ReclaimPlan, reclaim
 from rlcleanup.authority.register import register
 from rlcleanup.errors import PermanentError, TransientError
 from rlcleanup.models.events import JobEvent
-from rlcleanup.models.record import AuthorityAction, CompletionRecord, PreCancelCapture
+from rlcleanup.models.record import AuthorityAction, CompletionRecord, PreCancelCapture, RunError
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.failures import decode
 from rlcleanup.runtime.guard import guarded_ports
@@ -312,6 +312,22 @@ def _run_id(p: Ports, event: JobEvent) -> tuple[str, RunLayout | None]:
     except Exception:  # a live run may not have a readable layout yet: capture what the controller says
         hint = event.run_id or f"{basename(parent(event.run_uri))}-{basename(event.run_uri)}"
         return safe_run_id(hint), None
+
+
+def bind_run_identity(p: Ports, run_id: str, run_uri: str) -> None:
+    """A run's identity is bound to its run URI: another run whose files claim the same run id (copied records,
+    a hostile attempt record) is a recorded conflict on the existing record and is refused, never merged into it
+    (nor allowed to make the real run's event a "duplicate")."""
+    existing = p.records.get(run_id)
+    if existing is None or _same_location(existing.run_uri, run_uri):
+        return
+    msg = f"{run_uri[:300]} claims run id {run_id!r}, which is bound to {existing.run_uri[:300]}: not merged"
+    p.records.add_errors(run_id, [RunError(step="identity", code="run_id_conflict", message=msg)])
+    raise PermanentError("run_id_conflict", msg)
+
+
+def _same_location(a: str, b: str) -> bool:
+    return real_location(a).rstrip("/") == real_location(b).rstrip("/")
 
 
 def deployment_preserve_root(p: Ports, event: JobEvent) -> str:
