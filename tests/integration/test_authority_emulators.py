@@ -228,3 +228,56 @@ def test_gcs_publish_server_side_copy_verified_and_grant_in_firestore(
     _deliver(world, grant)  # replayed: refused and recorded, nothing copied again
     record = world.ports.records.get(world.run_id)
     assert [(a.state, a.refusal) for a in record.authority_actions] == [("published", None), ("refused", "replayed")]
+
+
+def test_gcs_shard_rewritten_with_identical_bytes_after_approval_is_refused(
+    world: SimpleNamespace, gcs_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """P1 on GCS: the grant pins generations. Re-uploading the very same bytes (same size, CRC32C and MD5) makes a
+    new generation, so the grant no longer covers it: nothing reaches the destination."""
+    monkeypatch.setattr(
+        publish_mod,
+        "read_visibility",
+        lambda _storage, uri: bucket_visibility(uri, RecordedIam(gcs_client, PRIVATE_POLICY, "enforced")),
+    )
+    grant = _grant(world)
+    record = world.ports.records.get(world.run_id)
+    cand = next(c for c in record.candidates if c.step == 40)
+    bucket_name, prefix = cand.uri.removeprefix("gs://").split("/", 1)
+    blob = gcs_client.bucket(bucket_name).get_blob(f"{prefix}/model-00002-of-00003.safetensors")
+    data = blob.download_as_bytes()
+    old_generation = blob.generation
+    gcs_client.bucket(bucket_name).blob(blob.name).upload_from_string(data)  # same bytes, new generation
+    fresh = gcs_client.bucket(bucket_name).get_blob(blob.name)
+    assert fresh.generation != old_generation and fresh.crc32c == blob.crc32c and fresh.md5_hash == blob.md5_hash
+    _deliver(world, grant)
+    doc = _doc(world, grant)
+    assert doc["state"] == "refused" and doc["refusal"] == "wrong_digest", doc
+    assert _dest_objects(gcs_client, world.dest) == []
+    assert not [b.name for b in gcs_client.list_blobs(world.runs) if "/authority/staging/" in b.name]
+
+
+def test_gcs_reclaim_deletes_only_twin_verified_generations(
+    world: SimpleNamespace, gcs_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """P2 on GCS: publish, then overwrite one destination twin (new generation, same bytes): reclaim stops at it
+    and keeps that source; the plan lives in Firestore, not in a bucket."""
+    monkeypatch.setattr(
+        publish_mod,
+        "read_visibility",
+        lambda _storage, uri: bucket_visibility(uri, RecordedIam(gcs_client, PRIVATE_POLICY, "enforced")),
+    )
+    _deliver(world, _grant(world))
+    dest = gcs_client.bucket(world.dest)
+    twin = dest.get_blob("models/m40/model-00003-of-00003.safetensors")
+    dest.blob(twin.name).upload_from_string(twin.download_as_bytes())  # same bytes, another generation
+    reclaim = _grant(world, "reclaim")
+    _deliver(world, reclaim)
+    doc = _doc(world, reclaim)
+    assert doc["refusal"] == "destination_altered" and "generation" in doc["detail"], doc
+    record = world.ports.records.get(world.run_id)
+    cand = next(c for c in record.candidates if c.step == 40)
+    bucket_name, prefix = cand.uri.removeprefix("gs://").split("/", 1)
+    assert gcs_client.bucket(bucket_name).get_blob(f"{prefix}/model-00003-of-00003.safetensors") is not None
+    plan = world.ports.records.get_doc(f"runs/{world.run_id}/reclaim_plans", reclaim.grant_id)
+    assert plan is None or all(d["uri"].startswith(cand.uri + "/") for d in plan["delete"])
