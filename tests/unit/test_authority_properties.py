@@ -509,3 +509,35 @@ def test_png_text_chunks_are_scanned_and_a_broken_png_is_refused(tmp_path: Path)
     report = scan_objects(storage, [i for i in infos if i is not None])
     assert [f.uri.rsplit("/", 1)[-1] for f in report.findings] == ["chart.png#text"]
     assert [r.rsplit("/", 1)[-1] for r in report.refused] == ["cut.png: a PNG whose chunks do not parse"]
+
+
+@pytest.mark.parametrize(
+    ("roots", "refused"),
+    [
+        ({"checkpoints_root": "gs://other-team/private/ckpts"}, True),  # trainer.ckpt_path into someone else's
+        ({"temp_root": "gs://runs-bucket-evil/t"}, True),  # a bucket whose name only starts like ours
+        ({"exports_root": "s3://runs-bucket/exports"}, True),  # same name, another scheme
+        ({}, False),
+    ],
+)
+def test_config_named_roots_must_lie_in_the_run_buckets(roots: dict[str, str], refused: bool) -> None:
+    from types import SimpleNamespace
+
+    from rlcleanup.errors import PermanentError
+    from rlcleanup.runtime.authority_handlers import check_run_roots
+
+    layout = SimpleNamespace(
+        run_uri="gs://runs-bucket/marin/run",
+        temp_root="gs://runs-bucket/tmp/run",
+        checkpoints_root="gs://runs-bucket/tmp/run/checkpoints",
+        exports_root="gs://runs-bucket/marin/run/exports",
+        attempts_root=None,
+    )
+    for name, value in roots.items():
+        setattr(layout, name, value)
+    if refused:
+        with pytest.raises(PermanentError, match="outside this deployment's run buckets"):
+            check_run_roots(layout, ("runs-bucket",))  # type: ignore[arg-type]
+    else:
+        check_run_roots(layout, ("runs-bucket",))  # type: ignore[arg-type]
+    check_run_roots(layout, None)  # type: ignore[arg-type]  # not restricted: the embedded default

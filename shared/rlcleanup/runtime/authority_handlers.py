@@ -28,6 +28,7 @@ from rlcleanup.runtime.failures import decode
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
+from rlcleanup.settings import in_run_buckets
 from rlcleanup.steps.capture import preserved_root
 from rlcleanup.steps.facts import run_facts, safe_run_id
 from rlcleanup.steps.layout import RunLayout, discover
@@ -324,6 +325,24 @@ def bind_run_identity(p: Ports, run_id: str, run_uri: str) -> None:
     msg = f"{run_uri[:300]} claims run id {run_id!r}, which is bound to {existing.run_uri[:300]}: not merged"
     p.records.add_errors(run_id, [RunError(step="identity", code="run_id_conflict", message=msg)])
     raise PermanentError("run_id_conflict", msg)
+
+
+def check_run_roots(layout: RunLayout, run_buckets: tuple[str, ...] | None) -> None:
+    """A run's config names where its checkpoints, temp area, exports and attempts live; none may point outside
+    the buckets this deployment reads runs from (capture would copy someone else's files into evidence, publish
+    would ship them). Refused as root_outside_allowed before any byte is copied."""
+    roots = {
+        "temp_root": layout.temp_root,
+        "checkpoints_root": layout.checkpoints_root,
+        "exports_root": layout.exports_root,
+        "attempts_root": layout.attempts_root,
+    }
+    outside = {name: root for name, root in roots.items() if root and not in_run_buckets(root, run_buckets)}
+    if outside:
+        raise PermanentError(
+            "root_outside_allowed",
+            f"{layout.run_uri[:200]}: {outside} outside this deployment's run buckets {list(run_buckets or ())}",
+        )
 
 
 def _same_location(a: str, b: str) -> bool:

@@ -83,6 +83,7 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     layout = discover(p.storage, event.run_uri)
     facts = run_facts(layout)
     run_id = facts.run_id
+    authority_handlers.check_run_roots(layout, p.run_buckets)  # config-named roots stay inside the run buckets
     authority_handlers.bind_run_identity(p, run_id, layout.run_uri)  # a second run claiming the id: a conflict
     p.records.record_event(
         run_id, event.event_key, {"state": event.state, "source": event.source, "outcome": "terminal"}
