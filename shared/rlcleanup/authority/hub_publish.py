@@ -118,8 +118,17 @@ def model_card(record: CompletionRecord, candidate: Candidate, grant: Grant, rep
     return ("\n".join(lines) + "\n").encode()
 
 
-def plan(storage: Storage, record: CompletionRecord, candidate: Candidate, grant: Grant, repo_id: str) -> list[HubItem]:
-    items = [HubItem(name, info) for name, info in sorted(artifact.listing(storage, candidate.uri).items())]
+def plan(
+    storage: Storage,
+    record: CompletionRecord,
+    candidate: Candidate,
+    grant: Grant,
+    repo_id: str,
+    pinned: dict[str, ObjectInfo] | None = None,
+) -> list[HubItem]:
+    """`pinned`: the listing whose digest matched the grant (never a second, later listing)."""
+    export = pinned if pinned is not None else artifact.listing(storage, candidate.uri)
+    items = [HubItem(name, info) for name, info in sorted(export.items())]
     root = record.preserved_locations[0] if record.preserved_locations else None
     for obj in _preserved(storage, record):
         if obj.kind == "log" and root:
@@ -195,7 +204,7 @@ def publish_to_hub(
         repo_id = repo_of(dest)
     except ValueError as exc:
         return refuse(Refusal.malformed, str(exc), dest)
-    candidate, refused = artifact.resolve(storage, record, grant)
+    candidate, pinned, refused = artifact.resolve_pinned(storage, record, grant)
     if refused:
         return refused
     assert candidate is not None
@@ -212,7 +221,7 @@ def publish_to_hub(
             dest,
         )
 
-    items = plan(storage, record, candidate, grant, repo_id)
+    items = plan(storage, record, candidate, grant, repo_id, pinned)
     with tempfile.TemporaryDirectory(prefix="rlcleanup-hub-") as tmp_dir:
         tmp = Path(tmp_dir)
         report = scan_objects(storage, [i.source for i in items if i.source is not None])
