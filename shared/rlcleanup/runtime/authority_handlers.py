@@ -38,6 +38,21 @@ from rlcleanup.uris import basename, join, parent
 _ENVELOPE_REFUSALS = {Refusal.wrong_run, Refusal.wrong_action}
 
 
+def file_outcome(p: Ports, run_id: str, gid: str, outcome: Outcome) -> None:
+    """The grant's final state from its outcome: used, or the refusal's state, with the outcome on the grant."""
+    final = _state_for(outcome.refusal) if outcome.refusal else GrantState.used
+    ledger.set_state(
+        p.records,
+        run_id,
+        gid,
+        final,
+        p.clock.now(),
+        refusal=outcome.refusal,
+        detail=outcome.detail,
+        outcome=outcome.as_doc(),
+    )
+
+
 def _state_for(refusal: Refusal) -> GrantState:
     return GrantState.expired if refusal is Refusal.expired else GrantState.refused
 
@@ -232,17 +247,7 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
             raise  # transient: the claim is released and a redelivery re-runs every check from the start
         except Exception as exc:
             outcome = _failed(p, grant, record, exc)
-        final = _state_for(outcome.refusal) if outcome.refusal else GrantState.used
-        ledger.set_state(
-            p.records,
-            run_id,
-            gid,
-            final,
-            p.clock.now(),
-            refusal=outcome.refusal,
-            detail=outcome.detail,
-            outcome=outcome.as_doc(),
-        )
+        file_outcome(p, run_id, gid, outcome)
         return outcome.as_doc()
 
     result = _once(p, run_id, f"grant:{gid}", work)

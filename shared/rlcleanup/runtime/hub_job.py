@@ -18,7 +18,7 @@ from rlcleanup.authority.grants import GrantState, Refusal, verify
 from rlcleanup.authority.hub_publish import publish_to_hub
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.errors import PermanentError
-from rlcleanup.runtime.authority_handlers import _state_for, sync_record
+from rlcleanup.runtime.authority_handlers import file_outcome, sync_record
 from rlcleanup.runtime.ports import Ports
 
 
@@ -41,17 +41,7 @@ def run_job(p: Ports, run_id: str, gid: str) -> Outcome:
             ledger.set_state(p.records, run_id, gid, GrantState.applying, p.clock.now(), detail=line)
 
         outcome = publish_to_hub(p.storage, record, verdict.grant, progress=progress)
-    final = _state_for(outcome.refusal) if outcome.refusal else GrantState.used
-    ledger.set_state(
-        p.records,
-        run_id,
-        gid,
-        final,
-        p.clock.now(),
-        refusal=outcome.refusal,
-        detail=outcome.detail,
-        outcome=outcome.as_doc(),
-    )
+    file_outcome(p, run_id, gid, outcome)
     sync_record(p, run_id)
     return outcome
 
