@@ -8,6 +8,7 @@ DEFECT_DELIVERY_BUDGET times, then completed as failed) — and asserts the fini
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections import Counter
@@ -17,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from rlcleanup.errors import INTERNAL_ERROR, UnreadableRunFile
-from rlcleanup.models.record import CompletionRecord
+from rlcleanup.errors import INTERNAL_ERROR, RecordStoreLost, UnreadableRunFile
+from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.storage import UnsafePathError
 from rlcleanup.runtime import handlers
@@ -280,3 +281,21 @@ def test_a_failing_member_under_chaotic_redelivery_still_finishes_exactly_once(
     assert others == [c.model_dump(exclude={"checked_at"}) for c in clean.candidates if c.step != 15]
     assert [m.topic for m in bus.published].count("record-ready") == 1
     assert bus.dead_letters == [] and sum(bus.deliveries.values()) > len(bus.published)
+
+
+def test_a_placeholder_record_binds_no_identity(tmp_path: Path, run_uri: str) -> None:
+    """An error whose message names the run id but not the run (a log-scan part after the record store lost the
+    run) files a placeholder record; the run's re-emitted event must take it over, not be refused as a conflict."""
+    stack = EmbeddedStack.create(tmp_path / "records.db", str(tmp_path / "preserved"))
+    event = manual_event(run_uri)
+    run_id = resolve_run_id(stack.ports, event)
+    lost = RecordStoreLost(run_id, "scan_log_part", "2026-12-03T00:00:00+00:00")
+    handlers.record_poison(
+        stack.ports, "scan_log_part", "scan-log-part-dlq", json.dumps({"run_id": run_id}).encode(), {}, lost
+    )
+    placeholder = stack.ports.records.get(run_id)
+    assert placeholder is not None and placeholder.run_uri == UNKNOWN_RUN_URI
+    stack.emit(event)
+    record = stack.ports.records.get(run_id)
+    assert record is not None and record.status is RecordStatus.awaiting_authority and record.run_uri == run_uri
+    assert {e.code for e in record.errors} == {"record_store_lost"}

@@ -167,6 +167,11 @@ class PreCancelCapture(_Model):
     problems: list[str] = Field(default_factory=list)
 
 
+# The run URI of a placeholder record: one filed for an error whose message named the run id but not its place.
+# It binds no identity: the first run that really claims the id takes the record over.
+UNKNOWN_RUN_URI = "unknown"
+
+
 class CompletionRecord(_Model):
     run_id: str
     run_uri: str

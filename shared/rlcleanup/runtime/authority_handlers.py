@@ -22,7 +22,7 @@ from rlcleanup.authority.reclaim import ReclaimPlan, reclaim
 from rlcleanup.authority.register import register
 from rlcleanup.errors import PermanentError, TransientError
 from rlcleanup.models.events import JobEvent
-from rlcleanup.models.record import AuthorityAction, CompletionRecord, PreCancelCapture, RunError
+from rlcleanup.models.record import UNKNOWN_RUN_URI, AuthorityAction, CompletionRecord, PreCancelCapture, RunError
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.failures import decode
 from rlcleanup.runtime.guard import guarded_ports
@@ -325,7 +325,7 @@ def bind_run_identity(p: Ports, run_id: str, run_uri: str) -> None:
     a hostile attempt record) is a recorded conflict on the existing record and is refused, never merged into it
     (nor allowed to make the real run's event a "duplicate")."""
     existing = p.records.get(run_id)
-    if existing is None or _same_location(existing.run_uri, run_uri):
+    if existing is None or existing.run_uri == UNKNOWN_RUN_URI or _same_location(existing.run_uri, run_uri):
         return
     msg = f"{run_uri[:300]} claims run id {run_id!r}, which is bound to {existing.run_uri[:300]}: not merged"
     p.records.add_errors(run_id, [RunError(step="identity", code="run_id_conflict", message=msg)])

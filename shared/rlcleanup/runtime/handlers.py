@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from rlcleanup.errors import PermanentError, RetryLater
 from rlcleanup.models.events import CandidateMessage, CapturePartMessage, JobEvent, LogScanPartMessage, RunMessage
 from rlcleanup.models.outcomes import CapturePartOutcome, LogScanOutcome, ValidationOutcome
-from rlcleanup.models.record import CompletionRecord, RunError
+from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord, RunError
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
 from rlcleanup.report.publish import publish_report
 from rlcleanup.runtime import authority_handlers, source_handlers
@@ -436,7 +436,7 @@ def record_poison(
     if run_id:
         if p.records.get(run_id) is None:
             p.records.create_if_absent(
-                CompletionRecord(run_id=run_id, run_uri=run_uri or "unknown", status=RecordStatus.failed)
+                CompletionRecord(run_id=run_id, run_uri=run_uri or UNKNOWN_RUN_URI, status=RecordStatus.failed)
             )
         p.records.add_errors(run_id, [RunError(step=step, code=error.code, message=message)])
     else:
