@@ -7,7 +7,9 @@ child its attempts (ids and log uris), so the child's peak is imports + the scan
 grep runs over exactly the files the scanner reads (log_order: python-core-*.log and binaries are skipped by both).
 Single-threaded: CPU s ~ wall s. The block scanner is compared with the line scanner it replaced (every line fed
 to LogScanner, the path scan_log takes without the RE2 finder) in the same run: both verdicts must agree.
-`--one-file MIB` also scans one log of that size (a worker log repeated) for RSS whatever the file size.
+`--one-file MIB` also scans one log of that size (a worker log repeated) for RSS whatever the file size: once whole
+in one scan (its results held at once), and cut as scan-log-part cuts it (segments of MAX_PART_BYTES, each part's
+scan serialised and dropped, as one invocation each would).
 Run: .venv/bin/python bench/bench_logs.py [--full] [--run R] [--line | --no-line] [--one-file MIB]
 """
 
@@ -22,8 +24,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from _common import build_run, fmt_bytes
+from _common import build_run, figure, fmt_bytes
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.parsing.logs import log_order
 from rlcleanup.steps.layout import discover
@@ -56,6 +59,9 @@ def child(attempts_json: str, engine: str) -> None:
     storage = LocalStorage(checksums=False)
     attempts = [AttemptFiles(attempt_id=a["attempt_id"], log_uris=a["log_uris"]) for a in json.loads(attempts_json)]
     rss_before = peak_rss_kib()
+    if engine == "cut":
+        cut_child(storage, attempts, rss_before)
+        return
     cpu0, t0 = time.process_time(), time.perf_counter()
     scans = [scan_attempt(storage, att) for att in attempts]
     first = find_first_error(scans)
@@ -78,6 +84,37 @@ def child(attempts_json: str, engine: str) -> None:
             }
         )
     )
+
+
+def cut_child(storage: LocalStorage, attempts: list[Any], rss_before: int) -> None:
+    """Each file as scan-log-part scans it: over MAX_PART_BYTES, cut into segments run one after another, each
+    segment's scan serialised as its part file and dropped (one invocation each in production; here in turn)."""
+    from dataclasses import asdict
+
+    from rlcleanup.parsing.segments import scan_log_segment
+    from rlcleanup.steps.logscan import MAX_PART_BYTES, _segment
+
+    counts = {"lines": 0, "files": 0, "errors": 0, "events": 0, "metric_rows": 0, "segments": 0}
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    for attempt in attempts:
+        for uri in attempt.log_uris:
+            size = Path(uri).stat().st_size
+            count = max(1, -(-size // MAX_PART_BYTES))
+            seed = None
+            for index in range(count):
+                segment = _segment(index, count, size).model_copy(update={"seed": seed})
+                result = scan_log_segment(storage, uri, attempt.attempt_id, segment)
+                json.dumps(asdict(result.scan), default=str)  # what the part stores
+                for key in ("errors", "events", "metric_rows"):
+                    counts[key] += len(getattr(result.scan, key))
+                seed, lines = result.next_seed, result.scan.lines
+                del result
+                counts["segments"] += 1
+            counts["lines"] += lines
+            counts["files"] += 1
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    out = {"wall": wall, "cpu": cpu, "rss_before_kib": rss_before, "rss_peak_kib": peak_rss_kib(), **counts}
+    print(json.dumps({**out, "first": None, "causal": False}))
 
 
 def run_child(attempts: list[dict[str, object]], engine: str) -> dict[str, object]:
@@ -136,7 +173,12 @@ def bench(attempts: list[dict[str, object]], line: bool) -> None:
     print(
         f"  grep -n -E: {g_wall:.2f} s wall, {g_cpu:.2f} s CPU -> {mb / max(g_cpu, 1e-9):.1f} MB/s; {matches:,} lines"
     )
-    print(f"  ratio: the block scanner takes {float(block['cpu']) / max(g_cpu, 1e-9):.1f}x grep's CPU time")  # type: ignore[arg-type]
+    ratio = float(block["cpu"]) / max(g_cpu, 1e-9)  # type: ignore[arg-type]
+    print(f"  ratio: the block scanner takes {ratio:.1f}x grep's CPU time")
+    label = f"{len(files):,} files, {fmt_bytes(total)}"
+    figure(f"log scan MB/s per core ({label})", f"{mb / float(block['cpu']):.1f}", ">= 150")  # type: ignore[arg-type]
+    figure(f"log scan CPU / grep CPU ({label})", f"{ratio:.1f}x", "<= 10x")
+    figure(f"log scan peak RSS ({label})", fmt_bytes(int(block["rss_peak_kib"]) * 1024), "<= 64 MiB")  # type: ignore[call-overload]
     if line:
         old = run_child(attempts, "line")
         report("line scanner", old, mb)
@@ -162,7 +204,13 @@ def one_file(run: Path, mib: int) -> None:
         print(f"\none file: {fmt_bytes(written)} ({logs[-1].name} x {written // len(unit)})")
         warm(big)
         res = run_child([{"attempt_id": "one", "log_uris": [str(big)]}], "block")
-        report("block scanner", res, written / 1e6)
+        report("block scanner, the file in one scan", res, written / 1e6)
+        cut = run_child([{"attempt_id": "one", "log_uris": [str(big)]}], "cut")
+        report(f"block scanner, cut as scan-log-part cuts it ({cut['segments']} segments)", cut, written / 1e6)
+        res = cut
+        label = f"one file of {fmt_bytes(written)}, cut as the pipeline cuts it"
+        figure(f"log scan MB/s per core ({label})", f"{written / 1e6 / float(res['cpu']):.1f}", ">= 150")  # type: ignore[arg-type]
+        figure(f"log scan peak RSS ({label})", fmt_bytes(int(res["rss_peak_kib"]) * 1024), "<= 64 MiB")  # type: ignore[call-overload]
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ This module sits at the bottom of the layers: it imports nothing from rlcleanup.
 
 from __future__ import annotations
 
+import sys
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -105,10 +106,12 @@ class ErrorKind(StrEnum):
 
 
 def _client_transient_types() -> tuple[type[BaseException], ...]:
+    """The client libraries' network errors, from the libraries already imported. An exception of a library can
+    only exist once its module is loaded, so looking in sys.modules never misses one; importing google.api_core
+    (grpc, protobuf: ~45 MiB RSS) here would weigh on every process, the log scanner's included."""
     types: list[type[BaseException]] = [ConnectionError, TimeoutError]
-    try:
-        from google.api_core import exceptions as gexc
-
+    gexc = sys.modules.get("google.api_core.exceptions")
+    if gexc is not None:
         types += [
             gexc.ServiceUnavailable,
             gexc.InternalServerError,
@@ -119,24 +122,16 @@ def _client_transient_types() -> tuple[type[BaseException], ...]:
             gexc.BadGateway,
             gexc.RetryError,
         ]
-    except ImportError:  # pragma: no cover - google-api-core ships with the client libraries
-        pass
-    try:
-        import requests
-
-        types += [requests.ConnectionError, requests.Timeout]
-    except ImportError:  # pragma: no cover
-        pass
+    requests_exc = sys.modules.get("requests.exceptions")
+    if requests_exc is not None:
+        types += [requests_exc.ConnectionError, requests_exc.Timeout]
     return tuple(types)
-
-
-CLIENT_TRANSIENT = _client_transient_types()
 
 
 def error_kind(exc: BaseException) -> ErrorKind:
     if isinstance(exc, PermanentError):
         return ErrorKind.domain
-    if isinstance(exc, (TransientError, *CLIENT_TRANSIENT)):
+    if isinstance(exc, (TransientError, *_client_transient_types())):
         return ErrorKind.transient
     return ErrorKind.defect
 

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from logscan_reference import reference_scan
 
 from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.models.parts import LogSegment
 from rlcleanup.parsing import logs
 from rlcleanup.parsing.logs import (
     _FATAL_HINTS,
@@ -35,9 +36,11 @@ from rlcleanup.parsing.logs import (
     scan_log,
 )
 from rlcleanup.parsing.metrics import MAX_LINE_CHARS
+from rlcleanup.parsing.segments import line_start, merge_segments, scan_segment
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
 
 MANY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CUTS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FEW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -363,3 +366,83 @@ def test_unreadable_log_names_the_uri(tmp_path: Path) -> None:
     missing = str(tmp_path / "gone.log")
     scan = scan_log(LocalStorage(checksums=False), missing, "a1")
     assert len(scan.problems) == 1 and missing in scan.problems[0]
+
+
+# -- a log cut into segments (parsing/segments.py) ------------------------------------------------------------
+
+
+def cut_scan(data: bytes, stops: list[int], overlap: int) -> LogScan:
+    """The chained segments' merged scan: each segment seeded by the one before, as scan-log-part runs them."""
+    read = lambda start, length: data[start : start + length]  # noqa: E731
+    bounds = [0, *sorted(min(max(s, 0), len(data)) for s in stops), len(data)]
+    scans, seed = [], None
+    for index in range(len(bounds) - 1):
+        segment = LogSegment(
+            index=index, count=len(bounds) - 1, start=bounds[index], stop=bounds[index + 1], size=len(data), seed=seed
+        )
+        result = scan_segment(read, "log://x", "a1", segment, overlap)
+        scans.append(result.scan)
+        seed = result.next_seed
+    return merge_segments(scans)
+
+
+def assert_same_cut(data: bytes, stops: list[int], overlap: int, want: LogScan | None = None) -> LogScan:
+    want = want or reference_scan(data, "log://x", "a1")
+    got = cut_scan(data, stops, overlap)
+    for key, value in asdict(want).items():
+        assert asdict(got)[key] == value, f"{key} differs (stops={stops}, overlap={overlap}, data={data[:300]!r})"
+    assert canonical(got) == canonical(want)
+    return want
+
+
+@CUTS
+@given(data=log_file(), cuts=st.lists(st.floats(0, 1), max_size=4), overlap=st.sampled_from([1 << 20, 4096, 600]))
+@example(data=b"a\r\nb\rc\n\rd", cuts=[0.3, 0.31, 0.5], overlap=1)  # cuts between \r and \n, empty segments
+@example(
+    data=b"x\nterminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: boom\ny\n",
+    cuts=[0.2, 0.75],
+    overlap=4096,
+)  # the what() line is past the cut: the segment that kept the terminate line completes it
+def test_cut_segments_give_the_whole_files_scan(data: bytes, cuts: list[float], overlap: int) -> None:
+    """Cut anywhere (inside tracebacks, metric blocks, \\r\\n pairs, multi-byte characters) with an overlap that
+    covers what is open at the cut: the merged scan is the whole file's, field for field."""
+    assert_same_cut(data, [int(c * len(data)) for c in cuts], overlap)
+
+
+def test_every_cut_of_a_mixed_log() -> None:
+    lines = [s.encode() for s in (*STAMPS, *CHATTER, *HITS, *TRACEBACK)]
+    data = b"".join(line + ENDINGS[i % len(ENDINGS)] for i, line in enumerate(lines))
+    want = reference_scan(data, "log://x", "a1")
+    assert len(data) > 2000
+    for stop in range(0, len(data) + 1, 7):  # inside lines, stamps, \r\n pairs and tracebacks
+        assert_same_cut(data, [stop, stop + 700], 4096, want)
+
+
+def test_caps_count_across_cuts() -> None:
+    """64 errors / 16 teardown lines per file: the caps count what earlier segments kept, wherever the cuts fall."""
+    data = b"".join(b"Segmentation fault %d\nWorker rank 3 received signal 15\n" % i for i in range(100))
+    want = assert_same_cut(data, [len(data) // 5 * k for k in range(1, 5)], 300)
+    assert want.errors_dropped > 0 and len(want.errors) == logs.MAX_ERRORS_PER_FILE
+
+
+def test_a_traceback_longer_than_the_overlap_is_the_limit() -> None:
+    """What the overlap buys: a traceback open at the cut is re-read only if it began within the overlap."""
+    frames = b"".join(b'  File "x.py", line %d, in f\n' % i for i in range(200))
+    data = b"2026-11-30 08:00:00 a\nTraceback (most recent call last):\n" + frames + b"ValueError: boom\n"
+    want = assert_same_cut(data, [len(data) - 50], len(data))
+    assert want.errors[0].error_type == "ValueError"
+    short = cut_scan(data, [len(data) - 50], 1000)  # the header is 5 KB before the cut: not seen by the overlap
+    assert [e.error_type for e in short.errors] != [e.error_type for e in want.errors]
+
+
+@pytest.mark.parametrize("at", range(0, 12))
+def test_line_start(at: int) -> None:
+    data = b"ab\r\ncd\re\n\nf"
+    starts = [0, 4, 7, 9, 10, len(data)]
+    want = next(s for s in starts if s >= at) if at <= len(data) else len(data)
+    assert line_start(lambda start, length: data[start : start + length], at) == want
+
+
+def test_line_start_past_a_probe() -> None:
+    data = b"x" * (200 * 1024) + b"\r\nrest"
+    assert line_start(lambda start, length: data[start : start + length], 5) == 200 * 1024 + 2

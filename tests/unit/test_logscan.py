@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -36,8 +37,13 @@ def _layout(run_uri: str, attempts: list[AttemptFiles]) -> RunLayout:
 
 def _scan_split(storage: LocalStorage, layout: RunLayout, dest: Path, **limits: int) -> list[AttemptScan]:
     parts = logscan.plan_log_scan(layout, **limits)
-    for part in parts:
-        logscan.scan_part(storage, str(dest), part)
+    queue = logscan.first_parts(parts)  # what the plan publishes; a cut file's next segment comes from the last
+    while queue:
+        part = queue.pop(0)
+        _, _, after = logscan.scan_part(storage, str(dest), part)
+        if after is not None:
+            assert after.part_id == parts[parts.index(next(p for p in parts if p.part_id == part.part_id)) + 1].part_id
+            queue.insert(0, after)
     return logscan.assemble(storage, str(dest), [(p.part_id, p.attempt_id) for p in parts])
 
 
@@ -61,6 +67,25 @@ def test_one_file_per_part_gives_the_sequential_scan_and_verdict(tmp_path: Path,
         one.first_failure_cause,
         one.reasoning,
     )
+
+
+@pytest.mark.parametrize("scenario", ["failed-first-link", "completed-resumed"])
+def test_files_cut_into_segments_give_the_sequential_scan_and_verdict(tmp_path: Path, scenario: str) -> None:
+    """Every log over 1,500 bytes cut into segments of at most that (the real budget is 256 MiB): each segment is its
+    own part, published by the one before with its scanner state; the assembled scans and verdict are unchanged."""
+    storage = LocalStorage(checksums=False)
+    layout = discover(storage, str(write_sample_run(tmp_path / "runs", scenario)))
+    sequential = [scan_attempt(storage, a) for a in layout.attempts]
+    parts = logscan.plan_log_scan(layout, max_bytes=1500)
+    cut = [p for p in parts if p.segment is not None]
+    assert cut and max(p.segment.count for p in cut if p.segment) >= 3  # really cut, several times
+    assert all(p.bytes <= 1500 for p in cut)
+    split = _scan_split(storage, layout, tmp_path / "dest", max_bytes=1500)
+    assert _comparable(split) == _comparable(sequential)
+    budget, how = step_budget(layout.skyrl)
+    one = establish_terminal_state(layout, sequential, budget, budget_reason=how)
+    many = establish_terminal_state(layout, split, budget, budget_reason=how)
+    assert (many.terminal_state, many.first_failure_cause) == (one.terminal_state, one.first_failure_cause)
 
 
 def test_after_error_noise_is_carried_across_separately_scanned_files(tmp_path: Path) -> None:
@@ -92,13 +117,25 @@ def test_parts_are_cut_at_file_boundaries_by_bytes_and_count_in_chain_order(tmp_
     assert [(p.part_id, p.attempt_id, p.bytes, len(p.uris)) for p in parts] == [
         ("a000-p0000", "x", 120, 2),
         ("a000-p0001", "x", 60, 1),
-        ("a000-p0002", "x", 500, 1),  # bigger than the budget: alone, never cut
-        ("a000-p0003", "x", 10, 1),
+        ("a000-p0002", "x", 125, 1),  # bigger than the budget: cut into 4 segments, a part each
+        ("a000-p0003", "x", 125, 1),
+        ("a000-p0004", "x", 125, 1),
+        ("a000-p0005", "x", 125, 1),
+        ("a000-p0006", "x", 10, 1),  # a segment part holds its segment only
         ("a001-p0000", "empty", 0, 0),  # keeps the attempt in the chain
         ("a002-p0000", "y", 3, 3),
         ("a002-p0001", "y", 2, 2),
     ]
-    assert [u for p in parts for u in p.uris] == [u for a in layout.attempts for u in a.log_uris]
+    assert [u for p in parts for u in dict.fromkeys(p.uris)] == [
+        u for a in layout.attempts for u in a.log_uris for _ in range(4 if u == "r/x/worker-03.err" else 1)
+    ]
+    assert [(s.index, s.start, s.stop) for p in parts if (s := p.segment)] == [
+        (0, 0, 125),
+        (1, 125, 250),
+        (2, 250, 375),
+        (3, 375, 500),
+    ]
+    assert [p.part_id for p in logscan.first_parts(parts)][2:4] == ["a000-p0002", "a000-p0006"]
     assert sorted(p.part_id for p in parts) == [p.part_id for p in parts]
 
 
@@ -121,7 +158,7 @@ def test_a_replayed_part_rewrites_nothing(tmp_path: Path) -> None:
     storage = LocalStorage(checksums=False)
     layout = discover(storage, str(write_sample_run(tmp_path / "runs", "failed-first-link")))
     part = logscan.plan_log_scan(layout)[0]
-    uri, _ = logscan.scan_part(storage, str(tmp_path / "dest"), part)
+    uri, _, _ = logscan.scan_part(storage, str(tmp_path / "dest"), part)
     before = Path(uri).stat().st_mtime_ns
     assert logscan.scan_part(storage, str(tmp_path / "dest"), part)[0] == uri
     assert Path(uri).stat().st_mtime_ns == before
@@ -163,3 +200,37 @@ def test_hundreds_of_rank_logs_stay_out_of_the_record_document(tmp_path: Path) -
     assert [(len(a.log_uris), a.log_count) for a in verdict.attempts] == [(20, 1000)] * 3
     record = CompletionRecord(run_id="r", run_uri="gs://b/run", chain=ChainSummary(attempts=verdict.attempts))
     assert len(record.model_dump_json()) < 20_000
+
+
+def test_cut_logs_on_the_embedded_stack_give_the_same_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole pipeline (publish guard on: scan-log-part may publish the next segment because topology.yaml says
+    so) with every log over 1,500 bytes cut: the record settles exactly as with whole files."""
+    from rlcleanup.runtime import evidence
+    from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
+    from rlcleanup.runtime.handlers import resolve_run_id
+
+    monkeypatch.setattr(evidence, "publish_report", lambda *args, **kwargs: None)
+    run_root = write_sample_run(tmp_path / "sample", "failed-first-link")
+
+    def record(name: str) -> dict[str, object]:
+        stack = EmbeddedStack.create(tmp_path / f"{name}.db", str(tmp_path / f"preserved-{name}"))
+        event = manual_event(str(run_root))
+        stack.emit(event)
+        run_id = resolve_run_id(stack.ports, event)
+        plan = stack.ports.claims.result(run_id, "terminal-plan") or {}
+        assert len(stack.ports.claims.results(run_id, "log-scan:")) == len(plan["parts"])  # every segment ran
+        found = stack.ports.records.get(run_id)
+        assert found is not None
+        fields = found.model_dump(mode="json", exclude={"created_at", "updated_at", "manifest_uri"})
+        fields["parts"] = len(plan["parts"])
+        return fields
+
+    whole = record("whole")
+    plan = logscan.plan_log_scan
+    monkeypatch.setattr(logscan, "plan_log_scan", lambda layout: plan(layout, max_bytes=1500))
+    cut = record("cut")
+    assert int(cut.pop("parts")) > int(whole.pop("parts"))  # really cut
+    assert whole["first_failure_cause"] and whole["terminal_state"]  # a verdict to keep
+    assert json.dumps(cut, sort_keys=True, default=str).replace("preserved-cut", "preserved-whole") == json.dumps(
+        whole, sort_keys=True, default=str
+    )

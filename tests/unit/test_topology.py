@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rlcleanup.runtime import handlers
+from rlcleanup.runtime import evidence
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
 from rlcleanup.runtime.handlers import resolve_run_id
 from rlcleanup.runtime.topology import load_topology, parse_topology
@@ -75,7 +75,7 @@ def test_publishing_to_another_functions_dead_letter_topic_is_refused() -> None:
 def test_fan_outs_and_barriers_name_the_keys_the_handlers_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(handlers, "publish_report", lambda *args: None)
+    monkeypatch.setattr(evidence, "publish_report", lambda *args, **kwargs: None)
     run_root = write_sample_run(tmp_path / "sample", "completed-resumed")
     stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "preserved"))
     event = manual_event(str(run_root))

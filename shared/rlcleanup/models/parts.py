@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel, Field
 
 
@@ -20,8 +22,37 @@ class CapturePart(BaseModel):
     items: list[CaptureItem]
 
 
+class SegmentSeed(BaseModel):
+    """The line scanner's scalar state a cut log's next segment starts from, handed on by the segment before it:
+    at `warm` (where its overlap begins) the line count, stamps and whether an error was seen; at `start` (where
+    its own lines begin) the per-file caps' counters. The overlap itself re-creates what is not scalar (an open
+    traceback or metric block, a `terminate called` waiting for its `what():`)."""
+
+    warm: int  # byte offset of the first overlap line (a line start)
+    start: int  # byte offset of the segment's first own line (a line start)
+    lines: int  # lines before `warm`
+    first_timestamp: datetime | None = None
+    last_timestamp: datetime | None = None  # the last stamp before `warm`
+    error_seen: bool = False
+    noise_kept: int = 0  # before `start`
+    errors_kept: int = 0  # before `start`
+
+
+class LogSegment(BaseModel):
+    """One cut of a log file larger than a part's budget: nominal byte range [start, stop) of `size` bytes; the
+    segment owns the lines that begin at or after the first line start at or past `start`, up to the next cut."""
+
+    index: int
+    count: int
+    start: int
+    stop: int
+    size: int
+    seed: SegmentSeed | None = None  # None for the first segment; the previous one publishes the next with it
+
+
 class LogScanPart(BaseModel):
     part_id: str = Field(pattern=r"^a\d{3,}-p\d{4,}$")  # attempt index, part index (zero-padded: chain order)
     attempt_id: str
     uris: list[str]
     bytes: int = 0
+    segment: LogSegment | None = None  # set: uris is one file and this part scans one cut of it

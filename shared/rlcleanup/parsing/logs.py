@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol, cast
 
+from rlcleanup.models.parts import SegmentSeed
 from rlcleanup.parsing.metrics import MAX_LINE_CHARS, CleanLine, MetricParser, MetricRow, clean_line
 from rlcleanup.parsing.teardown import TEARDOWN, TeardownWording, by_name, causal_what_payload, teardown_for
 from rlcleanup.ports.lines import bounded_lines
@@ -251,6 +252,10 @@ class LogScanner:
         self._last_ts: datetime | None = None
         self._pending_terminate: ErrorCandidate | None = None  # waits for its `what():` line
         self._noise_kept = 0
+        self._errors_before = 0  # errors a cut log's earlier segments kept (the per-file cap counts them)
+        # False while a cut log's segment reads its overlap (or the few lines past its end): what happens there
+        # belongs to another segment, which keeps and counts it; only the scanner's state moves.
+        self.owning = True
 
     @property
     def error_seen(self) -> bool:
@@ -284,6 +289,41 @@ class LogScanner:
             self._tb.add(text)
             return
         self._fatal_line(text[:_MAX_MATCH_CHARS], lineno, cleaned.timestamp or self._last_ts)
+
+    def resume(self, seed: SegmentSeed) -> None:
+        """Start where a cut log's earlier segments left off (the scalar state at the seed's overlap start)."""
+        self.scan.lines = seed.lines
+        self.scan.first_timestamp, self.scan.last_timestamp = seed.first_timestamp, seed.last_timestamp
+        self._last_ts = seed.last_timestamp
+        self._error_seen = seed.error_seen
+
+    def seed(self, warm: int, start: int, at_warm: SegmentSeed | None = None) -> SegmentSeed:
+        """This scanner's state as the next segment's seed: scalars now (or as `at_warm` took them at its overlap
+        start), caps counters now (at its first own line)."""
+        here = at_warm or SegmentSeed(
+            warm=warm,
+            start=start,
+            lines=self.scan.lines,
+            first_timestamp=self.scan.first_timestamp,
+            last_timestamp=self._last_ts,
+            error_seen=self._error_seen,
+        )
+        kept = self._errors_before + len(self.scan.errors)
+        return here.model_copy(update={"start": start, "noise_kept": self._noise_kept, "errors_kept": kept})
+
+    def own_from(self, seed: SegmentSeed) -> None:
+        """The segment's own lines begin: the caps count what the earlier segments kept; the overlap's events and
+        metric rows were the earlier segment's."""
+        self.owning = True
+        self._noise_kept, self._errors_before = seed.noise_kept, seed.errors_kept
+        self.scan.events.clear()
+        self.scan.metric_rows.clear()
+
+    @property
+    def settling(self) -> bool:
+        """A `terminate called` line kept here may still get its `what():` line from the lines after it."""
+        pending = self._pending_terminate
+        return pending is not None and self.scan.lines - pending.line < _WHAT_LOOKAHEAD
 
     def _with_year(self, month_day_time: str) -> datetime | None:
         return with_year(month_day_time, self._last_ts)
@@ -455,12 +495,14 @@ class LogScanner:
                     assert first is not None
                     error.noise_after_error = first.name
         self._error_seen = True
+        if not self.owning:
+            return
         if not error.causal:
             self._noise_kept += 1
             if self._noise_kept > MAX_NOISE_PER_FILE:
                 self.scan.errors_dropped += 1
                 return
-        if len(self.scan.errors) >= MAX_ERRORS_PER_FILE:
+        if self._errors_before + len(self.scan.errors) >= MAX_ERRORS_PER_FILE:
             self.scan.errors_dropped += 1
             return
         self.scan.errors.append(error)
@@ -560,8 +602,9 @@ class HitFinder(Protocol):
 class Re2Finder:
     """hit_patterns() as one RE2 alternation over Latin-1 bytes (a byte is a character; invalid UTF-8 is inert).
 
-    RE2 runs a lazily built DFA: compiling costs ~1 ms and a search ~2 ns per byte whatever the number of patterns
-    (bench/bench_log_engines.py measures it against re, hyperscan and Aho-Corasick). Thread-safe."""
+    RE2 runs a lazily built DFA: compiling costs ~1 ms and a search ~2 ns per byte whatever the number of patterns.
+    bench/bench_log_engines.py measures it on these anchors against sre (~60x slower), hyperscan (~2x slower with
+    a Python callback per match), bytes.find and pyahocorasick (literals only: no ANSI tolerance). Thread-safe."""
 
     def __init__(self, patterns: list[bytes]) -> None:
         import re2
