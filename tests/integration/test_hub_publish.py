@@ -10,6 +10,7 @@ import base64
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
@@ -22,9 +23,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))  # the authority tests' world builder
 from authority_support import World, make_world
 
-from rlcleanup.adapters.hf_hub import git_blob_sha
-from rlcleanup.authority.grants import Approver, Grant, new_key, public_b64, register_approver
+from rlcleanup.adapters.local_jobs import SubprocessJobLauncher
+from rlcleanup.authority import ledger
+from rlcleanup.authority.grants import Approver, Grant, GrantState, new_key, public_b64, register_approver, verify
 from rlcleanup.authority.hub_publish import MARKER, model_card
+from rlcleanup.ports.hub import git_blob_sha
+from rlcleanup.runtime.ports import HUB_JOB_MODULE
 from rlcleanup.stack import procs
 
 pytestmark = pytest.mark.integration
@@ -65,18 +69,16 @@ class Standin:
 @pytest.fixture(scope="module")
 def hub_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
     state = tmp_path_factory.mktemp("hub")
-    port = procs.free_port()
     script = Path(__file__).resolve().parents[1] / "servers" / "hub_standin.py"
-    server = procs.start(
+    server, port = procs.start_listening(
         "hub-standin",
-        [sys.executable, str(script), "--port", str(port), "--token", TOKEN],
+        lambda port: [sys.executable, str(script), "--port", str(port), "--token", TOKEN],
+        lambda port: procs.http_status(f"http://127.0.0.1:{port}/__standin/stats") == 200,
         state_dir=state,
         env=dict(os.environ),
     )
-    url = f"http://127.0.0.1:{port}"
     try:
-        procs.wait_ready(server, lambda: procs.http_status(f"{url}/__standin/stats") == 200, 20)
-        yield Standin(url)
+        yield Standin(f"http://127.0.0.1:{port}")
     finally:
         procs.stop_group(server.pid, popen=server.popen, grace=2)
 
@@ -86,7 +88,8 @@ def hub(hub_server: Standin, monkeypatch: pytest.MonkeyPatch) -> Standin:
     monkeypatch.setenv("HF_ENDPOINT", hub_server.url)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     hub_server.call(
-        "/__standin/control", {"force_public_orgs": [], "fail_lfs_put_after": None, "corrupt_sha_suffix": None}
+        "/__standin/control",
+        {"force_public_orgs": [], "fail_lfs_put_after": None, "fail_lfs_put_count": None, "corrupt_sha_suffix": None},
     )
     return hub_server
 
@@ -247,9 +250,8 @@ def test_a_planted_token_is_refused_before_the_repo_gets_a_byte(
     action = _deliver(w, key, _grant(w, f"hf://rl-team/secret-{uid}"))
     assert action["refusal"] == "secret_found"
     spent = _delta(before, hub.stats())
-    assert not any(
-        k.startswith(("PUT", "POST /api/models/{repo}/commit", "POST /api/models/{repo}/preupload")) for k in spent
-    )
+    assert set(spent) == {"GET /api/models/{repo}"}, spent  # only the read-back: no repo is even created
+    assert not list(Path(w.record.preserved_locations[0], "authority", "staging").rglob("*.*"))  # staging removed
 
 
 def test_the_upload_job_reverifies_the_filed_grant_and_files_the_outcome(
@@ -284,3 +286,156 @@ def test_the_upload_job_reverifies_the_filed_grant_and_files_the_outcome(
     refused = run_job(p, w.run_id, forged.grant_id)
     assert refused.refusal is not None and refused.refusal.value == "bad_signature"
     assert "rl-team/forged" not in json.dumps(hub.stats())
+
+
+def test_files_we_generate_are_scanned_as_staged_and_refused_before_the_hub_gets_anything(
+    hub: Standin, world: tuple[World, Any], uid: str
+) -> None:
+    """The model card and provenance.json are written by us from record fields a run controls (base model):
+    they go through the same staged scan as the run's own files."""
+    w, key = world
+    w.stack.ports.records.update(w.run_id, {"base_model": "org/m?token=hf_" + "ZyXwVuTsRqPoNmLkJiHgFeDcBa987654"})
+    before = hub.stats()
+    action = _deliver(w, key, _grant(w, f"hf://rl-team/card-{uid}"))
+    assert action["refusal"] == "secret_found", action
+    assert "README.md" in action["detail"] or "provenance.json" in action["detail"]
+    assert set(_delta(before, hub.stats())) == {"GET /api/models/{repo}"}
+
+
+def _job_world(w: World, **args: Any) -> SubprocessJobLauncher:
+    """apply-grant wired to start the upload job as a child process (the embedded stack's launcher), for every
+    Hub export over 0 bytes."""
+    launcher = SubprocessJobLauncher(
+        HUB_JOB_MODULE,
+        ["--sqlite", str(w.tmp / "records.db"), "--preserve-root", str(w.tmp / "preserved"), *_flags(args)],
+        log_dir=w.tmp / "job-logs",
+    )
+    w.stack.ports.hub_upload_job = launcher
+    w.stack.ports.hub_job_threshold_bytes = 0
+    return launcher
+
+
+def _flags(args: dict[str, Any]) -> list[str]:
+    return [part for k, v in args.items() for part in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def _wait_all(launcher: SubprocessJobLauncher) -> list[int]:
+    codes = [popen.wait(timeout=240) for popen in launcher.started]
+    logs = [p.read_text() for p in sorted(Path(launcher.log_dir).glob("*.log"))]
+    assert codes, "no job was started"
+    return codes if all(c in (0, 1, 75) for c in codes) else pytest.fail(f"job crashed: {codes}: {logs}")
+
+
+def test_a_large_export_is_uploaded_by_the_job_apply_grant_starts_with_progress_on_the_run(
+    hub: Standin, world: tuple[World, Any], uid: str
+) -> None:
+    w, key = world
+    launcher = _job_world(w, batch_files=10)
+    repo = f"rl-team/big-{uid}"
+    grant = _grant(w, f"hf://{repo}")
+    started = _deliver(w, key, grant)
+    assert started["state"] in {"uploading", "handed_off"}  # handed off already if the child was that quick
+    assert len(launcher.started) == 1
+    assert _wait_all(launcher) == [0]
+    action = w.action(grant.grant_id)
+    assert action["state"] == "handed_off", action
+    progress = action["progress"]
+    assert progress["files_done"] == progress["files_total"] == action["verified_objects"]
+    assert progress["bytes_done"] == progress["bytes_total"] > 0 and progress["skipped"] == 0
+    assert MARKER in hub.files(repo) and w.grant_doc(grant.grant_id)["state"] == "used"
+    w.deliver(w.message(grant, key=key))  # a redelivery neither uploads nor starts a second job
+    assert len(launcher.started) == 1
+
+
+def test_an_interrupted_job_attempt_is_resumed_by_the_retry_and_skips_what_is_there(
+    hub: Standin, world: tuple[World, Any], uid: str
+) -> None:
+    """As Cloud Run drives the job: attempt 0 fails (exit 75, the failure and its progress noted on the grant),
+    the task's retry (CLOUD_RUN_TASK_ATTEMPT=1) resumes and uploads only what is missing."""
+    w, key = world
+    _job_world(w)
+    w.stack.ports.hub_upload_job = None  # file the grant as apply-grant would, then run the job by hand
+    repo = f"rl-team/resumed-{uid}"
+    grant = _grant(w, f"hf://{repo}")
+    p = w.stack.ports
+    verdict = verify(p.records, w.message(grant, key=key), p.clock.now(), expected_run=w.run_id)
+    assert ledger.file_grant(p.records, w.run_id, grant.grant_id, verdict, GrantState.applying, p.clock.now())
+    hub.call("/__standin/control", {"fail_lfs_put_after": 1, "fail_lfs_put_count": 1})
+    argv = [sys.executable, "-m", HUB_JOB_MODULE, "--sqlite", str(w.tmp / "records.db"), "--max-retries", "1"]
+    argv += ["--batch-files", "3"]
+    env = {**os.environ, "RLCLEANUP_HUB_RUN_ID": w.run_id, "RLCLEANUP_HUB_GRANT_ID": grant.grant_id}
+    first = subprocess.run(argv, env={**env, "CLOUD_RUN_TASK_ATTEMPT": "0"}, capture_output=True, timeout=240)
+    assert first.returncode == 75, first.stderr.decode()[-2000:]
+    doc = w.grant_doc(grant.grant_id)
+    assert doc["state"] == "applying" and len(doc["attempts"]) == 1
+    partial = w.action(grant.grant_id)["progress"]
+    assert 0 < partial["files_done"] < partial["files_total"]  # visible on the run while it is not done
+    from typer.testing import CliRunner
+
+    from rlcleanup.cli.main import app
+
+    # --backend sqlite: the session stack exports FIRESTORE_EMULATOR_HOST, which makes Firestore the default store
+    shown = CliRunner().invoke(app, ["grants", w.run_id, "--backend", "sqlite", "--db", str(w.tmp / "records.db")])
+    assert f"({partial['files_done']}/{partial['files_total']} files, " in shown.stdout, shown.stdout
+    before = hub.stats()
+    second = subprocess.run(argv, env={**env, "CLOUD_RUN_TASK_ATTEMPT": "1"}, capture_output=True, timeout=240)
+    assert second.returncode == 0, second.stderr.decode()[-2000:]
+    action = w.action(grant.grant_id)
+    assert action["state"] == "handed_off", action
+    assert action["progress"]["skipped"] == partial["files_done"] and f"{partial['files_done']} already there" in (
+        action["detail"] or ""
+    )
+    lfs_total = len([f for f, r in hub.files(repo).items() if r.get("lfs")])
+    assert _delta(before, hub.stats()).get("PUT /__lfs/{oid}", 0) < lfs_total  # uploaded before: not sent again
+
+
+def test_a_sha_mismatch_seen_by_the_job_is_refused_and_recorded(
+    hub: Standin, world: tuple[World, Any], uid: str
+) -> None:
+    w, key = world
+    launcher = _job_world(w)
+    repo = f"rl-team/jobcorrupt-{uid}"
+    hub.call("/__standin/control", {"corrupt_sha_suffix": ".safetensors"})
+    grant = _grant(w, f"hf://{repo}")
+    _deliver(w, key, grant)
+    assert _wait_all(launcher) == [1]
+    action = w.action(grant.grant_id)
+    assert action["state"] == "refused" and action["refusal"] == "destination_unverified", action
+    assert ".safetensors: Hub reports" in (action["detail"] or "")
+    assert MARKER not in hub.files(repo)
+
+
+def test_dry_run_for_a_hub_destination_shows_what_the_hand_off_would_upload(
+    hub: Standin, world: tuple[World, Any], uid: str
+) -> None:
+    """`grant --dry-run` to hf:// runs hub_publish.plan_hub, the planning the hand-off itself runs: the same
+    files, sizes and total; the repo's visibility read back; nothing created or uploaded."""
+    from rlcleanup.adapters.hf_hub import HubDestination
+    from rlcleanup.authority.hub_publish import plan_hub
+    from rlcleanup.authority.preview import preview_grant
+    from rlcleanup.cli.authority import render_preview
+
+    w, _ = world
+    p = w.stack.ports
+    repo = f"rl-team/preview-{uid}"
+    grant = _grant(w, f"hf://{repo}")
+    before = hub.stats()
+    preview = preview_grant(p.storage, w.record, grant, p.clock.now(), p.records, HubDestination)
+    assert preview["would"] == "handoff" and preview["creates"] == [f"hf://{repo} (private repo)"]
+    assert set(_delta(before, hub.stats())) == {"GET /api/models/{repo}"}  # read, nothing created
+    applied, refused = plan_hub(p.storage, w.record, grant, HubDestination(), apply=True)
+    assert refused is None and applied is not None
+    assert [o["name"] for o in preview["objects"]] == [i.name for i in applied.items]
+    assert preview["total_bytes"] == applied.total_bytes == sum(o["size"] for o in preview["objects"])
+    names = {o["name"] for o in preview["objects"]}
+    assert {"README.md", "provenance.json", "training_logs/metrics.csv"} <= names
+    assert any(n.endswith(".safetensors") for n in names)
+    text = render_preview(preview)
+    assert f"→ hf://{repo}" in text and f"creates hf://{repo} (private repo)" in text
+
+    public = f"open-org/preview-{uid}"
+    hub.call("/__standin/seed", {"repo": public, "private": False, "files": {}})
+    refused_preview = preview_grant(
+        p.storage, w.record, _grant(w, f"hf://{public}"), p.clock.now(), p.records, HubDestination
+    )
+    assert refused_preview["would"] == "refuse" and refused_preview["refusal"] == "visibility_broader"

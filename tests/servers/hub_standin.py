@@ -19,7 +19,8 @@ Uploads go through the LFS protocol (our client sets HF_HUB_DISABLE_XET: Xet nee
 decided as the Hub does it in spirit: LFS for binary suffixes (.safetensors, .bin, .png, ...) or files over 10 MiB.
 
 Test controls (not Hub endpoints): GET /__standin/stats (request counts per endpoint), POST /__standin/control
-{"force_public_orgs": [...], "fail_lfs_put_after": n|null, "corrupt_sha_suffix": str|null},
+{"force_public_orgs": [...], "fail_lfs_put_after": n|null, "fail_lfs_put_count": k|null, "corrupt_sha_suffix":
+str|null} (after n stored LFS uploads, refuse the next k — every one when k is null — then store again),
 POST /__standin/seed {"repo", "private", "files": {path: base64}}. Started by the tests in its own process group:
 
     python tests/servers/hub_standin.py --port P --token T
@@ -83,6 +84,8 @@ class Hub:
         self.fail_lfs_put_after: int | None = None
         self.corrupt_sha_suffix: str | None = None
         self.lfs_puts = 0
+        self.fail_lfs_put_count: int | None = None
+        self.lfs_failures = 0
 
     def commit(self, repo: Repo, lines: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
         staged: dict[str, Entry | None] = {}
@@ -190,7 +193,9 @@ def make_handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 hub.stats[f"PUT {_route(path)}"] += 1
                 if path.startswith("/__lfs/"):
                     oid = path[len("/__lfs/") :]
-                    if hub.fail_lfs_put_after is not None and hub.lfs_puts >= hub.fail_lfs_put_after:
+                    failing = hub.fail_lfs_put_after is not None and hub.lfs_puts >= hub.fail_lfs_put_after
+                    if failing and (hub.fail_lfs_put_count is None or hub.lfs_failures < hub.fail_lfs_put_count):
+                        hub.lfs_failures += 1
                         self._send(403, {"error": "upload interrupted (stand-in control)"})
                         return
                     if hashlib.sha256(body).hexdigest() != oid:
@@ -212,7 +217,8 @@ def make_handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                     hub.force_public_orgs = set(ctl.get("force_public_orgs", hub.force_public_orgs))
                     if "fail_lfs_put_after" in ctl:
                         hub.fail_lfs_put_after = ctl["fail_lfs_put_after"]
-                        hub.lfs_puts = 0
+                        hub.fail_lfs_put_count = ctl.get("fail_lfs_put_count")
+                        hub.lfs_puts = hub.lfs_failures = 0
                     if "corrupt_sha_suffix" in ctl:
                         hub.corrupt_sha_suffix = ctl["corrupt_sha_suffix"]
                     self._send(200, {})

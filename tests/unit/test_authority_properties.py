@@ -290,19 +290,7 @@ def test_hidden_forms_of_a_token_are_found(body: str, form: str, cut: int) -> No
     assert all(token not in str(f) for f in found)
 
 
-@settings(max_examples=25, deadline=None)
-@given(lines=st.lists(st.text(alphabet=_ALPHABET + " =:_-./\"'{}", max_size=80), max_size=30))
-def test_prefilter_finds_what_every_line_scan_finds(lines: list[str]) -> None:
-    """Differential: the pre-filtered scan equals running every rule on every line (the slow path)."""
-    from rlcleanup.authority import secrets as S
-
-    text = "\n".join(lines)
-    fast = {(f.line, f.rule) for f in scan_string(text, "u")}
-    slow: set[tuple[int, str]] = set()
-    with S.detect_secrets_session():
-        for i, line in enumerate(text.split("\n"), start=1):
-            slow |= {(i, rule) for rule in S._line_findings(line)}
-    assert slow <= fast
+# The pre-filtered scan against the slow path (every rule on every view of every line): test_secret_prefilter.py
 
 
 # ---------------------------------------------------------------- P6: scope edges
@@ -541,3 +529,121 @@ def test_config_named_roots_must_lie_in_the_run_buckets(roots: dict[str, str], r
     else:
         check_run_roots(layout, ("runs-bucket",))  # type: ignore[arg-type]
     check_run_roots(layout, None)  # type: ignore[arg-type]  # not restricted: the embedded default
+
+
+# ---------------------------------------------------------------- P6: who can read a local destination (own cases)
+
+_MODES = st.sampled_from([0o700, 0o710, 0o711, 0o750, 0o751, 0o755, 0o705, 0o701])
+
+
+def _read_level(mode: int) -> str:
+    return "public" if mode & 0o004 else "internal" if mode & 0o040 else "private"
+
+
+def _search_level(mode: int) -> str:
+    return "public" if mode & 0o001 else "internal" if mode & 0o010 else "private"
+
+
+_RANK = {"private": 0, "internal": 1, "public": 2}
+
+
+@settings(max_examples=40, deadline=None)
+@given(chain=st.lists(_MODES, min_size=1, max_size=4), link_dir_mode=_MODES)
+def test_a_destination_reads_as_its_real_directory_capped_by_every_ancestor(
+    chain: list[int], link_dir_mode: int
+) -> None:
+    """Any chain of directory modes: the reading is the destination's read bits capped by every ancestor's search
+    bits; a symlink to it reads the same wherever the link sits (a link inside an owner-only directory does not
+    make a world-readable directory private), and a missing leaf reads as its nearest existing ancestor."""
+    import shutil
+    import tempfile
+
+    from rlcleanup.adapters.local_visibility import path_visibility
+
+    root = Path(tempfile.mkdtemp(dir="/tmp"))  # /tmp and / let everyone through; root is opened to 0755 below
+    try:
+        root.chmod(0o755)
+        dirs = [root.joinpath(*[f"d{i}" for i in range(depth + 1)]) for depth in range(len(chain))]
+        dirs[-1].mkdir(parents=True)
+        for d, mode in zip(dirs, chain, strict=True):  # modes set after creation (root may not search 0700)
+            d.chmod(mode)
+        expected = min([_read_level(chain[-1]), *(_search_level(m) for m in chain[:-1])], key=_RANK.__getitem__)
+        assert path_visibility(str(dirs[-1])).visibility.value == expected, (chain, path_visibility(str(dirs[-1])))
+        assert path_visibility(str(dirs[-1] / "not" / "yet")).visibility.value == expected
+        hideout = root / "hideout"
+        hideout.mkdir()
+        (hideout / "link").symlink_to(dirs[-1], target_is_directory=True)
+        hideout.chmod(link_dir_mode)
+        assert path_visibility(str(hideout / "link")).visibility.value == expected
+    finally:
+        for d in [root, *root.rglob("*")]:
+            if d.is_dir() and not d.is_symlink():
+                d.chmod(0o700)
+        shutil.rmtree(root)
+
+
+@pytest.mark.parametrize("destination", ["releases-evil/m", "releases/../elsewhere/m", "releases/link/m"])
+def test_deployment_prefixes_bound_a_grant_however_its_destination_is_spelt(tmp_path: Path, destination: str) -> None:
+    """Own cases: inside the approver's prefix but outside the deployment's, by a sibling name sharing the
+    deployment prefix's characters, a `..` walk out of it (no grant can even be made), or a symlink under it
+    leading out. Refused out_of_prefix with nothing copied anywhere; a destination under it is carried out."""
+    import dataclasses
+
+    w = make_world(tmp_path)
+    allowed = w.dest_root / "releases"
+    allowed.mkdir(parents=True, exist_ok=True)
+    (w.dest_root / "outside").mkdir()
+    (allowed / "link").symlink_to(w.dest_root / "outside", target_is_directory=True)
+    w.stack.ports = dataclasses.replace(w.stack.ports, allowed_destination_prefixes=(str(allowed),))
+    if ".." in destination:
+        with pytest.raises(ValueError, match=r"'\.\.' segments"):
+            w.grant(destination=str(w.dest_root / destination))
+    else:
+        grant = w.grant(destination=str(w.dest_root / destination))
+        w.deliver(w.message(grant))
+        assert w.grant_doc(grant.grant_id)["refusal"] == "out_of_prefix"
+    assert [p for p in w.dest_root.rglob("*") if p.is_file()] == []
+    ok = w.grant(destination=str(allowed / "model"))
+    w.deliver(w.message(ok))
+    assert w.grant_doc(ok.grant_id)["state"] == "used"
+
+
+# ---------------------------------------------------------------- P7: job ids are data (own cases, hypothesis)
+
+
+@settings(max_examples=300, deadline=None)
+@given(job_id=st.one_of(st.text(max_size=40), st.from_regex(r"[-/.a-z0-9_ \n%?#=]{1,30}", fullmatch=True)))
+def test_whatever_id_an_event_carries_an_accepted_one_is_inert(job_id: str) -> None:
+    """Any string: refused, or an id that cannot be an option, a path walk, a query or a second argument."""
+    import urllib.parse
+
+    from rlcleanup.authority.controllers import IRIS_JOB_ID, RAY_JOB_ID, ControllerError, checked_job_id
+
+    for grammar, name in ((RAY_JOB_ID, "ray"), (IRIS_JOB_ID, "iris")):
+        try:
+            accepted = checked_job_id(grammar, name, job_id)
+        except ControllerError:
+            continue
+        assert accepted == job_id and not accepted.startswith("-")
+        assert not any(c.isspace() or not c.isprintable() for c in accepted)
+        assert ".." not in accepted.split("/") and not set(accepted) & set("?#%=&\\")
+        if name == "ray":
+            assert "/" not in urllib.parse.quote(accepted, safe="")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    job_id=st.from_regex(r"/?[A-Za-z0-9][A-Za-z0-9._-]{0,20}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,20}){0,3}", fullmatch=True)
+)
+def test_an_accepted_iris_id_reaches_the_cli_as_exactly_one_argument(tmp_path: Path, job_id: str) -> None:
+    from rlcleanup.authority.controllers import ControllerError, IrisCli
+
+    script = tmp_path / "iris"
+    script.write_text('#!/bin/sh\nprintf \'{"job_id": "%s", "state": "RUNNING", "argc": "%s"}\' "$2" "$#"\n')
+    script.chmod(0o755)
+    try:
+        snap = IrisCli(f"{script} job {{job_id}}").snapshot(job_id)
+    except ControllerError:
+        assert ".." in job_id.split("/")  # the only valid-looking ids the grammar still refuses
+        return
+    assert snap.raw["job_id"] == job_id and snap.raw["argc"] == "2"

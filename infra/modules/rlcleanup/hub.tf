@@ -57,11 +57,13 @@ resource "google_cloud_run_v2_job" "hub_upload" {
     template {
       service_account = google_service_account.hub_upload[0].email
       timeout         = "${var.hub_upload_timeout_seconds}s"
-      max_retries     = 3 # each retry resumes: verified files are skipped
+      max_retries     = 3 # each retry resumes: verified files are skipped (keep equal to --max-retries below)
 
       containers {
         image   = var.hub_upload_image
         command = ["python", "-m", "rlcleanup.runtime.hub_job"]
+        # The last of max_retries + 1 attempts files a failure as apply_failed (never left `applying`).
+        args = ["--max-retries", "3"]
 
         resources {
           limits = { cpu = "2", memory = "4Gi" }
@@ -74,6 +76,23 @@ resource "google_cloud_run_v2_job" "hub_upload" {
         env {
           name  = "HF_ENDPOINT"
           value = var.hf_endpoint
+        }
+        # The job re-verifies the grant under the deployment's own boundaries, as apply-grant does.
+        env {
+          name  = "RLCLEANUP_ALLOWED_DESTINATION_PREFIXES"
+          value = join(",", var.allowed_destination_prefixes)
+        }
+        env {
+          name  = "RLCLEANUP_RUN_BUCKETS"
+          value = join(",", var.run_buckets)
+        }
+        env {
+          name  = "RLCLEANUP_PRESERVE_ROOT"
+          value = "gs://${google_storage_bucket.evidence.name}/"
+        }
+        env {
+          name  = "RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS"
+          value = tostring(var.record_store_timeout_seconds)
         }
         env {
           name = "HF_TOKEN"
@@ -114,12 +133,21 @@ resource "google_cloud_run_v2_job_iam_member" "hub_upload_starter" {
   member   = google_service_account.runtime[each.key].member
 }
 
-# The job reads the run (any run bucket), the preserved evidence, and records progress on the run (Firestore).
+# The job reads the run (any run bucket) and records progress on the run (Firestore). It stages what it uploads
+# in the run's private staging area in the evidence bucket (written, scanned, removed: docs/authority.md P4).
 resource "google_storage_bucket_iam_member" "hub_upload_reads" {
-  for_each = var.enable_hub_destination ? toset(concat(var.run_buckets, [google_storage_bucket.evidence.name])) : toset([])
+  for_each = var.enable_hub_destination ? toset(var.run_buckets) : toset([])
 
   bucket = each.key
   role   = "roles/storage.objectViewer"
+  member = google_service_account.hub_upload[0].member
+}
+
+resource "google_storage_bucket_iam_member" "hub_upload_stages" {
+  count = var.enable_hub_destination ? 1 : 0
+
+  bucket = google_storage_bucket.evidence.name
+  role   = "roles/storage.objectUser"
   member = google_service_account.hub_upload[0].member
 }
 

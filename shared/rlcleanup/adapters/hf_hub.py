@@ -1,4 +1,5 @@
-"""The Hugging Face Hub as a publish / hand-off destination (`hf://<namespace>/<repo>`), through `huggingface_hub`.
+"""The Hugging Face Hub as a publish / hand-off destination (`hf://<namespace>/<repo>`): the `ModelHub` port
+(ports/hub.py) through `huggingface_hub`.
 
 Only these calls are used (each one HTTP endpoint; see tests/servers/hub_standin.py for the shapes):
 `create_repo(private=True, exist_ok=True)`, `model_info` (the repo's real visibility: an org's settings may
@@ -13,43 +14,16 @@ to the publish job and apply-grant).
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlcleanup.models.vocab import Visibility
+from rlcleanup.ports.hub import ModelHub, RemoteFile
 from rlcleanup.ports.storage import StorageAccessError, StorageError, VisibilityReading
+from rlcleanup.settings import HubSettings, read
 
-SCHEME = "hf://"
 _PATHS_INFO_CHUNK = 200  # paths per paths-info request (form-encoded body)
-
-
-def is_hub(uri: str) -> bool:
-    return uri.startswith(SCHEME)
-
-
-def repo_of(uri: str) -> str:
-    """`hf://org/name` -> "org/name"; anything else (no namespace, extra segments) is refused."""
-    parts = uri[len(SCHEME) :].strip("/").split("/")
-    if len(parts) != 2 or not all(parts) or any(p in (".", "..") for p in parts):
-        raise ValueError(f"a Hub destination is hf://<namespace>/<repo>, not {uri!r}")
-    return "/".join(parts)
-
-
-@dataclass(frozen=True)
-class RemoteFile:
-    path: str
-    size: int
-    blob_id: str  # git blob sha1 (of the LFS pointer for LFS files)
-    sha256: str | None  # LFS oid; None for a regular (non-LFS) file
-
-
-def git_blob_sha(data: bytes) -> str:
-    """The git blob id of a regular file's bytes (what paths-info reports as `oid` for non-LFS files)."""
-    return hashlib.sha1(b"blob %d\x00" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
 def _mapped(exc: BaseException, what: str) -> BaseException:
@@ -63,7 +37,7 @@ def _mapped(exc: BaseException, what: str) -> BaseException:
     return StorageError(f"Hub {what} failed: {type(exc).__name__}: {text}")
 
 
-class HubDestination:
+class HubDestination(ModelHub):
     def __init__(self, endpoint: str | None = None, token: str | None = None) -> None:
         import huggingface_hub.constants as hf_constants
         from huggingface_hub import HfApi
@@ -71,8 +45,9 @@ class HubDestination:
 
         hf_constants.HF_HUB_DISABLE_XET = True  # read at call time by is_xet_available(): LFS, sha256 on our side
         disable_progress_bars()  # tqdm bars in a function's log are noise; progress goes on the run instead
-        self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
-        token = token or os.environ.get("HF_TOKEN")
+        configured = read(HubSettings, secret=True)
+        self.endpoint = (endpoint or configured.endpoint).rstrip("/")
+        token = token or configured.token
         if not token:
             raise StorageAccessError("no Hugging Face token: set HF_TOKEN (on GCP: the hf-token secret)")
         self.api = HfApi(endpoint=self.endpoint, token=token)
@@ -91,9 +66,16 @@ class HubDestination:
         url = self._call("create_repo", self.api.create_repo, repo_id, repo_type="model", private=True, exist_ok=True)
         return str(url)
 
-    def visibility(self, repo_id: str) -> VisibilityReading:
-        """What the Hub says now, not what we asked for: `private` from model_info."""
-        info = self._call("model_info", self.api.model_info, repo_id)
+    def visibility(self, repo_id: str) -> VisibilityReading | None:
+        """What the Hub says now, not what we asked for: `private` from model_info; None for no such repo."""
+        from huggingface_hub.errors import RepositoryNotFoundError
+
+        try:
+            info = self._call("model_info", self.api.model_info, repo_id)
+        except ValueError as exc:  # a 4xx, mapped: only "not found" means absent
+            if isinstance(exc.__cause__, RepositoryNotFoundError):
+                return None
+            raise
         private = getattr(info, "private", None)
         if private is None:
             return VisibilityReading(None, f"the Hub did not say whether {repo_id} is private")

@@ -6,15 +6,8 @@ from rlcleanup.authority.grants import Grant, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.formats.checkpoints.base import UnknownFormatError
 from rlcleanup.models.record import Candidate, CompletionRecord
-from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.storage import ObjectInfo, Storage
 from rlcleanup.steps.validate import candidate_pins
-
-READY = {RecordStatus.awaiting_authority, RecordStatus.complete}
-
-
-def is_ready(record: CompletionRecord | None) -> bool:
-    return record is not None and record.status in READY
 
 
 def listing(storage: Storage, uri: str) -> dict[str, ObjectInfo]:

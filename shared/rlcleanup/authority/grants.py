@@ -13,7 +13,6 @@ import json
 import os
 import secrets
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -26,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rlcleanup.models.vocab import Visibility as Visibility  # re-exported: grants name one, callers import it here
 from rlcleanup.ports.records import RunRecords
-from rlcleanup.settings import within
+from rlcleanup.settings import GrantLimits, read, within
 from rlcleanup.uris import LOCAL_SCHEME, scheme, strip_file_scheme
 
 APPROVERS = "approvers"
@@ -215,22 +214,12 @@ class LifetimeLimits:
     clock_skew: timedelta
 
 
-def lifetime_limits(environ: Mapping[str, str] | None = None) -> LifetimeLimits:
+def lifetime_limits() -> LifetimeLimits:
     """RLCLEANUP_GRANT_MAX_LIFETIME_SECONDS (default 7 days) and RLCLEANUP_GRANT_CLOCK_SKEW_SECONDS (default
-    120): how long one grant may be valid at most, and how far an approver's clock may run ahead of ours."""
-    env = os.environ if environ is None else environ
-
-    def seconds(name: str, default: float) -> timedelta:
-        try:
-            value = float(env.get(name, default))
-        except ValueError:
-            value = default
-        return timedelta(seconds=max(value, 0.0))
-
-    return LifetimeLimits(
-        seconds("RLCLEANUP_GRANT_MAX_LIFETIME_SECONDS", 7 * 24 * 3600),
-        seconds("RLCLEANUP_GRANT_CLOCK_SKEW_SECONDS", 120),
-    )
+    120), settings.GrantLimits: how long one grant may be valid at most, and how far an approver's clock may run
+    ahead of ours. Read per verification (a test or an operator may change them); a bad value names the variable."""
+    limits = read(GrantLimits)
+    return LifetimeLimits(timedelta(seconds=limits.max_lifetime_seconds), timedelta(seconds=limits.clock_skew_seconds))
 
 
 @dataclass(frozen=True)
@@ -346,8 +335,10 @@ def check_scope(
                 Refusal.out_of_prefix,
                 f"{grant.destination} is outside {grant.granted_by}'s allowed prefixes {approver.allowed_prefixes}",
             )
-        if not within(grant.destination, deployment_prefixes):
+        real_prefixes = None if deployment_prefixes is None else tuple(map(real_location, deployment_prefixes))
+        if not within(real_location(grant.destination), real_prefixes):
             # The deployment can write only there (IAM on those buckets): refuse with the reason, before any byte.
+            # Real paths on both sides, as for an approver's prefixes: a link under the prefix cannot lead out.
             return refuse(
                 Refusal.out_of_prefix,
                 f"{grant.destination} is outside this deployment's allowed destination prefixes "

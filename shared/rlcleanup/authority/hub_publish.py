@@ -1,10 +1,15 @@
 """Publish / hand off to the Hugging Face Hub (`hf://<namespace>/<repo>`), the layout MarinSkyRL uses.
 
-Order (every gate before any byte leaves): the artifact and grant checks of every publish; create the repo
-private when absent; **read back** its real visibility (an org may force public) and refuse when wider than the
-grant; plan the files; the same secret scan as every publish (logs, configs, safetensors metadata and the model
-card we generate); then upload additively, verify, and write the `_PUBLISHED.json` marker last, in a commit of its
-own. The marker's commit sha is the outcome's `uri` (`hf://org/repo@<sha>`) and so is on the run.
+Order (every gate before any byte leaves): the artifact and grant checks of every publish; the repo's visibility
+read back if it exists (nothing is created yet); plan the files; **stage** every file (pinned copies of the export
+and the chain's logs, plus the model card, metrics CSV and provenance we generate) in the run's private staging
+area and secret-scan the staged listing, exactly as a gs:// or local publish does (docs/authority.md P4: file
+kinds by parsing, tensor bytes the only exemption). Only then is the repo created private when absent and its
+real visibility **read back** again (an org may force public), and the staged, scanned bytes uploaded (each
+streamed from its staged pin into a temp file, hashed while streaming). A refusal before the upload leaves
+nothing on the Hub, not even an empty repo. `plan_hub` is also what `grant --dry-run` shows. After the upload:
+verify, and write the `_PUBLISHED.json` marker last, in a commit of its own. The marker's commit sha is the
+outcome's `uri` (`hf://org/repo@<sha>`) and so is on the run.
 
 Repo layout: the export's files (weights, configs, tokenizer) at the root; `README.md` (model card with
 provenance: run id, step, digest, source revision, base model, selection policy and metric window);
@@ -27,15 +32,17 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from rlcleanup.adapters.hf_hub import HubDestination, RemoteFile, git_blob_sha, repo_of
-from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.authority import artifact
 from rlcleanup.authority.grants import Action, Grant, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
-from rlcleanup.authority.secrets import scan_objects
+from rlcleanup.authority.pinning import pinned_copy, pinned_download
+from rlcleanup.authority.publish import clean_prefix, scan_refusal, staging_root
+from rlcleanup.authority.secrets import scan_objects, scan_string
 from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
-from rlcleanup.ports.storage import ObjectInfo, Storage
+from rlcleanup.ports.hub import ModelHub, RemoteFile, git_blob_sha, repo_of
+from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage, VisibilityReading, WriteOutcome
 from rlcleanup.uris import join, relative_to
 
 MARKER = "_PUBLISHED.json"
@@ -43,6 +50,8 @@ CARD = "README.md"
 PROVENANCE = "provenance.json"
 LOGS = "training_logs"
 BATCH_FILES = 50  # files per commit: an interruption loses at most one batch of uploads
+BATCH_BYTES = 4 << 30  # ...and at most this much local disk holds a batch (a bigger single file still needs its size)
+SMALL_FILE = 10 << 20  # larger files are always LFS on the Hub (no git blob id to compare)
 MAX_FINDINGS_IN_RECORD = 10
 
 
@@ -151,25 +160,85 @@ def plan(
     return items
 
 
-def _materialize(storage: Storage, item: HubItem, tmp: Path) -> tuple[Path, Sent]:
-    """The item's bytes in a local file (streamed from storage in bounded chunks), with what we will send."""
-    path = tmp / hashlib.sha1(item.name.encode(), usedforsecurity=False).hexdigest()
-    if item.data is not None:
-        path.write_bytes(item.data)
-    else:
-        assert item.source is not None
-        path.unlink(missing_ok=True)
-        storage.copy_if_absent(item.source.uri, str(path))
-    sha, size = hashlib.sha256(), 0
-    small = bytearray()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 20):
-            sha.update(block)
-            size += len(block)
-            if size <= 10 << 20:
-                small += block
-    blob = git_blob_sha(bytes(small)) if size <= 10 << 20 else None
-    return path, Sent(size, sha.hexdigest(), blob)
+@dataclass(frozen=True)
+class UploadProgress:
+    """How far an upload is, by files and bytes (files already on the Hub count as done): on the run record."""
+
+    files_done: int
+    files_total: int
+    bytes_done: int
+    bytes_total: int
+    skipped: int  # of files_done, already on the Hub before this attempt (a resume)
+
+    def as_doc(self) -> dict[str, int]:
+        return {
+            "files_done": self.files_done,
+            "files_total": self.files_total,
+            "bytes_done": self.bytes_done,
+            "bytes_total": self.bytes_total,
+            "skipped": self.skipped,
+        }
+
+    def line(self) -> str:
+        return (
+            f"uploading: {self.files_done} of {self.files_total} files, {self.bytes_done} of {self.bytes_total} "
+            f"bytes ({self.skipped} already on the Hub)"
+        )
+
+
+@dataclass
+class HubPlan:
+    """Exactly what a Hub hand-off will upload, and where: `grant --dry-run` shows it, `publish_to_hub` does it."""
+
+    destination: str
+    repo_id: str
+    candidate: Candidate
+    items: list[HubItem]
+    visibility: str
+    visibility_evidence: str
+    exists: bool  # False: the repo is created private when the grant is applied (and its visibility read back)
+    scanned_objects: int
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(_size(i) for i in self.items)
+
+    def preview(self) -> dict[str, Any]:
+        objects = [
+            {
+                "name": i.name,
+                "source": i.source.uri if i.source else "generated",
+                "source_version": i.source.fingerprint if i.source else None,
+                "size": _size(i),
+                "crc32c": i.source.crc32c if i.source else None,
+                "md5": i.source.md5 if i.source else None,
+            }
+            for i in self.items
+        ]
+        return {
+            "destination": self.destination,
+            "step": self.candidate.step,
+            "digest": self.candidate.digest,
+            "visibility": self.visibility,
+            "visibility_evidence": self.visibility_evidence,
+            "creates": [] if self.exists else [f"hf://{self.repo_id} (private repo)"],
+            "objects": objects,
+            "object_count": len(objects),
+            "total_bytes": self.total_bytes,
+            "secret_scan": f"clean ({self.scanned_objects} source objects and the generated files scanned; "
+            "the staged copy is scanned again before upload)",
+        }
+
+
+def _size(item: HubItem) -> int:
+    return item.source.size if item.source is not None else len(item.data or b"")
+
+
+def _sent(path: Path, size: int, sha256: str) -> Sent:
+    """What we send for a local file: git blob ids only for files small enough to be regular (non-LFS) files."""
+    if size > SMALL_FILE:
+        return Sent(size, sha256, None)
+    return Sent(size, sha256, git_blob_sha(path.read_bytes()))
 
 
 def _matches(remote: RemoteFile, sent: Sent) -> bool:
@@ -180,38 +249,17 @@ def _matches(remote: RemoteFile, sent: Sent) -> bool:
     return sent.blob_id is not None and remote.blob_id == sent.blob_id
 
 
-def _scan_generated(items: list[HubItem], tmp: Path) -> list[str]:
-    local = LocalStorage(checksums=False)
-    infos: list[ObjectInfo] = []
+def _scan_generated(items: list[HubItem], repo_id: str) -> list[str]:
+    """A preview scans the files we would write (model card, provenance, metrics CSV) from memory; a hand-off
+    scans them as staged, with everything else."""
+    found = []
     for item in items:
         if item.data is not None:
-            path = tmp / f"scan-{len(infos)}-{Path(item.name).name}"
-            path.write_bytes(item.data)
-            infos.append(ObjectInfo(uri=str(path), size=len(item.data)))
-    return [str(f) for f in scan_objects(local, infos).findings]
+            found += scan_string(item.data.decode("utf-8", errors="replace"), f"hf://{repo_id}/{item.name}")
+    return [str(f) for f in found]
 
 
-def publish_to_hub(
-    storage: Storage,
-    record: CompletionRecord,
-    grant: Grant,
-    hub: HubDestination | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> Outcome:
-    assert grant.destination is not None
-    dest = grant.destination.rstrip("/")
-    try:
-        repo_id = repo_of(dest)
-    except ValueError as exc:
-        return refuse(Refusal.malformed, str(exc), dest)
-    candidate, pinned, refused = artifact.resolve_pinned(storage, record, grant)
-    if refused:
-        return refused
-    assert candidate is not None
-    hub = hub or HubDestination()
-
-    hub.ensure_private_repo(repo_id)
-    seen = hub.visibility(repo_id)  # read back: the flag we sent may have been overridden
+def _visibility_refusal(seen: VisibilityReading, grant: Grant, dest: str) -> Outcome | None:
     if seen.visibility is None:
         return refuse(Refusal.visibility_unknown, seen.evidence, dest)
     if seen.visibility.rank > grant.visibility.rank:
@@ -220,48 +268,166 @@ def publish_to_hub(
             f"destination is {seen.visibility.value}, granted {grant.visibility.value}: {seen.evidence}",
             dest,
         )
+    return None
 
+
+def plan_hub(
+    storage: Storage, record: CompletionRecord, grant: Grant, hub: ModelHub, *, apply: bool = False
+) -> tuple[HubPlan | None, Outcome | None]:
+    """Resolve the pinned artifact, read the repo's visibility back (nothing is created here), plan the files;
+    a preview (`apply=False`) also scans the sources and the files we generate. The plan, or the refusal."""
+    assert grant.destination is not None
+    dest = grant.destination.rstrip("/")
+    try:
+        repo_id = repo_of(dest)
+    except ValueError as exc:
+        return None, refuse(Refusal.malformed, str(exc), dest)
+    candidate, pinned, refused = artifact.resolve_pinned(storage, record, grant)
+    if refused:
+        return None, refused
+    assert candidate is not None
+    seen = hub.visibility(repo_id)
+    if seen is None:
+        visibility, evidence = "private", f"hf://{repo_id} does not exist yet: it will be created private"
+    else:
+        refused = _visibility_refusal(seen, grant, dest)
+        if refused:
+            return None, refused
+        assert seen.visibility is not None
+        visibility, evidence = seen.visibility.value, seen.evidence
     items = plan(storage, record, candidate, grant, repo_id, pinned)
+    scanned = 0
+    if not apply:
+        report = scan_objects(storage, [i.source for i in items if i.source is not None])
+        findings = [str(f) for f in report.findings] + _scan_generated(items, repo_id)
+        if report.refused and not findings:
+            shown = "; ".join(report.refused[:MAX_FINDINGS_IN_RECORD])
+            return None, refuse(Refusal.unscannable, f"not scannable, so not published: {shown}", dest)
+        if findings:
+            return None, refuse(Refusal.secret_found, f"secret scan: {_shown(findings)}", dest)
+        scanned = len(report.scanned)
+    return HubPlan(dest, repo_id, candidate, items, visibility, evidence, seen is not None, scanned), None
+
+
+def _shown(findings: list[str]) -> str:
+    more = len(findings) - MAX_FINDINGS_IN_RECORD
+    return "; ".join(findings[:MAX_FINDINGS_IN_RECORD]) + (f" (+{more} more)" if more > 0 else "")
+
+
+def export_bytes(storage: Storage, record: CompletionRecord, grant: Grant) -> int | None:
+    """The size of the export a grant hands off (the pinned listing's), None when the grant would be refused:
+    apply-grant decides from it whether the upload runs inline or as the upload job."""
+    _, pinned, refused = artifact.resolve_pinned(storage, record, grant)
+    return None if refused else sum(info.size for info in pinned.values())
+
+
+def _stage(storage: Storage, items: list[HubItem], staging: str) -> str | None:
+    """Every file to upload copied (pinned) into the private staging area, generated ones written there: what is
+    scanned and uploaded is this copy. Returns a conflict's description, or None."""
+    for item in items:
+        target = join(staging, item.name)
+        if item.source is not None:
+            if pinned_copy(storage, item.source, target).outcome == "conflict":
+                return f"staging {item.name} did not verify"
+        elif storage.write_if_absent(target, item.data or b"", "application/octet-stream") is WriteOutcome.conflict:
+            return f"staging {item.name}"
+    return None
+
+
+def publish_to_hub(
+    storage: Storage,
+    record: CompletionRecord,
+    grant: Grant,
+    hub: ModelHub,
+    progress: Callable[[UploadProgress], None] | None = None,
+    batch_files: int | None = None,
+) -> Outcome:
+    """Plan, stage, scan the staged bytes, then (only then) create/read back the repo and upload from the staged
+    copy. Any refusal before the upload leaves nothing on the Hub (not even an empty repo) and no staging."""
+    found, refused = plan_hub(storage, record, grant, hub, apply=True)
+    if refused:
+        return refused
+    assert found is not None
+    hub_plan = found
+    dest = hub_plan.destination
+    if not record.preserved_locations:
+        return refuse(Refusal.record_not_eligible, "the run has no preserved location to stage the upload in", dest)
+    staging = staging_root(record, grant)
+    clean_prefix(storage, staging)  # a crashed attempt's leftovers: staged and scanned again, from the pins
+    try:
+        try:
+            conflict = _stage(storage, hub_plan.items, staging)
+        except SourceChangedError as exc:
+            return refuse(Refusal.source_changed, str(exc), dest)
+        if conflict:
+            return refuse(Refusal.destination_conflict, conflict, dest)
+        listed = {relative_to(o.uri, staging): o for o in storage.list(staging)}
+        report = scan_objects(storage, sorted(listed.values(), key=lambda o: o.uri))
+        why = scan_refusal(report, staging)
+        if why is not None:
+            return refuse(Refusal.secret_found if report.findings else Refusal.unscannable, why, dest)
+        batch = batch_files or BATCH_FILES
+        return _upload(storage, record, grant, hub, hub_plan, listed, len(report.scanned), progress, batch)
+    finally:
+        clean_prefix(storage, staging)
+
+
+def _upload(
+    storage: Storage,
+    record: CompletionRecord,
+    grant: Grant,
+    hub: ModelHub,
+    hub_plan: HubPlan,
+    staged: dict[str, ObjectInfo],
+    scanned: int,
+    progress: Callable[[UploadProgress], None] | None,
+    batch_files: int,
+) -> Outcome:
+    repo_id, dest, candidate, items = hub_plan.repo_id, hub_plan.destination, hub_plan.candidate, hub_plan.items
+    if not hub_plan.exists:
+        hub.ensure_private_repo(repo_id)
+    seen = hub.visibility(repo_id)  # read back now, right before the first byte: an org may force public
+    if seen is None:
+        return refuse(Refusal.visibility_unknown, f"hf://{repo_id} is not readable after creating it", dest)
+    refused = _visibility_refusal(seen, grant, dest)
+    if refused:
+        return refused
+    total_bytes = sum(staged[i.name].size for i in items)
     with tempfile.TemporaryDirectory(prefix="rlcleanup-hub-") as tmp_dir:
         tmp = Path(tmp_dir)
-        report = scan_objects(storage, [i.source for i in items if i.source is not None])
-        if report.refused:  # unknown file kinds are refused, never skipped (docs/authority.md P4)
-            shown = "; ".join(report.refused[:MAX_FINDINGS_IN_RECORD])
-            return refuse(Refusal.unscannable, f"not scannable, so not published: {shown}", dest)
-        findings = [str(f) for f in report.findings] + _scan_generated(items, tmp)
-        if findings:
-            shown = "; ".join(findings[:MAX_FINDINGS_IN_RECORD])
-            more = (
-                f" (+{len(findings) - MAX_FINDINGS_IN_RECORD} more)" if len(findings) > MAX_FINDINGS_IN_RECORD else ""
-            )
-            return refuse(Refusal.secret_found, f"secret scan: {shown}{more}", dest)
-
         remote = hub.remote_files(repo_id, [i.name for i in items] + [MARKER])
         sent: dict[str, Sent] = {}
-        uploaded = skipped = 0
+        uploaded = skipped = done_bytes = 0
         batch: list[tuple[str, Path]] = []
+        batch_bytes = 0
         commits: list[str] = []
 
+        def report() -> None:
+            if progress:
+                progress(UploadProgress(uploaded + skipped, len(items), done_bytes, total_bytes, skipped))
+
         def flush() -> None:
-            nonlocal batch
+            nonlocal batch, batch_bytes, done_bytes
             if batch:
                 part = len(commits) + 1
                 message = f"rlcleanup: run {record.run_id} step {candidate.step} (part {part})"
                 commits.append(hub.commit_files(repo_id, batch, message))
                 for _, path in batch:
                     path.unlink(missing_ok=True)  # bounded disk: only one batch is held at a time
-                batch = []
-                if progress:
-                    progress(f"{uploaded} of {len(items)} files uploaded, {skipped} already on the Hub")
+                done_bytes += batch_bytes
+                batch, batch_bytes = [], 0
+                report()
 
         for item in items:
-            path, what = _materialize(storage, item, tmp)
+            path = tmp / hashlib.sha1(item.name.encode(), usedforsecurity=False).hexdigest()
+            what = _sent(path, *pinned_download(storage, staged[item.name], path))  # the staged, scanned bytes
             sent[item.name] = what
             there = remote.get(item.name)
             if there is not None:
                 path.unlink(missing_ok=True)
                 if _matches(there, what):
                     skipped += 1  # resumed: already uploaded and verified
+                    done_bytes += what.size
                     continue
                 return refuse(
                     Refusal.destination_conflict,
@@ -269,10 +435,12 @@ def publish_to_hub(
                     dest,
                 )
             batch.append((item.name, path))
+            batch_bytes += what.size
             uploaded += 1
-            if len(batch) >= BATCH_FILES:
+            if len(batch) >= batch_files or batch_bytes >= BATCH_BYTES:
                 flush()
         flush()
+        report()
 
         after = hub.remote_files(repo_id, list(sent))
         problems = []
@@ -310,7 +478,7 @@ def publish_to_hub(
         verified_objects=len(sent),
         uri=f"hf://{repo_id}@{head}",
         detail=(
-            f"{seen.evidence}; commit {head}; {uploaded} files uploaded, {skipped} already there; "
-            f"{len(report.scanned)} text objects scanned; {hub.requests} Hub calls"
+            f"{seen.evidence}; commit {head}; {uploaded} files uploaded, {skipped} already there, "
+            f"{total_bytes} bytes; {scanned} staged objects scanned; {hub.requests} Hub calls"
         ),
     )

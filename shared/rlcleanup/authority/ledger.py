@@ -1,17 +1,36 @@
-"""Where grants live: `runs/{run_id}/grants/{grant_id}`, one document per grant with its state.
+"""Where grants live: `runs/{run_id}/grants/{grant_id}`, one document per grant with its state, and the record's
+summary of them (`authority_actions`, rebuilt from these documents by `sync_record`).
 
 Only an authentic grant is filed under its own id. A forged message could name a real grant's id, so refused
 unauthenticated messages are filed under a hash of their bytes instead and can never overwrite a real grant.
+Every state a grant moves through is written here, in one room: `admit` (on arrival: refused, replayed, or
+pending), `wait` (pending until its record or capture is ready), `set_state` (applying), `file_outcome` (used or
+refused), `note_replay` (a delivery after it was used).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rlcleanup.authority.grants import GrantState, Refusal, Verdict
+from rlcleanup.authority.grants import Action, GrantState, Refusal, Verdict
+from rlcleanup.authority.outcome import Outcome
+from rlcleanup.models.record import AuthorityAction, CompletionRecord
+from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.records import RunRecords
+from rlcleanup.steps.facts import safe_run_id
+from rlcleanup.steps.remaining import still_open
+
+READY = {RecordStatus.awaiting_authority, RecordStatus.complete}  # a record grants may act on
+_ENVELOPE_REFUSALS = {Refusal.wrong_run, Refusal.wrong_action}
+_REGISTERED = {"registered", "not_applicable"}
+
+
+def is_ready(record: CompletionRecord | None) -> bool:
+    return record is not None and record.status in READY
 
 
 def grants_collection(run_id: str) -> str:
@@ -83,3 +102,155 @@ def list_grants(records: RunRecords, run_id: str) -> list[tuple[str, dict[str, A
 
 def pending(records: RunRecords, run_id: str) -> list[tuple[str, dict[str, Any]]]:
     return [(gid, doc) for gid, doc in list_grants(records, run_id) if doc.get("state") == GrantState.pending.value]
+
+
+def state_for(refusal: Refusal) -> GrantState:
+    return GrantState.expired if refusal is Refusal.expired else GrantState.refused
+
+
+@dataclass(frozen=True)
+class Admission:
+    gid: str  # the grant's document id
+    answer: str | None  # the delivery's answer when it ends on arrival (refused, replayed); None = apply it
+
+
+def admit(records: RunRecords, verdict: Verdict, data: bytes, envelope_run_id: str | None, now: datetime) -> Admission:
+    """File a verified grant on arrival: refused (with the verdict's reason), a replay, or pending to be applied."""
+    grant = verdict.grant
+    assert grant is not None  # an undecodable message is the caller's error to raise
+    gid = doc_id(verdict, data)
+    if verdict.refusal in _ENVELOPE_REFUSALS:
+        # Run and intent come from the unsigned envelope: anyone re-sending a signed grant could set them, so the
+        # refusal is filed beside the grant (on the run it was aimed at) and never touches the grant's own doc.
+        run_id = grant.run_id
+        if verdict.refusal is Refusal.wrong_run:
+            run_id = safe_run_id(envelope_run_id or json.loads(data).get("run_id") or grant.run_id)
+        reason = verdict.refusal.value.replace("_", "-")
+        file_grant(
+            records, run_id, f"{reason}-{gid}", verdict, GrantState.refused, now,
+            refusal=verdict.refusal, detail=verdict.detail,
+        )  # fmt: skip
+        sync_record(records, run_id)
+        return Admission(gid, f"refused: {verdict.refusal.value}: {verdict.detail}")
+    if verdict.refusal is not None:
+        state = state_for(verdict.refusal)
+        created = file_grant(
+            records, grant.run_id, gid, verdict, state, now, refusal=verdict.refusal, detail=verdict.detail
+        )
+        if not created and verdict.authentic:
+            existing = get_grant_doc(records, grant.run_id, gid) or {}
+            if existing.get("state") == GrantState.used.value:
+                return Admission(gid, note_replay(records, grant.run_id, gid))
+            if existing.get("state") == GrantState.pending.value and verdict.refusal is Refusal.expired:
+                set_state(records, grant.run_id, gid, state, now, refusal=verdict.refusal, detail=verdict.detail)
+        sync_record(records, grant.run_id)
+        return Admission(gid, f"refused: {verdict.refusal.value}: {verdict.detail}")
+    if not file_grant(records, grant.run_id, gid, verdict, GrantState.pending, now):
+        existing = get_grant_doc(records, grant.run_id, gid) or {}
+        reused = existing.get("grant") != verdict.raw  # another grant reusing this id
+        if reused or existing.get("state") not in {GrantState.pending.value, GrantState.applying.value}:
+            return Admission(gid, note_replay(records, grant.run_id, gid))
+    return Admission(gid, None)
+
+
+def wait(records: RunRecords, run_id: str, gid: str, why: str, now: datetime, state: str = "pending") -> str:
+    """The grant stays pending (record-ready or a capture retries it); `state` is what the record shows."""
+    set_state(records, run_id, gid, GrantState.pending, now, detail=why, outcome={"state": state})
+    sync_record(records, run_id)
+    return f"{state}: {why}"
+
+
+def file_outcome(records: RunRecords, run_id: str, gid: str, outcome: Outcome, now: datetime) -> None:
+    """The grant's final state from its outcome: used, or the refusal's state, with the outcome on the grant."""
+    final = state_for(outcome.refusal) if outcome.refusal else GrantState.used
+    set_state(
+        records, run_id, gid, final, now, refusal=outcome.refusal, detail=outcome.detail, outcome=outcome.as_doc()
+    )
+
+
+def note_replay(records: RunRecords, run_id: str, gid: str) -> str:
+    doc = get_grant_doc(records, run_id, gid) or {}
+    doc["replays"] = int(doc.get("replays") or 0) + 1
+    records.put_doc(grants_collection(run_id), gid, doc)
+    sync_record(records, run_id)
+    return f"refused: replayed ({gid} was already used)"
+
+
+def sync_record(records: RunRecords, run_id: str) -> None:
+    """Rebuild authority_actions from the grant documents: converges whatever order workers finish in."""
+    if records.get(run_id) is None:
+        return
+    actions: list[AuthorityAction] = []
+    for gid, doc in sorted(list_grants(records, run_id), key=lambda kv: (kv[1].get("received_at") or "", kv[0])):
+        actions += _actions(gid, doc)
+    fields: dict[str, Any] = {
+        "authority_actions": [a.model_dump(mode="json") for a in actions],
+        "reclaimed_bytes": sum(a.reclaimed_bytes for a in actions),
+    }
+    registrations = [a for a in actions if a.action == Action.register.value and a.state in _REGISTERED]
+    registration = _registration(registrations[-1]) if registrations else None  # the latest says
+    if registration:
+        fields["registration"] = registration
+    fields.update(_remaining_fields(records.get(run_id), actions))
+    records.update(run_id, fields)
+
+
+def _actions(gid: str, doc: dict[str, Any]) -> list[AuthorityAction]:
+    """A grant document as the record shows it: its action, and a refused replay when it was delivered again."""
+    grant = doc.get("grant") or {}
+    out = doc.get("outcome") or {}
+    action = AuthorityAction(
+        action=str(grant.get("action", "unknown")),
+        grant_id=gid,
+        state=str(out.get("state") or doc.get("state")),
+        destination=out.get("destination") or grant.get("destination"),
+        step=grant.get("step") if isinstance(grant.get("step"), int) else None,
+        verified_objects=int(out.get("verified_objects") or 0),
+        refusal=doc.get("refusal"),
+        detail=(doc.get("detail") or out.get("detail") or None),
+        uri=out.get("uri"),
+        reclaimed_bytes=int(out.get("reclaimed_bytes") or 0),
+        progress=doc.get("progress"),
+    )
+    if not doc.get("replays"):
+        return [action]
+    replay = {
+        "state": "refused",
+        "refusal": Refusal.replayed.value,
+        "detail": f"delivered {doc['replays']} more time(s) after it was used; not applied again",
+        "verified_objects": 0,
+        "reclaimed_bytes": 0,
+    }
+    return [action, action.model_copy(update=replay)]
+
+
+def _registration(action: AuthorityAction) -> str | None:
+    return f"registered: {action.uri}" if action.state == "registered" else action.detail
+
+
+def _remaining_fields(record: CompletionRecord | None, actions: list[AuthorityAction]) -> dict[str, Any]:
+    """The record's remaining work without what the used grants closed; the status follows (a finished record
+    closes). Layout-derived items wrap-up wrote (diagnose, expired checkpoints...) stay as they were."""
+    if record is None or record.status not in READY:  # still in progress, routed, failed: not ours to move
+        return {}
+    remaining = still_open(record.remaining_work, actions)
+    return {"remaining_work": remaining.items, "status": remaining.status.value}
+
+
+def set_progress(
+    records: RunRecords, run_id: str, gid: str, progress: dict[str, int], detail: str, now: datetime
+) -> None:
+    """An upload's progress on its grant (state stays `applying`); kept after the outcome is filed."""
+    doc = records.get_doc(grants_collection(run_id), gid) or {}
+    doc.update({"progress": progress, "detail": detail, "updated_at": now.isoformat()})
+    records.put_doc(grants_collection(run_id), gid, doc)
+
+
+def note_attempt(records: RunRecords, run_id: str, gid: str, execution: str, cause: str, now: datetime) -> None:
+    """A failed attempt of an upload job that will be retried (and resume): kept on the grant, in order."""
+    doc = records.get_doc(grants_collection(run_id), gid) or {}
+    attempts = list(doc.get("attempts") or [])
+    attempts.append({"execution": execution, "failed": cause, "at": now.isoformat(), "progress": doc.get("progress")})
+    doc.update({"attempts": attempts, "detail": f"attempt {len(attempts)} failed, retried (resumes): {cause}"})
+    doc["updated_at"] = now.isoformat()
+    records.put_doc(grants_collection(run_id), gid, doc)

@@ -19,6 +19,7 @@ import base64
 import hashlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -134,18 +135,24 @@ def _stream_local(path: Path, src: ObjectInfo, out: Path) -> _Hashes:
     return hashes
 
 
+def _ranges(storage: Storage, info: ObjectInfo) -> Iterator[bytes]:
+    """The object's bytes in bounded ranged reads, up to its listed size (a short read ends it early)."""
+    offset = 0
+    while offset < info.size:
+        chunk = storage.read_range(info.uri, offset, min(_CHUNK, info.size - offset))
+        if not chunk:
+            return
+        yield chunk
+        offset += len(chunk)
+
+
 def _stream_remote(storage: Storage, src: ObjectInfo, out: Path) -> _Hashes:
     still_pinned(storage, src)
     hashes = _Hashes()
     with out.open("wb") as dst:
-        offset = 0
-        while offset < src.size:
-            chunk = storage.read_range(src.uri, offset, min(_CHUNK, src.size - offset))
-            if not chunk:
-                break
+        for chunk in _ranges(storage, src):
             hashes.update(chunk)
             dst.write(chunk)
-            offset += len(chunk)
     still_pinned(storage, src)  # an overwrite mid-stream moves the fingerprint (S3 Last-Modified, GCS generation)
     if hashes.size != src.size:
         raise SourceChangedError(f"{src.uri}: streamed {hashes.size} bytes, validated {src.size}")
@@ -193,6 +200,18 @@ def pinned_copy(storage: Storage, src: ObjectInfo, dst_uri: str) -> CopyProof:
     return proof
 
 
+def pinned_download(storage: Storage, src: ObjectInfo, out: Path) -> tuple[int, str]:
+    """The pinned version of `src` streamed into the local file `out` (an upload that is no storage copy: the Hub);
+    returns its size and the SHA-256 of every byte. Raises SourceChangedError as `pinned_copy` does."""
+    if not isinstance(storage, _Files):
+        raise TypeError(f"{type(storage).__name__} cannot stream a pinned copy")
+    path = storage.local_file(src.uri)
+    hashes = _stream_local(path, src, out) if path is not None else _stream_remote(storage, src, out)
+    if src.crc32c and src.crc32c != hashes.crc32c:
+        raise SourceChangedError(f"{src.uri}: the streamed bytes do not match the listed CRC32C")
+    return hashes.size, hashes.sha.hexdigest()
+
+
 def _verified(
     src: ObjectInfo,
     pin: str,
@@ -235,13 +254,8 @@ def sha256_of(storage: Storage, info: ObjectInfo) -> str:
             while chunk := fh.read(_CHUNK):
                 sha.update(chunk)
         return sha.hexdigest()
-    offset = 0
-    while offset < info.size:
-        chunk = storage.read_range(info.uri, offset, min(_CHUNK, info.size - offset))
-        if not chunk:
-            break
+    for chunk in _ranges(storage, info):
         sha.update(chunk)
-        offset += len(chunk)
     return sha.hexdigest()
 
 

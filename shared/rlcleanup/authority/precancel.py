@@ -127,6 +127,23 @@ def unexplained(records: RunRecords, run_id: str, found: list[dict[str, Any]]) -
     return [r["signature"] for r in found if records.get_doc(causes_collection(run_id), r["signature_id"]) is None]
 
 
+def clearance(
+    records: RunRecords, run_id: str, run_uri: str | None, captures: list[dict[str, Any]]
+) -> tuple[dict[str, Any] | None, str, str]:
+    """Whether a cancel may be cleared: (the capture it rests on, "", "") or (None, why it waits, the state shown).
+
+    Only a capture that read *this* run's files counts: an event naming the run id with an unreadable (or another)
+    run URI captured nothing of it and must not clear anything. Every reproducing failure any capture of the run
+    saw needs its cause recorded, not just the latest's."""
+    own = [c for c in captures if c.get("layout_read") and (run_uri is None or c.get("run_uri") == run_uri)]
+    if not own:
+        return None, "waiting for a pre-cancel capture of the run's own files", "pending"
+    open_sigs = unexplained(records, run_id, [sig for c in captures for sig in c.get("reproducing", [])])
+    if open_sigs:
+        return None, f"withheld: reproducing failure without a recorded cause: {open_sigs[:3]}", "withheld"
+    return max(own, key=lambda c: c.get("captured_at", "")), "", ""
+
+
 def _copy_inflight(storage: Storage, layout: RunLayout, dest: str, result: CaptureResult) -> None:
     marker = layout.marker_step
     partial = [s for s in layout.checkpoint_steps if marker is None or s > marker]

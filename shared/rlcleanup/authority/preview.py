@@ -1,6 +1,7 @@
 """What a grant would do, computed by the code that carries it out (so the preview and the effect cannot differ).
 
-publish / handoff: `publish.plan_publish` (objects, sizes, checksums, destination visibility read back);
+publish / handoff: `publish.plan_publish` (objects, sizes, checksums, destination visibility read back); to an
+`hf://` destination `hub_publish.plan_hub` (the same, the repo's visibility read from the Hub, nothing created);
 reclaim: `reclaim.make_plan` (twins re-verified, the exact deletion list). Nothing is written.
 """
 
@@ -9,13 +10,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from rlcleanup.authority.grants import Action, Grant
-from rlcleanup.authority.outcome import Outcome
+from rlcleanup.authority.grants import Action, Grant, Refusal
+from rlcleanup.authority.hub_publish import plan_hub
+from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.publish import plan_publish
 from rlcleanup.authority.reclaim import make_plan
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.ports.hub import HubFactory, is_hub
 from rlcleanup.ports.records import RunRecords
-from rlcleanup.ports.storage import Storage
+from rlcleanup.ports.storage import Storage, StorageAccessError, StorageError
 from rlcleanup.steps.layout import discover
 
 
@@ -29,9 +32,31 @@ def _refused(grant: Grant, outcome: Outcome) -> dict[str, Any]:
     }
 
 
+def _preview_hub(storage: Storage, record: CompletionRecord, grant: Grant, hub: HubFactory | None) -> dict[str, Any]:
+    dest = grant.destination or ""
+    if hub is None:
+        return _refused(grant, refuse(Refusal.apply_failed, "no model hub is configured in this deployment", dest))
+    try:
+        plan, refused = plan_hub(storage, record, grant, hub())
+    except (StorageAccessError, StorageError) as exc:  # no token, no endpoint: the preview says what to fix
+        fix = "set HF_TOKEN to a token with write access (and HF_ENDPOINT for another Hub)"
+        return _refused(grant, refuse(Refusal.visibility_unknown, f"{exc}; fix: {fix}", dest))
+    if refused:
+        return _refused(grant, refused)
+    assert plan is not None
+    return {"action": grant.action.value, "would": grant.action.value, **plan.preview()}
+
+
 def preview_grant(
-    storage: Storage, record: CompletionRecord, grant: Grant, now: datetime, records: RunRecords
+    storage: Storage,
+    record: CompletionRecord,
+    grant: Grant,
+    now: datetime,
+    records: RunRecords,
+    hub: HubFactory | None = None,
 ) -> dict[str, Any]:
+    if grant.action in {Action.publish, Action.handoff} and grant.destination and is_hub(grant.destination):
+        return _preview_hub(storage, record, grant, hub)
     if grant.action in {Action.publish, Action.handoff}:
         plan, refused = plan_publish(storage, record, grant, apply=False)
         if refused:

@@ -23,8 +23,9 @@ from rlcleanup.authority.pinning import CopyProof, pinned_copy
 from rlcleanup.authority.secrets import ScanReport, scan_objects
 from rlcleanup.authority.visibility import read_visibility
 from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
+from rlcleanup.ports.hub import is_hub
 from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage, WriteOutcome
-from rlcleanup.uris import join, relative_to, strip_file_scheme
+from rlcleanup.uris import is_local, join, relative_to, scheme, strip_file_scheme
 
 PROVENANCE = "provenance.json"
 MARKER = "_PUBLISHED.json"
@@ -152,7 +153,9 @@ def create_private_dirs(dirs: list[Path]) -> None:
 
 
 def _visibility_fix(dest: str, evidence: str) -> str:
-    if dest.startswith("gs://"):
+    if not is_local(dest) and scheme(dest) != "gs":  # a scheme without a specific hint
+        return "grant the destination's actual visibility, or choose a private destination"
+    if scheme(dest) == "gs":
         if "DefaultCredentialsError" in evidence or "credentials" in evidence.lower():
             return (
                 "no Google Cloud credentials to read the bucket's IAM: set GOOGLE_APPLICATION_CREDENTIALS to a "
@@ -172,7 +175,7 @@ def plan_publish(
     """Resolve, read visibility back, list and scan the objects: the plan, or the refusal.
     `apply` creates a missing local destination (0700); a preview (`apply=False`) only says it would."""
     assert grant.destination is not None  # checked by grants.check_scope
-    if grant.destination.startswith("hf://"):  # publish() hands the Hub to hub_publish; no storage plan exists
+    if is_hub(grant.destination):  # publish() hands the Hub to hub_publish; no storage plan exists
         detail = "a Hub destination is planned and checked by authority/hub_publish.py when the grant is applied"
         return None, refuse(Refusal.not_applicable, detail, grant.destination)
     dest = grant.destination.rstrip("/")
@@ -205,7 +208,7 @@ def plan_publish(
     scanned = 0
     if not apply:  # a preview scans the sources; a publish scans the staged copy (the bytes it will publish)
         report = scan_objects(storage, [i.source for i in items])
-        why = _scan_refusal(report, "")
+        why = scan_refusal(report, "")
         if why is not None:
             return None, refuse(Refusal.secret_found if report.findings else Refusal.unscannable, why, dest)
         scanned = len(report.scanned)
@@ -224,7 +227,7 @@ def staging_root(record: CompletionRecord, grant: Grant) -> str:
     return join(record.preserved_locations[0], STAGING, grant.grant_id)
 
 
-def _cleanup(storage: Storage, prefix: str) -> None:
+def clean_prefix(storage: Storage, prefix: str) -> None:
     for info in list(storage.list(prefix)):
         storage.delete(info.uri)
 
@@ -234,14 +237,14 @@ def _refuse_and_clean(
 ) -> Outcome:
     """A refusal leaves nothing behind: the staging area goes, and so does whatever this publish put at the
     destination (only while no completion marker claims it; a marker means another publish finished there)."""
-    _cleanup(storage, staging)
+    clean_prefix(storage, staging)
     if promoted and storage.stat(join(dest, MARKER)) is None:
         for uri in promoted:
             storage.delete(uri)
     return refuse(reason, detail, dest)
 
 
-def _scan_refusal(report: ScanReport, staging: str) -> str | None:
+def scan_refusal(report: ScanReport, staging: str) -> str | None:
     if report.clean and not report.refused:
         return None
     if report.findings:
@@ -259,11 +262,8 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome
     2. every object copied, pinned, into a private staging area, plus provenance.json written there;
     3. the staged copy is scanned, exactly the bytes that will be published (what we wrote ourselves included);
     4. promotion: each staged object (pinned as scanned) copied to the destination and verified, marker last.
-    Any refusal removes the staging area and what this attempt promoted."""
-    if grant.destination and grant.destination.startswith("hf://"):  # the Hub is a destination, not a storage scheme
-        from rlcleanup.authority.hub_publish import publish_to_hub
-
-        return publish_to_hub(storage, record, grant)
+    Any refusal removes the staging area and what this attempt promoted. An `hf://` destination is not a storage
+    scheme: apply-grant hands it to hub_publish.publish_to_hub instead (plan_publish refuses it as not_applicable)."""
     plan, refused = plan_publish(storage, record, grant, apply=True)
     if refused:
         return refused
@@ -278,7 +278,7 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome
         return refuse(Refusal.destination_conflict, f"{join(dest, MARKER)} already marks another publish", dest)
 
     staging = staging_root(record, grant)
-    _cleanup(storage, staging)  # a crashed attempt's leftovers: every check runs again on fresh copies
+    clean_prefix(storage, staging)  # a crashed attempt's leftovers: every check runs again on fresh copies
     staged: list[CopyProof] = []
     try:
         for item in items:
@@ -313,7 +313,7 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome
     # staging after the scan fails the promotion instead of being published.
     listed = sorted(storage.list(staging), key=lambda o: o.uri)
     report = scan_objects(storage, listed)
-    why = _scan_refusal(report, staging)
+    why = scan_refusal(report, staging)
     if why is not None:
         reason = Refusal.secret_found if report.findings else Refusal.unscannable
         return _refuse_and_clean(storage, reason, why, dest, staging=staging)
@@ -353,7 +353,7 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome
             storage, Refusal.destination_conflict, f"{marker_uri} already marks another publish", dest,
             staging=staging, promoted=promoted,
         )  # fmt: skip
-    _cleanup(storage, staging)
+    clean_prefix(storage, staging)
     # The proofs go to the record store (the caller files them on the grant): reclaim re-verifies each
     # destination twin against them, never against files an approver's bucket could hold.
     out = _published(grant, plan, len(items), len(report.scanned))

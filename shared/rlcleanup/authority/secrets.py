@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import bisect
 import re
 import threading
 import zlib
@@ -29,6 +28,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from rlcleanup.authority import secret_prefilter as prefilter
 from rlcleanup.formats.safetensors_header import CorruptHeaderError, read_header
 from rlcleanup.ports.storage import ObjectInfo, Storage
 
@@ -40,40 +40,11 @@ _WINDOW, _OVERLAP = 8192, 2048  # long lines are scanned in windows this size, o
 _PLUGIN_FILE = Path(__file__).with_name("secret_plugins.py")
 _SESSION_LOCK = threading.RLock()  # detect-secrets settings are process-global
 
-# Anchors of every rule (ours and detect-secrets' plugins): a line containing none of them cannot produce a
-# finding. Literals are matched on the lowered text; rules without a literal anchor keep a case-sensitive regex.
-# Keep in step with the plugins: the differential test (tests/unit/test_secret_scan_properties.py) checks that
-# the pre-filtered scan finds what running every rule on every line finds.
-_LITERALS = (
-    "key", "secret", "token", "passw", "pwd", "pass", "auth", "credential", "bearer", "private", "api", "login",
-    "-----begin", "putty", "akia", "asia", "a3t", "abia", "acca", "aws", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
-    "github_pat_", "glpat-", "gldt-", "glptt-", "glrt-", "glsoat-", "glcbt-", "glffct-", "glft-", "glimt-",
-    "glagent-", "gloas-", "xox", "hooks.slack", "sk_live", "rk_live", "sq0", "sg.", "hf_", "api_org_", "npm_",
-    "pypi-", "aiza", "ya29.", "accountkey", "eyj", "discord", "twilio", "mailchimp", "artifactory", "ibm",
-    "cloudant", "softlayer", "azure", "sk-", "t3blbkfj", "://", "wandb",
-)  # fmt: skip
-_LITERAL_RX = re.compile("|".join(re.escape(x) for x in sorted(_LITERALS, key=len, reverse=True)))
-_ANCHOR_REGEXES = (
-    re.compile(r"AKC[a-zA-Z0-9]{10}|AP[0-9ABCDEF][a-zA-Z0-9]{8}"),  # Artifactory
-    re.compile(r"[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{20}"),  # Discord-shaped tokens
-    re.compile(r"[0-9]{8,10}:[A-Za-z0-9_-]{35}"),  # Telegram bot tokens
-    re.compile(r"(?:AC|SK)[a-z0-9]{32}"),  # Twilio
-    re.compile(r"[0-9a-z]{32}-us[0-9]"),  # Mailchimp
-)
-
-
-def _anchored(text: str) -> bool:
-    return _LITERAL_RX.search(text.lower()) is not None or any(p.search(text) for p in _ANCHOR_REGEXES)
-
-
 _B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
 _JSON_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\([\\/\"nrt])")
 _CONCAT = re.compile(r"""(["'])\s*(?:\+|\.\.|\\\n|\n)?\s*\1""")  # "ab" + "cd", "ab" "cd", 'ab' .. 'cd'
 _CONTINUATION = re.compile(r"\\\r?\n\s*")
-_NEWLINE = re.compile(r"\n")
 _NON_PRINTABLE = re.compile(r"[^\x20-\x7e\t\n]")
-_JOIN_HINT = re.compile(r"""\\\r?\n|["']\s*(?:\+|\.\.)?\s*\r?\n""")
-_PREFILTERS = (_B64_RUN, re.compile(r"\\u[0-9a-fA-F]{4}|\\[/\"]"), _JOIN_HINT, re.compile(r"[\"']\s*\+?\s*[\"']"))
 
 
 @dataclass(frozen=True)
@@ -148,7 +119,7 @@ def rules() -> list[str]:
     return [p["name"] for p in plugins_used()]
 
 
-# ---------------------------------------------------------------- decoded views of a text
+# ---------------------------------------------------------------- decoded views of a line
 
 
 def _unescape(text: str) -> str:
@@ -164,9 +135,17 @@ def _joined(text: str) -> str:
     return _CONCAT.sub("", _CONTINUATION.sub("", text))
 
 
+def _mixed_case(run: str) -> bool:
+    return run.lower() != run and run.upper() != run  # C-speed: no per-character Python loop
+
+
 def _b64_decoded(line: str) -> Iterator[str]:
+    """Printable text encoded in base64 runs. Only runs with both cases count: base64 of text always has both
+    (and hex ids, lowercase paths and digits decode to nothing printable), which keeps the pre-filter narrow."""
     for m in _B64_RUN.finditer(line):
         run = m.group(0)
+        if not _mixed_case(run):
+            continue
         for decode in (base64.b64decode, base64.urlsafe_b64decode):
             try:
                 raw = decode(run + "=" * (-len(run) % 4))
@@ -176,47 +155,6 @@ def _b64_decoded(line: str) -> Iterator[str]:
             if len(text) >= 16 and len(_NON_PRINTABLE.findall(text)) <= 0.1 * len(text):
                 yield text
                 break
-
-
-def _views(line: str) -> Iterator[str]:
-    yield line
-    unescaped = _unescape(line)
-    if unescaped != line:
-        yield unescaped
-    joined = _joined(unescaped)
-    if joined != unescaped:
-        yield joined
-    for decoded in _b64_decoded(line):
-        yield decoded
-        yield _unescape(decoded)
-
-
-def scan_string(text: str, uri: str, first_line: int = 1) -> list[Finding]:
-    """Findings in a text (first line numbered first_line): pre-filter, then every rule on candidate lines."""
-    with detect_secrets_session():
-        return _scan_string(text, uri, first_line)
-
-
-def _candidate_lines(text: str) -> list[int]:
-    """Indexes of the lines any rule, decoder or join could fire on, from whole-block regex passes, so the
-    per-line work (detect-secrets) runs on the few candidate lines instead of all of them."""
-    ends = [m.start() for m in _NEWLINE.finditer(text)]
-    hits: set[int] = set()
-    passes: list[tuple[re.Pattern[str], str]] = [(_LITERAL_RX, text.lower())]
-    passes += [(p, text) for p in (*_ANCHOR_REGEXES, *_PREFILTERS)]
-    for pattern, haystack in passes:
-        for m in pattern.finditer(haystack):
-            if pattern is _B64_RUN and not _mixed_case(m.group(0)):
-                continue  # hex ids and lowercase paths decode to nothing printable
-            line = bisect.bisect_left(ends, m.start())
-            hits.add(line)
-            if pattern is _JOIN_HINT:  # a join reaches into the next line
-                hits.add(line + 1)
-    return sorted(hits)
-
-
-def _mixed_case(run: str) -> bool:
-    return run.lower() != run and run.upper() != run  # C-speed: no per-character Python loop
 
 
 def _windows(line: str) -> Iterator[str]:
@@ -230,49 +168,163 @@ def _windows(line: str) -> Iterator[str]:
         yield line[start : start + _WINDOW]
 
 
-def _scan_string(text: str, uri: str, first_line: int = 1) -> list[Finding]:
-    found: set[Finding] = set()
+def _piece_views(piece: str) -> Iterator[str]:
+    yield piece
+    unescaped = _unescape(piece)
+    if unescaped != piece:
+        yield unescaped
+    joined = _joined(unescaped)
+    if joined != unescaped:
+        yield joined
+    for decoded in _b64_decoded(piece):
+        yield decoded
+        yield _unescape(decoded)
+
+
+def line_views(line: str, following: str | None) -> list[str]:
+    """Every string the rules are run on for one line: its windows, each as written, JSON-unescaped, with
+    concatenations joined and base64 runs decoded; and the line joined with the one after it (a backslash
+    continuation or a string concatenation across the line end). Both scan paths use exactly these."""
+    views = [v for piece in _windows(line) for v in _piece_views(piece)]
+    if following is not None:
+        joined = _joined(_unescape(line + "\n" + following))
+        if "\n" not in joined:
+            views.append(joined)
+    return views
+
+
+# ---------------------------------------------------------------- the two scan paths over a text
+
+
+def reference_findings(text: str) -> set[tuple[int, str]]:
+    """The slow path: every detect-secrets plugin on every view of every line, (1-based line, rule). The fast
+    scan must find exactly these (the differential test and bench/bench_secret_scan.py compare them)."""
     lines = text.split("\n")
-    for i in _candidate_lines(text):
-        if i >= len(lines):
+    found: set[tuple[int, str]] = set()
+    with detect_secrets_session():
+        for i, line in enumerate(lines):
+            for view in line_views(line, lines[i + 1] if i + 1 < len(lines) else None):
+                found |= {(i + 1, rule) for rule in _line_findings(view)}
+    return found
+
+
+def scan_string(text: str, uri: str, first_line: int = 1) -> list[Finding]:
+    """Findings in a text (first line numbered first_line): pre-filter, then every rule on candidate lines."""
+    with detect_secrets_session():
+        return _scan_string(text, uri, first_line)
+
+
+@cache
+def _regexes() -> tuple[Any, Any, Any]:
+    """(block, view, base64-run) RE2 regexes of the rule set in force (fixed for the process: _settings)."""
+    with detect_secrets_session():
+        return prefilter.block_regex(), prefilter.view_regex(), prefilter.b64_run_regex()
+
+
+def _candidates(buf: bytes) -> Iterator[tuple[int, int, int, bool]]:
+    """(line index, start, end, rule or trigger hit) in buf (UTF-8, newline-normalised) of every line some rule
+    or decoder could fire on: one RE2 pass of the relaxed rules and decoder triggers over the whole block, one
+    for base64 runs, and every line longer than a window (a window starts a line of its own, where `^` could
+    match). A line found only by the base64 pass cannot match a rule as written (the first pass would have)."""
+    block_rx, _, b64_rx = _regexes()
+    hits: dict[int, tuple[int, int, bool]] = {}
+
+    def mark(pos: int, hit: bool) -> int:
+        start = buf.rfind(b"\n", 0, pos) + 1
+        end = buf.find(b"\n", pos)
+        end = len(buf) if end < 0 else end
+        hits[start] = (start, end, hit or hits.get(start, (0, 0, False))[2])
+        return end + 1
+
+    for search, hit in ((block_rx.search, True), (b64_rx.search, False)):
+        pos = 0
+        while pos <= len(buf) and (m := search(buf, pos)) is not None:
+            pos = mark(m.start(), hit)
+    # A line over _WINDOW bytes holds a whole aligned segment of half that without a newline: find those by
+    # memchr over each segment instead of splitting the block into lines.
+    step = _WINDOW // 2
+    for seg in range(0, len(buf), step):
+        if buf.find(b"\n", seg, seg + step) < 0 and seg + step <= len(buf):
+            start = buf.rfind(b"\n", 0, seg) + 1
+            end = buf.find(b"\n", seg)
+            if (len(buf) if end < 0 else end) - start > _WINDOW:
+                mark(seg, True)
+    newline_before, counted_to = 0, 0
+    for start in sorted(hits):
+        newline_before += buf.count(b"\n", counted_to, start)
+        counted_to = start
+        yield newline_before, *hits[start]
+
+
+def _scan_string(text: str, uri: str, first_line: int = 1, lookahead: bool = False) -> list[Finding]:
+    return _scan_buf(text.encode("utf-8", errors="surrogatepass"), uri, first_line, lookahead)
+
+
+def _scan_buf(buf: bytes, uri: str, first_line: int = 1, lookahead: bool = False) -> list[Finding]:
+    """Findings in a newline-normalised UTF-8 text; with lookahead its last line is only the line after the
+    others (joins reach into it) and is scanned with the next block."""
+    last = buf.count(b"\n")  # index of the last line
+    view_search = _regexes()[1].search
+    found: set[Finding] = set()
+    for i, start, end, hit in _candidates(buf):
+        if lookahead and i == last:
             continue
-        line = lines[i]
-        views = [v for piece in _windows(line) for v in _views(piece) if _anchored(v)]
-        if i + 1 < len(lines):  # joins across a line end: continuations, "a" +<newline> "b"
-            joined = _joined(_unescape(line + "\n" + lines[i + 1]))
-            if "\n" not in joined and _anchored(joined):
-                views.append(joined)
+        line = buf[start:end].decode("utf-8", errors="surrogatepass")
+        if hit:
+            following = None
+            if i < last:
+                nxt = buf.find(b"\n", end + 1)
+                following = buf[end + 1 : len(buf) if nxt < 0 else nxt].decode("utf-8", errors="surrogatepass")
+            views = set(line_views(line, following))
+        else:  # no rule or trigger on the line, and it is one window: only its decoded base64 can differ
+            views = {v for decoded in _b64_decoded(line) for v in (decoded, _unescape(decoded))}
         for view in views:
-            for rule in _line_findings(view):
-                found.add(Finding(uri, first_line + i, rule))
+            if view_search(view.encode("utf-8", errors="surrogatepass")) is not None:
+                found |= {Finding(uri, first_line + i, rule) for rule in _line_findings(view)}
     return sorted(found, key=lambda f: (f.line, f.rule))
 
 
-def _blocks(storage: Storage, info: ObjectInfo) -> Iterator[tuple[int, str]]:
-    """(first line number, text) per block, split on line ends; a line longer than a block is kept whole."""
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace").replace("\r\n", "\n")
+
+
+def _normalised(data: bytes) -> bytes:
+    """What _decode(data).encode() gives, without the round trip when the bytes are already valid UTF-8."""
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return _decode(data).encode("utf-8")
+    return data.replace(b"\r\n", b"\n") if b"\r" in data else data
+
+
+def _blocks(storage: Storage, info: ObjectInfo) -> Iterator[tuple[int, bytes, bool]]:
+    """(first line number, normalised UTF-8 text, lookahead) per block, split on line ends, never inside a line
+    (a line longer than a block is read whole). Each block's last line is also the next block's first: joins
+    across the block edge see it, and it is scanned once, with the next block (lookahead)."""
     offset, line_no, carry = 0, 1, b""
-    while offset < info.size:
-        chunk = storage.read_range(info.uri, offset, min(_BLOCK, info.size - offset))
-        if not chunk:
-            break
+    while True:
+        chunk = storage.read_range(info.uri, offset, min(_BLOCK, info.size - offset)) if offset < info.size else b""
         offset += len(chunk)
         data = carry + chunk
+        if not chunk:
+            yield line_no, _normalised(data), False
+            return
         cut = data.rfind(b"\n")
-        if cut < 0 and offset < info.size:
-            carry = data  # one very long line: keep reading until it ends (never cut, never skipped)
+        prev = data.rfind(b"\n", 0, cut) if cut > 0 else -1
+        if prev < 0:  # fewer than two whole lines: read on
+            carry = data
             continue
-        head, carry = (data, b"") if offset >= info.size else (data[: cut + 1], data[cut + 1 :])
-        text = head.decode("utf-8", errors="replace").replace("\r\n", "\n")
-        yield line_no, text
-        line_no += text.count("\n")
-    if carry:
-        yield line_no, carry.decode("utf-8", errors="replace")
+        text = _normalised(data[: cut + 1])[:-1]  # whole lines; the last one is the look-ahead
+        yield line_no, text, True
+        line_no += text.count(b"\n")
+        carry = data[prev + 1 :]
 
 
 def scan_text(storage: Storage, info: ObjectInfo) -> list[Finding]:
     found: list[Finding] = []
-    for first, text in _blocks(storage, info):
-        found.extend(_scan_string(text, info.uri, first))
+    for first, text, lookahead in _blocks(storage, info):
+        found.extend(_scan_buf(text, info.uri, first, lookahead))
     return sorted(set(found), key=lambda f: (f.line, f.rule))
 
 

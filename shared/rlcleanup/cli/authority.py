@@ -20,6 +20,8 @@ from rlcleanup.authority.grants import Action, Visibility
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
 from rlcleanup.paths import default_preserve_root, keys_dir
 from rlcleanup.ports.records import RunRecords
+from rlcleanup.settings import platform
+from rlcleanup.uris import is_local, strip_file_scheme
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -38,11 +40,11 @@ def parse_duration(text: str) -> timedelta:
 
 
 def _store(backend: str | None, db: Path | None, project: str | None) -> RunRecords:
-    chosen = backend_name(backend) or ("firestore" if os.environ.get("FIRESTORE_EMULATOR_HOST") else "sqlite")
+    chosen = backend_name(backend) or ("firestore" if platform().firestore_emulator_host else "sqlite")
     if chosen == "firestore":
         from rlcleanup.adapters.firestore_records import FirestoreRunRecords
 
-        project = project or os.environ.get("GOOGLE_CLOUD_PROJECT")
+        project = project or platform().project
         if not project:
             _fail("Firestore needs --project or GOOGLE_CLOUD_PROJECT", 2)
         return FirestoreRunRecords(project=str(project))
@@ -77,7 +79,7 @@ def keygen(
     """Create an approver signing key; prints the public key and the command that registers it."""
     from rlcleanup.authority.grants import new_key, private_pem, public_b64
 
-    approver_id = approver_id or (out.stem if out else os.environ.get("USER") or "approver")
+    approver_id = approver_id or (out.stem if out else platform().user or "approver")
     out = out or keys_dir() / f"{approver_id}.pem"
     if out.exists():
         _fail(f"{out} exists: refusing to overwrite a key", 2)
@@ -119,7 +121,7 @@ def approver_add(
     from rlcleanup.authority.grants import Approver, register_approver
 
     # A local prefix is stored absolute: grants name absolute destinations (`~/x` and `./x` alike).
-    prefix = [p if p.startswith("gs://") else str(Path(p).expanduser().absolute()) for p in prefix]
+    prefix = [_absolute_if_local(p) for p in prefix]
     try:
         approver = Approver(approver_id=approver_id, public_key=public_key, allowed_prefixes=prefix)
         register_approver(_store(backend, db, project), approver)
@@ -146,9 +148,15 @@ def _no_such_run(store: RunRecords, run_id: str, where: str) -> None:
     _fail(f"no such run {run_id!r} in {where}{hint}", 1)
 
 
+def _absolute_if_local(uri: str) -> str:
+    """A local path as grants name it (absolute; `~/x` and `./x` alike); any `<scheme>://` URI (gs, s3, hf, ...)
+    as given: which schemes exist is the storage registry's business, not the CLI's."""
+    return str(Path(strip_file_scheme(uri)).expanduser().absolute()) if is_local(uri) else uri
+
+
 def _gcs_credentials_problem(destination: str | None) -> str | None:
     """A gs:// destination needs credentials (or the storage emulator) to read its IAM back: say so up front."""
-    if not destination or not destination.startswith("gs://") or os.environ.get("STORAGE_EMULATOR_HOST"):
+    if not destination or not destination.startswith("gs://") or platform().storage_emulator_host:
         return None
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError
@@ -172,7 +180,8 @@ def grant(
         str, typer.Option("--key", help="approver private key: a PEM file, or an approver id from `keygen --id`")
     ],
     destination: Annotated[
-        str | None, typer.Option(help="destination: gs://bucket/path or a local directory (not for cancel)")
+        str | None,
+        typer.Option(help="destination: gs://bucket/path, hf://namespace/repo or a local directory (not for cancel)"),
     ] = None,
     step: Annotated[int | None, typer.Option(help="candidate step (default: the selected one)")] = None,
     digest: Annotated[str | None, typer.Option(help="candidate digest (default: looked up in the record)")] = None,
@@ -205,11 +214,11 @@ def grant(
     except (OSError, ValueError) as exc:
         _fail(f"{exc}" if not isinstance(exc, FileNotFoundError) else f"no key file {key_file} (`rlcleanup keygen`)", 2)
         return
-    if destination and not destination.startswith("gs://"):
-        destination = str(Path(destination).expanduser().absolute())
-    project = project or os.environ.get("GOOGLE_CLOUD_PROJECT")
+    if destination:
+        destination = _absolute_if_local(destination)
+    project = project or platform().project
     chosen_backend = backend_name(backend)
-    cloud = bool(os.environ.get("PUBSUB_EMULATOR_HOST") or (project and chosen_backend != "sqlite"))
+    cloud = bool(platform().pubsub_emulator_host or (project and chosen_backend != "sqlite"))
     store = _store(chosen_backend or ("firestore" if cloud else None), db, project)
     where = f"Firestore project {project}" if cloud or chosen_backend == "firestore" else str(db_path(db))
     record = store.get(run_id)
@@ -284,8 +293,9 @@ def grant(
 def _print_preview(record: Any, g: Any, now: datetime, as_json: bool, store: Any) -> None:
     from rlcleanup.adapters.storage_router import RoutingStorage
     from rlcleanup.authority.preview import preview_grant
+    from rlcleanup.runtime.ports import hugging_face_hub
 
-    preview = preview_grant(RoutingStorage(), record, g, now, store)
+    preview = preview_grant(RoutingStorage(), record, g, now, store, hugging_face_hub)
     if as_json:
         typer.echo(json.dumps(preview, indent=2))
     else:
@@ -313,7 +323,7 @@ def render_preview(preview: dict[str, Any]) -> str:
         f"  {preview['object_count']} object(s), {preview['total_bytes']} bytes; visibility "
         f"{preview['visibility']} ({preview['visibility_evidence']}); secret scan {preview['secret_scan']}",
     ]
-    lines += [f"  creates {c} (mode 0700)" for c in preview["creates"]]
+    lines += [f"  creates {c}" + ("" if "://" in c else " (mode 0700)") for c in preview["creates"]]
     lines += [f"  {o['name']}  {o['size']} B  crc32c {o['crc32c']}" for o in preview["objects"]]
     return "\n".join(lines)
 
@@ -341,6 +351,7 @@ def grants(
                 "refusal": doc.get("refusal"), "detail": doc.get("detail"), "step": g.get("step"),
                 "destination": g.get("destination"), "granted_by": g.get("granted_by"),
                 "expires_at": g.get("expires_at"), "replays": doc.get("replays", 0),
+                "progress": doc.get("progress"),  # a Hub upload job's files/bytes done
             }
         )  # fmt: skip
     if as_json:
@@ -354,6 +365,9 @@ def grants(
         # A refused grant's result is "refused" too: print the reason there instead of the same word twice.
         result = r["refusal"] if r["refusal"] else (r["result"] or "")
         why = f"  ({r['detail']})" if r["refusal"] and r["detail"] else ""
+        if r["progress"] and not why:
+            up = r["progress"]
+            why = f"  ({up['files_done']}/{up['files_total']} files, {up['bytes_done']}/{up['bytes_total']} bytes)"
         step = "" if r["step"] is None else str(r["step"])
         typer.echo(
             f"{r['grant_id'][:16]:16}  {r['action'] or '?':8} {r['state']:8} {result:12} {step:>5}  "
@@ -365,7 +379,7 @@ def cause(
     run_id: str,
     signature_id: Annotated[str, typer.Argument(help="from the pre-cancel capture.json `reproducing` list")],
     note: Annotated[str, typer.Option(help="the recorded cause")],
-    by: Annotated[str, typer.Option(help="who recorded it")] = os.environ.get("USER", "operator"),
+    by: Annotated[str, typer.Option(help="who recorded it")] = (platform().user or "operator"),
     db: DbOption = None,
 ) -> None:
     """Record the cause of a reproducing failure (embedded): withheld cancel grants are retried."""

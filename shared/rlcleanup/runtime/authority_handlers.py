@@ -13,16 +13,17 @@ from datetime import datetime
 from typing import Any
 
 from rlcleanup.authority import ledger, precancel
-from rlcleanup.authority.artifact import READY, is_ready
 from rlcleanup.authority.controllers import Controller, controller_for
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, real_location, verify
+from rlcleanup.authority.hub_publish import export_bytes, publish_to_hub
 from rlcleanup.authority.outcome import Outcome
 from rlcleanup.authority.publish import publish, staging_root
 from rlcleanup.authority.reclaim import ReclaimPlan, reclaim
 from rlcleanup.authority.register import register
 from rlcleanup.errors import PermanentError, TransientError
 from rlcleanup.models.events import JobEvent
-from rlcleanup.models.record import UNKNOWN_RUN_URI, AuthorityAction, CompletionRecord, PreCancelCapture, RunError
+from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord, PreCancelCapture, RunError
+from rlcleanup.ports.hub import is_hub
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.failures import decode
 from rlcleanup.runtime.guard import guarded_ports
@@ -32,104 +33,16 @@ from rlcleanup.settings import in_run_buckets
 from rlcleanup.steps.capture import preserved_root
 from rlcleanup.steps.facts import run_facts, safe_run_id
 from rlcleanup.steps.layout import RunLayout, discover
-from rlcleanup.steps.remaining import still_open
 from rlcleanup.uris import basename, join, parent
 
-_ENVELOPE_REFUSALS = {Refusal.wrong_run, Refusal.wrong_action}
-
-
-def file_outcome(p: Ports, run_id: str, gid: str, outcome: Outcome) -> None:
-    """The grant's final state from its outcome: used, or the refusal's state, with the outcome on the grant."""
-    final = _state_for(outcome.refusal) if outcome.refusal else GrantState.used
-    ledger.set_state(
-        p.records,
-        run_id,
-        gid,
-        final,
-        p.clock.now(),
-        refusal=outcome.refusal,
-        detail=outcome.detail,
-        outcome=outcome.as_doc(),
-    )
-
-
-def _state_for(refusal: Refusal) -> GrantState:
-    return GrantState.expired if refusal is Refusal.expired else GrantState.refused
-
-
-# ---------------------------------------------------------------- the record's summary of grants
-
-
-def sync_record(p: Ports, run_id: str) -> None:
-    """Rebuild authority_actions from the grant documents: converges whatever order workers finish in."""
-    if p.records.get(run_id) is None:
-        return
-    actions: list[AuthorityAction] = []
-    reclaimed = 0
-    registration: str | None = None
-    docs = sorted(ledger.list_grants(p.records, run_id), key=lambda kv: (kv[1].get("received_at") or "", kv[0]))
-    for gid, doc in docs:
-        grant = doc.get("grant") or {}
-        out = doc.get("outcome") or {}
-        action = AuthorityAction(
-            action=str(grant.get("action", "unknown")),
-            grant_id=gid,
-            state=str(out.get("state") or doc.get("state")),
-            destination=out.get("destination") or grant.get("destination"),
-            step=grant.get("step") if isinstance(grant.get("step"), int) else None,
-            verified_objects=int(out.get("verified_objects") or 0),
-            refusal=doc.get("refusal"),
-            detail=(doc.get("detail") or out.get("detail") or None),
-            uri=out.get("uri"),
-            reclaimed_bytes=int(out.get("reclaimed_bytes") or 0),
-        )
-        actions.append(action)
-        reclaimed += action.reclaimed_bytes
-        if action.action == Action.register.value and action.state in {"registered", "not_applicable"}:
-            registration = f"registered: {action.uri}" if action.state == "registered" else action.detail
-        if doc.get("replays"):
-            actions.append(
-                action.model_copy(
-                    update={
-                        "state": "refused",
-                        "refusal": Refusal.replayed.value,
-                        "detail": f"delivered {doc['replays']} more time(s) after it was used; not applied again",
-                        "verified_objects": 0,
-                        "reclaimed_bytes": 0,
-                    }
-                )
-            )
-    fields: dict[str, Any] = {
-        "authority_actions": [a.model_dump(mode="json") for a in actions],
-        "reclaimed_bytes": reclaimed,
-    }
-    if registration:
-        fields["registration"] = registration
-    fields.update(_remaining_fields(p.records.get(run_id), actions))
-    p.records.update(run_id, fields)
-
-
-def _remaining_fields(record: CompletionRecord | None, actions: list[AuthorityAction]) -> dict[str, Any]:
-    """The record's remaining work without what the used grants closed; the status follows (a finished record
-    closes). Layout-derived items wrap-up wrote (diagnose, expired checkpoints...) stay as they were."""
-    if record is None or record.status not in READY:  # still in progress, routed, failed: not ours to move
-        return {}
-    remaining = still_open(record.remaining_work, actions)
-    return {"remaining_work": remaining.items, "status": remaining.status.value}
-
-
-def _note_replay(p: Ports, run_id: str, gid: str) -> str:
-    doc = ledger.get_grant_doc(p.records, run_id, gid) or {}
-    doc["replays"] = int(doc.get("replays") or 0) + 1
-    p.records.put_doc(ledger.grants_collection(run_id), gid, doc)
-    sync_record(p, run_id)
-    return f"refused: replayed ({gid} was already used)"
-
+# The upload job's overrides (runtime/hub_job.py reads them; named here too: the job imports this module).
+HUB_JOB_RUN_VAR, HUB_JOB_GRANT_VAR = "RLCLEANUP_HUB_RUN_ID", "RLCLEANUP_HUB_GRANT_ID"
 
 # ---------------------------------------------------------------- apply
 
 
 def apply_grant(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    """Verify, file on arrival (authority/ledger.py decides refused / replayed / pending), then apply."""
     now = p.clock.now()
     verdict = verify(
         p.records,
@@ -141,43 +54,10 @@ def apply_grant(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     )
     if verdict.grant is None:
         raise PermanentError("invalid_grant", verdict.detail)
-    grant = verdict.grant
-    gid = ledger.doc_id(verdict, data)
-    if verdict.refusal in _ENVELOPE_REFUSALS:
-        # Run and intent come from the unsigned envelope: anyone re-sending a signed grant could set them, so the
-        # refusal is filed beside the grant (on the run it was aimed at) and never touches the grant's own doc.
-        run_id = grant.run_id
-        if verdict.refusal is Refusal.wrong_run:
-            run_id = safe_run_id(attributes.get("run_id") or json.loads(data).get("run_id") or grant.run_id)
-        reason = verdict.refusal.value.replace("_", "-")
-        ledger.file_grant(
-            p.records, run_id, f"{reason}-{gid}", verdict, GrantState.refused, now,
-            refusal=verdict.refusal, detail=verdict.detail,
-        )  # fmt: skip
-        sync_record(p, run_id)
-        return f"refused: {verdict.refusal.value}: {verdict.detail}"
-    if verdict.refusal is not None:
-        state = _state_for(verdict.refusal)
-        created = ledger.file_grant(
-            p.records, grant.run_id, gid, verdict, state, now, refusal=verdict.refusal, detail=verdict.detail
-        )
-        if not created and verdict.authentic:
-            existing = ledger.get_grant_doc(p.records, grant.run_id, gid) or {}
-            if existing.get("state") == GrantState.used.value:
-                return _note_replay(p, grant.run_id, gid)
-            if existing.get("state") == GrantState.pending.value and verdict.refusal is Refusal.expired:
-                ledger.set_state(
-                    p.records, grant.run_id, gid, state, now, refusal=verdict.refusal, detail=verdict.detail
-                )
-        sync_record(p, grant.run_id)
-        return f"refused: {verdict.refusal.value}: {verdict.detail}"
-    if not ledger.file_grant(p.records, grant.run_id, gid, verdict, GrantState.pending, now):
-        existing = ledger.get_grant_doc(p.records, grant.run_id, gid) or {}
-        if existing.get("grant") != verdict.raw:
-            return _note_replay(p, grant.run_id, gid)  # another grant reusing this id
-        if existing.get("state") not in {GrantState.pending.value, GrantState.applying.value}:
-            return _note_replay(p, grant.run_id, gid)
-    return _try_apply(p, grant, gid)
+    admission = ledger.admit(p.records, verdict, data, attributes.get("run_id"), now)
+    if admission.answer is not None:
+        return admission.answer
+    return _try_apply(p, verdict.grant, admission.gid)
 
 
 def _message(doc: dict[str, Any]) -> bytes:
@@ -202,19 +82,14 @@ def _retry(p: Ports, run_id: str) -> str:
         )
         if verdict.grant is None or verdict.refusal is not None:
             refusal = verdict.refusal or Refusal.malformed
-            ledger.set_state(p.records, run_id, gid, _state_for(refusal), now, refusal=refusal, detail=verdict.detail)
+            ledger.set_state(
+                p.records, run_id, gid, ledger.state_for(refusal), now, refusal=refusal, detail=verdict.detail
+            )
             outcomes.append(f"{gid}: {refusal.value}")
             continue
         outcomes.append(f"{gid}: {_try_apply(p, verdict.grant, gid)}")
-    sync_record(p, run_id)
+    ledger.sync_record(p.records, run_id)
     return "; ".join(outcomes) or "no waiting grants"
-
-
-def _waiting(p: Ports, run_id: str, gid: str, why: str, state: str = "pending") -> str:
-    now = p.clock.now()
-    ledger.set_state(p.records, run_id, gid, GrantState.pending, now, detail=why, outcome={"state": state})
-    sync_record(p, run_id)
-    return f"{state}: {why}"
 
 
 def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
@@ -223,38 +98,51 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
     capture: dict[str, Any] | None = None
     if grant.action is Action.cancel:
         captures = list(p.claims.results(run_id, "pre-cancel:").values())
-        # Only a capture that read *this* run's files counts: an event naming the run id with an unreadable (or
-        # another) run URI captured nothing of it and must not clear anything.
-        own = [c for c in captures if c.get("layout_read") and (record is None or c.get("run_uri") == record.run_uri)]
-        if not own:
-            return _waiting(p, run_id, gid, "waiting for a pre-cancel capture of the run's own files")
-        capture = max(own, key=lambda c: c.get("captured_at", ""))
-        # Every reproducing failure any capture of the run saw needs its cause recorded, not just the latest's.
-        seen = [sig for c in captures for sig in c.get("reproducing", [])]
-        open_sigs = precancel.unexplained(p.records, run_id, seen)
-        if open_sigs:
-            why = f"withheld: reproducing failure without a recorded cause: {open_sigs[:3]}"
-            return _waiting(p, run_id, gid, why, "withheld")
-    elif not is_ready(record):
-        return _waiting(p, run_id, gid, "waiting for the completion record")
+        capture, why, shown = precancel.clearance(p.records, run_id, record.run_uri if record else None, captures)
+        if capture is None:
+            return ledger.wait(p.records, run_id, gid, why, p.clock.now(), shown)
+    elif not ledger.is_ready(record):
+        return ledger.wait(p.records, run_id, gid, "waiting for the completion record", p.clock.now())
 
     def work() -> dict[str, Any]:
         now = p.clock.now()
         ledger.set_state(p.records, run_id, gid, GrantState.applying, now)
         try:
+            started = _start_upload_job(p, grant, gid, record)
+            if started is not None:
+                return started  # the job files the outcome; this grant stays `applying` until it does
             outcome = _carry_out(p, grant, gid, record, capture)
         except TransientError:
             raise  # transient: the claim is released and a redelivery re-runs every check from the start
         except Exception as exc:
             outcome = _failed(p, grant, record, exc)
-        file_outcome(p, run_id, gid, outcome)
+        ledger.file_outcome(p.records, run_id, gid, outcome, p.clock.now())
         return outcome.as_doc()
 
     result = _once(p, run_id, f"grant:{gid}", work)
     if result is None:
-        return _note_replay(p, run_id, gid)
-    sync_record(p, run_id)
+        return ledger.note_replay(p.records, run_id, gid)
+    ledger.sync_record(p.records, run_id)
     return f"{grant.action.value}: {result['state']}" + (f" ({result['refusal']})" if result.get("refusal") else "")
+
+
+def _start_upload_job(p: Ports, grant: Grant, gid: str, record: CompletionRecord | None) -> dict[str, Any] | None:
+    """A Hub hand-off of an export above the threshold is uploaded by the upload job, not in this invocation:
+    the grant is marked `uploading` (before the start: the job may finish first), then one execution is started
+    with the run and grant ids. None: carry it out inline (not the Hub, small, refused anyway, or no job)."""
+    job = p.hub_upload_job
+    if job is None or record is None or grant.action not in {Action.publish, Action.handoff}:
+        return None
+    if not (grant.destination and is_hub(grant.destination)):
+        return None
+    size = export_bytes(p.storage, record, grant)
+    if size is None or size <= p.hub_job_threshold_bytes:
+        return None
+    why = f"export of {size} bytes > {p.hub_job_threshold_bytes}: uploaded by the upload job"
+    outcome = {"state": "uploading", "destination": grant.destination}
+    ledger.set_state(p.records, grant.run_id, gid, GrantState.applying, p.clock.now(), detail=why, outcome=outcome)
+    execution = job.start({HUB_JOB_RUN_VAR: grant.run_id, HUB_JOB_GRANT_VAR: gid})
+    return {**outcome, "execution": execution, "detail": why}
 
 
 def _failed(p: Ports, grant: Grant, record: CompletionRecord | None, exc: Exception) -> Outcome:
@@ -291,6 +179,8 @@ def _carry_out(
         return Outcome(state="cleared", uri=capture.get("capture_uri"), detail="cancel-cleared published")
     assert record is not None
     if grant.action in {Action.publish, Action.handoff}:
+        if grant.destination and is_hub(grant.destination):  # a model hub, not a storage scheme
+            return publish_to_hub(p.storage, record, grant, p.model_hub())
         return publish(p.storage, record, grant)
     layout = discover(p.storage, record.run_uri)
     if grant.action is Action.register:
@@ -303,7 +193,7 @@ def _carry_out(
         ledger.set_state(
             p.records, grant.run_id, gid, GrantState.applying, p.clock.now(), detail=detail, outcome=outcome
         )
-        sync_record(p, grant.run_id)
+        ledger.sync_record(p.records, grant.run_id)
 
     return reclaim(p.storage, p.records, record, layout, grant, p.clock.now(), on_plan, p.preserve_root)
 

@@ -1,0 +1,64 @@
+"""A model hub as a publish / hand-off destination (`hf://<namespace>/<repo>`): the calls the Hub hand-off makes.
+
+authority/hub_publish.py plans, scans, uploads and verifies through this port; adapters/hf_hub.py implements it
+with `huggingface_hub`; runtime wiring (runtime/ports.py) hands a factory in, so a Hub client (and its token) is
+made only when a grant names `hf://`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from rlcleanup.ports.storage import VisibilityReading
+
+SCHEME = "hf://"
+
+
+def is_hub(uri: str) -> bool:
+    return uri.startswith(SCHEME)
+
+
+def repo_of(uri: str) -> str:
+    """`hf://org/name` -> "org/name"; anything else (no namespace, extra segments) is refused."""
+    parts = uri[len(SCHEME) :].strip("/").split("/")
+    if len(parts) != 2 or not all(parts) or any(p in (".", "..") for p in parts):
+        raise ValueError(f"a Hub destination is hf://<namespace>/<repo>, not {uri!r}")
+    return "/".join(parts)
+
+
+def git_blob_sha(data: bytes) -> str:
+    """The git blob id of a regular file's bytes (what the Hub reports as a non-LFS file's `oid`)."""
+    return hashlib.sha1(b"blob %d\x00" % len(data) + data, usedforsecurity=False).hexdigest()
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    path: str
+    size: int
+    blob_id: str  # git blob sha1 (of the LFS pointer for LFS files)
+    sha256: str | None  # LFS oid; None for a regular (non-LFS) file
+
+
+class ModelHub(Protocol):
+    """One repo host. Errors: `StorageAccessError` for auth/permission (permanent), `StorageError` transient."""
+
+    requests: int  # calls made so far (reported on the outcome)
+
+    def ensure_private_repo(self, repo_id: str) -> str:
+        """Create the repo private when absent (never changes an existing one's visibility)."""
+
+    def visibility(self, repo_id: str) -> VisibilityReading | None:
+        """What the host says now, not what we asked for; None when no such repo exists (yet)."""
+
+    def remote_files(self, repo_id: str, paths: Iterable[str]) -> dict[str, RemoteFile]:
+        """Size and ids of those of `paths` the repo holds."""
+
+    def commit_files(self, repo_id: str, files: list[tuple[str, Path]], message: str) -> str:
+        """One commit adding these files (never deleting any); returns the commit id."""
+
+
+HubFactory = Callable[[], ModelHub]
