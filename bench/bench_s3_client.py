@@ -126,18 +126,35 @@ def main() -> None:
             )
         validate_export(srv.endpoint, b3, args.repeat)
         b3.close()
+    validate_export_gcs(args.repeat)
 
 
 def validate_export(endpoint: str, b3: object, repeat: int) -> None:
-    import struct
-    from collections import Counter
-
     from _common import CountingStorage
     from bench_validate_many import layout
     from rlcleanup.adapters.s3_storage import S3Endpoint, S3Storage
-    from rlcleanup.samples.large import export_template, write_70b_export
     from rlcleanup.steps.validate import HEADER_WORKERS, validate_candidate
 
+    for name, data in header_only_export():
+        b3.put_object(Bucket="bench", Key=f"run/exports/global_step_20/policy/{name}", Body=data)  # type: ignore[attr-defined]
+    ep = S3Endpoint("bench", endpoint, access_key_id=s3_server.ADMIN_KEY, secret_access_key=s3_server.ADMIN_SECRET)
+    lay = layout("s3://bench/run", [20])
+    walls = []
+    for _ in range(repeat):
+        counting = CountingStorage(S3Storage([], ep))  # a fresh client each time, as one invocation would have
+        t0 = time.perf_counter()
+        cand = validate_candidate(counting, lay, 20, metric_steps=None, step_budget=None, workers=HEADER_WORKERS)
+        walls.append(time.perf_counter() - t0)
+    report("S3 (SeaweedFS) through S3Storage", counting, cand, walls)
+
+
+def header_only_export() -> list[tuple[str, bytes]]:
+    """A 30-shard 70B export's files, each shard cut after its real header (as in bench_validate_many)."""
+    import struct
+
+    from rlcleanup.samples.large import export_template, write_70b_export
+
+    out = []
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / "policy"
         write_70b_export(local, export_template())
@@ -148,23 +165,46 @@ def validate_export(endpoint: str, b3: object, repeat: int) -> None:
                     (n,) = struct.unpack("<Q", fh.read(8))
                     fh.seek(0)
                     data = fh.read(8 + n)
-            b3.put_object(Bucket="bench", Key=f"run/exports/global_step_20/policy/{path.name}", Body=data)  # type: ignore[attr-defined]
-    ep = S3Endpoint("bench", endpoint, access_key_id=s3_server.ADMIN_KEY, secret_access_key=s3_server.ADMIN_SECRET)
-    lay = layout("s3://bench/run", [20])
-    walls = []
-    for _ in range(repeat):
-        counting = CountingStorage(S3Storage([], ep))  # a fresh client each time, as one invocation would have
-        t0 = time.perf_counter()
-        cand = validate_candidate(counting, lay, 20, metric_steps=None, step_budget=None, workers=HEADER_WORKERS)
-        walls.append(time.perf_counter() - t0)
-    shards = [u for u in counting.requests if u.endswith(".safetensors")]
-    per_shard = Counter(counting.requests[u] for u in shards)
-    codes = sorted({p.split(":", 1)[0] for p in cand.problems})
-    print(f"\nvalidate one 70B export on S3 through S3Storage ({len(shards)} shards, {HEADER_WORKERS} header workers):")
+            out.append((path.name, data))
+    return out
+
+
+def report(where: str, counting: object, cand: object, walls: list[float]) -> None:
+    from collections import Counter
+
+    from rlcleanup.steps.validate import HEADER_WORKERS
+
+    requests = counting.requests  # type: ignore[attr-defined]
+    shards = [u for u in requests if u.endswith(".safetensors")]
+    per_shard = Counter(requests[u] for u in shards)
+    codes = sorted({p.split(":", 1)[0] for p in cand.problems})  # type: ignore[attr-defined]
+    print(f"\nvalidate one 70B export on {where} ({len(shards)} shards, {HEADER_WORKERS} header workers):")
     print(f"  requests per shard {dict(per_shard)}; problems {codes} (truncated_shard expected: header-only upload)")
-    print(
-        f"  wall median {statistics.median(walls) * 1000:.0f} ms (runs: {', '.join(f'{w * 1000:.0f}' for w in walls)} ms)"
-    )
+    median = statistics.median(walls) * 1000
+    print(f"  wall median {median:.0f} ms (runs: {', '.join(f'{w * 1000:.0f}' for w in walls)} ms)")
+    print(f"FIGURE header reads, 30-shard export, {where}: {dict(per_shard)} requests/shard, {median:.0f} ms")
+
+
+def validate_export_gcs(repeat: int) -> None:
+    """The same export and validation on the GCS emulator (fake-gcs-server) through GcsStorage."""
+    from _common import CountingStorage, fake_gcs, gcs_client
+    from bench_validate_many import layout
+    from rlcleanup.adapters.gcs_storage import GcsStorage
+    from rlcleanup.steps.validate import HEADER_WORKERS, validate_candidate
+
+    with fake_gcs() as url:
+        client = gcs_client(url)
+        bucket = client.create_bucket("bench")
+        for name, data in header_only_export():
+            bucket.blob(f"run/exports/global_step_20/policy/{name}").upload_from_string(data)
+        lay = layout("gs://bench/run", [20])
+        walls = []
+        for _ in range(repeat):
+            counting = CountingStorage(GcsStorage(gcs_client(url)))  # a fresh client, as one invocation would have
+            t0 = time.perf_counter()
+            cand = validate_candidate(counting, lay, 20, metric_steps=None, step_budget=None, workers=HEADER_WORKERS)
+            walls.append(time.perf_counter() - t0)
+        report("GCS (fake-gcs-server) through GcsStorage", counting, cand, walls)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ object store shares run over gs:// and s3:// alike in test_object_storage.py."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -108,10 +109,182 @@ def test_cross_backend_copies_stream_in_bounded_memory(gcs: GcsStorage, bucket: 
 
 
 def test_the_default_client_keeps_enough_connections_for_concurrent_copies() -> None:
-    """Several deliveries in one instance each copy with 8 workers: requests' default of 10 connections per host
+    """Several deliveries in one instance each copy with a pool of workers: requests' default of 10 connections per host
     made capture-part log "Connection pool is full, discarding connection" in the 10,000-object run."""
     from rlcleanup.adapters import gcs_storage
 
     client = gcs_storage._client()  # STORAGE_EMULATOR_HOST points at the stack's fake-gcs-server
     for scheme in ("http://", "https://"):
         assert client._http.adapters[scheme]._pool_maxsize >= 64
+
+
+def test_lean_stat_matches_the_blob_stat(gcs: GcsStorage, gcs_client, bucket: str) -> None:  # type: ignore[no-untyped-def]
+    """copy_if_absent stats through the lean pool: the same ObjectInfo as get_blob, field for field."""
+    names = ["plain.bin", "dir/sub dir/shard 00001-of-00030.safetensors", "q?x#y%20&z+é~'.bin"]
+    for name in names:
+        gcs_client.bucket(bucket).blob(name).upload_from_string(name.encode() * 7)
+    lean = gcs._range_reader()
+    assert lean is not None
+    for name in names:
+        assert lean.stat(bucket, name) == gcs.stat(f"gs://{bucket}/{name}"), name
+    assert lean.stat(bucket, "no/such") is None
+
+
+class _SplittingRewrites:
+    """A real HTTP server in front of fake-gcs-server that answers every first rewrite call with `done: false`
+    and a token, as GCS does for large objects (fake-gcs-server always finishes in one call); a call carrying
+    the token is forwarded without it. Everything else is forwarded as is."""
+
+    def __init__(self, target: str) -> None:
+        import http.client
+        import threading
+        import urllib.parse
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        host, port = urllib.parse.urlsplit(target).netloc.rsplit(":", 1)
+        self.calls: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                url = urllib.parse.urlsplit(self.path)
+                query = urllib.parse.parse_qs(url.query)
+                if "/rewriteTo/" in url.path:
+                    outer.calls.append("token" if "rewriteToken" in query else "first")
+                    if "rewriteToken" not in query:
+                        reply = json.dumps({"done": False, "rewriteToken": "t-1", "totalBytesRewritten": "1"})
+                        return self._reply(200, reply.encode(), "application/json")
+                    query.pop("rewriteToken")
+                path = url.path + ("?" + urllib.parse.urlencode(query, doseq=True) if query else "")
+                conn = http.client.HTTPConnection(host, int(port), timeout=30)
+                conn.request(self.command, path, body or None, {k: v for k, v in self.headers.items()})
+                resp = conn.getresponse()
+                data = resp.read()
+                conn.close()
+                self._reply(resp.status, data, resp.getheader("Content-Type") or "application/json")
+
+            def _reply(self, status: int, data: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_copy_follows_rewrite_tokens(gcs_client, bucket: str) -> None:  # type: ignore[no-untyped-def]
+    """A rewrite GCS answers in several calls (large objects) is followed to the end, token by token."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    gcs_client.bucket(bucket).blob("big/src").upload_from_string(b"x" * 100_000)
+    proxy = _SplittingRewrites(str(gcs_client.api_endpoint))
+    try:
+        client = storage.Client(
+            project=gcs_client.project,
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": proxy.url},
+        )
+        gcs = GcsStorage(client)
+        assert gcs.copy_if_absent(f"gs://{bucket}/big/src", f"gs://{bucket}/big/dst") is WriteOutcome.created
+        assert proxy.calls == ["first", "token"]
+        assert gcs_client.bucket(bucket).blob("big/dst").download_as_bytes() == b"x" * 100_000
+        assert gcs.copy_if_absent(f"gs://{bucket}/big/src", f"gs://{bucket}/big/dst") is WriteOutcome.identical
+        assert proxy.calls == ["first", "token"]  # a replay stats, never rewrites
+    finally:
+        proxy.server.shutdown()
+
+
+def test_capture_through_real_latency_is_complete_and_write_once(gcs_client, bucket: str, uid: str) -> None:  # type: ignore[no-untyped-def]
+    """copy_part's pool over real round trips (bench/latency_proxy.py, 5 ms each way): every object copied once,
+    a replay is all identical, and a source changed since is a conflict that leaves the first copy in place."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    from rlcleanup.models.parts import CaptureItem, CapturePart
+    from rlcleanup.steps.capture import COPY_WORKERS, copy_part
+
+    src = gcs_client.bucket(bucket)
+    items = []
+    for k in range(3 * COPY_WORKERS + 5):  # more objects than workers: the pool reuses its connections
+        body = f"line {k}\n".encode() * (k + 1)
+        src.blob(f"run/logs/{k:03d}.log").upload_from_string(body)
+        source, rel = f"gs://{bucket}/run/logs/{k:03d}.log", f"run/logs/{k:03d}.log"
+        items.append(CaptureItem(source=source, dest_rel=rel, size=len(body), kind="log"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    target = str(gcs_client.api_endpoint).removeprefix("http://").rstrip("/")
+    script = Path(__file__).resolve().parents[2] / "bench" / "latency_proxy.py"
+    argv = [sys.executable, str(script), "--port", str(port), "--target", target, "--delay-ms", "5"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "latency proxy did not start"
+                time.sleep(0.05)
+        client = storage.Client(
+            project=gcs_client.project,
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": f"http://127.0.0.1:{port}"},
+        )
+        gcs = GcsStorage(client)
+        dest = f"gs://{bucket}/preserved/{uid}"
+        first = copy_part(gcs, dest, CapturePart(part_id="p-0", items=items))
+        assert not first.conflicts and not first.missing
+        assert sorted(o.destination for o in first.objects) == [f"{dest}/{i.dest_rel}" for i in items]
+        for k in range(len(items)):
+            got = src.blob(f"preserved/{uid}/run/logs/{k:03d}.log").download_as_bytes()
+            assert got == f"line {k}\n".encode() * (k + 1)
+        again = copy_part(gcs, dest, CapturePart(part_id="p-1", items=items))
+        assert len(again.objects) == len(items) and not again.conflicts  # identical replays
+        src.blob("run/logs/007.log").upload_from_string(b"rewritten since\n")
+        third = copy_part(gcs, dest, CapturePart(part_id="p-2", items=items))
+        assert third.conflicts == [f"{dest}/run/logs/007.log"]
+        assert src.blob(f"preserved/{uid}/run/logs/007.log").download_as_bytes() == b"line 7\n" * 8
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+def test_requests_are_counted_by_price_class(gcs_client, bucket: str) -> None:  # type: ignore[no-untyped-def]
+    """The cost model's counter (ports/usage.py) sees every request the adapter sends, in its price class."""
+    from rlcleanup.ports import usage
+
+    gcs_client.bucket(bucket).blob("u/src").upload_from_string(b"evidence")
+    gcs = GcsStorage(gcs_client)
+    src, dst = f"gs://{bucket}/u/src", f"gs://{bucket}/u/dst"
+
+    def delta(action) -> dict[str, int]:  # type: ignore[no-untyped-def]
+        before = usage.totals()
+        action()
+        return {k: v - before[k] for k, v in usage.totals().items() if v != before[k]}
+
+    assert delta(lambda: gcs.copy_if_absent(src, dst)) == {usage.GCS_CLASS_B: 1, usage.GCS_CLASS_A: 1}  # stat, rewrite
+    assert delta(lambda: gcs.copy_if_absent(src, dst)) == {usage.GCS_CLASS_B: 2}  # a replay: both stats
+    assert delta(lambda: list(gcs.list(f"gs://{bucket}/u"))) == {usage.GCS_CLASS_A: 1}  # one listing page
+    assert delta(lambda: gcs.read_range(src, 0, 4)) == {usage.GCS_CLASS_B: 1}
+    assert delta(lambda: gcs.write_if_absent(f"gs://{bucket}/u/new", b"x")) == {usage.GCS_CLASS_A: 1}
+    assert delta(lambda: gcs.delete(f"gs://{bucket}/u/new")) == {usage.GCS_FREE: 1}

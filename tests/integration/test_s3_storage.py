@@ -44,14 +44,17 @@ def fault_proxy(s3_endpoint: str, tmp_path: Path, request: pytest.FixtureRequest
     """The fault proxy in its own process group; its arguments come from the test's `faults` marker."""
     marker = request.node.get_closest_marker("faults")
     extra = list(marker.args) if marker else []
-    port = procs.free_port()
     script = Path(__file__).resolve().parents[1] / "servers" / "s3_fault_proxy.py"
-    argv = [sys.executable, str(script), "--port", str(port), "--target", s3_endpoint.removeprefix("http://"), *extra]
-    server = procs.start("s3-fault-proxy", argv, state_dir=tmp_path, env=dict(os.environ))
-    url = f"http://127.0.0.1:{port}"
+    target = s3_endpoint.removeprefix("http://")
+    server, port = procs.start_listening(
+        "s3-fault-proxy",
+        lambda port: [sys.executable, str(script), "--port", str(port), "--target", target, *extra],
+        lambda port: procs.http_status(f"http://127.0.0.1:{port}/__proxy/stats") == 200,
+        state_dir=tmp_path,
+        env=dict(os.environ),
+    )
     try:
-        procs.wait_ready(server, lambda: procs.http_status(f"{url}/__proxy/stats") == 200, 20)
-        yield url
+        yield f"http://127.0.0.1:{port}"
     finally:
         procs.stop_group(server.pid, popen=server.popen, grace=2)
 
@@ -254,5 +257,5 @@ def test_cli_run_on_an_s3_run_preserves_locally(s3_endpoint: str, bucket: str, t
     assert [(c["step"], c["valid"]) for c in record["candidates"]] == [(s, True) for s in (5, 10, 15, 20)]
     assert record["preserved_object_count"] > 20
     manifest = json.loads(Path(record["manifest_uri"]).read_text())
-    assert all(o["source"].startswith(f"s3://{bucket}/") for o in manifest["objects"] if o["kind"] != "derived")
+    assert all(o["source"].startswith(f"s3://{bucket}/") for o in manifest["objects"] if o["source"] != "derived")
     assert record["run_id"].endswith(VERSION)

@@ -64,20 +64,36 @@ def test_manifest_lists_every_preserved_object_with_checksums(captured: tuple[Pa
     manifest = _manifest(preserve)
     assert (manifest["run_id"], manifest["preserved_root"]) == (RUN_ID, str(dest_root))
     objects = manifest["objects"]
-    assert manifest["object_count"] == len(objects) == record.preserved_object_count
-    assert manifest["total_bytes"] == sum(o["size"] for o in objects) == record.preserved_bytes
+    assert manifest["object_count"] == len(objects)
+    assert manifest["total_bytes"] == sum(o["size"] for o in objects)
     assert record.manifest_uri == str(dest_root / "manifest.json")
     assert [o["destination"] for o in objects] == sorted(o["destination"] for o in objects)
 
+    # Sealed last: every file in the preserved location is listed and hashed, the report included; only the
+    # manifest itself is not (it cannot hold its own hash).
+    on_disk = {str(p) for p in _files(dest_root)} - {str(dest_root / "manifest.json")}
+    assert {o["destination"] for o in objects} == on_disk
     for obj in objects:
         dest = Path(obj["destination"])
-        assert dest.is_file() and dest.is_relative_to(dest_root)
         assert dest.stat().st_size == obj["size"]
         assert (obj["crc32c"], obj["md5"]) == file_checksums(dest)
-        if obj["kind"] != "derived":
+        if obj["source"] != "derived":
             source = Path(obj["source"])
             assert source.read_bytes() == dest.read_bytes()
             assert (obj["crc32c"], obj["md5"]) == file_checksums(source)
+    by_name = {str(Path(o["destination"]).relative_to(dest_root)): o["kind"] for o in objects}
+    assert {n: k for n, k in by_name.items() if k == "report"} == {
+        "derived/report.md": "report",
+        "derived/report.html": "report",
+        "derived/timeline.png": "report",
+    }
+    assert by_name["_parts/capture-manifest.json"] == "pipeline"
+    # The record counts the evidence (what capture copied or derived): the capture manifest's totals.
+    evidence = [o for o in objects if o["kind"] not in ("report", "pipeline")]
+    assert manifest["captured_object_count"] == len(evidence) == record.preserved_object_count
+    assert manifest["captured_bytes"] == sum(o["size"] for o in evidence) == record.preserved_bytes
+    # The report names the manifest that lists it.
+    assert f"| {dest_root / 'manifest.json'} |" in (dest_root / "derived" / "report.md").read_text()
 
     # Every non-weight evidence file of R and T is preserved; agentic-only trees are not.
     temp = _temp_root(run_root)
@@ -86,17 +102,36 @@ def test_manifest_lists_every_preserved_object_with_checksums(captured: tuple[Pa
         for p in _files(run_root) + _files(temp)
         if not _is_weight(p) and "/attempts/trajectories/" not in str(p) and "/attempts/trace_jobs/" not in str(p)
     }
-    sources = {o["source"] for o in objects if o["kind"] != "derived"}
+    sources = {o["source"] for o in objects if o["source"] != "derived"}
     assert sources == expected
-    kinds = {Path(o["source"]).name: o["kind"] for o in objects if o["kind"] != "derived"}
+    kinds = {Path(o["source"]).name: o["kind"] for o in objects if o["source"] != "derived"}
     assert kinds["finelog.log"] == "log"
     assert kinds["resolved-skyrl.json"] == kinds["terminal.json"] == "run_record"
     assert kinds["latest_ckpt_global_step.txt"] == kinds["trainer_state.pt"] == "checkpoint_metadata"
     assert kinds["model.safetensors.index.json"] == "export_metadata"
     derived = sorted(Path(o["destination"]).name for o in objects if o["kind"] == "derived")
     assert derived == ["checkpoints-listing.jsonl", "exports-listing.jsonl", "launch_command.txt", "metrics.jsonl"]
-    # The report lands in derived/ after the manifest was written: present, but never part of the manifest.
-    assert (dest_root / "derived" / "report.md").is_file()
+
+
+def test_a_changed_location_seals_a_new_manifest_generation(tmp_path: Path) -> None:
+    """Write-once: a location that changed after sealing gets manifest-<sha12>.json, never an overwrite."""
+    from rlcleanup.adapters.local_storage import LocalStorage
+    from rlcleanup.steps.manifest import seal_manifest
+
+    root = tmp_path / "p" / RUN_ID
+    (root / "derived").mkdir(parents=True)
+    (root / "derived" / "report.md").write_text("one\n")
+    storage = LocalStorage()
+    first = seal_manifest(storage, str(root), RUN_ID)
+    first_bytes = Path(first.uri).read_bytes()
+    assert first.uri == str(root / "manifest.json") and first.object_count == 1
+    assert seal_manifest(storage, str(root), RUN_ID) == first  # a replay: identical bytes, same name
+    (root / "derived" / "report-0123456789ab.md").write_text("two\n")
+    second = seal_manifest(storage, str(root), RUN_ID)
+    assert Path(second.uri).name.startswith("manifest-") and second.object_count == 2
+    assert Path(first.uri).read_bytes() == first_bytes
+    listed = [o["destination"] for o in json.loads(Path(second.uri).read_text())["objects"]]
+    assert listed == [str(root / "derived" / "report-0123456789ab.md"), str(root / "derived" / "report.md")]
 
 
 def test_weights_are_listed_not_copied(captured: tuple[Path, Path, CompletionRecord]) -> None:
@@ -153,9 +188,13 @@ def test_write_once_conflict_is_recorded_and_planted_file_untouched(run_root: Pa
         f"write_once_conflict: {planted} exists with different content; not overwritten",
     )
     assert planted.read_text() == '{"planted": true}\n'
-    destinations = {o["destination"] for o in _manifest(preserve)["objects"]}
-    assert str(planted) not in destinations
-    assert str(preserve / RUN_ID / "run" / "terminal.json") in destinations  # the rest is still captured
+    listed = {o["destination"]: o for o in _manifest(preserve)["objects"]}
+    # The sealed manifest lists the planted file (it is there) as unaccounted: never as captured evidence.
+    assert (listed[str(planted)]["source"], listed[str(planted)]["kind"]) == ("unknown", "unaccounted")
+    assert listed[str(planted)]["crc32c"] == file_checksums(planted)[0]
+    capture_manifest = json.loads((preserve / RUN_ID / "_parts" / "capture-manifest.json").read_text())
+    assert str(planted) not in {o["destination"] for o in capture_manifest["objects"]}
+    assert str(preserve / RUN_ID / "run" / "terminal.json") in listed  # the rest is still captured
 
 
 class VanishingStorage:

@@ -33,25 +33,33 @@ import datetime as dt
 import hashlib
 import io
 import ipaddress
-import json
 import os
 import re
-import tempfile
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
+from rlcleanup.adapters.object_store import RemoteObjects
 from rlcleanup.ports.lines import bounded_lines
-from rlcleanup.ports.storage import ObjectInfo, StorageAccessError, StorageError, UnsafePathError, WriteOutcome
+from rlcleanup.ports.storage import (
+    ChildPage,
+    ObjectInfo,
+    StorageAccessError,
+    StorageError,
+    UnsafePathError,
+    WriteOutcome,
+)
+from rlcleanup.settings import S3Settings, SettingsError, s3_endpoint_specs
 
 if TYPE_CHECKING:
     from obstore.store import S3Store
 
 SCHEME = "s3://"
-ENDPOINT_PREFIX = "RLCLEANUP_S3_ENDPOINT_"
 _CHUNK = 1024 * 1024  # streaming reads: memory stays a few chunks whatever the object size
 _POOL = "64"  # idle connections kept per host: >= validation's header pool (32)
 
@@ -105,13 +113,18 @@ class S3Endpoint:
 
 
 def _env_style(environ: Mapping[str, str]) -> str | None:
-    style = environ.get("RLCLEANUP_S3_ADDRESSING_STYLE") or environ.get("AWS_S3_ADDRESSING_STYLE")
-    if style and style not in ("path", "virtual", "auto"):
-        raise ValueError(f"RLCLEANUP_S3_ADDRESSING_STYLE must be path or virtual, not {style!r}")
-    return None if style in (None, "", "auto") else style
+    """settings.S3Settings' RLCLEANUP_S3_ADDRESSING_STYLE, else botocore's own AWS_S3_ADDRESSING_STYLE."""
+    raw = environ.get("RLCLEANUP_S3_ADDRESSING_STYLE") or environ.get("AWS_S3_ADDRESSING_STYLE")
+    try:
+        style = S3Settings.model_validate({"addressing_style": raw}).addressing_style
+    except ValidationError:
+        raise ValueError(f"RLCLEANUP_S3_ADDRESSING_STYLE must be path or virtual, not {raw!r}") from None
+    return None if style in (None, "auto") else style
 
 
 def default_endpoint(environ: Mapping[str, str] | None = None) -> S3Endpoint:
+    """The endpoint for buckets no named endpoint claims, from the AWS_* variables botocore itself reads (we read
+    the same names so the cross-endpoint router can compare endpoints; settings.py does not duplicate them)."""
     env = os.environ if environ is None else environ
     return S3Endpoint(
         name="default",
@@ -126,20 +139,15 @@ def default_endpoint(environ: Mapping[str, str] | None = None) -> S3Endpoint:
 
 
 def named_endpoints(environ: Mapping[str, str] | None = None) -> list[S3Endpoint]:
-    """Every `RLCLEANUP_S3_ENDPOINT_<NAME>` (JSON, one per Secret Manager secret), in name order."""
-    env = os.environ if environ is None else environ
+    """Every `RLCLEANUP_S3_ENDPOINT_<NAME>` (JSON, one per Secret Manager secret), in name order, parsed and
+    checked by settings.s3_endpoint_specs."""
+    try:
+        specs = s3_endpoint_specs(environ)
+    except SettingsError as exc:  # the message names the variable, never its (secret) value
+        raise StorageAccessError(str(exc)) from None
     out = []
-    for var in sorted(k for k in env if k.startswith(ENDPOINT_PREFIX)):
-        name = var[len(ENDPOINT_PREFIX) :].lower()
-        try:
-            spec = json.loads(env[var])
-            if not isinstance(spec, dict):
-                raise ValueError("not a JSON object")
-            buckets = spec.get("buckets") or []
-            if not isinstance(buckets, list) or not all(isinstance(b, str) for b in buckets):
-                raise ValueError('"buckets" must be a list of bucket names')
-        except ValueError as exc:  # the message names the variable, never its (secret) value
-            raise StorageAccessError(f"{var} is not a valid S3 endpoint JSON object: {exc}") from None
+    for name, spec in specs.items():
+        buckets = spec.get("buckets") or []
         out.append(
             S3Endpoint(
                 name=name,
@@ -185,7 +193,7 @@ def _error(exc: BaseException, what: str, endpoint: S3Endpoint) -> BaseException
     return StorageError(f"{where}: {short}")
 
 
-class S3Storage:
+class S3Storage(RemoteObjects):
     """One obstore S3Store per bucket (a store is bound to a bucket), built lazily and shared across threads."""
 
     def __init__(
@@ -298,6 +306,35 @@ class S3Storage:
                 continue
             yield _info(bucket, meta)
 
+    def list_children(self, prefix_uri: str, page_token: str | None = None, page_size: int = 200) -> ChildPage:
+        """One page of a prefix's immediate children (what the sweep walks run roots with).
+
+        obstore has no page-by-page delimiter listing: its `list_with_delimiter` follows S3's continuation tokens
+        itself and returns the whole level (one ListObjectsV2 request per 1,000 children). A page is a slice of
+        that level after `page_token` (the last child of the previous page, names in S3's byte order), so each
+        page costs one listing of its level; the level never crosses the sweep's page bound in what it emits."""
+        import obstore
+
+        bucket, key = _key(prefix_uri.rstrip("/"))
+        prefix = key.rstrip("/") or None
+        try:
+            level = self._call(prefix_uri, bucket, obstore.list_with_delimiter, prefix)
+        except FileNotFoundError:
+            return ChildPage([], [], None)
+        base = f"s3://{bucket}/"
+        # Folder placeholders ("dir/") are not objects of the run; the prefix's own placeholder neither.
+        objects = {
+            f"{base}{m['path']}": m for m in level["objects"] if not m["path"].endswith("/") and m["path"] != key
+        }
+        names = sorted({*(f"{base}{p.rstrip('/')}" for p in level["common_prefixes"]), *objects})
+        after = [n for n in names if page_token is None or n > page_token]
+        page, rest = after[:page_size], after[page_size:]
+        return ChildPage(
+            [n for n in page if n not in objects],
+            [_info(bucket, objects[n]) for n in page if n in objects],
+            page[-1] if rest else None,
+        )
+
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         import obstore
 
@@ -400,15 +437,6 @@ class S3Storage:
             if dst is None:
                 raise StorageError(f"{dst_uri}: precondition failed but no object") from None
             return WriteOutcome.identical if _file_matches(path, dst) else WriteOutcome.conflict
-
-    def fill_if_absent(self, uri: str, fill: Callable[[Path], object]) -> WriteOutcome:
-        with tempfile.TemporaryDirectory(prefix="rlcleanup-copy-") as tmp_dir:
-            tmp = Path(tmp_dir) / "object"
-            fill(tmp)
-            return self.upload_file_if_absent(tmp, uri)
-
-    def local_file(self, uri: str) -> Path | None:
-        return None  # never a local file: cross-backend copies stream it with download_to
 
     def _compare(self, src_uri: str, dst: ObjectInfo) -> WriteOutcome:
         src = self.stat(src_uri)

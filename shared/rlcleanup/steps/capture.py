@@ -1,4 +1,4 @@
-"""Step 3: capture the whole chain into `<preserve_root>/<run_id>/`, write-once, with a manifest.
+"""Step 3: capture the whole chain into `<preserve_root>/<run_id>/`, write-once, with a capture manifest.
 
 Split into plan / copy-part / finalize so the runtime can fan out one message per part while the embedded
 pipeline runs the same three calls in a row. Weights and optimizer shards are listed (size + checksums),
@@ -19,13 +19,19 @@ from rlcleanup.models.parts import CaptureItem, CapturePart
 from rlcleanup.models.record import PreservedObject
 from rlcleanup.ports.storage import ObjectInfo, Storage, UnsafePathError, WriteOutcome
 from rlcleanup.steps.layout import RunLayout
+from rlcleanup.steps.manifest import CAPTURE_MANIFEST
 from rlcleanup.uris import join, relative_to
 
 MAX_PART_ITEMS = 200
-COPY_WORKERS = 8
+# Copies in flight per part. A new object's copy is 2 requests in a row (stat the destination, rewrite), so with a
+# round trip of R a worker does ~1/(2R) copies/s: at 25 ms one way (bench/bench_capture.py, latency_proxy) 8
+# workers reached 7-8x a sequential loop, 16 reached 10-11x, 32 and 64 no more (fake-gcs-server serializes
+# rewrites and the 2 shared cores saturate). Up to 4 concurrent deliveries x 16 fit the 64-connection pool.
+COPY_WORKERS = 16
 
-# Derived files written before the manifest (plan: listings; terminal state: metrics, launch command). Files put in
-# derived/ later (the report) cannot be in the first manifest, so a replay must not add them either.
+# Derived files written before the capture manifest (plan: listings; terminal state: metrics, launch command). Files
+# put in derived/ later (the report) are listed by the sealed manifest (steps/manifest.py), never by this one, so a
+# replay of the capture fan-in writes identical bytes.
 MANIFEST_DERIVED = ("checkpoints-listing.jsonl", "exports-listing.jsonl", "metrics.jsonl", "launch_command.txt")
 
 # Evidence classes a standard run does not have; their absence is recorded, never reported as missing.
@@ -54,8 +60,10 @@ class PartResult:
     missing: list[str] = field(default_factory=list)
 
 
-def preserved_root(preserve_root: str, run_id: str) -> str:
-    return join(preserve_root, run_id)
+def preserved_root(preserve_root: str, run_id: str, pass_id: str = "") -> str:
+    """Where a run's evidence goes; a later end of the run (a resubmitted step) gets its own `passes/<id>/`, so
+    each pass's copies, scans and manifest stay consistent (write-once objects are never overwritten)."""
+    return join(preserve_root, run_id, "passes", pass_id) if pass_id else join(preserve_root, run_id)
 
 
 def _kind(rel: str) -> str:
@@ -103,9 +111,11 @@ def _list_root(storage: Storage, layout: RunLayout, label: str, root: str, error
     return objects
 
 
-def plan_capture(storage: Storage, layout: RunLayout, run_id: str, preserve_root: str) -> CapturePlan:
+def plan_capture(
+    storage: Storage, layout: RunLayout, run_id: str, preserve_root: str, pass_id: str = ""
+) -> CapturePlan:
     """List every evidence object; weights go to listings only. Also writes the listings themselves."""
-    dest_root = preserved_root(preserve_root, run_id)
+    dest_root = preserved_root(preserve_root, run_id, pass_id)
     groups: dict[str, list[CaptureItem]] = {}
     listings: dict[str, list[ObjectInfo]] = {"checkpoints": [], "exports": []}
     errors: list[str] = []
@@ -166,10 +176,10 @@ def _copy_one(storage: Storage, dest_root: str, item: CaptureItem) -> tuple[Capt
         return item, None
 
 
-def copy_part(storage: Storage, dest_root: str, part: CapturePart) -> PartResult:
+def copy_part(storage: Storage, dest_root: str, part: CapturePart, *, workers: int = COPY_WORKERS) -> PartResult:
     """Copy one slice (server-side on GCS) with a bounded pool; never overwrite different content."""
     result = PartResult(part_id=part.part_id)
-    with ThreadPoolExecutor(max_workers=COPY_WORKERS) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         for item, outcome in pool.map(lambda it: _copy_one(storage, dest_root, it), part.items):
             dest = join(dest_root, item.dest_rel)
             if outcome is None:
@@ -212,7 +222,8 @@ class CaptureSummary:
 
 
 def finalize_capture(storage: Storage, dest_root: str, run_id: str, part_ids: Iterable[str]) -> CaptureSummary:
-    """Merge part manifests and derived files into manifest.json (sorted, no timestamps: replays are identical)."""
+    """Merge part manifests and derived files into the capture manifest (sorted, no timestamps: replays are
+    identical). The sealed `manifest.json` is written later, after the report (steps/manifest.py)."""
     objects: list[PreservedObject] = []
     for part_id in part_ids:
         objects.extend(_read_part(storage, dest_root, part_id))
@@ -233,7 +244,7 @@ def finalize_capture(storage: Storage, dest_root: str, run_id: str, part_ids: It
         "total_bytes": total_bytes,
         "objects": [o.model_dump() for o in objects],
     }
-    uri = join(dest_root, "manifest.json")
+    uri = join(dest_root, CAPTURE_MANIFEST)
     outcome = storage.write_if_absent(uri, json.dumps(manifest, indent=1, sort_keys=True).encode(), "application/json")
     errors = []
     if outcome is WriteOutcome.conflict:
