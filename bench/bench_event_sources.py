@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _common import figure
 from rlcleanup.samples.generator import VERSION, write_sample_run
 from rlcleanup.samples.upload import upload_sample_run_to
 from rlcleanup.stack import down, up
@@ -151,11 +152,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"storage notification → finished record ({args.runs} runs, load {os.getloadavg()[0]:.2f}):")
         values = latency(stack, gcs, records, args.runs, args.timeout)
         print(f"  p50 {statistics.median(values):.2f} s, p95 {pct(values, 95):.2f} s, min {min(values):.2f} s")
+        figure(f"status upload -> finished record, p50 of {len(values)}", f"{statistics.median(values):.2f} s")
         cost = sweep_cost(stack, gcs, args.sweep_runs)
         print(
             f"sweep over {cost['runs']} run roots: {cost['events']} events from {cost['messages']} sweep messages in "
             f"{cost['seconds']:.1f} s; GCS calls {cost['gcs']}; record-store calls {cost['records']}"
         )
+        per = 1000 / max(1, cost["runs"])
+        requests = sum(cost["gcs"].values()) + sum(cost["records"].values())
+        figure("sweep per 1,000 run roots: requests", f"{requests * per:,.0f} (GCS + record store)")
+        figure("sweep per 1,000 run roots: seconds", f"{cost['seconds'] * per:.1f} s")
     finally:
         down(state_dir)
     return 0

@@ -156,3 +156,69 @@ def test_real_service_notification_shape_end_to_end(  # type: ignore[no-untyped-
     claims = _storage_claims(firestore_client, run_id)
     assert [c["result"]["shape"] for c in claims] == ["gcs"]
     assert claims[0]["result"]["published"] is True
+
+
+def test_a_resubmitted_step_ends_again_through_its_notifications(  # type: ignore[no-untyped-def]
+    stack: StackState, gcs_client, firestore_client, tmp_path: Path, uid: str
+) -> None:
+    """Marin resubmits a failed step in the watched bucket: RUNNING over the FAILED token, a new attempt record, then
+    the new token. The RUNNING write and the attempt record (its step still runs) are dropped; the new token's
+    generation is a new end: every stage runs once more under the new pass's scope, the chain gains the attempt,
+    the finished record never goes back to in_progress, and a redelivered notification is still one write."""
+    from google.cloud import pubsub_v1
+
+    from rlcleanup.adapters.firestore_records import firestore_stores
+
+    bucket = stack.env["RLCLEANUP_RUNS_BUCKET"]
+    write_sample_run(tmp_path, "failed-first-link")
+    name = f"resubmit-{uid}"
+    run_uri = upload_sample_run(gcs_client, tmp_path, bucket, f"r/{uid}", rename=name, status_last=True)
+    run_id = f"{name}-{VERSION}"
+    first = wait_record(stack.project, run_id, timeout=150)
+    assert len(first.chain.attempts) == 3
+
+    store, claims = firestore_stores(project=stack.project)
+    status = gcs_client.bucket(bucket).blob(f"{run_uri.removeprefix(f'gs://{bucket}/')}/.executor_status")
+    status.upload_from_string(b"RUNNING\n")
+    old = next(b for b in gcs_client.list_blobs(bucket, prefix=f"r/{uid}/") if b.name.endswith("/fe91ad59edb3.json"))
+    attempt = json.loads(old.download_as_bytes())
+    new_id = "0a1b2c3d4e5f"
+    attempt["request"]["attempt_id"] = attempt["response"]["attempt_id"] = new_id
+    attempt["execution"] |= {"started_at": "2026-11-30T10:00:00Z", "ended_at": "2026-11-30T10:30:00Z"}
+    gcs_client.bucket(bucket).blob(old.name.replace("fe91ad59edb3", new_id)).upload_from_string(json.dumps(attempt))
+    time.sleep(3)  # the RUNNING phase: its notifications are handled and change nothing
+    during = store.get(run_id)
+    assert during is not None and during.status == first.status
+    status.upload_from_string(b"FAILED\n")
+    status.reload()
+
+    deadline, record, scope = time.monotonic() + 150, None, None
+    while time.monotonic() < deadline:
+        passes = claims.results(run_id, "pass:")
+        scope = next(iter(passes), "pass:").removeprefix("pass:")
+        if scope and claims.result(run_id, f"{scope}/select") is not None:
+            record = store.get(run_id)
+            break
+        assert (store.get(run_id) or first).status.value != "in_progress"  # never regressed meanwhile
+        time.sleep(0.2)
+    assert record is not None, f"the new end was not handled: {claims.results(run_id, '')}"
+    assert len(record.chain.attempts) == 4 and record.chain.attempts[-1].attempt_id == new_id
+    assert record.preserved_locations[0].endswith(f"/passes/{scope}") and record.status.value != "in_progress"
+
+    # A redelivered notification of the new token (the real service's shape this time) is still one write.
+    publisher = pubsub_v1.PublisherClient()
+    key = status.name
+    attributes = {
+        "bucketId": bucket,
+        "eventType": "OBJECT_FINALIZE",
+        "notificationConfig": f"projects/_/buckets/{bucket}/notificationConfigs/1",
+        "objectGeneration": str(status.generation),
+        "objectId": key,
+        "payloadFormat": "NONE",
+        "resource": f"projects/_/buckets/{bucket}/objects/{key}#{status.generation}",
+    }
+    publisher.publish(publisher.topic_path(stack.project, "storage-events"), b"", **attributes).result(timeout=30)
+    time.sleep(3)
+    assert list(claims.results(run_id, "pass:")) == [f"pass:{scope}"]
+    outcomes = [c["result"] for c in _storage_claims(firestore_client, run_id) if c["result"]["object"].endswith(key)]
+    assert sorted(r["published"] for r in outcomes) == [False, False, True, True]  # RUNNING x2, the two tokens

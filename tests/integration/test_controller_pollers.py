@@ -1,7 +1,8 @@
 """The Iris and Ray pollers of the sweep against stand-ins of their servers, started here as real HTTP servers
 on free ports in their own process groups (rlcleanup/stack/standins/: no Iris emulator exists, and Ray's job
 server needs a Ray cluster). The stand-ins speak the upstream wire shapes (Iris controller.proto @010ac14 over
-Connect JSON; Ray 2.x Jobs REST API); the events they yield run the real pipeline on the embedded stack."""
+Connect JSON; Ray's Jobs REST API, JobDetails of ray-project/ray
+pydantic_models.py @007c8cd); the events they yield run the real pipeline on the embedded stack."""
 
 from __future__ import annotations
 
@@ -32,21 +33,28 @@ def standin(tmp_path: Path) -> Iterator[Any]:
     def start(module: str, jobs: Any) -> tuple[str, Path]:
         jobs_file = tmp_path / f"{module}.json"
         jobs_file.write_text(json.dumps(jobs))
-        port = procs.free_port()
-        argv = [
-            sys.executable,
-            "-m",
-            f"rlcleanup.stack.standins.{module}",
-            "--port",
-            str(port),
-            "--jobs",
-            str(jobs_file),
-        ]
-        server = procs.start(module, argv, state_dir=tmp_path, env={"PATH": "/usr/bin:/bin", **_pythonpath()})
+        probe = "/api/version" if module == "ray_jobs" else "/"
+
+        def argv(port: int) -> list[str]:
+            return [
+                sys.executable,
+                "-m",
+                f"rlcleanup.stack.standins.{module}",
+                "--port",
+                str(port),
+                "--jobs",
+                str(jobs_file),
+            ]
+
+        server, port = procs.start_listening(
+            module,
+            argv,
+            lambda port: procs.http_status(f"http://127.0.0.1:{port}{probe}") == 200,
+            state_dir=tmp_path,
+            env={"PATH": "/usr/bin:/bin", **_pythonpath()},
+        )
         started.append(server)
         url = f"http://127.0.0.1:{port}"
-        probe = "/api/version" if module == "ray_jobs" else "/"
-        procs.wait_ready(server, lambda: procs.http_status(url + probe) == 200, 20)
         return url, jobs_file
 
     yield start

@@ -25,6 +25,7 @@ from rlcleanup.runtime.topology import load_topology
 from rlcleanup.settings import DeploymentSettings, unconfigured
 from rlcleanup.sources import gcs_notifications as gcsn
 from rlcleanup.sources import iris, k8s, ray
+from rlcleanup.sources import sweep as sweep_source
 from rlcleanup.sources.sweep import (
     ChildLister,
     SweepConfig,
@@ -105,7 +106,7 @@ def _no_read(uri: str, generation: int | None) -> bytes | None:
 # ---------------------------------------------------------------- sweep (scheduler ticks and continuations)
 
 SWEEP_TOPIC = "sweep"
-SEEN = "source_seen"  # controller jobs already turned into events: (cluster, job uid) -> what was published
+SEEN = sweep_source.SEEN  # hints already given: controller jobs ((cluster, job uid) -> outcome), status versions
 
 
 def settings(p: Ports) -> DeploymentSettings:
@@ -133,12 +134,14 @@ def sweep(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         storage = cast(ChildLister, p.storage)
         try:
             out = sweep_page(storage, p.records, msg, now, config)
-        except NotImplementedError as exc:  # a root on a backend without page-by-page listing (s3 today)
+        except NotImplementedError as exc:  # a root on a backend without child listing
             raise PermanentError("sweep_unsupported_storage", str(exc)) from exc
         for page in out.continuations:
             p.bus.publish(SWEEP_TOPIC, page.model_dump_json().encode(), {"kind": page.kind})
         for event in out.events:
             publish_job_event(p, event)
+        for key in out.seen:  # after publishing: a crash in between hints again (harmless)
+            p.records.put_doc(SEEN, key, {"source": "sweep"}, only_if_absent=True)
         return f"page {msg.prefix}: {len(out.events)} events, {len(out.continuations)} continuations"
     if isinstance(msg, SweepRecords):
         return _sweep_records(p, now, config)
@@ -147,20 +150,35 @@ def sweep(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
 
 def _sweep_records(p: Ports, now: datetime, config: SweepConfig) -> str:
     redriven = stalled = 0
-    for record in stalled_records(p.records, now, config):
-        plan = plan_redrive(p.claims, record, p.preserve_root)
+    for found in stalled_records(p.records, p.claims, now, config):
+        record, scope = found.record, found.scope
+        plan = plan_redrive(p.claims, record, p.preserve_root, scope)
         for topic, payload in plan.republish:
             p.bus.publish(topic, json.dumps(payload).encode(), {"run_id": record.run_id, "redrive": "sweep"})
         if plan.republish:
             redriven += 1
-            log.info("sweep re-drove %s: %s", record.run_id, [t for t, _ in plan.republish])
+            log.info("sweep re-drove %s%s: %s", record.run_id, _pass_text(scope), [t for t, _ in plan.republish])
         if plan.missing:
+            message = f"stalled{_pass_text(scope)}: missing {', '.join(plan.missing)}"[:2000]
+            if scope:
+                # A later pass keeps the finished record's outcome (it never regresses): its stall is reported
+                # beside it, once per pass, instead of replacing the status.
+                if not p.records.put_doc(
+                    SEEN, f"stalled:{record.run_id}:{scope.rstrip('/')}", {"source": "sweep"}, only_if_absent=True
+                ):
+                    continue
+                remaining = [*record.remaining_work, *stalled_fields(plan.missing, now)["remaining_work"]]
+                p.records.update(record.run_id, {"remaining_work": remaining})
+            else:
+                p.records.update(record.run_id, stalled_fields(plan.missing, now))
             stalled += 1
-            p.records.update(record.run_id, stalled_fields(plan.missing, now))
-            message = f"stalled: missing {', '.join(plan.missing)}"[:2000]
             p.records.add_errors(record.run_id, [RunError(step="sweep", code="stalled", message=message)])
             log.warning("sweep marked %s stalled: %s", record.run_id, message)
     return f"records: {redriven} re-driven, {stalled} stalled"
+
+
+def _pass_text(scope: str) -> str:
+    return f" (later pass {scope.rstrip('/')})" if scope else ""
 
 
 def _poll_controller(p: Ports, source: str, now: datetime) -> str:

@@ -1,7 +1,8 @@
 """Poll a Ray job server for finished jobs (Ray has no completion hook): `GET /api/jobs/`.
 
 Wire shape from the Ray Jobs REST API (docs.ray.io "Ray Jobs REST API" and its OpenAPI page; Ray 2.x
-`ray.job_submission.JobDetails`): a JSON list of `JobDetails{type, job_id, submission_id, driver_info, status,
+`ray.job_submission.JobDetails`, as in ray-project/ray `dashboard/modules/job/pydantic_models.py` @007c8cd):
+a JSON list of `JobDetails{type, job_id, submission_id, driver_info, status,
 entrypoint, message, error_type, start_time, end_time, metadata, runtime_env, driver_agent_http_address,
 driver_node_id, driver_exit_code}` with `status` one of PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED and times as
 Unix milliseconds. Older servers answered a map `{job_id: {...}}` (the REST page's example still shows it):

@@ -21,7 +21,7 @@ claim makes it one run.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
@@ -50,6 +50,8 @@ DEFAULT_RECORD_SCAN_LIMIT = 1000
 
 class ChildLister(Protocol):
     def list_children(self, prefix_uri: str, page_token: str | None = None, page_size: int = 200) -> ChildPage: ...
+
+    def stat(self, uri: str) -> ObjectInfo | None: ...
 
     def read_bytes(self, uri: str, max_bytes: int = ...) -> bytes: ...
 
@@ -217,6 +219,7 @@ class PageOutcome:
     continuations: list[SweepPage]
     events: list[JobEvent]
     skipped: dict[str, str]  # run URI -> why no event
+    seen: list[str] = field(default_factory=list)  # SEEN keys to mark after the events are published
 
 
 def sweep_page(
@@ -232,9 +235,15 @@ def sweep_page(
     for run_uri in page.prefixes:
         record = records.get(run_id_hint(run_uri, msg.root.depth))
         if record is not None:
-            out.skipped[run_uri] = f"record {record.run_id} is {record.status.value}"
-            continue
-        verdict = look_at_run(storage, run_uri, now, config)
+            again, seen = ended_again(storage, records, run_uri, record)
+            if seen is not None:
+                out.seen.append(seen)
+            if again is None:
+                out.skipped[run_uri] = f"record {record.run_id} is {record.status.value}"
+                continue
+            verdict = again
+        else:
+            verdict = look_at_run(storage, run_uri, now, config)
         if verdict.state is None:
             out.skipped[run_uri] = verdict.reason
             continue
@@ -252,6 +261,32 @@ def sweep_page(
     return out
 
 
+def ended_again(
+    storage: ChildLister, records: RunRecords, run_uri: str, record: CompletionRecord
+) -> tuple[RunVerdict | None, str | None]:
+    """A finished run whose status token was rewritten after its record last changed, and reads terminal: maybe a
+    resubmitted step's new end (runs without storage notifications learn of it here). One stat per recorded run;
+    the token is read only when the stat says rewritten. on-job-event decides from the run's end marks whether
+    it is a new end (runtime/attempt_scope.py). Returns the verdict and the `SEEN` key to mark once the hint is
+    handled: each status version is looked at once, so a rewrite that was no new end costs one stat later on."""
+    if record.status is RecordStatus.in_progress:
+        return None, None  # the stalled-record scan owns it
+    status = storage.stat(f"{run_uri}/{STATUS_FILE}")
+    if status is None or status.updated is None or status.updated <= record.updated_at:
+        return None, None
+    version = status.fingerprint or str(status.generation or status.updated.isoformat())
+    seen = safe_run_id(f"ended-again-{record.run_id}-{version}")
+    if records.get_doc(SEEN, seen) is not None:
+        return None, None
+    token = parse_executor_status(storage.read_bytes(status.uri, 1024 * 1024).decode("utf-8", "replace"))
+    if token not in TERMINAL_TOKENS:
+        return None, seen  # RUNNING again: its terminal token (a later version) is hinted by a later sweep
+    reason = f"{STATUS_FILE} rewritten after the record ({token}): the run may have ended again"
+    return RunVerdict(run_uri, token, reason, status.updated), seen
+
+
+SEEN = "source_seen"  # hints already given (runtime/source_handlers.py keeps controller jobs there too)
+
 # ---------------------------------------------------------------- stalled records
 
 # The stage claim keys of runtime/handlers.py (what each stage stores when it is done).
@@ -268,28 +303,69 @@ class Redrive:
     missing: list[str]
 
 
-def stalled_records(records: RunRecords, now: datetime, config: SweepConfig) -> list[CompletionRecord]:
+K_PASS = (
+    "pass:"  # a later end of the run: claim `pass:<hex>`, its stage keys prefixed `<hex>/` (runtime/attempt_scope.py)
+)
+
+
+@dataclass(frozen=True)
+class Stalled:
+    """A run whose pass of the pipeline stopped short: scope "" is its first end, `<hex>/` a later end."""
+
+    record: CompletionRecord
+    scope: str = ""
+
+
+def stalled_records(records: RunRecords, claims: IdempotencyStore, now: datetime, config: SweepConfig) -> list[Stalled]:
+    """Records untouched past the stall deadline whose work is unfinished: an `in_progress` record (its first
+    pass), or a finished record whose latest later pass (a resubmitted step's end) never reached selection. A
+    later pass leaves the record's status as it was, so the status alone cannot find it."""
     limit = timedelta(seconds=config.stall_seconds)
-    return [
-        r
-        for r in records.list_runs(limit=config.record_scan_limit)
-        if r.status is RecordStatus.in_progress and now - r.updated_at > limit
-    ]
+    found = []
+    for record in records.list_runs(limit=config.record_scan_limit):
+        if now - record.updated_at <= limit:
+            continue
+        if record.status is RecordStatus.in_progress:
+            found.append(Stalled(record))
+        elif (scope := open_later_pass(claims, record.run_id)) is not None:
+            found.append(Stalled(record, scope))
+    return found
 
 
-def plan_redrive(claims: IdempotencyStore, record: CompletionRecord, preserve_root: str | None) -> Redrive:
+def open_later_pass(claims: IdempotencyStore, run_id: str) -> str | None:
+    """The scope of the run's latest later pass when it is unfinished (classified standard, no selection yet,
+    or not classified at all), else None."""
+    passes = claims.results(run_id, K_PASS)
+    if not passes:
+        return None
+    latest = max(passes.items(), key=lambda kv: int(kv[1].get("n", 0)))[0]
+    scope = f"{latest.removeprefix(K_PASS)}/"
+    classified = claims.result(run_id, f"{scope}{K_CLASSIFY}")
+    if classified is not None and classified.get("kind") != "standard":
+        return None  # routed or left to a person at classification: nothing more runs in this pass
+    if claims.result(run_id, f"{scope}{K_SELECT}") is not None:
+        return None
+    return scope
+
+
+def plan_redrive(
+    claims: IdempotencyStore, record: CompletionRecord, preserve_root: str | None, scope: str = ""
+) -> Redrive:
     """Rebuild the messages of the stages that did not finish, from what the stages stored; list the rest."""
     run_id = record.run_id
-    done = claims.results(run_id, "")
+    # A later pass's keys carry its scope; without it, the first pass's keys (other passes' never match them).
+    done = {k.removeprefix(scope): v for k, v in claims.results(run_id, scope).items()}
     capture_plan = done.get(K_CAPTURE_PLAN)
     preserve = (capture_plan or {}).get("preserve_root") or preserve_root
     if preserve is None:
         return Redrive(run_id, [], ["a preserve root (none configured and no capture plan stored)"])
     source, _, state = (record.controller_state or "").partition(":")
-    run_msg = {"run_id": run_id, "run_uri": record.run_uri, "preserve_root": preserve}
+    run_msg: dict[str, Any] = {"run_id": run_id, "run_uri": record.run_uri, "preserve_root": preserve}
+    if scope:
+        run_msg["scope"] = scope
     if state and K_TERMINAL not in done:  # classify's "<source>:<state>" is still there until the terminal step
         run_msg |= {"event_source": source, "event_state": state}
-    if K_CLASSIFY not in done:
+    if K_CLASSIFY not in done:  # on-job-event finds the same end marks again and classifies under this scope
         return Redrive(run_id, [("job-events", _event_payload(record))], [])
     missing: list[str] = []
     plan = done.get(K_TERMINAL_PLAN)
@@ -305,7 +381,7 @@ def plan_redrive(claims: IdempotencyStore, record: CompletionRecord, preserve_ro
     targets = (done.get(K_TARGETS) or {}).get("targets", [])
     pending = [t for t in targets if f"validate:{t}" not in done]
     if pending:
-        base = {"run_id": run_id, "run_uri": record.run_uri, "preserve_root": preserve}
+        base = {k: v for k, v in run_msg.items() if k in ("run_id", "run_uri", "preserve_root", "scope")}
         return Redrive(run_id, [("candidate-validation", {**base, "target": t}) for t in pending], [])
     if K_SELECT not in done:
         return Redrive(run_id, [("run-selection", run_msg)], [])

@@ -16,11 +16,10 @@ jobs.json: {"token": "...", "jobs": [JobStatus JSON...], "env": {job_id: {VAR: v
 
 from __future__ import annotations
 
-import argparse
 import json
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
+
+from rlcleanup.stack.standins.http import JsonHandler, serve
 
 SERVICE = "/iris.cluster.ControllerService/"
 
@@ -45,9 +44,7 @@ def list_jobs(jobs: list[dict[str, Any]], query: dict[str, Any]) -> dict[str, An
     return {"jobs": page, "totalCount": len(rows), "hasMore": offset + len(page) < len(rows)}
 
 
-class _Handler(BaseHTTPRequestHandler):
-    jobs_file: Path
-
+class _Handler(JsonHandler):
     def do_POST(self) -> None:
         state = json.loads(self.jobs_file.read_text())
         token = state.get("token")
@@ -77,26 +74,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # readiness probe
         self._reply(200, {"standin": "iris-controller"})
 
-    def _reply(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="Iris controller stand-in (Connect JSON)")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--jobs", type=Path, required=True)
-    args = ap.parse_args(argv)
-    handler = type("Handler", (_Handler,), {"jobs_file": args.jobs})
-    ThreadingHTTPServer((args.host, args.port), handler).serve_forever()
+    serve(_Handler, "Iris controller stand-in (Connect JSON)", argv)
 
 
 if __name__ == "__main__":

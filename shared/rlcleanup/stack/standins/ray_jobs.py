@@ -1,10 +1,12 @@
 """STAND-IN for a Ray job server (the dashboard's Jobs REST API; Ray's own server needs a Ray cluster): the
 read routes the sweep's poller uses.
 
-Shapes are those of the Ray Jobs REST API as documented for Ray 2.x (docs.ray.io "Ray Jobs REST API" and its
-OpenAPI specification page; `ray.job_submission.JobDetails` fields type, job_id, submission_id, driver_info,
-status, entrypoint, message, error_type, start_time, end_time (Unix ms), metadata, runtime_env,
-driver_agent_http_address, driver_node_id, driver_exit_code): `GET /api/jobs/` → a JSON list of JobDetails,
+Shapes are those of ray-project/ray `python/ray/dashboard/modules/job/pydantic_models.py` @007c8cd
+(`JobDetails`: type, job_id, submission_id, driver_info{id, node_ip_address, pid}, status (`JobStatus` of
+`common.py`: PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED), entrypoint, message, error_type, start_time, end_time
+(Unix ms), metadata, runtime_env, driver_agent_http_address, driver_node_id, driver_exit_code; that revision
+also has retry_policy and attempt_number, which the poller does not read), as the Ray Jobs REST API documents
+them for Ray 2.x (docs.ray.io "Ray Jobs REST API"): `GET /api/jobs/` → a JSON list of JobDetails,
 `GET /api/jobs/<id>` → one (by submission id or job id; 404 otherwise), `GET /api/version` → {version,
 ray_version, ray_commit}. It is not Ray: no submission, no logs, no drivers.
 
@@ -13,18 +15,15 @@ ray_version, ray_commit}. It is not Ray: no submission, no logs, no drivers.
 
 from __future__ import annotations
 
-import argparse
 import json
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
+
+from rlcleanup.stack.standins.http import JsonHandler, serve
 
 VERSION = {"version": "2", "ray_version": "2.x (stand-in)", "ray_commit": "standin"}
 
 
-class _Handler(BaseHTTPRequestHandler):
-    jobs_file: Path
-
+class _Handler(JsonHandler):
     def do_GET(self) -> None:
         jobs: list[dict[str, Any]] = json.loads(self.jobs_file.read_text())
         if self.path == "/api/version":
@@ -39,26 +38,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(404, {"detail": f"Job {wanted} does not exist."})
         return self._reply(404, {"detail": "Not Found"})
 
-    def _reply(self, status: int, payload: Any) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="Ray job server stand-in (Jobs REST API, read routes)")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--jobs", type=Path, required=True)
-    args = ap.parse_args(argv)
-    handler = type("Handler", (_Handler,), {"jobs_file": args.jobs})
-    ThreadingHTTPServer((args.host, args.port), handler).serve_forever()
+    serve(_Handler, "Ray job server stand-in (Jobs REST API, read routes)", argv)
 
 
 if __name__ == "__main__":
