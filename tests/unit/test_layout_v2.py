@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_terminal import Att, build, mirror  # the v1 run builder, reused
+from test_terminal import Att, build, mirror, tb, verdict  # the v1 run builder, reused
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.formats.hydra_overrides import compose_overrides
@@ -24,12 +24,13 @@ from rlcleanup.formats.protocol import (
 from rlcleanup.models.vocab import ClassificationKind, TerminalState
 from rlcleanup.parsing.logs import scan_attempt, scan_lines
 from rlcleanup.parsing.metrics import clean_line
-from rlcleanup.parsing.teardown import TEARDOWN
+from rlcleanup.parsing.teardown import TEARDOWN, teardown_for
 from rlcleanup.steps.classify import classify
-from rlcleanup.steps.layout import discover
+from rlcleanup.steps.layout import discover, parse_executor_status
 from rlcleanup.steps.marin import StepRole, temp_root_for
-from rlcleanup.steps.precedence import Inputs, Source, decide
-from rlcleanup.steps.terminal import establish_terminal_state, step_budget
+from rlcleanup.steps.precedence import Inputs, Source, decide, failure_says_killed
+from rlcleanup.steps.settle import settle_terminal_state
+from rlcleanup.steps.terminal import establish_terminal_state, normalize_state, step_budget
 
 # -- Hydra overrides ------------------------------------------------------------------------------------------
 
@@ -492,3 +493,263 @@ def test_running_with_a_fresh_lock_has_not_ended(tmp_path: Path) -> None:
     assert any("fresh .executor_status.lock" in r for r in fresh.reasoning)
     stale = establish_terminal_state(layout, scans, budget, now=now + timedelta(minutes=5))
     assert any("RUNNING without a fresh .executor_status.lock" in r for r in stale.reasoning)
+
+
+# -- §6 rule (2) across every attempt of every step -------------------------------------------------------------
+
+
+def _reason(v: Any, start: str) -> str:
+    return next(r for r in v.reasoning if r.startswith(start))
+
+
+def test_a_kill_in_an_earlier_attempt_is_cancelled_though_the_last_attempt_failed(tmp_path: Path) -> None:
+    killed = Att(
+        "a00000000001",
+        "2025-03-01T00:00:00Z",
+        finelog=[mirror(1), "*** SIGTERM received at time=1740787200 on cpu 3 ***"],
+        response={"state": "failed", "iris_job_state": "failed", "failure": "Iris job reached JOB_STATE_KILLED"},
+    )
+    retried = Att(
+        "a00000000002",
+        "2025-03-02T00:00:00Z",
+        finelog=[mirror(2), *tb("RuntimeError: resume_path does not exist")],
+        response={"state": "failed", "iris_job_state": "JOB_STATE_FAILED"},
+    )
+    run = build(tmp_path, [killed, retried], trainer={"max_steps": 9}, marker=1, executor_status="FAILED")
+    v = verdict(run)
+    assert (v.terminal_state, v.decided_by) == (TerminalState.cancelled, "(2)")
+    sources = _reason(v, "Sources read: ")
+    # Every source is listed: the step's status and both attempts' state, iris_job_state and failure string.
+    for expected in (
+        ".executor_status: FAILED -> failed",
+        "attempt a00000000001 response.state: failed -> failed (superseded by a later attempt)",
+        "attempt a00000000001 response.failure: Iris job reached JOB_STATE_KILLED -> cancelled (KILLED) (superseded",
+        "attempt a00000000002 response.iris_job_state: JOB_STATE_FAILED -> failed",
+    ):
+        assert expected in sources
+    decided = v.reasoning[-1] if v.reasoning[-1].startswith("Rule") else _reason(v, "Rule (2)")
+    assert "attempt a00000000001 response.failure" in decided and "read as the kill's echo" in decided
+    # The error of the retried attempt is still the cause a reader needs.
+    assert v.first_failure_cause is not None and v.first_failure_cause.error_type == "RuntimeError"
+
+
+def test_a_retried_failure_is_not_the_runs_failure(tmp_path: Path) -> None:
+    first = Att("a00000000001", "2025-03-01T00:00:00Z", finelog=[mirror(1)], response={"state": "failed"})
+    second = Att(
+        "a00000000002", "2025-03-02T00:00:00Z", finelog=[mirror(2), mirror(3)], response={"state": "submitted"}
+    )
+    v = verdict(build(tmp_path, [first, second], trainer={"max_steps": 9}, marker=3, executor_status="RUNNING"))
+    # Only a superseded attempt failed; the step still reads RUNNING with no lock: rule (6), not rule (4).
+    assert (v.terminal_state, v.decided_by) == (TerminalState.indeterminate, "(6)")
+    assert "superseded by a later attempt" in _reason(v, "Sources read: ")
+
+
+def _three_step(tmp_path: Path, *, export_state: str, export_failure: str | None, training_killed: bool) -> Path:
+    bucket = tmp_path / "b"
+    train, export = bucket / "math-training" / "v1", bucket / "math" / "v1"
+    (train / "attempts").mkdir(parents=True)
+    (train / "resolved-skyrl.json").write_text(json.dumps({"entrypoint": "x", "hydra_args": ["trainer.max_steps=30"]}))
+    (train / ".executor_status").write_text("SUCCESS\n")
+    (train / "terminal.json").write_text(json.dumps({"schema_version": 2, "response": {"state": "succeeded"}}))
+    attempts = [("aaaaaaaaaaa1", "2025-03-01T00:00:00Z", "failed", "JOB_STATE_KILLED" if training_killed else "FAILED")]
+    attempts.append(("aaaaaaaaaaa2", "2025-03-02T00:00:00Z", "succeeded", "JOB_STATE_SUCCEEDED"))
+    for aid, started, state, iris in attempts:
+        record = {"execution": {"started_at": started}, "response": {"state": state, "iris_job_state": iris}}
+        (train / "attempts" / f"{aid}.json").write_text(json.dumps(record))
+    (export / "attempts").mkdir(parents=True)
+    (export / ".executor_status").write_text("FAILED\n" if export_state == "failed" else "SUCCESS\n")
+    response: dict[str, Any] = {"state": export_state, "failure": export_failure}
+    request = {"training_manifest_uri": str(train / "terminal.json")}
+    (export / "attempts" / "eeeeeeeeeee1.json").write_text(json.dumps({"request": request, "response": response}))
+    return export
+
+
+def test_a_kill_in_the_training_step_cancels_the_chain_whose_export_failed(tmp_path: Path) -> None:
+    export = _three_step(tmp_path, export_state="failed", export_failure="checkpoint missing", training_killed=True)
+    layout = discover(LocalStorage(checksums=False), str(export))
+    v = establish_terminal_state(layout, [], 30)
+    assert (v.terminal_state, v.decided_by) == (TerminalState.cancelled, "(2)")
+    sources = _reason(v, "Sources read: ")
+    assert "math-training attempt aaaaaaaaaaa1 response.iris_job_state: JOB_STATE_KILLED -> cancelled (KILLED)" in (
+        sources
+    )
+    assert "math attempt eeeeeeeeeee1 response.state: failed -> failed" in sources
+
+
+def test_pre_cancel_before_the_export_steps_failure_is_cancelled(tmp_path: Path) -> None:
+    # The training step succeeded; a pre-cancel came, then the export step failed: the chain's last word is not a
+    # success, so rule (2) decides, though an earlier step reads SUCCESS.
+    export = _three_step(
+        tmp_path, export_state="failed", export_failure="Checkpoint global_step_30 is missing", training_killed=False
+    )
+    layout = discover(LocalStorage(checksums=False), str(export))
+    failed = establish_terminal_state(layout, [], 30)
+    assert (failed.terminal_state, failed.decided_by) == (TerminalState.failed, "(4)")
+    v = establish_terminal_state(layout, [], 30, pre_cancel=True)
+    assert (v.terminal_state, v.decided_by) == (TerminalState.cancelled, "(2)")
+    assert "a pre-cancel request, then no success from the chain's last step" in v.reasoning[-1]
+    assert v.reasoning[-1].endswith(
+        "math .executor_status: FAILED -> failed, math attempt eeeeeeeeeee1 response.state: failed -> failed is read "
+        "as the cancel's echo."
+    )
+
+
+def test_pre_cancel_then_a_success_is_not_cancelled() -> None:
+    superseded_fail = Source("attempt a1 response.state", "failed", "failed", superseded=True)
+    final_ok = Source("attempt a2 response.state", "succeeded", "succeeded")
+    earlier_step_ok = Source("x-training .executor_status", "SUCCESS", "succeeded", final=False)
+    final_fail = Source("x .executor_status", "FAILED", "failed")
+    ok = decide(_inputs(sources=[superseded_fail, final_ok], pre_cancel=True, budget=None))
+    assert ok.rule != "(2)"
+    assert decide(_inputs(sources=[earlier_step_ok, final_fail], pre_cancel=True)).rule == "(2)"
+    # KILLED counts even in a superseded attempt; a superseded failure alone never decides rule (4).
+    gone = Source("attempt a1 response.iris_job_state", "6", "cancelled", killed=True, superseded=True)
+    assert decide(_inputs(sources=[gone, final_ok])).rule == "(2)"
+    assert decide(_inputs(sources=[superseded_fail])).rule == "(6)"
+
+
+@pytest.mark.parametrize(
+    ("failure", "killed"),
+    [
+        ("Iris job reached killed", True),  # v1: the lowercase name (MarinSkyRL tests/test_artifact_protocol.py)
+        ("Iris job reached 6", True),  # v2: JobState .value
+        ("Iris job reached JOB_STATE_KILLED", True),
+        ("Iris job reached worker_failed", False),
+        ("Iris job reached submitted", False),
+        ("task 3 TASK_STATE_KILLED by the scheduler", True),
+        ("Worker killed by the OOM killer (exit 137)", False),  # prose: a failure, not a kill
+    ],
+)
+def test_failure_strings_that_say_killed(failure: str, killed: bool) -> None:
+    assert failure_says_killed(failure) is killed
+
+
+# -- Layout C: which <JobName> is the training job ---------------------------------------------------------------
+
+
+def _slurm_run(tmp_path: Path, names: list[str], config: str = "trainer:\n  max_steps: 4\n") -> Path:
+    run = tmp_path / "RUN"
+    (run / "logs").mkdir(parents=True)
+    (run / "resolved_config.yaml").write_text(config)
+    (run / "latest_ckpt_global_step.txt").write_text("4")
+    for name in names:
+        (run / "logs" / name).write_text("x\n")
+    return run
+
+
+def test_layout_c_config_job_name_wins_over_the_most_frequent(tmp_path: Path) -> None:
+    names = ["evalrun_7.out", "evalrun_8.out", "grpo_5.out"]
+    run = _slurm_run(tmp_path, names, "slurm:\n  job_name: grpo\ntrainer:\n  max_steps: 4\n")
+    layout = discover(LocalStorage(checksums=False), str(run))
+    assert [a.attempt_id for a in layout.attempts] == ["5"]
+    assert "the training job is 'grpo' (config slurm.job_name)" in layout.problems[0]
+
+
+def test_layout_c_job_name_tie_takes_the_lowest_first_job_id_and_warns(tmp_path: Path) -> None:
+    # One training link, then an eval job against its checkpoint: 1 .out each. Alphabetical order would pick the eval.
+    run = _slurm_run(tmp_path, ["skyrl_math_300.out", "aeval_math_301.out"])
+    storage = LocalStorage(checksums=False)
+    layout = discover(storage, str(run))
+    assert [a.attempt_id for a in layout.attempts] == ["300"]
+    assert layout.problems[0] == (
+        "slurm job-name tie: a tie of 1 .out file(s) each between 'skyrl_math' (first job id 300), 'aeval_math' "
+        "(first job id 301): the lowest first job id wins (the training job is submitted before its eval/export jobs)"
+    )
+    # The warning reaches the record (chain.warnings), beside the evidence-only note.
+    fields, _ = settle_terminal_state(storage, layout, [], str(tmp_path / "dest"))
+    assert fields["chain"]["warnings"][0].startswith("slurm job-name tie: ")
+    assert "aeval_math_301.out" in fields["chain"]["warnings"][1]
+
+
+def test_layout_c_interleaved_tie_and_a_config_name_with_no_out_file(tmp_path: Path) -> None:
+    names = ["train_10.out", "eval_11.out", "train_12.out", "eval_13.out"]
+    run = _slurm_run(tmp_path, names, "job_name: grpo-old\ntrainer:\n  max_steps: 4\n")
+    layout = discover(LocalStorage(checksums=False), str(run))
+    assert [a.attempt_id for a in layout.attempts] == ["10", "12"]
+    assert layout.problems[0].startswith(
+        "config job_name='grpo-old' names no .out file in logs/; slurm job-name tie: a tie of 2 .out file(s) each "
+        "between 'train' (first job id 10), 'eval' (first job id 11)"
+    )
+    # No tie, a stale config name: the most frequent wins, and the record says why the config's name was not used.
+    run2 = _slurm_run(tmp_path / "b", ["train_10.out", "train_12.out", "eval_11.out"], "job_name: gone\n")
+    layout2 = discover(LocalStorage(checksums=False), str(run2))
+    assert [a.attempt_id for a in layout2.attempts] == ["10", "12"]
+    assert layout2.problems[0] == (
+        "config job_name='gone' names no .out file in logs/; the training job was taken as 'train', the most "
+        "frequent <JobName> (2 of 3 .out files)"
+    )
+
+
+def test_upstream_teardown_wordings_beyond_the_addendum() -> None:
+    # pytorch ProcessGroupNCCL.cpp heartbeat monitor; torch elastic's ChildFailedError summary; vLLM's newer
+    # multiproc_executor.py wording ("... terminating worker queues"). Each is a consequence, never the cause.
+    lines = [
+        "[rank0]:[E1130 10:00:00.000000 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) Rank 0] Heartbeat "
+        "monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=2",
+        "(Worker_TP0 pid=7) ERROR 11-30 10:00:01 [multiproc_executor.py:793] Parent process exited, terminating "
+        "worker queues",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    ]
+    errors = scan_lines(lines, "u").errors
+    assert [(e.noise, e.causal) for e in errors] == [("nccl_watchdog", False), ("elastic_child_failed", False)]
+    # vLLM logs it at INFO (no error line of its own); inside an error message it is still teardown.
+    wording = teardown_for(lines[1], error_seen=False)
+    assert wording is not None and wording.name == "vllm_parent_exited"
+    # torchrun's own traceback after the worker's: the worker's error stays the cause.
+    torchrun = [
+        *tb("torch.OutOfMemoryError: CUDA out of memory.", prefix="[rank1]: "),
+        "E1130 10:00:05.000000 123 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1)",
+        "Traceback (most recent call last):",
+        '  File "/usr/bin/torchrun", line 8, in <module>',
+        "    sys.exit(main())",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "============================================================",
+        "train.py FAILED",
+        "Root Cause (first observed failure):",
+    ]
+    real = scan_lines(torchrun, "u").errors
+    assert len(real) > 1 and (real[0].error_type, real[0].causal) == ("torch.OutOfMemoryError", True)
+    assert [e.noise for e in real[1:]] == ["elastic_child_failed"] * (len(real) - 1)
+
+
+# -- §4 .executor_status tokens and §6 Iris spellings -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "token", "verdict"),
+    [
+        ("RUNNING\n", "RUNNING", "running"),
+        ("SUCCESS\n", "SUCCESS", "succeeded"),
+        ("FAILED\n", "FAILED", "failed"),
+        ("DEP_FAILED\n", "DEP_FAILED", "failed"),
+        # legacy JSON lines: the last one wins
+        ('{"status": "WAITING"}\n', "WAITING", "pending"),
+        ('{"status": "WAITING"}\n{"status": "RUNNING"}\n{"status": "UNKNOWN"}\n', "UNKNOWN", "unknown"),
+        ('{"status": "RUNNING"}\n{"status": "CANCELLED"}\n', "CANCELLED", "cancelled"),
+        ('{"status": "RUNNING"}\nnot json\n{"status": "SUCCESS"}\n', "SUCCESS", "succeeded"),
+    ],
+)
+def test_every_executor_status_token(body: str, token: str, verdict: str) -> None:
+    assert parse_executor_status(body) == token
+    assert normalize_state(token, "marin")[0] == verdict
+
+
+@pytest.mark.parametrize("spelling", [6, "6", "KILLED", "killed", "JOB_STATE_KILLED", "TASK_STATE_KILLED", "Killed"])
+def test_every_iris_spelling_of_killed_cancels_through_an_attempt_record(tmp_path: Path, spelling: Any) -> None:
+    att = Att(
+        "a00000000001",
+        "2025-03-01T00:00:00Z",
+        finelog=[mirror(1)],
+        response={"state": "failed", "iris_job_state": spelling},
+    )
+    v = verdict(build(tmp_path, [att], trainer={"max_steps": 9}, marker=1, executor_status="FAILED"))
+    assert (v.terminal_state, v.decided_by) == (TerminalState.cancelled, "(2)")
+
+
+def test_a_legacy_cancelled_status_line_is_a_stop(tmp_path: Path) -> None:
+    att = Att("a00000000001", "2025-03-01T00:00:00Z", finelog=[mirror(1)])
+    run = build(tmp_path, [att], trainer={"max_steps": 9}, marker=1)
+    (run / ".executor_status").write_text('{"status": "RUNNING"}\n{"status": "CANCELLED"}\n')
+    v = verdict(run)
+    assert (v.terminal_state, v.decided_by) == (TerminalState.cancelled, "(2)")
+    assert ".executor_status: CANCELLED -> cancelled" in _reason(v, "Sources read: ")

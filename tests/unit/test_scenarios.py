@@ -14,7 +14,7 @@ import pytest
 
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState
-from rlcleanup.runtime import handlers
+from rlcleanup.runtime import evidence
 from rlcleanup.runtime.embedded import run_embedded
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
 
@@ -56,7 +56,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CompletionRec
     with pytest.MonkeyPatch.context() as mp:
         # The human-readable report (tests/unit/test_report.py) renders a chart per run: ~80% of a run's time,
         # and no field of the record depends on it.
-        mp.setattr(handlers, "publish_report", lambda *args: None)
+        mp.setattr(evidence, "publish_report", lambda *args, **kwargs: None)
         for name in SCENARIOS:
             root = write_sample_run(base / name, name)
             record = run_embedded(str(root), db_path=base / "records.db", preserve_root=str(base / "preserved"))

@@ -13,7 +13,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -133,6 +133,25 @@ def _read_json(storage: Storage, uri: str) -> tuple[dict[str, Any] | None, str |
     return (value, None) if isinstance(value, dict) else (None, "not a JSON object")
 
 
+_Receipt = TypeVar("_Receipt", bound=BaseModel)
+
+
+def _parse_receipt(
+    storage: Storage, uri: str, model: type[_Receipt], names: tuple[str, str], out: ReceiptCheck
+) -> _Receipt | None:
+    """The receipt parsed, or None with why on `out` (names: as said when absent, as said when it does not parse)."""
+    raw, why = _read_json(storage, uri)
+    if raw is None:
+        out.reasons.append(f"{names[0]} {why}")
+        return None
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        out.reasons.append(f"{names[1]} does not parse: {'.'.join(map(str, first['loc']))}: {first['msg']}")
+        return None
+
+
 def recorded_completion(resolved_config: dict[str, Any]) -> dict[str, Any]:
     """`trainer.completion.*` from the resolved config's hydra_args, parsed with Hydra (training_result.py)."""
     args = resolved_config.get("hydra_args")
@@ -160,15 +179,8 @@ def check_training_receipt(
     mode adds path `<checkpoint_root>/global_step_<N>`, files incl. trainer_state.pt, data.pt, `policy/*`, sizes > 0
     and exact, sha256(trainer_state.pt) matches, marker == N."""
     out = ReceiptCheck(uri=receipt_uri, valid=False)
-    raw, why = _read_json(storage, receipt_uri)
-    if raw is None:
-        out.reasons.append(f"training receipt {why}")
-        return out
-    try:
-        receipt = TrainingReceipt.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        out.reasons.append(f"receipt does not parse: {'.'.join(map(str, first['loc']))}: {first['msg']}")
+    receipt = _parse_receipt(storage, receipt_uri, TrainingReceipt, ("training receipt", "receipt"), out)
+    if receipt is None:
         return out
     out.global_step, out.completion_mode = receipt.global_step, receipt.completion_mode
     out.fingerprint = receipt.request_fingerprint
@@ -278,15 +290,8 @@ def check_export_receipt(
     """§2: valid iff request_fingerprint, export_path and global_step match, and config.json, a tokenizer file, and
     model.safetensors or every indexed shard exist > 0 B (export_completion.verify_export_receipt)."""
     out = ReceiptCheck(uri=receipt_uri, valid=False)
-    raw, why = _read_json(storage, receipt_uri)
-    if raw is None:
-        out.reasons.append(f"export receipt {why}")
-        return out
-    try:
-        receipt = ExportReceipt.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        out.reasons.append(f"export receipt does not parse: {'.'.join(map(str, first['loc']))}: {first['msg']}")
+    receipt = _parse_receipt(storage, receipt_uri, ExportReceipt, ("export receipt", "export receipt"), out)
+    if receipt is None:
         return out
     out.global_step = receipt.global_step
     if receipt.schema_version != 1:

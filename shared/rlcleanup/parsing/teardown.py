@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 TORCH_NCCL = "pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp"
 TORCH_ELASTIC = "pytorch torch/distributed/elastic/multiprocessing/api.py"
+TORCH_ELASTIC_ERRORS = "pytorch torch/distributed/elastic/multiprocessing/errors/__init__.py"
 RAY_EXCEPTIONS = "ray python/ray/exceptions.py"
 RAY_RAYLET = "ray src/ray/raylet/node_manager.cc"
 RAY_CORE = "ray src/ray/core_worker/core_worker.cc"
@@ -51,7 +52,8 @@ TEARDOWN: tuple[TeardownWording, ...] = (
         r"(?i)watchdog caught collective operation timeout|ProcessGroupNCCL.*time ?out|WorkNCCL.*timed? ?out"
         r"|NCCL communicator was aborted|watchdog got stuck for|Process group watchdog thread terminated with exception"
         r"|NCCL watchdog thread terminated with exception|Some NCCL operations have failed or timed out"
-        r"|we are taking the entire process down|ProcessGroupNCCL's watchdog got stuck",
+        r"|we are taking the entire process down|ProcessGroupNCCL's watchdog got stuck"
+        r"|Heartbeat monitor timed out! Process will be terminated",
         "NCCL watchdog timeout or communicator abort: a peer rank had already died",
         TORCH_NCCL,
     ),
@@ -67,6 +69,14 @@ TEARDOWN: tuple[TeardownWording, ...] = (
         r"|SignalException: Process \d+ got signal",
         "torchelastic forwarding a stop signal to its workers",
         TORCH_ELASTIC,
+    ),
+    _w(
+        "elastic_child_failed",
+        # torchrun's summary ("Root Cause (first observed failure): ... traceback : ...") of a worker that failed:
+        # the worker's own traceback, earlier or in its error file, is the cause.
+        r"ChildFailedError|Root Cause \(first observed failure\)",
+        "torchrun reporting that a worker process failed: the worker's own error is the cause",
+        TORCH_ELASTIC_ERRORS,
     ),
     # --- Ray
     _w(

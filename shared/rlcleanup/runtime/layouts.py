@@ -8,23 +8,26 @@ listings). A run classified before snapshots existed is discovered again, as it 
 
 from __future__ import annotations
 
+from rlcleanup.runtime import attempt_scope
+from rlcleanup.runtime.attempt_scope import pass_id, scoped
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps.layout import RunLayout, discover
 from rlcleanup.steps.layout_snapshot import load_layout, save_layout
 
-CLASSIFY_KEY = "classify"  # the claim whose result names the snapshot
+CLASSIFY_KEY = attempt_scope.CLASSIFY_KEY  # the claim whose result names the snapshot
 
 
-def snapshot_layout(p: Ports, run_id: str, preserve_root: str, layout: RunLayout) -> dict[str, str]:
+def snapshot_layout(p: Ports, run_id: str, preserve_root: str, layout: RunLayout, scope: str = "") -> dict[str, str]:
     """Store the layout; returns the fields classification keeps in its claim result."""
-    dest_root = capture_step.preserved_root(preserve_root, run_id)
+    dest_root = capture_step.preserved_root(preserve_root, run_id, pass_id(scope))
     return {"layout_uri": save_layout(p.storage, dest_root, layout), "dest_root": dest_root}
 
 
-def run_layout(p: Ports, run_id: str, run_uri: str) -> RunLayout:
-    """The layout classification stored for this run (or a fresh discovery for a run classified without one)."""
-    stored = p.claims.result(run_id, CLASSIFY_KEY) or {}
+def run_layout(p: Ports, run_id: str, run_uri: str, scope: str = "") -> RunLayout:
+    """The layout classification stored for this pass of the run (or a fresh discovery for a run classified
+    without one)."""
+    stored = p.claims.result(run_id, scoped(scope, CLASSIFY_KEY)) or {}
     uri, dest_root = stored.get("layout_uri"), stored.get("dest_root")
     if not isinstance(uri, str) or not isinstance(dest_root, str):
         return discover(p.storage, run_uri)

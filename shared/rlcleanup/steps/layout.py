@@ -428,7 +428,7 @@ def _discover_c(
         if not match or "_rayw" in name or "_rayhead" in name:
             continue
         slurm_logs.append((match.group("job"), match.group("jobid"), obj))
-    job_name, how = _training_job_name(skyrl, config, [job for job, _, _ in slurm_logs])
+    job_name, how, warning = _training_job_name(skyrl, config, [(job, jobid) for job, jobid, _ in slurm_logs])
     attempts: list[AttemptFiles] = []
     evidence_only: list[str] = []
     for job, jobid, obj in slurm_logs:
@@ -436,7 +436,7 @@ def _discover_c(
             evidence_only.append(basename(obj.uri))  # eval/export jobs: captured with logs/, never a chain link
             continue
         attempts.append(AttemptFiles(attempt_id=jobid, log_uris=[obj.uri], log_objects=[obj]))
-    problems = []
+    problems = [warning] if warning else []
     if evidence_only:
         problems.append(
             f"{len(evidence_only)} .out file(s) of other jobs ({', '.join(sorted(evidence_only)[:5])}) kept as "
@@ -469,22 +469,36 @@ def _discover_c(
 _JOB_NAME_KEYS = ("slurm.job_name", "job_name", "run.job_name", "launch.job_name")
 
 
-def _training_job_name(skyrl: dict[str, Any], config: dict[str, Any], jobs: list[str]) -> tuple[str | None, str]:
-    """The Slurm `<JobName>` of the training job (issue 14 item 7): from the config, else the most frequent one among
-    the `.out` files (a chain of N links has N files of one name; an eval or export job adds one of its own)."""
-    for source in (config, skyrl):
-        for key in _JOB_NAME_KEYS:
-            value = get(source, key)
-            if isinstance(value, str) and value in jobs:
-                return value, f"config {key}"
+def _training_job_name(
+    skyrl: dict[str, Any], config: dict[str, Any], logs: list[tuple[str, str]]
+) -> tuple[str | None, str, str | None]:
+    """(the Slurm `<JobName>` of the training job, how it was decided, a warning for the record or None) from the
+    (job name, job id) of each `.out` file (issue 14 item 7).
+
+    1. The config's job name wins when some `.out` file carries it.
+    2. Else the most frequent name: a chain of N links leaves N files of one name; an eval or export job adds its own.
+    3. A tie (a 1-link run beside one eval job, two links beside two evals): the tied name whose first `.out` has the
+       lowest Slurm job id. The training job is submitted first; eval and export jobs are submitted against the
+       checkpoints it saves, so they come later. Ids are unique, so this always decides; the record warns.
+    """
+    jobs = [job for job, _ in logs]
+    configured = [(key, v) for src in (config, skyrl) for key in _JOB_NAME_KEYS if isinstance(v := get(src, key), str)]
+    for key, value in configured:
+        if value in jobs:
+            return value, f"config {key}", None
+    note = f"config {configured[0][0]}={configured[0][1]!r} names no .out file in logs/; " if configured else ""
     if not jobs:
-        return None, "no .out files"
+        return None, "no .out files", None
     counts: dict[str, int] = {}
-    for job in jobs:
+    first_id: dict[str, int] = {}
+    for job, jobid in logs:
         counts[job] = counts.get(job, 0) + 1
+        first_id[job] = min(first_id.get(job, int(jobid)), int(jobid))
     best = max(counts.values())
-    tied = sorted(j for j, n in counts.items() if n == best)
-    if len(tied) > 1:
-        # No majority: a 1-link run beside one eval job. Keep every file as a link rather than drop the trainer's.
-        return None, f"no most frequent job name among {', '.join(tied)}"
-    return tied[0], f"the most frequent <JobName> ({best} of {len(jobs)} .out files)"
+    tied = sorted((j for j, n in counts.items() if n == best), key=lambda j: first_id[j])
+    how = f"the most frequent <JobName> ({best} of {len(jobs)} .out files)"
+    if len(tied) == 1:
+        return tied[0], how, (note + f"the training job was taken as {tied[0]!r}, {how}") if note else None
+    listed = ", ".join(f"{j!r} (first job id {first_id[j]})" for j in tied)
+    how = f"a tie of {best} .out file(s) each between {listed}: the lowest first job id wins"
+    return tied[0], how, f"{note}slurm job-name tie: {how} (the training job is submitted before its eval/export jobs)"

@@ -2,7 +2,8 @@
 
 (oc) first match:
   (1) the budget reached in valid artifacts -> completed
-  (2) KILLED anywhere, CANCELLED/STOPPED, or a pre-cancel then a non-success -> cancelled, even if Marin says FAILED
+  (2) KILLED anywhere (any attempt of any step, the event, a failure string saying so), CANCELLED/STOPPED, or a
+      pre-cancel then a non-success (the chain's final word is not a success) -> cancelled, even if Marin says FAILED
   (3) terminal.json + a valid receipt/export -> completed, unless the budget is known, not reached, and no early stop
       (`Training stopped early by callback`) is logged: then indeterminate, reason `success_below_budget`
   (4) FAILED / WORKER_FAILED / UNSCHEDULABLE, or a failed attempt -> failed
@@ -12,6 +13,10 @@ Where none of them speaks (a controller that claims success without a terminal r
 decide and the reasoning says so ("(v1)").
 
 Every source read is listed in the reasoning, then the rule that decided.
+
+Sources carry two flags the rules need: `superseded` (a reading of an attempt a later attempt of the same step
+followed: it still counts for "KILLED anywhere", but a retried failure is not the run's failure) and `final` (the
+reading belongs to the chain's last step, or is the event: what "then a non-success" is judged on).
 """
 
 from __future__ import annotations
@@ -20,9 +25,15 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from rlcleanup.models.controller_states import IRIS
 from rlcleanup.models.vocab import TerminalState
 
-KILL_WORDS = re.compile(r"(?i)\bJOB_STATE_KILLED\b|\breached\b[^.]*\bkilled\b|\bstate[=: ]+killed\b|\bKILLED\b")
+# MarinSkyRL's launcher words a non-zero Iris outcome `f"Iris job reached {outcome.job_state}"` (cloud/iris/launch.py,
+# artifact_protocol.py, export_job.py): the state is the lowercase name in v1 (`killed`) and `.value` in v2, so the
+# token goes through the Iris state table like any other spelling. A bare "killed" elsewhere in prose is not a kill
+# (`Worker killed by the OOM killer` is a failure).
+IRIS_REACHED = re.compile(r"\bIris job reached (?P<state>[A-Za-z_.]+|\d+)\b")
+ENUM_KILLED = re.compile(r"\b(?:JOB|TASK)_STATE_KILLED\b")
 FAILED_STATES = ("failed",)  # normalized: FAILED, WORKER_FAILED, UNSCHEDULABLE, DEP_FAILED, SkyPilot FAILED_*
 
 
@@ -34,9 +45,12 @@ class Source:
     raw: str
     state: str  # a models.controller_states.Verdict: succeeded | failed | cancelled | running | pending | unknown
     killed: bool = False  # the Iris job was KILLED (spelled so, or said so in a failure string)
+    superseded: bool = False  # an earlier attempt of its step: a later attempt followed it
+    final: bool = True  # from the chain's last step (or the event): the chain's final word
 
     def describe(self) -> str:
-        return f"{self.where}: {self.raw} -> {self.state}{' (KILLED)' if self.killed else ''}"
+        flags = [f for f, on in (("KILLED", self.killed), ("superseded by a later attempt", self.superseded)) if on]
+        return f"{self.where}: {self.raw} -> {self.state}{''.join(f' ({f})' for f in flags)}"
 
 
 @dataclass
@@ -72,11 +86,13 @@ class Decision:
 
 def decide(inp: Inputs) -> Decision:
     reasons = ["Sources read: " + ("; ".join(s.describe() for s in inp.sources) if inp.sources else "none") + "."]
-    killed = [s for s in inp.sources if s.killed]
-    stopped = [s for s in inp.sources if s.state == "cancelled" and not s.killed]
-    succeeded = [s for s in inp.sources if s.state == "succeeded"]
-    failed = [s for s in inp.sources if s.state in FAILED_STATES]
-    terminal_seen = [s for s in inp.sources if s.state in ("succeeded", "failed", "cancelled")]
+    killed = [s for s in inp.sources if s.killed]  # anywhere: superseded attempts and earlier steps included
+    current = [s for s in inp.sources if not s.superseded]
+    stopped = [s for s in current if s.state == "cancelled" and not s.killed]
+    succeeded = [s for s in current if s.state == "succeeded"]
+    final_success = [s for s in succeeded if s.final]  # an earlier step's success does not end the chain
+    failed = [s for s in current if s.state in FAILED_STATES]
+    terminal_seen = [s for s in current if s.state in ("succeeded", "failed", "cancelled")]
 
     def done(state: TerminalState, rule: str, why: str, *, cause: bool) -> Decision:
         reasons.append(f"Rule {rule} of run-layout-v2.md §6 decided: {why}")
@@ -105,10 +121,13 @@ def decide(inp: Inputs) -> Decision:
             "which was not logged."
         )
     # (2)
-    if killed or stopped or (inp.pre_cancel and not succeeded):
-        stops = [s.describe() for s in killed + stopped] + (["a pre-cancel request"] if inp.pre_cancel else [])
+    if killed or stopped or (inp.pre_cancel and not final_success):
+        stops = [s.describe() for s in killed + stopped]
+        if inp.pre_cancel and not final_success:
+            stops.append("a pre-cancel request, then no success from the chain's last step")
         marin_failed = [s for s in failed if not s.killed]
-        also = f"; {', '.join(s.describe() for s in marin_failed)} is read as the kill's echo" if marin_failed else ""
+        echo = "the kill's echo" if killed or stopped else "the cancel's echo"
+        also = f"; {', '.join(s.describe() for s in marin_failed)} is read as {echo}" if marin_failed else ""
         return done(
             TerminalState.cancelled,
             "(2)",
@@ -165,6 +184,14 @@ def decide(inp: Inputs) -> Decision:
             cause=False,
         )
     return done(TerminalState.indeterminate, "(v1)", "no rule applies to the sources read.", cause=inp.causal_error)
+
+
+def failure_says_killed(failure: str) -> bool:
+    """A failure string that says the Iris job was KILLED (Marin records an Iris kill as FAILED, §4)."""
+    reached = IRIS_REACHED.search(failure)
+    if reached is not None and IRIS.spell(reached.group("state")) == "KILLED":
+        return True
+    return ENUM_KILLED.search(failure) is not None
 
 
 def lock_fresh(timestamp: datetime | None, now: datetime, stale_seconds: int) -> bool:

@@ -3,11 +3,11 @@ state and preserve the stitched metrics beside the evidence (the record referenc
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from rlcleanup.formats.config import get
-from rlcleanup.models.record import StepSummary
+from rlcleanup.models.record import Attempt, StepSummary, utcnow
 from rlcleanup.parsing.logs import AttemptScan
 from rlcleanup.ports.storage import Storage, WriteOutcome
 from rlcleanup.steps.capture import write_derived
@@ -98,7 +98,16 @@ def settle_terminal_state(
             "attempts": [a.model_dump(mode="json") for a in verdict.attempts],
             "coverage": verdict.coverage.model_dump(mode="json"),
             "steps": [s.model_dump(mode="json") for s in step_summaries(layout)],
+            "warnings": list(layout.problems),
         },
         "metrics_uri": metrics_uri,
+        "ended_at": run_ended_at(verdict.attempts, now),
     }
     return fields, errors
+
+
+def run_ended_at(attempts: list[Attempt], now: datetime | None = None) -> datetime:
+    """The run's end: its last attempt's end when any attempt tells, else now (when rlcleanup saw it had ended)."""
+    # A stamp without a zone is UTC (as the attempt records and log stamps are read): never compare naive to aware.
+    ends = [a.ended_at if a.ended_at.tzinfo else a.ended_at.replace(tzinfo=UTC) for a in attempts if a.ended_at]
+    return max(ends) if ends else (now or utcnow())

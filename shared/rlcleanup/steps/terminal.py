@@ -21,7 +21,7 @@ from rlcleanup.parsing.logs import AttemptScan, ErrorCandidate, EventKind, Train
 from rlcleanup.parsing.metrics import StitchedMetrics, stitch
 from rlcleanup.steps.layout import AttemptFiles, RunLayout
 from rlcleanup.steps.marin import LOCK_STALE_SECONDS
-from rlcleanup.steps.precedence import KILL_WORDS, Inputs, Source, decide, lock_fresh
+from rlcleanup.steps.precedence import Inputs, Source, decide, failure_says_killed, lock_fresh
 from rlcleanup.steps.receipts import ProtocolFacts
 
 NO_CAUSAL_ERROR_FOUND = "no_causal_error_found"  # run-layout-v2.md §7 (oc)
@@ -222,7 +222,9 @@ def _attempt_model(att: AttemptFiles, scan: AttemptScan | None, stitched: Stitch
             done = any(scan.has_event(k) for k in (EventKind.training_done, EventKind.resumed_already_complete))
             stopped = scan.has_event(EventKind.controller_stopped)  # e.g. a Slurm time limit ends a link
             state = "succeeded" if done else "failed" if first else "cancelled" if stopped else None
-        if failure is None and first is not None:
+        # The attempt's own first causal error beats the controller's message: controllers repeat one message
+        # ("task 0 exited with code 1") for every link, the log says what ended this one.
+        if first is not None:
             failure = f"{first.error_type}: {first.message} at {_at(first)}"
     job_id = resp.get("iris_job_id") or get(resp, "model.iris_job_id")
     ended_at = att.ended_at
@@ -375,53 +377,58 @@ def _last_trained_step(stitched: StitchedMetrics, events: list[TrainerEvent], bu
     return max(steps) if steps else None
 
 
-def _source(where: str, raw: Any, table: str) -> Source | None:
+def _source(where: str, raw: Any, table: str, *, superseded: bool = False, final: bool = True) -> Source | None:
     """One reading, spelled in `table`'s source (models/controller_states.py)."""
     if isinstance(raw, bool) or not isinstance(raw, str | int) or not str(raw).strip():
         return None
     state, spelled = normalize_state(raw, table)
-    return Source(where, str(raw), state, killed=table == "iris" and spelled == "KILLED")
+    killed = table == "iris" and spelled == "KILLED"
+    return Source(where, str(raw), state, killed=killed, superseded=superseded, final=final)
+
+
+def _record_sources(where: str, record: dict[str, Any], *, superseded: bool, final: bool) -> list[Source]:
+    """A manifest's readings (§0: `response` of v1/v2, `result` of a launch.yaml run): its state, its
+    `iris_job_state`, and a failure string saying the Iris job was KILLED (Marin reports an Iris kill as FAILED, §4)."""
+    out: list[Source] = []
+    flags = {"superseded": superseded, "final": final}
+    for key, table in (("state", "protocol"), ("iris_job_state", "iris")):
+        raw = get(record, f"response.{key}") or get(record, f"result.{key}")
+        if (src := _source(f"{where} response.{key}", raw, table, **flags)) is not None:
+            out.append(src)
+    failure = get(record, "response.failure") or get(record, "result.failure")
+    if isinstance(failure, str) and failure_says_killed(failure):
+        out.append(Source(f"{where} response.failure", failure[:200], Verdict.cancelled, killed=True, **flags))
+    return out
 
 
 def _sources(
     layout: RunLayout, event_state: str | int | None, event_source: str | None, controller_absent: bool
 ) -> list[Source]:
-    """Every controller-side source of run-layout-v2.md §6: the event, each Marin step's `.executor_status`,
-    terminal.json, and each step's last attempt record (state, iris_job_state, and a failure string that says the
-    Iris job was KILLED: Marin reports an Iris kill as FAILED, §4)."""
+    """Every controller-side source of run-layout-v2.md §6: the event, each Marin step's `.executor_status` and
+    terminal.json, and EVERY attempt record of every step (not only the last: "KILLED anywhere" means any attempt).
+    An attempt a later attempt of its step followed is `superseded`; readings of the chain's last step are `final`."""
     out: list[Source] = []
-
-    def add(where: str, raw: Any, table: str) -> None:
-        src = _source(where, raw, table)
-        if src is not None:
-            out.append(src)
-
-    if event_state is not None and event_source is not None and not controller_absent:
-        add(f"{event_source} event", event_state, event_source)
-    steps = layout.steps
-    if not steps:
-        add(".executor_status", layout.executor_status, "marin")
-        records = [("terminal.json", layout.terminal or {})]
-        if layout.attempts:
-            records.append((f"attempt {layout.attempts[-1].attempt_id}", layout.attempts[-1].record))
+    has_event = event_state is not None and event_source is not None and not controller_absent
+    if has_event and (src := _source(f"{event_source} event", event_state, str(event_source))) is not None:
+        out.append(src)
+    steps: list[tuple[str, str | None, dict[str, Any] | None, list[AttemptFiles]]]
+    if layout.steps:
+        steps = [(f"{st.name} ", st.executor_status, st.terminal, st.attempts) for st in layout.steps]
     else:
-        records = []
-        for step in steps:
-            add(f"{step.name} .executor_status", step.executor_status, "marin")
-            records.append((f"{step.name} terminal.json", step.terminal or {}))
-            if step.attempts:
-                last = step.attempts[-1]
-                records.append((f"{step.name} attempt {last.attempt_id}", last.record))
-    for where, record in records:
-        add(f"{where} response.state", get(record, "response.state") or get(record, "result.state"), "protocol")
-        add(
-            f"{where} response.iris_job_state",
-            get(record, "response.iris_job_state") or get(record, "result.iris_job_state"),
-            "iris",
-        )
-        failure = get(record, "response.failure") or get(record, "result.failure")
-        if isinstance(failure, str) and KILL_WORDS.search(failure):
-            out.append(Source(f"{where} response.failure", failure[:200], Verdict.cancelled, killed=True))
+        steps = [("", layout.executor_status, layout.terminal, layout.attempts)]
+    # The chain's last step is the last one that left any reading (an export step Marin never started has none).
+    spoke = [i for i, (_, status, terminal, attempts) in enumerate(steps) if status or terminal or attempts]
+    last = spoke[-1] if spoke else len(steps) - 1
+    for i, (label, status, terminal, attempts) in enumerate(steps):
+        final = i == last
+        if (src := _source(f"{label}.executor_status", status, "marin", final=final)) is not None:
+            out.append(src)
+        out.extend(_record_sources(f"{label}terminal.json", terminal or {}, superseded=False, final=final))
+        for k, att in enumerate(attempts):
+            superseded = k < len(attempts) - 1
+            out.extend(
+                _record_sources(f"{label}attempt {att.attempt_id}", att.record, superseded=superseded, final=final)
+            )
     return out
 
 

@@ -98,8 +98,9 @@ class CheckpointFormat(Protocol):
         ...
 
     def digest_inputs(self, listing: Listing) -> Iterable[tuple[str, ObjectInfo]]:
-        """The objects a candidate's digest covers (grants bind to it)."""
-        ...
+        """The objects a candidate's digest covers (grants bind to it): by default every object listed (a format
+        that subclasses this protocol inherits it)."""
+        return listing.objects.items()
 
 
 class UnknownFormatError(ValueError):

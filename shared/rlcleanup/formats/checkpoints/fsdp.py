@@ -7,9 +7,9 @@ three kinds must exist for every rank 0..W-1, or SkyRL cannot resume from it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
 from rlcleanup.formats.checkpoints.base import (
+    CheckpointFormat,
     Findings,
     FormatKind,
     FormatReport,
@@ -20,7 +20,7 @@ from rlcleanup.formats.checkpoints.base import (
     step_ranges,
 )
 from rlcleanup.models.vocab import CheckpointProblem as KP
-from rlcleanup.ports.storage import ObjectInfo, Storage
+from rlcleanup.ports.storage import Storage
 
 RANK_KINDS = ("model", "optim", "extra_state")
 _RANK_FILE = re.compile(r"^(?P<kind>model|optim|extra_state)_world_size_(?P<w>\d+)_rank_(?P<r>\d+)\.pt$")
@@ -30,16 +30,13 @@ _MAX_WORLD_SIZE = 65536
 DOC_ONLY_NAMES = ("model_state.pt", "optimizer_state.pt")
 
 
-class FsdpCheckpoint:
+class FsdpCheckpoint(CheckpointFormat):
     name = "fsdp"
     kind = FormatKind.checkpoint
     strategies: tuple[str, ...] = ("fsdp", "fsdp2")
 
     def detect(self, listing: Listing) -> bool:
         return any(_RANK_FILE.match(name.rsplit("/", 1)[-1]) or name in DOC_ONLY_NAMES for name in listing.objects)
-
-    def digest_inputs(self, listing: Listing) -> Iterable[tuple[str, ObjectInfo]]:
-        return listing.objects.items()
 
     def validate(
         self, storage: Storage, listing: Listing, step: int, f: Findings, options: ReadOptions

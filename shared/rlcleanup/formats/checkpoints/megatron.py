@@ -13,9 +13,9 @@ writes the commit marker: a marker over a dir without `metadata.json` is an unfi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
 from rlcleanup.formats.checkpoints.base import (
+    CheckpointFormat,
     Findings,
     FormatKind,
     FormatReport,
@@ -34,7 +34,7 @@ DCP_METADATA = ".metadata"  # torch.distributed.checkpoint filesystem writer's m
 _MAX_RANKS = 1 << 20
 
 
-class MegatronCheckpoint:
+class MegatronCheckpoint(CheckpointFormat):
     name = "megatron"
     kind = FormatKind.checkpoint
     strategies: tuple[str, ...] = ("megatron",)
@@ -42,9 +42,6 @@ class MegatronCheckpoint:
     def detect(self, listing: Listing) -> bool:
         names = listing.top
         return any(_DISTCP.match(n) for n in names) or COMMON_NAME in names or CONFIG_NAME in names
-
-    def digest_inputs(self, listing: Listing) -> Iterable[tuple[str, ObjectInfo]]:
-        return listing.objects.items()
 
     def validate(
         self, storage: Storage, listing: Listing, step: int, f: Findings, options: ReadOptions
