@@ -108,8 +108,9 @@ def test_schema_is_the_record_json_schema() -> None:
     result = runner.invoke(app, ["schema"])
     assert result.exit_code == 0
     schema = json.loads(result.stdout)
-    assert schema == CompletionRecord.model_json_schema()
+    assert schema == CompletionRecord.model_json_schema(mode="serialization")  # the record as written
     assert schema["title"] == "CompletionRecord"
+    assert schema["properties"]["problem_codes"]["readOnly"] is True  # derived: written, never read as input
     for field in ("run_id", "classification", "terminal_state", "first_failure_cause", "chain", "candidates"):
         assert field in schema["properties"]
 

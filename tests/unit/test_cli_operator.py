@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -190,14 +191,31 @@ def test_watch_times_out_with_exit_3(tmp_path: Path) -> None:
     assert stages["validation"]["total"] is None  # not fanned out yet
 
 
-def test_watch_follows_a_run_to_its_end(tmp_path: Path) -> None:
+def test_watch_follows_a_run_to_its_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db = tmp_path / "w.db"
     store = _in_progress(db, "live-run")
+    # Each change waits until watch has polled twice since the last one (so a poll surely saw it), not for a
+    # fixed sleep: under load a slow first poll would otherwise miss the middle state.
+    from rlcleanup.cli import progress
+
+    polls = [0]
+    real_snapshot = progress.snapshot
+
+    def counted(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        polls[0] += 1
+        return real_snapshot(*args, **kwargs)
+
+    monkeypatch.setattr(progress, "snapshot", counted)
+
+    def after_two_more_polls() -> None:
+        seen, deadline = polls[0], time.monotonic() + 15
+        while polls[0] < seen + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def finish() -> None:
-        time.sleep(0.3)
+        after_two_more_polls()
         SqliteIdempotencyStore(db).complete("live-run", "capture-part:attempt-a-0", {})
-        time.sleep(0.3)
+        after_two_more_polls()
         store.update("live-run", {"status": "complete"})
 
     worker = threading.Thread(target=finish)

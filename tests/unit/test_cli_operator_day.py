@@ -103,6 +103,21 @@ def test_fixed_choices_are_listed_in_help(monkeypatch: pytest.MonkeyPatch) -> No
     assert "<md|html|json>" in " ".join(out.replace("│", " ").split())
 
 
+def test_shell_completion_offers_the_fixed_choices() -> None:
+    """What bash completion (`rlcleanup --install-completion`) asks the program for, asked the same way."""
+    import os
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).with_name("rlcleanup")
+    env = {**os.environ, "_RLCLEANUP_COMPLETE": "complete_bash", "COMP_WORDS": "rlcleanup status --backend "}
+    out = subprocess.run([str(exe)], env={**env, "COMP_CWORD": "3"}, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["sqlite", "firestore"], out.stderr[-500:]
+    env["COMP_WORDS"] = "rlcleanup grant RUN --action "
+    out = subprocess.run([str(exe)], env={**env, "COMP_CWORD": "4"}, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["publish", "handoff", "register", "reclaim", "cancel"], out.stderr[-500:]
+
+
 # ------------------------------------------------------------------ 1. watch waits for the record
 
 
@@ -217,6 +232,13 @@ def test_publish_and_reclaim_close_the_record_and_the_preview_equals_the_effect(
     assert "nothing needs a person" in report["verdict"] and "chosen by a publish grant" in report["verdict"]
     rows = _json("grants", COMPLETED)
     assert [(r["action"], r["result"]) for r in rows] == [("publish", "published"), ("reclaim", "reclaimed")]
+    code, out, _ = _invoke("grants", COMPLETED)  # the table has a header; each state is said once
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split()[:4] == ["grant", "action", "state", "result"]
+    assert [line.split()[1:4] for line in lines[1:]] == [
+        ["publish", "used", "published"],
+        ["reclaim", "used", "reclaimed"],
+    ]
 
 
 def test_publish_register_reclaim_all_used_closes_a_registering_run(tmp_path: Path, _xdg: Path) -> None:
@@ -364,6 +386,11 @@ def test_text_summary_has_no_none_ranges_and_short_paths(tmp_path: Path) -> None
     assert "None..None" not in out and "steps None" not in out
     cause_at = next(line for line in out.splitlines() if line.strip().startswith("attempt ") and " at " in line)
     assert str(root) not in cause_at  # relative to the run root printed on the `run` line
+    # Long absolute paths appear once, on the `run` line: reasons print them relative to the run root, and the
+    # temp root beside it from the run's base (`…/tmp/...`).
+    base = str(root).rsplit("/durable/", 1)[0]
+    assert [line for line in out.splitlines() if base in line] == [f"run            {root}"]
+    assert "exports/global_step_5/policy" in out and "…/tmp/ttl=14d/" in out
 
 
 def test_a_completed_run_says_no_failure_and_shows_preemption_in_the_chain(tmp_path: Path) -> None:
@@ -380,3 +407,30 @@ def test_the_first_cause_is_printed_once(tmp_path: Path) -> None:
     _json("run", str(_sample(tmp_path, "failed-first-link")))
     code, out, _ = _invoke("show", "math-rl-failed-first-link-2026.11.30")
     assert code == 0 and out.count("Tried to allocate 2.00 GiB") == 1
+    # Each attempt's own reason: the first cause's attempt points at it, the others keep their own words.
+    rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("  - ") and " steps " in line}
+    assert rows["25511f18f009"].endswith("(first cause: torch.OutOfMemoryError, above)")
+    assert rows["e9c2f23dd818"].endswith("(Iris job failed: task 0 exited with code 1)")
+
+
+def test_approver_prefixes_keep_every_scheme_and_make_local_paths_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a local path is made absolute: an s3:// or hf:// prefix used to become `<cwd>/s3:/...`."""
+    from rlcleanup.adapters.sqlite_records import SqliteRunRecords
+    from rlcleanup.authority.grants import get_approver, new_key, public_b64
+
+    monkeypatch.chdir(tmp_path)
+    prefixes = ["s3://models-bucket/team", "hf://rl-team", "gs://b/handoff", "./local/models"]
+    code, _, err = _invoke(
+        "approver",
+        "add",
+        "carol",
+        "--public-key",
+        public_b64(new_key()),
+        *(a for p in prefixes for a in ("--prefix", p)),
+    )
+    assert code == 0, err
+    approver = get_approver(SqliteRunRecords(default_db()), "carol")
+    assert approver is not None
+    assert approver.allowed_prefixes == [*prefixes[:3], str(tmp_path / "local" / "models")]

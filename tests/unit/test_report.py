@@ -89,6 +89,17 @@ def test_markdown_opens_with_the_verdict_then_the_evidence(runs: dict[str, Compl
     assert r.resolved_config and r.resolved_config.sha256 in md
 
 
+def test_attempt_times_read_as_rfc3339(runs: dict[str, CompletionRecord]) -> None:
+    r = runs["failed-first-link"]
+    md = _render(r).markdown()
+    for attempt in r.chain.attempts:
+        assert attempt.started_at is not None and attempt.started_at.utcoffset() is not None
+        stamp = attempt.started_at.isoformat(timespec="seconds").replace("+00:00", "Z")
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stamp)
+        assert stamp in md
+    assert "+00:00" not in md.split("## Chain", 1)[1].split("\n## ", 1)[0]  # no Python str() form in the chain table
+
+
 def test_candidates_with_problems_are_listed(runs: dict[str, CompletionRecord]) -> None:
     rendered = _render(runs["missing-shard"])
     md, html = rendered.markdown(), rendered.html()

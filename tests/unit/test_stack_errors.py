@@ -62,3 +62,104 @@ def test_server_not_ready_in_time_shows_its_log_tail_and_stops_by_group(tmp_path
     finally:
         procs.stop_groups([(server.pid, server.popen)], grace=5)
     assert procs.group_members(server.pid) == []  # the child went with the group
+
+
+# --- the choose-then-bind race: a port free when chosen may be someone else's by the time the server binds it.
+
+_HTTP_SERVER = (
+    "import http.server, sys; "
+    "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()"
+)
+
+
+def _answering_elsewhere(tmp_path: Path) -> tuple[procs.Server, int]:
+    """Another process (not the server under test) that holds a port and answers HTTP on it."""
+    other, port = procs.start_listening(
+        "other",
+        lambda port: [sys.executable, "-c", _HTTP_SERVER, str(port)],
+        lambda port: procs.http_status(f"http://127.0.0.1:{port}/") is not None,
+        state_dir=tmp_path,
+        env={},
+    )
+    return other, port
+
+
+def test_a_listener_is_ours_only_when_our_group_holds_it(tmp_path: Path) -> None:
+    other, port = _answering_elsewhere(tmp_path)
+    try:
+        assert procs.group_listens_on(other.pid, port)
+        assert not procs.group_listens_on(other.pid, procs.free_port())  # nothing listens there
+        mine = procs.start("idle", [sys.executable, "-c", "import time; time.sleep(30)"], state_dir=tmp_path, env={})
+        try:
+            assert not procs.group_listens_on(mine.pid, port)  # the port answers, but not through our group
+        finally:
+            procs.stop_group(mine.pid, popen=mine.popen, grace=1)
+    finally:
+        procs.stop_group(other.pid, popen=other.popen, grace=1)
+
+
+def test_a_server_that_loses_the_bind_race_is_port_taken_not_ready(tmp_path: Path) -> None:
+    """The probe is answered (by the other process), yet the server under test died on its bind: before this
+    check the stack called it ready and every push to that function went nowhere."""
+    other, port = _answering_elsewhere(tmp_path)
+    try:
+        loser = procs.start("loser", [sys.executable, "-c", _HTTP_SERVER, str(port)], state_dir=tmp_path, env={})
+        with pytest.raises(procs.PortTaken, match=f"loser: port {port} was taken"):
+            procs.wait_ready(loser, lambda: procs.http_status(f"http://127.0.0.1:{port}/") is not None, 20, port=port)
+    finally:
+        procs.stop_group(other.pid, popen=other.popen, grace=1)
+
+
+def test_a_server_that_never_binds_while_another_answers_is_port_taken(tmp_path: Path) -> None:
+    other, port = _answering_elsewhere(tmp_path)
+    try:
+        idle = procs.start("idle", [sys.executable, "-c", "import time; time.sleep(30)"], state_dir=tmp_path, env={})
+        try:
+            with pytest.raises(procs.PortTaken, match=f"another process answers on port {port}"):
+                procs.wait_ready(idle, lambda: True, 0.5, port=port)
+        finally:
+            procs.stop_group(idle.pid, popen=idle.popen, grace=1)
+    finally:
+        procs.stop_group(other.pid, popen=other.popen, grace=1)
+
+
+def test_start_listening_moves_to_a_fresh_port_after_losing_the_race(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other, taken = _answering_elsewhere(tmp_path)
+    real_free_port = procs.free_port
+    offered = iter([taken])  # the first "free" port is the taken one, as in the race
+    monkeypatch.setattr(procs, "free_port", lambda host="127.0.0.1": next(offered, None) or real_free_port(host))
+    try:
+        server, port = procs.start_listening(
+            "web",
+            lambda port: [sys.executable, "-c", _HTTP_SERVER, str(port)],
+            lambda port: procs.http_status(f"http://127.0.0.1:{port}/") is not None,
+            state_dir=tmp_path,
+            env={},
+        )
+        try:
+            assert port != taken
+            assert procs.group_listens_on(server.pid, port)
+        finally:
+            procs.stop_group(server.pid, popen=server.popen, grace=1)
+    finally:
+        procs.stop_group(other.pid, popen=other.popen, grace=1)
+
+
+def test_up_starts_again_on_fresh_ports_when_one_was_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def once(*args: object, **kwargs: object) -> local.StackState:
+        calls.append(1)
+        if len(calls) == 1:
+            raise procs.PortTaken("fn-x: port 1 was taken before it could bind it")
+        return local.StackState(state_dir=str(tmp_path), project="p", stack_id="s")
+
+    monkeypatch.setattr(local, "_up_once", once)
+    assert local.up(tmp_path).stack_id == "s"
+    assert len(calls) == 2
+    calls.clear()
+    monkeypatch.setattr(local, "_up_once", lambda *a, **k: (_ for _ in ()).throw(procs.PortTaken("gcs: taken")))
+    with pytest.raises(StackError, match="ports kept being taken while the stack started \\(3 tries\\)"):
+        local.up(tmp_path)

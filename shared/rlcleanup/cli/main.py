@@ -19,6 +19,7 @@ from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOp
 from rlcleanup.cli.stores import EXIT_NOT_FOUND, EXIT_USAGE, get_record, open_store
 from rlcleanup.models.controller_states import MANUAL
 from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.settings import platform
 
 # What `run --state` accepts: the verdicts an operator can state for a run (ENDED is the default, no verdict).
 MANUAL_STATES = tuple(sorted(set(MANUAL.states) - {"ENDED"}))
@@ -243,7 +244,6 @@ def emit(
     """Publish a job-state change to job-events (PUBSUB_EMULATOR_HOST honoured); says what was sent, and where.
 
     Any controller's hook can call it: with flags, or `rlcleanup emit - < event.json` (docs/events.md)."""
-    import os
     import sys
 
     from pydantic import ValidationError
@@ -272,11 +272,11 @@ def emit(
     except (ValueError, TypeError) as exc:
         _fail(f"invalid event: {exc}", EXIT_USAGE)
         return
-    project = project or os.environ.get("GOOGLE_CLOUD_PROJECT")
+    project = project or platform().project
     if not project:
         _fail('set GOOGLE_CLOUD_PROJECT (`eval "$(rlcleanup stack up)"`) or pass --project', EXIT_USAGE)
         return
-    emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
+    emulator = platform().pubsub_emulator_host
     try:
         message_id = publish_event(event, project, topic)
     except Exception as exc:
@@ -433,10 +433,11 @@ def sample_run(
 
 @app.command(epilog=EXIT_CODES)
 def schema() -> None:
-    """Print the completion record's JSON Schema."""
+    """Print the completion record's JSON Schema (of the record as written: derived fields such as problem_codes
+    included, marked readOnly)."""
     from rlcleanup.models.record import CompletionRecord
 
-    typer.echo(json.dumps(CompletionRecord.model_json_schema(), indent=2))
+    typer.echo(json.dumps(CompletionRecord.model_json_schema(mode="serialization"), indent=2))
 
 
 register_operator_commands(app)  # status, watch, report: cli/operator.py

@@ -25,6 +25,17 @@ def _short(uri: str | None, root: str) -> str:
     return uri[len(prefix) :] if uri.startswith(prefix) else uri
 
 
+def _short_text(text: str, r: CompletionRecord) -> str:
+    """Paths inside a reason: under the run root relative to it; beside it (the temp root shares the run's base,
+    `<base>/durable/...` and `<base>/tmp/...`) from that base, marked `…/`."""
+    root = r.run_uri.rstrip("/")
+    text = text.replace(root + "/", "")
+    if "/durable/" in root:
+        base = root.rsplit("/durable/", 1)[0]
+        text = text.replace(base + "/", "…/")
+    return text
+
+
 def _steps(first: int | None, last: int | None) -> str:
     return f"steps {first}..{last}" if first is not None and last is not None else "no steps logged"
 
@@ -56,11 +67,11 @@ def summary(r: CompletionRecord) -> str:
             f"last saved {r.last_saved_step})"
         )
         for reason in _reasons(r):
-            add(f"  - {reason}")
+            add(f"  - {_short_text(reason, r)}")
     if r.first_failure_cause:
         c = r.first_failure_cause
         add(f"first cause    {c.error_type}: {' '.join(c.message.split())[:300]}")
-        add(f"               attempt {c.attempt_id} at {_short(c.source_uri, r.run_uri)}:{c.line}")
+        add(f"               attempt {c.attempt_id} at {_short_text(c.source_uri, r)}:{c.line}")
     if r.chain.attempts:
         cov = r.chain.coverage
         add(
@@ -70,19 +81,22 @@ def summary(r: CompletionRecord) -> str:
         for a in r.chain.attempts:
             # A preemption is a chain event (the next link resumed), not an error of the run.
             event = f" ({' '.join(a.failure.split())[:120]})" if a.failure else ""
+            if r.first_failure_cause and r.first_failure_cause.attempt_id == a.attempt_id:
+                event = f" (first cause: {r.first_failure_cause.error_type}, above)"  # said once, on its own line
             add(f"  - {a.attempt_id} {a.state or '?'} {_steps(a.first_step, a.last_step)}{event}")
     if r.source_revision:
         add("revision       " + ", ".join(f"{k}={v}" for k, v in sorted(r.source_revision.items())))
     if r.resolved_config:
         add(f"config         {_short(r.resolved_config.uri, r.run_uri)} (sha256 {r.resolved_config.sha256[:12]}…)")
     if r.manifest_uri:
-        add(f"preserved      {r.preserved_object_count} objects, {r.preserved_bytes} bytes → {r.manifest_uri}")
+        add(f"preserved      {r.preserved_object_count} evidence objects, {r.preserved_bytes} bytes")
+        add(f"manifest       {r.manifest_uri} (every file there, hashed)")
     for cand in r.candidates:
         mark = "valid" if cand.valid else f"INVALID ({', '.join(problem_codes(cand.problems)) or 'no problem code'})"
         size = f"{cand.size_label or cand.parameter_count} params" if cand.parameter_count else "size unknown"
         add(f"candidate {cand.step:<5}{mark:8} {size}, {cand.shard_count} shard(s)")
         for problem in cand.problems:
-            add(f"    ✗ {problem}")
+            add(f"    ✗ {_short_text(problem, r)}")
         for warning in cand.warnings:
             add(f"    ! {warning}")
     if r.resume_safety:

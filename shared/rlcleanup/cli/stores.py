@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import socket
 import sqlite3
 from collections.abc import Iterable
@@ -15,6 +14,7 @@ from typing import Any
 
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
+from rlcleanup.settings import platform
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_FAILURE = 0, 1, 2, 3
 
@@ -60,7 +60,7 @@ def _check_credentials(project: str) -> None:
 
 
 def open_store(backend: str | None, db: Path, project: str | None) -> OpenStore:
-    emulator = os.environ.get("FIRESTORE_EMULATOR_HOST")
+    emulator = platform().firestore_emulator_host
     chosen = backend or ("firestore" if emulator else "sqlite")
     if chosen == "sqlite":
         if not db.exists():
@@ -74,7 +74,7 @@ def open_store(backend: str | None, db: Path, project: str | None) -> OpenStore:
         return OpenStore(SqliteRunRecords(db), SqliteIdempotencyStore(db), f"SQLite {db}", "sqlite", db)
     if chosen != "firestore":
         raise OperatorError(f"unknown backend {chosen!r}: use sqlite or firestore", EXIT_USAGE)
-    project = project or os.environ.get("GOOGLE_CLOUD_PROJECT")
+    project = project or platform().project
     if not project:
         raise OperatorError(
             "Firestore needs a project: set GOOGLE_CLOUD_PROJECT (`eval $(rlcleanup stack up)` does) or pass --project",

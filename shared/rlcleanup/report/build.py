@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
-from rlcleanup.models.record import CompletionRecord
+from rlcleanup.models.record import Attempt, CompletionRecord
 from rlcleanup.report.document import BAD, GOOD, WARN, Block, Bullets, Code, Document, Figure, Para, Section, Table
 from rlcleanup.report.inputs import ReportInputs
 from rlcleanup.report.verdict import build_verdict
@@ -12,6 +13,14 @@ from rlcleanup.report.verdict import build_verdict
 
 def _v(value: object) -> str:
     return "—" if value is None or value == "" else str(value)
+
+
+def _when(value: datetime | None) -> str:
+    """RFC 3339 to the second (`2026-11-30T08:00:00Z`), as the Firestore console shows the same field."""
+    if value is None:
+        return "—"
+    text = value.isoformat(timespec="seconds")
+    return text.removesuffix("+00:00") + "Z" if text.endswith("+00:00") else text
 
 
 def _person(r: CompletionRecord) -> Section:
@@ -34,8 +43,10 @@ def _terminal(r: CompletionRecord) -> Section:
         ],
     )
     blocks: list[Block] = [facts]
-    if r.terminal_reasoning:
-        blocks.append(Bullets(r.terminal_reasoning))
+    # The first cause is said once, in its own section below; its reasoning line would repeat it in full.
+    reasons = [x for x in r.terminal_reasoning if not (r.first_failure_cause and x.startswith("First causal error:"))]
+    if reasons:
+        blocks.append(Bullets(reasons))
     return Section("Terminal state", "terminal", blocks)
 
 
@@ -48,10 +59,24 @@ def _cause(r: CompletionRecord) -> Section | None:
         "cause",
         [
             Para(f"{c.error_type}: {c.message}", BAD),
-            Para(f"attempt {_v(c.attempt_id)}, at {c.source_uri}:{c.line}"),
-            Code(c.traceback),
+            Para(f"attempt {_v(c.attempt_id)}, at {_relative(c.source_uri, r)}:{c.line}"),
+            Code(c.traceback, summary=f"traceback ({len(c.traceback.splitlines())} lines)"),
         ],
     )
+
+
+def _relative(uri: str, r: CompletionRecord) -> str:
+    """A path under the run root (or beside it: the temp root shares its prefix) printed from the common prefix."""
+    base = r.run_uri.rsplit("/durable/", 1)[0] + "/" if "/durable/" in r.run_uri else r.run_uri.rstrip("/") + "/"
+    return uri[len(base) :] if uri.startswith(base) else uri
+
+
+def _attempt_failure(r: CompletionRecord, a: Attempt) -> str:
+    """The attempt's own reason; the first cause's attempt points at its section instead of repeating the text."""
+    c = r.first_failure_cause
+    if c is not None and c.attempt_id == a.attempt_id:
+        return f"first cause: {c.error_type} (see First failure cause)"
+    return _v(a.failure)
 
 
 def _chain(inputs: ReportInputs, with_figure: bool) -> Section:
@@ -63,9 +88,9 @@ def _chain(inputs: ReportInputs, with_figure: bool) -> Section:
             _v(a.job_id),
             _v(a.state),
             f"{_v(a.first_step)}..{_v(a.last_step)}",
-            _v(a.started_at),
-            _v(a.ended_at),
-            _v(a.failure),
+            _when(a.started_at),
+            _when(a.ended_at),
+            _attempt_failure(r, a),
         ]
         for a in r.chain.attempts
     ]
@@ -78,7 +103,7 @@ def _chain(inputs: ReportInputs, with_figure: bool) -> Section:
                 f"in red; {inputs.metric_name} below, metric window shaded, selected step dashed."
             )
         )
-    blocks.append(Table(["attempt", "job", "state", "steps", "started", "ended", "failure"], rows))
+    blocks.append(Table(["attempt", "job", "state", "steps", "started", "ended", "failure"], rows, root=r.run_uri))
     blocks.append(
         Para(
             f"Metric rows cover steps {_v(cov.first_step)}..{_v(cov.last_step)}; gaps: {gaps}"
@@ -109,7 +134,9 @@ def _candidates(r: CompletionRecord) -> Section:
         ]
         for c in r.candidates
     ]
-    blocks: list[Block] = [Table(["step", "valid", "parameters", "shards", "bytes", "problems", "uri"], rows)]
+    blocks: list[Block] = [
+        Table(["step", "valid", "parameters", "shards", "bytes", "problems", "uri"], rows, root=r.run_uri)
+    ]
     for c in r.candidates:
         if c.problems:
             blocks.append(Para(f"Step {c.step} problems:", BAD))
@@ -153,8 +180,9 @@ def _resume(r: CompletionRecord) -> Section | None:
 
 def _preserved(r: CompletionRecord) -> Section:
     rows = [["location", loc] for loc in r.preserved_locations]
-    rows += [["manifest", _v(r.manifest_uri)], ["stitched metrics", _v(r.metrics_uri)]]
-    rows += [["objects", f"{r.preserved_object_count} ({r.preserved_bytes} bytes)"]]
+    rows += [["manifest (every file there, this report included)", _v(r.manifest_uri)]]
+    rows += [["stitched metrics", _v(r.metrics_uri)]]
+    rows += [["evidence objects", f"{r.preserved_object_count} ({r.preserved_bytes} bytes)"]]
     return Section("Preserved evidence", "preserved", [Table(["what", "where"], rows)])
 
 

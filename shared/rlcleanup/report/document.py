@@ -46,12 +46,14 @@ class Bullets:
 @dataclass(frozen=True)
 class Code:
     text: str
+    summary: str | None = None  # set: collapsed under this one-line summary (HTML <details>)
 
 
 @dataclass(frozen=True)
 class Table:
     headers: list[str]
     rows: list[list[str]]
+    root: str | None = None  # URIs under it print relative to it (the full URI stays on hover and copy)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ the same offline and cannot phone home.
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 from rlcleanup.report.document import Block, Bullets, Code, Document, Figure, Para, Table
@@ -33,16 +34,41 @@ section { background: #fff; border: 1px solid var(--rule); border-radius: 8px; p
 h2 { font-size: 17px; margin: 14px 0 10px; }
 p.good { color: var(--good); } p.warn { color: var(--warn); } p.bad { color: var(--bad); font-weight: 600; }
 ul.bad li { color: var(--bad); } ul.warn li { color: var(--warn); }
-table { border-collapse: collapse; width: 100%; font-size: 13px; margin: 6px 0; }
+.table { overflow-x: auto; margin: 6px 0; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--rule); vertical-align: top;
-  overflow-wrap: anywhere; }
+  overflow-wrap: normal; word-break: normal; hyphens: none; }
 th { background: #f3f3f3; font-weight: 600; }
+td.num, th.num { white-space: nowrap; text-align: right; font-variant-numeric: tabular-nums; }
+code.uri { font-size: 12px; }
+details { margin: 6px 0; } summary { cursor: pointer; color: var(--muted); font-size: 13px; }
 pre { background: #f6f8fa; border: 1px solid var(--rule); border-radius: 6px; padding: 10px; overflow-x: auto;
   font-size: 12px; white-space: pre-wrap; overflow-wrap: anywhere; }
 figure { margin: 8px 0; } figure svg { width: 100%; height: auto; display: block; }
 figcaption { font-size: 12px; color: var(--muted); }
 footer { color: var(--muted); font-size: 12px; padding-bottom: 32px; }
 """
+
+
+# A numeric column never wraps: counts, steps and step ranges, sizes ("133K"), "—" for none.
+_NUMBER = re.compile(r"[—\d][\d.,:KMGTB%—]*(\.\.[—\d][\d.,]*)?( \([\d,]+ bytes\))?")
+_URI = re.compile(r"(?:[a-z][a-z0-9+.-]*://|/)\S+")
+
+
+def _num(numeric: bool) -> str:
+    return ' class="num"' if numeric else ""
+
+
+def _cell(text: str, root: str | None) -> str:
+    """A URI or path: shortened relative to the table's root, full on hover and on copy (title), and breakable
+    only after a `/` (<wbr>), never inside a name. Any other text wraps between words only."""
+    if not _URI.fullmatch(text):
+        return escape(text)
+    shown = text
+    if root and text.startswith(root.rstrip("/") + "/"):
+        shown = text[len(root.rstrip("/")) + 1 :]
+    parts = "/<wbr>".join(escape(part) for part in shown.split("/"))
+    return f'<code class="uri" title="{escape(text)}">{parts}</code>'
 
 
 def _block(block: Block, svg: str | None) -> str:
@@ -52,11 +78,16 @@ def _block(block: Block, svg: str | None) -> str:
         items = "".join(f"<li>{escape(item)}</li>" for item in block.items)
         return f'<ul class="{block.tone}">{items}</ul>'
     if isinstance(block, Code):
-        return f"<pre><code>{escape(block.text)}</code></pre>"
+        pre = f"<pre><code>{escape(block.text)}</code></pre>"
+        return f"<details><summary>{escape(block.summary)}</summary>{pre}</details>" if block.summary else pre
     if isinstance(block, Table):
-        head = "".join(f"<th>{escape(h)}</th>" for h in block.headers)
-        rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in block.rows)
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+        numeric = [all(_NUMBER.fullmatch(row[i]) for row in block.rows) for i in range(len(block.headers))]
+        head = "".join(f"<th{_num(numeric[i])}>{escape(h)}</th>" for i, h in enumerate(block.headers))
+        rows = "".join(
+            "<tr>" + "".join(f"<td{_num(numeric[i])}>{_cell(c, block.root)}</td>" for i, c in enumerate(row)) + "</tr>"
+            for row in block.rows
+        )
+        return f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
     if isinstance(block, Figure):
         if svg is None:
             return f"<p>No timeline picture was rendered. {escape(block.caption)}</p>"

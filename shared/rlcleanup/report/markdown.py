@@ -32,6 +32,8 @@ def _block(block: Block, image: str | None) -> str:
     if isinstance(block, Bullets):
         return "\n".join(f"- {escape(' '.join(item.split()))}" for item in block.items)
     if isinstance(block, Code):
+        if block.summary:  # collapsed where Markdown renders HTML (GitHub, most viewers); a plain fence elsewhere
+            return f"<details><summary>{escape(block.summary)}</summary>\n\n{_fence(block.text)}\n\n</details>"
         return _fence(block.text)
     if isinstance(block, Table):
         head = "| " + " | ".join(_cell(h) for h in block.headers) + " |"

@@ -91,11 +91,16 @@ def write_report(storage: Storage, record: CompletionRecord) -> dict[str, str]:
     return written
 
 
-def publish_report(storage: Storage, records: RunRecords, run_id: str) -> dict[str, str]:
+def publish_report(
+    storage: Storage, records: RunRecords, run_id: str, *, manifest_uri: str | None = None
+) -> dict[str, str]:
     """The pipeline's hook after selection. Never raises: the record is the truth and a report can be re-made
-    with `rlcleanup report RUN_ID --out DIR`; a failure is logged and recorded on the run instead."""
+    with `rlcleanup report RUN_ID --out DIR`; a failure is logged and recorded on the run instead.
+    `manifest_uri`: the manifest the report will be listed in (sealed after it), named in the report."""
     try:
         record = records.get(run_id)
+        if record is not None and manifest_uri is not None:
+            record = record.model_copy(update={"manifest_uri": manifest_uri})
         written = write_report(storage, record) if record is not None else {}
     except Exception as exc:
         log.warning("report for %s not written: %s: %s", run_id, type(exc).__name__, exc, extra={"run_id": run_id})

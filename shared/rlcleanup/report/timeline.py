@@ -105,7 +105,7 @@ def render_timeline(inputs: ReportInputs) -> TimelineImage | None:
     rows = [f"{a.attempt_id} ({a.state or '?'})" for a in r.chain.attempts] + ["checkpoints", "exports"]
     chain_h = 0.9 + 0.38 * len(rows)
     metric_h = 2.4 if xs else 0.0
-    fig = Figure(figsize=(WIDTH_IN, chain_h + metric_h + 0.9), dpi=DPI)
+    fig = Figure(figsize=(WIDTH_IN, chain_h + metric_h + 1.2), dpi=DPI)  # + a row for the legend
     FigureCanvasAgg(fig)
     if xs:
         grid = fig.add_gridspec(2, 1, height_ratios=[chain_h, metric_h], hspace=0.12)
@@ -113,12 +113,12 @@ def render_timeline(inputs: ReportInputs) -> TimelineImage | None:
         mx = fig.add_subplot(grid[1], sharex=ax)
     else:
         ax, mx = fig.add_subplot(1, 1, 1), None
-    fig.subplots_adjust(left=0.17, right=0.97, top=1 - 0.45 / fig.get_figheight(), bottom=0.55 / fig.get_figheight())
+    fig.subplots_adjust(left=0.17, right=0.97, top=1 - 0.75 / fig.get_figheight(), bottom=0.55 / fig.get_figheight())
     lo, hi = _x_range(r, inputs, xs)
     ax.set_xlim(lo, hi)
     ax.set_ylim(len(rows) - 0.5, -0.5)  # first attempt on top
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
-    ax.set_title(f"{r.run_id}: chain of {len(r.chain.attempts)} attempt(s)", fontsize=10, loc="left")
+    ax.set_title(f"{r.run_id}: chain of {len(r.chain.attempts)} attempt(s)", fontsize=10, loc="left", pad=20)
     ax.grid(axis="x", color="#dddddd", linewidth=0.6)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if r.step_budget is not None:
@@ -128,15 +128,26 @@ def render_timeline(inputs: ReportInputs) -> TimelineImage | None:
     for a, b in gaps:  # light band across the chain: the steps no attempt logged
         ax.axvspan(a - 0.5, b + 0.5, color=GAP_RED, alpha=0.18, linewidth=0)
     anchors: dict[str, tuple[float, float]] = {}  # data (x, y); pixels are known only after draw()
+    # Bars stop at the budget line: steps past the budget are not the run's (a restarted trainer's overrun).
+    clip = r.step_budget + 0.5 if r.step_budget is not None else math.inf
+    cause = r.first_failure_cause.attempt_id if r.first_failure_cause else None
     for i, att in enumerate(r.chain.attempts):
         if att.first_step is None or att.last_step is None:
             ax.text(lo + 0.3, i, "no metric rows", va="center", fontsize=8, color=OTHER_STATE)
             continue
         colour = attempt_colour(att.state)
         for start, end, is_gap in _segments(att.first_step, att.last_step, gaps):
+            end = min(end, clip)
+            if end <= start:
+                continue
             ax.barh(i, end - start, left=start, height=0.56, color=GAP_RED if is_gap else colour, linewidth=0)
             key = f"gap:{att.attempt_id}" if is_gap else f"attempt:{att.attempt_id}"
             anchors.setdefault(key, ((start + end) / 2, i))
+        if att.attempt_id == cause:  # the first causal error ended this attempt: mark where its steps stop
+            at = min(att.last_step + 0.5, clip)
+            ax.scatter([at], [i], marker="X", s=90, color=GAP_RED, edgecolors="#ffffff", linewidths=0.8, zorder=6)
+            ax.annotate("first cause", (at, i), xytext=(6, 0), textcoords="offset points", va="center", fontsize=7)
+            anchors["failure"] = (at, i)
     ckpt_row, export_row = len(rows) - 2, len(rows) - 1
     if inputs.checkpoint_steps:
         ax.scatter(
@@ -158,6 +169,7 @@ def render_timeline(inputs: ReportInputs) -> TimelineImage | None:
             fontsize=7,
             color=SELECTED_GOLD,
         )
+    _legend(ax, r, cause is not None)
     if mx is not None:
         _metric_panel(mx, inputs, xs, ys, gaps, selected)
         for label in ax.get_xticklabels():
@@ -173,6 +185,38 @@ def render_timeline(inputs: ReportInputs) -> TimelineImage | None:
     with matplotlib.rc_context({"svg.hashsalt": "rlcleanup", "svg.fonttype": "none"}):
         fig.savefig(svg, format="svg", metadata={"Date": None, "Creator": None})
     return TimelineImage(png=png.getvalue(), svg=_inline_svg(svg.getvalue()), metric=inputs.metric_name, probes=probes)
+
+
+def _legend(ax: Any, r: CompletionRecord, with_cause: bool) -> None:
+    """What every colour and mark of the chain panel means, drawn above it (outside the bars)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    states = {(a.state or "").lower() for a in r.chain.attempts}
+    handles: list[Any] = [Patch(color=STATE_COLOURS["succeeded"], label="succeeded")]
+    if "failed" in states:
+        handles.append(Patch(color=STATE_COLOURS["failed"], label="failed"))
+    if states - set(STATE_COLOURS):
+        handles.append(Patch(color=OTHER_STATE, label="other state"))
+    handles.append(Patch(color=GAP_RED, alpha=0.5, label="coverage gap"))
+    handles.append(Line2D([], [], marker="|", linestyle="", markersize=9, color=CHECKPOINT_BLUE, label="checkpoint"))
+    handles.append(Line2D([], [], marker="D", linestyle="", markersize=5, color=EXPORT_PURPLE, label="valid export"))
+    if any(not c.valid for c in r.candidates):
+        handles.append(Line2D([], [], marker="X", linestyle="", markersize=6, color="#000000", label="invalid export"))
+    if with_cause:
+        handles.append(Line2D([], [], marker="X", linestyle="", markersize=7, color=GAP_RED, label="first cause"))
+    if r.step_budget is not None:
+        handles.append(Line2D([], [], linestyle=":", color="#444444", label="step budget"))
+    ax.legend(
+        handles=handles,
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.0),
+        ncol=len(handles),
+        fontsize=7,
+        frameon=False,
+        handlelength=1.2,
+        columnspacing=1.0,
+    )
 
 
 def _metric_panel(

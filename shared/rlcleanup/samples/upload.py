@@ -18,6 +18,7 @@ from typing import Any
 
 from rlcleanup.formats.weight_files import has_weight_suffix
 from rlcleanup.ports.storage import Storage, WriteOutcome
+from rlcleanup.settings import platform
 
 TEXT_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml", ".txt", ".log", ".out", ".err", ".md", ".csv")
 _UPLOAD_WORKERS = 8
@@ -114,7 +115,6 @@ def upload_sample_run(
 def main(argv: list[str] | None = None) -> int:
     """`python -m rlcleanup.samples.upload LOCAL_DEST BUCKET PREFIX [--rename NAME]`: prints the run URI."""
     import argparse
-    import os
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("local_dest", type=Path)
@@ -125,12 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from google.cloud import storage
 
-    if os.environ.get("STORAGE_EMULATOR_HOST"):
+    if platform().storage_emulator_host:
         from google.auth.credentials import AnonymousCredentials
 
-        client = storage.Client(
-            project=os.environ.get("GOOGLE_CLOUD_PROJECT", "rlcleanup-local"), credentials=AnonymousCredentials()
-        )
+        client = storage.Client(project=(platform().project or "rlcleanup-local"), credentials=AnonymousCredentials())
     else:
         client = storage.Client()
     run_uri = upload_sample_run(

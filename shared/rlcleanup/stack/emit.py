@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 
 from rlcleanup.models.events import JobEvent
+from rlcleanup.settings import platform
 
 
 def job_event(
@@ -34,7 +34,7 @@ def publish_event(event: JobEvent, project: str | None = None, topic: str = "job
     """Publish with the Pub/Sub client (PUBSUB_EMULATOR_HOST honoured); returns the message id."""
     from rlcleanup.adapters.pubsub_bus import PubSubBus
 
-    bus = PubSubBus(project=project or os.environ.get("GOOGLE_CLOUD_PROJECT", "rlcleanup-local"))
+    bus = PubSubBus(project=project or (platform().project or "rlcleanup-local"))
     return bus.publish(topic, event.model_dump_json().encode(), {"source": event.source, "state": event.state})
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from rlcleanup.paths import stack_dir
 from rlcleanup.runtime.topology import FunctionSpec, Topology, load_topology
+from rlcleanup.settings import LocalPaths, read
 from rlcleanup.stack import procs, s3_server
 from rlcleanup.stack.procs import StackError
 
@@ -79,9 +80,9 @@ class StackState:
 
 def sdk_root() -> Path:
     """The gcloud SDK root (works for apt, tarball and snap installs), or CLOUDSDK_ROOT_DIR when set."""
-    explicit = os.environ.get("CLOUDSDK_ROOT_DIR")
+    explicit = read(LocalPaths).cloudsdk_root_dir
     if explicit:
-        return Path(explicit)
+        return explicit
     gcloud = procs.require_executable(
         "gcloud",
         "Install the Google Cloud CLI with the emulator components (Debian/Ubuntu: `apt-get install "
@@ -125,14 +126,22 @@ def fake_gcs_binary() -> Path:
 
 
 def functions_source() -> Path:
-    path = Path(os.environ.get("RLCLEANUP_FUNCTIONS_SOURCE", _REPO / "functions" / "main.py"))
+    """The entry-point module functions-framework serves: the package's own (present in a wheel install too)."""
+    packaged = Path(__file__).resolve().parents[1] / "entrypoints.py"
+    path = read(LocalPaths).functions_source or packaged
     if not path.exists():
         raise StackError(f"functions source {path} not found; set RLCLEANUP_FUNCTIONS_SOURCE to functions/main.py")
     return path
 
 
+def _source_dir(source: Path) -> str:
+    """The source's directory for PYTHONPATH, unless it is the package itself (its modules would shadow names)."""
+    return "" if source.resolve().parent == Path(__file__).resolve().parents[1] else str(source.parent)
+
+
 def defined_entry_points(source: Path) -> set[str]:
-    """Top-level names bound in functions/main.py (assignments and defs), read without importing it."""
+    """Top-level names bound in the entry-point module (assignments, defs, imported names), read without
+    importing it."""
     tree = ast.parse(source.read_text(), filename=str(source))
     names: set[str] = set()
     for node in tree.body:
@@ -140,6 +149,8 @@ def defined_entry_points(source: Path) -> set[str]:
             names.add(node.name)
         elif isinstance(node, ast.Assign):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom):  # the bundle's main.py re-exports the package's entry points
+            names.update(alias.asname or alias.name for alias in node.names)
     return names
 
 
@@ -245,16 +256,22 @@ def provision(state: StackState, topology: Topology, served: list[FunctionSpec])
 def function_env(fn: FunctionSpec, state: StackState) -> dict[str, str]:
     """What a function's process is deployed with, as Terraform deploys it (infra/modules/rlcleanup/functions.tf):
     which function it serves (the publish guard's declaration is cross-checked against it), the run buckets it may
-    read, and a claim lease of the function's timeout (a crashed delivery stops blocking retries once it is over)."""
+    read, and a claim lease of the function's timeout (a crashed delivery stops blocking retries once it is over).
+    Large Hub hand-offs go to the upload job as on GCP; here it is the same entry point as a child process in its
+    own process group (RLCLEANUP_HUB_UPLOAD_JOB=local; it reaches the same emulators through this environment)."""
     runs = [state.buckets["runs"], state.buckets["watched-runs"], f"s3://{state.buckets['s3-runs']}"]
     return {
         "RLCLEANUP_FUNCTION": fn.name,
         "RLCLEANUP_RUN_BUCKETS": ",".join(runs),
         "RLCLEANUP_LEASE_SECONDS": str(fn.timeout_seconds),
+        "RLCLEANUP_HUB_UPLOAD_JOB": "local",
     }
 
 
 # ------------------------------------------------------------------------------------------ up / down
+
+
+PORT_ATTEMPTS = 3  # a lost choose-then-bind race is rare; three fresh port sets make a stuck start vanishingly rare
 
 
 def up(
@@ -265,7 +282,27 @@ def up(
     ports: dict[str, int] | None = None,
     extra_env: dict[str, str] | None = None,
 ) -> StackState:
-    """Start everything, wait until each server answers, provision from the topology. On failure, stop all."""
+    """Start everything, wait until each server answers on a port its own process group holds, provision
+    from the topology. On failure, stop all; when a port was taken between choosing and binding it (another
+    process got it first), start again on fresh ports, up to PORT_ATTEMPTS times."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        try:
+            return _up_once(state_dir, project=project, timeout=timeout, ports=ports, extra_env=extra_env)
+        except procs.PortTaken as exc:
+            if attempt == PORT_ATTEMPTS:
+                raise StackError(f"ports kept being taken while the stack started ({attempt} tries): {exc}") from exc
+            print(f"rlcleanup stack: {exc.args[0].splitlines()[0]}; starting again on fresh ports", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
+def _up_once(
+    state_dir: Path | None,
+    *,
+    project: str,
+    timeout: float,
+    ports: dict[str, int] | None,
+    extra_env: dict[str, str] | None,
+) -> StackState:
     state_dir = Path(state_dir or stack_dir()).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     existing = StackState.load(state_dir)
@@ -318,7 +355,10 @@ def up(
     fn_env = {
         **base_env,
         "PYTHONPATH": os.pathsep.join(
-            p for p in (str(_REPO / "shared"), str(source.parent), os.environ.get("PYTHONPATH", "")) if p
+            # functions-framework loads the source by path; a main.py outside the package may import siblings
+            p
+            for p in (str(_REPO / "shared"), _source_dir(source), os.environ.get("PYTHONPATH", ""))
+            if p
         ),
         "PYTHONUNBUFFERED": "1",
         **(extra_env or {}),
@@ -390,7 +430,8 @@ def up(
                 return status == 200 if emulator else status is not None
 
             remaining = max(1.0, timeout - (time.monotonic() - t0))
-            procs.wait_ready(server, probe, remaining, hint=f" on port {p[server.name]}")
+            port = p[server.name]
+            procs.wait_ready(server, probe, remaining, hint=f" on port {port}", port=port)
             state.startup_seconds[server.name] = round(time.monotonic() - t0, 2)
         provision(state, topology, served)
         state.save()
@@ -449,7 +490,8 @@ def start_server(
         status = procs.http_status(probe_url)
         return status == 200 if emulator else status is not None
 
-    return procs.wait_ready(server, probe, timeout, hint=f" on port {state.ports[name]}")
+    port = state.ports[name]
+    return procs.wait_ready(server, probe, timeout, hint=f" on port {port}", port=port)
 
 
 def restart_function(

@@ -9,6 +9,7 @@ JVM listening), waits, then SIGKILLs what is left. Never by name.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -24,6 +25,11 @@ from pathlib import Path
 
 class StackError(RuntimeError):
     """A clear, actionable reason the local stack could not start (or stop)."""
+
+
+class PortTaken(StackError):
+    """A server's port was free when chosen but another process holds it now (the choose-then-bind race):
+    `up` starts again on fresh ports instead of trusting a probe that someone else answers."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -96,24 +102,108 @@ def http_status(url: str, timeout: float = 1.0) -> int | None:
         return None
 
 
-def wait_ready(server: Server, probe: Callable[[], bool], timeout: float, hint: str = "") -> float:
-    """Poll `probe` every 50 ms until it is true; fail with the log tail if the server dies or is too slow."""
+def _listening_inodes(port: int) -> set[str]:
+    """Socket inodes in LISTEN state on `port` (any address, IPv4 or IPv6), from /proc/net/tcp{,6}."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            # sl local_address rem_address st ... inode: local_address is HEXIP:HEXPORT, st 0A is LISTEN
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(cols[9])
+    return inodes
+
+
+def group_listens_on(pgid: int, port: int) -> bool:
+    """True when a process of group `pgid` holds the listening socket on `port`. An HTTP answer alone does not
+    prove the server we started is up: after a lost bind race the port is someone else's and still answers."""
+    if not Path("/proc/net/tcp").exists():
+        return True  # no /proc (not Linux): fall back to trusting the probe
+    wanted = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    if not wanted:
+        return False
+    for pid in group_members(pgid):
+        fd_dir = Path(f"/proc/{pid}/fd")
+        try:
+            fds = list(fd_dir.iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) in wanted:
+                    return True
+    return False
+
+
+# How each of our servers says its bind failed: gunicorn ("Connection in use", then "Can't connect"), Java
+# (BindException), Go ("bind: address already in use"), Python ("[Errno 98] Address already in use").
+_BIND_FAILURES = ("address already in use", "connection in use", "bindexception", "eaddrinuse", "can't connect to")
+
+
+def wait_ready(
+    server: Server, probe: Callable[[], bool], timeout: float, hint: str = "", *, port: int | None = None
+) -> float:
+    """Poll `probe` every 50 ms until it is true (and, given `port`, until our group holds that port's
+    listening socket); fail with the log tail if the server dies or is too slow. A server that died because
+    its port was taken, or whose port another process answers on, raises PortTaken so the caller can retry."""
     t0 = time.monotonic()
+    answered_by_other = False
     while True:
         if probe():
-            return time.monotonic() - t0
+            if port is None or group_listens_on(server.pid, port):
+                return time.monotonic() - t0
+            answered_by_other = True
         code = _exited(server)
         if code is not None:
+            tail = log_tail(server.log)
+            if port is not None and (answered_by_other or any(m in tail.lower() for m in _BIND_FAILURES)):
+                raise PortTaken(f"{server.name}: port {port} was taken before it could bind it{hint}:\n{tail}")
             raise StackError(
                 f"{server.name} exited with status {code} before it was ready{hint}. Last lines of {server.log}:\n"
                 + log_tail(server.log)
             )
         if time.monotonic() - t0 > timeout:
+            if answered_by_other:
+                raise PortTaken(f"{server.name}: another process answers on port {port}{hint}")
             raise StackError(
                 f"{server.name} did not become ready within {timeout:.0f} s{hint}. Last lines of {server.log}:\n"
                 + log_tail(server.log)
             )
         time.sleep(0.05)
+
+
+def start_listening(
+    name: str,
+    argv_for: Callable[[int], Sequence[str]],
+    ready: Callable[[int], bool],
+    *,
+    state_dir: Path,
+    env: dict[str, str],
+    timeout: float = 20.0,
+    host: str = "127.0.0.1",
+    attempts: int = 3,
+) -> tuple[Server, int]:
+    """Start a server on a free port and wait until `ready(port)` holds and its own group listens there;
+    when the port is taken between choosing and binding it, stop it and try a fresh port (up to `attempts`)."""
+    for attempt in range(1, attempts + 1):
+        port = free_port(host)
+        server = start(name, argv_for(port), state_dir=state_dir, env=env)
+        try:
+            wait_ready(server, functools.partial(ready, port), timeout, hint=f" on port {port}", port=port)
+        except PortTaken:
+            stop_group(server.pid, popen=server.popen, grace=2.0)
+            if attempt == attempts:
+                raise
+            continue
+        except BaseException:
+            stop_group(server.pid, popen=server.popen, grace=2.0)
+            raise
+        return server, port
+    raise AssertionError("unreachable")
 
 
 def group_members(pgid: int) -> list[int]:

@@ -16,6 +16,7 @@ Two identities are configured: `admin` (read/write/list/admin) and `reader` (rea
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import shutil
 import sys
@@ -160,14 +161,26 @@ def start(state_dir: Path, *, name: str = "s3", timeout: float = 60.0, env: dict
     data_dir = state_dir / f"{name}-data"
     data_dir.mkdir(exist_ok=True)
     config = write_identities(state_dir, name)
-    allocated = ports()
-    server = procs.start(name, argv(data_dir, config, allocated), state_dir=state_dir, env=env or dict(os.environ))
-    endpoint = f"http://{HOST}:{allocated['s3']}"
-    try:
-        seconds = procs.wait_ready(server, lambda: writable(endpoint), timeout, hint=f" on port {allocated['s3']}")
-    except BaseException:
-        stop_server(server)
-        raise
+    for attempt in range(1, 4):  # fresh ports when one was taken between choosing and binding it
+        allocated = ports()
+        server = procs.start(name, argv(data_dir, config, allocated), state_dir=state_dir, env=env or dict(os.environ))
+        endpoint = f"http://{HOST}:{allocated['s3']}"
+        try:
+            seconds = procs.wait_ready(
+                server,
+                functools.partial(writable, endpoint),
+                timeout,
+                hint=f" on port {allocated['s3']}",
+                port=allocated["s3"],
+            )
+            break
+        except procs.PortTaken:
+            stop_server(server)
+            if attempt == 3:
+                raise
+        except BaseException:
+            stop_server(server)
+            raise
     return S3Server(
         endpoint=endpoint,
         pgid=server.pid,
