@@ -4,12 +4,22 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit setup clean bench chromium
+.PHONY: demo test lint typecheck unit setup clean bench chromium lock
 
-$(STAMP): pyproject.toml
+# The functions' own packages come from the hash-pinned lock the bundle ships (functions/requirements.lock), so the
+# suite tests exactly what is deployed; the dev/cli extras are installed on top (tests/unit/test_bundle_lock.py).
+# The dev env also carries the `layout-check` extra (torch + transformers) so the tensor-layout check of exports
+# (formats/checkpoints/tensor_layout.py) really runs in the tests. torch is installed first, pinned to the CPU build
+# this machine kind keeps on disk (pip's find-links takes it: 192 MB wheel, ~750 MB installed); a bare `torch` from
+# the package index is a CUDA build of several GB. Elsewhere, pass a CPU wheel: `make setup TORCH_SPEC=...`.
+TORCH_SPEC ?= torch==2.13.0
+
+$(STAMP): pyproject.toml functions/requirements.lock
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --require-hashes -r functions/requirements.lock
+	$(BIN)/pip install -q '$(TORCH_SPEC)'
+	$(BIN)/pip install -q -e '.[dev,layout-check]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -37,6 +47,11 @@ lint: $(STAMP)
 
 test: $(STAMP) lint $(CHECKOV_STAMP) chromium
 	$(BIN)/pytest -q
+
+# Recompile the lock after changing [project].dependencies (keeps current pins where they still fit).
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
+		--python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" -o functions/requirements.lock
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

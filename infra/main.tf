@@ -44,4 +44,5 @@ module "rlcleanup" {
   hf_endpoint                      = var.hf_endpoint
   hub_upload_image                 = var.hub_upload_image
   hub_upload_timeout_seconds       = var.hub_upload_timeout_seconds
+  hub_job_threshold_bytes          = var.hub_job_threshold_bytes
 }

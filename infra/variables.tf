@@ -239,3 +239,9 @@ variable "hub_upload_timeout_seconds" {
   type        = number
   default     = 21600
 }
+
+variable "hub_job_threshold_bytes" {
+  description = "Hand-offs to the Hub larger than this are uploaded by the Hub upload job (see the module)."
+  type        = number
+  default     = 1073741824
+}

@@ -3,7 +3,9 @@
 Contents (what Cloud Run functions' Python buildpack expects at the source root):
   main.py            copy of functions/main.py (every entry point named in the topology)
   rlcleanup/...      the shared package (shared/rlcleanup, without caches)
-  requirements.txt   the runtime dependencies from pyproject.toml [project].dependencies
+  requirements.txt   functions/requirements.lock: every package the functions import, `==`-pinned with hashes
+                     (compiled from pyproject.toml [project].dependencies by `make lock`; `make setup` installs
+                     the same lock, so the suite runs against exactly what is deployed)
 
 The archive is deterministic (sorted entries, fixed timestamps and permissions), so the same content always gets
 the same name and Terraform does not redeploy an unchanged bundle. Prints the bundle path.
@@ -23,15 +25,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = ROOT / "shared" / "rlcleanup"
+LOCK = ROOT / "functions" / "requirements.lock"
 EXCLUDED_DIRS = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 EXCLUDED_SUFFIXES = {".pyc", ".pyo"}
 FIXED_DATE = (1980, 1, 1, 0, 0, 0)
 
 
-def runtime_requirements(pyproject: Path = ROOT / "pyproject.toml") -> str:
-    """requirements.txt text: one `[project].dependencies` entry per line, in declaration order."""
-    deps = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
-    return "".join(f"{dep}\n" for dep in deps)
+def runtime_requirements(lock: Path = LOCK) -> str:
+    """requirements.txt text: the hash-pinned lock, as it is (open ranges would resolve anew at every deploy)."""
+    if not lock.is_file():
+        raise FileNotFoundError(f"{lock} does not exist: run `make lock`")
+    return lock.read_text(encoding="utf-8")
+
+
+def declared_dependencies(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """[project].dependencies as declared (what the lock is compiled from)."""
+    deps: list[str] = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+    return deps
 
 
 def package_files(package_dir: Path = PACKAGE_DIR) -> dict[str, bytes]:

@@ -9,33 +9,33 @@ Resolved at call time (not import time) so `XDG_*` / `RLCLEANUP_*` set by a test
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from rlcleanup.settings import LocalPaths, read
 
-def _xdg(var: str, fallback: str) -> Path:
-    value = os.environ.get(var)
+
+def _xdg(value: Path | None, fallback: str) -> Path:
     # The spec says relative values are invalid and must be ignored.
-    base = Path(value) if value and Path(value).is_absolute() else Path.home() / fallback
+    base = value if value and value.is_absolute() else Path.home() / fallback
     return base / "rlcleanup"
 
 
 def state_home() -> Path:
-    return _xdg("XDG_STATE_HOME", ".local/state")
+    return _xdg(read(LocalPaths).xdg_state_home, ".local/state")
 
 
 def config_home() -> Path:
-    return _xdg("XDG_CONFIG_HOME", ".config")
+    return _xdg(read(LocalPaths).xdg_config_home, ".config")
 
 
 def cache_home() -> Path:
-    return _xdg("XDG_CACHE_HOME", ".cache")
+    return _xdg(read(LocalPaths).xdg_cache_home, ".cache")
 
 
 def default_db() -> Path:
     """The embedded records file (`RLCLEANUP_DB` overrides)."""
-    explicit = os.environ.get("RLCLEANUP_DB")
-    return Path(explicit) if explicit else state_home() / "records.db"
+    explicit = read(LocalPaths).db
+    return explicit if explicit else state_home() / "records.db"
 
 
 def default_preserve_root() -> Path:
@@ -48,5 +48,5 @@ def keys_dir() -> Path:
 
 def stack_dir() -> Path:
     """One local stack per user, found from any directory (`RLCLEANUP_STACK_DIR` overrides)."""
-    explicit = os.environ.get("RLCLEANUP_STACK_DIR")
-    return Path(explicit).resolve() if explicit else cache_home() / "stack"
+    explicit = read(LocalPaths).stack_dir
+    return explicit.resolve() if explicit else cache_home() / "stack"

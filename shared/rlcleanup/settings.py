@@ -5,16 +5,23 @@ so a bad value stops the revision before it takes traffic) and when an embedded 
 `SettingsError` that names the variable and the value, never a `float()` traceback at the first delivery.
 
 Terraform sets each of these on every function (infra/modules/rlcleanup/functions.tf) and a test checks both sides
-name the same set. Client-library variables (`*_EMULATOR_HOST`, credentials) and Cloud Run's own (`K_SERVICE`) are
-read by those libraries and the platform, not here. Low in the layering: runtime and adapters may import this
-module; it imports nothing of rlcleanup.
+name the same set. Beside them, smaller groups read the same way (`read(...)`, errors naming the variable):
+`HubSettings` (the Hub client and the upload job's overrides), `GrantLimits`, `S3Settings` and
+`s3_endpoint_specs()` (credentials as secret environment variables), `LocalPaths` (the CLI's and embedded stack's
+places) and `Platform` (what the cloud, the shell and the emulators set). The AWS_* variables are read by botocore
+itself (adapters/s3_storage.py builds its default endpoint from the same names, commented there); the
+`*_EMULATOR_HOST` variables are read by the Google client libraries, and by us only to pick anonymous credentials.
+Low in the layering: runtime and adapters may import this module; it imports nothing of rlcleanup.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -22,6 +29,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 ENV_PREFIX = "RLCLEANUP_"
 DEFAULT_IRIS_STATUS_CMD = "iris job status {job_id} --json"
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+_JOB = re.compile(r"^projects/[^/\s]+/locations/[^/\s]+/jobs/[^/\s]+$")
 _PREFIX = re.compile(r"^[a-z][a-z0-9+.-]*://[^/\s]+/\S*$")
 
 CsvList = Annotated[tuple[str, ...] | None, NoDecode]  # "a,b" in the environment (Terraform's join(",", ...))
@@ -60,6 +68,11 @@ class DeploymentSettings(BaseSettings):
     iris_cluster: str | None = None
     iris_run_uri_template: str | None = None
     k8s_run_uri_template: str | None = None
+    # Hub hand-offs (docs/hub.md): an export larger than the threshold is uploaded by the upload job, which
+    # apply-grant starts: a Cloud Run job's full name (Terraform sets the hub-upload job's), or `local` (the job's
+    # entry point as a child process on this machine: embedded and emulator stacks). Unset: always inline.
+    hub_upload_job: str | None = None
+    hub_job_threshold_bytes: int = Field(default=1 << 30, ge=0)
 
     @field_validator("run_buckets", "allowed_destination_prefixes", mode="before")
     @classmethod
@@ -85,6 +98,13 @@ class DeploymentSettings(BaseSettings):
                 raise ValueError(f"{prefix!r} is not a destination prefix such as gs://bucket/path/")
         return value
 
+    @field_validator("hub_upload_job")
+    @classmethod
+    def _job_name(cls, value: str | None) -> str | None:
+        if value is not None and value != "local" and not _JOB.match(value):
+            raise ValueError(f"{value!r} is neither `local` nor projects/<p>/locations/<region>/jobs/<name>")
+        return value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: Any) -> Any:
@@ -100,6 +120,7 @@ class DeploymentSettings(BaseSettings):
         "iris_cluster",
         "iris_run_uri_template",
         "k8s_run_uri_template",
+        "hub_upload_job",
         mode="before",
     )
     @classmethod
@@ -108,9 +129,8 @@ class DeploymentSettings(BaseSettings):
 
 
 def env_name(field: str) -> str:
-    """The environment variable a settings field is read from."""
-    alias = DeploymentSettings.model_fields[field].validation_alias
-    return alias if isinstance(alias, str) else ENV_PREFIX + field.upper()
+    """The environment variable a deployment settings field is read from."""
+    return _env_name(DeploymentSettings, field)
 
 
 def env_names() -> set[str]:
@@ -120,15 +140,145 @@ def env_names() -> set[str]:
 
 def load_settings() -> DeploymentSettings:
     """Read and validate the environment once; a `SettingsError` names every bad variable and its value."""
+    return read(DeploymentSettings)
+
+
+_S = TypeVar("_S", bound=BaseSettings)
+_LABELS = {"DeploymentSettings": "deployment"}
+
+
+def read(kind: type[_S], *, secret: bool = False) -> _S:
+    """One settings group from the environment; a `SettingsError` names each bad variable (and its value, unless
+    the group holds secrets)."""
     try:
-        return DeploymentSettings()
+        return kind()
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
             field = str(error["loc"][0]) if error["loc"] else ""
-            name = env_name(field) if field in DeploymentSettings.model_fields else field
-            problems.append(f"{name}={os.environ.get(name, '')!r}: {error['msg']}")
-        raise SettingsError("bad deployment configuration: " + "; ".join(problems)) from None
+            name = _env_name(kind, field) if field in kind.model_fields else field
+            shown = "" if secret else f"={os.environ.get(name, '')!r}"
+            problems.append(f"{name}{shown}: {error['msg']}")
+        raise SettingsError(
+            f"bad {_LABELS.get(kind.__name__, kind.__name__)} configuration: " + "; ".join(problems)
+        ) from None
+
+
+def _env_name(kind: type[BaseSettings], field: str) -> str:
+    alias = kind.model_fields[field].validation_alias
+    prefix = str(kind.model_config.get("env_prefix") or "")
+    return alias if isinstance(alias, str) else (prefix + field).upper()
+
+
+def _unset_if_empty(value: Any) -> Any:
+    return None if isinstance(value, str) and not value.strip() else value
+
+
+class HubSettings(BaseSettings):
+    """The Hugging Face Hub client (adapters/hf_hub.py) and the upload job's overrides (runtime/hub_job.py)."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    token: str | None = Field(default=None, validation_alias="HF_TOKEN")  # a secret environment variable on GCP
+    endpoint: str = Field(default="https://huggingface.co", validation_alias="HF_ENDPOINT", pattern=r"^https?://")
+    run_id: str | None = Field(default=None, validation_alias="RLCLEANUP_HUB_RUN_ID")
+    grant_id: str | None = Field(default=None, validation_alias="RLCLEANUP_HUB_GRANT_ID")
+
+    @field_validator("token", "run_id", "grant_id", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return _unset_if_empty(value)
+
+    @field_validator("endpoint", mode="before")
+    @classmethod
+    def _default_when_empty(cls, value: Any) -> Any:
+        return "https://huggingface.co" if isinstance(value, str) and not value.strip() else value
+
+
+class GrantLimits(BaseSettings):
+    """How long one grant may be valid at most, and how far an approver's clock may run ahead of ours."""
+
+    model_config = SettingsConfigDict(env_prefix="RLCLEANUP_GRANT_", extra="ignore", frozen=True)
+
+    max_lifetime_seconds: float = Field(default=7 * 24 * 3600, ge=0)
+    clock_skew_seconds: float = Field(default=120, ge=0)
+
+
+class S3Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RLCLEANUP_S3_", extra="ignore", frozen=True)
+
+    # `virtual` (CoreWeave) or `path`; unset/auto = the adapter's choice. AWS_S3_ADDRESSING_STYLE is botocore's.
+    addressing_style: Literal["path", "virtual", "auto"] | None = None
+
+    @field_validator("addressing_style", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return _unset_if_empty(value)
+
+
+S3_ENDPOINT_PREFIX = "RLCLEANUP_S3_ENDPOINT_"
+
+
+def s3_endpoint_specs(environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """Every `RLCLEANUP_S3_ENDPOINT_<NAME>` (a JSON object, one Secret Manager secret each) by lower-case name, in
+    name order. The names are the deployment's, so they are found by prefix, not declared as fields. A bad one is a
+    `SettingsError` naming the variable, never its (secret) value."""
+    env = os.environ if environ is None else environ
+    out: dict[str, dict[str, Any]] = {}
+    for var in sorted(k for k in env if k.startswith(S3_ENDPOINT_PREFIX)):
+        try:
+            spec = json.loads(env[var])
+            if not isinstance(spec, dict):
+                raise ValueError("not a JSON object")
+            buckets = spec.get("buckets") or []
+            if not isinstance(buckets, list) or not all(isinstance(b, str) for b in buckets):
+                raise ValueError('"buckets" must be a list of bucket names')
+        except ValueError as exc:
+            raise SettingsError(f"{var} is not a valid S3 endpoint JSON object: {exc}") from None
+        out[var[len(S3_ENDPOINT_PREFIX) :].lower()] = spec
+    return out
+
+
+class LocalPaths(BaseSettings):
+    """Where the CLI and the embedded/local stack keep things (rlcleanup/paths.py resolves the defaults)."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    db: Path | None = Field(default=None, validation_alias="RLCLEANUP_DB")
+    stack_dir: Path | None = Field(default=None, validation_alias="RLCLEANUP_STACK_DIR")
+    functions_source: Path | None = Field(default=None, validation_alias="RLCLEANUP_FUNCTIONS_SOURCE")
+    # XDG base directories: the spec says a relative value is invalid and must be ignored (paths.py does).
+    xdg_state_home: Path | None = Field(default=None, validation_alias="XDG_STATE_HOME")
+    xdg_config_home: Path | None = Field(default=None, validation_alias="XDG_CONFIG_HOME")
+    xdg_cache_home: Path | None = Field(default=None, validation_alias="XDG_CACHE_HOME")
+    cloudsdk_root_dir: Path | None = Field(default=None, validation_alias="CLOUDSDK_ROOT_DIR")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return _unset_if_empty(value)
+
+
+class Platform(BaseSettings):
+    """What the platform, the shell or a test sets around us. The Google client libraries read the emulator hosts
+    and the project themselves; we read them to choose a backend and anonymous credentials, and for log labels."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    project: str | None = Field(default=None, validation_alias="GOOGLE_CLOUD_PROJECT")
+    service: str | None = Field(default=None, validation_alias="K_SERVICE")  # Cloud Run's own
+    revision: str | None = Field(default=None, validation_alias="K_REVISION")
+    execution: str | None = Field(default=None, validation_alias="CLOUD_RUN_EXECUTION")  # a Cloud Run job's
+    task_attempt: int | None = Field(default=None, ge=0, validation_alias="CLOUD_RUN_TASK_ATTEMPT")
+    pubsub_emulator_host: str | None = Field(default=None, validation_alias="PUBSUB_EMULATOR_HOST")
+    firestore_emulator_host: str | None = Field(default=None, validation_alias="FIRESTORE_EMULATOR_HOST")
+    storage_emulator_host: str | None = Field(default=None, validation_alias="STORAGE_EMULATOR_HOST")
+    user: str | None = Field(default=None, validation_alias="USER")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return _unset_if_empty(value)
 
 
 def unconfigured() -> DeploymentSettings:
@@ -149,3 +299,8 @@ def in_run_buckets(uri: str, buckets: tuple[str, ...] | None) -> bool:
     if buckets is None:
         return True
     return within(uri, tuple(b if "://" in b else f"gs://{b}" for b in buckets))
+
+
+def platform() -> Platform:
+    """The platform's variables as they are now (read per call: a test or a shell may set them)."""
+    return read(Platform)

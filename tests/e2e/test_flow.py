@@ -37,7 +37,7 @@ def _steps(firestore_client: Any, run_id: str) -> dict[str, dict[str, Any]]:
 def _assert_captured(gcs_client: Any, record: Any, stack: StackState) -> None:
     assert record.manifest_uri and record.manifest_uri.startswith(f"gs://{stack.buckets['preserve']}/")
     manifest = _manifest(gcs_client, record.manifest_uri)
-    assert manifest["object_count"] == record.preserved_object_count > 20
+    assert manifest["captured_object_count"] == record.preserved_object_count > 20
     listed = {o["destination"] for o in manifest["objects"]}
     assert any(d.endswith("/terminal.json") for d in listed)
     for obj in manifest["objects"][:10]:  # what the manifest lists really is in GCS

@@ -41,7 +41,7 @@ def test_completed_resumed_run_on_s3(stack: StackState, s3_admin, gcs_client, tm
     assert record.manifest_uri and record.manifest_uri.startswith(f"gs://{stack.buckets['preserve']}/")
     bucket, _, key = record.manifest_uri.removeprefix("gs://").partition("/")
     manifest = json.loads(gcs_client.bucket(bucket).blob(key).download_as_bytes())
-    assert manifest["object_count"] == record.preserved_object_count > 20
+    assert manifest["captured_object_count"] == record.preserved_object_count > 20
     sources = {o["source"] for o in manifest["objects"] if o.get("source") != "derived"}
     assert sources and all(s.startswith(f"s3://{stack.buckets['s3-runs']}/") for s in sources)
     for obj in manifest["objects"][:10]:

@@ -228,7 +228,7 @@ def test_capture_of_5000_objects_keeps_every_document_small(stack, gcs_client, f
     record = records.get(run_id)
     assert record is not None and record.status is RecordStatus.awaiting_authority, record and record.errors
     manifest = json.loads(records_manifest(gcs_client, record.manifest_uri))
-    assert manifest["object_count"] == record.preserved_object_count > N_EVIDENCE
+    assert manifest["captured_object_count"] == record.preserved_object_count > N_EVIDENCE
     assert sum(1 for o in manifest["objects"] if "/dataloader/state_" in o["destination"]) == N_EVIDENCE
     listing = records_manifest(
         gcs_client, record.manifest_uri.replace("manifest.json", "derived/checkpoints-listing.jsonl")
@@ -252,3 +252,25 @@ def records_manifest(gcs_client, uri: str) -> bytes:  # type: ignore[no-untyped-
     bucket, _, key = uri.removeprefix("gs://").partition("/")
     data: bytes = gcs_client.bucket(bucket).blob(key).download_as_bytes()
     return data
+
+
+def test_firestore_documents_are_counted(stack, uid: str) -> None:  # type: ignore[no-untyped-def]
+    """The cost model's counter (ports/usage.py) counts billed documents: writes and deletes per document in a
+    commit, a read per document returned (a missing one looked up, and an empty query, are one read each)."""
+    from rlcleanup.ports import usage
+
+    records, _ = firestore_stores(project=stack.project)
+    coll = f"usage_{uid}"
+
+    def delta(action) -> dict[str, int]:  # type: ignore[no-untyped-def]
+        before = usage.totals()
+        action()
+        return {k: v - before[k] for k, v in usage.totals().items() if v != before[k]}
+
+    assert delta(lambda: records.put_doc(coll, "a", {"n": 1})) == {usage.FIRESTORE_WRITES: 1}
+    assert delta(lambda: records.put_doc(coll, "b", {"n": 2})) == {usage.FIRESTORE_WRITES: 1}
+    assert delta(lambda: records.get_doc(coll, "a")) == {usage.FIRESTORE_READS: 1}
+    assert delta(lambda: records.get_doc(coll, "nope")) == {usage.FIRESTORE_READS: 1}
+    assert delta(lambda: records.list_docs(coll)) == {usage.FIRESTORE_READS: 2}
+    assert delta(lambda: records.list_docs(f"empty_{uid}")) == {usage.FIRESTORE_READS: 1}
+    assert delta(lambda: records.db.collection(coll).document("b").delete()) == {usage.FIRESTORE_DELETES: 1}

@@ -14,7 +14,7 @@ import pytest
 
 from rlcleanup.errors import InvalidMessage
 from rlcleanup.models.vocab import RecordStatus
-from rlcleanup.runtime import handlers, layouts
+from rlcleanup.runtime import evidence, handlers, layouts
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.steps.layout import discover
@@ -23,7 +23,7 @@ from rlcleanup.steps.layout_snapshot import LayoutSnapshot, load_layout, save_la
 
 @pytest.fixture
 def run_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(handlers, "publish_report", lambda *args: None)  # charts are not under test here
+    monkeypatch.setattr(evidence, "publish_report", lambda *args, **kwargs: None)  # charts are not under test here
     return str(write_sample_run(tmp_path / "runs", "completed-resumed"))
 
 

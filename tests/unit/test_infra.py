@@ -587,3 +587,27 @@ def test_s3_endpoint_secrets_and_hub_token_are_least_privilege(tmp_path: Path, t
     assert "contains(local.s3_readers, each.key) ? var.s3_endpoints : {}" in functions
     assert "contains(local.grant_appliers, each.key)" in functions and "secret_key_ref" in hub
     assert "google_cloud_run_v2_job" in hub and "roles/run.jobsExecutorWithOverrides" in hub
+
+
+# --- Firestore: the console queries' composite indexes -------------------------------------------------------------
+
+
+def test_every_documented_console_query_has_its_composite_index(parsed: dict[str, dict[str, Any]]) -> None:
+    """The queries docs/firestore-console.md lists (firestore_queries.CONSOLE_QUERIES) filter one field and order
+    by ended_at: each needs a composite index, declared here exactly once, and no index serves nothing."""
+    from rlcleanup.adapters.firestore_queries import CONSOLE_QUERIES
+
+    declared = set()
+    for rtype, name, body in _resources(parsed):
+        if rtype != "google_firestore_index":
+            continue
+        assert (body["collection"], body["query_scope"]) == ("runs", "COLLECTION"), name
+        assert body["database"] == "${google_firestore_database.records.name}", name
+        fields = tuple((f["field_path"], f.get("order") or f.get("array_config")) for f in body["fields"])
+        assert fields not in declared, f"{name} declares an index twice"
+        declared.add(fields)
+    needed = {q.index_fields() for q in CONSOLE_QUERIES}
+    assert declared == needed
+    docs = (ROOT / "docs" / "firestore-console.md").read_text(encoding="utf-8")
+    for q in CONSOLE_QUERIES:
+        assert q.console_text() in docs, f"docs/firestore-console.md does not list {q.console_text()}"

@@ -22,7 +22,7 @@ from rlcleanup.errors import INTERNAL_ERROR, RecordStoreLost, UnreadableRunFile
 from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.storage import UnsafePathError
-from rlcleanup.runtime import handlers
+from rlcleanup.runtime import evidence, handlers
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
 from rlcleanup.runtime.failures import DEFECT_DELIVERY_BUDGET
 from rlcleanup.samples.generator import write_sample_run
@@ -43,7 +43,7 @@ def _run(base: Path, run_uri: str) -> tuple[EmbeddedStack, CompletionRecord]:
 
 @pytest.fixture
 def run_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(handlers, "publish_report", lambda *args: None)  # charts are not under test here
+    monkeypatch.setattr(evidence, "publish_report", lambda *args, **kwargs: None)  # charts are not under test here
     return str(write_sample_run(tmp_path / "runs", "completed-resumed"))
 
 
@@ -213,6 +213,44 @@ def test_one_failing_log_scan_part_lists_the_unread_files_and_the_run_finishes(
     assert not any(p.startswith(INTERNAL_ERROR) for c in record.candidates for p in c.problems)
     for candidate in (c for c in record.candidates if not c.valid):
         assert all(p.startswith(("metric_coverage_gap", "beyond_last_saved_step")) for p in candidate.problems)
+
+
+def test_a_failing_segment_of_a_cut_log_ends_its_chain_and_the_run_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_uri: str
+) -> None:
+    """Logs over 1,500 bytes cut into segments, each published by the one before: when the second segment of a file
+    fails, the segments after it will never be published, so they are completed as failed with it; the fan-in still
+    settles the run and the file is named unread once."""
+    plan = logscan.plan_log_scan
+    monkeypatch.setattr(logscan, "plan_log_scan", lambda layout: plan(layout, max_bytes=1500))
+    calls: Counter[str] = Counter()
+    victim: list[str] = []
+
+    def matches(storage: Any, dest: str, part: Any) -> bool:
+        hit = part.segment is not None and part.segment.index == 1 and part.segment.count >= 3
+        if hit and not victim:
+            victim.append(part.uris[0])
+        return hit and part.uris[0] == victim[0]
+
+    monkeypatch.setattr(logscan, "scan_part", _failing_once_per_match(logscan.scan_part, matches, BAD_INPUT[1], calls))
+    stack, record = _run(tmp_path / "faulty", run_uri)
+
+    assert record.status in FINISHED and calls["failed"] == 1 and record.terminal_state is not None
+    terminal_plan = next(v for k, v in _results(stack, record.run_id).items() if k.endswith("terminal-plan"))
+    outcomes = {
+        k.rsplit(":", 1)[1]: v
+        for k, v in _results(stack, record.run_id).items()
+        if k.split("/")[-1].startswith("log-scan:")
+    }
+    assert sorted(outcomes) == sorted(p["part_id"] for p in terminal_plan["parts"])  # every member completed
+    failed = [pid for pid, o in outcomes.items() if not o["ok"]]
+    assert len(failed) >= 2 and all(outcomes[pid]["error"]["code"] == "unsafe_path" for pid in failed)
+    unread = [e.message for e in record.errors if e.code == "unreadable_log"]
+    assert len(unread) == 1 and victim[0] in unread[0]
+
+
+def _results(stack: EmbeddedStack, run_id: str) -> dict[str, Any]:
+    return stack.ports.claims.results(run_id, "")
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 
 from rlcleanup.adapters.inprocess_bus import Delivered, InProcessBus
 from rlcleanup.models.vocab import RecordStatus
-from rlcleanup.runtime import guard, handlers
+from rlcleanup.runtime import evidence, guard, handlers
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
 from rlcleanup.runtime.guard import GuardedBus, UndeclaredPublish, guarded_bus
 from rlcleanup.runtime.handlers import resolve_run_id
@@ -78,7 +78,7 @@ def test_the_capture_fan_in_runs_inside_a_planner_and_publishes_validation(
 ) -> None:
     """Whichever of the two planners of run-classified stores the last piece starts validation: both must declare
     candidate-validation (before this, plan-capture did not, and would have got 403 in a deployment)."""
-    monkeypatch.setattr(handlers, "publish_report", lambda *args: None)
+    monkeypatch.setattr(evidence, "publish_report", lambda *args, **kwargs: None)
     publishes: list[tuple[str, str]] = []
     original = GuardedBus.publish
 

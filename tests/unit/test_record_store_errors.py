@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import requests
 from google.api_core import exceptions as gexc
 
 from rlcleanup.adapters.firestore_records import FirestoreIdempotencyStore, FirestoreRunRecords, timeout_seconds
@@ -65,7 +66,13 @@ def test_unavailable_cause_is_one_bounded_line() -> None:
 
 @pytest.mark.parametrize(
     "exc",
-    [gexc.ServiceUnavailable("x"), gexc.DeadlineExceeded("x"), gexc.RetryError("Timeout of 10.0s exceeded", None)],
+    [
+        gexc.ServiceUnavailable("x"),
+        gexc.DeadlineExceeded("x"),
+        gexc.RetryError("Timeout of 10.0s exceeded", None),
+        requests.ConnectionError("reset"),
+        requests.Timeout("read timed out"),
+    ],
 )
 def test_raw_client_unavailability_is_transient_too(exc: Exception) -> None:
     assert error_kind(exc) is ErrorKind.transient

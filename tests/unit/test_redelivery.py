@@ -19,7 +19,7 @@ from rlcleanup.adapters.inprocess_bus import Delivered, InProcessBus
 from rlcleanup.adapters.storage_router import RoutingStorage
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.storage import WriteOutcome
-from rlcleanup.runtime import handlers
+from rlcleanup.runtime import evidence
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
 from rlcleanup.samples.generator import write_sample_run
 
@@ -111,7 +111,9 @@ def _strip(value: Any, root: str) -> Any:
 def test_chaotic_delivery_gives_exactly_one_record_and_no_repeated_side_effect(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: str, seed: int
 ) -> None:
-    monkeypatch.setattr(handlers, "publish_report", lambda *args: None)  # a chart per run; no record field needs it
+    monkeypatch.setattr(
+        evidence, "publish_report", lambda *args, **kwargs: None
+    )  # a chart per run; no record field needs it
     run_uri = str(write_sample_run(tmp_path / "runs", scenario))
 
     clean_storage = CrashAfterWrite(random.Random(0), crash_rate=0.0)

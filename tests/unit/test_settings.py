@@ -10,13 +10,26 @@ from pathlib import Path
 
 import pytest
 from authority_support import make_world
+from pydantic_settings import BaseSettings
 
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime import functions
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
 from rlcleanup.runtime.handlers import resolve_run_id
 from rlcleanup.samples.generator import write_sample_run
-from rlcleanup.settings import SettingsError, env_names, in_run_buckets, load_settings, unconfigured, within
+from rlcleanup.settings import (
+    GrantLimits,
+    HubSettings,
+    S3Settings,
+    SettingsError,
+    env_names,
+    in_run_buckets,
+    load_settings,
+    read,
+    s3_endpoint_specs,
+    unconfigured,
+    within,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,3 +137,42 @@ def test_a_destination_outside_the_deployment_prefixes_is_refused(tmp_path: Path
     allowed = world.grant()
     world.deliver(world.message(allowed))
     assert world.grant_doc(allowed.grant_id)["state"] == "used"
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "value"),
+    [
+        (GrantLimits, "RLCLEANUP_GRANT_MAX_LIFETIME_SECONDS", "a week"),
+        (GrantLimits, "RLCLEANUP_GRANT_CLOCK_SKEW_SECONDS", "-1"),
+        (HubSettings, "HF_ENDPOINT", "huggingface.co"),
+        (S3Settings, "RLCLEANUP_S3_ADDRESSING_STYLE", "sideways"),
+    ],
+)
+def test_every_settings_group_names_a_bad_variable(
+    monkeypatch: pytest.MonkeyPatch, kind: type[BaseSettings], name: str, value: str
+) -> None:
+    """The groups beside the deployment settings (read where they are used) fail the same way, never by falling
+    back to a default: a grant lifetime typo used to be silently 7 days."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=f"{name}='{value}'"):
+        read(kind)
+
+
+def test_grant_limits_and_local_paths_come_from_their_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from rlcleanup.authority.grants import lifetime_limits
+    from rlcleanup.paths import default_db, stack_dir
+
+    monkeypatch.setenv("RLCLEANUP_GRANT_MAX_LIFETIME_SECONDS", "3600")
+    monkeypatch.setenv("RLCLEANUP_GRANT_CLOCK_SKEW_SECONDS", "5")
+    assert lifetime_limits().max_lifetime.total_seconds() == 3600 and lifetime_limits().clock_skew.seconds == 5
+    monkeypatch.setenv("RLCLEANUP_DB", str(tmp_path / "r.db"))
+    monkeypatch.setenv("RLCLEANUP_STACK_DIR", str(tmp_path / "stack"))
+    assert default_db() == tmp_path / "r.db" and stack_dir() == tmp_path / "stack"
+
+
+def test_a_bad_s3_endpoint_names_its_variable_and_never_its_secret() -> None:
+    secret = '{"access_key_id": "AKIA-not-shown", "buckets": "one"}'
+    with pytest.raises(SettingsError, match="RLCLEANUP_S3_ENDPOINT_CW is not a valid") as caught:
+        s3_endpoint_specs({"RLCLEANUP_S3_ENDPOINT_CW": secret})
+    assert "AKIA" not in str(caught.value)
+    assert s3_endpoint_specs({"RLCLEANUP_S3_ENDPOINT_CW": '{"buckets": ["b"]}'}) == {"cw": {"buckets": ["b"]}}

@@ -11,3 +11,67 @@ resource "google_firestore_database" "records" {
 
   depends_on = [google_project_service.enabled]
 }
+
+# Composite indexes for the console queries docs/firestore-console.md lists (one field filtered, newest run first
+# by ended_at). Their single source is rlcleanup/adapters/firestore_queries.py; tests/unit/test_infra.py checks
+# that every query there has its index here, and that nothing else is declared.
+
+resource "google_firestore_index" "runs_by_status" {
+  database    = google_firestore_database.records.name
+  collection  = "runs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "status"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "ended_at"
+    order      = "DESCENDING"
+  }
+}
+
+resource "google_firestore_index" "runs_by_classification" {
+  database    = google_firestore_database.records.name
+  collection  = "runs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "classification.kind"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "ended_at"
+    order      = "DESCENDING"
+  }
+}
+
+resource "google_firestore_index" "runs_by_problem_code" {
+  database    = google_firestore_database.records.name
+  collection  = "runs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path   = "problem_codes"
+    array_config = "CONTAINS"
+  }
+  fields {
+    field_path = "ended_at"
+    order      = "DESCENDING"
+  }
+}
+
+resource "google_firestore_index" "runs_by_error_code" {
+  database    = google_firestore_database.records.name
+  collection  = "runs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path   = "error_codes"
+    array_config = "CONTAINS"
+  }
+  fields {
+    field_path = "ended_at"
+    order      = "DESCENDING"
+  }
+}

@@ -57,6 +57,9 @@ resource "google_cloudfunctions2_function" "fn" {
       RLCLEANUP_SWEEP_PAGE_SIZE          = tostring(var.sweep_tuning.page_size)
       RLCLEANUP_SWEEP_LOCK_STALE_SECONDS = tostring(var.sweep_tuning.lock_stale_seconds)
       RLCLEANUP_SWEEP_QUIESCENT_SECONDS  = tostring(var.sweep_tuning.quiescent_seconds)
+      # Hub hand-offs above the threshold are uploaded by the Cloud Run job (hub.tf); "" = always inline.
+      RLCLEANUP_HUB_UPLOAD_JOB          = var.enable_hub_destination ? google_cloud_run_v2_job.hub_upload[0].id : ""
+      RLCLEANUP_HUB_JOB_THRESHOLD_BYTES = tostring(var.hub_job_threshold_bytes)
     }
 
     # The Iris bearer token (Secret Manager), for the sweep only and only when configured.

@@ -384,6 +384,17 @@ variable "hub_upload_image" {
   }
 }
 
+variable "hub_job_threshold_bytes" {
+  description = "Hand-offs to the Hub whose export is larger than this (bytes) are uploaded by the Cloud Run job apply-grant starts (RLCLEANUP_HUB_JOB_THRESHOLD_BYTES); smaller ones inline in apply-grant."
+  type        = number
+  default     = 1073741824
+
+  validation {
+    condition     = var.hub_job_threshold_bytes >= 0 && floor(var.hub_job_threshold_bytes) == var.hub_job_threshold_bytes
+    error_message = "hub_job_threshold_bytes must be a whole number of bytes, 0 or more (0: every Hub hand-off runs as the job)."
+  }
+}
+
 variable "hub_upload_timeout_seconds" {
   description = "Timeout of one Hub upload job task (each retry resumes where the last stopped)."
   type        = number

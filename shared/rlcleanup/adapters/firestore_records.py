@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import threading
 import uuid
@@ -31,7 +30,8 @@ from typing import Any
 
 from rlcleanup.context import current_context
 from rlcleanup.errors import RecordStoreLost, RecordStoreUnavailable
-from rlcleanup.models.record import CompletionRecord, RunError, utcnow
+from rlcleanup.models.record import DERIVED_FROM, CompletionRecord, RunError, utcnow
+from rlcleanup.ports import usage
 from rlcleanup.ports.records import IdempotencyStore, StepDoc
 from rlcleanup.settings import load_settings
 
@@ -70,22 +70,20 @@ def approx_size(value: Any) -> int:
 
 
 def _encode(fields: dict[str, Any]) -> dict[str, Any]:
-    """Firestore forbids arrays inside arrays: coverage gaps become [{first, last}] maps."""
-    out = dict(fields)
+    """Python-mode record fields as Firestore stores them: datetimes stay datetimes (Firestore timestamps, in the
+    chain's attempts too), and coverage gaps become [{first, last}] maps (Firestore forbids arrays in arrays)."""
+    out = _plain(fields)
     chain = out.get("chain")
-    if isinstance(chain, dict):
-        chain = json.loads(json.dumps(chain, default=str))
-        coverage = chain.get("coverage") or {}
-        coverage["gaps"] = [{"first": a, "last": b} for a, b in coverage.get("gaps", [])]
-        out["chain"] = chain
+    if isinstance(chain, dict) and isinstance(chain.get("coverage"), dict):
+        _encode_cov(chain["coverage"])
     selection = out.get("selection")
     if isinstance(selection, dict) and isinstance(selection.get("chain_coverage"), dict):
-        selection = dict(selection)
-        cov = dict(selection["chain_coverage"])
-        cov["gaps"] = [{"first": a, "last": b} for a, b in cov.get("gaps", [])]
-        selection["chain_coverage"] = cov
-        out["selection"] = selection
+        _encode_cov(selection["chain_coverage"])
     return out
+
+
+def _encode_cov(cov: dict[str, Any]) -> None:
+    cov["gaps"] = [{"first": a, "last": b} for a, b in cov.get("gaps", [])]
 
 
 def _decode_cov(cov: dict[str, Any] | None) -> None:
@@ -149,6 +147,67 @@ def record_store_unavailable(run_id: str | None, operation: str, exc: BaseExcept
     return err
 
 
+class _CountingApi:
+    """The Firestore GAPIC client with every billable document counted (ports/usage.py): each document a
+    lookup or query returns is a read (a missing document looked up, and an empty query, are 1 read each), each
+    write in a commit a write or a delete. Everything else is the wrapped client's."""
+
+    def __init__(self, api: Any) -> None:
+        self._api = api
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._api, name)
+
+    def commit(self, *args: Any, **kwargs: Any) -> Any:
+        request = kwargs.get("request") if "request" in kwargs else (args[0] if args else None)
+        writes = (request.get("writes") if isinstance(request, dict) else getattr(request, "writes", None)) or []
+        deletes = sum(1 for w in writes if _operation(w) == "delete")
+        response = self._api.commit(*args, **kwargs)
+        usage.count(usage.FIRESTORE_WRITES, len(writes) - deletes)
+        usage.count(usage.FIRESTORE_DELETES, deletes)
+        return response
+
+    def batch_get_documents(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        for response in self._api.batch_get_documents(*args, **kwargs):
+            if _has(response, "found") or _has(response, "missing"):
+                usage.count(usage.FIRESTORE_READS)
+            yield response
+
+    def run_query(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        documents = 0
+        for response in self._api.run_query(*args, **kwargs):
+            if _has(response, "document"):
+                documents += 1
+                usage.count(usage.FIRESTORE_READS)
+            yield response
+        if documents == 0:
+            usage.count(usage.FIRESTORE_READS)  # a query is billed at least one read
+
+
+def _raw(message: Any) -> Any:
+    pb = getattr(type(message), "pb", None)  # proto-plus wrapper -> its protobuf message
+    return pb(message) if callable(pb) else message
+
+
+def _operation(write: Any) -> str | None:
+    return _raw(write).WhichOneof("operation")
+
+
+def _has(response: Any, field: str) -> bool:
+    try:
+        return bool(_raw(response).HasField(field))
+    except ValueError:
+        return False
+
+
+def count_requests(client: Any) -> Any:
+    """Count the client's billable document operations (a wrapper around its lazily built GAPIC client)."""
+    api = client._firestore_api
+    if not isinstance(api, _CountingApi):
+        client._firestore_api_internal = _CountingApi(api)
+    return client
+
+
 class FirestoreRunRecords:
     """The run-record repository on Firestore: runs/{run_id} and its candidates/attempts/events/errors."""
 
@@ -195,7 +254,7 @@ class FirestoreRunRecords:
         if self._client is None:
             from google.cloud import firestore
 
-            self._client = firestore.Client(project=self.project, database=self.database)
+            self._client = count_requests(firestore.Client(project=self.project, database=self.database))
         return self._client
 
     def _run(self, run_id: str) -> Any:
@@ -223,7 +282,7 @@ class FirestoreRunRecords:
         _check_size(record.run_id, doc)
         try:
             with self._guard("create record", record.run_id):
-                self._run(record.run_id).create(_plain(doc), **self._rpc)
+                self._run(record.run_id).create(doc, **self._rpc)
         except AlreadyExists:
             return False
         return True
@@ -233,18 +292,19 @@ class FirestoreRunRecords:
         probe.pop("updated_at", None)
         # Validate (never store what the model would reject), then dump in python mode: timestamps stay timestamps.
         validated = CompletionRecord.model_validate(probe)
-        encoded = _encode(validated.model_dump(mode="python", include=set(fields) - {"updated_at"}))
+        # A derived field (problem_codes, ...) is written with the field it is computed from.
+        written = set(fields) - {"updated_at"}
+        written |= {derived for source, derived in DERIVED_FROM.items() if source in written}
+        encoded = _encode(validated.model_dump(mode="python", include=written))
         encoded["updated_at"] = utcnow()
         _check_size(run_id, encoded)
         ref = self._run(run_id)
         batch = self.db.batch()
-        batch.update(ref, _plain(encoded))
-        for cand in fields.get("candidates") or []:
-            batch.set(ref.collection("candidates").document(str(cand["step"])), _plain(cand))
-        chain = fields.get("chain")
-        if isinstance(chain, dict):
-            for att in chain.get("attempts", []):
-                batch.set(ref.collection("attempts").document(str(att["attempt_id"])), _plain(att))
+        batch.update(ref, encoded)
+        for cand in encoded.get("candidates") or []:
+            batch.set(ref.collection("candidates").document(str(cand["step"])), cand)
+        for att in (encoded.get("chain") or {}).get("attempts", []):
+            batch.set(ref.collection("attempts").document(str(att["attempt_id"])), att)
         from google.api_core.exceptions import NotFound
 
         try:
@@ -266,7 +326,11 @@ class FirestoreRunRecords:
             if not snap.exists:
                 raise KeyError(f"no record for run {run_id!r}")
             count = (snap.to_dict() or {}).get("error_count", 0)
-            update: dict[str, Any] = {"error_count": firestore.Increment(1), "updated_at": utcnow()}
+            update: dict[str, Any] = {
+                "error_count": firestore.Increment(1),
+                "error_codes": firestore.ArrayUnion([err.code]),
+                "updated_at": utcnow(),
+            }
             if count < MAX_INLINE_ERRORS:
                 update["errors"] = firestore.ArrayUnion([err.model_dump(mode="python")])
             batch = self.db.batch()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from rlcleanup.ports import usage
+
 PUBLISH_TIMEOUT_SECONDS = 30.0
 
 
@@ -27,5 +29,6 @@ class PubSubBus:
         path = self.client.topic_path(self.project, topic)
         # Non-empty data always: an attributes-only push is rejected by the CloudEvent conversion.
         future = self.client.publish(path, data or b"{}", **(attributes or {}))
+        usage.pubsub_message(data or b"{}", attributes)  # one request each: every publish waits for its id
         message_id: str = future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
         return message_id

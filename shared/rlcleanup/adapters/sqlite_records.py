@@ -35,12 +35,22 @@ CREATE TABLE IF NOT EXISTS docs (collection TEXT NOT NULL, doc_id TEXT NOT NULL,
 
 def _owner_only(path: Path) -> None:
     """The store holds grants, approvers' public keys and records: created (and kept) mode 0600. SQLite gives its
-    -wal/-shm files the database file's permissions, so they follow."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
+    -wal/-shm files the database file's permissions, so they follow.
+
+    An existing file is chmod'ed, never opened: closing any descriptor of the database file drops every POSIX
+    lock this process holds on it, including those of connections already open (a second store object on the
+    same file, e.g. records and claims); another process closing its connection could then reset the WAL under
+    them, and they would go on reading a stale snapshot (an upload job's writes unseen by the embedded stack)."""
+    if path.is_symlink():
+        raise OSError(f"{path} is a symlink: the record store must be a regular file")
+    if path.exists():
+        os.chmod(path, 0o600)
+    else:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
     for suffix in ("-wal", "-shm"):
         side = path.with_name(path.name + suffix)
         if side.exists() and not side.is_symlink():
@@ -66,6 +76,15 @@ class _SqliteFile:
             self._local.conn = conn
         return conn
 
+    def _one(self, sql: str, args: tuple[Any, ...]) -> Any:
+        """One row, with the statement closed at once: a half-read statement keeps its WAL read snapshot open,
+        and this connection would go on seeing the database as it was (a job process's writes unseen)."""
+        cur = self._conn().execute(sql, args)
+        try:
+            return cur.fetchone()
+        finally:
+            cur.close()
+
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         db = self._conn()
@@ -82,7 +101,7 @@ class SqliteRunRecords(_SqliteFile):
     """Completion records, the event ledger and auxiliary documents."""
 
     def get(self, run_id: str) -> CompletionRecord | None:
-        row = self._conn().execute("SELECT doc FROM records WHERE run_id = ?", (run_id,)).fetchone()
+        row = self._one("SELECT doc FROM records WHERE run_id = ?", (run_id,))
         return CompletionRecord.model_validate_json(row[0]) if row else None
 
     def create_if_absent(self, record: CompletionRecord) -> bool:
@@ -150,11 +169,7 @@ class SqliteRunRecords(_SqliteFile):
             return cur.rowcount == 1
 
     def get_doc(self, collection: str, doc_id: str) -> dict[str, Any] | None:
-        row = (
-            self._conn()
-            .execute("SELECT data FROM docs WHERE collection = ? AND doc_id = ?", (collection, doc_id))
-            .fetchone()
-        )
+        row = self._one("SELECT data FROM docs WHERE collection = ? AND doc_id = ?", (collection, doc_id))
         return json.loads(row[0]) if row else None
 
     def list_docs(self, collection: str, prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
@@ -187,14 +202,10 @@ class SqliteIdempotencyStore(_SqliteFile, IdempotencyStore):
             return True
 
     def _get(self, run_id: str, key: str) -> tuple[StepDoc, Any] | None:
-        row = (
-            self._conn()
-            .execute(
-                "SELECT c.state, c.lease_until, c.result, v.version, v.owner FROM claims c LEFT JOIN claim_versions v"
-                " ON v.run_id = c.run_id AND v.key = c.key WHERE c.run_id = ? AND c.key = ?",
-                (run_id, key),
-            )
-            .fetchone()
+        row = self._one(
+            "SELECT c.state, c.lease_until, c.result, v.version, v.owner FROM claims c LEFT JOIN claim_versions v"
+            " ON v.run_id = c.run_id AND v.key = c.key WHERE c.run_id = ? AND c.key = ?",
+            (run_id, key),
         )
         if row is None:
             return None

@@ -23,7 +23,8 @@ class JobEvent(_Msg):
     source: str = Field(
         min_length=1,
         max_length=64,
-        description="Who saw the state: iris, ray, skypilot, k8s, marin, protocol, slurm, manual, gcs, sweep "
+        # Named from the one table, so a new source changes controller_states.py only (and the published schema).
+        description=f"Who saw the state: {', '.join(controller_states.SOURCES)} "
         "(models/controller_states.py; an unknown source is refused).",
     )
     job_id: str = Field(
@@ -115,10 +116,20 @@ class JobEvent(_Msg):
         return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
+# The claim scope of one pass of the pipeline over a run (runtime/attempt_scope.py): "" for the run's first end,
+# "<12 hex>/" for a later end (a resubmitted step's new terminal token). It prefixes every stage's claim key.
+SCOPE_PATTERN = r"^([0-9a-f]{12}/)?$"
+
+
+def _scope() -> str:
+    return Field(default="", pattern=SCOPE_PATTERN, description="claim scope of this pass (empty: the first)")
+
+
 class RunMessage(_Msg):
     """run-classified / run-selection payload: which run, where to preserve, what the controller said."""
 
     run_id: str
+    scope: str = _scope()
     run_uri: str
     preserve_root: str
     event_state: str | None = None
@@ -128,6 +139,7 @@ class RunMessage(_Msg):
 
 class CapturePartMessage(_Msg):
     run_id: str
+    scope: str = _scope()
     run_uri: str
     dest_root: str
     part: CapturePart
@@ -135,12 +147,14 @@ class CapturePartMessage(_Msg):
 
 class LogScanPartMessage(_Msg):
     run_id: str
+    scope: str = _scope()
     dest_root: str
     part: LogScanPart
 
 
 class CandidateMessage(_Msg):
     run_id: str
+    scope: str = _scope()
     run_uri: str
     preserve_root: str
     target: str = Field(pattern=r"^(resume|candidate:\d+)$")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState, problem_code
 
@@ -15,6 +16,13 @@ def utcnow() -> datetime:
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", use_enum_values=False)
+
+
+def _without(data: Any, derived: tuple[str, ...]) -> Any:
+    """Derived (computed) fields are written with a record and recomputed on reading it back, never taken as input."""
+    if isinstance(data, dict) and any(k in data for k in derived):
+        return {k: v for k, v in data.items() if k not in derived}
+    return data
 
 
 class Classification(_Model):
@@ -73,6 +81,11 @@ class ChainSummary(_Model):
     attempts: list[Attempt] = Field(default_factory=list)
     coverage: ChainCoverage = Field(default_factory=ChainCoverage)
     steps: list[StepSummary] = Field(default_factory=list)
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what reading the run's layout found odd or had to decide by rule: a guessed root, other jobs' "
+        ".out files kept as evidence, a tie between Slurm job names, unreadable hydra_args",
+    )
 
 
 class ResolvedConfigRef(_Model):
@@ -104,6 +117,16 @@ class Candidate(_Model):
         for text in problems:
             problem_code(text)  # UnknownProblemCode: an undeclared code never reaches a record
         return problems
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_derived(cls, data: Any) -> Any:
+        return _without(data, ("problem_codes",))
+
+    @computed_field(description="the codes of `problems`, sorted, once each: `array-contains` works on them")  # type: ignore[prop-decorator]
+    @property
+    def problem_codes(self) -> list[str]:
+        return sorted({problem_code(p) for p in self.problems})
 
 
 class ResumeSafety(_Model):
@@ -146,7 +169,7 @@ class AuthorityAction(_Model):
     action: str
     grant_id: str
     state: str = Field(
-        description="pending | applying | published | handed_off | registered | reclaimed | cleared | refused | expired | not_applicable | withheld"
+        description="pending | applying | uploading | published | handed_off | registered | reclaimed | cleared | refused | expired | not_applicable | withheld"
     )
     destination: str | None = None
     step: int | None = None
@@ -155,6 +178,10 @@ class AuthorityAction(_Model):
     detail: str | None = None
     uri: str | None = None
     reclaimed_bytes: int = 0
+    progress: dict[str, int] | None = Field(
+        default=None,
+        description="a Hub upload's progress: files_done, files_total, bytes_done, bytes_total, skipped (already there)",
+    )
 
 
 class PreCancelCapture(_Model):
@@ -170,6 +197,11 @@ class PreCancelCapture(_Model):
 # The run URI of a placeholder record: one filed for an error whose message named the run id but not its place.
 # It binds no identity: the first run that really claims the id takes the record over.
 UNKNOWN_RUN_URI = "unknown"
+
+
+# Derived fields of the record and the stored fields each is computed from (a partial update writes them too).
+RECORD_DERIVED = ("problem_codes", "error_codes")
+DERIVED_FROM = {"candidates": "problem_codes", "errors": "error_codes"}
 
 
 class CompletionRecord(_Model):
@@ -210,8 +242,28 @@ class CompletionRecord(_Model):
     not_applicable_evidence: list[str] = Field(default_factory=list)
     remaining_work: list[str] = Field(default_factory=list)
     errors: list[RunError] = Field(default_factory=list)
+    ended_at: datetime | None = Field(
+        default=None,
+        description="when the run ended: its last attempt's end (attempt record, else its last log timestamp); "
+        "when no attempt tells, when rlcleanup saw it had ended. Unlike updated_at it does not move.",
+    )
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_derived(cls, data: Any) -> Any:
+        return _without(data, RECORD_DERIVED)
+
+    @computed_field(description="every candidate's problem codes, sorted, once each (array-contains queries)")  # type: ignore[prop-decorator]
+    @property
+    def problem_codes(self) -> list[str]:
+        return sorted({code for c in self.candidates for code in c.problem_codes})
+
+    @computed_field(description="the codes of `errors`, sorted, once each (array-contains queries)")  # type: ignore[prop-decorator]
+    @property
+    def error_codes(self) -> list[str]:
+        return sorted({e.code for e in self.errors})
 
     def add_error(self, step: str, code: str, message: str) -> None:
         self.errors.append(RunError(step=step, code=code, message=message))

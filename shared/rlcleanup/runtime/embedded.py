@@ -15,7 +15,7 @@ from rlcleanup.models.record import CompletionRecord
 from rlcleanup.paths import default_db, default_preserve_root
 from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime.handlers import HANDLERS, dispatch, resolve_run_id
-from rlcleanup.runtime.ports import Ports, settings_fields
+from rlcleanup.runtime.ports import Ports, hub_upload_job, settings_fields
 from rlcleanup.runtime.topology import FunctionSpec, load_topology
 from rlcleanup.settings import DeploymentSettings, load_settings
 
@@ -39,12 +39,15 @@ class EmbeddedStack:
     ) -> EmbeddedStack:
         """One process serving every function: the deployment settings are read here, once (unless given)."""
         bus = bus or InProcessBus()
+        settings = settings or load_settings()
+        job_args = ("--sqlite", str(db_path), "--preserve-root", preserve_root)  # the child opens the same store
         ports = Ports(
             storage=storage or RoutingStorage(),
             records=SqliteRunRecords(db_path),
             claims=SqliteIdempotencyStore(db_path),
             bus=bus,
-            **{**settings_fields(settings or load_settings()), "preserve_root": preserve_root},  # type: ignore[arg-type]
+            hub_upload_job=hub_upload_job(settings, job_args),
+            **{**settings_fields(settings), "preserve_root": preserve_root},  # type: ignore[arg-type]
         )
         stack = cls(ports=ports, bus=bus)
         for fn in load_topology().functions:

@@ -20,6 +20,7 @@ so Pub/Sub never dead-letters a defect behind our back.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -38,9 +39,11 @@ from rlcleanup.errors import (
 )
 from rlcleanup.models.events import CandidateMessage, CapturePartMessage, LogScanPartMessage
 from rlcleanup.models.outcomes import CapturePartOutcome, LogScanOutcome, MemberError, ValidationOutcome
-from rlcleanup.models.record import Candidate, ResumeSafety, RunError
+from rlcleanup.models.record import Candidate, ResumeSafety, RunError, utcnow
 from rlcleanup.models.vocab import CandidateProblem, RecordStatus
+from rlcleanup.runtime.attempt_scope import unscoped
 from rlcleanup.runtime.claims import failed_claim
+from rlcleanup.runtime.evidence import finish_evidence
 from rlcleanup.runtime.layouts import run_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.steps.facts import safe_run_id
@@ -68,6 +71,15 @@ PIPELINE_ENTRY_POINTS = frozenset(
 MEMBER_PREFIXES = ("log-scan:", "capture-part:", "validate:")
 
 
+_LOGGED = "_rlcleanup_logged"
+
+
+def already_logged(exc: BaseException) -> bool:
+    """Whether `exc` was logged (with its traceback) where it was classified: the entry path must not log it
+    again (one line per failed delivery)."""
+    return bool(getattr(exc, _LOGGED, False))
+
+
 def to_permanent(p: Ports, entry_point: str, data: bytes, message_id: str | None, exc: Exception) -> PermanentError:
     """The permanent error to finish with, or re-raise `exc` when the delivery should be retried."""
     kind = error_kind(exc)
@@ -88,6 +100,8 @@ def to_permanent(p: Ports, entry_point: str, data: bytes, message_id: str | None
         exc_info=exc,
         extra={"run_id": run_id, "error": {"type": type(exc).__name__, "attempt": attempt}},
     )
+    with contextlib.suppress(AttributeError):  # an exception type with __slots__: logged twice, never lost
+        setattr(exc, _LOGGED, True)
     if run_id and p.records.get(run_id) is not None:
         p.records.add_errors(run_id, [RunError(step=entry_point, code=INTERNAL_ERROR, message=defect_message(exc))])
     if attempt < DEFECT_DELIVERY_BUDGET:
@@ -115,9 +129,11 @@ def finish_failed(
 ) -> str:
     """Complete the failed fan-out member (then re-run its fan-in), or mark the run's pipeline failed."""
     claim = failed_claim(exc)
-    if claim is not None and claim.key.startswith(MEMBER_PREFIXES) and not isinstance(error, RecordStoreLost):
+    if claim is not None and unscoped(claim.key).startswith(MEMBER_PREFIXES) and not isinstance(error, RecordStoreLost):
         outcome = member_failure(p, claim.key, data, error)
         p.claims.complete(claim.run_id, claim.key, outcome.model_dump(mode="json"))
+        for later, unread in later_segments(claim.key, data, error):  # a cut log's chain ends here: they never run
+            p.claims.complete(claim.run_id, later, unread.model_dump(mode="json"))
         log.warning("fan-out member %s of run %s completed as failed: %s", claim.key, claim.run_id, error.code)
         try:
             retry_fan_in()  # the member's claim is done now: the handler goes straight to its fan-in
@@ -145,12 +161,39 @@ def mark_run_failed(p: Ports, run_id: str, step: str, code: str, message: str) -
         *record.remaining_work,
         f"rlcleanup could not finish step {step} ({code}): see errors[]; after a fix, re-emit the run's terminal event",
     ]
-    p.records.update(run_id, {"status": RecordStatus.failed.value, "remaining_work": remaining})
+    fields: dict[str, Any] = {"status": RecordStatus.failed.value, "remaining_work": remaining}
+    if record.ended_at is None:  # the terminal-state step never ran: the run had ended by the time its event came
+        fields["ended_at"] = utcnow()
+    p.records.update(run_id, fields)
+    try:  # what was preserved before the failure is listed too; the failure itself is already recorded
+        finish_evidence(p, run_id, with_report=False)
+    except Exception as exc:
+        log.warning("manifest for failed run %s not sealed: %s", run_id, defect_message(exc), extra={"run_id": run_id})
+
+
+def later_segments(key: str, data: bytes, error: PermanentError) -> list[tuple[str, LogScanOutcome]]:
+    """The claim keys of the segments after a failed segment of a cut log (each is published by the one before,
+    so none will run), with their failed outcomes: the fan-in counts them and the record names the file unread."""
+    if not unscoped(key).startswith("log-scan:"):
+        return []
+    part = LogScanPartMessage.model_validate_json(data).part
+    segment = part.segment
+    if segment is None:
+        return []
+    prefix, (head, number) = key[: len(key) - len(part.part_id)], part.part_id.rsplit("-p", 1)
+    failure = MemberError(
+        code=error.code, message=f"not scanned: segment {segment.index + 1} of {segment.count} failed first"
+    )
+    return [
+        (f"{prefix}{head}-p{int(number) + k:04d}", LogScanOutcome(ok=False, error=failure, files=1, unread=[]))
+        for k in range(1, segment.count - segment.index)
+    ]
 
 
 def member_failure(p: Ports, key: str, data: bytes, error: PermanentError) -> BaseModel:
     """The stored outcome of a fan-out member that failed: ok=False, the error, and what it could not do."""
     failure = MemberError(code=error.code, message=str(error)[:2000])
+    key = unscoped(key)  # a later pass's members carry its scope prefix
     if key.startswith("log-scan:"):
         scan = LogScanPartMessage.model_validate_json(data)
         return LogScanOutcome(
@@ -169,16 +212,16 @@ def member_failure(p: Ports, key: str, data: bytes, error: PermanentError) -> Ba
         error=failure,
         candidate=Candidate(
             step=check.step,
-            uri=_export_uri(p, check.run_id, check.run_uri, check.step),
+            uri=_export_uri(p, check.run_id, check.run_uri, check.step, check.scope),
             valid=False,
             problems=[problem],
         ),
     )
 
 
-def _export_uri(p: Ports, run_id: str, run_uri: str, step: int) -> str:
+def _export_uri(p: Ports, run_id: str, run_uri: str, step: int, scope: str = "") -> str:
     try:
-        return run_layout(p, run_id, run_uri).export_uri(step)
+        return run_layout(p, run_id, run_uri, scope).export_uri(step)
     except Exception:  # the listing may be what failed: name the conventional place instead
         return join(run_uri, "exports", f"global_step_{step}", "policy")
 

@@ -5,6 +5,11 @@ against the function's caps in the topology (timeout_seconds, memory). On Cloud 
 the whole instance, so the process high-water mark (getrusage ru_maxrss) is the measure, not a per-call delta.
 The line is INFO, or WARNING once either figure passes RLCLEANUP_LIMIT_WARN_FRACTION (default 0.8) of its cap.
 
+A delivery that fails (HTTP 500, so Pub/Sub redelivers) logs exactly one structured ERROR line: ours (a defect's
+carries its traceback, written where it is classified, `runtime/failures.py`). `serve_cloud_event`, the view
+functions/main.py registers, turns the failure into werkzeug's `InternalServerError`: Flask answers 500 without
+logging its own "Exception on /" traceback beside ours.
+
 The deployment settings are read when this module is imported (functions/main.py imports it at cold start): a bad
 variable stops the instance there, with a `SettingsError` naming it, before any delivery is taken.
 """
@@ -19,9 +24,12 @@ import threading
 import time
 from typing import Any
 
-from rlcleanup.errors import PermanentError
+from werkzeug.exceptions import InternalServerError
+
+from rlcleanup.errors import ErrorKind, PermanentError, defect_message, error_kind
+from rlcleanup.ports import usage
 from rlcleanup.runtime.envelope import decode_cloud_event
-from rlcleanup.runtime.failures import PERMANENT_PREFIX
+from rlcleanup.runtime.failures import PERMANENT_PREFIX, already_logged
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.handlers import HANDLERS, dispatch, record_poison
 from rlcleanup.runtime.logging_setup import bind_cloud_event
@@ -59,8 +67,23 @@ def serving(entry_point: str, settings: DeploymentSettings | None = None) -> Fun
     return spec
 
 
+class Redeliver(InternalServerError):
+    """HTTP 500 for a delivery whose failure is already logged (one line): Pub/Sub redelivers the message."""
+
+    description = "delivery failed; Pub/Sub redelivers it (the function logged why)"
+
+
+def serve_cloud_event(entry_point: str, cloud_event: Any) -> None:
+    """functions-framework's view of an entry point: any failure answers HTTP 500 as an HTTP error, which Flask
+    does not log (an unhandled exception it would log with a second traceback)."""
+    try:
+        handle_cloud_event(entry_point, cloud_event)
+    except Exception as exc:
+        raise Redeliver() from exc
+
+
 def handle_cloud_event(entry_point: str, cloud_event: Any) -> str:
-    started = time.monotonic()
+    started, cpu_before = time.monotonic(), time.process_time()
     outcome = "error"
     try:
         bind_cloud_event(
@@ -71,9 +94,25 @@ def handle_cloud_event(entry_point: str, cloud_event: Any) -> str:
         return result
     except BaseException as exc:
         outcome = f"error:{type(exc).__name__}"
+        if isinstance(exc, Exception) and not already_logged(exc):
+            log_failed_delivery(entry_point, exc)
         raise
     finally:
-        account_invocation(entry_point, time.monotonic() - started, outcome)
+        account_invocation(entry_point, time.monotonic() - started, outcome, cpu_before=cpu_before)
+
+
+def log_failed_delivery(entry_point: str, exc: Exception) -> None:
+    """The one ERROR line of a failed delivery not logged where it was classified (a transient error, or a
+    failure outside dispatch): one line, no traceback for a transient error, a traceback for anything else."""
+    kind = error_kind(exc)
+    transient = kind is ErrorKind.transient
+    log.error(
+        "%s failed, Pub/Sub redelivers it: %s",
+        entry_point,
+        defect_message(exc),
+        exc_info=None if transient else exc,
+        extra={"error": {"type": type(exc).__name__, "kind": kind.value, "redelivered": True}},
+    )
 
 
 def _handle(entry_point: str, cloud_event: Any) -> str:
@@ -81,6 +120,7 @@ def _handle(entry_point: str, cloud_event: Any) -> str:
     p = ports()
     try:
         message = decode_cloud_event(cloud_event.data, cloud_event.get("source"))
+        usage.pubsub_message(message.data, message.attributes)  # the push delivery is billed like the publish
     except PermanentError as exc:
         raw = _raw_copy(cloud_event.data)
         record_poison(guarded_ports(p, spec), entry_point, spec.dead_letter_topic, raw, {}, exc)
@@ -104,9 +144,18 @@ def peak_rss_mib() -> float:
 
 
 def account_invocation(
-    entry_point: str, seconds: float, outcome: str, *, peak_mib: float | None = None, fraction: float | None = None
+    entry_point: str,
+    seconds: float,
+    outcome: str,
+    *,
+    peak_mib: float | None = None,
+    fraction: float | None = None,
+    cpu_before: float | None = None,
 ) -> dict[str, Any]:
-    """Log (and return) one invocation's accounting: duration and peak RSS against the function's caps."""
+    """Log (and return) one invocation's accounting: duration and peak RSS against the function's caps, plus
+    what the cost model sums: the process's CPU seconds before and after the invocation (`cpu_before_s`,
+    `cpu_total_s`: process-wide, so concurrent deliveries in one process share them) and the running totals of
+    billable requests this process made (ports/usage.py: gcs_class_a=... firestore_reads=...)."""
     peak = peak_rss_mib() if peak_mib is None else peak_mib
     fraction = SETTINGS.limit_warn_fraction if fraction is None else fraction
     fields: dict[str, Any] = {
@@ -115,6 +164,9 @@ def account_invocation(
         "invocation_seconds": round(seconds, 3),
         "peak_rss_mib": round(peak, 1),
     }
+    if cpu_before is not None:
+        fields |= {"cpu_before_s": round(cpu_before, 3), "cpu_total_s": round(time.process_time(), 3)}
+        fields |= usage.totals()
     near: list[str] = []
     try:
         spec = load_topology().function(entry_point)

@@ -21,10 +21,11 @@ from rlcleanup.models.events import CandidateMessage, CapturePartMessage, JobEve
 from rlcleanup.models.outcomes import CapturePartOutcome, LogScanOutcome, ValidationOutcome
 from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord, RunError
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
-from rlcleanup.report.publish import publish_report
-from rlcleanup.runtime import authority_handlers, source_handlers
+from rlcleanup.runtime import attempt_scope, authority_handlers, source_handlers
+from rlcleanup.runtime.attempt_scope import pass_id, scoped
 from rlcleanup.runtime.claims import BUSY
 from rlcleanup.runtime.claims import once as _once
+from rlcleanup.runtime.evidence import finish_evidence
 from rlcleanup.runtime.failures import decode, finish_failed, identify, to_permanent
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.layouts import CLASSIFY_KEY, run_layout, snapshot_layout
@@ -89,6 +90,11 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         run_id, event.event_key, {"state": event.state, "source": event.source, "outcome": "terminal"}
     )
     preserve_root = authority_handlers.deployment_preserve_root(p, event)
+    # Which end of the run this is: its first, one already handled, or a resubmitted step's new end.
+    marks = attempt_scope.end_marks(p.storage, layout)
+    scope = attempt_scope.choose_scope(p.claims, run_id, marks)
+    if scope is None:
+        return f"duplicate: {run_id} already classified (no new end: {_marks_text(marks)})"
 
     def work() -> dict[str, Any]:
         classification = classify(p.storage, layout)
@@ -117,10 +123,13 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
             if by_design is not None:  # run-layout-v2.md §1, §3: absent by design, never reported missing
                 record.not_applicable_evidence.append(f"checkpoints, exports and candidates: {by_design}")
         if not p.records.create_if_absent(record):
-            fields = record.model_dump(mode="json", exclude={"created_at", "errors"})
-            p.records.update(run_id, fields)
+            # A later end keeps the finished record as it is (never back to in_progress) until its own selection
+            # writes the new outcome; only what classification itself decides is refreshed now.
+            fields = record.model_dump(mode="json", include=_CLASSIFY_FIELDS if scope else None)
+            p.records.update(run_id, {k: v for k, v in fields.items() if k not in ("created_at", "errors")})
         next_msg = RunMessage(
             run_id=run_id,
+            scope=scope,
             run_uri=layout.run_uri,
             preserve_root=preserve_root,
             event_state=event.controller_state,
@@ -132,12 +141,29 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
             _publish(p, "agentic-runs", next_msg)
         elif kind is ClassificationKind.standard:
             # Discover once: every later hop reads this snapshot instead of listing the run again.
-            snapshot = snapshot_layout(p, run_id, preserve_root, layout)
+            snapshot = snapshot_layout(p, run_id, preserve_root, layout, scope)
             _publish(p, "run-classified", next_msg)
-        return {"kind": kind.value, **snapshot}
+        return {"kind": kind.value, **snapshot, "end": marks.model_dump(mode="json")}
 
-    result = _once(p, run_id, CLASSIFY_KEY, work)
-    return f"classified {run_id}: {result['kind']}" if result else f"duplicate: {run_id} already classified"
+    result = _once(p, run_id, scoped(scope, CLASSIFY_KEY), work)
+    which = f" (new end, pass {pass_id(scope)})" if scope else ""
+    return f"classified {run_id}{which}: {result['kind']}" if result else f"duplicate: {run_id} already classified"
+
+
+_CLASSIFY_FIELDS = {
+    "classification",
+    "controller_state",
+    "source_revision",
+    "base_model",
+    "resolved_config",
+    "launch_command",
+    "not_applicable_evidence",
+}
+
+
+def _marks_text(marks: attempt_scope.EndMarks) -> str:
+    tokens = ", ".join(f"{m.uri.rsplit('/', 2)[-2]}: {m.token}" for m in marks.statuses) or "no status file"
+    return f"{tokens}; {len(marks.attempts)} attempts"
 
 
 # ---------------------------------------------------------------- terminal state (log-scan fan-out, fan-in)
@@ -147,11 +173,12 @@ def establish_terminal_state(p: Ports, data: bytes, attributes: dict[str, str]) 
     msg = decode(RunMessage, data)
 
     def plan() -> dict[str, Any]:
-        layout = run_layout(p, msg.run_id, msg.run_uri)
-        dest_root = capture_step.preserved_root(msg.preserve_root, msg.run_id)
+        layout = run_layout(p, msg.run_id, msg.run_uri, msg.scope)
+        dest_root = capture_step.preserved_root(msg.preserve_root, msg.run_id, pass_id(msg.scope))
         parts = logscan.plan_log_scan(layout)
-        for part in parts:
-            _publish(p, "log-scan-parts", LogScanPartMessage(run_id=msg.run_id, dest_root=dest_root, part=part))
+        for part in logscan.first_parts(parts):  # a cut file's later segments: each published by the one before
+            part_msg = LogScanPartMessage(run_id=msg.run_id, scope=msg.scope, dest_root=dest_root, part=part)
+            _publish(p, "log-scan-parts", part_msg)
         # Part ids and attempt ids only (as maps: Firestore has no nested arrays); the file lists travel in the
         # messages, so this result stays small however many logs the run has.
         parts_index = [{"part_id": part.part_id, "attempt_id": part.attempt_id} for part in parts]
@@ -161,37 +188,41 @@ def establish_terminal_state(p: Ports, data: bytes, attributes: dict[str, str]) 
             "run": msg.model_dump(mode="json"),
         }
 
-    _once(p, msg.run_id, "terminal-plan", plan)
-    return _maybe_fan_in_terminal(p, msg.run_id)
+    _once(p, msg.run_id, scoped(msg.scope, "terminal-plan"), plan)
+    return _maybe_fan_in_terminal(p, msg.run_id, msg.scope)
 
 
 def scan_log_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     msg = decode(LogScanPartMessage, data)
 
     def work() -> dict[str, Any]:
-        uri, problems = logscan.scan_part(p.storage, msg.dest_root, msg.part)
+        uri, problems, after = logscan.scan_part(p.storage, msg.dest_root, msg.part)
+        if after is not None:  # the next segment of a cut file, with the scanner state it starts from
+            _publish(p, "log-scan-parts", msg.model_copy(update={"part": after}))
         outcome = LogScanOutcome(uri=uri, files=len(msg.part.uris), bytes=msg.part.bytes, problems=len(problems))
         return outcome.model_dump(mode="json")
 
-    _once(p, msg.run_id, f"log-scan:{msg.part.part_id}", work)
-    return _maybe_fan_in_terminal(p, msg.run_id)
+    _once(p, msg.run_id, scoped(msg.scope, f"log-scan:{msg.part.part_id}"), work)
+    return _maybe_fan_in_terminal(p, msg.run_id, msg.scope)
 
 
-def _maybe_fan_in_terminal(p: Ports, run_id: str) -> str:
+def _maybe_fan_in_terminal(p: Ports, run_id: str, scope: str) -> str:
     """When every log-scan part is stored: settle the terminal state once, then try the capture fan-in."""
-    plan = p.claims.result(run_id, "terminal-plan")
+    plan = p.claims.result(run_id, scoped(scope, "terminal-plan"))
     if plan is None:
         return "waiting: log-scan plan"
     parts = [(part["part_id"], part["attempt_id"]) for part in plan["parts"]]
-    done = p.claims.results(run_id, "log-scan:")
-    pending = [part_id for part_id, _ in parts if f"log-scan:{part_id}" not in done]
+    done = p.claims.results(run_id, scoped(scope, "log-scan:"))
+    pending = [part_id for part_id, _ in parts if scoped(scope, f"log-scan:{part_id}") not in done]
     if pending:
         return f"waiting: {len(pending)} log-scan parts"
     msg = RunMessage.model_validate(plan["run"])
-    outcomes = {part_id: LogScanOutcome.model_validate(done[f"log-scan:{part_id}"]) for part_id, _ in parts}
+    outcomes = {
+        part_id: LogScanOutcome.model_validate(done[scoped(scope, f"log-scan:{part_id}")]) for part_id, _ in parts
+    }
 
     def work() -> dict[str, Any]:
-        layout = run_layout(p, msg.run_id, msg.run_uri)
+        layout = run_layout(p, msg.run_id, msg.run_uri, scope)
         # A failed part has no stored scan: settle on the parts that were read, and say which files were not.
         scans = logscan.assemble(p.storage, plan["dest_root"], [part for part in parts if outcomes[part[0]].ok])
         p.records.add_errors(run_id, _errors("terminal_state", _unread_logs(outcomes)))
@@ -211,10 +242,10 @@ def _maybe_fan_in_terminal(p: Ports, run_id: str) -> str:
         p.records.add_errors(run_id, _errors("terminal_state", errors))
         return {"terminal_state": fields.get("terminal_state")}
 
-    result = _once(p, run_id, "terminal", work, busy_ok=True)
+    result = _once(p, run_id, scoped(scope, "terminal"), work, busy_ok=True)
     if result is BUSY:
         return "terminal fan-in in progress in another delivery"
-    return _maybe_fan_in_capture(p, run_id, msg.run_uri, msg.preserve_root)
+    return _maybe_fan_in_capture(p, run_id, msg.run_uri, msg.preserve_root, scope)
 
 
 def _unread_logs(outcomes: dict[str, LogScanOutcome]) -> list[str]:
@@ -233,14 +264,16 @@ def plan_capture(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     msg = decode(RunMessage, data)
 
     def work() -> dict[str, Any]:
-        layout = run_layout(p, msg.run_id, msg.run_uri)
-        plan = capture_step.plan_capture(p.storage, layout, msg.run_id, msg.preserve_root)
+        layout = run_layout(p, msg.run_id, msg.run_uri, msg.scope)
+        plan = capture_step.plan_capture(p.storage, layout, msg.run_id, msg.preserve_root, pass_id(msg.scope))
         p.records.add_errors(msg.run_id, _errors("capture", plan.errors))
         for part in plan.parts:
             _publish(
                 p,
                 "capture-parts",
-                CapturePartMessage(run_id=msg.run_id, run_uri=msg.run_uri, dest_root=plan.dest_root, part=part),
+                CapturePartMessage(
+                    run_id=msg.run_id, scope=msg.scope, run_uri=msg.run_uri, dest_root=plan.dest_root, part=part
+                ),
             )
         return {
             "parts": [part.part_id for part in plan.parts],
@@ -248,8 +281,8 @@ def plan_capture(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
             "preserve_root": msg.preserve_root,
         }
 
-    _once(p, msg.run_id, "capture-plan", work)
-    return _maybe_fan_in_capture(p, msg.run_id, msg.run_uri, msg.preserve_root)
+    _once(p, msg.run_id, scoped(msg.scope, "capture-plan"), work)
+    return _maybe_fan_in_capture(p, msg.run_id, msg.run_uri, msg.preserve_root, msg.scope)
 
 
 def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
@@ -263,51 +296,54 @@ def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         outcome = CapturePartOutcome(objects=len(result.objects), bytes=sum(o.size for o in result.objects))
         return outcome.model_dump(mode="json")
 
-    _once(p, msg.run_id, f"capture-part:{msg.part.part_id}", work)
-    plan = p.claims.result(msg.run_id, "capture-plan") or {}
-    return _maybe_fan_in_capture(p, msg.run_id, msg.run_uri, plan.get("preserve_root", ""))
+    _once(p, msg.run_id, scoped(msg.scope, f"capture-part:{msg.part.part_id}"), work)
+    plan = p.claims.result(msg.run_id, scoped(msg.scope, "capture-plan")) or {}
+    return _maybe_fan_in_capture(p, msg.run_id, msg.run_uri, plan.get("preserve_root", ""), msg.scope)
 
 
-def _maybe_fan_in_capture(p: Ports, run_id: str, run_uri: str, preserve_root: str) -> str:
-    plan = p.claims.result(run_id, "capture-plan")
-    if plan is None or p.claims.result(run_id, "terminal") is None:
+def _maybe_fan_in_capture(p: Ports, run_id: str, run_uri: str, preserve_root: str, scope: str) -> str:
+    plan = p.claims.result(run_id, scoped(scope, "capture-plan"))
+    if plan is None or p.claims.result(run_id, scoped(scope, "terminal")) is None:
         return "waiting: terminal state and capture plan"
-    done = p.claims.results(run_id, "capture-part:")
-    pending = [pid for pid in plan["parts"] if f"capture-part:{pid}" not in done]
+    done = p.claims.results(run_id, scoped(scope, "capture-part:"))
+    pending = [pid for pid in plan["parts"] if scoped(scope, f"capture-part:{pid}") not in done]
     if pending:
         return f"waiting: {len(pending)} capture parts"
 
-    outcomes = {pid: CapturePartOutcome.model_validate(done[f"capture-part:{pid}"]) for pid in plan["parts"]}
+    outcomes = {
+        pid: CapturePartOutcome.model_validate(done[scoped(scope, f"capture-part:{pid}")]) for pid in plan["parts"]
+    }
 
     def work() -> dict[str, Any]:
         # A failed part wrote no part manifest: the manifest lists what was preserved; errors[] what was not.
         preserved = [pid for pid, outcome in outcomes.items() if outcome.ok]
         summary = capture_step.finalize_capture(p.storage, plan["dest_root"], run_id, preserved)
         p.records.add_errors(run_id, _errors("capture", _unpreserved(outcomes)))
+        earlier = p.records.get(run_id) if scope else None  # a later pass: the newest location first, keep the rest
+        older = [loc for loc in (earlier.preserved_locations if earlier else []) if loc != plan["dest_root"]]
         p.records.update(
             run_id,
             {
                 "manifest_uri": summary.manifest_uri,
-                "preserved_locations": [plan["dest_root"]],
+                "preserved_locations": [plan["dest_root"], *older],
                 "preserved_object_count": summary.object_count,
                 "preserved_bytes": summary.total_bytes,
             },
         )
         p.records.add_errors(run_id, _errors("capture", summary.errors))
-        layout = run_layout(p, run_id, run_uri)
+        layout = run_layout(p, run_id, run_uri, scope)
         targets = [f"candidate:{step}" for step in layout.export_steps] + ["resume"]
         # The fan-in set is stored BEFORE the fan-out: a validation that finishes before this claim completes
         # must still know which siblings to wait for (an empty/unknown set would look like "all done").
-        p.claims.complete(run_id, VALIDATION_TARGETS, {"targets": targets})
+        p.claims.complete(run_id, scoped(scope, VALIDATION_TARGETS), {"targets": targets})
         for target in targets:
-            _publish(
-                p,
-                "candidate-validation",
-                CandidateMessage(run_id=run_id, run_uri=run_uri, preserve_root=preserve_root, target=target),
+            candidate = CandidateMessage(
+                run_id=run_id, scope=scope, run_uri=run_uri, preserve_root=preserve_root, target=target
             )
+            _publish(p, "candidate-validation", candidate)
         return {"targets": targets}
 
-    result = _once(p, run_id, "fanin:capture", work, busy_ok=True)
+    result = _once(p, run_id, scoped(scope, "fanin:capture"), work, busy_ok=True)
     if result is BUSY:
         return "fan-in in progress in another delivery"
     return f"fan-in: {len(result['targets'])} validations started" if result else "fan-in already done"
@@ -329,7 +365,7 @@ def validate_one(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     msg = decode(CandidateMessage, data)
 
     def work() -> dict[str, Any]:
-        layout = run_layout(p, msg.run_id, msg.run_uri)
+        layout = run_layout(p, msg.run_id, msg.run_uri, msg.scope)
         record = p.records.get(msg.run_id)
         if msg.step is None:
             return ValidationOutcome(resume_safety=check_resume_safety(p.storage, layout)).model_dump(mode="json")
@@ -339,22 +375,22 @@ def validate_one(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         )
         return ValidationOutcome(candidate=candidate).model_dump(mode="json")
 
-    _once(p, msg.run_id, f"validate:{msg.target}", work)
-    fanout = p.claims.result(msg.run_id, VALIDATION_TARGETS)
+    scope = msg.scope
+    _once(p, msg.run_id, scoped(scope, f"validate:{msg.target}"), work)
+    fanout = p.claims.result(msg.run_id, scoped(scope, VALIDATION_TARGETS))
     if fanout is None:  # cannot happen for messages the fan-in published (it stores the set first)
         raise RetryLater(f"{msg.run_id}: validation targets not stored yet")
     targets: list[str] = fanout["targets"]
-    done = p.claims.results(msg.run_id, "validate:")
-    if any(f"validate:{t}" not in done for t in targets):
+    done = p.claims.results(msg.run_id, scoped(scope, "validate:"))
+    if any(scoped(scope, f"validate:{t}") not in done for t in targets):
         return "waiting: other candidates"
 
     def start_selection() -> dict[str, Any]:
-        _publish(
-            p, "run-selection", RunMessage(run_id=msg.run_id, run_uri=msg.run_uri, preserve_root=msg.preserve_root)
-        )
+        selection = RunMessage(run_id=msg.run_id, scope=scope, run_uri=msg.run_uri, preserve_root=msg.preserve_root)
+        _publish(p, "run-selection", selection)
         return {}
 
-    started = _once(p, msg.run_id, "fanin:validate", start_selection, busy_ok=True)
+    started = _once(p, msg.run_id, scoped(scope, "fanin:validate"), start_selection, busy_ok=True)
     if started is BUSY:
         return "fan-in in progress in another delivery"
     return "selection started" if started is not None else "fan-in already done"
@@ -367,16 +403,17 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     msg = decode(RunMessage, data)
 
     def work() -> dict[str, Any]:
-        outcomes = [ValidationOutcome.model_validate(r) for r in p.claims.results(msg.run_id, "validate:").values()]
+        results = p.claims.results(msg.run_id, scoped(msg.scope, "validate:")).values()
+        outcomes = [ValidationOutcome.model_validate(r) for r in results]
         candidates = sorted((o.candidate for o in outcomes if o.candidate), key=lambda c: c.step)
         resume = next((o.resume_safety for o in outcomes if o.resume_safety), None)
-        layout = run_layout(p, msg.run_id, msg.run_uri)
+        layout = run_layout(p, msg.run_id, msg.run_uri, msg.scope)
         record = p.records.get(msg.run_id)
         if record is None:
             raise PermanentError("no_record", f"run {msg.run_id} has no record to finish")
         fields = finish_record(p.storage, layout, record, candidates, resume)
         p.records.update(msg.run_id, fields)
-        publish_report(p.storage, p.records, msg.run_id)  # report.md/.html beside the evidence; never raises
+        finish_evidence(p, msg.run_id)  # report.md/.html beside the evidence, then manifest.json listing them
         p.bus.publish(
             "record-ready",
             json.dumps({"run_id": msg.run_id, "status": fields["status"]}).encode(),
@@ -384,7 +421,7 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         )
         return {"status": fields["status"]}
 
-    result = _once(p, msg.run_id, "select", work)
+    result = _once(p, msg.run_id, scoped(msg.scope, "select"), work)
     return f"record {result['status']}" if result else "duplicate: record already finished"
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
 from datetime import UTC, datetime
 from typing import IO, Any
 
 from rlcleanup.context import LogContext, Trace, current_context, set_context
+from rlcleanup.settings import platform
 
 _TRACE = "logging.googleapis.com/trace"
 _SPAN = "logging.googleapis.com/spanId"
@@ -96,11 +96,9 @@ def configure_logging(level: int | str | None = None, stream: IO[str] | None = N
             return handler
         if type(handler) is logging.StreamHandler and getattr(handler, "stream", None) in (sys.stdout, sys.stderr):
             root.removeHandler(handler)
-    labels = {
-        k: v for k, v in {"service": os.environ.get("K_SERVICE"), "revision": os.environ.get("K_REVISION")}.items() if v
-    }
+    labels = {k: v for k, v in {"service": platform().service, "revision": platform().revision}.items() if v}
     handler = logging.StreamHandler(stream or sys.stdout)
-    handler.setFormatter(CloudLoggingFormatter(os.environ.get("GOOGLE_CLOUD_PROJECT"), labels))
+    handler.setFormatter(CloudLoggingFormatter(platform().project, labels))
     setattr(handler, _HANDLER_FLAG, True)
     root.addHandler(handler)
     root.setLevel(level or "INFO")  # the functions pass RLCLEANUP_LOG_LEVEL from their settings

@@ -6,11 +6,22 @@ from dataclasses import dataclass, field
 
 from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.clock import Clock, SystemClock
+from rlcleanup.ports.hub import HubFactory, ModelHub
+from rlcleanup.ports.jobs import JobLauncher
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import Storage
 from rlcleanup.settings import DEFAULT_IRIS_STATUS_CMD, DeploymentSettings
 
 DEFAULT_MAX_EVENT_AGE_SECONDS = 7 * 24 * 3600
+HUB_JOB_MODULE = "rlcleanup.runtime.hub_job"
+
+
+def hugging_face_hub() -> ModelHub:
+    """The Hugging Face Hub client (HF_ENDPOINT, HF_TOKEN), made when a grant names `hf://`, never at cold start:
+    only apply-grant and the upload job hold the token."""
+    from rlcleanup.adapters.hf_hub import HubDestination
+
+    return HubDestination()
 
 
 @dataclass
@@ -33,6 +44,24 @@ class Ports:
     # claims pass it as their lease owner explicitly (never read from the logging context).
     delivery_id: str | None = None
     settings: DeploymentSettings | None = None  # the whole configuration, for handlers with their own (the sweep)
+    model_hub: HubFactory = hugging_face_hub  # the `hf://` destination's client, made on first use
+    # Hand-offs to the Hub larger than the threshold are uploaded by this job (None: always inline).
+    hub_upload_job: JobLauncher | None = None
+    hub_job_threshold_bytes: int = 1 << 30
+
+
+def hub_upload_job(settings: DeploymentSettings, job_args: tuple[str, ...] = ()) -> JobLauncher | None:
+    """The upload job RLCLEANUP_HUB_UPLOAD_JOB names: a Cloud Run job, or `local` (the same entry point as a
+    child process; `job_args` tell it where this process's records are)."""
+    if settings.hub_upload_job is None:
+        return None
+    if settings.hub_upload_job == "local":
+        from rlcleanup.adapters.local_jobs import SubprocessJobLauncher
+
+        return SubprocessJobLauncher(HUB_JOB_MODULE, job_args)
+    from rlcleanup.adapters.cloud_run_jobs import CloudRunJobLauncher
+
+    return CloudRunJobLauncher(settings.hub_upload_job)
 
 
 def settings_fields(settings: DeploymentSettings) -> dict[str, object]:
@@ -45,6 +74,7 @@ def settings_fields(settings: DeploymentSettings) -> dict[str, object]:
         "allowed_destination_prefixes": settings.allowed_destination_prefixes,
         "ray_dashboard": settings.ray_dashboard,
         "iris_status_cmd": settings.iris_status_cmd,
+        "hub_job_threshold_bytes": settings.hub_job_threshold_bytes,
         "settings": settings,
     }
 
@@ -63,5 +93,6 @@ def cloud_ports(settings: DeploymentSettings) -> Ports:
         records=records,
         claims=claims,
         bus=PubSubBus(project=project),
+        hub_upload_job=hub_upload_job(settings),
         **settings_fields(settings),  # type: ignore[arg-type]
     )
