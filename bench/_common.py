@@ -160,3 +160,12 @@ def fmt_bytes(n: float) -> str:
             return f"{n:,.1f} {unit}" if unit != "B" else f"{n:,.0f} B"
         n /= 1024
     return f"{n} B"
+
+
+FIGURE_MARK = "FIGURE"
+
+
+def figure(name: str, value: str, goal: str = "") -> None:
+    """One of the issue's figures, printed so `python -m bench` (bench/run_all.py) can gather them into its summary
+    with the load at the time: `FIGURE | name | value | goal`."""
+    print(f"{FIGURE_MARK} | {name} | {value} | {goal}", flush=True)

@@ -26,9 +26,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from _common import figure
+from cost import report as cost_report
 from rlcleanup.runtime.functions import parse_accounting
 from rlcleanup.runtime.topology import load_topology
-from rlcleanup.samples.generator import VERSION
+from rlcleanup.samples.generator import VERSION, write_sample_run
 from rlcleanup.samples.large import SCALES, planned_objects, write_spec
 from rlcleanup.samples.upload import upload_sample_run
 from rlcleanup.stack import down, up
@@ -124,23 +126,30 @@ def main() -> int:
     ap.add_argument("--log-mb", type=int)
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the completed record")
     ap.add_argument("--keep-logs", action="store_true", help="keep the stack's logs even when the run completes")
+    ap.add_argument("--sample", metavar="SCENARIO", help="a sample run instead (rlcleanup sample-run SCENARIO)")
     args = ap.parse_args()
     base = replace(SCALES["large"], model="llama-tiny") if args.full else SCALES["ci"]
     overrides = {"ranks": args.ranks, "attempts": args.attempts, "exports": args.exports}
     if args.log_mb is not None:
         overrides["log_bytes_total"] = args.log_mb * 2**20
     spec = replace(base, name="bench-big-run", **{k: v for k, v in overrides.items() if v is not None})
-    run_id = f"{spec.name}-{VERSION}"
+    run_id = f"math-rl-{args.sample}-{VERSION}" if args.sample else f"{spec.name}-{VERSION}"
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-    print(
-        f"run: {spec.ranks} ranks x {spec.attempts} attempts, {spec.log_bytes_total / 2**20:.0f} MiB of logs, "
-        f"{spec.exports} exports x {spec.shards} shards ({spec.model}), {planned_objects(spec)} objects"
-    )
+    if args.sample:
+        print(f"run: the sample run {args.sample!r} (rlcleanup sample-run)")
+    else:
+        print(
+            f"run: {spec.ranks} ranks x {spec.attempts} attempts, {spec.log_bytes_total / 2**20:.0f} MiB of logs, "
+            f"{spec.exports} exports x {spec.shards} shards ({spec.model}), {planned_objects(spec)} objects"
+        )
 
     with tempfile.TemporaryDirectory(prefix="bench-big-run-") as tmp:
         work, state_dir = Path(tmp) / "run", Path(tmp) / "stack"
         t0 = time.monotonic()
-        write_spec(work, spec)
+        if args.sample:
+            write_sample_run(work, args.sample)
+        else:
+            write_spec(work, spec)
         print(f"generate: {time.monotonic() - t0:.1f} s", flush=True)
         t0 = time.monotonic()
         state = up(state_dir, project="rlcleanup-bench", timeout=180)
@@ -164,7 +173,10 @@ def main() -> int:
             if record is None:  # still report what ran: the figures say where it stopped
                 print(f"pipeline: NOT FINISHED within {args.timeout:.0f} s", flush=True)
             else:
-                print(f"pipeline: {time.monotonic() - t0:.1f} s, record {record.status.value}", flush=True)
+                pipeline_s = time.monotonic() - t0
+                print(f"pipeline: {pipeline_s:.1f} s, record {record.status.value}", flush=True)
+                size_label = "full" if args.full else "CI size"
+                figure(f"big run event -> settled record ({size_label})", f"{pipeline_s:.1f} s", "<= 1/2 of before")
             progress = _progress(store, claims, run_id)
             print(f"  {_fmt(progress)}")
             last = store.get(run_id)
@@ -184,7 +196,7 @@ def main() -> int:
         finally:
             down(state_dir)
 
-    over = 0
+    over, closest = 0, (0.0, "")
     print(f"\n{'function':<26}{'calls':>6}{'errors':>7}{'max s':>9}{'peak MiB':>10}{'timeout':>9}{'memory':>8}")
     for fn in served:
         rows = figures[fn.name]
@@ -194,12 +206,17 @@ def main() -> int:
         peak = max(r["peak_rss_mib"] for r in rows)
         errors = sum(1 for r in rows if str(r["outcome"]).startswith("error"))
         flag = ""
+        share = max(max_s / fn.timeout_seconds, peak / fn.memory_mib)
+        closest = max(closest, (share, fn.name))
         if max_s >= fn.timeout_seconds or peak >= fn.memory_mib:
             over += 1
             flag = "  OVER A CAP"
         print(
             f"{fn.name:<26}{len(rows):>6}{errors:>7}{max_s:>9.2f}{peak:>10.1f}{fn.timeout_seconds:>8}s{fn.memory:>8}{flag}"
         )
+    figure("big run: invocations over a cap", f"{over} (closest: {closest[1]} at {closest[0]:.0%})", "0")
+    size = f"sample run {args.sample}" if args.sample else ("full big run" if args.full else "CI-size big run")
+    cost_report(served, figures, size)
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     return 1 if over or record is None else 0
 

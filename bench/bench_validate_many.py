@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from _common import CountingStorage, fake_gcs, fmt_bytes, gcs_client
+from _common import CountingStorage, fake_gcs, figure, fmt_bytes, gcs_client
 from latency_proxy import latency_proxy
 from rlcleanup.adapters.gcs_storage import GcsStorage
 from rlcleanup.adapters.local_storage import LocalStorage
@@ -173,6 +173,9 @@ def report_io(
         f"  requests per shard: {sum(k * v for k, v in per_shard.items()) / len(shards):.3f}  {dict(per_shard)}", end=""
     )
     print(f"; other reads per export {others / len(cands):.2f} (config.json + index) + 1 listing")
+    figure(
+        f"ranged requests per shard ({name})", f"{sum(k * v for k, v in per_shard.items()) / len(shards):.3f}", "1.000"
+    )
     print(f"  bytes read {fmt_bytes(counting.bytes_in)} | physical minimum {fmt_bytes(minimum)}", end="")
     print(
         f" ({counting.bytes_in / minimum:.2f}x) | naive full read {fmt_bytes(naive)} ({naive / counting.bytes_in:,.0f}x ours)"
@@ -261,6 +264,13 @@ def main() -> None:
                     f"{k} {v:.2f} s ({med['baseline'] / v:.1f}x)" for k, v in med.items() if k != "baseline"
                 )
                 print(f"  {label}: baseline {med['baseline']:.2f} s; {cells}")
+                ms = label.split(" ms")[0].lstrip("+") if label.startswith("+") else "0"
+                goal = {"25": ">= 30x", "10": ">= 20x"}.get(ms, "")
+                figure(
+                    f"validation pool vs sequential header reader ({n * 30} shards, {label.split(' (')[0]})",
+                    f"{med['baseline'] / med['pool']:.1f}x ({med['pool']:.2f} s vs {med['baseline']:.2f} s)",
+                    goal,
+                )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Run every bench, CI-sized by default; `--full` for the issue's sizes (500 ranks, 1 GiB of logs, 40 exports).
 
-Each bench runs in its own process and prints its figures; nothing is asserted on time.
+Each bench runs in its own process and prints its figures; nothing is asserted on time. The issue's figures (the
+benches' `FIGURE | name | value | goal` lines) are gathered into one table at the end, with the load at each start.
 Run: .venv/bin/python bench/run_all.py [--full]   (or `make bench`, which runs `python -m bench`)
 """
 
@@ -12,35 +13,69 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _common import FIGURE_MARK
+
 HERE = Path(__file__).resolve().parent
 
 CI: list[list[str]] = [
     ["bench_import.py"],
-    ["bench_logs.py"],
+    ["bench_logs.py", "--one-file", "300"],
+    ["bench_log_engines.py"],
     ["bench_validate.py"],
-    ["bench_validate_many.py", "--exports", "8", "--latency-ms", "20"],
+    ["bench_validate_many.py", "--exports", "8", "--latency-ms", "10", "25"],
     ["bench_capture.py"],
+    ["bench_secret_scan.py"],
+    ["bench_big_run.py", "--sample", "completed-resumed"],
     ["bench_big_run.py"],
+    ["bench_event_sources.py", "--runs", "10", "--sweep-runs", "1000"],
+    ["bench_tensor_layout.py"],
 ]
 FULL: list[list[str]] = [
     ["bench_import.py"],
-    ["bench_logs.py", "--full"],
+    ["bench_logs.py", "--full", "--one-file", "1024"],
+    ["bench_log_engines.py"],
     ["bench_validate.py"],
-    ["bench_validate_many.py", "--exports", "40", "--latency-ms", "20"],
+    ["bench_validate_many.py", "--exports", "40", "--latency-ms", "10", "25"],
     ["bench_capture.py", "--full"],
+    ["bench_secret_scan.py", "--full"],
+    ["bench_big_run.py", "--sample", "completed-resumed"],
     ["bench_big_run.py", "--full"],
+    ["bench_event_sources.py", "--runs", "10", "--sweep-runs", "1000"],
+    ["bench_tensor_layout.py"],
 ]
+
+
+def _uptime() -> str:
+    load = os.getloadavg()
+    return f"load average {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} on {os.cpu_count()} CPUs"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--full", action="store_true")
     args = ap.parse_args(argv)
-    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(f"{_uptime()} before", flush=True)
     failed = 0
+    figures: list[tuple[str, str, str, str, str]] = []  # (bench, name, value, goal, load at its start)
     for cmd in FULL if args.full else CI:
         print(f"\n$ python bench/{' '.join(cmd)}", flush=True)
-        failed += subprocess.run([sys.executable, str(HERE / cmd[0]), *cmd[1:]], cwd=HERE.parent).returncode != 0
+        load = f"{os.getloadavg()[0]:.1f}"
+        argv_ = [sys.executable, str(HERE / cmd[0]), *cmd[1:]]
+        with subprocess.Popen(argv_, cwd=HERE.parent, stdout=subprocess.PIPE, text=True, bufsize=1) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:  # echoed as it comes; the FIGURE lines are gathered for the summary
+                print(line, end="", flush=True)
+                if line.startswith(FIGURE_MARK + " |"):
+                    _, name, value, goal = (part.strip() for part in line.split("|", 3))
+                    figures.append((cmd[0], name, value, goal, load))
+        failed += proc.returncode != 0
+    print(
+        f"\n== figures ({'--full' if args.full else 'CI size'}; {_uptime()} after; load = 1-min average at each "
+        "bench's start, 2 CPUs shared) =="
+    )
+    width = max((len(name) for _, name, *_ in figures), default=10)
+    for bench, name, value, goal, load in figures:
+        print(f"  {name:<{width}}  {value:>22}  goal {goal or '-':<18} load {load:>5}  ({bench})")
     return 1 if failed else 0
 
 
