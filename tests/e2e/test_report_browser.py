@@ -98,10 +98,17 @@ for (const cell of document.querySelectorAll("th, td")) {
   }
   if (cell.classList.contains("num") && tops.size > 1) numeric.push(cell.textContent);
 }
+// Copying a URI cell copies the full URI (its title), shortened or not.
+const copied = [], uris = document.querySelectorAll("code.uri");
+for (const code of uris) {
+  const selection = getSelection(); selection.selectAllChildren(code);
+  if (selection.toString() !== code.title) copied.push([selection.toString(), code.title]);
+}
 const legend = document.querySelector("figure.timeline svg g[id^='legend']");
 const box = legend ? legend.getBoundingClientRect() : null;
 parent.document.body.setAttribute("data-measure", JSON.stringify({
-  broken, numeric, cells: document.querySelectorAll("th, td").length,
+  broken, numeric, cells: document.querySelectorAll("th, td").length, copied, uris: uris.length,
+  shortened: document.querySelectorAll("code.uri .root").length,
   legend: box ? {width: box.width, height: box.height, right: box.right} : null,
   legendText: legend ? legend.textContent : "", viewport: window.innerWidth,
   pageWidth: document.documentElement.scrollWidth,
@@ -164,6 +171,8 @@ def test_report_reads_at_desktop_and_phone_width(tmp_path: Path, width: int) -> 
     assert m["viewport"] == width and m["cells"] > 40
     assert m["broken"] == [], f"words broken across lines at {width} px: {m['broken'][:10]}"
     assert m["numeric"] == [], f"numeric cells wrapped at {width} px: {m['numeric'][:10]}"
+    assert m["shortened"] >= 1 and m["uris"] > m["shortened"], m  # shortened and full URIs both present
+    assert m["copied"] == [], f"copying a URI cell did not give its full URI: {m['copied'][:3]}"
     assert m["legend"] is not None and m["legend"]["width"] > 100, m["legend"]
     for label in ("succeeded", "failed", "checkpoint", "first cause", "step budget"):
         assert label in m["legendText"]

@@ -41,6 +41,10 @@ th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--rule
 th { background: #f3f3f3; font-weight: 600; }
 td.num, th.num { white-space: nowrap; text-align: right; font-variant-numeric: tabular-nums; }
 code.uri { font-size: 12px; }
+/* The root a shortened URI dropped: not drawn, but laid out, so selecting and copying the cell copies the full URI
+   (the CSP forbids scripts, so no copy handler). */
+code.uri .root { position: absolute; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%);
+  white-space: nowrap; }
 details { margin: 6px 0; } summary { cursor: pointer; color: var(--muted); font-size: 13px; }
 pre { background: #f6f8fa; border: 1px solid var(--rule); border-radius: 6px; padding: 10px; overflow-x: auto;
   font-size: 12px; white-space: pre-wrap; overflow-wrap: anywhere; }
@@ -60,15 +64,18 @@ def _num(numeric: bool) -> str:
 
 
 def _cell(text: str, root: str | None) -> str:
-    """A URI or path: shortened relative to the table's root, full on hover and on copy (title), and breakable
-    only after a `/` (<wbr>), never inside a name. Any other text wraps between words only."""
+    """A URI or path: shortened relative to the table's root, full on hover (title) and on copy (the dropped root
+    is in the page, laid out but not drawn), and breakable only after a `/` (<wbr>), never inside a name. Any other
+    text wraps between words only."""
     if not _URI.fullmatch(text):
         return escape(text)
-    shown = text
+    shown, dropped = text, ""
     if root and text.startswith(root.rstrip("/") + "/"):
-        shown = text[len(root.rstrip("/")) + 1 :]
+        dropped = root.rstrip("/") + "/"
+        shown = text[len(dropped) :]
+    hidden = f'<span class="root">{escape(dropped)}</span>' if dropped else ""
     parts = "/<wbr>".join(escape(part) for part in shown.split("/"))
-    return f'<code class="uri" title="{escape(text)}">{parts}</code>'
+    return f'<code class="uri" title="{escape(text)}">{hidden}{parts}</code>'
 
 
 def _block(block: Block, svg: str | None) -> str:
