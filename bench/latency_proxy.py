@@ -14,14 +14,12 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
-import subprocess
 import sys
-import time
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from _common import free_port, stop_group
+from rlcleanup.stack import procs
 
 _CHUNK = 256 * 1024
 
@@ -79,24 +77,24 @@ async def _serve(port: int, host: str, target_port: int, delay: float) -> None:
 @contextlib.contextmanager
 def latency_proxy(target_url: str, delay_ms: float) -> Iterator[str]:
     """Start the proxy in front of target_url (http://host:port) in its own session; yield its URL; stop its group."""
-    host, _, target_port = target_url.removeprefix("http://").rstrip("/").rpartition(":")
-    port = free_port()
-    argv = [sys.executable, str(Path(__file__).resolve()), "--port", str(port), "--target", f"{host}:{target_port}"]
-    argv += ["--delay-ms", str(delay_ms)]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"latency proxy did not start (exit {proc.poll()})") from None
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_group(proc)
+    with tempfile.TemporaryDirectory(prefix="latency-proxy-") as state:
+        server, port = start_latency_proxy(target_url, delay_ms, Path(state))
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            procs.stop_group(server.pid, popen=server.popen)
+
+
+def start_latency_proxy(target_url: str, delay_ms: float, state_dir: Path) -> tuple[procs.Server, int]:
+    """The proxy started through the stack's own start (its own process group, log in state_dir, a fresh port
+    when the chosen one is taken before it binds): the caller stops it with procs.stop_group(server.pid)."""
+    target = target_url.removeprefix("http://").rstrip("/")
+
+    def argv(port: int) -> list[str]:
+        return [sys.executable, str(Path(__file__).resolve()), "--port", str(port), "--target", target,
+                "--delay-ms", str(delay_ms)]  # fmt: skip
+
+    return procs.start_listening("latency-proxy", argv, procs.accepts, state_dir=state_dir, env=dict(os.environ))
 
 
 def main() -> None:

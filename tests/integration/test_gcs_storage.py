@@ -206,20 +206,19 @@ def test_copy_follows_rewrite_tokens(gcs_client, bucket: str) -> None:  # type: 
         proxy.server.shutdown()
 
 
-def test_capture_through_real_latency_is_complete_and_write_once(gcs_client, bucket: str, uid: str) -> None:  # type: ignore[no-untyped-def]
+def test_capture_through_real_latency_is_complete_and_write_once(
+    gcs_client, bucket: str, uid: str, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     """copy_part's pool over real round trips (bench/latency_proxy.py, 5 ms each way): every object copied once,
     a replay is all identical, and a source changed since is a conflict that leaves the first copy in place."""
     import os
-    import signal
-    import socket
-    import subprocess
     import sys
-    import time
 
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
     from rlcleanup.models.parts import CaptureItem, CapturePart
+    from rlcleanup.stack import procs
     from rlcleanup.steps.capture import COPY_WORKERS, copy_part
 
     src = gcs_client.bucket(bucket)
@@ -229,22 +228,11 @@ def test_capture_through_real_latency_is_complete_and_write_once(gcs_client, buc
         src.blob(f"run/logs/{k:03d}.log").upload_from_string(body)
         source, rel = f"gs://{bucket}/run/logs/{k:03d}.log", f"run/logs/{k:03d}.log"
         items.append(CaptureItem(source=source, dest_rel=rel, size=len(body), kind="log"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     target = str(gcs_client.api_endpoint).removeprefix("http://").rstrip("/")
-    script = Path(__file__).resolve().parents[2] / "bench" / "latency_proxy.py"
-    argv = [sys.executable, str(script), "--port", str(port), "--target", target, "--delay-ms", "5"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, start_new_session=True)
+    script = str(Path(__file__).resolve().parents[2] / "bench" / "latency_proxy.py")
+    argv = lambda port: [sys.executable, script, "--port", str(port), "--target", target, "--delay-ms", "5"]  # noqa: E731
+    server, port = procs.start_listening("latency-proxy", argv, procs.accepts, state_dir=tmp_path, env=dict(os.environ))
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "latency proxy did not start"
-                time.sleep(0.05)
         client = storage.Client(
             project=gcs_client.project,
             credentials=AnonymousCredentials(),
@@ -265,8 +253,7 @@ def test_capture_through_real_latency_is_complete_and_write_once(gcs_client, buc
         assert third.conflicts == [f"{dest}/run/logs/007.log"]
         assert src.blob(f"preserved/{uid}/run/logs/007.log").download_as_bytes() == b"line 7\n" * 8
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
+        procs.stop_group(server.pid, popen=server.popen)
 
 
 def test_requests_are_counted_by_price_class(gcs_client, bucket: str) -> None:  # type: ignore[no-untyped-def]

@@ -118,6 +118,15 @@ def _listening_inodes(port: int) -> set[str]:
     return inodes
 
 
+def accepts(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something accepts a TCP connection on host:port (a readiness probe for plain TCP servers)."""
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
 def group_listens_on(pgid: int, port: int) -> bool:
     """True when a process of group `pgid` holds the listening socket on `port`. An HTTP answer alone does not
     prove the server we started is up: after a lost bind race the port is someone else's and still answers."""
