@@ -38,7 +38,7 @@ from rlcleanup.authority import artifact
 from rlcleanup.authority.grants import Action, Grant, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.pinning import pinned_copy, pinned_download
-from rlcleanup.authority.publish import clean_prefix, scan_refusal, staging_root
+from rlcleanup.authority.publish import clean_prefix, plan_preview, scan_refusal, staging_root
 from rlcleanup.authority.secrets import scan_objects, scan_string
 from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
 from rlcleanup.ports.hub import ModelHub, RemoteFile, git_blob_sha, repo_of
@@ -215,19 +215,12 @@ class HubPlan:
             }
             for i in self.items
         ]
-        return {
-            "destination": self.destination,
-            "step": self.candidate.step,
-            "digest": self.candidate.digest,
-            "visibility": self.visibility,
-            "visibility_evidence": self.visibility_evidence,
-            "creates": [] if self.exists else [f"hf://{self.repo_id} (private repo)"],
-            "objects": objects,
-            "object_count": len(objects),
-            "total_bytes": self.total_bytes,
-            "secret_scan": f"clean ({self.scanned_objects} source objects and the generated files scanned; "
-            "the staged copy is scanned again before upload)",
-        }
+        creates = [] if self.exists else [f"hf://{self.repo_id} (private repo)"]
+        scan = (
+            f"clean ({self.scanned_objects} source objects and the generated files scanned; "
+            "the staged copy is scanned again before upload)"
+        )
+        return plan_preview(self, creates, objects, scan)
 
 
 def _size(item: HubItem) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rlcleanup.authority import artifact
 from rlcleanup.authority.grants import Action, Grant, Refusal, Visibility
@@ -114,23 +114,33 @@ class PublishPlan:
     created: list[str]  # local directories created (0700) for the destination; "would create" in a preview
     scanned_objects: int
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(row["size"] or 0 for row in self.manifest)
-
     def preview(self) -> dict[str, Any]:
-        return {
-            "destination": self.destination,
-            "step": self.candidate.step,
-            "digest": self.candidate.digest,
-            "visibility": self.visibility,
-            "visibility_evidence": self.visibility_evidence,
-            "creates": self.created,
-            "objects": self.manifest,
-            "object_count": len(self.manifest),
-            "total_bytes": self.total_bytes,
-            "secret_scan": f"clean ({self.scanned_objects} source objects scanned; the staged copy is scanned again)",
-        }
+        scan = f"clean ({self.scanned_objects} source objects scanned; the staged copy is scanned again)"
+        return plan_preview(self, self.created, self.manifest, scan)
+
+
+class _Plan(Protocol):
+    destination: str
+    candidate: Candidate
+    visibility: str
+    visibility_evidence: str
+
+
+def plan_preview(plan: _Plan, creates: list[str], objects: list[dict[str, Any]], secret_scan: str) -> dict[str, Any]:
+    """What `grant --dry-run` shows of a copy plan (a storage publish or a Hub hand-off): the same fields for
+    both, built from the plan the grant would carry out."""
+    return {
+        "destination": plan.destination,
+        "step": plan.candidate.step,
+        "digest": plan.candidate.digest,
+        "visibility": plan.visibility,
+        "visibility_evidence": plan.visibility_evidence,
+        "creates": creates,
+        "objects": objects,
+        "object_count": len(objects),
+        "total_bytes": sum(row["size"] or 0 for row in objects),
+        "secret_scan": secret_scan,
+    }
 
 
 def missing_local_dirs(dest: str) -> list[Path]:
