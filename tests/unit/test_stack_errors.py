@@ -72,16 +72,20 @@ _HTTP_SERVER = (
 )
 
 
-def _answering_elsewhere(tmp_path: Path) -> tuple[procs.Server, int]:
-    """Another process (not the server under test) that holds a port and answers HTTP on it."""
-    other, port = procs.start_listening(
-        "other",
+def _start_http(tmp_path: Path, name: str) -> tuple[procs.Server, int]:
+    """A plain HTTP server started the stack's way (own group, fresh port, bind checked)."""
+    return procs.start_listening(
+        name,
         lambda port: [sys.executable, "-c", _HTTP_SERVER, str(port)],
         lambda port: procs.http_status(f"http://127.0.0.1:{port}/") is not None,
         state_dir=tmp_path,
         env={},
     )
-    return other, port
+
+
+def _answering_elsewhere(tmp_path: Path) -> tuple[procs.Server, int]:
+    """Another process (not the server under test) that holds a port and answers HTTP on it."""
+    return _start_http(tmp_path, "other")
 
 
 def test_a_listener_is_ours_only_when_our_group_holds_it(tmp_path: Path) -> None:
@@ -131,13 +135,7 @@ def test_start_listening_moves_to_a_fresh_port_after_losing_the_race(
     offered = iter([taken])  # the first "free" port is the taken one, as in the race
     monkeypatch.setattr(procs, "free_port", lambda host="127.0.0.1": next(offered, None) or real_free_port(host))
     try:
-        server, port = procs.start_listening(
-            "web",
-            lambda port: [sys.executable, "-c", _HTTP_SERVER, str(port)],
-            lambda port: procs.http_status(f"http://127.0.0.1:{port}/") is not None,
-            state_dir=tmp_path,
-            env={},
-        )
+        server, port = _start_http(tmp_path, "web")
         try:
             assert port != taken
             assert procs.group_listens_on(server.pid, port)
