@@ -17,8 +17,10 @@ import argparse
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from rlcleanup.stack.standins.http import JsonHandler
 
 RUN = re.compile(r"^/v2/(projects/[^/]+/locations/[^/]+/jobs/[^/:]+):run$")
 
@@ -30,27 +32,16 @@ class State:
         self.status = 200
 
 
-def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def make_handler(state: State) -> type[JsonHandler]:
+    class Handler(JsonHandler):  # JSON replies, no request log
         protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def _send(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
         def do_GET(self) -> None:
             if self.path == "/__standin/runs":
                 with state.lock:
-                    self._send(200, state.runs)
+                    self._reply(200, state.runs)
                 return
-            self._send(404, {"error": {"code": 404, "message": f"no route GET {self.path}", "status": "NOT_FOUND"}})
+            self._reply(404, {"error": {"code": 404, "message": f"no route GET {self.path}", "status": "NOT_FOUND"}})
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
@@ -58,16 +49,16 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             with state.lock:
                 if path == "/__standin/control":
                     state.status = int(body.get("status", 200))
-                    self._send(200, {})
+                    self._reply(200, {})
                     return
                 match = RUN.match(path)
                 if not match:
-                    self._send(404, {"error": {"code": 404, "message": f"no route {path}", "status": "NOT_FOUND"}})
+                    self._reply(404, {"error": {"code": 404, "message": f"no route {path}", "status": "NOT_FOUND"}})
                     return
                 if state.status != 200:
                     names = {403: "PERMISSION_DENIED", 503: "UNAVAILABLE"}
                     error = {"code": state.status, "message": "stand-in control", "status": names[state.status]}
-                    self._send(state.status, {"error": error})
+                    self._reply(state.status, {"error": error})
                     return
                 job = match.group(1)
                 state.runs.append({"job": job, **body})
@@ -76,7 +67,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                     "name": f"{job.rsplit('/jobs/', 1)[0]}/operations/op-{len(state.runs)}",
                     "metadata": {"@type": "type.googleapis.com/google.cloud.run.v2.Execution", "name": execution},
                 }
-                self._send(200, operation)
+                self._reply(200, operation)
 
     return Handler
 
