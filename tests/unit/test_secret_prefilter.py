@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from rlcleanup.adapters.local_storage import LocalStorage
@@ -138,6 +138,7 @@ def _fast(data: bytes, block: int) -> set[tuple[int, str]]:
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=_LINES, crlf=st.booleans(), block=st.integers(min_value=8, max_value=400), final_newline=st.booleans())
+@example(lines=['{"msg": "apikey=\\"0\\ud800\\udc000\\""}'], crlf=False, block=8, final_newline=False)  # found by CI
 def test_fast_scan_finds_exactly_what_the_slow_path_finds(
     lines: list[str], crlf: bool, block: int, final_newline: bool
 ) -> None:
@@ -145,6 +146,21 @@ def test_fast_scan_finds_exactly_what_the_slow_path_finds(
     data = text.replace("\n", "\r\n").encode() if crlf else text.encode("utf-8", "surrogatepass")
     slow = S.reference_findings(S._decode(data))
     assert _fast(data, block) == slow
+    assert {(f.line, f.rule) for f in S.scan_string(S._decode(data), "u")} == slow
+
+
+@pytest.mark.parametrize(
+    "escaped", ["\\ud83d\\ude00", "\\ud800", "\\udc00", "\\udc00\\ud800"], ids=["pair", "high", "low", "reversed"]
+)
+def test_json_escaped_surrogates_are_scanned_not_crashed_on(escaped: str) -> None:
+    """JSON escapes a character beyond the BMP as a surrogate pair; a lone one is legal JSON text too. The
+    decoded view joins pairs and makes lone ones U+FFFD: the scan finds the token beside them instead of
+    failing on text it cannot encode (a crash would refuse every publish of that file, not scan it)."""
+    line = '{"msg": "apikey=\\"0' + escaped + '0\\"", "token": "' + HF + '"}'
+    data = f"step 1\n{line}\n".encode()
+    slow = S.reference_findings(S._decode(data))
+    assert (2, "Hugging Face token") in slow, slow
+    assert _fast(data, 64) == slow
     assert {(f.line, f.rule) for f in S.scan_string(S._decode(data), "u")} == slow
 
 

@@ -45,6 +45,7 @@ _JSON_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\([\\/\"nrt])")
 _CONCAT = re.compile(r"""(["'])\s*(?:\+|\.\.|\\\n|\n)?\s*\1""")  # "ab" + "cd", "ab" "cd", 'ab' .. 'cd'
 _CONTINUATION = re.compile(r"\\\r?\n\s*")
 _NON_PRINTABLE = re.compile(r"[^\x20-\x7e\t\n]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,13 @@ def _unescape(text: str) -> str:
             return chr(int(m.group(1), 16))
         return {"n": "\n", "r": "\r", "t": "\t"}.get(m.group(2), m.group(2))
 
-    return _JSON_ESCAPE.sub(one, text)
+    decoded = _JSON_ESCAPE.sub(one, text)
+    if not _SURROGATE.search(decoded):
+        return decoded
+    # JSON writes a character beyond the BMP as an escaped surrogate pair ("\\ud83d\\ude00"): join the pairs as
+    # JSON decoders do, and make a lone surrogate U+FFFD, so every view is encodable text (detect-secrets hashes
+    # what it finds as UTF-8; a lone surrogate would crash the scan instead of scanning).
+    return decoded.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _joined(text: str) -> str:
