@@ -108,6 +108,12 @@ def test_claims(claims: IdempotencyStore, uid: str) -> None:
         "capture-part/c-0": {"objects": 1},
     }
     assert claims.results(run_id, "validate:") == {}
+    # The fan-ins' gate counts the same claims server side (the running one is not done; another prefix is apart)
+    claims.complete(run_id, "capture-partx", {"objects": 2})
+    assert claims.done_count(run_id, "capture-part:") == 1
+    assert claims.done_count(run_id, "capture-part") == 3
+    assert claims.done_count(run_id, "validate:") == 0
+    assert claims.done_count(run_id, "") == len(claims.results(run_id, ""))
 
 
 def test_concurrent_claims_have_one_winner(claims: IdempotencyStore, uid: str) -> None:

@@ -75,3 +75,19 @@ resource "google_firestore_index" "runs_by_error_code" {
     order      = "DESCENDING"
   }
 }
+
+# The fan-ins' query over a run's claims: state == "done" and a key range (ports/records.py done_count/results).
+resource "google_firestore_index" "steps_done_by_key" {
+  database    = google_firestore_database.records.name
+  collection  = "steps"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "state"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "key"
+    order      = "ASCENDING"
+  }
+}

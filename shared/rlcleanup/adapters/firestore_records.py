@@ -32,7 +32,7 @@ from rlcleanup.context import current_context
 from rlcleanup.errors import RecordStoreLost, RecordStoreUnavailable
 from rlcleanup.models.record import DERIVED_FROM, CompletionRecord, RunError, utcnow
 from rlcleanup.ports import usage
-from rlcleanup.ports.records import IdempotencyStore, StepDoc
+from rlcleanup.ports.records import DONE, IdempotencyStore, StepDoc
 from rlcleanup.settings import load_settings
 
 log = logging.getLogger(__name__)
@@ -182,6 +182,13 @@ class _CountingApi:
             yield response
         if documents == 0:
             usage.count(usage.FIRESTORE_READS)  # a query is billed at least one read
+
+    def run_aggregation_query(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        yield from self._api.run_aggregation_query(*args, **kwargs)
+        usage.count(usage.FIRESTORE_READS)  # a count() bills one read per 1000 index entries, at least one
+
+
+_KEY_RANGE_END = "\uf8ff"  # keys starting with a prefix sort in [prefix, prefix + U+F8FF)
 
 
 def _raw(message: Any) -> Any:
@@ -507,13 +514,20 @@ class FirestoreIdempotencyStore(IdempotencyStore):
             return False
         return True
 
-    def _done_results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
+    def _done_query(self, run_id: str, prefix: str) -> Any:
+        """Done claims whose key starts with prefix, filtered server side (state == done and a key range; the
+        composite index `steps_done_by_key` in infra/modules/rlcleanup/firestore.tf serves it)."""
         from google.cloud.firestore_v1.base_query import FieldFilter
 
-        steps = self.records._run(run_id).collection("steps")
+        query = self.records._run(run_id).collection("steps").where(filter=FieldFilter("state", "==", DONE))
+        if prefix:
+            query = query.where(filter=FieldFilter("key", ">=", prefix))
+            query = query.where(filter=FieldFilter("key", "<", prefix + _KEY_RANGE_END))
+        return query
+
+    def _done_results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
         with self.records._guard(f"read results {prefix}*", run_id):
-            query = steps.where(filter=FieldFilter("state", "==", "done"))
-            snaps = list(query.stream(**self.records._stream_rpc))
+            snaps = list(self._done_query(run_id, prefix).stream(**self.records._stream_rpc))
         out: dict[str, dict[str, Any]] = {}
         for snap in snaps:
             data = snap.to_dict() or {}
@@ -521,6 +535,11 @@ class FirestoreIdempotencyStore(IdempotencyStore):
             if key.startswith(prefix):
                 out[key] = data.get("result") or {}
         return out
+
+    def _done_count(self, run_id: str, prefix: str) -> int:
+        with self.records._guard(f"count results {prefix}*", run_id):
+            rows = self._done_query(run_id, prefix).count(alias="n").get(**self.records._rpc)
+        return int(sum(result.value for row in rows for result in row))
 
 
 def firestore_stores(

@@ -247,6 +247,17 @@ class SqliteIdempotencyStore(_SqliteFile, IdempotencyStore):
         )
         return {key: json.loads(res) if res else {} for key, res in rows}
 
+    def _done_count(self, run_id: str, prefix: str) -> int:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT COUNT(*) FROM claims WHERE run_id = ? AND state = 'done' AND substr(key, 1, ?) = ?",
+                (run_id, len(prefix), prefix),
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
     @staticmethod
     def _version(db: sqlite3.Connection, run_id: str, key: str) -> int | None:
         exists = db.execute("SELECT 1 FROM claims WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()

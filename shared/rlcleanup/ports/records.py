@@ -118,6 +118,10 @@ class IdempotencyStore(ABC):
     def _done_results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
         """Results of the done claims whose key starts with prefix."""
 
+    def _done_count(self, run_id: str, prefix: str) -> int:
+        """How many done claims have a key starting with prefix (adapters count server side, reading no results)."""
+        return len(self._done_results(run_id, prefix))
+
     def _before_claim(self, run_id: str, key: str) -> None:  # noqa: B027 - an optional hook, empty by default
         """A hook run before every claim (Firestore checks its database epoch there)."""
 
@@ -170,3 +174,8 @@ class IdempotencyStore(ABC):
     def results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
         """Completed results whose key starts with prefix (fan-in reads these)."""
         return self._done_results(run_id, prefix)
+
+    def done_count(self, run_id: str, prefix: str) -> int:
+        """How many claims whose key starts with prefix are done: a fan-in's cheap gate. Fewer than its members
+        means some member is not done; as many or more, the fan-in reads the results to check each member."""
+        return self._done_count(run_id, prefix)

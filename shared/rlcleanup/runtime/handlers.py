@@ -212,6 +212,9 @@ def _maybe_fan_in_terminal(p: Ports, run_id: str, scope: str) -> str:
     if plan is None:
         return "waiting: log-scan plan"
     parts = [(part["part_id"], part["attempt_id"]) for part in plan["parts"]]
+    finished = p.claims.done_count(run_id, scoped(scope, "log-scan:"))  # the cheap gate: no results read
+    if finished < len(parts):
+        return f"waiting: {len(parts) - finished} log-scan parts"
     done = p.claims.results(run_id, scoped(scope, "log-scan:"))
     pending = [part_id for part_id, _ in parts if scoped(scope, f"log-scan:{part_id}") not in done]
     if pending:
@@ -305,6 +308,9 @@ def _maybe_fan_in_capture(p: Ports, run_id: str, run_uri: str, preserve_root: st
     plan = p.claims.result(run_id, scoped(scope, "capture-plan"))
     if plan is None or p.claims.result(run_id, scoped(scope, "terminal")) is None:
         return "waiting: terminal state and capture plan"
+    finished = p.claims.done_count(run_id, scoped(scope, "capture-part:"))  # the cheap gate: no results read
+    if finished < len(plan["parts"]):
+        return f"waiting: {len(plan['parts']) - finished} capture parts"
     done = p.claims.results(run_id, scoped(scope, "capture-part:"))
     pending = [pid for pid in plan["parts"] if scoped(scope, f"capture-part:{pid}") not in done]
     if pending:
@@ -381,6 +387,9 @@ def validate_one(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     if fanout is None:  # cannot happen for messages the fan-in published (it stores the set first)
         raise RetryLater(f"{msg.run_id}: validation targets not stored yet")
     targets: list[str] = fanout["targets"]
+    # The cheap gate first (a count, no results read): only the last validations to finish read every result.
+    if p.claims.done_count(msg.run_id, scoped(scope, "validate:")) < len(targets):
+        return "waiting: other candidates"
     done = p.claims.results(msg.run_id, scoped(scope, "validate:"))
     if any(scoped(scope, f"validate:{t}") not in done for t in targets):
         return "waiting: other candidates"
