@@ -45,6 +45,11 @@ class CountingStorage:
     def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
         return self.inner.list(prefix_uri)
 
+    def warm_reads(self, n: int) -> None:
+        warm = getattr(self.inner, "warm_reads", None)
+        if warm is not None:
+            warm(n)
+
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         data = self.inner.read_range(uri, start, length)
         self._count(uri, read=len(data))

@@ -15,6 +15,7 @@ import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 _READ_CHUNK = 4 * 1024 * 1024
 _UPLOAD_CHUNK = 4 * 1024 * 1024  # a multiple of 256 KiB, as resumable uploads require; ~3 chunks held at most
 _RANGE_POOL = 64  # connections kept per host: >= the validation header pool (32), so none is dropped and reopened
+_WARMERS: ThreadPoolExecutor | None = None  # opens the lean pool's connections while a listing is in flight
+_WARMERS_LOCK = threading.Lock()
 _RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})  # the ones google-cloud-storage's DEFAULT_RETRY retries
 
 
@@ -121,6 +124,23 @@ class _RangeReader:
         pool = urllib3.PoolManager(maxsize=_RANGE_POOL, retries=retries, timeout=urllib3.Timeout(connect=20, read=60))
         self._http = AuthorizedHttp(client._credentials, http=pool)
 
+    def warm(self, n: int) -> None:
+        """Have up to `n` connections to the endpoint open (TCP, and TLS on real GCS) without waiting for them:
+        the connects run in the background, so a caller that is about to list and then read n objects at once
+        pays them during the listing's round trip instead of in front of the first round of reads. Connections
+        already idle in the pool are left as they are; a connect that fails only leaves its slot empty (the read
+        then opens its own connection, with the usual timeouts and retries)."""
+        pool = self._http.http.connection_from_url(self.endpoint)
+        conns = [pool._get_conn() for _ in range(max(0, min(n, _RANGE_POOL)))]
+        cold = [c for c in conns if not c.is_connected]
+        for conn in conns:
+            if conn.is_connected:
+                pool._put_conn(conn)
+        if cold:
+            warmers = _warmers()
+            for conn in cold:
+                warmers.submit(_connect, pool, conn)
+
     def read(self, bucket: str, key: str, start: int, length: int) -> bytes:
         """Bytes [start, start+length); b"" past the end; FileNotFoundError when there is no such object."""
         import urllib3
@@ -187,6 +207,26 @@ class _RangeReader:
         status, meta = self._json("GET", _object_path(bucket, key), {})
         return None if status == 404 else _info_from_json(bucket, meta)
 
+    def list(self, bucket: str, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object under `prefix`, a page (up to 1,000) per request, only the fields ObjectInfo keeps.
+        The same JSON API call as list_blobs, without the Blob objects: validation's listing is on its critical
+        path (one listing, then one round of header reads)."""
+        from google.api_core.exceptions import from_http_status
+
+        query = {"prefix": prefix, "fields": "items(name,size,crc32c,md5Hash,updated,generation),nextPageToken"}
+        path = f"/b/{urllib.parse.quote(bucket, safe='')}/o"
+        while True:
+            status, page = self._json("GET", path, query)
+            if status != 200:  # 404: no such bucket, as list_blobs raises it
+                raise from_http_status(status, f"list gs://{bucket}/{prefix}")
+            for meta in page.get("items", ()):
+                if not str(meta["name"]).endswith("/"):  # skip folder placeholders
+                    yield _info_from_json(bucket, meta)
+            token = page.get("nextPageToken")
+            if not token:
+                return
+            query["pageToken"] = token
+
     def rewrite(self, src: tuple[str, str], dst: tuple[str, str], pins: dict[str, Any]) -> int:
         """Server-side copy, following rewrite tokens until done (GCS returns one per ~1 GiB, or per call across
         locations and storage classes). The HTTP status: 200 done, 404 no source (or bucket), 412 a precondition
@@ -198,6 +238,23 @@ class _RangeReader:
             if status != 200 or resp.get("done", True):
                 return status
             query["rewriteToken"] = resp["rewriteToken"]
+
+
+def _warmers() -> ThreadPoolExecutor:
+    global _WARMERS
+    with _WARMERS_LOCK:
+        if _WARMERS is None:
+            _WARMERS = ThreadPoolExecutor(max_workers=_RANGE_POOL, thread_name_prefix="gcs-warm")
+        return _WARMERS
+
+
+def _connect(pool: Any, conn: Any) -> None:
+    try:
+        conn.connect()
+    except Exception:  # a warm-up only: the read that needs this slot connects (and reports failures) itself
+        conn.close()
+        conn = None
+    pool._put_conn(conn)
 
 
 def _object_path(bucket: str, key: str) -> str:
@@ -257,6 +314,10 @@ class GcsStorage(RemoteObjects):
 
     def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
         bucket, key = split_bucket(prefix_uri.rstrip("/") + "/")
+        lean = self._range_reader()
+        if lean is not None:
+            yield from lean.list(bucket, key)
+            return
         for blob in self.client.list_blobs(bucket, prefix=key):
             if not blob.name.endswith("/"):  # skip folder placeholders
                 yield _info(blob)
@@ -285,6 +346,13 @@ class GcsStorage(RemoteObjects):
                     return None
                 self._ranges = _RangeReader(self.client)
             return self._ranges
+
+    def warm_reads(self, n: int) -> None:
+        """About to read `n` ranges at once (validation, before its listing): open the lean pool's connections
+        now, in the background, so the listing's round trip hides their connects. A no-op without the lean path."""
+        reader = self._range_reader()
+        if reader is not None:
+            reader.warm(n)
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         if length <= 0:

@@ -98,6 +98,9 @@ def validate_candidate(
     One listing, then the detected format's checks. Files no registered export format recognises are checked as
     the contract's format (HF safetensors), which names what is missing, and the candidate's format is null.
     """
+    warm = getattr(storage, "warm_reads", None)  # GCS: open the header round's connections during the listing
+    if warm is not None:
+        warm(workers)  # the header round reads at most `workers` objects at once
     listing = list_dir(storage, layout.export_uri(step))
     detected = formats.detect(listing, FormatKind.export)
     fmt = detected or formats.get(CONTRACT_EXPORT_FORMAT)
