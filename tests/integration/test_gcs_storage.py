@@ -183,6 +183,51 @@ class _SplittingRewrites:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
+def test_lean_listing_matches_list_blobs_across_pages(gcs: GcsStorage, gcs_client, bucket: str) -> None:  # type: ignore[no-untyped-def]
+    """list() goes through the lean pool (validation's listing): the same ObjectInfo as the Blob path, in
+    name order, folder placeholders skipped, and pages followed."""
+    from rlcleanup.adapters import gcs_storage
+
+    b = gcs_client.bucket(bucket)
+    for name in ["p/a", "p/b/c", "p/dir/", "p/z", "q/other"]:
+        b.blob(name).upload_from_string(name.encode())
+    blob_path = list(GcsStorage(gcs_client, lean_reads=False).list(f"gs://{bucket}/p"))
+    assert [o.uri for o in blob_path] == [f"gs://{bucket}/p/{n}" for n in ("a", "b/c", "z")]
+    assert list(gcs.list(f"gs://{bucket}/p")) == blob_path
+    lean = gcs._range_reader()
+    assert lean is not None
+    pages = []
+    real_json = lean._json
+
+    def small_pages(method: str, path: str, query: dict) -> tuple[int, dict]:  # type: ignore[type-arg]
+        pages.append(dict(query))
+        return real_json(method, path, {**query, "maxResults": 2})
+
+    lean._json = small_pages  # type: ignore[method-assign]
+    assert list(gcs.list(f"gs://{bucket}/p")) == blob_path
+    assert len(pages) >= 2 and "pageToken" in pages[-1]
+    assert gcs_storage._RANGE_POOL >= 32
+
+
+def test_warm_reads_opens_the_pools_connections(gcs: GcsStorage, bucket: str) -> None:
+    """warm_reads(n) opens n connections in the background; the reads that follow reuse them."""
+    import time
+
+    gcs.write_if_absent(f"gs://{bucket}/w", b"0123456789")
+    gcs.warm_reads(4)
+    lean = gcs._range_reader()
+    assert lean is not None
+    pool = lean._http.http.connection_from_url(lean.endpoint)
+    deadline = time.monotonic() + 10
+    while sum(1 for c in list(pool.pool.queue) if c is not None and c.is_connected) < 4:
+        assert time.monotonic() < deadline, "warm_reads did not open 4 connections"
+        time.sleep(0.01)
+    opened = pool.num_connections
+    gcs.warm_reads(4)  # already warm: nothing new
+    assert gcs.read_range(f"gs://{bucket}/w", 2, 3) == b"234"
+    assert pool.num_connections == opened
+
+
 def test_copy_follows_rewrite_tokens(gcs_client, bucket: str) -> None:  # type: ignore[no-untyped-def]
     """A rewrite GCS answers in several calls (large objects) is followed to the end, token by token."""
     from google.auth.credentials import AnonymousCredentials
