@@ -44,6 +44,8 @@ def stack() -> Iterator[StackState]:
                 os.environ[k] = v
         stop()
         atexit.unregister(stop)
+        left = [path for path in state.leftovers if Path(path).exists()]
+        assert not left, f"`down` left the stack's servers' files outside its state dir: {left}"
         refused = _guard_refusals_in_logs(state_dir)
         shutil.rmtree(state_dir, ignore_errors=True)
     assert not refused, f"the publish guard refused publishes in the stack's functions: {refused}"

@@ -259,3 +259,14 @@ def test_cli_run_on_an_s3_run_preserves_locally(s3_endpoint: str, bucket: str, t
     manifest = json.loads(Path(record["manifest_uri"]).read_text())
     assert all(o["source"].startswith(f"s3://{bucket}/") for o in manifest["objects"] if o["source"] != "derived")
     assert record["run_id"].endswith(VERSION)
+
+
+def test_a_stopped_server_leaves_nothing_in_tmp(tmp_path: Path) -> None:
+    """weed puts its unix sockets in /tmp whatever its flags, and its glog files in $TMPDIR: after `stop`, none of
+    its sockets is left there, and its logs were written inside the state dir."""
+    with s3_server.running(tmp_path) as srv:
+        made = [path for path in srv.sockets if path.exists()]
+        assert made, "weed created none of the sockets socket_paths names: the names are out of date"
+        assert all(path.is_socket() for path in made)
+    assert not [path for path in srv.sockets if path.exists()]
+    assert list((tmp_path / "s3-tmp").glob("weed.*")), "weed's glog files did not go to the state dir"

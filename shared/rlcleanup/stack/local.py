@@ -54,6 +54,7 @@ class StackState:
     buckets: dict[str, str] = field(default_factory=dict)  # role (runs, preserve) -> bucket name
     env: dict[str, str] = field(default_factory=dict)  # what a client exports to use the stack
     startup_seconds: dict[str, float] = field(default_factory=dict)
+    leftovers: list[str] = field(default_factory=list)  # files a server leaves outside state_dir: `down` removes them
 
     @property
     def path(self) -> Path:
@@ -339,6 +340,7 @@ def _up_once(
     }
     s3_ports = s3_server.ports()
     allocated["s3"] = s3_ports["s3"]
+    state.leftovers = [str(path) for path in s3_server.socket_paths(s3_ports)]
     s3_endpoint = f"http://{HOST}:{s3_ports['s3']}"
     state.functions = {fn.name: f"http://{HOST}:{allocated[f'fn-{fn.name}']}" for fn in served}
     state.env = {
@@ -396,7 +398,7 @@ def _up_once(
             (
                 "s3",
                 s3_server.argv(state_dir / "s3-data", s3_server.write_identities(state_dir), s3_ports),
-                base_env,
+                s3_server.server_env(base_env, state_dir),
                 "",
             ),
         ]
@@ -437,6 +439,7 @@ def _up_once(
         state.save()
     except BaseException:
         procs.stop_groups([(s.pid, s.popen) for s in servers], grace=3.0)
+        s3_server.remove_sockets([Path(p) for p in state.leftovers])
         with contextlib.suppress(OSError):
             state.path.unlink()
         raise
@@ -533,6 +536,7 @@ def down(state_dir: Path | None = None, *, grace: float = 8.0) -> list[str]:
         elif popen is not None:
             groups.append((pgid, popen))  # already dead: just reap our child
     procs.stop_groups(groups, grace=grace)
+    s3_server.remove_sockets([Path(p) for p in state.leftovers])
     with contextlib.suppress(OSError):
         state.path.unlink()
     for pidfile in state_dir.glob("*.pid"):

@@ -19,6 +19,8 @@ import contextlib
 import functools
 import json
 import shutil
+import socket
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ class S3Server:
     server: procs.Server | None = None
     startup_seconds: float = 0.0
     env: dict[str, str] = field(default_factory=dict)  # what a client exports to use it (admin identity)
+    sockets: list[Path] = field(default_factory=list)  # what it leaves in /tmp (socket_paths); stop removes them
 
 
 def weed_binary() -> Path:
@@ -96,6 +99,43 @@ def argv(data_dir: Path, config: Path, ports: dict[str, int]) -> list[str]:
         # couple of buckets ("No writable volumes"), so the cap follows free disk, and volumes stay small.
         *("-volume.max", "0", "-master.volumeSizeLimitMB", "64"),
     ]
+
+
+def socket_paths(ports: dict[str, int]) -> list[Path]:
+    """The unix sockets `weed server` creates in /tmp whatever its state dir, and leaves there when killed: the
+    gRPC ones are hard-coded (`/tmp/seaweedfs-<service>-grpc-<port>.sock`, weed/command/server.go), the filer's
+    and the S3 gateway's default to `/tmp/seaweedfs-<service>-<port>.sock`. Named by the ports we allocated, so
+    cleaning up never touches another server's files."""
+    grpc = [
+        Path(f"/tmp/seaweedfs-{svc}-grpc-{ports[f'{svc}.grpc']}.sock") for svc in ("master", "volume", "filer", "s3")
+    ]
+    return [Path(f"/tmp/seaweedfs-s3-{ports['s3']}.sock"), Path(f"/tmp/seaweedfs-filer-{ports['filer']}.sock"), *grpc]
+
+
+def remove_sockets(paths: list[Path]) -> None:
+    """Remove the sockets a stopped server left; one something still listens on is left alone."""
+    for path in paths:
+        try:
+            if not stat.S_ISSOCK(path.lstat().st_mode):
+                continue
+        except OSError:
+            continue
+        with contextlib.closing(socket.socket(socket.AF_UNIX)) as probe:
+            probe.settimeout(0.2)
+            try:
+                probe.connect(str(path))
+                continue  # alive: not ours (a server that took the port after ours stopped)
+            except OSError:
+                pass
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def server_env(env: dict[str, str], state_dir: Path, name: str = "s3") -> dict[str, str]:
+    """The server's environment with TMPDIR inside state_dir: weed writes its glog files (weed.INFO, ...) there."""
+    tmp = state_dir / f"{name}-tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return {**env, "TMPDIR": str(tmp)}
 
 
 def write_identities(state_dir: Path, name: str = "s3") -> Path:
@@ -163,7 +203,8 @@ def start(state_dir: Path, *, name: str = "s3", timeout: float = 60.0, env: dict
     config = write_identities(state_dir, name)
     for attempt in range(1, 4):  # fresh ports when one was taken between choosing and binding it
         allocated = ports()
-        server = procs.start(name, argv(data_dir, config, allocated), state_dir=state_dir, env=env or dict(os.environ))
+        server_environ = server_env(env or dict(os.environ), state_dir, name)
+        server = procs.start(name, argv(data_dir, config, allocated), state_dir=state_dir, env=server_environ)
         endpoint = f"http://{HOST}:{allocated['s3']}"
         try:
             seconds = procs.wait_ready(
@@ -176,10 +217,12 @@ def start(state_dir: Path, *, name: str = "s3", timeout: float = 60.0, env: dict
             break
         except procs.PortTaken:
             stop_server(server)
+            remove_sockets(socket_paths(allocated))
             if attempt == 3:
                 raise
         except BaseException:
             stop_server(server)
+            remove_sockets(socket_paths(allocated))
             raise
     return S3Server(
         endpoint=endpoint,
@@ -189,6 +232,7 @@ def start(state_dir: Path, *, name: str = "s3", timeout: float = 60.0, env: dict
         server=server,
         startup_seconds=round(seconds, 2),
         env=client_env(endpoint),
+        sockets=socket_paths(allocated),
     )
 
 
@@ -199,6 +243,7 @@ def stop_server(server: procs.Server, grace: float = 2.0) -> None:
 def stop(s3: S3Server) -> None:
     if s3.server is not None:
         stop_server(s3.server)
+    remove_sockets(s3.sockets)
     shutil.rmtree(s3.data_dir, ignore_errors=True)
 
 
