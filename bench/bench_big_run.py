@@ -12,6 +12,16 @@ Sizes: default the `ci` scale (3 x 64 ranks, 16 MiB of logs, 20 exports x 30 sha
 llama (same 80-layer tensor list and headers): fake-gcs-server keeps objects in memory and cannot hold 70B shards.
 --full needs a few GiB of memory for the emulator and several minutes (upload is ~100 objects/s).
 Run: .venv/bin/python bench/bench_big_run.py [--full] [--ranks N] [--attempts N] [--exports N] [--log-mb N]
+
+CPU from /proc, for an A/B against an older tree (`PYTHONPATH=<git archive of it>/shared`, with its `functions/`
+beside `shared/`: the stack then serves that tree's code): `--cpu-from-proc` reads each server's process group
+(state.json's pgids) from /proc when the stack is ready and again just before it goes down, and prints each
+function's CPU-seconds in between (utime + stime, every thread, reaped children too). It needs nothing from the tree
+under test (no accounting CPU fields), so both sides are measured the same way; `--cpu-json PATH` also writes them.
+`--hide-torch` puts a `torch` package that raises ImportError ahead of site-packages on the function processes'
+path, as in the deployed bundle (no torch): the tensor-layout check is then skipped instead of importing torch +
+transformers (~5 CPU-s in the first validate-candidate). The cost report needs rlcleanup.ports.usage; a tree
+without it gets the /proc table only.
 """
 
 from __future__ import annotations
@@ -27,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from _common import figure
-from cost import report as cost_report
 from rlcleanup.runtime.functions import parse_accounting
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.samples.generator import VERSION, write_sample_run
@@ -109,6 +118,55 @@ def _document_bytes(store: Any, run_id: str) -> int | None:
     return approx_size(snap.to_dict()) if snap.exists else None
 
 
+def group_cpu(pgids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds of each process group: utime + stime (all threads) + cutime + cstime (reaped children) of every
+    member, zombies included (not reaped yet, so not in a parent's cutime), from /proc/<pid>/stat."""
+    tick = os.sysconf("SC_CLK_TCK")
+    by_group: dict[int, int] = dict.fromkeys(pgids.values(), 0)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # state ppid pgrp ... utime(11) stime cutime cstime(14)
+        if len(fields) > 14 and int(fields[2]) in by_group:
+            by_group[int(fields[2])] += sum(int(f) for f in fields[11:15])
+    return {name: by_group[pgid] / tick for name, pgid in pgids.items()}
+
+
+def _hide_torch() -> Path:
+    """A directory whose `torch` package raises ImportError, for the function processes' PYTHONPATH."""
+    hidden = Path(tempfile.mkdtemp(prefix="bench-hide-torch-"))
+    (hidden / "torch").mkdir()
+    (hidden / "torch" / "__init__.py").write_text('raise ImportError("torch hidden by bench_big_run --hide-torch")\n')
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), str(hidden)) if p)
+    return hidden
+
+
+def _cpu_table(ready: dict[str, float], end: dict[str, float], calls: dict[str, int]) -> dict[str, Any]:
+    rows = {
+        name: {
+            "calls": calls.get(name.removeprefix("fn-"), 0),
+            "ready_s": ready[name],
+            "run_s": end[name] - ready[name],
+        }
+        for name in end
+    }
+    print("\nCPU-s from /proc (process groups; 'at ready' = startup imports, 'run' = ready -> just before down)")
+    print(f"{'server':<30}{'calls':>6}{'at ready':>10}{'run':>9}")
+    for name, row in rows.items():
+        print(f"{name:<30}{row['calls']:>6}{row['ready_s']:>10.2f}{row['run_s']:>9.2f}")
+    fns = [r for n, r in rows.items() if n.startswith("fn-")]
+    total = sum(r["run_s"] for r in fns)
+    print(
+        f"{'functions total':<30}{sum(r['calls'] for r in fns):>6}{sum(r['ready_s'] for r in fns):>10.2f}{total:>9.2f}"
+    )
+    figure("big run: functions' CPU-s (from /proc)", f"{total:.1f} CPU-s", "")
+    return rows
+
+
 def _keep_logs(state_dir: Path) -> Path:
     """Copy the stack's server logs out of the temporary dir (it is removed on exit)."""
     kept = Path(tempfile.mkdtemp(prefix="bench-big-run-logs-"))
@@ -127,7 +185,11 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the completed record")
     ap.add_argument("--keep-logs", action="store_true", help="keep the stack's logs even when the run completes")
     ap.add_argument("--sample", metavar="SCENARIO", help="a sample run instead (rlcleanup sample-run SCENARIO)")
+    ap.add_argument("--cpu-from-proc", action="store_true", help="each server's CPU-s from /proc (see above)")
+    ap.add_argument("--cpu-json", type=Path, help="with --cpu-from-proc: write the per-server CPU-s here")
+    ap.add_argument("--hide-torch", action="store_true", help="no torch for the functions, as deployed")
     args = ap.parse_args()
+    hidden = _hide_torch() if args.hide_torch else None
     base = replace(SCALES["large"], model="llama-tiny") if args.full else SCALES["ci"]
     overrides = {"ranks": args.ranks, "attempts": args.attempts, "exports": args.exports}
     if args.log_mb is not None:
@@ -154,6 +216,8 @@ def main() -> int:
         t0 = time.monotonic()
         state = up(state_dir, project="rlcleanup-bench", timeout=180)
         print(f"stack up: {time.monotonic() - t0:.1f} s (state dir {state_dir})", flush=True)
+        cpu_ready = group_cpu(state.pgids) if args.cpu_from_proc else {}
+        cpu_end: dict[str, float] = {}
         try:
             os.environ.update(state.env)
             from google.auth.credentials import AnonymousCredentials
@@ -188,6 +252,8 @@ def main() -> int:
             time.sleep(3)  # the last accounting lines follow the record
             served = [fn for fn in load_topology().functions if fn.name in state.functions]
             figures = _accounting(state_dir, [fn.name for fn in served], run_id)
+            if args.cpu_from_proc:
+                cpu_end = group_cpu(state.pgids)
             if args.keep_logs or record is None or record.status.value == "failed" or progress["errors"]:
                 print(f"stack logs (fn-<name>.log per function) kept in {_keep_logs(state_dir)}")
         except BaseException:  # upload or a client call broke (or ^C): the logs say what the stack saw
@@ -195,6 +261,8 @@ def main() -> int:
             raise
         finally:
             down(state_dir)
+            if hidden is not None:
+                shutil.rmtree(hidden, ignore_errors=True)
 
     over, closest = 0, (0.0, "")
     print(f"\n{'function':<26}{'calls':>6}{'errors':>7}{'max s':>9}{'peak MiB':>10}{'timeout':>9}{'memory':>8}")
@@ -216,7 +284,17 @@ def main() -> int:
         )
     figure("big run: invocations over a cap", f"{over} (closest: {closest[1]} at {closest[0]:.0%})", "0")
     size = f"sample run {args.sample}" if args.sample else ("full big run" if args.full else "CI-size big run")
-    cost_report(served, figures, size)
+    try:
+        from cost import report as cost_report
+    except ImportError as exc:  # a tree without rlcleanup.ports.usage (no request counting, no CPU fields)
+        print(f"\n(no cost report: {exc})")
+    else:
+        cost_report(served, figures, size)
+    if cpu_end:
+        rows = _cpu_table(cpu_ready, cpu_end, {name: len(lines) for name, lines in figures.items()})
+        if args.cpu_json:
+            meta = {"label": size, "run_id": run_id, "hide_torch": args.hide_torch, "rows": rows}
+            args.cpu_json.write_text(json.dumps(meta, indent=1) + "\n")
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     return 1 if over or record is None else 0
 
