@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import figure
+from cpu_sidecar import group_cpu, hide_torch
 from rlcleanup.runtime.functions import parse_accounting
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.samples.generator import VERSION, write_sample_run
@@ -118,33 +119,6 @@ def _document_bytes(store: Any, run_id: str) -> int | None:
     return approx_size(snap.to_dict()) if snap.exists else None
 
 
-def group_cpu(pgids: dict[str, int]) -> dict[str, float]:
-    """CPU seconds of each process group: utime + stime (all threads) + cutime + cstime (reaped children) of every
-    member, zombies included (not reaped yet, so not in a parent's cutime), from /proc/<pid>/stat."""
-    tick = os.sysconf("SC_CLK_TCK")
-    by_group: dict[int, int] = dict.fromkeys(pgids.values(), 0)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()  # state ppid pgrp ... utime(11) stime cutime cstime(14)
-        if len(fields) > 14 and int(fields[2]) in by_group:
-            by_group[int(fields[2])] += sum(int(f) for f in fields[11:15])
-    return {name: by_group[pgid] / tick for name, pgid in pgids.items()}
-
-
-def _hide_torch() -> Path:
-    """A directory whose `torch` package raises ImportError, for the function processes' PYTHONPATH."""
-    hidden = Path(tempfile.mkdtemp(prefix="bench-hide-torch-"))
-    (hidden / "torch").mkdir()
-    (hidden / "torch" / "__init__.py").write_text('raise ImportError("torch hidden by bench_big_run --hide-torch")\n')
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), str(hidden)) if p)
-    return hidden
-
-
 def _cpu_table(ready: dict[str, float], end: dict[str, float], calls: dict[str, int]) -> dict[str, Any]:
     rows = {
         name: {
@@ -189,7 +163,7 @@ def main() -> int:
     ap.add_argument("--cpu-json", type=Path, help="with --cpu-from-proc: write the per-server CPU-s here")
     ap.add_argument("--hide-torch", action="store_true", help="no torch for the functions, as deployed")
     args = ap.parse_args()
-    hidden = _hide_torch() if args.hide_torch else None
+    hidden = hide_torch() if args.hide_torch else None
     base = replace(SCALES["large"], model="llama-tiny") if args.full else SCALES["ci"]
     overrides = {"ranks": args.ranks, "attempts": args.attempts, "exports": args.exports}
     if args.log_mb is not None:
