@@ -257,17 +257,17 @@ def main() -> int:
             f"{fn.name:<26}{len(rows):>6}{errors:>7}{max_s:>9.2f}{peak:>10.1f}{fn.timeout_seconds:>8}s{fn.memory:>8}{flag}"
         )
     figure("big run: invocations over a cap", f"{over} (closest: {closest[1]} at {closest[0]:.0%})", "0")
-    size = f"sample run {args.sample}" if args.sample else ("full big run" if args.full else "CI-size big run")
+    run_size = f"sample run {args.sample}" if args.sample else ("full big run" if args.full else "CI-size big run")
     try:
         from cost import report as cost_report
     except ImportError as exc:  # a tree without rlcleanup.ports.usage (no request counting, no CPU fields)
         print(f"\n(no cost report: {exc})")
     else:
-        cost_report(served, figures, size)
+        cost_report(served, figures, run_size)
     if cpu_end:
-        rows = _cpu_table(cpu_ready, cpu_end, {name: len(lines) for name, lines in figures.items()})
+        cpu_rows = _cpu_table(cpu_ready, cpu_end, {name: len(lines) for name, lines in figures.items()})
         if args.cpu_json:
-            meta = {"label": size, "run_id": run_id, "hide_torch": args.hide_torch, "rows": rows}
+            meta = {"label": run_size, "run_id": run_id, "hide_torch": args.hide_torch, "rows": cpu_rows}
             args.cpu_json.write_text(json.dumps(meta, indent=1) + "\n")
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     return 1 if over or record is None else 0

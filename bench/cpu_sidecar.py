@@ -78,7 +78,8 @@ def main() -> int:
     if not command:
         ap.error("give the bench command after --")
     hidden = hide_torch() if args.hide_torch else None
-    done, figures = threading.Event(), {}
+    done = threading.Event()
+    figures: dict[str, Any] = {}
     sampler: threading.Thread | None = None
     t0 = time.monotonic()
     try:
