@@ -97,7 +97,7 @@ def invocation_accounting(entries: list[dict[str, Any]]) -> list[dict[str, Any]]
     for entry in entries:
         fields = parse_accounting(str(entry.get("message", "")))
         if fields is not None:
-            out.append(fields | {"severity": entry.get("severity")})
+            out.append(fields | {"severity": entry.get("severity"), "event_id": entry.get("event_id")})
     return out
 
 
