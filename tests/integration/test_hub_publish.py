@@ -207,7 +207,7 @@ def test_an_interrupted_upload_resumes_and_skips_what_is_there(
     hub: Standin, world: tuple[World, Any], uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rlcleanup.adapters.hf_hub import HubDestination
-    from rlcleanup.authority import hub_publish
+    from rlcleanup.authority import artifact, hub_publish
     from rlcleanup.ports.storage import StorageError
 
     w, _ = world
@@ -215,13 +215,16 @@ def test_an_interrupted_upload_resumes_and_skips_what_is_there(
     grant = _grant(w, f"hf://{repo}")
     monkeypatch.setattr(hub_publish, "BATCH_FILES", 3)  # several commits: the interruption lands after some
     hub.call("/__standin/control", {"fail_lfs_put_after": 2})
+    storage = w.stack.ports.storage
+    pinned = artifact.pin(storage, w.record, grant)
+    assert isinstance(pinned, artifact.Pinned), pinned
     with pytest.raises(StorageError, match="Error while uploading"):  # transient: the delivery is retried
-        hub_publish.publish_to_hub(w.stack.ports.storage, w.record, grant, HubDestination())
+        hub_publish.publish_to_hub(storage, w.record, grant, HubDestination(), pinned)
     committed = hub.files(repo)
     assert committed and MARKER not in committed  # some batches landed, nothing claims completeness
     hub.call("/__standin/control", {"fail_lfs_put_after": None})
     before = hub.stats()
-    outcome = hub_publish.publish_to_hub(w.stack.ports.storage, w.record, grant, HubDestination())
+    outcome = hub_publish.publish_to_hub(storage, w.record, grant, HubDestination(), pinned)
     assert outcome.state == "handed_off", outcome
     assert f"{len(committed)} already there" in outcome.detail
     spent = _delta(before, hub.stats())
@@ -347,6 +350,30 @@ def test_a_large_export_is_uploaded_by_the_job_apply_grant_starts_with_progress_
     assert len(launcher.started) == 1
 
 
+def test_an_inline_hand_off_pins_the_export_once(
+    hub: Standin, world: tuple[World, Any], uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With an upload job configured and the export under its threshold, apply-grant decides "inline" from the
+    pinned listing and uploads exactly those versions: the export is listed and re-digested once (it was twice:
+    once for the size, once more for the plan)."""
+    from rlcleanup.authority import artifact
+
+    w, key = world
+    launcher = _job_world(w)
+    w.stack.ports.hub_job_threshold_bytes = 1 << 50
+    resolutions: list[str] = []
+    real = artifact.resolve_pinned
+
+    def counting(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        resolutions.append("resolve")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(artifact, "resolve_pinned", counting)
+    action = _deliver(w, key, _grant(w, f"hf://rl-team/inline-{uid}"))
+    assert action["state"] == "handed_off", action
+    assert launcher.started == [] and resolutions == ["resolve"]
+
+
 def test_an_interrupted_job_attempt_is_resumed_by_the_retry_and_skips_what_is_there(
     hub: Standin, world: tuple[World, Any], uid: str
 ) -> None:
@@ -411,6 +438,7 @@ def test_dry_run_for_a_hub_destination_shows_what_the_hand_off_would_upload(
     """`grant --dry-run` to hf:// runs hub_publish.plan_hub, the planning the hand-off itself runs: the same
     files, sizes and total; the repo's visibility read back; nothing created or uploaded."""
     from rlcleanup.adapters.hf_hub import HubDestination
+    from rlcleanup.authority.artifact import Pinned, pin
     from rlcleanup.authority.hub_publish import plan_hub
     from rlcleanup.authority.preview import preview_grant
     from rlcleanup.cli.authority import render_preview
@@ -423,7 +451,9 @@ def test_dry_run_for_a_hub_destination_shows_what_the_hand_off_would_upload(
     preview = preview_grant(p.storage, w.record, grant, p.clock.now(), p.records, HubDestination)
     assert preview["would"] == "handoff" and preview["creates"] == [f"hf://{repo} (private repo)"]
     assert set(_delta(before, hub.stats())) == {"GET /api/models/{repo}"}  # read, nothing created
-    applied, refused = plan_hub(p.storage, w.record, grant, HubDestination(), apply=True)
+    pinned = pin(p.storage, w.record, grant)
+    assert isinstance(pinned, Pinned), pinned
+    applied, refused = plan_hub(p.storage, w.record, grant, HubDestination(), pinned, apply=True)
     assert refused is None and applied is not None
     assert [o["name"] for o in preview["objects"]] == [i.name for i in applied.items]
     assert preview["total_bytes"] == applied.total_bytes == sum(o["size"] for o in preview["objects"])

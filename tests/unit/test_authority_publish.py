@@ -187,6 +187,41 @@ def test_registration_row_only_when_declared(tmp_path: Path) -> None:
     assert "registration does not apply" in (plain.record.registration or "")
 
 
+def test_registration_honours_the_classified_configuration_not_a_later_edit(tmp_path: Path) -> None:
+    """Register reads the layout classification stored, not the run's files again: a config edited after the run
+    (the run's owners can write it) neither withdraws a declared registration nor invents one."""
+    w = make_world(tmp_path / "declared")
+    w.deliver(w.message(w.grant("publish")))
+    config = next(Path(w.run_uri).rglob("resolved-skyrl.json"))
+    edited = json.loads(config.read_text())
+    assert edited.pop("cleanup", None) is not None  # the declaration, removed after classification
+    config.write_text(json.dumps(edited))
+    reg = w.grant("register")
+    w.deliver(w.message(reg))
+    assert w.action(reg.grant_id)["state"] == "registered", w.action(reg.grant_id)
+    assert len(w.stack.ports.records.list_docs("model_registry")) == 1
+
+
+def test_applying_a_publish_pins_the_artifact_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One listing and re-digest of the export per application: the plan, the copies and the provenance use
+    the versions it pinned."""
+    from rlcleanup.authority import artifact
+
+    w = make_world(tmp_path)
+    resolutions: list[str] = []
+    real = artifact.resolve_pinned
+
+    def counting(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        resolutions.append("resolve")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(artifact, "resolve_pinned", counting)
+    grant = w.grant()
+    w.deliver(w.message(grant))
+    assert w.action(grant.grant_id)["state"] == "published"
+    assert resolutions == ["resolve"]
+
+
 @pytest.mark.parametrize("action", ["handoff"])
 def test_handoff_is_recorded_as_handed_off(tmp_path: Path, action: str) -> None:
     w = make_world(tmp_path)

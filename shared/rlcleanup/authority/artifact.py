@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rlcleanup.authority.grants import Grant, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.formats.checkpoints.base import UnknownFormatError
@@ -16,10 +18,30 @@ def listing(storage: Storage, uri: str) -> dict[str, ObjectInfo]:
     return {o.uri[len(root) + 1 :]: o for o in storage.list(root)}
 
 
-def resolve(storage: Storage, record: CompletionRecord, grant: Grant) -> tuple[Candidate | None, Outcome | None]:
-    """The grant's candidate, or the refusal: unresolved selection, unknown/invalid candidate, digest mismatch."""
-    candidate, _, refused = resolve_pinned(storage, record, grant)
-    return candidate, refused
+@dataclass(frozen=True)
+class Pinned:
+    """The grant's candidate and the objects (by name) of the very listing whose digest matched the grant.
+
+    Resolved once per application of a grant (apply-grant, the upload job, a preview) and handed down: every
+    later size check, copy or upload uses these versions, never a second listing (which would also read every
+    shard's header again to re-digest it)."""
+
+    candidate: Candidate
+    objects: dict[str, ObjectInfo]
+
+    @property
+    def size(self) -> int:
+        return sum(info.size for info in self.objects.values())
+
+
+def pin(storage: Storage, record: CompletionRecord, grant: Grant) -> Pinned | Outcome:
+    """The grant's artifact as it is now, or the refusal: unresolved selection, unknown/invalid candidate, digest
+    mismatch (a grant pins exact bytes: an export edited since validation is refused here)."""
+    candidate, objects, refused = resolve_pinned(storage, record, grant)
+    if refused is not None:
+        return refused
+    assert candidate is not None
+    return Pinned(candidate, objects)
 
 
 def resolve_pinned(

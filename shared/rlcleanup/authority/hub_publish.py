@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlcleanup.authority import artifact
+from rlcleanup.authority.artifact import Pinned
 from rlcleanup.authority.grants import Action, Grant, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.pinning import pinned_copy, pinned_download
@@ -127,17 +127,11 @@ def model_card(record: CompletionRecord, candidate: Candidate, grant: Grant, rep
     return ("\n".join(lines) + "\n").encode()
 
 
-def plan(
-    storage: Storage,
-    record: CompletionRecord,
-    candidate: Candidate,
-    grant: Grant,
-    repo_id: str,
-    pinned: dict[str, ObjectInfo] | None = None,
-) -> list[HubItem]:
-    """`pinned`: the listing whose digest matched the grant (never a second, later listing)."""
-    export = pinned if pinned is not None else artifact.listing(storage, candidate.uri)
-    items = [HubItem(name, info) for name, info in sorted(export.items())]
+def plan(storage: Storage, record: CompletionRecord, grant: Grant, repo_id: str, pinned: Pinned) -> list[HubItem]:
+    """The files of a hand-off: the pinned export (the listing whose digest matched the grant, never a second,
+    later listing), the preserved logs, the derived report, and the files we generate."""
+    candidate = pinned.candidate
+    items = [HubItem(name, info) for name, info in sorted(pinned.objects.items())]
     root = record.preserved_locations[0] if record.preserved_locations else None
     for obj in _preserved(storage, record):
         if obj.kind == "log" and root:
@@ -265,9 +259,9 @@ def _visibility_refusal(seen: VisibilityReading, grant: Grant, dest: str) -> Out
 
 
 def plan_hub(
-    storage: Storage, record: CompletionRecord, grant: Grant, hub: ModelHub, *, apply: bool = False
+    storage: Storage, record: CompletionRecord, grant: Grant, hub: ModelHub, pinned: Pinned, *, apply: bool = False
 ) -> tuple[HubPlan | None, Outcome | None]:
-    """Resolve the pinned artifact, read the repo's visibility back (nothing is created here), plan the files;
+    """Read the repo's visibility back (nothing is created here), plan the files of the pinned artifact;
     a preview (`apply=False`) also scans the sources and the files we generate. The plan, or the refusal."""
     assert grant.destination is not None
     dest = grant.destination.rstrip("/")
@@ -275,10 +269,7 @@ def plan_hub(
         repo_id = repo_of(dest)
     except ValueError as exc:
         return None, refuse(Refusal.malformed, str(exc), dest)
-    candidate, pinned, refused = artifact.resolve_pinned(storage, record, grant)
-    if refused:
-        return None, refused
-    assert candidate is not None
+    candidate = pinned.candidate
     seen = hub.visibility(repo_id)
     if seen is None:
         visibility, evidence = "private", f"hf://{repo_id} does not exist yet: it will be created private"
@@ -288,7 +279,7 @@ def plan_hub(
             return None, refused
         assert seen.visibility is not None
         visibility, evidence = seen.visibility.value, seen.evidence
-    items = plan(storage, record, candidate, grant, repo_id, pinned)
+    items = plan(storage, record, grant, repo_id, pinned)
     scanned = 0
     if not apply:
         report = scan_objects(storage, [i.source for i in items if i.source is not None])
@@ -305,13 +296,6 @@ def plan_hub(
 def _shown(findings: list[str]) -> str:
     more = len(findings) - MAX_FINDINGS_IN_RECORD
     return "; ".join(findings[:MAX_FINDINGS_IN_RECORD]) + (f" (+{more} more)" if more > 0 else "")
-
-
-def export_bytes(storage: Storage, record: CompletionRecord, grant: Grant) -> int | None:
-    """The size of the export a grant hands off (the pinned listing's), None when the grant would be refused:
-    apply-grant decides from it whether the upload runs inline or as the upload job."""
-    _, pinned, refused = artifact.resolve_pinned(storage, record, grant)
-    return None if refused else sum(info.size for info in pinned.values())
 
 
 def _stage(storage: Storage, items: list[HubItem], staging: str) -> str | None:
@@ -332,12 +316,13 @@ def publish_to_hub(
     record: CompletionRecord,
     grant: Grant,
     hub: ModelHub,
+    pinned: Pinned,
     progress: Callable[[UploadProgress], None] | None = None,
     batch_files: int | None = None,
 ) -> Outcome:
     """Plan, stage, scan the staged bytes, then (only then) create/read back the repo and upload from the staged
     copy. Any refusal before the upload leaves nothing on the Hub (not even an empty repo) and no staging."""
-    found, refused = plan_hub(storage, record, grant, hub, apply=True)
+    found, refused = plan_hub(storage, record, grant, hub, pinned, apply=True)
     if refused:
         return refused
     assert found is not None

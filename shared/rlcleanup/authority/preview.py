@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.grants import Action, Grant, Refusal
 from rlcleanup.authority.hub_publish import plan_hub
 from rlcleanup.authority.outcome import Outcome, refuse
@@ -36,8 +37,11 @@ def _preview_hub(storage: Storage, record: CompletionRecord, grant: Grant, hub: 
     dest = grant.destination or ""
     if hub is None:
         return _refused(grant, refuse(Refusal.apply_failed, "no model hub is configured in this deployment", dest))
+    pinned = pin(storage, record, grant)
+    if isinstance(pinned, Outcome):
+        return _refused(grant, pinned)
     try:
-        plan, refused = plan_hub(storage, record, grant, hub())
+        plan, refused = plan_hub(storage, record, grant, hub(), pinned)
     except (StorageAccessError, StorageError) as exc:  # no token, no endpoint: the preview says what to fix
         fix = "set HF_TOKEN to a token with write access (and HF_ENDPOINT for another Hub)"
         return _refused(grant, refuse(Refusal.visibility_unknown, f"{exc}; fix: {fix}", dest))
@@ -58,7 +62,10 @@ def preview_grant(
     if grant.action in {Action.publish, Action.handoff} and grant.destination and is_hub(grant.destination):
         return _preview_hub(storage, record, grant, hub)
     if grant.action in {Action.publish, Action.handoff}:
-        plan, refused = plan_publish(storage, record, grant, apply=False)
+        pinned = pin(storage, record, grant)
+        if isinstance(pinned, Outcome):
+            return _refused(grant, pinned)
+        plan, refused = plan_publish(storage, record, grant, pinned, apply=False)
         if refused:
             return _refused(grant, refused)
         assert plan is not None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlcleanup.authority import artifact
+from rlcleanup.authority.artifact import Pinned
 from rlcleanup.authority.grants import Action, Grant, Refusal, Visibility
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.pinning import CopyProof, pinned_copy
@@ -180,19 +180,16 @@ def _visibility_fix(dest: str, evidence: str) -> str:
 
 
 def plan_publish(
-    storage: Storage, record: CompletionRecord, grant: Grant, *, apply: bool = False
+    storage: Storage, record: CompletionRecord, grant: Grant, pinned: Pinned, *, apply: bool = False
 ) -> tuple[PublishPlan | None, Outcome | None]:
-    """Resolve, read visibility back, list and scan the objects: the plan, or the refusal.
+    """Read visibility back, list and scan the pinned objects: the plan, or the refusal.
     `apply` creates a missing local destination (0700); a preview (`apply=False`) only says it would."""
     assert grant.destination is not None  # checked by grants.check_scope
     if is_hub(grant.destination):  # publish() hands the Hub to hub_publish; no storage plan exists
         detail = "a Hub destination is planned and checked by authority/hub_publish.py when the grant is applied"
         return None, refuse(Refusal.not_applicable, detail, grant.destination)
     dest = grant.destination.rstrip("/")
-    candidate, pinned, refused = artifact.resolve_pinned(storage, record, grant)
-    if refused:
-        return None, refused
-    assert candidate is not None
+    candidate = pinned.candidate
 
     missing = missing_local_dirs(dest)
     if missing and apply:
@@ -214,7 +211,7 @@ def plan_publish(
             dest,
         )
 
-    items = plan_items(storage, record, pinned)
+    items = plan_items(storage, record, pinned.objects)
     scanned = 0
     if not apply:  # a preview scans the sources; a publish scans the staged copy (the bytes it will publish)
         report = scan_objects(storage, [i.source for i in items])
@@ -265,16 +262,17 @@ def scan_refusal(report: ScanReport, staging: str) -> str | None:
     return f"not scannable, so not published: {shown}"
 
 
-def publish(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcome:
+def publish(storage: Storage, record: CompletionRecord, grant: Grant, pinned: Pinned) -> Outcome:
     """Publish or hand off the grant's artifact. Returns the outcome; never raises for a refusal.
 
-    1. the artifact as validated (digest = pinned versions), the destination's real visibility;
+    1. the artifact as validated (`pinned`: its digest matched the grant, these versions), the destination's real
+       visibility;
     2. every object copied, pinned, into a private staging area, plus provenance.json written there;
     3. the staged copy is scanned, exactly the bytes that will be published (what we wrote ourselves included);
     4. promotion: each staged object (pinned as scanned) copied to the destination and verified, marker last.
     Any refusal removes the staging area and what this attempt promoted. An `hf://` destination is not a storage
     scheme: apply-grant hands it to hub_publish.publish_to_hub instead (plan_publish refuses it as not_applicable)."""
-    plan, refused = plan_publish(storage, record, grant, apply=True)
+    plan, refused = plan_publish(storage, record, grant, pinned, apply=True)
     if refused:
         return refused
     assert plan is not None

@@ -31,10 +31,11 @@ def register(
     decl = declared(layout)
     if decl is None:
         return Outcome(state="not_applicable", refusal=Refusal.not_applicable, detail=DOES_NOT_APPLY)
-    candidate, refused = artifact.resolve(storage, record, grant)
-    if refused:
-        return refused
-    assert candidate is not None and grant.destination is not None
+    pinned = artifact.pin(storage, record, grant)
+    if isinstance(pinned, Outcome):
+        return pinned
+    candidate = pinned.candidate
+    assert grant.destination is not None
     marker = read_marker(storage, grant.destination)
     if marker is None or marker.get("digest") != candidate.digest or marker.get("step") != candidate.step:
         return refuse(

@@ -13,9 +13,10 @@ from datetime import datetime
 from typing import Any
 
 from rlcleanup.authority import ledger, precancel
+from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.controllers import Controller, controller_for
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, real_location, verify
-from rlcleanup.authority.hub_publish import export_bytes, publish_to_hub
+from rlcleanup.authority.hub_publish import publish_to_hub
 from rlcleanup.authority.outcome import Outcome
 from rlcleanup.authority.publish import publish, staging_root
 from rlcleanup.authority.reclaim import ReclaimPlan, reclaim
@@ -27,6 +28,7 @@ from rlcleanup.ports.hub import is_hub
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.failures import decode
 from rlcleanup.runtime.guard import guarded_ports
+from rlcleanup.runtime.layouts import record_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.settings import in_run_buckets
@@ -105,19 +107,17 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
         return ledger.wait(p.records, run_id, gid, "waiting for the completion record", p.clock.now())
 
     def work() -> dict[str, Any]:
-        now = p.clock.now()
-        ledger.set_state(p.records, run_id, gid, GrantState.applying, now)
+        ledger.set_state(p.records, run_id, gid, GrantState.applying, p.clock.now())
         try:
-            started = _start_upload_job(p, grant, gid, record)
-            if started is not None:
-                return started  # the job files the outcome; this grant stays `applying` until it does
-            outcome = _carry_out(p, grant, gid, record, capture)
+            applied = _apply(p, grant, gid, record, capture)
         except TransientError:
             raise  # transient: the claim is released and a redelivery re-runs every check from the start
         except Exception as exc:
-            outcome = _failed(p, grant, record, exc)
-        ledger.file_outcome(p.records, run_id, gid, outcome, p.clock.now())
-        return outcome.as_doc()
+            applied = _failed(p, grant, record, exc)
+        if isinstance(applied, dict):
+            return applied  # the upload job files the outcome; this grant stays `applying` until it does
+        ledger.file_outcome(p.records, run_id, gid, applied, p.clock.now())
+        return applied.as_doc()
 
     result = _once(p, run_id, f"grant:{gid}", work)
     if result is None:
@@ -126,17 +126,12 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
     return f"{grant.action.value}: {result['state']}" + (f" ({result['refusal']})" if result.get("refusal") else "")
 
 
-def _start_upload_job(p: Ports, grant: Grant, gid: str, record: CompletionRecord | None) -> dict[str, Any] | None:
+def _start_upload_job(p: Ports, grant: Grant, gid: str, size: int) -> dict[str, Any] | None:
     """A Hub hand-off of an export above the threshold is uploaded by the upload job, not in this invocation:
     the grant is marked `uploading` (before the start: the job may finish first), then one execution is started
-    with the run and grant ids. None: carry it out inline (not the Hub, small, refused anyway, or no job)."""
+    with the run and grant ids. None: carry it out inline (small, or no job in this deployment)."""
     job = p.hub_upload_job
-    if job is None or record is None or grant.action not in {Action.publish, Action.handoff}:
-        return None
-    if not (grant.destination and is_hub(grant.destination)):
-        return None
-    size = export_bytes(p.storage, record, grant)
-    if size is None or size <= p.hub_job_threshold_bytes:
+    if job is None or size <= p.hub_job_threshold_bytes:
         return None
     why = f"export of {size} bytes > {p.hub_job_threshold_bytes}: uploaded by the upload job"
     outcome = {"state": "uploading", "destination": grant.destination}
@@ -161,30 +156,46 @@ def _failed(p: Ports, grant: Grant, record: CompletionRecord | None, exc: Except
     )
 
 
-def _carry_out(
+def _apply(
     p: Ports, grant: Grant, gid: str, record: CompletionRecord | None, capture: dict[str, Any] | None
-) -> Outcome:
+) -> Outcome | dict[str, Any]:
+    """Carry the grant out, one action each. The artifact is pinned once here (its listing re-digested against
+    the grant) and handed down: the size check, the plan, the copies and the upload all use those versions.
+    A dict: the upload job was started and will file the outcome."""
     if grant.action is Action.cancel:
         assert capture is not None
-        cleared = {
-            "run_id": grant.run_id,
-            "job_id": capture.get("job_id"),
-            "source": capture.get("source"),
-            "grant_id": gid,
-            "capture_uri": capture.get("capture_uri"),
-            "cleared_at": p.clock.now().isoformat(),
-        }
-        # The controller (or a person) cancels; rlcleanup only says the evidence is safe.
-        p.bus.publish("cancel-cleared", json.dumps(cleared).encode(), {"run_id": grant.run_id})
-        return Outcome(state="cleared", uri=capture.get("capture_uri"), detail="cancel-cleared published")
+        return _clear_cancel(p, grant, gid, capture)
     assert record is not None
-    if grant.action in {Action.publish, Action.handoff}:
-        if grant.destination and is_hub(grant.destination):  # a model hub, not a storage scheme
-            return publish_to_hub(p.storage, record, grant, p.model_hub())
-        return publish(p.storage, record, grant)
-    layout = discover(p.storage, record.run_uri)
     if grant.action is Action.register:
-        return register(p.storage, p.records, layout, record, grant)
+        return register(p.storage, p.records, record_layout(p, record), record, grant)
+    if grant.action is Action.reclaim:
+        return _reclaim(p, grant, gid, record)
+    pinned = pin(p.storage, record, grant)
+    if isinstance(pinned, Outcome):
+        return pinned
+    if grant.destination and is_hub(grant.destination):  # a model hub, not a storage scheme
+        started = _start_upload_job(p, grant, gid, pinned.size)
+        return started if started is not None else publish_to_hub(p.storage, record, grant, p.model_hub(), pinned)
+    return publish(p.storage, record, grant, pinned)
+
+
+def _clear_cancel(p: Ports, grant: Grant, gid: str, capture: dict[str, Any]) -> Outcome:
+    cleared = {
+        "run_id": grant.run_id,
+        "job_id": capture.get("job_id"),
+        "source": capture.get("source"),
+        "grant_id": gid,
+        "capture_uri": capture.get("capture_uri"),
+        "cleared_at": p.clock.now().isoformat(),
+    }
+    # The controller (or a person) cancels; rlcleanup only says the evidence is safe.
+    p.bus.publish("cancel-cleared", json.dumps(cleared).encode(), {"run_id": grant.run_id})
+    return Outcome(state="cleared", uri=capture.get("capture_uri"), detail="cancel-cleared published")
+
+
+def _reclaim(p: Ports, grant: Grant, gid: str, record: CompletionRecord) -> Outcome:
+    """Reclaim pins lazily, inside make_plan and only when no plan is stored yet: a resumed reclaim after some
+    deletes must carry on with its stored plan, which a fresh resolution could no longer match."""
 
     def on_plan(plan_ref: str, plan: ReclaimPlan) -> None:
         # Recorded before the first delete: the record says what is about to go even if the worker dies.
@@ -195,6 +206,8 @@ def _carry_out(
         )
         ledger.sync_record(p.records, grant.run_id)
 
+    # Fresh state on purpose: what reclaim may delete is what the run holds now, days after classification.
+    layout = discover(p.storage, record.run_uri)
     return reclaim(p.storage, p.records, record, layout, grant, p.clock.now(), on_plan, p.preserve_root)
 
 

@@ -25,6 +25,7 @@ import sys
 import time
 
 from rlcleanup.authority import ledger
+from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.grants import GrantState, Refusal, verify
 from rlcleanup.authority.hub_publish import UploadProgress, publish_to_hub
 from rlcleanup.authority.outcome import Outcome, refuse
@@ -66,9 +67,14 @@ def run_job(p: Ports, run_id: str, gid: str, *, last_attempt: bool = True, batch
             ledger.sync_record(p.records, run_id)
 
         try:
-            outcome = publish_to_hub(
-                p.storage, record, verdict.grant, p.model_hub(), progress=progress, batch_files=batch_files
-            )
+            pinned = pin(p.storage, record, verdict.grant)  # the digest check, again: days may have passed
+            if isinstance(pinned, Outcome):
+                outcome = pinned
+            else:
+                hub = p.model_hub()
+                outcome = publish_to_hub(
+                    p.storage, record, verdict.grant, hub, pinned, progress=progress, batch_files=batch_files
+                )
         except TransientError as exc:
             cause = f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
             if not last_attempt:

@@ -8,7 +8,9 @@ that finds a changed run stores a new snapshot instead of conflicting with the o
 
 What is *not* read from the snapshot (each says so where it happens): a candidate's own files (validation lists
 the export directory it validates, because a grant later pins exactly those bytes), the controller-state files
-the terminal state is settled from, and everything authority does (a grant may come days later).
+the terminal state is settled from, the artifact a grant covers (listed and re-digested when it is applied) and
+what reclaim deletes (re-discovered: a grant may come days later). Registration does read the snapshot: the
+declaration it honours is the configuration the run was classified from.
 """
 
 from __future__ import annotations
