@@ -45,4 +45,5 @@ module "rlcleanup" {
   hub_upload_image                 = var.hub_upload_image
   hub_upload_timeout_seconds       = var.hub_upload_timeout_seconds
   hub_job_threshold_bytes          = var.hub_job_threshold_bytes
+  capture_page_objects             = var.capture_page_objects
 }

@@ -240,6 +240,12 @@ variable "hub_upload_timeout_seconds" {
   default     = 21600
 }
 
+variable "capture_page_objects" {
+  description = "Objects one plan-capture invocation lists; larger runs are planned in pages (see the module)."
+  type        = number
+  default     = 5000
+}
+
 variable "hub_job_threshold_bytes" {
   description = "Hand-offs to the Hub larger than this are uploaded by the Hub upload job (see the module)."
   type        = number

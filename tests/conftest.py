@@ -22,7 +22,9 @@ from rlcleanup.stack import StackState, down, up
 @pytest.fixture(scope="session")
 def stack() -> Iterator[StackState]:
     state_dir = Path(tempfile.mkdtemp(prefix="rlcleanup-stack-"))
-    state = up(state_dir, project="rlcleanup-test", timeout=120)
+    # Capture plans page at 500 objects here (5,000 deployed): the CI-size big run (1,858 objects) is planned in
+    # pages on the real emulators, continuation messages and all; every sample run stays one page.
+    state = up(state_dir, project="rlcleanup-test", timeout=120, extra_env={"RLCLEANUP_CAPTURE_PAGE_OBJECTS": "500"})
     stopped = False
 
     def stop() -> None:

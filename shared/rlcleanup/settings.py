@@ -73,6 +73,8 @@ class DeploymentSettings(BaseSettings):
     # entry point as a child process on this machine: embedded and emulator stacks). Unset: always inline.
     hub_upload_job: str | None = None
     hub_job_threshold_bytes: int = Field(default=1 << 30, ge=0)
+    # Objects one plan-capture invocation lists; a larger run is planned in pages, each a continuation message.
+    capture_page_objects: int = Field(default=5000, ge=1)
 
     @field_validator("run_buckets", "allowed_destination_prefixes", mode="before")
     @classmethod

@@ -143,3 +143,34 @@ def test_delete(store: Store) -> None:
     assert store.storage.delete(store.uri("d/x")) is True
     assert store.storage.stat(store.uri("d/x")) is None
     assert store.storage.delete(store.uri("d/x")) is False
+
+
+def test_list_after_resumes_in_name_order_on_the_server(store: Store) -> None:
+    """A paged capture plan resumes after the last name it listed (ports.storage.list_in_name_order). Name order
+    is byte order ('.' sorts before '/'), the name itself is not listed again, and a name that is gone still
+    resumes. GCS resumes on the server (ListsAfter, `startOffset`); S3 does not: SeaweedFS orders `start-after`
+    by directory entries (after `run/a.txt` it skips `run/a/b.txt`), so a server-side resume could silently skip
+    objects of a run on such a server; the S3 adapter lists and the helper sorts and filters."""
+    from rlcleanup.ports.storage import ListsAfter, list_in_name_order
+
+    names = ["run/a.txt", "run/a/b.txt", "run/a0", "run/b/c/d.log", "run/z"]
+    for name in names:
+        store.put(name, name.encode())
+    store.put("runner/x", b"x")  # shares the string prefix, not the folder
+    s = store.storage
+    assert isinstance(s, ListsAfter) == (store.scheme == "gs")
+    uris = [store.uri(n) for n in names]
+
+    def after(start: str | None, prefix: str = "run") -> list[str]:
+        return [o.uri for o in list_in_name_order(s, store.uri(prefix), start)]
+
+    assert after(None) == uris
+    for i, uri in enumerate(uris):
+        assert after(uri) == uris[i + 1 :], uri
+    assert after(store.uri("run/a1")) == uris[3:]  # never existed
+    assert after(store.uri("ruu")) == []  # past the prefix
+    assert after(store.uri("aaa")) == uris  # before the prefix
+    assert after(uris[1], "run/") == uris[2:]
+    if store.scheme == "gs":  # and through the stock client, as when the lean pool is off
+        stock = GcsStorage(s.client, lean_reads=False)  # type: ignore[attr-defined]
+        assert [o.uri for o in stock.list_after(store.uri("run"), uris[1])] == uris[2:]

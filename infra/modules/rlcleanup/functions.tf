@@ -60,6 +60,8 @@ resource "google_cloudfunctions2_function" "fn" {
       # Hub hand-offs above the threshold are uploaded by the Cloud Run job (hub.tf); "" = always inline.
       RLCLEANUP_HUB_UPLOAD_JOB          = var.enable_hub_destination ? google_cloud_run_v2_job.hub_upload[0].id : ""
       RLCLEANUP_HUB_JOB_THRESHOLD_BYTES = tostring(var.hub_job_threshold_bytes)
+      # A run over this many objects is capture-planned in pages (bounded work per invocation).
+      RLCLEANUP_CAPTURE_PAGE_OBJECTS = tostring(var.capture_page_objects)
     }
 
     # The Iris bearer token (Secret Manager), for the sweep only and only when configured.

@@ -384,6 +384,17 @@ variable "hub_upload_image" {
   }
 }
 
+variable "capture_page_objects" {
+  description = "Objects one plan-capture invocation lists (RLCLEANUP_CAPTURE_PAGE_OBJECTS); a larger run is planned in pages, each a continuation message on capture-parts."
+  type        = number
+  default     = 5000
+
+  validation {
+    condition     = var.capture_page_objects >= 1 && floor(var.capture_page_objects) == var.capture_page_objects
+    error_message = "capture_page_objects must be a whole number, 1 or more."
+  }
+}
+
 variable "hub_job_threshold_bytes" {
   description = "Hand-offs to the Hub whose export is larger than this (bytes) are uploaded by the Cloud Run job apply-grant starts (RLCLEANUP_HUB_JOB_THRESHOLD_BYTES); smaller ones inline in apply-grant."
   type        = number

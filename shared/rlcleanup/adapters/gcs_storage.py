@@ -207,20 +207,23 @@ class _RangeReader:
         status, meta = self._json("GET", _object_path(bucket, key), {})
         return None if status == 404 else _info_from_json(bucket, meta)
 
-    def list(self, bucket: str, prefix: str) -> Iterator[ObjectInfo]:
-        """Every object under `prefix`, a page (up to 1,000) per request, only the fields ObjectInfo keeps.
-        The same JSON API call as list_blobs, without the Blob objects: validation's listing is on its critical
-        path (one listing, then one round of header reads)."""
+    def list(self, bucket: str, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """Every object under `prefix` (after the name `start_after`), a page (up to 1,000) per request, only the
+        fields ObjectInfo keeps. The same JSON API call as list_blobs, without the Blob objects: validation's
+        listing is on its critical path (one listing, then one round of header reads)."""
         from google.api_core.exceptions import from_http_status
 
         query = {"prefix": prefix, "fields": "items(name,size,crc32c,md5Hash,updated,generation),nextPageToken"}
+        if start_after is not None:
+            query["startOffset"] = start_after  # inclusive: the name itself is skipped below
         path = f"/b/{urllib.parse.quote(bucket, safe='')}/o"
         while True:
             status, page = self._json("GET", path, query)
             if status != 200:  # 404: no such bucket, as list_blobs raises it
                 raise from_http_status(status, f"list gs://{bucket}/{prefix}")
             for meta in page.get("items", ()):
-                if not str(meta["name"]).endswith("/"):  # skip folder placeholders
+                name = str(meta["name"])
+                if not name.endswith("/") and name != start_after:  # skip folder placeholders
                     yield _info_from_json(bucket, meta)
             token = page.get("nextPageToken")
             if not token:
@@ -313,13 +316,24 @@ class GcsStorage(RemoteObjects):
         return _info(blob) if blob is not None else None
 
     def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
+        return self.list_after(prefix_uri, None)
+
+    def list_after(self, prefix_uri: str, start_after: str | None) -> Iterator[ObjectInfo]:
+        """ports.storage.ListsAfter: the server resumes the listing (`startOffset`), a page of requests a page."""
         bucket, key = split_bucket(prefix_uri.rstrip("/") + "/")
+        after = None
+        if start_after is not None:
+            after_bucket, after = split_bucket(start_after)
+            if after_bucket != bucket:
+                raise ValueError(f"list_after: {start_after!r} is not in gs://{bucket}")
+            if after < key:
+                after = None  # sorts before the prefix: every object under it is after
         lean = self._range_reader()
         if lean is not None:
-            yield from lean.list(bucket, key)
+            yield from lean.list(bucket, key, after)
             return
-        for blob in self.client.list_blobs(bucket, prefix=key):
-            if not blob.name.endswith("/"):  # skip folder placeholders
+        for blob in self.client.list_blobs(bucket, prefix=key, start_offset=after):
+            if not blob.name.endswith("/") and blob.name != after:  # skip folder placeholders
                 yield _info(blob)
 
     def list_children(self, prefix_uri: str, page_token: str | None = None, page_size: int = 200) -> ChildPage:

@@ -18,6 +18,7 @@ from rlcleanup.ports.storage import (
     StreamingStorage,
     VisibilityReading,
     WriteOutcome,
+    list_in_name_order,
 )
 
 
@@ -57,6 +58,9 @@ class RoutingStorage:
 
     def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
         return self._for(prefix_uri).list(prefix_uri)
+
+    def list_after(self, prefix_uri: str, start_after: str | None) -> Iterator[ObjectInfo]:
+        return list_in_name_order(self._for(prefix_uri), prefix_uri, start_after)
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         return self._for(uri).read_range(uri, start, length)

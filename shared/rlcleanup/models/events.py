@@ -145,6 +145,15 @@ class CapturePartMessage(_Msg):
     part: CapturePart
 
 
+class CapturePlanPageMessage(_Msg):
+    """capture-parts payload that continues a paged capture plan: only which page. Where to resume, and the run's
+    URIs, come from the page before it in the claim store, never from the message."""
+
+    run_id: str
+    scope: str = _scope()
+    plan_page: int = Field(ge=1)
+
+
 class LogScanPartMessage(_Msg):
     run_id: str
     scope: str = _scope()

@@ -147,6 +147,29 @@ class Storage(Protocol):
 
 
 @runtime_checkable
+class ListsAfter(Protocol):
+    """A backend that resumes a listing after a name on the server (GCS `startOffset`, S3 `start-after`), so a
+    listing paged across invocations costs one page of requests per page, not a re-listing from the start."""
+
+    def list_after(self, prefix_uri: str, start_after: str | None) -> Iterator[ObjectInfo]:
+        """The objects under prefix_uri whose URI sorts strictly after `start_after` (None: all), in name order
+        (byte order of the names: Python's str order of the URIs)."""
+        ...
+
+
+def list_in_name_order(storage: Storage, prefix_uri: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
+    """The objects under prefix_uri in name order, strictly after `start_after`: what a paged listing resumes from.
+    A backend without ListsAfter (a local directory walks files before subdirectories) is listed and sorted here;
+    that is whole-listing work per page, which only local runs pay."""
+    if isinstance(storage, ListsAfter):
+        yield from storage.list_after(prefix_uri, start_after)
+        return
+    for info in sorted(storage.list(prefix_uri), key=lambda o: o.uri):
+        if start_after is None or info.uri > start_after:
+            yield info
+
+
+@runtime_checkable
 class StreamingStorage(Storage, Protocol):
     """A backend with the `streaming_copy` capability: whole objects to and from a local file in bounded chunks,
     which is how copies between two backends run (no server-side copy exists across them)."""

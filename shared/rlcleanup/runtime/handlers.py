@@ -17,7 +17,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from rlcleanup.errors import PermanentError, RetryLater
-from rlcleanup.models.events import CandidateMessage, CapturePartMessage, JobEvent, LogScanPartMessage, RunMessage
+from rlcleanup.models.events import (
+    CandidateMessage,
+    CapturePartMessage,
+    CapturePlanPageMessage,
+    JobEvent,
+    LogScanPartMessage,
+    RunMessage,
+)
 from rlcleanup.models.outcomes import CapturePartOutcome, LogScanOutcome, ValidationOutcome
 from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord, RunError
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
@@ -265,30 +272,83 @@ def _unread_logs(outcomes: dict[str, LogScanOutcome]) -> list[str]:
 
 def plan_capture(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     msg = decode(RunMessage, data)
+    return _plan_capture_page(p, msg.run_id, msg.scope, 0, msg)
+
+
+def _plan_capture_page(p: Ports, run_id: str, scope: str, page: int, first: RunMessage | None) -> str:
+    """One page of the capture plan: at most `p.capture_page_objects` objects listed, their parts published. A
+    page that stops short publishes the next page (a continuation on capture-parts, after its own result is
+    stored, so the next page always finds its cursor); the last page stores the whole plan (`capture-plan`:
+    every page's part ids), which the capture fan-in waits for."""
+    key = scoped(scope, f"capture-plan-page:{page}")
 
     def work() -> dict[str, Any]:
-        layout = run_layout(p, msg.run_id, msg.run_uri, msg.scope)
-        plan = capture_step.plan_capture(p.storage, layout, msg.run_id, msg.preserve_root, pass_id(msg.scope))
-        p.records.add_errors(msg.run_id, _errors("capture", plan.errors))
-        for part in plan.parts:
-            _publish(
-                p,
-                "capture-parts",
-                CapturePartMessage(
-                    run_id=msg.run_id, scope=msg.scope, run_uri=msg.run_uri, dest_root=plan.dest_root, part=part
-                ),
+        if page == 0 and first is not None:
+            msg, cursor = first, None
+        else:
+            before = p.claims.result(run_id, scoped(scope, f"capture-plan-page:{page - 1}"))
+            if before is None or before.get("next") is None:
+                raise PermanentError("bad_input", f"capture plan page {page} of {run_id}: no page before it ends there")
+            msg = RunMessage.model_validate(before["run"])
+            cursor = capture_step.PageCursor.model_validate(before["next"])
+        layout = run_layout(p, run_id, msg.run_uri, scope)
+        planned = capture_step.plan_capture_page(
+            p.storage,
+            layout,
+            run_id,
+            msg.preserve_root,
+            pass_id(scope),
+            page=page,
+            cursor=cursor,
+            limit=p.capture_page_objects,
+        )
+        p.records.add_errors(run_id, _errors("capture", planned.errors))
+        for part in planned.parts:
+            part_msg = CapturePartMessage(
+                run_id=run_id, scope=scope, run_uri=msg.run_uri, dest_root=planned.dest_root, part=part
             )
+            _publish(p, "capture-parts", part_msg)
         return {
-            "parts": [part.part_id for part in plan.parts],
-            "dest_root": plan.dest_root,
-            "preserve_root": msg.preserve_root,
+            "parts": [part.part_id for part in planned.parts],
+            "dest_root": planned.dest_root,
+            "run": msg.model_dump(mode="json"),
+            "listed": planned.listed,
+            "next": planned.next.model_dump(mode="json") if planned.next is not None else None,
         }
 
-    _once(p, msg.run_id, scoped(msg.scope, "capture-plan"), work)
-    return _maybe_fan_in_capture(p, msg.run_id, msg.run_uri, msg.preserve_root, msg.scope)
+    _once(p, run_id, key, work)
+    done = p.claims.result(run_id, key)
+    if done is None:
+        raise RetryLater(f"{run_id}/{key}: stored result not readable yet")
+    if done["next"] is not None:  # republished on a redelivery: the next page's claim makes it run once
+        _publish(p, "capture-parts", CapturePlanPageMessage(run_id=run_id, scope=scope, plan_page=page + 1))
+        return f"capture plan page {page}: {len(done['parts'])} parts from {done['listed']} objects; next page queued"
+    run = RunMessage.model_validate(done["run"])
+
+    def whole() -> dict[str, Any]:
+        pages = p.claims.results(run_id, scoped(scope, "capture-plan-page:"))
+        keys = [scoped(scope, f"capture-plan-page:{n}") for n in range(page + 1)]
+        missing = [k for k in keys if k not in pages]
+        if missing:
+            raise RetryLater(f"{run_id}: capture plan pages {missing} not readable yet")
+        if page > 0:
+            merged = capture_step.merge_listings(p.storage, done["dest_root"], page + 1)
+            p.records.add_errors(run_id, _errors("capture", merged))
+        return {
+            "parts": [part_id for k in keys for part_id in pages[k]["parts"]],
+            "dest_root": done["dest_root"],
+            "preserve_root": run.preserve_root,
+            "pages": page + 1,
+        }
+
+    _once(p, run_id, scoped(scope, "capture-plan"), whole)
+    return _maybe_fan_in_capture(p, run_id, run.run_uri, run.preserve_root, scope)
 
 
 def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    if _is_plan_page(data):  # a paged capture plan's continuation shares the capture-parts topic
+        page = decode(CapturePlanPageMessage, data)
+        return _plan_capture_page(p, page.run_id, page.scope, page.plan_page, None)
     msg = decode(CapturePartMessage, data)
 
     def work() -> dict[str, Any]:
@@ -302,6 +362,14 @@ def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     _once(p, msg.run_id, scoped(msg.scope, f"capture-part:{msg.part.part_id}"), work)
     plan = p.claims.result(msg.run_id, scoped(msg.scope, "capture-plan")) or {}
     return _maybe_fan_in_capture(p, msg.run_id, msg.run_uri, plan.get("preserve_root", ""), msg.scope)
+
+
+def _is_plan_page(data: bytes) -> bool:
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        return False  # decode() below says what is wrong with it
+    return isinstance(payload, dict) and "plan_page" in payload and "part" not in payload
 
 
 def _maybe_fan_in_capture(p: Ports, run_id: str, run_uri: str, preserve_root: str, scope: str) -> str:

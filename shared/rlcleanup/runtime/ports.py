@@ -48,6 +48,7 @@ class Ports:
     # Hand-offs to the Hub larger than the threshold are uploaded by this job (None: always inline).
     hub_upload_job: JobLauncher | None = None
     hub_job_threshold_bytes: int = 1 << 30
+    capture_page_objects: int = 5000  # objects one plan-capture page lists (bounded work per invocation)
 
 
 def hub_upload_job(settings: DeploymentSettings, job_args: tuple[str, ...] = ()) -> JobLauncher | None:
@@ -75,6 +76,7 @@ def settings_fields(settings: DeploymentSettings) -> dict[str, object]:
         "ray_dashboard": settings.ray_dashboard,
         "iris_status_cmd": settings.iris_status_cmd,
         "hub_job_threshold_bytes": settings.hub_job_threshold_bytes,
+        "capture_page_objects": settings.capture_page_objects,
         "settings": settings,
     }
 
