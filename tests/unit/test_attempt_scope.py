@@ -8,6 +8,7 @@ record's chain gains the attempt, while the record never goes back to in_progres
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from rlcleanup.adapters.inprocess_bus import InProcessBus
 from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore
+from rlcleanup.errors import RetryLater
 from rlcleanup.models.events import RunMessage
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime.attempt_scope import EndMarks, StatusMark, choose_scope, is_new_end, unscoped
@@ -68,6 +70,54 @@ def test_choose_scope_ledgers_a_new_pass_once(tmp_path: Path) -> None:
     assert unscoped(f"{second.key}/log-scan:p1") == "log-scan:p1" and unscoped("log-scan:p1") == "log-scan:p1"
     with pytest.raises(ValueError):
         RunMessage(run_id="r", run_uri="u", preserve_root="p", scope="../x/")
+
+
+def test_a_new_pass_is_opened_only_on_two_observations_that_agree(tmp_path: Path) -> None:
+    """The token and attempts come from discovery, the version from a later stat: `confirm` looks again before a
+    pass is ledgered, and a run that changed in between is retried later, never given a pass."""
+    claims = SqliteIdempotencyStore(tmp_path / "c.db")
+    first = _marks(("FAILED", "gen:1"))
+    claims.complete("r", "classify", {"kind": "standard", "end": first.model_dump(mode="json")})
+    torn = _marks(("FAILED", "gen:2"))  # the old token read, then RUNNING written (gen 2), then the stat
+    with pytest.raises(RetryLater):
+        choose_scope(claims, "r", torn, confirm=lambda: _marks(("RUNNING", "gen:2")))
+    assert claims.results("r", "pass:") == {}
+    second = _marks(("SUCCESS", "gen:3"), attempts=("a", "b"))
+    assert choose_scope(claims, "r", second, confirm=lambda: second) == f"{second.key}/"
+
+
+def test_a_status_rewritten_while_the_run_is_read_opens_no_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CI race, reproduced: an event's discovery reads the old FAILED token, then the resubmission's RUNNING
+    lands before the status file is stat'ed. No pass may open for that torn reading; the resubmitted step's own
+    end later opens exactly one, and the chain gains the new attempt."""
+    from rlcleanup.runtime import handlers
+    from rlcleanup.steps.layout import discover
+
+    write_sample_run(tmp_path / "runs", "failed-first-link")
+    run = tmp_path / "runs" / "durable" / NAME / VERSION
+    stack = EmbeddedStack.create(tmp_path / "records.db", str(tmp_path / "preserved"))
+    stack.emit(manual_event(str(run)))
+    torn = {"armed": True}
+
+    def racing_discover(*args: object, **kwargs: object) -> object:
+        layout = discover(*args, **kwargs)  # type: ignore[arg-type]
+        if torn.pop("armed", False):
+            _resubmit(run, b"RUNNING\n")  # lands between the token read and the stat
+        return layout
+
+    monkeypatch.setattr(handlers, "discover", racing_discover)
+    with contextlib.suppress(RetryLater):  # the embedded bus hands a retry back; a deployment redelivers it
+        stack.emit(manual_event(str(run)))
+    assert stack.ports.claims.results(RUN_ID, "pass:") == {}
+    stack.emit(manual_event(str(run)))  # the redelivery: RUNNING now, not a new end
+    assert stack.ports.claims.results(RUN_ID, "pass:") == {}
+    (run / ".executor_status").write_bytes(b"FAILED\n")
+    stack.emit(manual_event(str(run)))
+    assert len(stack.ports.claims.results(RUN_ID, "pass:")) == 1
+    after = stack.ports.records.get(RUN_ID)
+    assert after is not None and [a.attempt_id for a in after.chain.attempts][-1] == NEW_ATTEMPT
 
 
 def _resubmit(run: Path, token: bytes) -> None:

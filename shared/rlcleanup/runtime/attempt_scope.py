@@ -22,10 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from rlcleanup.errors import RetryLater
 from rlcleanup.ports.records import IdempotencyStore
 from rlcleanup.ports.storage import ObjectInfo, Storage
 from rlcleanup.steps.layout import RunLayout
@@ -109,10 +111,17 @@ def is_new_end(previous: EndMarks, now: EndMarks) -> bool:
     return False
 
 
-def choose_scope(claims: IdempotencyStore, run_id: str, marks: EndMarks) -> str | None:
+def choose_scope(
+    claims: IdempotencyStore, run_id: str, marks: EndMarks, confirm: Callable[[], EndMarks] | None = None
+) -> str | None:
     """The scope to classify this end under: "" (first end, or the first pass still being classified), an
     existing pass whose marks match (its claims make the event a duplicate), a new pass, or None: no new end
-    (a duplicate, late or early event of the latest end)."""
+    (a duplicate, late or early event of the latest end).
+
+    `confirm` observes the marks again (a fresh discovery and stat) before a new pass is created: the token and
+    attempts come from discovery and the version from a later stat, so a status rewritten between the two (a
+    resubmission's RUNNING over FAILED) would otherwise pair the old token with the new version and open a pass
+    for an end that has not happened. Two observations that differ mean the run is changing: retried later."""
     first = claims.result(run_id, CLASSIFY_KEY)
     if first is None:
         return ""
@@ -125,5 +134,7 @@ def choose_scope(claims: IdempotencyStore, run_id: str, marks: EndMarks) -> str 
     latest = passes[-1][1]
     if latest is None or not is_new_end(EndMarks.model_validate(latest), marks):
         return None  # a run classified before marks were kept is never re-driven by a guess
+    if confirm is not None and confirm() != marks:
+        raise RetryLater(f"{run_id}: the run's status files or attempts changed while its end was read")
     claims.complete(run_id, f"{PASS_PREFIX}{marks.key}", {"end": marks.model_dump(mode="json"), "n": len(passes)})
     return f"{marks.key}/"

@@ -99,7 +99,9 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     preserve_root = authority_handlers.deployment_preserve_root(p, event)
     # Which end of the run this is: its first, one already handled, or a resubmitted step's new end.
     marks = attempt_scope.end_marks(p.storage, layout)
-    scope = attempt_scope.choose_scope(p.claims, run_id, marks)
+    scope = attempt_scope.choose_scope(
+        p.claims, run_id, marks, confirm=lambda: attempt_scope.end_marks(p.storage, discover(p.storage, layout.run_uri))
+    )
     if scope is None:
         return f"duplicate: {run_id} already classified (no new end: {_marks_text(marks)})"
 
