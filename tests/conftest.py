@@ -136,3 +136,20 @@ def s3_admin(s3_endpoint: str):  # type: ignore[no-untyped-def]
     client = boto3_client(s3_endpoint)
     yield client
     client.close()
+
+
+@pytest.fixture
+def pin_resolutions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every resolution of a grant's artifact (authority.artifact.resolve_pinned: a listing and a re-digest of
+    the export) made while the test runs, in order: tests that a grant's application pins it once."""
+    from rlcleanup.authority import artifact
+
+    resolutions: list[str] = []
+    real = artifact.resolve_pinned
+
+    def counting(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        resolutions.append("resolve")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(artifact, "resolve_pinned", counting)
+    return resolutions

@@ -351,27 +351,17 @@ def test_a_large_export_is_uploaded_by_the_job_apply_grant_starts_with_progress_
 
 
 def test_an_inline_hand_off_pins_the_export_once(
-    hub: Standin, world: tuple[World, Any], uid: str, monkeypatch: pytest.MonkeyPatch
+    hub: Standin, world: tuple[World, Any], uid: str, pin_resolutions: list[str]
 ) -> None:
     """With an upload job configured and the export under its threshold, apply-grant decides "inline" from the
     pinned listing and uploads exactly those versions: the export is listed and re-digested once (it was twice:
     once for the size, once more for the plan)."""
-    from rlcleanup.authority import artifact
-
     w, key = world
     launcher = _job_world(w)
     w.stack.ports.hub_job_threshold_bytes = 1 << 50
-    resolutions: list[str] = []
-    real = artifact.resolve_pinned
-
-    def counting(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
-        resolutions.append("resolve")
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(artifact, "resolve_pinned", counting)
     action = _deliver(w, key, _grant(w, f"hf://rl-team/inline-{uid}"))
     assert action["state"] == "handed_off", action
-    assert launcher.started == [] and resolutions == ["resolve"]
+    assert launcher.started == [] and pin_resolutions == ["resolve"]
 
 
 def test_an_interrupted_job_attempt_is_resumed_by_the_retry_and_skips_what_is_there(

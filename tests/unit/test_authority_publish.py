@@ -202,24 +202,14 @@ def test_registration_honours_the_classified_configuration_not_a_later_edit(tmp_
     assert len(w.stack.ports.records.list_docs("model_registry")) == 1
 
 
-def test_applying_a_publish_pins_the_artifact_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_applying_a_publish_pins_the_artifact_once(tmp_path: Path, pin_resolutions: list[str]) -> None:
     """One listing and re-digest of the export per application: the plan, the copies and the provenance use
     the versions it pinned."""
-    from rlcleanup.authority import artifact
-
     w = make_world(tmp_path)
-    resolutions: list[str] = []
-    real = artifact.resolve_pinned
-
-    def counting(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
-        resolutions.append("resolve")
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(artifact, "resolve_pinned", counting)
     grant = w.grant()
     w.deliver(w.message(grant))
     assert w.action(grant.grant_id)["state"] == "published"
-    assert resolutions == ["resolve"]
+    assert pin_resolutions == ["resolve"]
 
 
 @pytest.mark.parametrize("action", ["handoff"])

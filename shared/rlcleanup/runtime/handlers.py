@@ -318,8 +318,7 @@ def _plan_capture_page(p: Ports, run_id: str, scope: str, page: int, first: RunM
             "next": planned.next.model_dump(mode="json") if planned.next is not None else None,
         }
 
-    _once(p, run_id, key, work)
-    done = p.claims.result(run_id, key)
+    done = _once(p, run_id, key, work) or p.claims.result(run_id, key)  # None from _once: planned before
     if done is None:
         raise RetryLater(f"{run_id}/{key}: stored result not readable yet")
     if done["next"] is not None:  # republished on a redelivery: the next page's claim makes it run once

@@ -153,8 +153,7 @@ def plan_capture(
 ) -> CapturePlan:
     """List every evidence object; weights go to listings only. Also writes the listings themselves (one page
     without a limit: the bench and direct callers; the pipeline pages with plan_capture_page)."""
-    page = plan_capture_page(storage, layout, run_id, preserve_root, pass_id, page=0, cursor=None, limit=None)
-    return CapturePlan.model_validate(page.model_dump(exclude={"page", "listed", "next"}))
+    return plan_capture_page(storage, layout, run_id, preserve_root, pass_id, page=0, cursor=None, limit=None)
 
 
 def plan_capture_page(
@@ -183,22 +182,16 @@ def plan_capture_page(
     seen: set[str] = set()
     listed = 0
     next_cursor: PageCursor | None = None
-    first = cursor.root if cursor is not None else 0
-    for index in range(first, len(roots)):
+    for index, obj in _objects_from(storage, layout, roots, cursor, errors):
+        if limit is not None and listed >= limit:
+            break  # the page is full: the next page resumes after next_cursor
+        listed += 1
+        next_cursor = PageCursor(root=index, after=obj.uri)
+        if obj.uri in seen or _under_earlier_root(obj.uri, roots[:index]):
+            continue  # roots can nest (a temp area inside the run): each object is planned once
+        seen.add(obj.uri)
         label, root = roots[index]
-        after = cursor.after if cursor is not None and index == cursor.root else None
-        for obj in _list_root_from(storage, layout, label, root, after, errors):
-            if limit is not None and listed >= limit:
-                break
-            listed += 1
-            next_cursor = PageCursor(root=index, after=obj.uri)
-            if obj.uri in seen or _under_earlier_root(obj.uri, roots[:index]):
-                continue  # roots can nest (a temp area inside the run): each object is planned once
-            seen.add(obj.uri)
-            _plan_object(obj, label, root, layout, groups, listings, errors)
-        else:
-            continue
-        break  # the page is full: resume after next_cursor
+        _plan_object(obj, label, root, layout, groups, listings, errors)
     else:
         next_cursor = None  # every root listed to its end
     prefix = f"p{page}-" if page else ""
@@ -221,6 +214,17 @@ def plan_capture_page(
         listed=listed,
         next=next_cursor,
     )
+
+
+def _objects_from(
+    storage: Storage, layout: RunLayout, roots: list[tuple[str, str]], cursor: PageCursor | None, errors: list[str]
+) -> Iterator[tuple[int, ObjectInfo]]:
+    """(root index, object) of every root in turn, in name order, from the cursor on."""
+    for index in range(cursor.root if cursor is not None else 0, len(roots)):
+        label, root = roots[index]
+        after = cursor.after if cursor is not None and index == cursor.root else None
+        for obj in _list_root_from(storage, layout, label, root, after, errors):
+            yield index, obj
 
 
 def merge_listings(storage: Storage, dest_root: str, pages: int) -> list[str]:
