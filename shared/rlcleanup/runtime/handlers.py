@@ -289,8 +289,13 @@ def _plan_capture_page(p: Ports, run_id: str, scope: str, page: int, first: RunM
             msg, cursor = first, None
         else:
             before = p.claims.result(run_id, scoped(scope, f"capture-plan-page:{page - 1}"))
-            if before is None or before.get("next") is None:
-                raise PermanentError("bad_input", f"capture plan page {page} of {run_id}: no page before it ends there")
+            if before is None:
+                # Not yet, rather than bad input: a continuation from before a record-store loss can arrive
+                # before the re-emitted run stores its page 0 again (test_faults' Firestore restart). Retried
+                # with backoff; one that never finds its page is dead-lettered by Pub/Sub.
+                raise RetryLater(f"capture plan page {page} of {run_id}: page {page - 1} is not stored yet")
+            if before.get("next") is None:
+                raise PermanentError("bad_input", f"capture plan page {page} of {run_id}: the plan ended before it")
             msg = RunMessage.model_validate(before["run"])
             cursor = capture_step.PageCursor.model_validate(before["next"])
         layout = run_layout(p, run_id, msg.run_uri, scope)
