@@ -364,13 +364,23 @@ def test_special_files_in_a_local_run_are_unsafe_path_and_never_opened(tmp_path:
         server.close()  # the socket file stays on disk: a special file in the listing
     record = run_embedded(str(run), db_path=tmp_path / "r.db", preserve_root=str(tmp_path / "p"))
 
-    # Like a symlink: the run's listing refuses it, so the run is finished as failed with the reason (nothing
-    # hangs, nothing is left in_progress), and no byte is read from or copied out of the special file.
-    assert record is not None and record.status.value == "failed"
+    # Like a symlink: refused where it is listed, with the reason, and no byte is read from or copied out of it;
+    # nothing hangs and nothing is left in_progress.
+    assert record is not None
     unsafe = [e for e in record.errors if e.code == "unsafe_path"]
     kind = "socket" if where == "socket" else "named pipe"
     assert unsafe and all(f"refusing special file ({kind}) '{named}" in e.message for e in unsafe)
-    assert record.candidates == [] and record.terminal_state is None
+    if where == "log":
+        # Discovery lists the attempts' logs: the run's layout cannot be read, so the run is finished as failed.
+        assert record.status.value == "failed"
+        assert record.candidates == [] and record.terminal_state is None
+    else:
+        # Discovery reads only the exports' step directories; the export holding the file is refused as a
+        # candidate (never selectable) and the run's other exports are judged as usual.
+        assert record.status.value != "in_progress"
+        bad = next(c for c in record.candidates if c.step == 10)
+        assert not bad.valid and any("unsafe_path" in p for p in bad.problems), bad.problems
+        assert record.selection is None or record.selection.step != 10
     preserved = list((tmp_path / "p").rglob("*"))
     assert not any(p.name == named.name for p in preserved)
 

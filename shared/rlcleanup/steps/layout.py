@@ -14,7 +14,7 @@ from typing import Any
 from rlcleanup.errors import PermanentError
 from rlcleanup.formats.config import ConfigError, get, parse_config, parse_int, sha256_hex
 from rlcleanup.formats.launch import RunConfig, read_run_config
-from rlcleanup.ports.storage import ObjectInfo, Storage
+from rlcleanup.ports.storage import ObjectInfo, Storage, child_names
 from rlcleanup.steps import marin
 from rlcleanup.steps.marin import ExecutorLock, StepRole
 from rlcleanup.uris import basename, join, parent
@@ -172,12 +172,12 @@ def read_marker(storage: Storage, uri: str) -> int | None:
     return parse_int(text)
 
 
-def _step_dirs(objects: list[ObjectInfo], root: str) -> list[int]:
+def _step_dirs(storage: Storage, root: str) -> list[int]:
+    """The N of every `global_step_<N>` child of root, from its children alone (ports.storage.child_names): the
+    files inside a step (1,500 of a 500-rank checkpoint) are never listed by discovery."""
     steps: set[int] = set()
-    prefix = root.rstrip("/") + "/"
-    for obj in objects:
-        first = obj.uri[len(prefix) :].split("/", 1)[0]
-        match = _STEP_DIR.match(first)
+    for uri in child_names(storage, root):
+        match = _STEP_DIR.match(basename(uri))
         if match:
             steps.add(int(match.group(1)))
     return sorted(steps)
@@ -384,8 +384,6 @@ def _discover_a(
         if root is not None and root != run_uri:
             extra_roots.append((label, root))
 
-    ckpt_objects = list(storage.list(checkpoints_root))
-    export_objects = list(storage.list(exports_root))
     marker_uri = join(checkpoints_root, "latest_ckpt_global_step.txt")
     main = export if export is not None and run_uri == export.uri else training
     return RunLayout(
@@ -405,8 +403,8 @@ def _discover_a(
         has_artifact_json=training.has_artifact_json,
         marker_step=read_marker(storage, marker_uri),
         marker_uri=marker_uri,
-        checkpoint_steps=_step_dirs(ckpt_objects, checkpoints_root),
-        export_steps=_step_dirs(export_objects, exports_root),
+        checkpoint_steps=_step_dirs(storage, checkpoints_root),
+        export_steps=_step_dirs(storage, exports_root),
         problems=problems,
         run_config=run_config,
         config_root=config_root,
@@ -444,8 +442,6 @@ def _discover_c(
         )
     # Slurm job ids grow monotonically: chain order = id order.
     attempts.sort(key=lambda a: int(a.attempt_id))
-    objects = [o for o in storage.list(run_uri) if not o.uri.startswith(join(run_uri, "exports") + "/")]
-    export_objects = list(storage.list(join(run_uri, "exports")))
     marker_uri = join(run_uri, "latest_ckpt_global_step.txt")
     return RunLayout(
         run_uri=run_uri,
@@ -460,8 +456,8 @@ def _discover_c(
         attempts=attempts,
         marker_step=read_marker(storage, marker_uri),
         marker_uri=marker_uri,
-        checkpoint_steps=_step_dirs(objects, run_uri),
-        export_steps=_step_dirs(export_objects, join(run_uri, "exports")),
+        checkpoint_steps=_step_dirs(storage, run_uri),
+        export_steps=_step_dirs(storage, join(run_uri, "exports")),
         problems=problems,
     )
 

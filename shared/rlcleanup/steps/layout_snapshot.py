@@ -1,7 +1,8 @@
 """Discover once: classification stores the run's layout, and every later hop reads it back with one GET.
 
-`discover` lists the whole run (configs, attempts, checkpoints, exports: dozens of listings); before this, each
-hop of a 4-candidate run re-ran it (12 discoveries, 44 listings). The snapshot is the `RunLayout` itself as JSON,
+`discover` reads the whole run's structure (configs, attempts and their logs, the step directories of the
+checkpoints and exports: dozens of requests); before this, each hop of a 4-candidate run re-ran it (12
+discoveries, 44 listings). The snapshot is the `RunLayout` itself as JSON,
 stored write-once beside the evidence under a name that is the hash of its bytes
 (`<preserved>/_parts/layout/<sha256[:32]>.json`), so a redelivered classification rewrites nothing and a re-run
 that finds a changed run stores a new snapshot instead of conflicting with the old one.

@@ -1,0 +1,65 @@
+"""Discovery's listing grows with the run's structure, not with its files (issue 17, work per invocation).
+
+`discover` names the run's step directories from a delimiter listing of each root (`ports.storage.child_names`):
+the checkpoints' rank files and the exports' shards are never listed by discovery. What it still lists whole is
+what the layout must name: each attempt's record and log files. The step numbers must be exactly those the old
+walk of every object gave, on a backend with a children listing and on one without.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.ports.storage import ChildPage, ObjectInfo
+from rlcleanup.samples.large import write_large_run
+from rlcleanup.steps.layout import discover
+
+
+class Recording:
+    """A local store that remembers every object a recursive `list` yielded (children listings pass through)."""
+
+    def __init__(self, children: bool) -> None:
+        self.inner = LocalStorage()
+        self.listed: list[str] = []
+        if children:
+            self.list_children = self._children  # only then is it a ListsChildren backend
+
+    def _children(self, prefix_uri: str, page_token: str | None = None, page_size: int = 200) -> ChildPage:
+        return self.inner.list_children(prefix_uri, page_token, page_size)
+
+    def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
+        for info in self.inner.list(prefix_uri):
+            self.listed.append(info.uri)
+            yield info
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def _old_steps(root: Path) -> list[int]:
+    """What the walk of every object gave: the N of each global_step_<N> directory holding a file."""
+    firsts = {p.relative_to(root).parts[0] for p in root.rglob("*") if p.is_file() and p.parent != root}
+    return sorted(int(name.removeprefix("global_step_")) for name in firsts if name.startswith("global_step_"))
+
+
+def test_discovery_lists_no_checkpoint_or_export_file(tmp_path: Path) -> None:
+    run = write_large_run(tmp_path, ranks=12, attempts=2, exports=3, log_bytes_total=64 * 1024, shards=4)
+    storage = Recording(children=True)
+    layout = discover(storage, str(run))  # type: ignore[arg-type]
+    assert layout.checkpoints_root and layout.exports_root
+    assert layout.export_steps == _old_steps(Path(layout.exports_root)) and len(layout.export_steps) == 3
+    assert layout.checkpoint_steps == _old_steps(Path(layout.checkpoints_root)) and layout.checkpoint_steps
+    below = [u for u in storage.listed if u.startswith((layout.checkpoints_root + "/", layout.exports_root + "/"))]
+    assert below == []  # before: every rank file and shard (3 x 12 per checkpoint, 3 x (4 + 6) exports)
+    logs = sum(len(a.log_uris) for a in layout.attempts)
+    records = sum(a.record_uri is not None for a in layout.attempts)
+    assert logs > 0 and len(storage.listed) <= logs + records + 2 * len(layout.attempts) * 8  # + node/head files
+
+
+def test_a_backend_without_a_children_listing_names_the_same_steps(tmp_path: Path) -> None:
+    run = write_large_run(tmp_path, ranks=4, attempts=2, exports=2, log_bytes_total=16 * 1024, shards=2)
+    with_children = discover(Recording(children=True), str(run))  # type: ignore[arg-type]
+    walked = discover(Recording(children=False), str(run))  # type: ignore[arg-type]
+    assert with_children == walked
