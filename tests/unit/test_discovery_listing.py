@@ -63,3 +63,18 @@ def test_a_backend_without_a_children_listing_names_the_same_steps(tmp_path: Pat
     with_children = discover(Recording(children=True), str(run))  # type: ignore[arg-type]
     walked = discover(Recording(children=False), str(run))  # type: ignore[arg-type]
     assert with_children == walked
+
+
+def test_an_empty_local_step_directory_is_no_step_as_on_an_object_store(tmp_path: Path) -> None:
+    """A crash between mkdir and the first write leaves an empty `global_step_<N>/` on a local disk; GCS and S3
+    have no empty prefixes, so the same run uploaded would not show it. Local discovery must agree."""
+    run = write_large_run(tmp_path, ranks=2, attempts=2, exports=1, log_bytes_total=8 * 1024, shards=1)
+    layout = discover(LocalStorage(), str(run))
+    assert layout.exports_root and layout.checkpoints_root
+    (Path(layout.exports_root) / "global_step_999" / "policy").mkdir(parents=True)  # only an empty subdirectory
+    (Path(layout.checkpoints_root) / "global_step_998").mkdir()
+    again = discover(LocalStorage(), str(run))
+    assert again.export_steps == layout.export_steps and 999 not in again.export_steps
+    assert again.checkpoint_steps == layout.checkpoint_steps and 998 not in again.checkpoint_steps
+    (Path(layout.exports_root) / "global_step_999" / "policy" / "config.json").write_text("{}")
+    assert 999 in discover(LocalStorage(), str(run)).export_steps

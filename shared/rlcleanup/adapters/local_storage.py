@@ -60,6 +60,15 @@ def _special_kind(mode: int) -> str:
     return "device" if stat_mode.S_ISCHR(mode) or stat_mode.S_ISBLK(mode) else "not a regular file"
 
 
+def _holds_an_entry(directory: Path) -> bool:
+    """Whether anything but directories lies beneath (a file, or a special file or symlink that list() refuses):
+    an empty tree is no prefix on GCS or S3, so it is none here. Stops at the first entry found."""
+    for dirpath, dirnames, filenames in os.walk(directory, followlinks=False):
+        if filenames or any((Path(dirpath) / d).is_symlink() for d in dirnames):
+            return True
+    return False
+
+
 class LocalStorage:
     """Local paths. Symlinks are never followed out of a listing (a run must not smuggle in /etc); special files
     (FIFOs, sockets, devices) are refused like symlinks and never opened."""
@@ -114,7 +123,8 @@ class LocalStorage:
             if path.is_symlink():
                 continue  # never followed out of the run (as list() does)
             if path.is_dir():
-                prefixes.append(f"{base}/{name}")
+                if _holds_an_entry(path):  # as on an object store, a prefix exists only while something is in it
+                    prefixes.append(f"{base}/{name}")
             elif path.is_file():
                 objects.append(self._info(path, f"{base}/{name}"))
         return ChildPage(prefixes, objects, page[-1] if more and page else None)

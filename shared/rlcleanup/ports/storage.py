@@ -159,7 +159,7 @@ def child_names(storage: Storage, prefix_uri: str, page_size: int = 1000) -> lis
 
     Where the backend lists children, a step with 1,500 checkpoint files costs nothing here; a backend without it
     (a wrapper in a bench or test) is listed whole and cut at the first path component, which names the same
-    children except a directory that holds no object at all (an object store has none)."""
+    children: a directory with nothing in it is no child on any backend (local storage skips it too)."""
     base = prefix_uri.rstrip("/")
     if isinstance(storage, ListsChildren):
         names: set[str] = set()
