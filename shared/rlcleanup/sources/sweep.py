@@ -31,7 +31,7 @@ from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
-from rlcleanup.ports.storage import ChildPage, ObjectInfo
+from rlcleanup.ports.storage import ListsChildren, ObjectInfo
 from rlcleanup.settings import DeploymentSettings
 from rlcleanup.steps.facts import safe_run_id
 from rlcleanup.steps.layout import parse_executor_status
@@ -48,9 +48,7 @@ DEFAULT_QUIESCENT_SECONDS = 24 * 3600.0  # Layout C has no status file: a day wi
 DEFAULT_RECORD_SCAN_LIMIT = 1000
 
 
-class ChildLister(Protocol):
-    def list_children(self, prefix_uri: str, page_token: str | None = None, page_size: int = 200) -> ChildPage: ...
-
+class ChildLister(ListsChildren, Protocol):
     def stat(self, uri: str) -> ObjectInfo | None: ...
 
     def read_bytes(self, uri: str, max_bytes: int = ...) -> bytes: ...
