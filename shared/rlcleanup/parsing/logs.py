@@ -21,7 +21,7 @@ from rlcleanup.models.parts import SegmentSeed
 from rlcleanup.parsing.metrics import MAX_LINE_CHARS, CleanLine, MetricParser, MetricRow, clean_line
 from rlcleanup.parsing.teardown import TEARDOWN, TeardownWording, by_name, causal_what_payload, teardown_for
 from rlcleanup.ports.lines import bounded_lines
-from rlcleanup.ports.storage import Storage, StorageError
+from rlcleanup.ports.storage import ObjectInfo, Storage, StorageError, list_in_name_order
 from rlcleanup.uris import basename
 
 TRACEBACK_MAX_LINES = 200
@@ -836,20 +836,26 @@ def _text_lines(data: bytes) -> Iterator[str]:
 _SKIP_NAMES = re.compile(r"^python-core-.*|.*\.(?:gz|zst|bz2|xz|zip|tar|png|jpg|parquet|pt|safetensors|json)$")
 
 
+def log_rank(uri: str) -> tuple[int, str]:
+    """Scan order: finelog.log first (the aggregated stream), then its siblings, then worker logs, then the rest."""
+    name = basename(uri)
+    if name == "finelog.log":
+        return (0, uri)
+    if name.startswith("finelog"):
+        return (1, uri)
+    if name.startswith("worker-"):
+        return (2, uri)
+    return (3, uri)
+
+
+def is_scanned_log(uri: str) -> bool:
+    """Whether a file under an attempt's logs is scanned at all (archives, images, tensors and JSON are not)."""
+    return not _SKIP_NAMES.match(basename(uri))
+
+
 def log_order(uris: Iterable[str]) -> list[str]:
-    """finelog.log first (the aggregated stream), then its siblings, then worker logs, then the rest."""
-
-    def rank(uri: str) -> tuple[int, str]:
-        name = basename(uri)
-        if name == "finelog.log":
-            return (0, uri)
-        if name.startswith("finelog"):
-            return (1, uri)
-        if name.startswith("worker-"):
-            return (2, uri)
-        return (3, uri)
-
-    return sorted((u for u in uris if not _SKIP_NAMES.match(basename(u))), key=rank)
+    """The scanned logs among `uris`, in scan order (`log_rank`)."""
+    return sorted((u for u in uris if is_scanned_log(u)), key=log_rank)
 
 
 @dataclass
@@ -857,6 +863,7 @@ class AttemptScan:
     attempt_id: str
     files: list[LogScan] = field(default_factory=list)  # in scan order
     problems: list[str] = field(default_factory=list)  # unreadable logs, named with their uri and cause
+    unread: list[str] = field(default_factory=list)  # listed but never scanned (its log-scan part failed)
 
     @property
     def log_uris(self) -> list[str]:
@@ -917,15 +924,30 @@ def assemble_attempt(attempt_id: str, files: list[LogScan]) -> AttemptScan:
 
 
 class AttemptLogs(Protocol):
-    """What a scan needs of an attempt (steps.layout.AttemptFiles has it): readers know no layout policy."""
+    """Where an attempt's logs are (steps.layout.AttemptFiles has it): readers know no layout policy."""
 
     @property
     def attempt_id(self) -> str: ...
 
     @property
-    def log_uris(self) -> list[str]: ...
+    def log_prefix(self) -> str | None: ...
+
+    @property
+    def log_objects(self) -> list[ObjectInfo]: ...
+
+
+def attempt_log_objects(storage: Storage, attempt: AttemptLogs, start_after: str | None = None) -> Iterator[ObjectInfo]:
+    """The attempt's log files in name order, after `start_after`: everything under its log prefix, listed now (a
+    paged plan resumes here), or the files discovery named (a Slurm attempt's one `.out`)."""
+    if attempt.log_prefix is not None:
+        yield from list_in_name_order(storage, attempt.log_prefix, start_after)
+        return
+    for info in sorted(attempt.log_objects, key=lambda o: o.uri):
+        if start_after is None or info.uri > start_after:
+            yield info
 
 
 def scan_attempt(storage: Storage, attempt: AttemptLogs) -> AttemptScan:
-    files = [scan_log(storage, uri, attempt.attempt_id) for uri in log_order(attempt.log_uris)]
-    return assemble_attempt(attempt.attempt_id, files)
+    """One attempt's scan in one go (a pre-cancel capture, tests, benches; the pipeline plans parts instead)."""
+    uris = log_order(info.uri for info in attempt_log_objects(storage, attempt))
+    return assemble_attempt(attempt.attempt_id, [scan_log(storage, uri, attempt.attempt_id) for uri in uris])

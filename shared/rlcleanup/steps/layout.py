@@ -40,7 +40,10 @@ class AttemptFiles:
     record: dict[str, Any] = field(default_factory=dict)  # {request, execution, response}
     started_at: datetime | None = None
     ended_at: datetime | None = None
-    log_uris: list[str] = field(default_factory=list)
+    # Where the attempt's logs are. Discovery lists no log file of a Marin attempt: it names the attempt's `logs/`
+    # prefix, and whoever reads the logs lists it (the log-scan plan, paged; a pre-cancel capture, fresh). A Slurm
+    # attempt *is* one `.out` file, so discovery knows its one log (log_objects) and it has no prefix.
+    log_prefix: str | None = None
     log_objects: list[ObjectInfo] = field(default_factory=list)
     created_at: datetime | None = None  # the record object's own time (upstream records carry no timestamp)
     order_key: datetime | None = None
@@ -194,11 +197,9 @@ def _find_config(storage: Storage, run_uri: str, names: tuple[str, ...]) -> str 
 def _request_training_manifest(storage: Storage, step_root: str) -> str | None:
     """An export step's `request.training_manifest_uri` (terminal.json, else any durable attempt record)."""
     records = [_read_json(storage, join(step_root, "terminal.json")) or {}]
-    attempts_root = join(step_root, "attempts")
-    for obj in storage.list(attempts_root):
-        rel = obj.uri[len(attempts_root) + 1 :]
-        if "/" not in rel and rel.endswith(".json"):
-            records.append(_read_json(storage, obj.uri) or {})
+    for uri in child_names(storage, join(step_root, "attempts")):
+        if uri.endswith(".json"):
+            records.append(_read_json(storage, uri) or {})
     for record in records:
         uri = get(record, "request.training_manifest_uri")
         if isinstance(uri, str) and uri:
@@ -265,23 +266,29 @@ def _manifest_value(records: list[dict[str, Any]], *keys: str) -> str | None:
     return None
 
 
+_NOT_ATTEMPTS = ("trajectories", "trace_jobs", "ray-logs")  # siblings of the attempt directories, not attempts
+
+
 def _read_attempts(storage: Storage, attempts_root: str) -> list[AttemptFiles]:
+    """The attempts under `attempts/`: `<id>.json` records and `<id>/logs/` prefixes, from children listings alone
+    (one for the root, one per attempt directory). An attempt's log files are never listed here: a 500-rank run
+    leaves thousands of them, and only the log scan (paged) and a pre-cancel capture read them."""
     by_id: dict[str, AttemptFiles] = {}
-    for obj in storage.list(attempts_root):
-        rel = obj.uri[len(attempts_root) + 1 :]
-        head, _, rest = rel.partition("/")
-        if not rest and head.endswith(".json"):
-            attempt_id = head[: -len(".json")]
+    for uri in child_names(storage, attempts_root):
+        name = basename(uri)
+        info = storage.stat(uri) if name.endswith(".json") else None
+        if info is not None:
+            attempt_id = name[: -len(".json")]
             att = by_id.setdefault(attempt_id, AttemptFiles(attempt_id=attempt_id))
-            att.record_uri = obj.uri
-            att.record = _read_json(storage, obj.uri) or {}
+            att.record_uri = uri
+            att.record = _read_json(storage, uri) or {}
             att.started_at = parse_time(get(att.record, "execution.started_at"))
             att.ended_at = parse_time(get(att.record, "execution.ended_at") or get(att.record, "execution.finished_at"))
-            att.created_at = obj.updated
-        elif rest.startswith("logs/") and head not in ("trajectories", "trace_jobs", "ray-logs"):
-            att = by_id.setdefault(head, AttemptFiles(attempt_id=head))
-            att.log_uris.append(obj.uri)
-            att.log_objects.append(obj)
+            att.created_at = info.updated
+        elif name not in _NOT_ATTEMPTS:
+            logs = join(uri, "logs")
+            if logs in child_names(storage, uri):  # an attempt directory is a link only once it holds logs
+                by_id.setdefault(name, AttemptFiles(attempt_id=name)).log_prefix = logs
     return order_attempts(list(by_id.values()))
 
 
@@ -433,7 +440,7 @@ def _discover_c(
         if job_name is not None and job != job_name:
             evidence_only.append(basename(obj.uri))  # eval/export jobs: captured with logs/, never a chain link
             continue
-        attempts.append(AttemptFiles(attempt_id=jobid, log_uris=[obj.uri], log_objects=[obj]))
+        attempts.append(AttemptFiles(attempt_id=jobid, log_objects=[obj]))
     problems = [warning] if warning else []
     if evidence_only:
         problems.append(
