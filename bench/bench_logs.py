@@ -28,15 +28,19 @@ from typing import Any
 
 from _common import build_run, figure, fmt_bytes
 from rlcleanup.adapters.local_storage import LocalStorage
-from rlcleanup.parsing.logs import log_order
+from rlcleanup.parsing.logs import attempt_log_objects, log_order
 from rlcleanup.steps.layout import discover
 
 GREP_PATTERN = r"Traceback \(most recent call last\)|Error|error:|Fatal|SIG[A-Z]+"
 
 
 def attempts_of(run: Path) -> list[dict[str, object]]:
-    layout = discover(LocalStorage(checksums=False), str(run))
-    return [{"attempt_id": a.attempt_id, "log_uris": log_order(a.log_uris)} for a in layout.attempts]
+    storage = LocalStorage(checksums=False)
+    layout = discover(storage, str(run))
+    return [
+        {"attempt_id": a.attempt_id, "log_uris": log_order(o.uri for o in attempt_log_objects(storage, a))}
+        for a in layout.attempts
+    ]
 
 
 def peak_rss_kib() -> int:
@@ -51,13 +55,20 @@ def child(attempts_json: str, engine: str) -> None:
     """Scan every attempt; print one JSON line with wall, CPU, RSS before/after and what was found."""
     from rlcleanup.parsing import logs
     from rlcleanup.parsing.logs import scan_attempt
+    from rlcleanup.ports.storage import ObjectInfo
     from rlcleanup.steps.layout import AttemptFiles
     from rlcleanup.steps.terminal import find_first_error
 
     if engine == "line":  # the line scanner: scan_log feeds every line when there is no finder
         logs._FINDER, logs._FINDER_TRIED = None, True
     storage = LocalStorage(checksums=False)
-    attempts = [AttemptFiles(attempt_id=a["attempt_id"], log_uris=a["log_uris"]) for a in json.loads(attempts_json)]
+    attempts = [
+        AttemptFiles(
+            attempt_id=a["attempt_id"],
+            log_objects=[ObjectInfo(uri=uri, size=Path(uri).stat().st_size) for uri in a["log_uris"]],
+        )
+        for a in json.loads(attempts_json)
+    ]
     rss_before = peak_rss_kib()
     if engine == "cut":
         cut_child(storage, attempts, rss_before)
@@ -97,7 +108,7 @@ def cut_child(storage: LocalStorage, attempts: list[Any], rss_before: int) -> No
     counts = {"lines": 0, "files": 0, "errors": 0, "events": 0, "metric_rows": 0, "segments": 0}
     cpu0, t0 = time.process_time(), time.perf_counter()
     for attempt in attempts:
-        for uri in attempt.log_uris:
+        for uri in log_order(o.uri for o in attempt.log_objects):
             size = Path(uri).stat().st_size
             count = max(1, -(-size // MAX_PART_BYTES))
             seed = None

@@ -17,7 +17,7 @@ from typing import Any
 
 from rlcleanup.authority.controllers import Controller, ControllerError
 from rlcleanup.formats.weight_files import is_bulk_weight
-from rlcleanup.parsing.logs import scan_attempt
+from rlcleanup.parsing.logs import attempt_log_objects, scan_attempt
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage, WriteOutcome
 from rlcleanup.steps.layout import RunLayout
@@ -163,7 +163,7 @@ def _copy_inflight(storage: Storage, layout: RunLayout, dest: str, result: Captu
         storage.write_if_absent(join(dest, "inflight", f"global_step_{step}.listing.jsonl"), lines)
     if layout.attempts:
         latest = layout.attempts[-1]
-        for info in latest.log_objects:
+        for info in attempt_log_objects(storage, latest):  # listed now: a live run is still writing them
             start = max(0, info.size - TAIL_BYTES)
             tail = storage.read_range(info.uri, start, info.size - start)
             target = join(dest, "log-tails", latest.attempt_id, f"{basename(info.uri)}.tail")

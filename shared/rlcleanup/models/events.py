@@ -154,6 +154,11 @@ class CapturePlanPageMessage(_Msg):
     plan_page: int = Field(ge=1)
 
 
+class LogScanPlanPageMessage(CapturePlanPageMessage):
+    """log-scan-parts payload that continues a paged log-scan plan (the same shape, and the same rule: the cursor
+    and the run come from the page before it in the claim store)."""
+
+
 class LogScanPartMessage(_Msg):
     run_id: str
     scope: str = _scope()

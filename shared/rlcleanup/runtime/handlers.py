@@ -23,6 +23,7 @@ from rlcleanup.models.events import (
     CapturePlanPageMessage,
     JobEvent,
     LogScanPartMessage,
+    LogScanPlanPageMessage,
     RunMessage,
 )
 from rlcleanup.models.outcomes import CapturePartOutcome, LogScanOutcome, ValidationOutcome
@@ -180,28 +181,71 @@ def _marks_text(marks: attempt_scope.EndMarks) -> str:
 
 def establish_terminal_state(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     msg = decode(RunMessage, data)
+    return _plan_log_scan_page(p, msg.run_id, msg.scope, 0, msg)
 
-    def plan() -> dict[str, Any]:
-        layout = run_layout(p, msg.run_id, msg.run_uri, msg.scope)
-        dest_root = capture_step.preserved_root(msg.preserve_root, msg.run_id, pass_id(msg.scope))
-        parts = logscan.plan_log_scan(layout)
-        for part in logscan.first_parts(parts):  # a cut file's later segments: each published by the one before
-            part_msg = LogScanPartMessage(run_id=msg.run_id, scope=msg.scope, dest_root=dest_root, part=part)
+
+def _plan_log_scan_page(p: Ports, run_id: str, scope: str, page: int, first: RunMessage | None) -> str:
+    """One page of the log-scan plan: at most `p.capture_page_objects` log objects listed, their parts published.
+    As with the capture plan, a page that stops short publishes the next page (a continuation on log-scan-parts,
+    after its own result is stored), and the last page stores the whole plan (`terminal-plan`: every page's part
+    ids), which the terminal fan-in waits for."""
+    key = scoped(scope, f"terminal-plan-page:{page}")
+
+    def work() -> dict[str, Any]:
+        if page == 0 and first is not None:
+            msg, cursor = first, None
+            dest_root = capture_step.preserved_root(msg.preserve_root, msg.run_id, pass_id(msg.scope))
+        else:
+            before = p.claims.result(run_id, scoped(scope, f"terminal-plan-page:{page - 1}"))
+            if before is None:  # as for a capture plan page: not yet, rather than bad input
+                raise RetryLater(f"log-scan plan page {page} of {run_id}: page {page - 1} is not stored yet")
+            if before.get("next") is None:
+                raise PermanentError("bad_input", f"log-scan plan page {page} of {run_id}: the plan ended before it")
+            msg, dest_root = RunMessage.model_validate(before["run"]), before["dest_root"]
+            cursor = logscan.LogPlanCursor.model_validate(before["next"])
+        layout = run_layout(p, run_id, msg.run_uri, scope)
+        planned = logscan.plan_log_scan_page(p.storage, layout, cursor, p.capture_page_objects)
+        for part in logscan.first_parts(planned.parts):  # a cut file's later segments: each published by the one before
+            part_msg = LogScanPartMessage(run_id=run_id, scope=scope, dest_root=dest_root, part=part)
             _publish(p, "log-scan-parts", part_msg)
         # Part ids and attempt ids only (as maps: Firestore has no nested arrays); the file lists travel in the
         # messages, so this result stays small however many logs the run has.
-        parts_index = [{"part_id": part.part_id, "attempt_id": part.attempt_id} for part in parts]
         return {
-            "parts": parts_index,
+            "parts": [{"part_id": part.part_id, "attempt_id": part.attempt_id} for part in planned.parts],
             "dest_root": dest_root,
             "run": msg.model_dump(mode="json"),
+            "listed": planned.listed,
+            "next": planned.next.model_dump(mode="json") if planned.next is not None else None,
         }
 
-    _once(p, msg.run_id, scoped(msg.scope, "terminal-plan"), plan)
-    return _maybe_fan_in_terminal(p, msg.run_id, msg.scope)
+    done = _once(p, run_id, key, work) or p.claims.result(run_id, key)  # None from _once: planned before
+    if done is None:
+        raise RetryLater(f"{run_id}/{key}: stored result not readable yet")
+    if done["next"] is not None:  # republished on a redelivery: the next page's claim makes it run once
+        _publish(p, "log-scan-parts", LogScanPlanPageMessage(run_id=run_id, scope=scope, plan_page=page + 1))
+        return f"log-scan plan page {page}: {len(done['parts'])} parts from {done['listed']} objects; next page queued"
+
+    def whole() -> dict[str, Any]:
+        pages = p.claims.results(run_id, scoped(scope, "terminal-plan-page:"))
+        keys = [scoped(scope, f"terminal-plan-page:{n}") for n in range(page + 1)]
+        missing = [k for k in keys if k not in pages]
+        if missing:
+            raise RetryLater(f"{run_id}: log-scan plan pages {missing} not readable yet")
+        return {
+            "parts": [part for k in keys for part in pages[k]["parts"]],
+            "dest_root": done["dest_root"],
+            "run": done["run"],
+            "pages": page + 1,
+        }
+
+    _once(p, run_id, scoped(scope, "terminal-plan"), whole)
+    return _maybe_fan_in_terminal(p, run_id, scope)
 
 
 def scan_log_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    if _is_plan_page(data):  # a paged log-scan plan's continuation shares the log-scan-parts topic
+        page = decode(LogScanPlanPageMessage, data)
+        return _plan_log_scan_page(p, page.run_id, page.scope, page.plan_page, None)
     msg = decode(LogScanPartMessage, data)
 
     def work() -> dict[str, Any]:
@@ -236,7 +280,8 @@ def _maybe_fan_in_terminal(p: Ports, run_id: str, scope: str) -> str:
     def work() -> dict[str, Any]:
         layout = run_layout(p, msg.run_id, msg.run_uri, scope)
         # A failed part has no stored scan: settle on the parts that were read, and say which files were not.
-        scans = logscan.assemble(p.storage, plan["dest_root"], [part for part in parts if outcomes[part[0]].ok])
+        unread = {part_id: outcome.unread for part_id, outcome in outcomes.items() if not outcome.ok}
+        scans = logscan.assemble(p.storage, plan["dest_root"], parts, unread)
         p.records.add_errors(run_id, _errors("terminal_state", _unread_logs(outcomes)))
         existing = p.records.get(run_id)
         fields, errors = settle_terminal_state(

@@ -1,9 +1,12 @@
 """Step 2's log scan, split so no invocation's time or memory grows with the run: plan → scan parts → assemble.
 
-A part is a run of one attempt's log files (in `log_order`) up to a byte and file budget; each part streams its
+The plan lists each attempt's logs (discovery names only the attempt's `logs/` prefix), a bounded number of
+objects per invocation: a page that stops short is continued by the next (handlers: `terminal-plan-page:<n>`).
+A part is a run of one attempt's log files (in listing order) up to a byte and file budget; each part streams its
 files and stores their scans as JSON beside the evidence (`_parts/log-scan/<part>.json`, write-once and
 deterministic, so a redelivered part rewrites nothing). The fan-in reads the parts back in plan order and
-assembles each attempt, carrying the after-error noise rule across files (`carry_error_seen`).
+assembles each attempt in scan order (`log_rank`), carrying the after-error noise rule across files
+(`carry_error_seen`).
 A single log file larger than the budget is cut into segments of at most the budget (`parsing/segments.py`):
 each is its own part, cut at line boundaries with an overlap that re-reads what is open at the cut (a
 traceback), and the scan of the chain is the whole file's. Segments run one after another: the first is published
@@ -17,10 +20,18 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from rlcleanup.models.parts import LogScanPart, LogSegment, SegmentSeed
-from rlcleanup.parsing.logs import AttemptScan, LogScan, assemble_attempt, log_order, scan_log
+from rlcleanup.parsing.logs import (
+    AttemptScan,
+    LogScan,
+    assemble_attempt,
+    attempt_log_objects,
+    is_scanned_log,
+    log_rank,
+    scan_log,
+)
 from rlcleanup.parsing.segments import merge_segments, scan_log_segment
 from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.layout import RunLayout
@@ -31,41 +42,84 @@ MAX_PART_FILES = 200
 _SCANS = TypeAdapter(list[LogScan])
 
 
+class LogPlanCursor(BaseModel):
+    """Where a paged log-scan plan resumes: the attempt (its index in the chain), the last log of it listed, and
+    the number its next part takes (part ids stay in plan order across pages)."""
+
+    attempt: int
+    after: str | None = None
+    next_part: int = 0
+
+
+class LogPlanPage(BaseModel):
+    """One page of a log-scan plan: its parts, how many objects it listed, and where the next page resumes."""
+
+    parts: list[LogScanPart]
+    listed: int = 0
+    next: LogPlanCursor | None = None
+
+
 def plan_log_scan(
-    layout: RunLayout, max_bytes: int = MAX_PART_BYTES, max_files: int = MAX_PART_FILES
+    storage: Storage, layout: RunLayout, max_bytes: int = MAX_PART_BYTES, max_files: int = MAX_PART_FILES
 ) -> list[LogScanPart]:
-    """Every attempt's logs in scan order, cut into parts at file boundaries by bytes and file count."""
+    """The whole plan in one go (tests, benches); the pipeline pages it with plan_log_scan_page."""
+    return plan_log_scan_page(storage, layout, None, None, max_bytes, max_files).parts
+
+
+def plan_log_scan_page(
+    storage: Storage,
+    layout: RunLayout,
+    cursor: LogPlanCursor | None,
+    limit: int | None,
+    max_bytes: int = MAX_PART_BYTES,
+    max_files: int = MAX_PART_FILES,
+) -> LogPlanPage:
+    """Every attempt's logs, listed here in name order (discovery lists none), cut into parts at file boundaries
+    by bytes and file count; at most `limit` objects are listed per page. Files are packed in listing order: the
+    scan order (`log_rank`) is restored when the parts are assembled."""
+    start = cursor or LogPlanCursor(attempt=0)
     parts: list[LogScanPart] = []
-    for index_a, attempt in enumerate(layout.attempts):
-        sizes = {o.uri: o.size for o in attempt.log_objects}
-        mine: list[LogScanPart] = []
-        for uri in log_order(attempt.log_uris):
-            size = sizes.get(uri, 0)
-            if size > max_bytes:  # cut: one part per segment, the chain's parts consecutive
-                count = -(-size // max_bytes)
-                for index in range(count):
-                    segment = _segment(index, count, size)
-                    mine.append(
-                        LogScanPart(
-                            part_id=f"a{index_a:03d}-p{len(mine):04d}",
-                            attempt_id=attempt.attempt_id,
-                            uris=[uri],
-                            bytes=segment.stop - segment.start,
-                            segment=segment,
-                        )
-                    )
+    listed = 0
+    for index_a in range(start.attempt, len(layout.attempts)):
+        attempt = layout.attempts[index_a]
+        resumed = index_a == start.attempt
+        after, number = (start.after, start.next_part) if resumed else (None, 0)
+        last: LogScanPart | None = None  # the part still taking files
+        for info in attempt_log_objects(storage, attempt, after):
+            if limit is not None and listed >= limit:
+                return LogPlanPage(
+                    parts=parts, listed=listed, next=LogPlanCursor(attempt=index_a, after=after, next_part=number)
+                )
+            listed += 1
+            after = info.uri
+            if not is_scanned_log(info.uri):
                 continue
-            last = mine[-1] if mine else None
-            if last is not None and last.segment is not None:
+            if info.size > max_bytes:  # cut: one part per segment, the chain's parts consecutive
+                count = -(-info.size // max_bytes)
+                for index in range(count):
+                    segment = _segment(index, count, info.size)
+                    parts.append(_part(index_a, number, attempt.attempt_id, [info.uri], segment))
+                    number += 1
                 last = None  # a segment part holds its segment only
-            if last is None or (last.uris and (last.bytes + size > max_bytes or len(last.uris) >= max_files)):
-                last = LogScanPart(part_id=f"a{index_a:03d}-p{len(mine):04d}", attempt_id=attempt.attempt_id, uris=[])
-                mine.append(last)
-            last.uris.append(uri)
-            last.bytes += size
-        # An attempt without logs still gets its (empty) part, so the chain keeps every attempt in order.
-        parts.extend(mine or [LogScanPart(part_id=f"a{index_a:03d}-p0000", attempt_id=attempt.attempt_id, uris=[])])
-    return parts
+                continue
+            if last is None or last.bytes + info.size > max_bytes or len(last.uris) >= max_files:
+                last = _part(index_a, number, attempt.attempt_id, [])
+                parts.append(last)
+                number += 1
+            last.uris.append(info.uri)
+            last.bytes += info.size
+        if number == 0:  # an attempt without logs still gets its (empty) part: the chain keeps every attempt
+            parts.append(_part(index_a, 0, attempt.attempt_id, []))
+    return LogPlanPage(parts=parts, listed=listed)
+
+
+def _part(
+    attempt_index: int, number: int, attempt_id: str, uris: list[str], segment: LogSegment | None = None
+) -> LogScanPart:
+    size = segment.stop - segment.start if segment is not None else 0
+    return LogScanPart(
+        part_id=f"a{attempt_index:03d}-p{number:04d}", attempt_id=attempt_id, uris=uris, bytes=size, segment=segment
+    )
 
 
 def _segment(index: int, count: int, size: int) -> LogSegment:
@@ -120,14 +174,28 @@ def scan_part(storage: Storage, dest_root: str, part: LogScanPart) -> tuple[str,
     return uri, [p for s in scans for p in s.problems], after
 
 
-def assemble(storage: Storage, dest_root: str, parts: list[tuple[str, str]]) -> list[AttemptScan]:
-    """Attempt scans in chain order from the stored parts, given as (part_id, attempt_id) in plan order."""
-    by_attempt: dict[str, tuple[str, list[LogScan]]] = {}  # keyed by the attempt index: ids need not be unique
+def assemble(
+    storage: Storage, dest_root: str, parts: list[tuple[str, str]], unread: dict[str, list[str]] | None = None
+) -> list[AttemptScan]:
+    """Attempt scans in chain order from the stored parts, given as (part_id, attempt_id) in plan order. A part
+    named in `unread` (part id -> its files) failed and stored no scan: its files are the attempt's `unread`."""
+    unread = unread or {}
+    by_attempt: dict[str, tuple[str, list[LogScan], list[str]]] = {}  # by attempt index: ids need not be unique
     for part_id, attempt_id in parts:
+        _, files, missed = by_attempt.setdefault(part_id.split("-")[0], (attempt_id, [], []))
+        if part_id in unread:
+            missed.extend(unread[part_id])
+            continue
         raw = storage.read_bytes(part_uri(dest_root, part_id), max_bytes=1024 * 1024 * 1024)
-        _, files = by_attempt.setdefault(part_id.split("-")[0], (attempt_id, []))
         files.extend(_SCANS.validate_python(json.loads(raw)))
-    return [assemble_attempt(attempt_id, _merge_cuts(files)) for attempt_id, files in by_attempt.values()]
+    # Parts hold files in listing order; scan order (`log_rank`) is restored here. The sort is stable, so a cut
+    # file's segments stay consecutive and in chain order for _merge_cuts.
+    scans = []
+    for attempt_id, files, missed in by_attempt.values():
+        scan = assemble_attempt(attempt_id, _merge_cuts(sorted(files, key=lambda scan: log_rank(scan.uri))))
+        scan.unread = sorted(set(missed), key=log_rank)
+        scans.append(scan)
+    return scans
 
 
 def _merge_cuts(files: list[LogScan]) -> list[LogScan]:

@@ -226,6 +226,8 @@ def _attempt_model(att: AttemptFiles, scan: AttemptScan | None, stitched: Stitch
         # ("task 0 exited with code 1") for every link, the log says what ended this one.
         if first is not None:
             failure = f"{first.error_type}: {first.message} at {_at(first)}"
+    # The logs the scan listed (read or not); discovery lists no log of a Marin attempt, only a Slurm one's `.out`.
+    logs = log_order([*scan.log_uris, *scan.unread] if scan is not None else [o.uri for o in att.log_objects])
     job_id = resp.get("iris_job_id") or get(resp, "model.iris_job_id")
     ended_at = att.ended_at
     if ended_at is None and scan is not None:
@@ -239,8 +241,8 @@ def _attempt_model(att: AttemptFiles, scan: AttemptScan | None, stitched: Stitch
         state=str(state) if state is not None else None,
         first_step=span.first_step if span else None,
         last_step=span.last_step if span else None,
-        log_uris=log_order(att.log_uris)[:MAX_LOG_URIS_IN_RECORD],
-        log_count=len(att.log_uris),
+        log_uris=logs[:MAX_LOG_URIS_IN_RECORD],
+        log_count=len(logs),
         failure=failure,
     )
 
