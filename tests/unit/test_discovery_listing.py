@@ -1,9 +1,10 @@
 """Discovery's listing grows with the run's structure, not with its files (issue 17, work per invocation).
 
-`discover` names the run's step directories from a delimiter listing of each root (`ports.storage.child_names`):
-the checkpoints' rank files and the exports' shards are never listed by discovery. What it still lists whole is
-what the layout must name: each attempt's record and log files. The step numbers must be exactly those the old
-walk of every object gave, on a backend with a children listing and on one without.
+`discover` names the run's step directories and attempts from delimiter listings (`ports.storage.child_names`):
+the checkpoints' rank files, the exports' shards and the attempts' log files are never listed by discovery. An
+attempt carries its `logs/` prefix; the log-scan plan lists it, a bounded number of objects per invocation
+(`terminal-plan-page:<n>`). The step numbers must be exactly those the old walk of every object gave, on a backend
+with a children listing and on one without, and the plan must find every log the old discovery listed.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.parsing.logs import is_scanned_log
 from rlcleanup.ports.storage import ChildPage, ObjectInfo
 from rlcleanup.samples.large import write_large_run
+from rlcleanup.steps import logscan
 from rlcleanup.steps.layout import discover
 
 
@@ -53,9 +56,38 @@ def test_discovery_lists_no_checkpoint_or_export_file(tmp_path: Path) -> None:
     assert layout.checkpoint_steps == _old_steps(Path(layout.checkpoints_root)) and layout.checkpoint_steps
     below = [u for u in storage.listed if u.startswith((layout.checkpoints_root + "/", layout.exports_root + "/"))]
     assert below == []  # before: every rank file and shard (3 x 12 per checkpoint, 3 x (4 + 6) exports)
-    logs = sum(len(a.log_uris) for a in layout.attempts)
-    records = sum(a.record_uri is not None for a in layout.attempts)
-    assert logs > 0 and len(storage.listed) <= logs + records + 2 * len(layout.attempts) * 8  # + node/head files
+    # Nor any log: before this, every attempt's record and log files (12 ranks x 2 streams + node files each).
+    assert [u for u in storage.listed if "/logs/" in u] == []
+    assert len(storage.listed) <= 2  # at most the one-object probes of marin.step_exists
+    assert all(a.log_prefix and a.log_prefix.endswith(f"/{a.attempt_id}/logs") for a in layout.attempts)
+    assert len(layout.attempts) == 2 and all(a.record_uri for a in layout.attempts)
+
+
+def test_the_log_scan_plan_finds_every_log_the_old_discovery_listed_in_pages(tmp_path: Path) -> None:
+    run = write_large_run(tmp_path, ranks=12, attempts=3, exports=1, log_bytes_total=64 * 1024, shards=1)
+    storage = LocalStorage()
+    layout = discover(storage, str(run))
+    attempts_root = layout.attempts_root
+    assert attempts_root is not None
+    old = {  # what _read_attempts used to collect: every file under `<id>/logs/` of each attempt directory
+        str(path) for path in Path(attempts_root).glob("*/logs/**/*") if path.is_file() and is_scanned_log(str(path))
+    }
+    whole = logscan.plan_log_scan(storage, layout)
+    assert {u for part in whole for u in part.uris} == old and len(old) > 3 * 12
+    pages, cursor, listed = [], None, []
+    while True:  # 7 objects a page: attempts and parts are cut across pages
+        page = logscan.plan_log_scan_page(storage, layout, cursor, 7)
+        pages.append(page.parts)
+        listed.append(page.listed)
+        if page.next is None:
+            break
+        cursor = page.next
+    assert len(pages) > 3 and max(listed) == 7
+    paged = [part for parts in pages for part in parts]
+    assert sorted(p.part_id for p in paged) == [p.part_id for p in paged]  # ids in plan order across pages
+    assert len({p.part_id for p in paged}) == len(paged)
+    assert [u for part in paged for u in part.uris] == [u for part in whole for u in part.uris]
+    assert {p.attempt_id for p in paged} == {a.attempt_id for a in layout.attempts}
 
 
 def test_a_backend_without_a_children_listing_names_the_same_steps(tmp_path: Path) -> None:

@@ -371,8 +371,10 @@ def test_special_files_in_a_local_run_are_unsafe_path_and_never_opened(tmp_path:
     kind = "socket" if where == "socket" else "named pipe"
     assert unsafe and all(f"refusing special file ({kind}) '{named}" in e.message for e in unsafe)
     if where == "log":
-        # Discovery lists the attempts' logs: the run's layout cannot be read, so the run is finished as failed.
+        # Discovery does not list logs; the terminal-state log-scan plan does, meets the pipe there, and the run is
+        # finished as failed (its terminal state cannot be established without reading every log).
         assert record.status.value == "failed"
+        assert any(e.step == "establish_terminal_state" for e in unsafe), [e.step for e in unsafe]
         assert record.candidates == [] and record.terminal_state is None
     else:
         # Discovery reads only the exports' step directories; the export holding the file is refused as a

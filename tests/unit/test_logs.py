@@ -13,6 +13,7 @@ from rlcleanup.parsing.logs import (
     scan_attempt,
     scan_lines,
 )
+from rlcleanup.ports.storage import ObjectInfo
 from rlcleanup.steps.layout import AttemptFiles
 
 P = "(skyrl_entrypoint pid=77) "
@@ -223,7 +224,10 @@ def test_scan_attempt_reads_all_logs_and_names_unreadable_ones(tmp_path: Path) -
     missing = str(logs / "ray_session_logs" / "worker-2.err")
     attempt = AttemptFiles(
         attempt_id="abc",
-        log_uris=[str(logs / "ray_session_logs" / "worker-1.err"), missing, str(logs / "finelog.log")],
+        log_objects=[
+            ObjectInfo(uri=uri, size=0)
+            for uri in (str(logs / "ray_session_logs" / "worker-1.err"), missing, str(logs / "finelog.log"))
+        ],
     )
     scan = scan_attempt(LocalStorage(checksums=False), attempt)
     assert scan.log_uris[0].endswith("finelog.log")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlcleanup.adapters.local_storage import LocalStorage
-from rlcleanup.parsing.logs import AttemptScan, scan_attempt
+from rlcleanup.parsing.logs import AttemptScan, LogScan, scan_attempt
 from rlcleanup.ports.storage import ObjectInfo
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.steps import logscan
@@ -18,6 +18,10 @@ from rlcleanup.steps.layout import AttemptFiles, RunLayout, discover
 from rlcleanup.steps.terminal import establish_terminal_state, find_first_error, step_budget
 
 TB = ["Traceback (most recent call last):", '  File "/app/x.py", line 3, in f', "    g()"]
+
+
+def _objects(*paths: Path) -> list[ObjectInfo]:
+    return [ObjectInfo(uri=str(path), size=path.stat().st_size) for path in paths]
 
 
 def _layout(run_uri: str, attempts: list[AttemptFiles]) -> RunLayout:
@@ -36,7 +40,7 @@ def _layout(run_uri: str, attempts: list[AttemptFiles]) -> RunLayout:
 
 
 def _scan_split(storage: LocalStorage, layout: RunLayout, dest: Path, **limits: int) -> list[AttemptScan]:
-    parts = logscan.plan_log_scan(layout, **limits)
+    parts = logscan.plan_log_scan(storage, layout, **limits)
     queue = logscan.first_parts(parts)  # what the plan publishes; a cut file's next segment comes from the last
     while queue:
         part = queue.pop(0)
@@ -57,7 +61,7 @@ def test_one_file_per_part_gives_the_sequential_scan_and_verdict(tmp_path: Path,
     layout = discover(storage, str(write_sample_run(tmp_path / "runs", scenario)))
     sequential = [scan_attempt(storage, a) for a in layout.attempts]
     split = _scan_split(storage, layout, tmp_path / "dest", max_files=1)
-    assert sum(len(a.log_uris) for a in layout.attempts) > len(layout.attempts)  # really split
+    assert sum(len(a.log_uris) for a in split) > len(layout.attempts)  # really split
     assert _comparable(split) == _comparable(sequential)
     budget, how = step_budget(layout.skyrl)
     one = establish_terminal_state(layout, sequential, budget, budget_reason=how)
@@ -76,7 +80,7 @@ def test_files_cut_into_segments_give_the_sequential_scan_and_verdict(tmp_path: 
     storage = LocalStorage(checksums=False)
     layout = discover(storage, str(write_sample_run(tmp_path / "runs", scenario)))
     sequential = [scan_attempt(storage, a) for a in layout.attempts]
-    parts = logscan.plan_log_scan(layout, max_bytes=1500)
+    parts = logscan.plan_log_scan(storage, layout, max_bytes=1500)
     cut = [p for p in parts if p.segment is not None]
     assert cut and max(p.segment.count for p in cut if p.segment) >= 3  # really cut, several times
     assert all(p.bytes <= 1500 for p in cut)
@@ -94,14 +98,14 @@ def test_after_error_noise_is_carried_across_separately_scanned_files(tmp_path: 
     logs.mkdir()
     (logs / "finelog.log").write_text("\n".join([*TB, "torch.OutOfMemoryError: CUDA out of memory"]) + "\n")
     (logs / "worker-b.err").write_text("\n".join([*TB, "ConnectionResetError: Connection reset by peer"]) + "\n")
-    attempt = AttemptFiles(attempt_id="a1", log_uris=[str(logs / "worker-b.err"), str(logs / "finelog.log")])
+    attempt = AttemptFiles(attempt_id="a1", log_objects=_objects(logs / "worker-b.err", logs / "finelog.log"))
     storage = LocalStorage(checksums=False)
     whole = scan_attempt(storage, attempt)
     assert [(e.error_type, e.causal, e.noise) for e in whole.errors] == [
         ("torch.OutOfMemoryError", True, None),
         ("ConnectionResetError", False, "connection_reset"),
     ]
-    alone = scan_attempt(storage, AttemptFiles(attempt_id="a1", log_uris=[str(logs / "worker-b.err")]))
+    alone = scan_attempt(storage, AttemptFiles(attempt_id="a1", log_objects=_objects(logs / "worker-b.err")))
     assert [(e.error_type, e.causal) for e in alone.errors] == [("ConnectionResetError", True)]  # nothing before it
     first = find_first_error([whole])
     assert first is not None and first.candidate.error_type == "torch.OutOfMemoryError"
@@ -110,10 +114,10 @@ def test_after_error_noise_is_carried_across_separately_scanned_files(tmp_path: 
 def test_parts_are_cut_at_file_boundaries_by_bytes_and_count_in_chain_order(tmp_path: Path) -> None:
     def attempt(attempt_id: str, sizes: list[int]) -> AttemptFiles:
         objects = [ObjectInfo(uri=f"r/{attempt_id}/worker-{i:02d}.err", size=s) for i, s in enumerate(sizes)]
-        return AttemptFiles(attempt_id=attempt_id, log_uris=[o.uri for o in objects], log_objects=objects)
+        return AttemptFiles(attempt_id=attempt_id, log_objects=objects)
 
     layout = _layout("r", [attempt("x", [60, 60, 60, 500, 10]), attempt("empty", []), attempt("y", [1] * 5)])
-    parts = logscan.plan_log_scan(layout, max_bytes=128, max_files=3)
+    parts = logscan.plan_log_scan(LocalStorage(checksums=False), layout, max_bytes=128, max_files=3)
     assert [(p.part_id, p.attempt_id, p.bytes, len(p.uris)) for p in parts] == [
         ("a000-p0000", "x", 120, 2),
         ("a000-p0001", "x", 60, 1),
@@ -127,7 +131,7 @@ def test_parts_are_cut_at_file_boundaries_by_bytes_and_count_in_chain_order(tmp_
         ("a002-p0001", "y", 2, 2),
     ]
     assert [u for p in parts for u in dict.fromkeys(p.uris)] == [
-        u for a in layout.attempts for u in a.log_uris for _ in range(4 if u == "r/x/worker-03.err" else 1)
+        o.uri for a in layout.attempts for o in a.log_objects for _ in range(4 if o.uri == "r/x/worker-03.err" else 1)
     ]
     assert [(s.index, s.start, s.stop) for p in parts if (s := p.segment)] == [
         (0, 0, 125),
@@ -145,7 +149,7 @@ def test_stored_scans_round_trip_nan_metrics_and_timestamps(tmp_path: Path) -> N
     (logs / "finelog.log").write_text(
         '2026-11-30T10:00:00Z WANDB_MIRROR kind=train step=3 metrics={"loss": NaN, "trainer/global_step": 3}\n'
     )
-    layout = _layout(str(tmp_path), [AttemptFiles(attempt_id="a", log_uris=[str(logs / "finelog.log")])])
+    layout = _layout(str(tmp_path), [AttemptFiles(attempt_id="a", log_objects=_objects(logs / "finelog.log"))])
     storage = LocalStorage(checksums=False)
     (split,) = _scan_split(storage, layout, tmp_path / "dest")
     (whole,) = [scan_attempt(storage, a) for a in layout.attempts]
@@ -157,7 +161,7 @@ def test_stored_scans_round_trip_nan_metrics_and_timestamps(tmp_path: Path) -> N
 def test_a_replayed_part_rewrites_nothing(tmp_path: Path) -> None:
     storage = LocalStorage(checksums=False)
     layout = discover(storage, str(write_sample_run(tmp_path / "runs", "failed-first-link")))
-    part = logscan.plan_log_scan(layout)[0]
+    part = logscan.plan_log_scan(storage, layout)[0]
     uri, _, _ = logscan.scan_part(storage, str(tmp_path / "dest"), part)
     before = Path(uri).stat().st_mtime_ns
     assert logscan.scan_part(storage, str(tmp_path / "dest"), part)[0] == uri
@@ -182,21 +186,20 @@ def test_hundreds_of_rank_logs_stay_out_of_the_record_document(tmp_path: Path) -
     the full lists made the settled record 1.08 MB in `bench/bench_big_run.py --full` (Firestore's limit is 1 MiB)."""
     from rlcleanup.models.record import ChainSummary, CompletionRecord
 
-    attempts = [
-        AttemptFiles(
-            attempt_id=f"att-{a}",
-            log_uris=[
-                f"gs://b/run/logs/{a}/ray_session_logs/worker-{r:04d}-{k}.{ext}"
+    attempts = [AttemptFiles(attempt_id=f"att-{a}", log_prefix=f"gs://b/run/logs/{a}") for a in range(3)]
+    layout = _layout("gs://b/run", attempts)
+    scans = [  # what the log scan listed: the record names the logs from the scan (discovery lists none)
+        AttemptScan(
+            attempt_id=a.attempt_id,
+            files=[
+                LogScan(uri=f"{a.log_prefix}/ray_session_logs/worker-{r:04d}-{k}.{ext}", attempt_id=a.attempt_id)
                 for r in range(500)
                 for k, ext in ((0, "out"), (1, "err"))
             ],
         )
-        for a in range(3)
+        for a in attempts
     ]
-    layout = _layout("gs://b/run", attempts)
-    verdict = establish_terminal_state(
-        layout, [AttemptScan(attempt_id=a.attempt_id) for a in attempts], 10, budget_reason="t"
-    )
+    verdict = establish_terminal_state(layout, scans, 10, budget_reason="t")
     assert [(len(a.log_uris), a.log_count) for a in verdict.attempts] == [(20, 1000)] * 3
     record = CompletionRecord(run_id="r", run_uri="gs://b/run", chain=ChainSummary(attempts=verdict.attempts))
     assert len(record.model_dump_json()) < 20_000
@@ -226,8 +229,8 @@ def test_cut_logs_on_the_embedded_stack_give_the_same_record(tmp_path: Path, mon
         return fields
 
     whole = record("whole")
-    plan = logscan.plan_log_scan
-    monkeypatch.setattr(logscan, "plan_log_scan", lambda layout: plan(layout, max_bytes=1500))
+    page = logscan.plan_log_scan_page
+    monkeypatch.setattr(logscan, "plan_log_scan_page", lambda *args: page(*args, max_bytes=1500))
     cut = record("cut")
     assert int(cut.pop("parts")) > int(whole.pop("parts"))  # really cut
     assert whole["first_failure_cause"] and whole["terminal_state"]  # a verdict to keep

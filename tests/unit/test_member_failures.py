@@ -221,8 +221,8 @@ def test_a_failing_segment_of_a_cut_log_ends_its_chain_and_the_run_finishes(
     """Logs over 1,500 bytes cut into segments, each published by the one before: when the second segment of a file
     fails, the segments after it will never be published, so they are completed as failed with it; the fan-in still
     settles the run and the file is named unread once."""
-    plan = logscan.plan_log_scan
-    monkeypatch.setattr(logscan, "plan_log_scan", lambda layout: plan(layout, max_bytes=1500))
+    page = logscan.plan_log_scan_page
+    monkeypatch.setattr(logscan, "plan_log_scan_page", lambda *args: page(*args, max_bytes=1500))
     calls: Counter[str] = Counter()
     victim: list[str] = []
 

@@ -11,9 +11,10 @@ import pytest
 from safetensors import SafetensorError, safe_open
 
 from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.parsing.logs import attempt_log_objects, log_order
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
 from rlcleanup.samples.v2 import SCENARIOS_V2
-from rlcleanup.steps.layout import discover
+from rlcleanup.steps.layout import AttemptFiles, discover
 
 SHARDS = [f"model-0000{k}-of-00003.safetensors" for k in (1, 2, 3)]
 BROKEN = {
@@ -37,6 +38,11 @@ EXPECTED = {  # scenario -> (marker, export steps, attempts)
     "partial-checkpoint": (20, [5, 10, 15, 20], 1),
 }
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _logs(attempt: AttemptFiles) -> list[str]:
+    """The attempt's logs in scan order (discovery names a Marin attempt's log prefix; this lists it)."""
+    return log_order(o.uri for o in attempt_log_objects(LocalStorage(checksums=False), attempt))
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +83,7 @@ def test_layout_discovery_and_expected_files(runs: dict[str, Path], scenario: st
     assert len(layout.attempts) == n_attempts
     assert marker in layout.checkpoint_steps
     assert layout.config.get("trainer") or layout.config.get("skyrl")
-    first_log = _text(Path(layout.attempts[0].log_uris[0]))
+    first_log = _text(Path(_logs(layout.attempts[0])[0]))
     assert "No checkpoint found, starting training from scratch" in first_log
     if layout.kind == "A":
         starts = [a.started_at for a in layout.attempts]
@@ -86,11 +92,11 @@ def test_layout_discovery_and_expected_files(runs: dict[str, Path], scenario: st
         assert (root / ".executor_info").is_file() and (root / ".executor_status").is_file()
         for att in layout.attempts:
             assert re.fullmatch(r"[0-9a-f]{12}", att.attempt_id)
-            assert any(u.endswith("/finelog.log") for u in att.log_uris)
-            assert any(re.search(r"/worker-[0-9a-f-]+\.(out|err)$", u) for u in att.log_uris)
+            assert any(u.endswith("/finelog.log") for u in _logs(att))
+            assert any(re.search(r"/worker-[0-9a-f-]+\.(out|err)$", u) for u in _logs(att))
         assert isinstance(layout.attempts[0].record["request"]["command"], list)
     else:
-        assert all("_ray" not in u for a in layout.attempts for u in a.log_uris)
+        assert all("_ray" not in u for a in layout.attempts for u in _logs(a))
         assert [int(a.attempt_id) for a in layout.attempts] == sorted(int(a.attempt_id) for a in layout.attempts)
         assert "'trainer/global_step': 7}" in first_log and "WANDB_MIRROR" not in first_log
 
@@ -160,20 +166,20 @@ def test_broken_exports_are_really_broken(runs: dict[str, Path]) -> None:
 def test_scenario_specifics(runs: dict[str, Path]) -> None:
     failed = runs["failed-first-link"]
     layout = discover(LocalStorage(checksums=False), str(failed))
-    errs = [Path(u) for u in layout.attempts[0].log_uris if u.endswith(".err")]
+    errs = [Path(u) for u in _logs(layout.attempts[0]) if u.endswith(".err")]
     oom = [p for p in errs if "torch.OutOfMemoryError: CUDA out of memory" in p.read_text()]
     assert len(oom) == 1
     lines = oom[0].read_text().splitlines()
     pos = next(i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):"))
     assert pos > 0 and any("Watchdog caught collective operation timeout" in x for x in lines[pos:])
     for att in layout.attempts[1:]:
-        text = "".join(Path(u).read_text() for u in att.log_uris)
+        text = "".join(Path(u).read_text() for u in _logs(att))
         assert "OutOfMemoryError" not in text and "RayActorError" in text
     assert (failed / ".executor_status").read_text().strip() == "FAILED"
     assert json.loads((failed / "terminal.json").read_text())["response"]["failure"]
 
     resumed = discover(LocalStorage(checksums=False), str(runs["completed-resumed"]))
-    second = _text(Path(next(u for u in resumed.attempts[1].log_uris if u.endswith("finelog.log"))))
+    second = _text(Path(next(u for u in _logs(resumed.attempts[1]) if u.endswith("finelog.log"))))
     assert "Successfully loaded complete checkpoint state from global_step_10" in second
     assert "WANDB_MIRROR kind=train step=11 " in second and "Training done!" in second
     assert resumed.checkpoint_steps == [15, 20]
@@ -183,7 +189,7 @@ def test_scenario_specifics(runs: dict[str, Path]) -> None:
     assert (vanished / ".executor_status").read_text().strip() == "RUNNING"
 
     tail = discover(LocalStorage(checksums=False), str(runs["completed-budget-plus-one"])).attempts[-1]
-    assert "run is already COMPLETE" in _text(Path(next(u for u in tail.log_uris if u.endswith("finelog.log"))))
+    assert "run is already COMPLETE" in _text(Path(next(u for u in _logs(tail) if u.endswith("finelog.log"))))
 
     partial = discover(LocalStorage(checksums=False), str(runs["partial-checkpoint"]))
     assert partial.checkpoint_steps[-1] == 30
@@ -225,7 +231,7 @@ def _rewards(text: str) -> dict[int, float]:
 
 def test_reward_curves(runs: dict[str, Path]) -> None:
     sel = discover(LocalStorage(checksums=False), str(runs["selection-policy"]))
-    rewards = _rewards(_text(Path(next(u for u in sel.attempts[0].log_uris if u.endswith("finelog.log")))))
+    rewards = _rewards(_text(Path(next(u for u in _logs(sel.attempts[0]) if u.endswith("finelog.log")))))
     assert sorted(rewards) == list(range(1, 41))
     ema: dict[int, float] = {}
     value = rewards[1]
@@ -236,6 +242,6 @@ def test_reward_curves(runs: dict[str, Path]) -> None:
     assert chosen == 30 and sel.config["cleanup"]["selection"]["metric"] == "reward/avg_raw_reward"
 
     res = discover(LocalStorage(checksums=False), str(runs["completed-resumed"]))
-    links = [_rewards(_text(Path(next(u for u in a.log_uris if u.endswith("finelog.log"))))) for a in res.attempts]
+    links = [_rewards(_text(Path(next(u for u in _logs(a) if u.endswith("finelog.log"))))) for a in res.attempts]
     assert sorted(links[0]) == list(range(1, 13)) and sorted(links[1]) == list(range(11, 21))
     assert links[0][11] != links[1][11] and links[0][12] != links[1][12]
