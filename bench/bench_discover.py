@@ -1,13 +1,15 @@
 """What discovery lists: the run's structure (step directories by a delimiter listing) against the walk of every
 checkpoint and export file it did before (issue 17 goal 3, work per invocation).
 
-A/B in one run on the same run: "walk" is `discover` on a storage without a children listing, which lists the
-checkpoint and export roots whole and cuts names at the first path component (what discovery did before
-435c889, line for line); "children" is the same `discover` on the storage as deployed. Both must give the same
-layout. Counts the objects each recursive listing yields and times `discover` (median of --repeat), on local
-files and on fake-gcs-server (its own process group). The run is the large generator's shape (500 ranks x 3
-attempts, 40 exports x 30 shards: 10,108 objects with --full) with small logs: log bytes do not change what
-is listed.
+A/B in one run on the same run: "walk" is `discover` on a storage without a children listing, where every
+children listing falls back to a recursive listing cut at the first path component (what discovery did before
+435c889 for the checkpoint and export roots; it now also walks each attempt directory, which discovery names
+by its children); "children" is the same `discover` on the storage as deployed. Both must give the same
+layout. Counts every name the listings return (objects of recursive listings, entries of children listings)
+and times `discover` (median of --repeat), on local files and on fake-gcs-server (its own process group). The
+run is the large generator's shape (500 ranks x 3 attempts, 40 exports x 30 shards: 10,108 objects with
+--full) with small logs: log bytes do not change what is listed. To compare commits, run this file against
+another checkout's package: PYTHONPATH=<checkout>/shared .venv/bin/python bench/bench_discover.py --full.
 Run: .venv/bin/python bench/bench_discover.py [--full] [--repeat 3]
 """
 
@@ -26,17 +28,19 @@ from _common import fake_gcs, figure, gcs_client
 from rlcleanup.adapters.gcs_storage import GcsStorage
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.adapters.storage_router import RoutingStorage
-from rlcleanup.ports.storage import ObjectInfo
+from rlcleanup.ports.storage import ChildPage, ObjectInfo
 from rlcleanup.samples.large import SCALES, planned_objects, write_spec
 from rlcleanup.samples.upload import upload_sample_run
 from rlcleanup.steps.layout import RunLayout, discover
 
 
 class Listed:
-    """Counts the objects recursive listings yield; `children=False` hides the backend's children listing."""
+    """Counts what listings return, so both columns count every name discovery had to take in: objects from
+    recursive listings here, and entries (sub-prefixes and objects) from children listings in `ListedChildren`.
+    This class has no children listing: ports.storage.child_names falls back to a recursive listing (the walk)."""
 
-    def __init__(self, inner: Any, children: bool) -> None:
-        self.inner, self.children, self.objects = inner, children, 0
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.objects = inner, 0
 
     def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
         for info in self.inner.list(prefix_uri):
@@ -44,9 +48,18 @@ class Listed:
             yield info
 
     def __getattr__(self, name: str) -> Any:
-        if name == "list_children" and not self.children:
-            raise AttributeError(name)  # the walk: ports.storage.child_names falls back to a recursive listing
+        if name == "list_children":
+            raise AttributeError(name)  # hidden, so isinstance(.., ListsChildren) is False
         return getattr(self.inner, name)
+
+
+class ListedChildren(Listed):
+    """The storage as deployed: its children listing, counted entry by entry."""
+
+    def list_children(self, prefix_uri: str, page_token: str | None = None, page_size: int = 200) -> ChildPage:
+        page: ChildPage = self.inner.list_children(prefix_uri, page_token, page_size)
+        self.objects += len(page.prefixes) + len(page.objects)
+        return page
 
 
 def measure(label: str, make: Any, run_uri: str, repeat: int) -> None:
@@ -55,7 +68,7 @@ def measure(label: str, make: Any, run_uri: str, repeat: int) -> None:
     for name, children in (("walk", False), ("children", True)):
         walls, counted = [], 0
         for _ in range(repeat):
-            storage = Listed(make(), children)
+            storage = (ListedChildren if children else Listed)(make())
             t0 = time.perf_counter()
             layouts[name] = discover(storage, run_uri)  # type: ignore[arg-type]
             walls.append(time.perf_counter() - t0)
