@@ -9,17 +9,21 @@ a one-page plan does.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rlcleanup.errors import PermanentError, RetryLater
-from rlcleanup.models.events import CapturePlanPageMessage
+from rlcleanup.models.events import CapturePlanPageMessage, LogScanPlanPageMessage
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime import evidence, handlers
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.settings import DeploymentSettings
+
+Handler = Callable[[Any, bytes, dict[str, str]], str]
 
 
 @pytest.fixture(autouse=True)
@@ -86,20 +90,30 @@ def test_a_paged_plan_preserves_what_one_page_does(tmp_path: Path) -> None:
         assert _listing(one_root, name)
 
 
-def test_a_page_without_the_page_before_it_waits_and_one_past_the_end_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("message", "handler", "key"),
+    [
+        (CapturePlanPageMessage, handlers.capture_part, "capture-plan-page"),
+        (LogScanPlanPageMessage, handlers.scan_log_part, "terminal-plan-page"),  # tests/unit/test_logscan_pages.py
+    ],
+    ids=["capture", "log-scan"],
+)
+def test_a_page_without_the_page_before_it_waits_and_one_past_the_end_is_refused(
+    tmp_path: Path, message: type[CapturePlanPageMessage], handler: Handler, key: str
+) -> None:
     """A continuation only names its page. With no stored page before it there is nowhere to resume from yet:
     it is retried (a continuation from before a record-store loss can arrive before the re-emitted run stores
     its page 0 again). After a page that ended the plan it is bad input."""
     stack = EmbeddedStack.create(tmp_path / "records.db", str(tmp_path / "preserved"))
-    data = CapturePlanPageMessage(run_id="never-planned", plan_page=2).model_dump_json().encode()
+    data = message(run_id="never-planned", plan_page=2).model_dump_json().encode()
     with pytest.raises(RetryLater) as waiting:
-        handlers.capture_part(stack.ports, data, {})
+        handler(stack.ports, data, {})
     assert "page 1 is not stored yet" in str(waiting.value)
-    stack.ports.claims.claim("ended", "capture-plan-page:0", 60, stack.ports.clock.now(), owner="t")
-    stack.ports.claims.complete("ended", "capture-plan-page:0", {"parts": [], "next": None})
-    past_end = CapturePlanPageMessage(run_id="ended", plan_page=1).model_dump_json().encode()
+    stack.ports.claims.claim("ended", f"{key}:0", 60, stack.ports.clock.now(), owner="t")
+    stack.ports.claims.complete("ended", f"{key}:0", {"parts": [], "next": None})
+    past_end = message(run_id="ended", plan_page=1).model_dump_json().encode()
     with pytest.raises(PermanentError) as refused:
-        handlers.capture_part(stack.ports, past_end, {})
+        handler(stack.ports, past_end, {})
     assert refused.value.code == "bad_input" and "the plan ended before it" in str(refused.value)
 
 

@@ -2,8 +2,9 @@
 
 establish-terminal-state lists at most `capture_page_objects` log objects per invocation; an attempt's logs over
 that are planned in pages, each a continuation message on log-scan-parts that names only its page (where to
-resume is in the claim store). Run end to end on the embedded stack, a paged plan must reach exactly the verdict
-a one-page plan does, from the same files.
+resume is in the claim store; a continuation that comes too early or past the end: test_capture_pages.py). Run
+end to end on the embedded stack, a paged plan must reach exactly the verdict a one-page plan does, from the same
+files.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from rlcleanup.errors import PermanentError, RetryLater
 from rlcleanup.models.events import LogScanPlanPageMessage
 from rlcleanup.models.vocab import RecordStatus
-from rlcleanup.runtime import evidence, handlers
+from rlcleanup.runtime import evidence
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.settings import DeploymentSettings
@@ -61,20 +61,6 @@ def test_a_paged_log_scan_plan_reaches_the_verdict_one_page_does(tmp_path: Path)
     assert len(scans) >= len(ids)  # every planned part was scanned (a cut file adds segments)
     files = lambda stack: sum(s["files"] for s in stack.ports.claims.results(run_id, "log-scan:").values())  # noqa: E731
     assert files(one) == files(paged) > 2  # the same log files were read, whatever the page size
-
-
-def test_a_log_scan_page_without_the_page_before_it_waits_and_one_past_the_end_is_refused(tmp_path: Path) -> None:
-    stack = EmbeddedStack.create(tmp_path / "records.db", str(tmp_path / "preserved"))
-    data = LogScanPlanPageMessage(run_id="never-planned", plan_page=3).model_dump_json().encode()
-    with pytest.raises(RetryLater) as waiting:
-        handlers.scan_log_part(stack.ports, data, {})
-    assert "page 2 is not stored yet" in str(waiting.value)
-    stack.ports.claims.claim("ended", "terminal-plan-page:0", 60, stack.ports.clock.now(), owner="t")
-    stack.ports.claims.complete("ended", "terminal-plan-page:0", {"parts": [], "next": None})
-    past_end = LogScanPlanPageMessage(run_id="ended", plan_page=1).model_dump_json().encode()
-    with pytest.raises(PermanentError) as refused:
-        handlers.scan_log_part(stack.ports, past_end, {})
-    assert refused.value.code == "bad_input" and "the plan ended before it" in str(refused.value)
 
 
 def test_a_log_scan_continuation_carries_no_location() -> None:

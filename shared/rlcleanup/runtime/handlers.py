@@ -176,6 +176,59 @@ def _marks_text(marks: attempt_scope.EndMarks) -> str:
     return f"{tokens}; {len(marks.attempts)} attempts"
 
 
+# ---------------------------------------------------------------- a plan in pages (the log-scan and capture plans)
+
+
+def _page_before(p: Ports, run_id: str, scope: str, plan: str, key: str, page: int) -> dict[str, Any]:
+    """The stored page a continuation resumes from (where to read comes from here, never from the message)."""
+    before = p.claims.result(run_id, scoped(scope, f"{key}:{page - 1}"))
+    if before is None:
+        # Not yet, rather than bad input: a continuation from before a record-store loss can arrive before the
+        # re-emitted run stores its page 0 again (test_faults' Firestore restart). Retried with backoff; one that
+        # never finds its page is dead-lettered by Pub/Sub.
+        raise RetryLater(f"{plan} page {page} of {run_id}: page {page - 1} is not stored yet")
+    if before.get("next") is None:
+        raise PermanentError("bad_input", f"{plan} page {page} of {run_id}: the plan ended before it")
+    return before
+
+
+def _stored_page(p: Ports, run_id: str, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """This page's result: planned now, or stored by an earlier delivery."""
+    done = _once(p, run_id, key, work) or p.claims.result(run_id, key)  # None from _once: planned before
+    if done is None:
+        raise RetryLater(f"{run_id}/{key}: stored result not readable yet")
+    return done
+
+
+def _page_doc(parts: list[Any], dest_root: str, msg: RunMessage, listed: int, nxt: BaseModel | None) -> dict[str, Any]:
+    """A stored page: its part ids, where the plan writes, the run, how many objects it listed, and the cursor of
+    the next page (None on the last page)."""
+    cursor = nxt.model_dump(mode="json") if nxt is not None else None
+    return {
+        "parts": parts,
+        "dest_root": dest_root,
+        "run": msg.model_dump(mode="json"),
+        "listed": listed,
+        "next": cursor,
+    }
+
+
+def _continue(p: Ports, topic: str, nxt: BaseModel, page: str, done: dict[str, Any]) -> str:
+    """Queue the next page. Republished on a redelivery: the next page's claim makes it run once."""
+    _publish(p, topic, nxt)
+    return f"{page}: {len(done['parts'])} parts from {done['listed']} objects; next page queued"
+
+
+def _every_page(p: Ports, run_id: str, scope: str, plan: str, key: str, last: int) -> list[dict[str, Any]]:
+    """Pages 0..last in order, once every one is readable (the last page joins them into the whole plan)."""
+    stored = p.claims.results(run_id, scoped(scope, f"{key}:"))
+    keys = [scoped(scope, f"{key}:{n}") for n in range(last + 1)]
+    missing = [k for k in keys if k not in stored]
+    if missing:
+        raise RetryLater(f"{run_id}: {plan} pages {missing} not readable yet")
+    return [stored[k] for k in keys]
+
+
 # ---------------------------------------------------------------- terminal state (log-scan fan-out, fan-in)
 
 
@@ -196,11 +249,7 @@ def _plan_log_scan_page(p: Ports, run_id: str, scope: str, page: int, first: Run
             msg, cursor = first, None
             dest_root = capture_step.preserved_root(msg.preserve_root, msg.run_id, pass_id(msg.scope))
         else:
-            before = p.claims.result(run_id, scoped(scope, f"terminal-plan-page:{page - 1}"))
-            if before is None:  # as for a capture plan page: not yet, rather than bad input
-                raise RetryLater(f"log-scan plan page {page} of {run_id}: page {page - 1} is not stored yet")
-            if before.get("next") is None:
-                raise PermanentError("bad_input", f"log-scan plan page {page} of {run_id}: the plan ended before it")
+            before = _page_before(p, run_id, scope, "log-scan plan", "terminal-plan-page", page)
             msg, dest_root = RunMessage.model_validate(before["run"]), before["dest_root"]
             cursor = logscan.LogPlanCursor.model_validate(before["next"])
         layout = run_layout(p, run_id, msg.run_uri, scope)
@@ -210,29 +259,18 @@ def _plan_log_scan_page(p: Ports, run_id: str, scope: str, page: int, first: Run
             _publish(p, "log-scan-parts", part_msg)
         # Part ids and attempt ids only (as maps: Firestore has no nested arrays); the file lists travel in the
         # messages, so this result stays small however many logs the run has.
-        return {
-            "parts": [{"part_id": part.part_id, "attempt_id": part.attempt_id} for part in planned.parts],
-            "dest_root": dest_root,
-            "run": msg.model_dump(mode="json"),
-            "listed": planned.listed,
-            "next": planned.next.model_dump(mode="json") if planned.next is not None else None,
-        }
+        parts = [{"part_id": part.part_id, "attempt_id": part.attempt_id} for part in planned.parts]
+        return _page_doc(parts, dest_root, msg, planned.listed, planned.next)
 
-    done = _once(p, run_id, key, work) or p.claims.result(run_id, key)  # None from _once: planned before
-    if done is None:
-        raise RetryLater(f"{run_id}/{key}: stored result not readable yet")
-    if done["next"] is not None:  # republished on a redelivery: the next page's claim makes it run once
-        _publish(p, "log-scan-parts", LogScanPlanPageMessage(run_id=run_id, scope=scope, plan_page=page + 1))
-        return f"log-scan plan page {page}: {len(done['parts'])} parts from {done['listed']} objects; next page queued"
+    done = _stored_page(p, run_id, key, work)
+    if done["next"] is not None:
+        nxt = LogScanPlanPageMessage(run_id=run_id, scope=scope, plan_page=page + 1)
+        return _continue(p, "log-scan-parts", nxt, f"log-scan plan page {page}", done)
 
     def whole() -> dict[str, Any]:
-        pages = p.claims.results(run_id, scoped(scope, "terminal-plan-page:"))
-        keys = [scoped(scope, f"terminal-plan-page:{n}") for n in range(page + 1)]
-        missing = [k for k in keys if k not in pages]
-        if missing:
-            raise RetryLater(f"{run_id}: log-scan plan pages {missing} not readable yet")
+        pages = _every_page(p, run_id, scope, "log-scan plan", "terminal-plan-page", page)
         return {
-            "parts": [part for k in keys for part in pages[k]["parts"]],
+            "parts": [part for stored in pages for part in stored["parts"]],
             "dest_root": done["dest_root"],
             "run": done["run"],
             "pages": page + 1,
@@ -333,14 +371,7 @@ def _plan_capture_page(p: Ports, run_id: str, scope: str, page: int, first: RunM
         if page == 0 and first is not None:
             msg, cursor = first, None
         else:
-            before = p.claims.result(run_id, scoped(scope, f"capture-plan-page:{page - 1}"))
-            if before is None:
-                # Not yet, rather than bad input: a continuation from before a record-store loss can arrive
-                # before the re-emitted run stores its page 0 again (test_faults' Firestore restart). Retried
-                # with backoff; one that never finds its page is dead-lettered by Pub/Sub.
-                raise RetryLater(f"capture plan page {page} of {run_id}: page {page - 1} is not stored yet")
-            if before.get("next") is None:
-                raise PermanentError("bad_input", f"capture plan page {page} of {run_id}: the plan ended before it")
+            before = _page_before(p, run_id, scope, "capture plan", "capture-plan-page", page)
             msg = RunMessage.model_validate(before["run"])
             cursor = capture_step.PageCursor.model_validate(before["next"])
         layout = run_layout(p, run_id, msg.run_uri, scope)
@@ -360,33 +391,21 @@ def _plan_capture_page(p: Ports, run_id: str, scope: str, page: int, first: RunM
                 run_id=run_id, scope=scope, run_uri=msg.run_uri, dest_root=planned.dest_root, part=part
             )
             _publish(p, "capture-parts", part_msg)
-        return {
-            "parts": [part.part_id for part in planned.parts],
-            "dest_root": planned.dest_root,
-            "run": msg.model_dump(mode="json"),
-            "listed": planned.listed,
-            "next": planned.next.model_dump(mode="json") if planned.next is not None else None,
-        }
+        return _page_doc([part.part_id for part in planned.parts], planned.dest_root, msg, planned.listed, planned.next)
 
-    done = _once(p, run_id, key, work) or p.claims.result(run_id, key)  # None from _once: planned before
-    if done is None:
-        raise RetryLater(f"{run_id}/{key}: stored result not readable yet")
-    if done["next"] is not None:  # republished on a redelivery: the next page's claim makes it run once
-        _publish(p, "capture-parts", CapturePlanPageMessage(run_id=run_id, scope=scope, plan_page=page + 1))
-        return f"capture plan page {page}: {len(done['parts'])} parts from {done['listed']} objects; next page queued"
+    done = _stored_page(p, run_id, key, work)
+    if done["next"] is not None:
+        nxt = CapturePlanPageMessage(run_id=run_id, scope=scope, plan_page=page + 1)
+        return _continue(p, "capture-parts", nxt, f"capture plan page {page}", done)
     run = RunMessage.model_validate(done["run"])
 
     def whole() -> dict[str, Any]:
-        pages = p.claims.results(run_id, scoped(scope, "capture-plan-page:"))
-        keys = [scoped(scope, f"capture-plan-page:{n}") for n in range(page + 1)]
-        missing = [k for k in keys if k not in pages]
-        if missing:
-            raise RetryLater(f"{run_id}: capture plan pages {missing} not readable yet")
+        pages = _every_page(p, run_id, scope, "capture plan", "capture-plan-page", page)
         if page > 0:
             merged = capture_step.merge_listings(p.storage, done["dest_root"], page + 1)
             p.records.add_errors(run_id, _errors("capture", merged))
         return {
-            "parts": [part_id for k in keys for part_id in pages[k]["parts"]],
+            "parts": [part_id for stored in pages for part_id in stored["parts"]],
             "dest_root": done["dest_root"],
             "preserve_root": run.preserve_root,
             "pages": page + 1,
