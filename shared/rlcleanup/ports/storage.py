@@ -160,19 +160,34 @@ def child_names(storage: Storage, prefix_uri: str, page_size: int = 1000) -> lis
     Where the backend lists children, a step with 1,500 checkpoint files costs nothing here; a backend without it
     (a wrapper in a bench or test) is listed whole and cut at the first path component, which names the same
     children: a directory with nothing in it is no child on any backend (local storage skips it too)."""
+    prefixes, objects = children(storage, prefix_uri, page_size)
+    return sorted({*prefixes, *(o.uri for o in objects)})
+
+
+def children(storage: Storage, prefix_uri: str, page_size: int = 1000) -> tuple[list[str], list[ObjectInfo]]:
+    """prefix_uri's immediate sub-prefixes (URIs, sorted) and objects (with what the listing said of them, in name
+    order), from one children listing: a caller that needs an object's size or time has it without a stat."""
     base = prefix_uri.rstrip("/")
     if isinstance(storage, ListsChildren):
-        names: set[str] = set()
+        prefixes: set[str] = set()
+        objects: dict[str, ObjectInfo] = {}
         token: str | None = None
         while True:
             page = storage.list_children(base, token, page_size)
-            names.update(page.prefixes)
-            names.update(o.uri for o in page.objects)
+            prefixes.update(page.prefixes)
+            objects.update((o.uri, o) for o in page.objects)
             if not page.next_token:
-                return sorted(names)
+                return sorted(prefixes), [objects[uri] for uri in sorted(objects)]
             token = page.next_token
-    firsts = {o.uri[len(base) + 1 :].split("/", 1)[0] for o in storage.list(base) if o.uri.startswith(base + "/")}
-    return sorted(f"{base}/{name}" for name in firsts if name)
+    deeper: set[str] = set()
+    direct: list[ObjectInfo] = []
+    for o in storage.list(base):
+        name, sep, _ = o.uri[len(base) + 1 :].partition("/") if o.uri.startswith(base + "/") else ("", "", "")
+        if name and sep:
+            deeper.add(f"{base}/{name}")
+        elif name:
+            direct.append(o)
+    return sorted(deeper), sorted(direct, key=lambda o: o.uri)
 
 
 @runtime_checkable

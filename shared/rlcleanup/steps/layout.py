@@ -14,7 +14,7 @@ from typing import Any
 from rlcleanup.errors import PermanentError
 from rlcleanup.formats.config import ConfigError, get, parse_config, parse_int, sha256_hex
 from rlcleanup.formats.launch import RunConfig, read_run_config
-from rlcleanup.ports.storage import ObjectInfo, Storage, child_names
+from rlcleanup.ports.storage import ObjectInfo, Storage, child_names, children
 from rlcleanup.steps import marin
 from rlcleanup.steps.marin import ExecutorLock, StepRole
 from rlcleanup.uris import basename, join, parent
@@ -197,9 +197,9 @@ def _find_config(storage: Storage, run_uri: str, names: tuple[str, ...]) -> str 
 def _request_training_manifest(storage: Storage, step_root: str) -> str | None:
     """An export step's `request.training_manifest_uri` (terminal.json, else any durable attempt record)."""
     records = [_read_json(storage, join(step_root, "terminal.json")) or {}]
-    for uri in child_names(storage, join(step_root, "attempts")):
-        if uri.endswith(".json"):
-            records.append(_read_json(storage, uri) or {})
+    for info in children(storage, join(step_root, "attempts"))[1]:  # objects only, as records are
+        if info.uri.endswith(".json"):
+            records.append(_read_json(storage, info.uri) or {})
     for record in records:
         uri = get(record, "request.training_manifest_uri")
         if isinstance(uri, str) and uri:
@@ -274,20 +274,22 @@ def _read_attempts(storage: Storage, attempts_root: str) -> list[AttemptFiles]:
     (one for the root, one per attempt directory). An attempt's log files are never listed here: a 500-rank run
     leaves thousands of them, and only the log scan (paged) and a pre-cancel capture read them."""
     by_id: dict[str, AttemptFiles] = {}
-    for uri in child_names(storage, attempts_root):
-        name = basename(uri)
-        info = storage.stat(uri) if name.endswith(".json") else None
-        if info is not None:
+    directories, objects = children(storage, attempts_root)
+    for info in objects:
+        name = basename(info.uri)
+        if name.endswith(".json"):
             attempt_id = name[: -len(".json")]
             att = by_id.setdefault(attempt_id, AttemptFiles(attempt_id=attempt_id))
-            att.record_uri = uri
-            att.record = _read_json(storage, uri) or {}
+            att.record_uri = info.uri
+            att.record = _read_json(storage, info.uri) or {}
             att.started_at = parse_time(get(att.record, "execution.started_at"))
             att.ended_at = parse_time(get(att.record, "execution.ended_at") or get(att.record, "execution.finished_at"))
             att.created_at = info.updated
-        elif name not in _NOT_ATTEMPTS:
+    for uri in directories:
+        name = basename(uri)
+        if name not in _NOT_ATTEMPTS:
             logs = join(uri, "logs")
-            if logs in child_names(storage, uri):  # an attempt directory is a link only once it holds logs
+            if logs in children(storage, uri)[0]:  # an attempt directory is a link only once it holds logs
                 by_id.setdefault(name, AttemptFiles(attempt_id=name)).log_prefix = logs
     return order_attempts(list(by_id.values()))
 
