@@ -45,8 +45,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports  # the layer contract in pyproject.toml ([tool.importlinter])
 
+# Two xdist workers, files kept whole (--dist loadfile: module fixtures stay in one process). Each worker starts its
+# own emulator stack on free ports with its own state dir (tests/conftest.py), so they never share a server. Measured
+# on 2 cores: 590 s with 2 workers vs 885 s serial for the same suite. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) lint $(CHECKOV_STAMP) chromium
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Recompile the lock after changing [project].dependencies (keeps current pins where they still fit).
 lock: $(STAMP)

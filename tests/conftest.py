@@ -1,5 +1,5 @@
 """Shared fixtures. `stack`: the real local stack (Pub/Sub + Firestore emulators, fake-gcs-server, one
-functions-framework per function), started once per session on free ports and stopped by process group at the
+functions-framework per function), started once per session (so once per xdist worker under `make test`) on free ports and stopped by process group at the
 end — also on failure, Ctrl-C or an interpreter exit (atexit), so no emulator outlives the test run.
 """
 
