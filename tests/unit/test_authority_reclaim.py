@@ -37,6 +37,10 @@ def test_reclaim_deletes_exactly_the_plan(tmp_path: Path) -> None:
     planned = {d["uri"] for d in plan["delete"]}
     assert planned == export  # the granted artifact's source copy, nothing else
     assert {k["uri"] for k in plan["keep"]} == before - export and plan["keep_count"] == len(before - export)
+    temp_root = w.record.temp_root  # outside run_uri in this layout: the record's roots are what is inventoried
+    assert (
+        temp_root and not temp_root.startswith(w.run_uri) and any(k["uri"].startswith(temp_root) for k in plan["keep"])
+    )
     after = {str(p) for p in files_under(tmp_path / "runs")}
     assert after == before - planned
     assert w.record.reclaimed_bytes == plan["delete_bytes"] == sum(d["size"] for d in plan["delete"])

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rlcleanup.models.record import CompletionRecord
+from rlcleanup.models.record import CompletionRecord, DeclaredRegistration
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState
 from rlcleanup.runtime import evidence
 from rlcleanup.runtime.embedded import run_embedded
@@ -144,7 +144,7 @@ def test_completed_resumed(records: dict[str, CompletionRecord]) -> None:
     assert all(c.parameter_count == PARAMS and c.estimated_parameter_count == ESTIMATE for c in r.candidates)
     assert all((c.shard_count, _findings(c.warnings)) == (3, []) for c in r.candidates)
     assert r.resume_safety is not None and (r.resume_safety.safe, r.resume_safety.from_step) == (True, 20)
-    assert r.registration == NO_REGISTRATION
+    assert r.registration == NO_REGISTRATION and r.declared_registration is None
     assert r.remaining_work == [*_unresolved([5, 10, 15, 20]), HANDOFF, RECLAIM]
 
 
@@ -315,6 +315,7 @@ def test_selection_policy(records: dict[str, CompletionRecord]) -> None:
     assert sel.candidates_considered == [10, 15, 20, 25, 30, 35, 40]
     assert sel.chain_coverage is not None and (sel.chain_coverage.first_step, sel.chain_coverage.last_step) == (1, 40)
     assert r.registration == "applies: registry marin-models, model math-rl-qwen (needs a register grant)"
+    assert r.declared_registration == DeclaredRegistration(registry="marin-models", model_name="math-rl-qwen")
     assert r.remaining_work == [HANDOFF, "register: needs a register grant for the selected artifact", RECLAIM]
 
 

@@ -20,7 +20,6 @@ from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.hub import HubFactory, is_hub
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage, StorageAccessError, StorageError
-from rlcleanup.steps.layout import discover
 
 
 def _refused(grant: Grant, outcome: Outcome) -> dict[str, Any]:
@@ -71,7 +70,7 @@ def preview_grant(
         assert plan is not None
         return {"action": grant.action.value, "would": grant.action.value, **plan.preview()}
     if grant.action is Action.reclaim:
-        deletion = make_plan(storage, records, record, discover(storage, record.run_uri), grant, now)
+        deletion = make_plan(storage, records, record, grant, now)
         if isinstance(deletion, Outcome):
             return _refused(grant, deletion)
         return {

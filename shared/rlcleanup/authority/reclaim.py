@@ -31,7 +31,6 @@ from rlcleanup.authority.publish import read_marker
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import SchemeAwareStorage, SourceChangedError, Storage
-from rlcleanup.steps.layout import RunLayout
 
 MAX_KEEP_LISTED = 500  # the store's documents are bounded; the count of everything kept is always exact
 
@@ -131,7 +130,6 @@ def make_plan(
     storage: Storage,
     records: RunRecords,
     record: CompletionRecord,
-    layout: RunLayout,
     grant: Grant,
     now: datetime,
 ) -> ReclaimPlan | Outcome:
@@ -172,7 +170,8 @@ def make_plan(
     count = 0
     preserved = [p.rstrip("/") for p in record.preserved_locations]
     seen: set[str] = set()
-    for root in [layout.run_uri, *([layout.temp_root] if layout.temp_root else [])]:
+    # The roots classification checked (the record's), listed now: what is kept is what the run holds today.
+    for root in [record.run_uri, *([record.temp_root] if record.temp_root else [])]:
         for info in storage.list(root):
             if info.uri in planned or info.uri in seen:
                 continue
@@ -236,7 +235,6 @@ def reclaim(
     storage: Storage,
     records: RunRecords,
     record: CompletionRecord,
-    layout: RunLayout,
     grant: Grant,
     now: datetime,
     on_plan: Callable[[str, ReclaimPlan], None],
@@ -246,7 +244,7 @@ def reclaim(
     collection = plans_collection(record.run_id)
     stored = records.get_doc(collection, grant.grant_id)
     if stored is None:
-        made = make_plan(storage, records, record, layout, grant, now)
+        made = make_plan(storage, records, record, grant, now)
         if isinstance(made, Outcome):
             return made
         problem = plan_problem(made, record, grant, preserve_root)

@@ -1,34 +1,26 @@
 """Registration: a `model_registry/{id}` row, only when the experiment declares `cleanup.registration`
-and the artifact was published (its destination carries a completion marker for the same digest)."""
+and the artifact was published (its destination carries a completion marker for the same digest).
+
+The declaration is the record's (`declared_registration`, read from the classified configuration at wrap-up): the
+grant acts on what the record shows its approver, and a config edited after the run changes nothing."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from rlcleanup.authority import artifact
 from rlcleanup.authority.grants import Grant, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.publish import read_marker
-from rlcleanup.formats.config import get
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.facts import safe_run_id
-from rlcleanup.steps.layout import RunLayout
 
 REGISTRY = "model_registry"
 DOES_NOT_APPLY = "registration does not apply: the experiment declares no cleanup.registration"
 
 
-def declared(layout: RunLayout) -> dict[str, Any] | None:
-    value = get(layout.skyrl, "cleanup.registration") or get(layout.config, "cleanup.registration")
-    return value if isinstance(value, dict) and value.get("registry") else None
-
-
-def register(
-    storage: Storage, records: RunRecords, layout: RunLayout, record: CompletionRecord, grant: Grant
-) -> Outcome:
-    decl = declared(layout)
+def register(storage: Storage, records: RunRecords, record: CompletionRecord, grant: Grant) -> Outcome:
+    decl = record.declared_registration
     if decl is None:
         return Outcome(state="not_applicable", refusal=Refusal.not_applicable, detail=DOES_NOT_APPLY)
     pinned = artifact.pin(storage, record, grant)
@@ -43,10 +35,10 @@ def register(
             f"{grant.destination} holds no completed publish of digest {candidate.digest}",
             grant.destination,
         )
-    row_id = safe_run_id(f"{decl.get('model_name') or record.run_id}-{record.run_id}-step{candidate.step}")
+    row_id = safe_run_id(f"{decl.model_name or record.run_id}-{record.run_id}-step{candidate.step}")
     row = {
-        "registry": decl["registry"],
-        "model_name": decl.get("model_name"),
+        "registry": decl.registry,
+        "model_name": decl.model_name,
         "training_type": "RL",  # registry tools default to SFT
         "run_id": record.run_id,
         "step": candidate.step,
@@ -64,5 +56,5 @@ def register(
         state="registered",
         destination=grant.destination,
         uri=f"{REGISTRY}/{row_id}",
-        detail=f"registry {decl['registry']}, model {decl.get('model_name')}",
+        detail=f"registry {decl.registry}, model {decl.model_name}",
     )

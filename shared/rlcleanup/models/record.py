@@ -204,6 +204,13 @@ RECORD_DERIVED = ("problem_codes", "error_codes")
 DERIVED_FROM = {"candidates": "problem_codes", "errors": "error_codes"}
 
 
+class DeclaredRegistration(_Model):
+    """What the resolved configuration declares under `cleanup.registration`, read once at wrap-up."""
+
+    registry: str
+    model_name: str | None = None
+
+
 class CompletionRecord(_Model):
     run_id: str
     run_uri: str
@@ -225,6 +232,11 @@ class CompletionRecord(_Model):
     chain: ChainSummary = Field(default_factory=ChainSummary)
     source_revision: dict[str, str] = Field(default_factory=dict)
     base_model: str | None = None
+    temp_root: str | None = Field(
+        default=None,
+        description="the run's temp root (checkpoints, attempts) when it lies outside run_uri; with run_uri, what "
+        "a reclaim inventories. Set at classification from the roots checked against the run buckets.",
+    )
     resolved_config: ResolvedConfigRef | None = None
     launch_command: str | None = None
     preserved_locations: list[str] = Field(default_factory=list)
@@ -236,6 +248,11 @@ class CompletionRecord(_Model):
     resume_safety: ResumeSafety | None = None
     selection: Selection | None = None
     registration: str | None = None
+    declared_registration: DeclaredRegistration | None = Field(
+        default=None,
+        description="the classified configuration's cleanup.registration (wrap-up); a register grant acts on this, "
+        "never on the run's files as they are later",
+    )
     authority_actions: list[AuthorityAction] = Field(default_factory=list)
     reclaimed_bytes: int = 0
     pre_cancel: PreCancelCapture | None = None

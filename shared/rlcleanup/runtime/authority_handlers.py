@@ -28,7 +28,6 @@ from rlcleanup.ports.hub import is_hub
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.failures import decode
 from rlcleanup.runtime.guard import guarded_ports
-from rlcleanup.runtime.layouts import record_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.settings import in_run_buckets
@@ -167,7 +166,7 @@ def _apply(
         return _clear_cancel(p, grant, gid, capture)
     assert record is not None
     if grant.action is Action.register:
-        return register(p.storage, p.records, record_layout(p, record), record, grant)
+        return register(p.storage, p.records, record, grant)
     if grant.action is Action.reclaim:
         return _reclaim(p, grant, gid, record)
     pinned = pin(p.storage, record, grant)
@@ -206,9 +205,8 @@ def _reclaim(p: Ports, grant: Grant, gid: str, record: CompletionRecord) -> Outc
         )
         ledger.sync_record(p.records, grant.run_id)
 
-    # Fresh state on purpose: what reclaim may delete is what the run holds now, days after classification.
-    layout = discover(p.storage, record.run_uri)
-    return reclaim(p.storage, p.records, record, layout, grant, p.clock.now(), on_plan, p.preserve_root)
+    # Fresh state on purpose: reclaim lists the record's roots now and re-pins the export, days after classification.
+    return reclaim(p.storage, p.records, record, grant, p.clock.now(), on_plan, p.preserve_root)
 
 
 # ---------------------------------------------------------------- pre-cancel capture

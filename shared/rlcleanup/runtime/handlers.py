@@ -115,6 +115,7 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
             controller_state=f"{event.source}:{event.state}" if event.controller_state else None,
             source_revision=facts.source_revision,
             base_model=facts.base_model,
+            temp_root=layout.temp_root,
             resolved_config=facts.resolved_config,
             launch_command=facts.launch_command,
         )
@@ -165,6 +166,7 @@ _CLASSIFY_FIELDS = {
     "controller_state",
     "source_revision",
     "base_model",
+    "temp_root",
     "resolved_config",
     "launch_command",
     "not_applicable_evidence",

@@ -8,9 +8,6 @@ listings). A run classified before snapshots existed is discovered again, as it 
 
 from __future__ import annotations
 
-import re
-
-from rlcleanup.models.record import CompletionRecord
 from rlcleanup.runtime import attempt_scope
 from rlcleanup.runtime.attempt_scope import pass_id, scoped
 from rlcleanup.runtime.ports import Ports
@@ -35,14 +32,3 @@ def run_layout(p: Ports, run_id: str, run_uri: str, scope: str = "") -> RunLayou
     if not isinstance(uri, str) or not isinstance(dest_root, str):
         return discover(p.storage, run_uri)
     return load_layout(p.storage, uri, dest_root=dest_root, run_uri=run_uri)
-
-
-_PASS_ROOT = re.compile(r"/passes/([0-9a-f]{12})$")
-
-
-def record_layout(p: Ports, record: CompletionRecord) -> RunLayout:
-    """The layout classification stored for the record's newest pass. Its first preserved location is that
-    pass's evidence root (`.../passes/<12 hex>` for a later end of the run, the plain run root for the first)."""
-    newest = record.preserved_locations[0].rstrip("/") if record.preserved_locations else ""
-    later_pass = _PASS_ROOT.search(newest)
-    return run_layout(p, record.run_id, record.run_uri, f"{later_pass[1]}/" if later_pass else "")

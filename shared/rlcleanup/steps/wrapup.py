@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlcleanup.formats.config import get
-from rlcleanup.models.record import Candidate, CompletionRecord, ResumeSafety
+from rlcleanup.models.record import Candidate, CompletionRecord, DeclaredRegistration, ResumeSafety
 from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.metrics_store import load_series
@@ -15,14 +15,20 @@ from rlcleanup.steps.select import declared_policy, select
 from rlcleanup.steps.validate import resume_not_applicable
 
 
-def registration_note(layout: RunLayout) -> tuple[str, bool]:
+def declared_registration(layout: RunLayout) -> DeclaredRegistration | None:
+    """The experiment's `cleanup.registration` (SkyRL config first, then the experiment config), if it names a
+    registry."""
     declared = get(layout.skyrl, "cleanup.registration") or get(layout.config, "cleanup.registration")
-    if isinstance(declared, dict) and declared.get("registry"):
-        return (
-            f"applies: registry {declared.get('registry')}, model {declared.get('model_name')} (needs a register grant)",
-            True,
-        )
-    return "does not apply: the experiment declares no cleanup.registration", False
+    if not isinstance(declared, dict) or not declared.get("registry"):
+        return None
+    name = declared.get("model_name")
+    return DeclaredRegistration(registry=str(declared["registry"]), model_name=None if name is None else str(name))
+
+
+def registration_note(declared: DeclaredRegistration | None) -> str:
+    if declared is None:
+        return "does not apply: the experiment declares no cleanup.registration"
+    return f"applies: registry {declared.registry}, model {declared.model_name} (needs a register grant)"
 
 
 def finish_record(
@@ -44,7 +50,7 @@ def finish_record(
     )
     if policy_error:
         selection.reason = policy_error
-    registration, registers = registration_note(layout)
+    declared = declared_registration(layout)
     by_design = resume_not_applicable(layout)  # generation-only / metrics mode: no candidates, not a fault
     protocol = protocol_facts(storage, layout)
     notes: list[str] = []
@@ -59,7 +65,7 @@ def finish_record(
         selection_status=selection.status,
         candidates=candidates,
         resume=resume,
-        registers=registers,
+        registers=declared is not None,
         actions=record.authority_actions,
         by_design=by_design,
         notes=notes,
@@ -68,7 +74,8 @@ def finish_record(
         "candidates": [c.model_dump(mode="json") for c in candidates],
         "resume_safety": resume.model_dump(mode="json") if resume else None,
         "selection": selection.model_dump(mode="json"),
-        "registration": registration,
+        "registration": registration_note(declared),
+        "declared_registration": declared.model_dump(mode="json") if declared else None,
         "remaining_work": remaining.items,
         "status": remaining.status.value,
     }
