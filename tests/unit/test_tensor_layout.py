@@ -34,6 +34,7 @@ def test_the_layout_check_extra_is_installed_in_the_dev_env() -> None:
 
 def test_without_transformers_the_check_is_skipped_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     tensor_layout._meta_model.cache_clear()
+    tensor_layout._verdict.cache_clear()
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
     report = check_tensor_layout(moe_config(), set(moe_tensors(fused=False)))
     assert (report.checked, report.mismatch) == (False, False)
@@ -41,6 +42,32 @@ def test_without_transformers_the_check_is_skipped_and_says_why(monkeypatch: pyt
         "transformers/torch not installed or not importable"
     )
     tensor_layout._meta_model.cache_clear()
+    tensor_layout._verdict.cache_clear()
+
+
+def test_a_repeated_architecture_is_decided_once_and_a_changed_name_set_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's candidates share config.json and header names: the second is answered from the cached verdict
+    (no name renamed again), while one changed name is a new question with its own answer, never a stale one."""
+    import transformers.core_model_loading as loading
+
+    tensor_layout._verdict.cache_clear()
+    renamed: list[str] = []
+    real = loading.rename_source_key
+    monkeypatch.setattr(loading, "rename_source_key", lambda key, *a, **k: (renamed.append(key), real(key, *a, **k))[1])
+    names = {name for shard in shard_layout() for name, _ in shard}
+    first = check_tensor_layout(model_config(), names)
+    calls = len(renamed)
+    assert calls >= len(names)
+    again = check_tensor_layout(model_config(), set(names))
+    assert len(renamed) == calls  # nothing renamed: the verdict was reused
+    assert (again.checked, again.missing, again.unexpected) == (True, [], [])
+    assert (first.checked, first.missing, first.unexpected) == (True, [], [])
+    again.missing.append("mutating a report must not touch the cache")
+    changed = {n.replace("model.layers.0.mlp.gate_proj", "decoder.layers.0.mlp.linear_fc1") for n in names}
+    off = check_tensor_layout(model_config(), changed)
+    assert len(renamed) > calls
+    assert off.missing == ["model.layers.0.mlp.gate_proj.weight"]
+    assert check_tensor_layout(model_config(), names).missing == []
 
 
 def test_per_expert_moe_loads_and_fused_moe_does_not() -> None:

@@ -92,6 +92,47 @@ def _meta_model(config_json: str) -> tuple[Any, Any, list[Any], list[Any], str]:
     return model, model.state_dict(), renamings, converters, arch or type(model).__name__
 
 
+@lru_cache(maxsize=4)
+def _verdict(config_json: str, tensor_names: frozenset[str]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """(architecture, missing, unexpected) for one config and one set of header names. Cached: a run's candidates
+    share their architecture, so every export after the first costs one set comparison instead of renaming each
+    name again and walking the meta model (~10 ms per 70B candidate, bench/bench_validate_many.py). A few entries
+    only: a set of 18,867 names is ~2 MB."""
+    model, meta, renamings, converters, arch = _meta_model(config_json)
+    from transformers.core_model_loading import rename_source_key
+
+    prefix = model.base_model_prefix
+    found: set[str] = set()
+    unexpected: list[str] = []
+    for key in sorted(tensor_names):
+        renamed, _ = rename_source_key(key, renamings, converters, prefix, meta)
+        if renamed not in meta and key in meta:  # as the loader: maybe only the prefix was needed
+            renamed, _ = rename_source_key(key, [], [], prefix, meta)
+        if renamed in meta:
+            found.add(renamed)
+        else:
+            unexpected.append(key)
+    missing = set(meta) - found
+    # Tied weights: either side present ties the other (PreTrainedModel.tie_weights during from_pretrained).
+    for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
+        if target in missing and source not in missing:
+            missing.discard(target)
+        elif source in missing and target not in missing:
+            missing.discard(source)
+    # The class's own ignore rules (_adjust_missing_and_unexpected_keys).
+    ignore_missing = getattr(model, "_keys_to_ignore_on_load_missing", None) or []
+    ignore_unexpected = list(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or [])
+    if any(name.endswith("rotary_emb.inv_freq") for name, _ in model.named_buffers()):
+        ignore_unexpected.append(r"rotary_emb\.inv_freq")
+    if ignore_missing:
+        rx = re.compile("|".join(f"({p})" for p in ignore_missing))
+        missing = {k for k in missing if rx.search(k) is None}
+    if ignore_unexpected:
+        rx = re.compile("|".join(f"({p})" for p in ignore_unexpected))
+        unexpected = [k for k in unexpected if rx.search(k) is None]
+    return arch, tuple(sorted(missing)), tuple(unexpected)
+
+
 def check_tensor_layout(config: dict[str, Any], tensor_names: set[str], *, trace_memory: bool = False) -> LayoutReport:
     """`trace_memory` measures peak Python allocations (tracemalloc slows the import a lot: measurement only)."""
     started = time.perf_counter()
@@ -100,41 +141,10 @@ def check_tensor_layout(config: dict[str, Any], tensor_names: set[str], *, trace
         tracemalloc.start()
     try:
         try:
-            model, meta, renamings, converters, arch = _meta_model(json.dumps(config, sort_keys=True))
+            arch, missing, unexpected = _verdict(json.dumps(config, sort_keys=True), frozenset(tensor_names))
         except _Unavailable as exc:
             return LayoutReport(checked=False, skipped_reason=str(exc))
-        from transformers.core_model_loading import rename_source_key
-
-        prefix = model.base_model_prefix
-        found: set[str] = set()
-        unexpected: list[str] = []
-        for key in sorted(tensor_names):
-            renamed, _ = rename_source_key(key, renamings, converters, prefix, meta)
-            if renamed not in meta and key in meta:  # as the loader: maybe only the prefix was needed
-                renamed, _ = rename_source_key(key, [], [], prefix, meta)
-            if renamed in meta:
-                found.add(renamed)
-            else:
-                unexpected.append(key)
-        missing = set(meta) - found
-        # Tied weights: either side present ties the other (PreTrainedModel.tie_weights during from_pretrained).
-        for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
-            if target in missing and source not in missing:
-                missing.discard(target)
-            elif source in missing and target not in missing:
-                missing.discard(source)
-        # The class's own ignore rules (_adjust_missing_and_unexpected_keys).
-        ignore_missing = getattr(model, "_keys_to_ignore_on_load_missing", None) or []
-        ignore_unexpected = list(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or [])
-        if any(name.endswith("rotary_emb.inv_freq") for name, _ in model.named_buffers()):
-            ignore_unexpected.append(r"rotary_emb\.inv_freq")
-        if ignore_missing:
-            rx = re.compile("|".join(f"({p})" for p in ignore_missing))
-            missing = {k for k in missing if rx.search(k) is None}
-        if ignore_unexpected:
-            rx = re.compile("|".join(f"({p})" for p in ignore_unexpected))
-            unexpected = [k for k in unexpected if rx.search(k) is None]
-        report = LayoutReport(checked=True, architecture=arch, missing=sorted(missing), unexpected=unexpected)
+        report = LayoutReport(checked=True, architecture=arch, missing=list(missing), unexpected=list(unexpected))
     finally:
         peak = tracemalloc.get_traced_memory()[1] if tracing else 0
         if tracing:
