@@ -214,18 +214,25 @@ def test_warm_reads_opens_the_pools_connections(gcs: GcsStorage, bucket: str) ->
     import time
 
     gcs.write_if_absent(f"gs://{bucket}/w", b"0123456789")
-    gcs.warm_reads(4)
     lean = gcs._range_reader()
     assert lean is not None
-    pool = lean._http.http.connection_from_url(lean.endpoint)
+    opened: list[object] = []
+    real_open = lean.media._open
+
+    def counting_open() -> object:
+        opened.append(None)
+        return real_open()
+
+    lean.media._open = counting_open  # type: ignore[method-assign]
+    gcs.warm_reads(4)
     deadline = time.monotonic() + 10
-    while sum(1 for c in list(pool.pool.queue) if c is not None and c.is_connected) < 4:
+    while lean.media.idle() < 4:
         assert time.monotonic() < deadline, "warm_reads did not open 4 connections"
         time.sleep(0.01)
-    opened = pool.num_connections
+    assert len(opened) == 4
     gcs.warm_reads(4)  # already warm: nothing new
     assert gcs.read_range(f"gs://{bucket}/w", 2, 3) == b"234"
-    assert pool.num_connections == opened
+    assert len(opened) == 4 and lean.media.idle() == 4
 
 
 def test_copy_follows_rewrite_tokens(gcs_client, bucket: str) -> None:  # type: ignore[no-untyped-def]
