@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import os
 import signal
@@ -21,54 +22,93 @@ from pathlib import Path
 
 from rlcleanup.stack import procs
 
-_CHUNK = 256 * 1024
 
+class _Side(asyncio.Protocol):
+    """One end of a proxied connection. What it receives reaches the other end's transport `delay` later, in order.
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+    Protocols and one timer per side, not streams: the proxy runs in one Python thread, and with stream readers,
+    writers, a queue and a sleep per chunk its own CPU put ~0.5 ms per chunk in series, so a burst of 32 concurrent
+    responses left it ~15 ms apart at +25 ms (measured: bench/RESULTS.md), a queue a real network does not add.
+    Flow control is the transports' own: when the far end's buffer fills, this end stops reading."""
 
-    async def deliver() -> None:
-        while True:
-            due, data = await queue.get()
-            wait = due - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            if not data:
-                if writer.can_write_eof():
-                    writer.write_eof()
-                return
-            writer.write(data)
-            await writer.drain()
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Side | None = None
+        self.pending: collections.deque[tuple[float, bytes | None]] = collections.deque()
+        self.timer: asyncio.TimerHandle | None = None
 
-    sender = asyncio.create_task(deliver())
-    try:
-        while data := await reader.read(_CHUNK):
-            queue.put_nowait((loop.time() + delay, data))
-    except (ConnectionError, OSError):
-        pass
-    queue.put_nowait((loop.time() + delay, b""))
-    with contextlib.suppress(ConnectionError, OSError):
-        await sender
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._later(data)
+
+    def eof_received(self) -> bool:
+        self._later(b"")
+        return True  # half-close: the other direction may still be sending
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._later(None)
+
+    def pause_writing(self) -> None:  # our transport's buffer is full: stop reading from the other end
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None and not self.peer.transport.is_closing():
+            self.peer.transport.resume_reading()
+
+    def _later(self, data: bytes | None) -> None:
+        self.pending.append((self.loop.time() + self.delay, data))
+        if self.timer is None:
+            self.timer = self.loop.call_at(self.pending[0][0], self._deliver)
+
+    def _deliver(self) -> None:
+        self.timer = None
+        out = self.peer.transport if self.peer is not None else None
+        now = self.loop.time()
+        while self.pending and self.pending[0][0] <= now and out is not None:
+            _, data = self.pending.popleft()
+            if data is None:  # this end closed
+                out.close()
+            elif not data:
+                if out.can_write_eof() and not out.is_closing():
+                    out.write_eof()
+            elif not out.is_closing():
+                out.write(data)
+        if self.pending and out is not None:
+            self.timer = self.loop.call_at(self.pending[0][0], self._deliver)
 
 
 async def _serve(port: int, host: str, target_port: int, delay: float) -> None:
-    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        try:
-            await asyncio.sleep(2 * delay)  # the handshake's round trip
-            server_r, server_w = await asyncio.open_connection(host, target_port)
-        except OSError:
-            client_w.close()
-            return
-        try:
-            await asyncio.gather(_pipe(client_r, server_w, delay), _pipe(server_r, client_w, delay))
-        finally:
-            for w in (client_w, server_w):
-                w.close()
-                with contextlib.suppress(ConnectionError, OSError):
-                    await w.wait_closed()
+    loop = asyncio.get_running_loop()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=1024)
+    class _Client(_Side):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            assert self.transport is not None
+            self.transport.pause_reading()  # nothing is forwarded before the handshake's round trip
+            self.connecting = loop.create_task(self._connect())
+
+        async def _connect(self) -> None:
+            assert self.transport is not None
+            try:
+                await asyncio.sleep(2 * delay)  # the handshake's round trip
+                _, server = await loop.create_connection(lambda: _Side(delay), host, target_port)
+            except OSError:
+                self.transport.close()
+                return
+            self.peer, server.peer = server, self
+            if self.transport.is_closing():  # the client left during the handshake
+                if server.transport is not None:
+                    server.transport.close()
+                return
+            self.transport.resume_reading()
+
+    server = await loop.create_server(lambda: _Client(delay), "127.0.0.1", port, backlog=1024)
     print(f"latency proxy 127.0.0.1:{port} -> {host}:{target_port}, {delay * 1000:g} ms each way", flush=True)
     async with server:
         await server.serve_forever()
