@@ -219,7 +219,7 @@ def test_credentials_go_on_every_request_and_a_401_refreshes_them_once() -> None
 def test_the_backoff_follows_urllib3s_schedule_and_retry_after() -> None:
     backoff = gcs_media.MediaConnections._backoff
     factor = gcs_media.BACKOFF_FACTOR
-    assert [backoff(a, "HTTP 503") for a in (1, 2, 3, 4)] == [0.0, factor * 2, factor * 4, factor * 8]
-    assert backoff(2, "retry-after:3") == 3.0
-    assert backoff(2, "retry-after:100000") == gcs_media.MAX_BACKOFF
-    assert backoff(2, "retry-after:Wed, 21 Oct 2026 07:28:00 GMT") == factor * 2  # a date: the schedule
+    assert [backoff(a, "") for a in (1, 2, 3, 4)] == [0.0, factor * 2, factor * 4, factor * 8]
+    assert backoff(2, "3") == 3.0
+    assert backoff(2, "100000") == gcs_media.MAX_BACKOFF
+    assert backoff(2, "Wed, 21 Oct 2026 07:28:00 GMT") == factor * 2  # a date: the schedule

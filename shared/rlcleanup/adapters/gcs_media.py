@@ -34,7 +34,7 @@ READ_TIMEOUT = 60.0
 RETRIES = 4
 BACKOFF_FACTOR = 0.2
 MAX_BACKOFF = 120.0
-RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})  # the ones google-cloud-storage's DEFAULT_RETRY retries
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
@@ -123,44 +123,46 @@ class MediaConnections:
         206, last + 1 of a 200 (a server that ignored the range), 4 KiB of an error; retried as the module says."""
         url = f"{'https' if self.https else 'http'}://{self.host}:{self.port}{self.base_path}{path}"
         refreshed = False
-        failure = ""
+        failure = retry_after = ""
         for attempt in range(RETRIES + 1):
             if attempt:
-                time.sleep(self._backoff(attempt, failure))
+                time.sleep(self._backoff(attempt, retry_after))
             headers = {"Range": f"bytes={first}-{last}"}
             self.credentials.before_request(self.auth_request, "GET", url, headers)
             usage.count(usage.GCS_CLASS_B)  # every attempt is a billed request
             try:
                 status, body, content_range, retry_after = self._exchange(path, headers, first, last)
             except (OSError, http.client.HTTPException) as exc:
-                failure = f"{type(exc).__name__}: {exc}"
+                failure, retry_after = f"{type(exc).__name__}: {exc}", ""
                 continue
             if status == 401 and not refreshed:
-                refreshed, failure = True, ""
+                refreshed, failure, retry_after = True, "", ""
                 try:
                     self.credentials.refresh(self.auth_request)
                 except Exception:  # e.g. anonymous credentials (an emulator): the 401 is the answer
                     return MediaResponse(status, body, content_range)
                 continue
             if status in RETRY_STATUSES and attempt < RETRIES:
-                failure = f"retry-after:{retry_after}" if retry_after else f"HTTP {status}"
+                failure = f"HTTP {status}"
                 continue
             return MediaResponse(status, body, content_range)
         raise MediaError(f"GET {url} bytes {first}-{last}: {failure} after {RETRIES} retries")
 
     def _exchange(self, path: str, headers: dict[str, str], first: int, last: int) -> tuple[int, bytes, str, str]:
+        def send(conn: http.client.HTTPConnection) -> http.client.HTTPResponse:
+            conn.request("GET", self.base_path + path, headers=headers)
+            return conn.getresponse()
+
         conn, was_idle = self._take()
         try:
             try:
-                conn.request("GET", self.base_path + path, headers=headers)
-                resp = conn.getresponse()
+                resp = send(conn)
             except _STALE:
                 if not was_idle:
                     raise
                 conn.close()  # the server closed it while it sat idle: this attempt gets a fresh one
                 conn = self._open()
-                conn.request("GET", self.base_path + path, headers=headers)
-                resp = conn.getresponse()
+                resp = send(conn)
             status = resp.status
             limit = last - first + 1 if status == 206 else last + 1 if status == 200 else 4096
             body = resp.read(limit)
@@ -177,9 +179,8 @@ class MediaConnections:
         return status, body, content_range, retry_after
 
     @staticmethod
-    def _backoff(attempt: int, failure: str) -> float:
-        if failure.startswith("retry-after:"):
-            value = failure.removeprefix("retry-after:")
-            if value.isdigit():
-                return min(float(value), MAX_BACKOFF)
+    def _backoff(attempt: int, retry_after: str) -> float:
+        """The wait before `attempt` (1 = the first retry): the server's Retry-After in seconds, else urllib3's."""
+        if retry_after.isdigit():
+            return min(float(retry_after), MAX_BACKOFF)
         return 0.0 if attempt <= 1 else min(BACKOFF_FACTOR * 2 ** (attempt - 1), MAX_BACKOFF)

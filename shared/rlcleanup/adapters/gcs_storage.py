@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlcleanup.adapters import gcs_media
 from rlcleanup.adapters.gcs_media import MediaConnections, MediaError
 from rlcleanup.adapters.local_storage import file_checksums
 from rlcleanup.adapters.object_store import RemoteObjects
@@ -38,7 +39,6 @@ _UPLOAD_CHUNK = 4 * 1024 * 1024  # a multiple of 256 KiB, as resumable uploads r
 _RANGE_POOL = 64  # connections kept per host: >= the validation header pool (32), so none is dropped and reopened
 _WARMERS: ThreadPoolExecutor | None = None  # opens the lean pool's connections while a listing is in flight
 _WARMERS_LOCK = threading.Lock()
-_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})  # the ones google-cloud-storage's DEFAULT_RETRY retries
 
 
 def operation_class(method: str, url: str) -> str:
@@ -115,16 +115,20 @@ class _RangeReader:
 
         self.endpoint = str(client.api_endpoint).rstrip("/")
         retries = urllib3.Retry(
-            total=4,
-            backoff_factor=0.2,
-            status_forcelist=_RETRY_STATUSES,
+            total=gcs_media.RETRIES,  # one retry policy and one pair of timeouts for both paths
+            backoff_factor=gcs_media.BACKOFF_FACTOR,
+            status_forcelist=gcs_media.RETRY_STATUSES,
             allowed_methods={"GET"},
             raise_on_status=False,
         )
         # A rewrite is retried only with a precondition (ifGenerationMatch=0): a repeat of one that landed gets
         # 412, and copy_if_absent then compares the two objects (google-cloud-storage retries the same way).
         self._post_retries = retries.new(allowed_methods={"GET", "POST"})
-        pool = urllib3.PoolManager(maxsize=_RANGE_POOL, retries=retries, timeout=urllib3.Timeout(connect=20, read=60))
+        pool = urllib3.PoolManager(
+            maxsize=_RANGE_POOL,
+            retries=retries,
+            timeout=urllib3.Timeout(connect=gcs_media.CONNECT_TIMEOUT, read=gcs_media.READ_TIMEOUT),
+        )
         self._http = AuthorizedHttp(client._credentials, http=pool)
         # Ranged GETs, the header round's many small requests, skip urllib3 (gcs_media.py says why).
         self.media = MediaConnections(self.endpoint, client._credentials, AuthRequest(pool), keep=_RANGE_POOL)
