@@ -12,6 +12,7 @@ wall-clock time, so a replay is byte-identical.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +27,8 @@ from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
 from rlcleanup.ports.hub import is_hub
 from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage, WriteOutcome
 from rlcleanup.uris import is_local, join, relative_to, scheme, strip_file_scheme
+
+log = logging.getLogger(__name__)
 
 PROVENANCE = "provenance.json"
 MARKER = "_PUBLISHED.json"
@@ -237,6 +240,17 @@ def staging_root(record: CompletionRecord, grant: Grant) -> str:
 def clean_prefix(storage: Storage, prefix: str) -> None:
     for info in list(storage.list(prefix)):
         storage.delete(info.uri)
+
+
+def discard_staging(storage: Storage, record: CompletionRecord, grant: Grant) -> None:
+    """After an attempt failed: remove what this grant staged. Best effort (logged, never raised): the failure
+    being filed matters more, and a later attempt empties the staging area before it stages anything."""
+    if not record.preserved_locations:
+        return
+    try:
+        clean_prefix(storage, staging_root(record, grant))
+    except Exception:
+        log.warning("could not empty the staging area of grant %s", grant.grant_id, exc_info=True)
 
 
 def _refuse_and_clean(

@@ -1,5 +1,7 @@
 """Authority handlers: apply_grant, retry_waiting_grants, capture_pre_cancel.
 
+Wiring and timing only: what each action does is authority/actions.py.
+
 A grant is verified on arrival (signature, approver, scope, expiry) and filed under runs/{run}/grants/{id}.
 When its record is not ready it waits as `pending` and record-ready retries it (re-verified then: it may have
 expired meanwhile). Carrying it out is guarded by a claim on `grant:<id>`: exactly one worker applies it, a crash
@@ -13,18 +15,12 @@ from datetime import datetime
 from typing import Any
 
 from rlcleanup.authority import ledger, precancel
-from rlcleanup.authority.artifact import pin
+from rlcleanup.authority.actions import GrantTask, carry_out
 from rlcleanup.authority.controllers import Controller, controller_for
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, real_location, verify
-from rlcleanup.authority.hub_publish import publish_to_hub
-from rlcleanup.authority.outcome import Outcome
-from rlcleanup.authority.publish import publish, staging_root
-from rlcleanup.authority.reclaim import ReclaimPlan, reclaim
-from rlcleanup.authority.register import register
-from rlcleanup.errors import PermanentError, TransientError
+from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord, PreCancelCapture, RunError
-from rlcleanup.ports.hub import is_hub
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.failures import decode
 from rlcleanup.runtime.guard import guarded_ports
@@ -35,9 +31,6 @@ from rlcleanup.steps.capture import preserved_root
 from rlcleanup.steps.facts import run_facts, safe_run_id
 from rlcleanup.steps.layout import RunLayout, discover
 from rlcleanup.uris import basename, join, parent
-
-# The upload job's overrides (runtime/hub_job.py reads them; named here too: the job imports this module).
-HUB_JOB_RUN_VAR, HUB_JOB_GRANT_VAR = "RLCLEANUP_HUB_RUN_ID", "RLCLEANUP_HUB_GRANT_ID"
 
 # ---------------------------------------------------------------- apply
 
@@ -105,108 +98,19 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
     elif not ledger.is_ready(record):
         return ledger.wait(p.records, run_id, gid, "waiting for the completion record", p.clock.now())
 
-    def work() -> dict[str, Any]:
+    def apply_once() -> dict[str, Any]:
         ledger.set_state(p.records, run_id, gid, GrantState.applying, p.clock.now())
-        try:
-            applied = _apply(p, grant, gid, record, capture)
-        except TransientError:
-            raise  # transient: the claim is released and a redelivery re-runs every check from the start
-        except Exception as exc:
-            applied = _failed(p, grant, record, exc)
+        applied = carry_out(p, GrantTask(grant, gid, record, capture))  # a transient error releases the claim
         if isinstance(applied, dict):
             return applied  # the upload job files the outcome; this grant stays `applying` until it does
         ledger.file_outcome(p.records, run_id, gid, applied, p.clock.now())
         return applied.as_doc()
 
-    result = _once(p, run_id, f"grant:{gid}", work)
+    result = _once(p, run_id, f"grant:{gid}", apply_once)
     if result is None:
         return ledger.note_replay(p.records, run_id, gid)
     ledger.sync_record(p.records, run_id)
     return f"{grant.action.value}: {result['state']}" + (f" ({result['refusal']})" if result.get("refusal") else "")
-
-
-def _start_upload_job(p: Ports, grant: Grant, gid: str, size: int) -> dict[str, Any] | None:
-    """A Hub hand-off of an export above the threshold is uploaded by the upload job, not in this invocation:
-    the grant is marked `uploading` (before the start: the job may finish first), then one execution is started
-    with the run and grant ids. None: carry it out inline (small, or no job in this deployment)."""
-    job = p.hub_upload_job
-    if job is None or size <= p.hub_job_threshold_bytes:
-        return None
-    why = f"export of {size} bytes > {p.hub_job_threshold_bytes}: uploaded by the upload job"
-    outcome = {"state": "uploading", "destination": grant.destination}
-    ledger.set_state(p.records, grant.run_id, gid, GrantState.applying, p.clock.now(), detail=why, outcome=outcome)
-    execution = job.start({HUB_JOB_RUN_VAR: grant.run_id, HUB_JOB_GRANT_VAR: gid})
-    return {**outcome, "execution": execution, "detail": why}
-
-
-def _failed(p: Ports, grant: Grant, record: CompletionRecord | None, exc: Exception) -> Outcome:
-    """A permanent failure while applying: clean what this grant staged, and refuse with the cause named."""
-    if record is not None and record.preserved_locations and grant.action in {Action.publish, Action.handoff}:
-        try:
-            for info in list(p.storage.list(staging_root(record, grant))):
-                p.storage.delete(info.uri)
-        except Exception:
-            pass
-    return Outcome(
-        state="refused",
-        refusal=Refusal.apply_failed,
-        destination=grant.destination,
-        detail=f"{type(exc).__name__}: {str(exc)[:500]}",
-    )
-
-
-def _apply(
-    p: Ports, grant: Grant, gid: str, record: CompletionRecord | None, capture: dict[str, Any] | None
-) -> Outcome | dict[str, Any]:
-    """Carry the grant out, one action each. The artifact is pinned once here (its listing re-digested against
-    the grant) and handed down: the size check, the plan, the copies and the upload all use those versions.
-    A dict: the upload job was started and will file the outcome."""
-    if grant.action is Action.cancel:
-        assert capture is not None
-        return _clear_cancel(p, grant, gid, capture)
-    assert record is not None
-    if grant.action is Action.register:
-        return register(p.storage, p.records, record, grant)
-    if grant.action is Action.reclaim:
-        return _reclaim(p, grant, gid, record)
-    pinned = pin(p.storage, record, grant)
-    if isinstance(pinned, Outcome):
-        return pinned
-    if grant.destination and is_hub(grant.destination):  # a model hub, not a storage scheme
-        started = _start_upload_job(p, grant, gid, pinned.size)
-        return started if started is not None else publish_to_hub(p.storage, record, grant, p.model_hub(), pinned)
-    return publish(p.storage, record, grant, pinned)
-
-
-def _clear_cancel(p: Ports, grant: Grant, gid: str, capture: dict[str, Any]) -> Outcome:
-    cleared = {
-        "run_id": grant.run_id,
-        "job_id": capture.get("job_id"),
-        "source": capture.get("source"),
-        "grant_id": gid,
-        "capture_uri": capture.get("capture_uri"),
-        "cleared_at": p.clock.now().isoformat(),
-    }
-    # The controller (or a person) cancels; rlcleanup only says the evidence is safe.
-    p.bus.publish("cancel-cleared", json.dumps(cleared).encode(), {"run_id": grant.run_id})
-    return Outcome(state="cleared", uri=capture.get("capture_uri"), detail="cancel-cleared published")
-
-
-def _reclaim(p: Ports, grant: Grant, gid: str, record: CompletionRecord) -> Outcome:
-    """Reclaim pins lazily, inside make_plan and only when no plan is stored yet: a resumed reclaim after some
-    deletes must carry on with its stored plan, which a fresh resolution could no longer match."""
-
-    def on_plan(plan_ref: str, plan: ReclaimPlan) -> None:
-        # Recorded before the first delete: the record says what is about to go even if the worker dies.
-        detail = f"plan: delete {len(plan.delete)} objects ({plan.delete_bytes} bytes), keep {plan.keep_count}"
-        outcome = {"state": "reclaiming", "uri": plan_ref, "destination": grant.destination}
-        ledger.set_state(
-            p.records, grant.run_id, gid, GrantState.applying, p.clock.now(), detail=detail, outcome=outcome
-        )
-        ledger.sync_record(p.records, grant.run_id)
-
-    # Fresh state on purpose: reclaim lists the record's roots now and re-pins the export, days after classification.
-    return reclaim(p.storage, p.records, record, grant, p.clock.now(), on_plan, p.preserve_root)
 
 
 # ---------------------------------------------------------------- pre-cancel capture

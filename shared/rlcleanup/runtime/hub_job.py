@@ -25,12 +25,12 @@ import sys
 import time
 
 from rlcleanup.authority import ledger
+from rlcleanup.authority.actions import HUB_JOB_GRANT_VAR, HUB_JOB_RUN_VAR
 from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.grants import GrantState, Refusal, verify
 from rlcleanup.authority.hub_publish import UploadProgress, publish_to_hub
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.errors import PermanentError, TransientError
-from rlcleanup.runtime.authority_handlers import HUB_JOB_GRANT_VAR, HUB_JOB_RUN_VAR
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.settings import HubSettings, platform, read
 

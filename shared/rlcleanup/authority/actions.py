@@ -1,0 +1,176 @@
+"""Carrying out a grant that is verified, ready and claimed: one handler per action, chosen from a table.
+
+runtime/authority_handlers.py decides *when* a grant runs (admission, readiness, the claim that makes it happen
+once, filing the outcome); this module decides *what* it does: which ports each action uses, where the export is
+pinned, when a Hub hand-off is too large for one invocation, and what a failed attempt leaves behind. An action
+with no handler in the table is refused, never given a default.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rlcleanup.authority import ledger
+from rlcleanup.authority.artifact import pin
+from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal
+from rlcleanup.authority.hub_publish import publish_to_hub
+from rlcleanup.authority.outcome import Outcome, refuse
+from rlcleanup.authority.publish import discard_staging, publish
+from rlcleanup.authority.reclaim import ReclaimPlan, reclaim
+from rlcleanup.authority.register import register
+from rlcleanup.errors import TransientError
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.ports.bus import Bus
+from rlcleanup.ports.clock import Clock
+from rlcleanup.ports.hub import HubFactory, is_hub
+from rlcleanup.ports.jobs import JobLauncher
+from rlcleanup.ports.records import RunRecords
+from rlcleanup.ports.storage import Storage
+
+# The upload job's overrides (runtime/hub_job.py reads them back to find its grant).
+HUB_JOB_RUN_VAR, HUB_JOB_GRANT_VAR = "RLCLEANUP_HUB_RUN_ID", "RLCLEANUP_HUB_GRANT_ID"
+
+Applied = Outcome | dict[str, Any]  # a dict: a job was started and will file the outcome itself
+
+
+class GrantPorts(Protocol):
+    """What carrying out a grant may touch (runtime's Ports has these and more); read-only here."""
+
+    @property
+    def storage(self) -> Storage: ...
+
+    @property
+    def records(self) -> RunRecords: ...
+
+    @property
+    def bus(self) -> Bus: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def preserve_root(self) -> str | None: ...
+
+    @property
+    def model_hub(self) -> HubFactory: ...
+
+    @property
+    def hub_upload_job(self) -> JobLauncher | None: ...
+
+    @property
+    def hub_job_threshold_bytes(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class GrantTask:
+    """One grant to carry out: `record` is the run's (None only for a cancel of a run never classified),
+    `capture` the pre-cancel capture a cancel waited for."""
+
+    grant: Grant
+    gid: str
+    record: CompletionRecord | None
+    capture: dict[str, Any] | None
+
+
+ActionHandler = Callable[[GrantPorts, GrantTask], Applied]
+
+
+def carry_out(p: GrantPorts, task: GrantTask) -> Applied:
+    """The action's handler, with one failure rule for all of them: transient errors propagate (the claim is
+    released and a redelivery re-runs every check), anything else refuses the grant as apply_failed with the
+    cause named, after removing what this grant staged."""
+    handler = ACTIONS.get(task.grant.action)
+    if handler is None:
+        return refuse(Refusal.apply_failed, f"no handler for action {task.grant.action!r}", task.grant.destination)
+    try:
+        return handler(p, task)
+    except TransientError:
+        raise
+    except Exception as exc:
+        if task.record is not None and task.grant.action in {Action.publish, Action.handoff}:
+            discard_staging(p.storage, task.record, task.grant)
+        return refuse(Refusal.apply_failed, f"{type(exc).__name__}: {str(exc)[:500]}", task.grant.destination)
+
+
+def _needs_record(task: GrantTask) -> CompletionRecord:
+    if task.record is None:  # admission waits for the record before any action but cancel runs
+        raise RuntimeError(f"{task.grant.action.value} grant {task.gid} reached its action without a record")
+    return task.record
+
+
+def _clear_cancel(p: GrantPorts, task: GrantTask) -> Outcome:
+    """The controller (or a person) cancels; rlcleanup only says the evidence is safe."""
+    capture = task.capture or {}
+    grant = task.grant
+    cleared = {
+        "run_id": grant.run_id,
+        "job_id": capture.get("job_id"),
+        "source": capture.get("source"),
+        "grant_id": task.gid,
+        "capture_uri": capture.get("capture_uri"),
+        "cleared_at": p.clock.now().isoformat(),
+    }
+    p.bus.publish("cancel-cleared", json.dumps(cleared).encode(), {"run_id": grant.run_id})
+    return Outcome(state="cleared", uri=capture.get("capture_uri"), detail="cancel-cleared published")
+
+
+def _register(p: GrantPorts, task: GrantTask) -> Outcome:
+    return register(p.storage, p.records, _needs_record(task), task.grant)
+
+
+def _reclaim(p: GrantPorts, task: GrantTask) -> Outcome:
+    """Reclaim pins lazily, inside make_plan and only when no plan is stored yet: a resumed reclaim after some
+    deletes must carry on with its stored plan, which a fresh resolution could no longer match."""
+    grant = task.grant
+
+    def on_plan(plan_ref: str, plan: ReclaimPlan) -> None:
+        # Recorded before the first delete: the record says what is about to go even if the worker dies.
+        detail = f"plan: delete {len(plan.delete)} objects ({plan.delete_bytes} bytes), keep {plan.keep_count}"
+        outcome = {"state": "reclaiming", "uri": plan_ref, "destination": grant.destination}
+        ledger.set_state(
+            p.records, grant.run_id, task.gid, GrantState.applying, p.clock.now(), detail=detail, outcome=outcome
+        )
+        ledger.sync_record(p.records, grant.run_id)
+
+    # Fresh state on purpose: reclaim lists the record's roots now and re-pins the export, days after classification.
+    return reclaim(p.storage, p.records, _needs_record(task), grant, p.clock.now(), on_plan, p.preserve_root)
+
+
+def _hand_off(p: GrantPorts, task: GrantTask) -> Applied:
+    """Publish or hand off. The artifact is pinned once here (its listing re-digested against the grant) and
+    handed down: the size check, the plan, the copies and the upload all use those versions."""
+    record, grant = _needs_record(task), task.grant
+    pinned = pin(p.storage, record, grant)
+    if isinstance(pinned, Outcome):
+        return pinned
+    if grant.destination and is_hub(grant.destination):  # a model hub, not a storage scheme
+        started = _start_upload_job(p, task, pinned.size)
+        return started if started is not None else publish_to_hub(p.storage, record, grant, p.model_hub(), pinned)
+    return publish(p.storage, record, grant, pinned)
+
+
+def _start_upload_job(p: GrantPorts, task: GrantTask, size: int) -> dict[str, Any] | None:
+    """A Hub hand-off of an export above the threshold is uploaded by the upload job, not in this invocation:
+    the grant is marked `uploading` (before the start: the job may finish first), then one execution is started
+    with the run and grant ids. None: carry it out inline (small, or no job in this deployment)."""
+    job = p.hub_upload_job
+    if job is None or size <= p.hub_job_threshold_bytes:
+        return None
+    grant = task.grant
+    why = f"export of {size} bytes > {p.hub_job_threshold_bytes}: uploaded by the upload job"
+    outcome = {"state": "uploading", "destination": grant.destination}
+    ledger.set_state(p.records, grant.run_id, task.gid, GrantState.applying, p.clock.now(), detail=why, outcome=outcome)
+    execution = job.start({HUB_JOB_RUN_VAR: grant.run_id, HUB_JOB_GRANT_VAR: task.gid})
+    return {**outcome, "execution": execution, "detail": why}
+
+
+ACTIONS: dict[Action, ActionHandler] = {
+    Action.cancel: _clear_cancel,
+    Action.register: _register,
+    Action.reclaim: _reclaim,
+    Action.publish: _hand_off,
+    Action.handoff: _hand_off,
+}
