@@ -90,13 +90,15 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
     run_id = grant.run_id
     record = p.records.get(run_id)
     capture: dict[str, Any] | None = None
-    if grant.action is Action.cancel:
+    waiting, shown = None, GrantState.pending.value  # why the grant cannot run yet, and the state it waits in
+    if grant.action is Action.cancel:  # a cancel waits for the pre-cancel capture, not for the record
         captures = list(p.claims.results(run_id, "pre-cancel:").values())
         capture, why, shown = precancel.clearance(p.records, run_id, record.run_uri if record else None, captures)
-        if capture is None:
-            return ledger.wait(p.records, run_id, gid, why, p.clock.now(), shown)
+        waiting = why if capture is None else None
     elif not ledger.is_ready(record):
-        return ledger.wait(p.records, run_id, gid, "waiting for the completion record", p.clock.now())
+        waiting = "waiting for the completion record"
+    if waiting is not None:
+        return ledger.wait(p.records, run_id, gid, waiting, p.clock.now(), shown)
 
     def apply_once() -> dict[str, Any]:
         ledger.set_state(p.records, run_id, gid, GrantState.applying, p.clock.now())
