@@ -16,7 +16,7 @@ from test_validate import make_layout  # the small RunLayout builder of the vali
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.formats.checkpoints import tensor_layout
-from rlcleanup.formats.checkpoints.tensor_layout import check_tensor_layout
+from rlcleanup.formats.checkpoints.tensor_layout import LayoutReport, check_tensor_layout
 from rlcleanup.models.record import Candidate
 from rlcleanup.samples.hf_export import model_config, shard_layout, write_hf_export
 from rlcleanup.samples.v2 import moe_config, moe_tensors, write_moe_export
@@ -68,6 +68,31 @@ def test_a_repeated_architecture_is_decided_once_and_a_changed_name_set_again(mo
     assert len(renamed) > calls
     assert off.missing == ["model.layers.0.mlp.gate_proj.weight"]
     assert check_tensor_layout(model_config(), names).missing == []
+
+
+def test_candidates_checked_at_once_build_the_meta_model_once_and_agree() -> None:
+    """validate_many checks a batch's candidates from several threads: the first verdict is computed once (not
+    once per thread, ~5 s each on a cold process) and every thread gets it, none a skipped check."""
+    import threading
+
+    tensor_layout._meta_model.cache_clear()
+    tensor_layout._verdict.cache_clear()
+    names = {name for shard in shard_layout() for name, _ in shard}
+    start = threading.Barrier(8)
+    reports: list[LayoutReport] = []
+
+    def check() -> None:
+        start.wait()
+        reports.append(check_tensor_layout(model_config(), names))
+
+    threads = [threading.Thread(target=check) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(reports) == 8 and all(r.checked and not r.mismatch for r in reports), reports
+    assert tensor_layout._meta_model.cache_info().misses == 1
+    assert tensor_layout._verdict.cache_info().misses == 1
 
 
 def test_per_expert_moe_loads_and_fused_moe_does_not() -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 import tracemalloc
 from dataclasses import dataclass, field
@@ -60,6 +61,12 @@ class LayoutReport:
 
 class _Unavailable(Exception):
     pass
+
+
+# One verdict at a time per process: candidates validated together (steps/validate.validate_many) would otherwise
+# each build the same meta model (lru_cache does not wait for a computation in flight), and concurrent first
+# imports of transformers' lazy module race: one thread saw no `AutoModelForCausalLM` and skipped the check.
+_VERDICT_LOCK = threading.Lock()
 
 
 @lru_cache(maxsize=8)
@@ -141,7 +148,9 @@ def check_tensor_layout(config: dict[str, Any], tensor_names: set[str], *, trace
         tracemalloc.start()
     try:
         try:
-            arch, missing, unexpected = _verdict(json.dumps(config, sort_keys=True), frozenset(tensor_names))
+            config_json, names = json.dumps(config, sort_keys=True), frozenset(tensor_names)
+            with _VERDICT_LOCK:
+                arch, missing, unexpected = _verdict(config_json, names)
         except _Unavailable as exc:
             return LayoutReport(checked=False, skipped_reason=str(exc))
         report = LayoutReport(checked=True, architecture=arch, missing=list(missing), unexpected=list(unexpected))
