@@ -69,6 +69,20 @@ def _failing_once_per_match(
     return wrapper
 
 
+def _batch_tries(monkeypatch: pytest.MonkeyPatch, step: int) -> Counter[str]:
+    """How often `step` was validated inside a batch (the first try of every candidate; a failure there sends
+    it on as its own message, whose deliveries the retry budget counts)."""
+    tries: Counter[str] = Counter()
+    original = handlers.validate_many
+
+    def spy(storage: Any, layout: Any, steps: Any, **kwargs: Any) -> Any:
+        tries["batch"] += step in steps
+        return original(storage, layout, steps, **kwargs)
+
+    monkeypatch.setattr(handlers, "validate_many", spy)
+    return tries
+
+
 BAD_INPUT = ("bad input", lambda: UnsafePathError("refusing symlink /x/model.safetensors"), "unsafe_path", 1)
 ERRORS = [
     BAD_INPUT,
@@ -97,12 +111,15 @@ def test_one_failing_validation_makes_an_invalid_candidate_and_the_run_finishes(
     calls: Counter[str] = Counter()
     fail = _failing_once_per_match(handlers.validate_candidate, lambda s, layout, step, **k: step == 10, error, calls)
     monkeypatch.setattr(handlers, "validate_candidate", fail)
+    tries = _batch_tries(monkeypatch, 10)
     caplog.set_level(logging.ERROR, logger="rlcleanup")
 
     stack, record = _run(tmp_path / "faulty", run_uri)
 
     assert record.status in FINISHED  # not in_progress: the fan-in counted the failed member
-    assert calls["failed"] == deliveries  # bad input: once; a defect: retried up to its budget, then finished
+    assert tries["batch"] == 1  # its batch tried it once, then sent it on alone
+    # in its own message: bad input once; a defect retried up to its budget, then finished
+    assert calls["failed"] == tries["batch"] + deliveries
     by_step = {c.step: c for c in record.candidates}
     assert sorted(by_step) == [5, 10, 15, 20]
     failed = by_step[10]
@@ -304,6 +321,7 @@ def test_a_failing_member_under_chaotic_redelivery_still_finishes_exactly_once(
         handlers.validate_candidate, lambda s, layout, step, **k: step == 15, lambda: RuntimeError("boom"), calls
     )
     monkeypatch.setattr(handlers, "validate_candidate", fail)
+    tries = _batch_tries(monkeypatch, 15)
     bus = ChaosBus(rng=random.Random(seed))
     stack = EmbeddedStack.create(tmp_path / "records.db", str(tmp_path / "preserved"), bus=bus)
     event = manual_event(run_uri)
@@ -312,7 +330,8 @@ def test_a_failing_member_under_chaotic_redelivery_still_finishes_exactly_once(
     assert [r.run_id for r in stack.ports.records.list_runs()] == [clean.run_id]  # exactly one record
     record = stack.ports.records.get(clean.run_id)
     assert record is not None and record.status in FINISHED
-    assert calls["failed"] == DEFECT_DELIVERY_BUDGET  # duplicates share the message id, hence the budget
+    # each delivery of its batch tried it once; its own message's duplicates share one id, hence one budget
+    assert tries["batch"] >= 1 and calls["failed"] == tries["batch"] + DEFECT_DELIVERY_BUDGET
     failed = next(c for c in record.candidates if c.step == 15)
     assert not failed.valid and failed.problems[0].startswith(INTERNAL_ERROR)
     others = [c.model_dump(exclude={"checked_at"}) for c in record.candidates if c.step != 15]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from rlcleanup.models import controller_states
 from rlcleanup.models.controller_states import Verdict, is_absent
@@ -166,13 +166,42 @@ class LogScanPartMessage(_Msg):
     part: LogScanPart
 
 
+TARGET_PATTERN = r"^(resume|candidate:\d+)$"
+MAX_BATCH_TARGETS = 64  # what one message may ask for; the plan sends far fewer (runtime/handlers.py)
+
+
+def target_step(target: str) -> int | None:
+    """The export step a validation target names (`candidate:<step>`); None for `resume`."""
+    return int(target.split(":", 1)[1]) if target.startswith("candidate:") else None
+
+
 class CandidateMessage(_Msg):
+    """candidate-validation payload: one target (`resume`, or `candidate:<step>`), or a batch of candidates
+    (`targets`) that one invocation validates together. Each target is still its own fan-out member (its own
+    claim `validate:<target>`); a batch only shares the invocation."""
+
     run_id: str
     scope: str = _scope()
     run_uri: str
     preserve_root: str
-    target: str = Field(pattern=r"^(resume|candidate:\d+)$")
+    target: str | None = Field(default=None, pattern=TARGET_PATTERN)
+    targets: list[Annotated[str, Field(pattern=r"^candidate:\d+$")]] = Field(
+        default_factory=list, max_length=MAX_BATCH_TARGETS
+    )
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> CandidateMessage:
+        if (self.target is None) == (not self.targets):
+            raise ValueError("a candidate-validation message names either one `target` or a batch of `targets`")
+        if len(set(self.targets)) != len(self.targets):
+            raise ValueError("a batch names each target once")
+        return self
+
+    @property
+    def members(self) -> list[str]:
+        return [self.target] if self.target is not None else list(self.targets)
 
     @property
     def step(self) -> int | None:
-        return int(self.target.split(":", 1)[1]) if self.target.startswith("candidate:") else None
+        """The step of a one-target message (None for `resume` and for a batch)."""
+        return target_step(self.target) if self.target is not None else None

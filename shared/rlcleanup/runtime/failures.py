@@ -37,7 +37,7 @@ from rlcleanup.errors import (
     defect_message,
     error_kind,
 )
-from rlcleanup.models.events import CandidateMessage, CapturePartMessage, LogScanPartMessage
+from rlcleanup.models.events import CandidateMessage, CapturePartMessage, LogScanPartMessage, target_step
 from rlcleanup.models.outcomes import CapturePartOutcome, LogScanOutcome, MemberError, ValidationOutcome
 from rlcleanup.models.record import Candidate, ResumeSafety, RunError, utcnow
 from rlcleanup.models.vocab import CandidateProblem, RecordStatus
@@ -205,14 +205,15 @@ def member_failure(p: Ports, key: str, data: bytes, error: PermanentError) -> Ba
     check = CandidateMessage.model_validate_json(data)
     code = error.code if error.code in CandidateProblem.__members__ else CandidateProblem.internal_error.value
     problem = f"{code}: validation could not finish: {failure.message}"
-    if check.step is None:
+    step = target_step(key.removeprefix("validate:"))  # the failed member's own target (a batch names several)
+    if step is None:
         return ValidationOutcome(ok=False, error=failure, resume_safety=ResumeSafety(safe=False, reasons=[problem]))
     return ValidationOutcome(
         ok=False,
         error=failure,
         candidate=Candidate(
-            step=check.step,
-            uri=_export_uri(p, check.run_id, check.run_uri, check.step, check.scope),
+            step=step,
+            uri=_export_uri(p, check.run_id, check.run_uri, step, check.scope),
             valid=False,
             problems=[problem],
         ),

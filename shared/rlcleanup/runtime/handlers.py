@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rlcleanup.errors import PermanentError, RetryLater
+from rlcleanup.errors import ErrorKind, PermanentError, RetryLater, defect_message, error_kind
 from rlcleanup.models.events import (
     CandidateMessage,
     CapturePartMessage,
@@ -27,7 +27,7 @@ from rlcleanup.models.events import (
     RunMessage,
 )
 from rlcleanup.models.outcomes import CapturePartOutcome, LogScanOutcome, ValidationOutcome
-from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord, RunError
+from rlcleanup.models.record import UNKNOWN_RUN_URI, Candidate, CompletionRecord, RunError
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
 from rlcleanup.runtime import attempt_scope, authority_handlers, source_handlers
 from rlcleanup.runtime.attempt_scope import pass_id, scoped
@@ -47,7 +47,13 @@ from rlcleanup.steps.facts import run_facts, safe_run_id
 from rlcleanup.steps.layout import discover
 from rlcleanup.steps.metrics_store import load_metric_steps
 from rlcleanup.steps.settle import settle_terminal_state
-from rlcleanup.steps.validate import check_resume_safety, resume_not_applicable, validate_candidate
+from rlcleanup.steps.validate import (
+    CANDIDATES_PER_BATCH,
+    check_resume_safety,
+    resume_not_applicable,
+    validate_candidate,
+    validate_many,
+)
 from rlcleanup.steps.wrapup import finish_record
 from rlcleanup.uris import basename, parent
 
@@ -482,11 +488,12 @@ def _maybe_fan_in_capture(p: Ports, run_id: str, run_uri: str, preserve_root: st
         # The fan-in set is stored BEFORE the fan-out: a validation that finishes before this claim completes
         # must still know which siblings to wait for (an empty/unknown set would look like "all done").
         p.claims.complete(run_id, scoped(scope, VALIDATION_TARGETS), {"targets": targets})
-        for target in targets:
-            candidate = CandidateMessage(
-                run_id=run_id, scope=scope, run_uri=run_uri, preserve_root=preserve_root, target=target
-            )
-            _publish(p, "candidate-validation", candidate)
+        # One message per batch of candidates (one invocation validates a batch together), one for resume.
+        candidates = targets[:-1]
+        batches = [candidates[i : i + CANDIDATES_PER_BATCH] for i in range(0, len(candidates), CANDIDATES_PER_BATCH)]
+        for batch in batches:
+            _publish(p, "candidate-validation", _validation(run_id, scope, run_uri, preserve_root, targets=batch))
+        _publish(p, "candidate-validation", _validation(run_id, scope, run_uri, preserve_root, target="resume"))
         return {"targets": targets}
 
     result = _once(p, run_id, scoped(scope, "fanin:capture"), work, busy_ok=True)
@@ -507,8 +514,21 @@ def _unpreserved(outcomes: dict[str, CapturePartOutcome]) -> list[str]:
 # ---------------------------------------------------------------- validation (fan-out per candidate, fan-in)
 
 
+def _validation(run_id: str, scope: str, run_uri: str, preserve_root: str, **members: Any) -> CandidateMessage:
+    return CandidateMessage(run_id=run_id, scope=scope, run_uri=run_uri, preserve_root=preserve_root, **members)
+
+
 def validate_one(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     msg = decode(CandidateMessage, data)
+    if msg.targets:
+        _validate_batch(p, msg)
+    else:
+        _validate_target(p, msg)
+    return _validation_fan_in(p, msg)
+
+
+def _validate_target(p: Ports, msg: CandidateMessage) -> None:
+    """One member in its own message: a failure here is the member's (dispatch completes it as failed)."""
 
     def work() -> dict[str, Any]:
         layout = run_layout(p, msg.run_id, msg.run_uri, msg.scope)
@@ -521,8 +541,62 @@ def validate_one(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         )
         return ValidationOutcome(candidate=candidate).model_dump(mode="json")
 
+    _once(p, msg.run_id, scoped(msg.scope, f"validate:{msg.target}"), work)
+
+
+def _validate_batch(p: Ports, msg: CandidateMessage) -> None:
+    """Several members in one invocation, validated together. Each still completes its own claim. A member whose
+    validation fails (anything but a transient error) is sent on as a message of its own and fails there exactly
+    as a lone member would, so a batch never decides a sibling's outcome. A transient error: the members that
+    succeeded are completed, then it is raised and the redelivery redoes only the rest."""
+    run_id, scope = msg.run_id, msg.scope
+    todo = list(msg.targets)
+    results: dict[str, Candidate | Exception]
+    try:
+        done = p.claims.results(run_id, scoped(scope, "validate:"))  # a redelivery redoes only the rest
+        todo = [t for t in todo if scoped(scope, f"validate:{t}") not in done]
+        layout = run_layout(p, run_id, msg.run_uri, scope)
+        record = p.records.get(run_id)
+        metric_steps = load_metric_steps(p.storage, record.metrics_uri) if record and record.metrics_uri else None
+        by_step = validate_many(
+            p.storage,
+            layout,
+            [int(t.split(":", 1)[1]) for t in todo],
+            metric_steps=metric_steps,
+            step_budget=record.step_budget if record else None,
+            validate=validate_candidate,
+        )
+        results = {f"candidate:{step}": outcome for step, outcome in by_step.items()}
+    except Exception as exc:  # what the whole batch needs failed: every member goes on alone
+        results = dict.fromkeys(todo, exc)
+    transient: Exception | None = None
+    for target, outcome in results.items():
+        if isinstance(outcome, Candidate):
+            doc = ValidationOutcome(candidate=outcome).model_dump(mode="json")
+            _once(p, run_id, scoped(scope, f"validate:{target}"), _returning(doc))
+        elif error_kind(outcome) is ErrorKind.transient:
+            transient = transient or outcome
+        else:
+            log.warning(
+                "validation of %s in a batch of run %s failed (%s): sent on as its own message",
+                target,
+                run_id,
+                defect_message(outcome),
+                extra={"run_id": run_id},
+            )
+            _publish(
+                p, "candidate-validation", _validation(run_id, scope, msg.run_uri, msg.preserve_root, target=target)
+            )
+    if transient is not None:
+        raise transient
+
+
+def _returning(doc: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+    return lambda: doc
+
+
+def _validation_fan_in(p: Ports, msg: CandidateMessage) -> str:
     scope = msg.scope
-    _once(p, msg.run_id, scoped(scope, f"validate:{msg.target}"), work)
     fanout = p.claims.result(msg.run_id, scoped(scope, VALIDATION_TARGETS))
     if fanout is None:  # cannot happen for messages the fan-in published (it stores the set first)
         raise RetryLater(f"{msg.run_id}: validation targets not stored yet")

@@ -8,7 +8,8 @@ state, ckpt_interval). Every problem is "<code>: <detail>" with a code from mode
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from rlcleanup.formats.checkpoints.base import (
     HEADER_WORKERS,
@@ -124,6 +125,40 @@ def validate_candidate(
         shard_count=report.shard_count,
         digest=export_digest(fmt.digest_inputs(listing)),
     )
+
+
+# Candidates one invocation validates together (the plan batches its messages by this). Measured with
+# bench/bench_validate_many.py at +25 ms one way (16 exports of 30 shards): one at a time 1.85 s; 4 together
+# 0.81 s; 8 together 0.54 s; 16 together 0.50 s. Past 8 the client's CPU under one GIL, not round trips, sets
+# the time (a round of 8 x 32 responses), so a batch of 8 keeps one invocation at about two round trips.
+CANDIDATES_PER_BATCH = 8
+
+Validator = Callable[..., Candidate]
+
+
+def validate_many(
+    storage: Storage,
+    layout: RunLayout,
+    steps: Sequence[int],
+    *,
+    metric_steps: Collection[int] | None,
+    step_budget: int | None,
+    validate: Validator = validate_candidate,
+) -> dict[int, Candidate | Exception]:
+    """Validate several candidates at once: their listings overlap, then their header rounds, each candidate with
+    its own bounded header pool. Each step maps to its Candidate, or to the exception its validation raised (a
+    failure stays that candidate's: the caller decides what it means)."""
+    if not steps:
+        return {}
+
+    def one(step: int) -> Candidate | Exception:
+        try:
+            return validate(storage, layout, step, metric_steps=metric_steps, step_budget=step_budget)
+        except Exception as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="candidates") as pool:
+        return dict(zip(steps, pool.map(one, steps), strict=True))
 
 
 def candidate_digest(storage: Storage, candidate: Candidate, formats: FormatRegistry = BUILTIN) -> str:
