@@ -17,41 +17,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sample_runs import clean_record, resumed_sample, run_embedded
 
 from rlcleanup.errors import INTERNAL_ERROR, RecordStoreLost, UnreadableRunFile
 from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.storage import UnsafePathError
-from rlcleanup.runtime import evidence, handlers
+from rlcleanup.runtime import handlers
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
 from rlcleanup.runtime.failures import DEFECT_DELIVERY_BUDGET
-from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps import logscan
 
 FINISHED = (RecordStatus.complete, RecordStatus.awaiting_authority)
 
 
-def _run(base: Path, run_uri: str) -> tuple[EmbeddedStack, CompletionRecord]:
-    stack = EmbeddedStack.create(base / "records.db", str(base / "preserved"))
-    event = manual_event(run_uri)
-    stack.emit(event)
-    record = stack.ports.records.get(resolve_run_id(stack.ports, event))
-    assert record is not None
-    return stack, record
+_run = run_embedded
 
 
 @pytest.fixture
 def run_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(evidence, "publish_report", lambda *args, **kwargs: None)  # charts are not under test here
-    return str(write_sample_run(tmp_path / "runs", "completed-resumed"))
+    return resumed_sample(tmp_path, monkeypatch)
 
 
 @pytest.fixture
 def clean(tmp_path: Path, run_uri: str) -> CompletionRecord:
-    _, record = _run(tmp_path / "clean", run_uri)
-    assert record.status is RecordStatus.awaiting_authority and len(record.candidates) == 4 and not record.errors
-    return record
+    return clean_record(tmp_path, run_uri)
 
 
 def _failing_once_per_match(

@@ -13,23 +13,15 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from sample_runs import clean_record, resumed_sample, run_embedded
 
 from rlcleanup.errors import TransientError
 from rlcleanup.models.events import CandidateMessage
 from rlcleanup.models.record import CompletionRecord
-from rlcleanup.models.vocab import RecordStatus
-from rlcleanup.runtime import evidence, handlers
-from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
-from rlcleanup.samples.generator import write_sample_run
+from rlcleanup.runtime import handlers
+from rlcleanup.runtime.embedded import EmbeddedStack
 
-
-def _run(base: Path, run_uri: str) -> tuple[EmbeddedStack, CompletionRecord]:
-    stack = EmbeddedStack.create(base / "records.db", str(base / "preserved"))
-    event = manual_event(run_uri)
-    stack.emit(event)
-    record = stack.ports.records.get(resolve_run_id(stack.ports, event))
-    assert record is not None
-    return stack, record
+_run = run_embedded
 
 
 def _validation_messages(stack: EmbeddedStack) -> list[dict[str, Any]]:
@@ -41,21 +33,16 @@ def _candidates(record: CompletionRecord) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def run_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(evidence, "publish_report", lambda *args, **kwargs: None)  # charts are not under test here
-    return str(write_sample_run(tmp_path / "runs", "completed-resumed"))
-
-
-@pytest.fixture
-def clean(tmp_path: Path, run_uri: str) -> CompletionRecord:
-    _, record = _run(tmp_path / "clean", run_uri)
-    assert record.status is RecordStatus.awaiting_authority and len(record.candidates) == 4
-    return record
+def sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, CompletionRecord]:
+    """The sample's run URI and its clean record."""
+    run_uri = resumed_sample(tmp_path, monkeypatch)
+    return run_uri, clean_record(tmp_path, run_uri)
 
 
 def test_the_fan_in_publishes_one_message_per_batch_and_one_for_resume(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_uri: str, clean: CompletionRecord
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sample: tuple[str, CompletionRecord]
 ) -> None:
+    run_uri, clean = sample
     monkeypatch.setattr(handlers, "CANDIDATES_PER_BATCH", 3)
     stack, record = _run(tmp_path / "batched", run_uri)
     shapes = [(m.get("targets") or [], m.get("target")) for m in _validation_messages(stack)]
@@ -69,8 +56,9 @@ def test_the_fan_in_publishes_one_message_per_batch_and_one_for_resume(
 
 
 def test_a_transient_error_in_a_batch_redoes_only_the_candidates_not_yet_done(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_uri: str, clean: CompletionRecord
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sample: tuple[str, CompletionRecord]
 ) -> None:
+    run_uri, clean = sample
     calls: Counter[int] = Counter()
     original = handlers.validate_candidate
 
@@ -89,8 +77,9 @@ def test_a_transient_error_in_a_batch_redoes_only_the_candidates_not_yet_done(
 
 
 def test_a_redelivered_batch_whose_members_are_done_validates_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_uri: str, clean: CompletionRecord
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sample: tuple[str, CompletionRecord]
 ) -> None:
+    run_uri, clean = sample
     stack, _ = _run(tmp_path / "again", run_uri)
     batch = next(m for m in stack.bus.published if m.topic == "candidate-validation" and b'"targets"' in m.data)
     asked: list[list[int]] = []
