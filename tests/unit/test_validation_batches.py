@@ -84,11 +84,12 @@ def test_a_redelivered_batch_whose_members_are_done_validates_nothing(
     batch = next(m for m in stack.bus.published if m.topic == "candidate-validation" and b'"targets"' in m.data)
     asked: list[list[int]] = []
     original = handlers.validate_many
-    monkeypatch.setattr(
-        handlers,
-        "validate_many",
-        lambda s, lay, steps, **k: (asked.append(list(steps)), original(s, lay, steps, **k))[1],
-    )
+
+    def spy(storage: Any, layout: Any, steps: Any, **kwargs: Any) -> Any:
+        asked.append(list(steps))
+        return original(storage, layout, steps, **kwargs)
+
+    monkeypatch.setattr(handlers, "validate_many", spy)
     answer = handlers.dispatch(stack.ports, "validate_candidate", "validate-candidate-dlq", batch.data, {})
     assert asked == [[]] and answer == "fan-in already done"
     record = stack.ports.records.get(clean.run_id)
