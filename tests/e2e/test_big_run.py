@@ -34,6 +34,7 @@ from rlcleanup.samples.large import SCALES, write_spec
 from rlcleanup.samples.upload import upload_sample_run
 from rlcleanup.stack import StackState
 from rlcleanup.stack.emit import job_event, publish_event
+from rlcleanup.steps.validate import CANDIDATES_PER_BATCH
 
 pytestmark = pytest.mark.e2e
 
@@ -129,7 +130,11 @@ def test_big_run_within_invocation_limits(stack: StackState, gcs_client, tmp_pat
     for part in parts:  # and each part's claim was completed with its outcome
         assert store.result(run_id, f"capture-part:{part}") is not None, part
     assert len(targets) == spec.exports + 1 and "resume" in targets
-    assert ok_messages("validate-candidate") == len(targets)  # one per candidate + resume
+    # one message per batch of CANDIDATES_PER_BATCH candidates, plus resume; every candidate's claim completed
+    batches = -(-spec.exports // CANDIDATES_PER_BATCH)
+    assert ok_messages("validate-candidate") == batches + 1, (batches, spec.exports)
+    for target in targets:
+        assert store.result(run_id, f"validate:{target}") is not None, target
 
     print(f"\nbig run {run_id}: {spec.ranks} ranks x {spec.attempts} attempts, {spec.exports} exports x {spec.shards}")
     print(f"  shards, {spec.log_bytes_total // 2**20} MiB logs; {len(parts)} capture parts, {len(targets)} validations")
