@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel
@@ -25,6 +25,7 @@ from rlcleanup.models.events import (
     LogScanPartMessage,
     LogScanPlanPageMessage,
     RunMessage,
+    target_step,
 )
 from rlcleanup.models.outcomes import CapturePartOutcome, LogScanOutcome, ValidationOutcome
 from rlcleanup.models.record import UNKNOWN_RUN_URI, Candidate, CompletionRecord, RunError
@@ -44,7 +45,7 @@ from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps import logscan
 from rlcleanup.steps.classify import classify
 from rlcleanup.steps.facts import run_facts, safe_run_id
-from rlcleanup.steps.layout import discover
+from rlcleanup.steps.layout import RunLayout, discover
 from rlcleanup.steps.metrics_store import load_metric_steps
 from rlcleanup.steps.settle import settle_terminal_state
 from rlcleanup.steps.validate import (
@@ -484,12 +485,12 @@ def _maybe_fan_in_capture(p: Ports, run_id: str, run_uri: str, preserve_root: st
         )
         p.records.add_errors(run_id, _errors("capture", summary.errors))
         layout = run_layout(p, run_id, run_uri, scope)
-        targets = [f"candidate:{step}" for step in layout.export_steps] + ["resume"]
+        candidates = [f"candidate:{step}" for step in layout.export_steps]
+        targets = [*candidates, "resume"]
         # The fan-in set is stored BEFORE the fan-out: a validation that finishes before this claim completes
         # must still know which siblings to wait for (an empty/unknown set would look like "all done").
         p.claims.complete(run_id, scoped(scope, VALIDATION_TARGETS), {"targets": targets})
         # One message per batch of candidates (one invocation validates a batch together), one for resume.
-        candidates = targets[:-1]
         batches = [candidates[i : i + CANDIDATES_PER_BATCH] for i in range(0, len(candidates), CANDIDATES_PER_BATCH)]
         for batch in batches:
             _publish(p, "candidate-validation", _validation(run_id, scope, run_uri, preserve_root, targets=batch))
@@ -531,13 +532,12 @@ def _validate_target(p: Ports, msg: CandidateMessage) -> None:
     """One member in its own message: a failure here is the member's (dispatch completes it as failed)."""
 
     def work() -> dict[str, Any]:
-        layout = run_layout(p, msg.run_id, msg.run_uri, msg.scope)
-        record = p.records.get(msg.run_id)
         if msg.step is None:
+            layout = run_layout(p, msg.run_id, msg.run_uri, msg.scope)
             return ValidationOutcome(resume_safety=check_resume_safety(p.storage, layout)).model_dump(mode="json")
-        metric_steps = load_metric_steps(p.storage, record.metrics_uri) if record and record.metrics_uri else None
+        inputs = _validation_inputs(p, msg)
         candidate = validate_candidate(
-            p.storage, layout, msg.step, metric_steps=metric_steps, step_budget=record.step_budget if record else None
+            p.storage, inputs.layout, msg.step, metric_steps=inputs.metric_steps, step_budget=inputs.step_budget
         )
         return ValidationOutcome(candidate=candidate).model_dump(mode="json")
 
@@ -555,18 +555,17 @@ def _validate_batch(p: Ports, msg: CandidateMessage) -> None:
     try:
         done = p.claims.results(run_id, scoped(scope, "validate:"))  # a redelivery redoes only the rest
         todo = [t for t in todo if scoped(scope, f"validate:{t}") not in done]
-        layout = run_layout(p, run_id, msg.run_uri, scope)
-        record = p.records.get(run_id)
-        metric_steps = load_metric_steps(p.storage, record.metrics_uri) if record and record.metrics_uri else None
+        inputs = _validation_inputs(p, msg)
+        target_of = {step: t for t in todo if (step := target_step(t)) is not None}
         by_step = validate_many(
             p.storage,
-            layout,
-            [int(t.split(":", 1)[1]) for t in todo],
-            metric_steps=metric_steps,
-            step_budget=record.step_budget if record else None,
+            inputs.layout,
+            list(target_of),
+            metric_steps=inputs.metric_steps,
+            step_budget=inputs.step_budget,
             validate=validate_candidate,
         )
-        results = {f"candidate:{step}": outcome for step, outcome in by_step.items()}
+        results = {target_of[step]: outcome for step, outcome in by_step.items()}
     except Exception as exc:  # what the whole batch needs failed: every member goes on alone
         results = dict.fromkeys(todo, exc)
     transient: Exception | None = None
@@ -589,6 +588,21 @@ def _validate_batch(p: Ports, msg: CandidateMessage) -> None:
             )
     if transient is not None:
         raise transient
+
+
+@dataclass(frozen=True)
+class _ValidationInputs:
+    layout: RunLayout
+    metric_steps: set[int] | None
+    step_budget: int | None
+
+
+def _validation_inputs(p: Ports, msg: CandidateMessage) -> _ValidationInputs:
+    """What validating any candidate of the run needs: the stored layout, the steps the metrics cover, the budget."""
+    layout = run_layout(p, msg.run_id, msg.run_uri, msg.scope)
+    record = p.records.get(msg.run_id)
+    metric_steps = load_metric_steps(p.storage, record.metrics_uri) if record and record.metrics_uri else None
+    return _ValidationInputs(layout, metric_steps, record.step_budget if record else None)
 
 
 def _returning(doc: dict[str, Any]) -> Callable[[], dict[str, Any]]:
