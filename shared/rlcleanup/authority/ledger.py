@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rlcleanup.authority.grants import Action, GrantState, Refusal, Verdict
+from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, Verdict
 from rlcleanup.authority.outcome import Outcome
 from rlcleanup.models.record import AuthorityAction, CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.ports.clock import Clock
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.steps.facts import safe_run_id
 from rlcleanup.steps.remaining import still_open
@@ -174,6 +175,37 @@ def note_replay(records: RunRecords, run_id: str, gid: str) -> str:
     records.put_doc(grants_collection(run_id), gid, doc)
     sync_record(records, run_id)
     return f"refused: replayed ({gid} was already used)"
+
+
+@dataclass(frozen=True)
+class GrantFile:
+    """One admitted grant's document, bound once: the states it moves through while it is applied, in order
+    (`wait` or `applying`, then `outcome` or `replay`, then `sync` of the record's summary)."""
+
+    records: RunRecords
+    run_id: str
+    gid: str
+    clock: Clock
+
+    def wait(self, why: str, shown: str) -> str:
+        return wait(self.records, self.run_id, self.gid, why, self.clock.now(), shown)
+
+    def applying(self) -> None:
+        set_state(self.records, self.run_id, self.gid, GrantState.applying, self.clock.now())
+
+    def outcome(self, outcome: Outcome) -> None:
+        file_outcome(self.records, self.run_id, self.gid, outcome, self.clock.now())
+
+    def replay(self) -> str:
+        return note_replay(self.records, self.run_id, self.gid)
+
+    def sync(self) -> None:
+        sync_record(self.records, self.run_id)
+
+
+def grant_file(records: RunRecords, grant: Grant, gid: str, clock: Clock) -> GrantFile:
+    """The admitted grant's document (filed under `gid` on the grant's run), bound for applying it."""
+    return GrantFile(records, grant.run_id, gid, clock)
 
 
 def sync_record(records: RunRecords, run_id: str) -> None:

@@ -97,21 +97,22 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
         waiting = why if capture is None else None
     elif not ledger.is_ready(record):
         waiting = "waiting for the completion record"
+    filing = ledger.grant_file(p.records, grant, gid, p.clock)
     if waiting is not None:
-        return ledger.wait(p.records, run_id, gid, waiting, p.clock.now(), shown)
+        return filing.wait(waiting, shown)
 
     def apply_once() -> dict[str, Any]:
-        ledger.set_state(p.records, run_id, gid, GrantState.applying, p.clock.now())
+        filing.applying()
         applied = carry_out(p, GrantTask(grant, gid, record, capture))  # a transient error releases the claim
         if isinstance(applied, dict):
             return applied  # the upload job files the outcome; this grant stays `applying` until it does
-        ledger.file_outcome(p.records, run_id, gid, applied, p.clock.now())
+        filing.outcome(applied)
         return applied.as_doc()
 
     result = _once(p, run_id, f"grant:{gid}", apply_once)
     if result is None:
-        return ledger.note_replay(p.records, run_id, gid)
-    ledger.sync_record(p.records, run_id)
+        return filing.replay()
+    filing.sync()
     return f"{grant.action.value}: {result['state']}" + (f" ({result['refusal']})" if result.get("refusal") else "")
 
 
