@@ -3,7 +3,7 @@
 Inside the package so that it ships in the wheel: `rlcleanup stack up` serves this file (functions-framework
 `--source`) from wherever rlcleanup is installed; the Cloud Run bundle's functions/main.py re-exports these names.
 
-Each entry point decodes the Pub/Sub message, then hands it to `rlcleanup.runtime.handlers.dispatch`, which
+Every function of runtime/topology.yaml gets its entry point here, by name. Each decodes the Pub/Sub message, then hands it to `rlcleanup.runtime.handlers.dispatch`, which
 guards idempotency, runs the step and publishes the next messages. Heavy clients are built on first use.
 A transient error answers HTTP 500 (Pub/Sub redelivers; one ERROR line logged); bad input is recorded and
 dead-lettered (HTTP 200).
@@ -17,6 +17,7 @@ import functions_framework
 from cloudevents.http import CloudEvent
 
 from rlcleanup.runtime.functions import serve_cloud_event
+from rlcleanup.runtime.topology import load_topology
 
 
 def _entry(entry_point: str) -> Callable[[CloudEvent], None]:
@@ -29,16 +30,10 @@ def _entry(entry_point: str) -> Callable[[CloudEvent], None]:
     return registered
 
 
-on_job_event = _entry("on_job_event")
-establish_terminal_state = _entry("establish_terminal_state")
-scan_log_part = _entry("scan_log_part")
-plan_capture = _entry("plan_capture")
-capture_part = _entry("capture_part")
-validate_candidate = _entry("validate_candidate")
-select_candidate = _entry("select_candidate")
-capture_pre_cancel = _entry("capture_pre_cancel")
-apply_grant = _entry("apply_grant")
-retry_waiting_grants = _entry("retry_waiting_grants")
-on_storage_event = _entry("on_storage_event")
-sweep = _entry("sweep")
-on_k8s_log_entry = _entry("on_k8s_log_entry")
+# One per function of topology.yaml (each has its stage table row: runtime/stage_table.py), named as its entry point
+# at the top level of this module, where functions-framework looks a target up.
+ENTRY_POINTS: dict[str, Callable[[CloudEvent], None]] = {
+    fn.entry_point: _entry(fn.entry_point) for fn in load_topology().functions
+}
+globals().update(ENTRY_POINTS)
+__all__ = sorted(ENTRY_POINTS)

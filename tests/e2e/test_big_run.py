@@ -27,8 +27,7 @@ from e2e_helpers import (
 )
 
 from rlcleanup.adapters.firestore_records import FirestoreIdempotencyStore, FirestoreRunRecords
-from rlcleanup.runtime.handlers import VALIDATION_TARGETS
-from rlcleanup.runtime.topology import FunctionSpec
+from rlcleanup.runtime.topology import FunctionSpec, load_topology
 from rlcleanup.samples.generator import VERSION
 from rlcleanup.samples.large import SCALES, write_spec
 from rlcleanup.samples.upload import upload_sample_run
@@ -37,6 +36,7 @@ from rlcleanup.stack.emit import job_event, publish_event
 from rlcleanup.steps.validate import CANDIDATES_PER_BATCH
 
 pytestmark = pytest.mark.e2e
+VALIDATION_TARGETS = load_topology().fan_out("validation").member_set
 
 CI = SCALES["ci"]
 

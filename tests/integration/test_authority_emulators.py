@@ -25,7 +25,7 @@ from rlcleanup.adapters.storage_router import RoutingStorage
 from rlcleanup.authority import publish as publish_mod
 from rlcleanup.authority.grants import Approver, Grant, new_key, public_b64, register_approver, sign
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
-from rlcleanup.runtime.handlers import HANDLERS, resolve_run_id
+from rlcleanup.runtime.handlers import resolve_run_id
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.samples.generator import write_sample_run
@@ -98,9 +98,8 @@ def world(stack: Any, gcs_client: Any, firestore_client: Any, uid: str, tmp_path
         preserve_root=f"gs://{runs}/preserved",
     )
     emb = EmbeddedStack(ports=ports, bus=bus)
-    for fn in load_topology().functions:
-        if fn.entry_point in HANDLERS:
-            bus.subscribe(fn.trigger, emb._handler(fn))
+    for fn in load_topology().functions:  # every function has its stage table row
+        bus.subscribe(fn.trigger, emb._handler(fn))
     run_uri = gs_root + "/" + str(run_root.relative_to(local)).replace(NAME, f"{NAME}-{uid}")
     event = manual_event(run_uri)
     emb.emit(event)

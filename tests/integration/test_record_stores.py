@@ -191,7 +191,7 @@ def test_capture_of_5000_objects_keeps_every_document_small(stack, gcs_client, f
     (Own buckets: fake-gcs-server's memory backend slows down linearly with the objects already in a bucket.)"""
     from rlcleanup.adapters.inprocess_bus import InProcessBus
     from rlcleanup.adapters.storage_router import RoutingStorage
-    from rlcleanup.runtime.handlers import HANDLERS, dispatch
+    from rlcleanup.runtime.handlers import dispatch
     from rlcleanup.runtime.ports import Ports
     from rlcleanup.runtime.topology import load_topology
     from rlcleanup.samples.generator import write_sample_run
@@ -217,12 +217,11 @@ def test_capture_of_5000_objects_keeps_every_document_small(stack, gcs_client, f
     ports = Ports(
         storage=RoutingStorage(), records=records, claims=claims, bus=bus, preserve_root=f"gs://{preserve_bucket.name}"
     )
-    for fn in load_topology().functions:
-        if fn.entry_point in HANDLERS:
-            bus.subscribe(
-                fn.trigger,
-                lambda data, attrs, _mid, fn=fn: dispatch(ports, fn.entry_point, fn.dead_letter_topic, data, attrs),
-            )
+    for fn in load_topology().functions:  # every function has its stage table row
+        bus.subscribe(
+            fn.trigger,
+            lambda data, attrs, _mid, fn=fn: dispatch(ports, fn.entry_point, fn.dead_letter_topic, data, attrs),
+        )
     bus.publish("job-events", job_event(run_uri, "SUCCEEDED").model_dump_json().encode())
     t1 = time.monotonic()
     bus.drain()

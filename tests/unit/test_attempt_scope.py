@@ -92,7 +92,7 @@ def test_a_status_rewritten_while_the_run_is_read_opens_no_pass(
     """The CI race, reproduced: an event's discovery reads the old FAILED token, then the resubmission's RUNNING
     lands before the status file is stat'ed. No pass may open for that torn reading; the resubmitted step's own
     end later opens exactly one, and the chain gains the new attempt."""
-    from rlcleanup.runtime import handlers
+    from rlcleanup.runtime.stages import classify as handlers
     from rlcleanup.steps.layout import discover
 
     write_sample_run(tmp_path / "runs", "failed-first-link")
@@ -177,7 +177,7 @@ def test_a_later_pass_member_failure_is_completed_as_a_member(tmp_path: Path) ->
     from rlcleanup.errors import PermanentError
     from rlcleanup.models.events import LogScanPartMessage
     from rlcleanup.models.parts import LogScanPart
-    from rlcleanup.runtime.failures import member_failure
+    from rlcleanup.runtime.stages.terminal import failed_scan
 
     scope = "0123456789ab/"
     msg = LogScanPartMessage(
@@ -185,7 +185,8 @@ def test_a_later_pass_member_failure_is_completed_as_a_member(tmp_path: Path) ->
     )
     stack = EmbeddedStack.create(tmp_path / "records.db", str(tmp_path / "preserved"))
     error = PermanentError("unreadable_log", "gone")
-    outcome = member_failure(stack.ports, f"{scope}log-scan:a001-p0001", msg.model_dump_json().encode(), error)
+    [(key, outcome)] = failed_scan(stack.ports, f"{scope}log-scan:a001-p0001", msg.model_dump_json().encode(), error)
+    assert key == f"{scope}log-scan:a001-p0001"
     assert outcome.model_dump()["ok"] is False and outcome.model_dump()["unread"] == ["/l"]
 
 

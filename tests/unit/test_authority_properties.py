@@ -512,7 +512,7 @@ def test_config_named_roots_must_lie_in_the_run_buckets(roots: dict[str, str], r
     from types import SimpleNamespace
 
     from rlcleanup.errors import PermanentError
-    from rlcleanup.runtime.authority_handlers import check_run_roots
+    from rlcleanup.runtime.admission import check_run_roots
 
     layout = SimpleNamespace(
         run_uri="gs://runs-bucket/marin/run",

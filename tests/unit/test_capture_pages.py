@@ -18,8 +18,10 @@ import pytest
 from rlcleanup.errors import PermanentError, RetryLater
 from rlcleanup.models.events import CapturePlanPageMessage, LogScanPlanPageMessage
 from rlcleanup.models.vocab import RecordStatus
-from rlcleanup.runtime import evidence, handlers
+from rlcleanup.runtime import evidence
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
+from rlcleanup.runtime.stages import capture as capture_stage
+from rlcleanup.runtime.stages import terminal as terminal_stage
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.settings import DeploymentSettings
 
@@ -93,8 +95,12 @@ def test_a_paged_plan_preserves_what_one_page_does(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("message", "handler", "key"),
     [
-        (CapturePlanPageMessage, handlers.capture_part, "capture-plan-page"),
-        (LogScanPlanPageMessage, handlers.scan_log_part, "terminal-plan-page"),  # tests/unit/test_logscan_pages.py
+        (CapturePlanPageMessage, capture_stage.capture_part, "capture-plan-page"),
+        (
+            LogScanPlanPageMessage,
+            terminal_stage.scan_log_part,
+            "terminal-plan-page",
+        ),  # tests/unit/test_logscan_pages.py
     ],
     ids=["capture", "log-scan"],
 )
@@ -110,7 +116,9 @@ def test_a_page_without_the_page_before_it_waits_and_one_past_the_end_is_refused
         handler(stack.ports, data, {})
     assert "page 1 is not stored yet" in str(waiting.value)
     stack.ports.claims.claim("ended", f"{key}:0", 60, stack.ports.clock.now(), owner="t")
-    stack.ports.claims.complete("ended", f"{key}:0", {"parts": [], "next": None})
+    run = {"run_id": "ended", "run_uri": "/runs/ended", "preserve_root": "/p"}
+    last_page = {"parts": [], "dest_root": "/p/ended", "run": run, "listed": 0, "next": None}
+    stack.ports.claims.complete("ended", f"{key}:0", last_page)
     past_end = message(run_id="ended", plan_page=1).model_dump_json().encode()
     with pytest.raises(PermanentError) as refused:
         handler(stack.ports, past_end, {})

@@ -133,10 +133,14 @@ def test_sample_run_list_and_write(tmp_path: Path) -> None:
 
 
 def test_run_that_never_finishes_its_record_exits_non_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlcleanup.runtime import handlers
+    from dataclasses import replace
+
+    from rlcleanup.runtime.stage_table import stage_table
 
     # A selection that acks without finishing the record: the bus drains, the record stays in_progress.
-    monkeypatch.setitem(handlers.HANDLERS, "select_candidate", lambda p, data, attributes: "lost")
+    table = stage_table()
+    lost = replace(table.row("select_candidate"), handler=lambda p, data, attributes: "lost")
+    monkeypatch.setitem(table.rows, "select_candidate", lost)
     run = write_sample_run(tmp_path / "s", "completed-resumed")
     args = ["run", str(run), "--preserve-to", str(tmp_path / "p"), "--db", str(tmp_path / "r.db"), "--json"]
     result = runner.invoke(app, args)

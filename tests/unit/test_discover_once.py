@@ -14,8 +14,9 @@ import pytest
 
 from rlcleanup.errors import InvalidMessage
 from rlcleanup.models.vocab import RecordStatus
-from rlcleanup.runtime import evidence, handlers, layouts
+from rlcleanup.runtime import evidence, layouts
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
+from rlcleanup.runtime.stages import classify
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.steps.layout import discover
 from rlcleanup.steps.layout_snapshot import LayoutSnapshot, load_layout, save_layout
@@ -37,7 +38,7 @@ def _counting(calls: Counter[str], name: str) -> Any:
 
 def test_the_pipeline_discovers_a_run_once(tmp_path: Path, run_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: Counter[str] = Counter()
-    monkeypatch.setattr(handlers, "discover", _counting(calls, "handlers"))
+    monkeypatch.setattr(classify, "discover", _counting(calls, "handlers"))
     monkeypatch.setattr(layouts, "discover", _counting(calls, "fallback"))
     stack = EmbeddedStack.create(tmp_path / "records.db", str(tmp_path / "preserved"))
     event = manual_event(run_uri)

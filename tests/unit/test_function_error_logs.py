@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stage_swap import swap_handler
 
 from rlcleanup.errors import RetryLater
 from rlcleanup.runtime import functions
@@ -61,7 +62,7 @@ def test_a_transient_failure_is_one_error_line_without_a_traceback(
     def busy(p: Any, data: bytes, attributes: dict[str, str]) -> str:
         raise RetryLater("run r-1: another delivery holds the claim")
 
-    monkeypatch.setitem(functions.HANDLERS, FN, busy)
+    swap_handler(monkeypatch, FN, busy)
     resp = _push(client, {"run_id": "r-1"}, "m-transient")
     assert resp.status_code == 500  # Pub/Sub redelivers
     out, err = capfd.readouterr()
@@ -83,7 +84,7 @@ def test_a_defect_is_one_error_line_carrying_its_traceback(
     def bug(p: Any, data: bytes, attributes: dict[str, str]) -> str:
         return {}["step"]  # type: ignore[no-any-return]  # a KeyError: our bug, retried within its budget
 
-    monkeypatch.setitem(functions.HANDLERS, FN, bug)
+    swap_handler(monkeypatch, FN, bug)
     resp = _push(client, {"run_id": "r-2"}, "m-defect")
     assert resp.status_code == 500
     out, err = capfd.readouterr()

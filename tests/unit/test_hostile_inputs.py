@@ -37,7 +37,7 @@ from rlcleanup.parsing.logs import scan_lines
 from rlcleanup.ports.lines import MAX_LINE_CHARS
 from rlcleanup.ports.storage import ObjectInfo, UnsafePathError, WriteOutcome
 from rlcleanup.runtime.embedded import EmbeddedStack, run_embedded
-from rlcleanup.runtime.handlers import _identify
+from rlcleanup.runtime.envelope import identify as _identify
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.steps.capture import plan_capture
 from rlcleanup.steps.layout import RunLayout

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from stage_swap import swap_handler
 
 from rlcleanup.adapters.inprocess_bus import InProcessBus
 from rlcleanup.errors import RetryLater
@@ -202,11 +203,11 @@ def test_one_line_per_invocation_also_when_the_handler_raises(
         return "done"
 
     monkeypatch.setattr(functions, "ports", _bare_ports)
-    monkeypatch.setitem(functions.HANDLERS, FN, boom)
+    swap_handler(monkeypatch, FN, boom)
     event = _Event(data=_envelope({"run_id": "r-1"}), source="//pubsub", id="e-1")
     with pytest.raises(RetryLater):
         functions.handle_cloud_event(FN, event)
-    monkeypatch.setitem(functions.HANDLERS, FN, fine)
+    swap_handler(monkeypatch, FN, fine)
     assert functions.handle_cloud_event(FN, event) == "done"
     assert calls == ["boom", "fine"]
     outcomes = [fields["outcome"] for _, fields in _accounting(records)]

@@ -26,6 +26,9 @@ from rlcleanup.ports.storage import UnsafePathError
 from rlcleanup.runtime import handlers
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
 from rlcleanup.runtime.failures import DEFECT_DELIVERY_BUDGET
+from rlcleanup.runtime.stages import select as select_stage
+from rlcleanup.runtime.stages import terminal as terminal_stage
+from rlcleanup.runtime.stages import validate as validate_stage
 from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps import logscan
 
@@ -64,13 +67,13 @@ def _batch_tries(monkeypatch: pytest.MonkeyPatch, step: int) -> Counter[str]:
     """How often `step` was validated inside a batch (the first try of every candidate; a failure there sends
     it on as its own message, whose deliveries the retry budget counts)."""
     tries: Counter[str] = Counter()
-    original = handlers.validate_many
+    original = validate_stage.validate_many
 
     def spy(storage: Any, layout: Any, steps: Any, **kwargs: Any) -> Any:
         tries["batch"] += step in steps
         return original(storage, layout, steps, **kwargs)
 
-    monkeypatch.setattr(handlers, "validate_many", spy)
+    monkeypatch.setattr(validate_stage, "validate_many", spy)
     return tries
 
 
@@ -100,8 +103,10 @@ def test_one_failing_validation_makes_an_invalid_candidate_and_the_run_finishes(
     deliveries: int,
 ) -> None:
     calls: Counter[str] = Counter()
-    fail = _failing_once_per_match(handlers.validate_candidate, lambda s, layout, step, **k: step == 10, error, calls)
-    monkeypatch.setattr(handlers, "validate_candidate", fail)
+    fail = _failing_once_per_match(
+        validate_stage.validate_candidate, lambda s, layout, step, **k: step == 10, error, calls
+    )
+    monkeypatch.setattr(validate_stage, "validate_candidate", fail)
     tries = _batch_tries(monkeypatch, 10)
     caplog.set_level(logging.ERROR, logger="rlcleanup")
 
@@ -141,9 +146,9 @@ def test_a_failing_resume_check_is_unsafe_and_the_run_finishes(
 ) -> None:
     calls: Counter[str] = Counter()
     monkeypatch.setattr(
-        handlers,
+        validate_stage,
         "check_resume_safety",
-        _failing_once_per_match(handlers.check_resume_safety, lambda *a: True, error, calls),
+        _failing_once_per_match(validate_stage.check_resume_safety, lambda *a: True, error, calls),
     )
     _, record = _run(tmp_path / "faulty", run_uri)
     assert record.status in FINISHED and calls["failed"] == deliveries
@@ -279,7 +284,7 @@ def test_a_failing_stage_outside_a_fan_out_fails_the_run_with_the_reason(
     def finish(*args: Any) -> Any:
         raise error()
 
-    monkeypatch.setattr(handlers, "finish_record", finish)
+    monkeypatch.setattr(select_stage, "finish_record", finish)
     stack, record = _run(tmp_path / "faulty", run_uri)
     assert record.status is RecordStatus.failed
     assert record.errors and {e.code for e in record.errors} == {code}
@@ -292,7 +297,7 @@ def test_a_failing_terminal_fan_in_fails_the_run(tmp_path: Path, monkeypatch: py
     def settle(*args: Any, **kwargs: Any) -> Any:
         raise KeyError("attempt_id")
 
-    monkeypatch.setattr(handlers, "settle_terminal_state", settle)
+    monkeypatch.setattr(terminal_stage, "settle_terminal_state", settle)
     _, record = _run(tmp_path / "faulty", run_uri)
     assert record.status is RecordStatus.failed
     assert record.terminal_state is None and record.candidates == []
@@ -309,9 +314,9 @@ def test_a_failing_member_under_chaotic_redelivery_still_finishes_exactly_once(
 
     calls: Counter[str] = Counter()
     fail = _failing_once_per_match(
-        handlers.validate_candidate, lambda s, layout, step, **k: step == 15, lambda: RuntimeError("boom"), calls
+        validate_stage.validate_candidate, lambda s, layout, step, **k: step == 15, lambda: RuntimeError("boom"), calls
     )
-    monkeypatch.setattr(handlers, "validate_candidate", fail)
+    monkeypatch.setattr(validate_stage, "validate_candidate", fail)
     tries = _batch_tries(monkeypatch, 15)
     bus = ChaosBus(rng=random.Random(seed))
     stack = EmbeddedStack.create(tmp_path / "records.db", str(tmp_path / "preserved"), bus=bus)

@@ -3,6 +3,7 @@ exactly those), and it is on wherever `dispatch` runs a handler."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from rlcleanup.runtime import evidence, guard, handlers
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
 from rlcleanup.runtime.guard import GuardedBus, UndeclaredPublish, guarded_bus
 from rlcleanup.runtime.handlers import resolve_run_id
+from rlcleanup.runtime.stage_table import stage_table
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.samples.generator import write_sample_run
 
@@ -47,7 +49,8 @@ def test_dispatch_runs_every_handler_behind_the_guard(
         p.bus.publish("record-ready", b"{}", {})
         return "published"
 
-    monkeypatch.setitem(handlers.HANDLERS, "on_job_event", strays)
+    table = stage_table()
+    monkeypatch.setitem(table.rows, "on_job_event", replace(table.row("on_job_event"), handler=strays))
     stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "preserved"))
     with pytest.raises(UndeclaredPublish):  # a defect, not bad input: raised (retried), never recorded as data
         handlers.dispatch(stack.ports, "on_job_event", "on-job-event-dlq", b"{}", {})

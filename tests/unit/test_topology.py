@@ -32,7 +32,7 @@ def test_the_shipped_graph_loads() -> None:
     topology = load_topology()
     stages = [s.name for s in topology.stages]
     assert stages[:2] == ["sources", "classify"] and {fn.stage for fn in topology.functions} == set(stages)
-    assert {b.name for b in topology.barriers} == {"terminal", "capture", "selection"}
+    assert {b.name for b in topology.barriers} == {"terminal", "capture-done", "selection"}
     for fn in topology.functions:
         assert fn.dead_letter_topic in fn.publishes, fn.name
 
@@ -43,7 +43,7 @@ def test_the_shipped_graph_loads() -> None:
         (
             "plan-capture",
             "candidate-validation",
-            "plan-capture \\(in barrier capture\\) plans it but does not publish candidate-validation",
+            "plan-capture \\(in barrier capture-done\\) plans it but does not publish candidate-validation",
         ),
         ("establish-terminal-state", "log-scan-parts", "establish-terminal-state plans it but does not publish"),
         ("validate-candidate", "run-selection", "barrier selection runs in validate-candidate"),
@@ -59,9 +59,9 @@ def test_a_missing_declaration_fails_the_topology(function: str, drop: str, erro
 
 def test_a_barrier_must_run_wherever_its_last_piece_can_land() -> None:
     raw = _raw()
-    capture = next(b for b in raw["barriers"] if b["name"] == "capture")
+    capture = next(b for b in raw["barriers"] if b["name"] == "capture-done")
     capture["runs_in"].remove("scan-log-part")  # the last log-scan part settles the terminal state, then fans in
-    with pytest.raises(ValueError, match=r"barrier capture must run in \['scan-log-part'\] too"):
+    with pytest.raises(ValueError, match=r"barrier capture-done must run in \['scan-log-part'\] too"):
         parse_topology(raw)
 
 

@@ -20,6 +20,8 @@ from rlcleanup.models.events import CandidateMessage
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.runtime import handlers
 from rlcleanup.runtime.embedded import EmbeddedStack
+from rlcleanup.runtime.stages import capture as capture_stage
+from rlcleanup.runtime.stages import validate as validate_stage
 
 _run = run_embedded
 
@@ -43,7 +45,7 @@ def test_the_fan_in_publishes_one_message_per_batch_and_one_for_resume(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sample: tuple[str, CompletionRecord]
 ) -> None:
     run_uri, clean = sample
-    monkeypatch.setattr(handlers, "CANDIDATES_PER_BATCH", 3)
+    monkeypatch.setattr(capture_stage, "CANDIDATES_PER_BATCH", 3)
     stack, record = _run(tmp_path / "batched", run_uri)
     shapes = [(m.get("targets") or [], m.get("target")) for m in _validation_messages(stack)]
     assert shapes == [
@@ -60,7 +62,7 @@ def test_a_transient_error_in_a_batch_redoes_only_the_candidates_not_yet_done(
 ) -> None:
     run_uri, clean = sample
     calls: Counter[int] = Counter()
-    original = handlers.validate_candidate
+    original = validate_stage.validate_candidate
 
     def flaky(storage: Any, layout: Any, step: int, **kwargs: Any) -> Any:
         calls[step] += 1
@@ -68,7 +70,7 @@ def test_a_transient_error_in_a_batch_redoes_only_the_candidates_not_yet_done(
             raise TransientError("storage busy")
         return original(storage, layout, step, **kwargs)
 
-    monkeypatch.setattr(handlers, "validate_candidate", flaky)
+    monkeypatch.setattr(validate_stage, "validate_candidate", flaky)
     stack, record = _run(tmp_path / "flaky", run_uri)
     assert calls == {5: 1, 10: 2, 15: 1, 20: 1}  # the redelivery validated only step 10 again
     assert not any(m.get("target") == "candidate:10" for m in _validation_messages(stack))  # retried, not sent on
@@ -83,13 +85,13 @@ def test_a_redelivered_batch_whose_members_are_done_validates_nothing(
     stack, _ = _run(tmp_path / "again", run_uri)
     batch = next(m for m in stack.bus.published if m.topic == "candidate-validation" and b'"targets"' in m.data)
     asked: list[list[int]] = []
-    original = handlers.validate_many
+    original = validate_stage.validate_many
 
     def spy(storage: Any, layout: Any, steps: Any, **kwargs: Any) -> Any:
         asked.append(list(steps))
         return original(storage, layout, steps, **kwargs)
 
-    monkeypatch.setattr(handlers, "validate_many", spy)
+    monkeypatch.setattr(validate_stage, "validate_many", spy)
     answer = handlers.dispatch(stack.ports, "validate_candidate", "validate-candidate-dlq", batch.data, {})
     assert asked == [[]] and answer == "fan-in already done"
     record = stack.ports.records.get(clean.run_id)

@@ -7,20 +7,10 @@ from typing import Any
 
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.runtime.topology import Topology, load_topology
 
-# (label, claim key or key prefix ending in ':'); fan-out totals come from the plan/fan-out results.
-STAGES = [
-    ("classify", "classify"),
-    ("log-scan plan", "terminal-plan"),
-    ("log-scan parts", "log-scan:"),
-    ("terminal state", "terminal"),
-    ("capture plan", "capture-plan"),
-    ("capture parts", "capture-part:"),
-    ("capture fan-in", "fanin:capture"),
-    ("validation", "validate:"),
-    ("validation fan-in", "fanin:validate"),
-    ("selection", "select"),
-]
+# (label, claim key or member key prefix ending in ':'), in pipeline order: declared once, in topology.yaml.
+STAGES = load_topology().progress()
 
 
 @dataclass(frozen=True)
@@ -32,17 +22,22 @@ class Stage:
 
 
 def _total(key: str, states: dict[str, dict[str, Any]]) -> int | None:
+    """How many members a fan-out has, from its stored member set (or, before that is stored, the result of the
+    barrier that plans it); 1 for a step's own claim; None while neither is known."""
     if not key.endswith(":"):
         return 1
-    plans = {"capture-part:": "capture-plan", "log-scan:": "terminal-plan"}
-    if key in plans:
-        parts = (states.get(plans[key]) or {}).get("result", {}).get("parts")
-        return len(parts) if isinstance(parts, list) else None
-    for source in ("fanout:validate", "fanin:capture"):
-        targets = (states.get(source) or {}).get("result", {}).get("targets")
-        if isinstance(targets, list):
-            return len(targets)
+    topology = load_topology()
+    fan = next(f for f in topology.fan_outs if f.member_prefix == key)
+    sources = [fan.member_set] + [topology.barrier(b).claim for b in fan.planned_by if b in _barriers(topology)]
+    for source in sources:
+        count = fan.set_model.count_in((states.get(source) or {}).get("result"))
+        if count is not None:
+            return count
     return None
+
+
+def _barriers(topology: Topology) -> set[str]:
+    return {b.name for b in topology.barriers}
 
 
 def stages(states: dict[str, dict[str, Any]]) -> list[Stage]:

@@ -50,9 +50,30 @@ class LogSegment(BaseModel):
     seed: SegmentSeed | None = None  # None for the first segment; the previous one publishes the next with it
 
 
+def log_part_id(attempt_index: int, number: int) -> str:
+    """A log-scan part's id: attempt index, part index (zero-padded: ids sort in chain order)."""
+    return f"a{attempt_index:03d}-p{number:04d}"
+
+
 class LogScanPart(BaseModel):
-    part_id: str = Field(pattern=r"^a\d{3,}-p\d{4,}$")  # attempt index, part index (zero-padded: chain order)
+    part_id: str = Field(pattern=r"^a\d{3,}-p\d{4,}$")  # log_part_id(attempt index, part index)
     attempt_id: str
     uris: list[str]
     bytes: int = 0
     segment: LogSegment | None = None  # set: uris is one file and this part scans one cut of it
+
+    def _number(self) -> tuple[str, int]:
+        head, number = self.part_id.rsplit("-p", 1)  # the pattern above guarantees both halves
+        return head, int(number)
+
+    def next_part_id(self) -> str:
+        """The id of the part after this one in its attempt (a cut file's next segment takes it)."""
+        head, number = self._number()
+        return f"{head}-p{number + 1:04d}"
+
+    def later_segment_ids(self) -> list[str]:
+        """The ids of this cut file's segments after this one (none for a part that is not a segment)."""
+        if self.segment is None:
+            return []
+        head, number = self._number()
+        return [f"{head}-p{number + k:04d}" for k in range(1, self.segment.count - self.segment.index)]

@@ -17,16 +17,16 @@ from typing import Any
 from rlcleanup.authority import ledger, precancel
 from rlcleanup.authority.actions import GrantTask, carry_out
 from rlcleanup.authority.controllers import Controller, controller_for
-from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, real_location, verify
+from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, verify
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
-from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord, PreCancelCapture, RunError
+from rlcleanup.models.record import CompletionRecord, PreCancelCapture
+from rlcleanup.runtime.admission import deployment_preserve_root
 from rlcleanup.runtime.claims import once as _once
-from rlcleanup.runtime.failures import decode
+from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
-from rlcleanup.settings import in_run_buckets
 from rlcleanup.steps.capture import preserved_root
 from rlcleanup.steps.facts import run_facts, safe_run_id
 from rlcleanup.steps.layout import RunLayout, discover
@@ -126,58 +126,6 @@ def _run_id(p: Ports, event: JobEvent) -> tuple[str, RunLayout | None]:
     except Exception:  # a live run may not have a readable layout yet: capture what the controller says
         hint = event.run_id or f"{basename(parent(event.run_uri))}-{basename(event.run_uri)}"
         return safe_run_id(hint), None
-
-
-def bind_run_identity(p: Ports, run_id: str, run_uri: str) -> None:
-    """A run's identity is bound to its run URI: another run whose files claim the same run id (copied records,
-    a hostile attempt record) is a recorded conflict on the existing record and is refused, never merged into it
-    (nor allowed to make the real run's event a "duplicate")."""
-    existing = p.records.get(run_id)
-    if existing is None or existing.run_uri == UNKNOWN_RUN_URI or _same_location(existing.run_uri, run_uri):
-        return
-    msg = f"{run_uri[:300]} claims run id {run_id!r}, which is bound to {existing.run_uri[:300]}: not merged"
-    p.records.add_errors(run_id, [RunError(step="identity", code="run_id_conflict", message=msg)])
-    raise PermanentError("run_id_conflict", msg)
-
-
-def check_run_roots(layout: RunLayout, run_buckets: tuple[str, ...] | None) -> None:
-    """A run's config names where its checkpoints, temp area, exports and attempts live; none may point outside
-    the buckets this deployment reads runs from (capture would copy someone else's files into evidence, publish
-    would ship them). Refused as root_outside_allowed before any byte is copied."""
-    roots = {
-        "temp_root": layout.temp_root,
-        "checkpoints_root": layout.checkpoints_root,
-        "exports_root": layout.exports_root,
-        "attempts_root": layout.attempts_root,
-    }
-    outside = {name: root for name, root in roots.items() if root and not in_run_buckets(root, run_buckets)}
-    if outside:
-        raise PermanentError(
-            "root_outside_allowed",
-            f"{layout.run_uri[:200]}: {outside} outside this deployment's run buckets {list(run_buckets or ())}",
-        )
-
-
-def _same_location(a: str, b: str) -> bool:
-    return real_location(a).rstrip("/") == real_location(b).rstrip("/")
-
-
-def deployment_preserve_root(p: Ports, event: JobEvent) -> str:
-    """Where evidence goes is the deployment's choice (RLCLEANUP_PRESERVE_ROOT), never an event's: a sender must
-    not redirect writes to a place of its choosing. An event's preserve_root is honoured only inside it."""
-    root = p.preserve_root
-    if not root:
-        raise PermanentError("no_preserve_root", "no preserve root: set RLCLEANUP_PRESERVE_ROOT")
-    if event.preserve_root and not _inside(event.preserve_root, root):
-        raise PermanentError(
-            "root_outside_allowed", f"the event's preserve_root {event.preserve_root[:200]!r} is outside {root}"
-        )
-    return event.preserve_root or root
-
-
-def _inside(uri: str, root: str) -> bool:
-    uri, root = real_location(uri).rstrip("/"), real_location(root).rstrip("/")
-    return (uri == root or uri.startswith(root + "/")) and ".." not in uri.split("/")
 
 
 def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str:

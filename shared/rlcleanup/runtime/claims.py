@@ -4,13 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, TypeVar, overload
+
+from pydantic import BaseModel
 
 from rlcleanup.errors import RetryLater
 from rlcleanup.ports.records import Claim
 from rlcleanup.runtime.ports import Ports
 
-BUSY = {"busy": True}  # what once() returns (with busy_ok) when another delivery holds the claim
+M = TypeVar("M", bound=BaseModel)
+
+
+class Busy:
+    """What `once_or_busy` returns when another delivery holds the claim (a barrier's holder: see there)."""
+
+    def __repr__(self) -> str:
+        return "BUSY"
+
+
+BUSY: Final = Busy()
 _FAILED_CLAIM = "rlcleanup_failed_claim"  # attribute once() sets on an exception raised by its work
 
 
@@ -26,17 +38,33 @@ def failed_claim(exc: BaseException) -> FailedClaim | None:
     return found if isinstance(found, FailedClaim) else None
 
 
-def once(
-    p: Ports, run_id: str, key: str, work: Callable[[], dict[str, Any]], *, busy_ok: bool = False
-) -> dict[str, Any] | None:
-    """Run `work` once per (run_id, key). None when it was done before.
+@overload
+def once(p: Ports, run_id: str, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any] | None: ...
+@overload
+def once(p: Ports, run_id: str, key: str, work: Callable[[], M], *, model: type[M]) -> M | None: ...
+def once(p: Ports, run_id: str, key: str, work: Callable[[], Any], *, model: type[BaseModel] | None = None) -> Any:
+    """Run `work` once per (run_id, key). None when it was done before. With `model`, `work` returns that model,
+    which is stored as its JSON and returned as the model (as Powertools' idempotency serializer does); a
+    stored result is read back with `stored(..., model)`.
 
-    While another delivery holds the claim: RetryLater (this message is redelivered and re-checks), or, for a
-    fan-in with busy_ok, BUSY: the holder is itself a fan-in member whose own message stays unacked until the
-    fan-in is stored (or is redelivered when it fails), so this member can ack instead of retrying.
+    While another delivery holds the claim: RetryLater (this message is redelivered and re-checks).
     An exception from `work` releases the claim and is tagged with it, so `dispatch` knows which stage (or which
     fan-out member) failed and can complete it as failed once no retry is left.
     """
+    result = _run_claimed(p, run_id, key, work, busy_ok=False)
+    assert not isinstance(result, Busy)
+    return result
+
+
+def once_or_busy(p: Ports, run_id: str, key: str, work: Callable[[], M]) -> M | Busy | None:
+    """`once` for a barrier: while another delivery holds the claim, BUSY instead of RetryLater. The holder is
+    itself a member of the fan-in whose own message stays unacked until the barrier's result is stored (or is
+    redelivered when it fails), so this member can ack instead of retrying."""
+    result: M | Busy | None = _run_claimed(p, run_id, key, work, busy_ok=True)
+    return result
+
+
+def _run_claimed(p: Ports, run_id: str, key: str, work: Callable[[], Any], *, busy_ok: bool) -> Any:
     state = p.claims.claim(run_id, key, p.lease_seconds, p.clock.now(), owner=p.delivery_id)
     if state is Claim.done:
         return None
@@ -51,5 +79,16 @@ def once(
         if failed_claim(exc) is None:
             setattr(exc, _FAILED_CLAIM, FailedClaim(run_id, key))
         raise
-    p.claims.complete(run_id, key, result)
+    p.claims.complete(run_id, key, result.model_dump(mode="json") if isinstance(result, BaseModel) else result)
     return result
+
+
+def stored(p: Ports, run_id: str, key: str, model: type[M]) -> M | None:
+    """The result a claim stored, as its model (None: not done yet)."""
+    raw = p.claims.result(run_id, key)
+    return None if raw is None else model.model_validate(raw)
+
+
+def stored_under(p: Ports, run_id: str, prefix: str, model: type[M]) -> dict[str, M]:
+    """Every done claim's result under a key prefix, each as its model, by full key."""
+    return {key: model.model_validate(raw) for key, raw in p.claims.results(run_id, prefix).items()}

@@ -14,7 +14,7 @@ from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.paths import default_db, default_preserve_root
 from rlcleanup.ports.storage import Storage
-from rlcleanup.runtime.handlers import HANDLERS, dispatch, resolve_run_id
+from rlcleanup.runtime.handlers import dispatch, resolve_run_id
 from rlcleanup.runtime.ports import Ports, hub_upload_job, settings_fields
 from rlcleanup.runtime.topology import FunctionSpec, load_topology
 from rlcleanup.settings import DeploymentSettings, load_settings
@@ -50,9 +50,8 @@ class EmbeddedStack:
             **{**settings_fields(settings), "preserve_root": preserve_root},  # type: ignore[arg-type]
         )
         stack = cls(ports=ports, bus=bus)
-        for fn in load_topology().functions:
-            if fn.entry_point in HANDLERS:
-                bus.subscribe(fn.trigger, stack._handler(fn))
+        for fn in load_topology().functions:  # every function has its stage table row (runtime/stage_table.py)
+            bus.subscribe(fn.trigger, stack._handler(fn))
         return stack
 
     def _handler(self, fn: FunctionSpec):  # type: ignore[no-untyped-def]

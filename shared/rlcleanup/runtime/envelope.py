@@ -1,4 +1,5 @@
-"""Decode the Pub/Sub message inside a CloudEvent (raw push converted by functions-framework, or Eventarc)."""
+"""Decode the Pub/Sub message inside a CloudEvent (raw push converted by functions-framework, or Eventarc), its
+payload as a message model (`decode`), and which run a payload names as far as it can be read (`identify`)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,15 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from rlcleanup.errors import PermanentError
+from pydantic import BaseModel, ValidationError
+
+from rlcleanup.errors import InvalidMessage, PermanentError
+from rlcleanup.steps.facts import safe_run_id
+from rlcleanup.uris import basename, parent
+
+M = TypeVar("M", bound=BaseModel)
 
 MAX_MESSAGE_BYTES = 10 * 1024 * 1024  # Pub/Sub's own limit
 
@@ -48,3 +55,26 @@ def decode_cloud_event(event_data: Any, source: str | None = None) -> PubSubMess
         message_id=message.get("messageId") or message.get("message_id"),
         topic=topic,
     )
+
+
+def identify(data: bytes) -> tuple[str | None, str | None]:
+    """(run_id, run_uri) named by a payload, as far as it can be read at all."""
+    try:
+        payload = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):  # `[[[[...` nests past the recursion limit
+        return None, None
+    if not isinstance(payload, dict):
+        return None, None
+    run_uri = payload.get("run_uri") if isinstance(payload.get("run_uri"), str) else None
+    run_id = payload.get("run_id") if isinstance(payload.get("run_id"), str) else None
+    if run_id is None and run_uri:
+        run_id = f"{basename(parent(run_uri))}-{basename(run_uri)}"
+    return (safe_run_id(run_id) if run_id else None), run_uri
+
+
+def decode(model: type[M], data: bytes) -> M:
+    """A message payload as its model; a payload that does not match is bad input (InvalidMessage)."""
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        raise InvalidMessage.from_validation(exc) from exc

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
-from typing import Any, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from rlcleanup.errors import (
     INTERNAL_ERROR,
@@ -37,40 +36,37 @@ from rlcleanup.errors import (
     defect_message,
     error_kind,
 )
-from rlcleanup.models.events import CandidateMessage, CapturePartMessage, LogScanPartMessage, target_step
-from rlcleanup.models.outcomes import CapturePartOutcome, LogScanOutcome, MemberError, ValidationOutcome
-from rlcleanup.models.record import Candidate, ResumeSafety, RunError, utcnow
-from rlcleanup.models.vocab import CandidateProblem, RecordStatus
+from rlcleanup.models.outcomes import MemberOutcome
+from rlcleanup.models.record import RunError, utcnow
+from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime.attempt_scope import unscoped
 from rlcleanup.runtime.claims import failed_claim
+from rlcleanup.runtime.envelope import identify
 from rlcleanup.runtime.evidence import finish_evidence
-from rlcleanup.runtime.layouts import run_layout
 from rlcleanup.runtime.ports import Ports
-from rlcleanup.steps.facts import safe_run_id
-from rlcleanup.uris import basename, join, parent
 
 log = logging.getLogger(__name__)
-M = TypeVar("M", bound=BaseModel)
+
+FailedMember = Callable[[Ports, str, bytes, PermanentError], Sequence[tuple[str, MemberOutcome]]]
+
+
+@dataclass(frozen=True)
+class FailureRoute:
+    """Where a function's permanent failure goes, from the stage table (runtime/stage_table.py `route`)."""
+
+    entry_point: str
+    in_pipeline: bool  # a stage of a run's pipeline: an unfinished run is marked failed
+    member_prefix: str | None = None  # a fan-out member: the key prefix of its members' claims
+    failed_member: FailedMember | None = None  # ... and what such a member stores when it fails
+
+    def member_claim(self, key: str) -> bool:
+        """Whether the claim that failed is this function's own member claim (not a barrier it was running)."""
+        return self.member_prefix is not None and unscoped(key).startswith(self.member_prefix)
+
 
 DEFECT_DELIVERY_BUDGET = 3
 ATTEMPTS_COLLECTION = "delivery_attempts"
 PERMANENT_PREFIX = "permanent error recorded"
-# The entry points that make up a run's pipeline: a stage failing there fails the run. Authority handlers
-# (apply_grant, ...) are not: a bad grant must never turn a finished record into `failed`.
-PIPELINE_ENTRY_POINTS = frozenset(
-    {
-        "on_job_event",
-        "establish_terminal_state",
-        "scan_log_part",
-        "plan_capture",
-        "capture_part",
-        "validate_candidate",
-        "select_candidate",
-    }
-)
-MEMBER_PREFIXES = ("log-scan:", "capture-part:", "validate:")
-
-
 _LOGGED = "_rlcleanup_logged"
 
 
@@ -121,19 +117,19 @@ def count_delivery(p: Ports, entry_point: str, message_id: str | None, data: byt
 
 def finish_failed(
     p: Ports,
-    entry_point: str,
+    route: FailureRoute,
     data: bytes,
     exc: Exception,
     error: PermanentError,
-    retry_fan_in: Any,
+    retry_fan_in: Callable[[], str],
 ) -> str:
     """Complete the failed fan-out member (then re-run its fan-in), or mark the run's pipeline failed."""
     claim = failed_claim(exc)
-    if claim is not None and unscoped(claim.key).startswith(MEMBER_PREFIXES) and not isinstance(error, RecordStoreLost):
-        outcome = member_failure(p, claim.key, data, error)
-        p.claims.complete(claim.run_id, claim.key, outcome.model_dump(mode="json"))
-        for later, unread in later_segments(claim.key, data, error):  # a cut log's chain ends here: they never run
-            p.claims.complete(claim.run_id, later, unread.model_dump(mode="json"))
+    if claim is not None and route.member_claim(claim.key) and not isinstance(error, RecordStoreLost):
+        assert route.failed_member is not None  # the stage table gives every member its failure outcome
+        # What the member stores is its stage's (the stage table's row); a cut log's later segments too.
+        for key, outcome in route.failed_member(p, claim.key, data, error):
+            p.claims.complete(claim.run_id, key, outcome.model_dump(mode="json"))
         log.warning("fan-out member %s of run %s completed as failed: %s", claim.key, claim.run_id, error.code)
         try:
             retry_fan_in()  # the member's claim is done now: the handler goes straight to its fan-in
@@ -143,11 +139,11 @@ def finish_failed(
             log.error("fan-in after %s failed: %s", claim.key, defect_message(again), exc_info=again)
             code = again.code if isinstance(again, PermanentError) else INTERNAL_ERROR
             message = str(again) if isinstance(again, PermanentError) else defect_message(again)
-            mark_run_failed(p, claim.run_id, entry_point, code, message)
+            mark_run_failed(p, claim.run_id, route.entry_point, code, message)
         return f"{PERMANENT_PREFIX}: {error.code}; {claim.key} completed as failed"
     run_id = claim.run_id if claim else failed_run_id(exc, data)
-    if run_id and entry_point in PIPELINE_ENTRY_POINTS and not isinstance(error, InvalidMessage):
-        mark_run_failed(p, run_id, entry_point, error.code, str(error))
+    if run_id and route.in_pipeline and not isinstance(error, InvalidMessage):
+        mark_run_failed(p, run_id, route.entry_point, error.code, str(error))
     return f"{PERMANENT_PREFIX}: {error.code}"
 
 
@@ -171,85 +167,6 @@ def mark_run_failed(p: Ports, run_id: str, step: str, code: str, message: str) -
         log.warning("manifest for failed run %s not sealed: %s", run_id, defect_message(exc), extra={"run_id": run_id})
 
 
-def later_segments(key: str, data: bytes, error: PermanentError) -> list[tuple[str, LogScanOutcome]]:
-    """The claim keys of the segments after a failed segment of a cut log (each is published by the one before,
-    so none will run), with their failed outcomes: the fan-in counts them and the record names the file unread."""
-    if not unscoped(key).startswith("log-scan:"):
-        return []
-    part = LogScanPartMessage.model_validate_json(data).part
-    segment = part.segment
-    if segment is None:
-        return []
-    prefix, (head, number) = key[: len(key) - len(part.part_id)], part.part_id.rsplit("-p", 1)
-    failure = MemberError(
-        code=error.code, message=f"not scanned: segment {segment.index + 1} of {segment.count} failed first"
-    )
-    return [
-        (f"{prefix}{head}-p{int(number) + k:04d}", LogScanOutcome(ok=False, error=failure, files=1, unread=[]))
-        for k in range(1, segment.count - segment.index)
-    ]
-
-
-def member_failure(p: Ports, key: str, data: bytes, error: PermanentError) -> BaseModel:
-    """The stored outcome of a fan-out member that failed: ok=False, the error, and what it could not do."""
-    failure = MemberError(code=error.code, message=str(error)[:2000])
-    key = unscoped(key)  # a later pass's members carry its scope prefix
-    if key.startswith("log-scan:"):
-        scan = LogScanPartMessage.model_validate_json(data)
-        return LogScanOutcome(
-            ok=False, error=failure, files=len(scan.part.uris), bytes=scan.part.bytes, unread=list(scan.part.uris)
-        )
-    if key.startswith("capture-part:"):
-        copy = CapturePartMessage.model_validate_json(data)
-        return CapturePartOutcome(ok=False, error=failure, unpreserved=[item.source for item in copy.part.items])
-    check = CandidateMessage.model_validate_json(data)
-    code = error.code if error.code in CandidateProblem.__members__ else CandidateProblem.internal_error.value
-    problem = f"{code}: validation could not finish: {failure.message}"
-    step = target_step(key.removeprefix("validate:"))  # the failed member's own target (a batch names several)
-    if step is None:
-        return ValidationOutcome(ok=False, error=failure, resume_safety=ResumeSafety(safe=False, reasons=[problem]))
-    return ValidationOutcome(
-        ok=False,
-        error=failure,
-        candidate=Candidate(
-            step=step,
-            uri=_export_uri(p, check.run_id, check.run_uri, step, check.scope),
-            valid=False,
-            problems=[problem],
-        ),
-    )
-
-
-def _export_uri(p: Ports, run_id: str, run_uri: str, step: int, scope: str = "") -> str:
-    try:
-        return run_layout(p, run_id, run_uri, scope).export_uri(step)
-    except Exception:  # the listing may be what failed: name the conventional place instead
-        return join(run_uri, "exports", f"global_step_{step}", "policy")
-
-
 def failed_run_id(exc: BaseException, data: bytes) -> str | None:
     claim = failed_claim(exc)
     return claim.run_id if claim else identify(data)[0]
-
-
-def identify(data: bytes) -> tuple[str | None, str | None]:
-    """(run_id, run_uri) named by a payload, as far as it can be read at all."""
-    try:
-        payload = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError):  # `[[[[...` nests past the recursion limit
-        return None, None
-    if not isinstance(payload, dict):
-        return None, None
-    run_uri = payload.get("run_uri") if isinstance(payload.get("run_uri"), str) else None
-    run_id = payload.get("run_id") if isinstance(payload.get("run_id"), str) else None
-    if run_id is None and run_uri:
-        run_id = f"{basename(parent(run_uri))}-{basename(run_uri)}"
-    return (safe_run_id(run_id) if run_id else None), run_uri
-
-
-def decode(model: type[M], data: bytes) -> M:
-    """A message payload as its model; a payload that does not match is bad input (InvalidMessage)."""
-    try:
-        return model.model_validate_json(data)
-    except ValidationError as exc:
-        raise InvalidMessage.from_validation(exc) from exc

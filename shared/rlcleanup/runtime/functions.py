@@ -31,9 +31,10 @@ from rlcleanup.ports import usage
 from rlcleanup.runtime.envelope import decode_cloud_event
 from rlcleanup.runtime.failures import PERMANENT_PREFIX, already_logged
 from rlcleanup.runtime.guard import guarded_ports
-from rlcleanup.runtime.handlers import HANDLERS, dispatch, record_poison
+from rlcleanup.runtime.handlers import dispatch, record_poison
 from rlcleanup.runtime.logging_setup import bind_cloud_event
 from rlcleanup.runtime.ports import Ports, cloud_ports
+from rlcleanup.runtime.stage_table import stage_table
 from rlcleanup.runtime.topology import FunctionSpec, load_topology
 from rlcleanup.settings import DeploymentSettings, load_settings
 
@@ -125,8 +126,7 @@ def _handle(entry_point: str, cloud_event: Any) -> str:
         raw = _raw_copy(cloud_event.data)
         record_poison(guarded_ports(p, spec), entry_point, spec.dead_letter_topic, raw, {}, exc)
         return f"{PERMANENT_PREFIX}: {exc.code}"
-    if entry_point not in HANDLERS:
-        raise RuntimeError(f"no handler registered for {entry_point}")
+    stage_table().row(entry_point)  # fails closed (UnknownEntryPoint) before anything runs
     outcome = dispatch(
         p, entry_point, spec.dead_letter_topic, message.data, message.attributes, message_id=message.message_id
     )

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import RunError
+from rlcleanup.runtime.attempt_scope import PASS_PREFIX
 from rlcleanup.runtime.claims import once
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
@@ -150,9 +151,10 @@ def sweep(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
 
 def _sweep_records(p: Ports, now: datetime, config: SweepConfig) -> str:
     redriven = stalled = 0
-    for found in stalled_records(p.records, p.claims, now, config):
+    keys = load_topology().pipeline_keys(PASS_PREFIX)
+    for found in stalled_records(p.records, p.claims, now, config, keys):
         record, scope = found.record, found.scope
-        plan = plan_redrive(p.claims, record, p.preserve_root, scope)
+        plan = plan_redrive(p.claims, record, p.preserve_root, keys, scope)
         for topic, payload in plan.republish:
             p.bus.publish(topic, json.dumps(payload).encode(), {"run_id": record.run_id, "redrive": "sweep"})
         if plan.republish:

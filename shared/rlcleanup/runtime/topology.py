@@ -7,11 +7,15 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from rlcleanup.models import outcomes, plans
+from rlcleanup.models.plans import PipelineKeys
+
+Model = TypeVar("Model", bound=BaseModel)
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T)?\s*$")
 _UNIT_BYTES: dict[str | None, int] = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _UNIT_BYTES |= {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
@@ -37,6 +41,7 @@ class Topic(_Strict):
 class Stage(_Strict):
     name: str
     description: str
+    pipeline: bool = False  # a stage of a run's pipeline: a permanent error there fails an unfinished run
 
 
 class FunctionSpec(_Strict):
@@ -53,6 +58,8 @@ class FunctionSpec(_Strict):
     max_delivery_attempts: int
     minimum_backoff: str
     maximum_backoff: str
+    claim: str | None = None  # its own claim key, stored when its step is done (members: the fan-out's member_key)
+    claim_label: str | None = None  # how `rlcleanup watch` names that claim
 
     @property
     def memory_mib(self) -> float:
@@ -84,10 +91,45 @@ class FanOut(_Strict):
     planned_by: list[str]  # functions, or barriers (a fan-out started by a fan-in)
     member: str  # the function consuming `topic`
     member_set: str  # result key of the stored member set
+    member_set_model: str  # its model in models/plans.py (has `member_ids`)
     member_key: str  # result key of one member's outcome, e.g. "log-scan:{part_id}"
+    outcome_model: str  # a member's outcome model in models/outcomes.py
+    label: str  # how `rlcleanup watch` names the members
     # True when the member set is stored before the first member is published and is never empty: then only a
     # member can store the last piece. Otherwise (results stored after publishing, or no members) the planner can.
     set_stored_first: bool = False
+
+    @property
+    def member_prefix(self) -> str:
+        """The key prefix every member's result shares ("log-scan:")."""
+        return self.member_key.split("{", 1)[0]
+
+    def key_of(self, member_id: str) -> str:
+        return f"{self.member_prefix}{member_id}"
+
+    @property
+    def set_model(self) -> type[plans.MemberSet]:
+        return _named_model(plans, self.member_set_model, plans.MemberSet)
+
+    @property
+    def outcome(self) -> type[outcomes.MemberOutcome]:
+        return _named_model(outcomes, self.outcome_model, outcomes.MemberOutcome)
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> FanOut:
+        self.set_model, self.outcome  # noqa: B018 -- resolving them fails closed on a name no model has
+        _, brace, tail = self.member_key.partition("{")
+        if not brace or not tail.endswith("}") or "{" in tail:
+            raise ValueError(f"fan-out {self.name}: member_key must end with one {{placeholder}}: {self.member_key}")
+        return self
+
+
+def _named_model(module: Any, name: str, base: type[Model]) -> type[Model]:
+    """The model `name` of `module`, a subclass of `base`; ValueError for anything else (the topology names it)."""
+    found = getattr(module, name, None)
+    if not (isinstance(found, type) and issubclass(found, base)):
+        raise ValueError(f"{name!r} is not a {base.__name__} in {module.__name__}")
+    return found
 
 
 class Barrier(_Strict):
@@ -95,6 +137,7 @@ class Barrier(_Strict):
 
     name: str
     claim: str
+    label: str  # how `rlcleanup watch` names it
     waits_for: list[str]
     runs_in: list[str]
     publishes: list[str]
@@ -146,6 +189,9 @@ class Topology(_Strict):
         barriers = {b.name: b for b in self.barriers}
         if len(fan_outs) != len(self.fan_outs) or len(barriers) != len(self.barriers):
             raise ValueError("fan-out and barrier names must be unique")
+        if set(fan_outs) & set(barriers):
+            # waits_for and planned_by name either kind: one name must mean one thing (barrier chains follow it).
+            raise ValueError(f"names used by both a fan-out and a barrier: {sorted(set(fan_outs) & set(barriers))}")
         for fan in self.fan_outs:
             member = functions.get(fan.member)
             if member is None or member.trigger != fan.topic:
@@ -194,10 +240,78 @@ class Topology(_Strict):
         raise KeyError(name)
 
     def barrier(self, name: str) -> Barrier:
-        return next(b for b in self.barriers if b.name == name)
+        for barrier in self.barriers:
+            if barrier.name == name:
+                return barrier
+        raise KeyError(f"no barrier {name!r} in the topology (known: {[b.name for b in self.barriers]})")
+
+    def fan_out(self, name: str) -> FanOut:
+        for fan in self.fan_outs:
+            if fan.name == name:
+                return fan
+        raise KeyError(f"no fan-out {name!r} in the topology (known: {[f.name for f in self.fan_outs]})")
+
+    def fan_out_of_member(self, function: str) -> FanOut | None:
+        """The fan-out whose member `function` (name or entry point) is, if any."""
+        name = self.function(function).name
+        return next((fan for fan in self.fan_outs if fan.member == name), None)
+
+    def barriers_after(self, name: str) -> list[Barrier]:
+        """The barriers that wait for the fan-out or barrier `name` (in declaration order)."""
+        return [b for b in self.barriers if name in b.waits_for and b.name != name]
 
     def subscribers(self, topic: str) -> list[FunctionSpec]:
         return [fn for fn in self.functions if fn.trigger == topic]
+
+    def in_pipeline(self, function: str) -> bool:
+        """Whether `function` (name or entry point) is a stage of a run's pipeline (its stage says so)."""
+        stage = self.function(function).stage
+        return any(s.name == stage and s.pipeline for s in self.stages)
+
+    def claim_of(self, function: str) -> str:
+        found = self.function(function).claim
+        if found is None:
+            raise KeyError(f"function {function} declares no claim of its own in topology.yaml")
+        return found
+
+    def progress(self) -> list[tuple[str, str]]:
+        """(label, claim key or member key prefix) of every step of a run's pipeline, in order: each function's own
+        claim, then, for a fan-out member, its members, then every barrier whose wait is now all listed."""
+        steps: list[tuple[str, str]] = []
+        listed: set[str] = set()
+        for fn in self.functions:
+            if not self.in_pipeline(fn.name):
+                continue
+            if fn.claim and fn.claim_label:
+                steps.append((fn.claim_label, fn.claim))
+            fan = self.fan_out_of_member(fn.name)
+            if fan is None:
+                continue
+            steps.append((fan.label, fan.member_prefix))
+            listed.add(fan.name)
+            ready = [b for b in self.barriers if b.name not in listed and set(b.waits_for) <= listed]
+            while ready:
+                steps.append((ready[0].label, ready[0].claim))
+                listed.add(ready[0].name)
+                ready = [b for b in self.barriers if b.name not in listed and set(b.waits_for) <= listed]
+        return steps
+
+    def pipeline_keys(self, pass_prefix: str) -> PipelineKeys:
+        """The claim keys the reconciling sweep reads (sources/sweep.py), from this declaration."""
+        log_scan, copies, checks = self.fan_out("log-scan"), self.fan_out("capture"), self.fan_out("validation")
+        return PipelineKeys(
+            classify=self.claim_of("on-job-event"),
+            terminal_plan=log_scan.member_set,
+            terminal=self.barrier("terminal").claim,
+            capture_plan=copies.member_set,
+            capture_fan_in=self.barrier("capture-done").claim,
+            validation_set=checks.member_set,
+            select=self.claim_of("select-candidate"),
+            log_scan_member=log_scan.member_prefix,
+            capture_member=copies.member_prefix,
+            validation_member=checks.member_prefix,
+            pass_prefix=pass_prefix,
+        )
 
     @property
     def all_topic_names(self) -> list[str]:

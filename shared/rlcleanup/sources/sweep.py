@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlcleanup.models.events import JobEvent
+from rlcleanup.models.plans import PipelineKeys
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
@@ -287,9 +288,8 @@ SEEN = "source_seen"  # hints already given (runtime/source_handlers.py keeps co
 
 # ---------------------------------------------------------------- stalled records
 
-# The stage claim keys of runtime/handlers.py (what each stage stores when it is done).
-K_CLASSIFY, K_TERMINAL_PLAN, K_TERMINAL = "classify", "terminal-plan", "terminal"
-K_CAPTURE_PLAN, K_FANIN_CAPTURE, K_TARGETS, K_SELECT = "capture-plan", "fanin:capture", "fanout:validate", "select"
+# The stage claim keys (what each stage stores when it is done) come from the wiring's stage table as
+# `PipelineKeys` (runtime/stage_table.py), never spelled here.
 
 
 @dataclass(frozen=True)
@@ -301,11 +301,6 @@ class Redrive:
     missing: list[str]
 
 
-K_PASS = (
-    "pass:"  # a later end of the run: claim `pass:<hex>`, its stage keys prefixed `<hex>/` (runtime/attempt_scope.py)
-)
-
-
 @dataclass(frozen=True)
 class Stalled:
     """A run whose pass of the pipeline stopped short: scope "" is its first end, `<hex>/` a later end."""
@@ -314,7 +309,9 @@ class Stalled:
     scope: str = ""
 
 
-def stalled_records(records: RunRecords, claims: IdempotencyStore, now: datetime, config: SweepConfig) -> list[Stalled]:
+def stalled_records(
+    records: RunRecords, claims: IdempotencyStore, now: datetime, config: SweepConfig, keys: PipelineKeys
+) -> list[Stalled]:
     """Records untouched past the stall deadline whose work is unfinished: an `in_progress` record (its first
     pass), or a finished record whose latest later pass (a resubmitted step's end) never reached selection. A
     later pass leaves the record's status as it was, so the status alone cannot find it."""
@@ -325,35 +322,35 @@ def stalled_records(records: RunRecords, claims: IdempotencyStore, now: datetime
             continue
         if record.status is RecordStatus.in_progress:
             found.append(Stalled(record))
-        elif (scope := open_later_pass(claims, record.run_id)) is not None:
+        elif (scope := open_later_pass(claims, record.run_id, keys)) is not None:
             found.append(Stalled(record, scope))
     return found
 
 
-def open_later_pass(claims: IdempotencyStore, run_id: str) -> str | None:
+def open_later_pass(claims: IdempotencyStore, run_id: str, keys: PipelineKeys) -> str | None:
     """The scope of the run's latest later pass when it is unfinished (classified standard, no selection yet,
     or not classified at all), else None."""
-    passes = claims.results(run_id, K_PASS)
+    passes = claims.results(run_id, keys.pass_prefix)
     if not passes:
         return None
     latest = max(passes.items(), key=lambda kv: int(kv[1].get("n", 0)))[0]
-    scope = f"{latest.removeprefix(K_PASS)}/"
-    classified = claims.result(run_id, f"{scope}{K_CLASSIFY}")
+    scope = f"{latest.removeprefix(keys.pass_prefix)}/"
+    classified = claims.result(run_id, f"{scope}{keys.classify}")
     if classified is not None and classified.get("kind") != "standard":
         return None  # routed or left to a person at classification: nothing more runs in this pass
-    if claims.result(run_id, f"{scope}{K_SELECT}") is not None:
+    if claims.result(run_id, f"{scope}{keys.select}") is not None:
         return None
     return scope
 
 
 def plan_redrive(
-    claims: IdempotencyStore, record: CompletionRecord, preserve_root: str | None, scope: str = ""
+    claims: IdempotencyStore, record: CompletionRecord, preserve_root: str | None, keys: PipelineKeys, scope: str = ""
 ) -> Redrive:
     """Rebuild the messages of the stages that did not finish, from what the stages stored; list the rest."""
     run_id = record.run_id
     # A later pass's keys carry its scope; without it, the first pass's keys (other passes' never match them).
     done = {k.removeprefix(scope): v for k, v in claims.results(run_id, scope).items()}
-    capture_plan = done.get(K_CAPTURE_PLAN)
+    capture_plan = done.get(keys.capture_plan)
     preserve = (capture_plan or {}).get("preserve_root") or preserve_root
     if preserve is None:
         return Redrive(run_id, [], ["a preserve root (none configured and no capture plan stored)"])
@@ -361,27 +358,31 @@ def plan_redrive(
     run_msg: dict[str, Any] = {"run_id": run_id, "run_uri": record.run_uri, "preserve_root": preserve}
     if scope:
         run_msg["scope"] = scope
-    if state and K_TERMINAL not in done:  # classify's "<source>:<state>" is still there until the terminal step
+    if state and keys.terminal not in done:  # classify's "<source>:<state>" is still there until the terminal step
         run_msg |= {"event_source": source, "event_state": state}
-    if K_CLASSIFY not in done:  # on-job-event finds the same end marks again and classifies under this scope
+    if keys.classify not in done:  # on-job-event finds the same end marks again and classifies under this scope
         return Redrive(run_id, [("job-events", _event_payload(record))], [])
     missing: list[str] = []
-    plan = done.get(K_TERMINAL_PLAN)
-    if plan is not None and K_TERMINAL not in done:
-        missing += [f"log-scan part {p['part_id']}" for p in plan["parts"] if f"log-scan:{p['part_id']}" not in done]
-    if capture_plan is not None and K_FANIN_CAPTURE not in done:
-        missing += [f"capture part {pid}" for pid in capture_plan["parts"] if f"capture-part:{pid}" not in done]
+    plan = done.get(keys.terminal_plan)
+    if plan is not None and keys.terminal not in done:
+        missing += [
+            f"log-scan part {p['part_id']}"
+            for p in plan["parts"]
+            if f"{keys.log_scan_member}{p['part_id']}" not in done
+        ]
+    if capture_plan is not None and keys.capture_fan_in not in done:
+        missing += [f"capture part {pid}" for pid in capture_plan["parts"] if f"{keys.capture_member}{pid}" not in done]
     if missing:  # their messages carry file lists nobody stored: only a re-emitted event can redo them
         return Redrive(run_id, [], missing)
-    if plan is None or capture_plan is None or K_FANIN_CAPTURE not in done:
+    if plan is None or capture_plan is None or keys.capture_fan_in not in done:
         # Each stage re-checks its own claim; a republished run-classified also re-tries both fan-ins.
         return Redrive(run_id, [("run-classified", run_msg)], [])
-    targets = (done.get(K_TARGETS) or {}).get("targets", [])
-    pending = [t for t in targets if f"validate:{t}" not in done]
+    targets = (done.get(keys.validation_set) or {}).get("targets", [])
+    pending = [t for t in targets if f"{keys.validation_member}{t}" not in done]
     if pending:
         base = {k: v for k, v in run_msg.items() if k in ("run_id", "run_uri", "preserve_root", "scope")}
         return Redrive(run_id, [("candidate-validation", {**base, "target": t}) for t in pending], [])
-    if K_SELECT not in done:
+    if keys.select not in done:
         return Redrive(run_id, [("run-selection", run_msg)], [])
     return Redrive(run_id, [], ["nothing: every stage is done, yet the record is in_progress"])
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from rlcleanup.models.parts import LogScanPart, LogSegment, SegmentSeed
+from rlcleanup.models.parts import LogScanPart, LogSegment, SegmentSeed, log_part_id
 from rlcleanup.parsing.logs import (
     AttemptScan,
     LogScan,
@@ -118,7 +118,7 @@ def _part(
 ) -> LogScanPart:
     size = segment.stop - segment.start if segment is not None else 0
     return LogScanPart(
-        part_id=f"a{attempt_index:03d}-p{number:04d}", attempt_id=attempt_id, uris=uris, bytes=size, segment=segment
+        part_id=log_part_id(attempt_index, number), attempt_id=attempt_id, uris=uris, bytes=size, segment=segment
     )
 
 
@@ -136,11 +136,10 @@ def first_parts(parts: list[LogScanPart]) -> list[LogScanPart]:
 def next_segment(part: LogScanPart, seed: SegmentSeed) -> LogScanPart:
     """The next segment's part, seeded with the scanner state the finished segment handed on."""
     assert part.segment is not None
-    head, number = part.part_id.rsplit("-p", 1)
     segment = _segment(part.segment.index + 1, part.segment.count, part.segment.size)
     return part.model_copy(
         update={
-            "part_id": f"{head}-p{int(number) + 1:04d}",
+            "part_id": part.next_part_id(),
             "bytes": segment.stop - segment.start,
             "segment": segment.model_copy(update={"seed": seed}),
         }

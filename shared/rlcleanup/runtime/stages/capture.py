@@ -1,0 +1,159 @@
+"""Stage capture: plan the capture in pages (plan-capture), copy one slice server-side per member (capture-part),
+and the `capture` barrier (after the terminal state is settled and every part is stored), which writes the
+manifest and fans out validation: one candidate-validation message per batch of candidates, one for resume."""
+
+from __future__ import annotations
+
+from rlcleanup.errors import PermanentError
+from rlcleanup.models.events import CapturePartMessage, CapturePlanPageMessage, RunMessage
+from rlcleanup.models.outcomes import CapturePartOutcome, MemberError
+from rlcleanup.models.plans import CapturePlan, PlanPage, ValidationSet
+from rlcleanup.runtime.attempt_scope import pass_id, scoped
+from rlcleanup.runtime.claims import once
+from rlcleanup.runtime.envelope import decode
+from rlcleanup.runtime.layouts import run_layout
+from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.stages import paged_plan
+from rlcleanup.runtime.stages.barrier import Gathered, advance, barrier_work, member_key, member_set_key
+from rlcleanup.runtime.stages.common import publish, run_errors
+from rlcleanup.runtime.stages.validate import FAN_OUT as VALIDATION
+from rlcleanup.runtime.stages.validate import VALIDATION_TOPIC, validation_message
+from rlcleanup.steps import capture as capture_step
+from rlcleanup.steps.validate import CANDIDATES_PER_BATCH
+
+FAN_OUT = "capture"  # topology.yaml fan_outs[].name
+PARTS_TOPIC = "capture-parts"
+PAGE_KEY = "capture-plan-page"
+Page = PlanPage[str]
+
+
+def plan_capture(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    msg = decode(RunMessage, data)
+    return _plan_page(p, msg.run_id, msg.scope, 0, msg)
+
+
+def _plan_page(p: Ports, run_id: str, scope: str, page: int, first: RunMessage | None) -> str:
+    """One page of the capture plan: at most `p.capture_page_objects` objects listed, their parts published. A
+    page that stops short publishes the next page (a continuation on capture-parts, after its own result is
+    stored, so the next page always finds its cursor); the last page stores the whole plan (`capture-plan`:
+    every page's part ids), which the capture barrier waits for."""
+    key = scoped(scope, f"{PAGE_KEY}:{page}")
+
+    def work() -> Page:
+        if page == 0 and first is not None:
+            msg, cursor = first, None
+        else:
+            before = paged_plan.page_before(p, run_id, scope, "capture plan", PAGE_KEY, page, Page)
+            msg, cursor = before.run, capture_step.PageCursor.model_validate(before.next)
+        layout = run_layout(p, run_id, msg.run_uri, scope)
+        planned = capture_step.plan_capture_page(
+            p.storage,
+            layout,
+            run_id,
+            msg.preserve_root,
+            pass_id(scope),
+            page=page,
+            cursor=cursor,
+            limit=p.capture_page_objects,
+        )
+        p.records.add_errors(run_id, run_errors("capture", planned.errors))
+        for part in planned.parts:
+            part_msg = CapturePartMessage(
+                run_id=run_id, scope=scope, run_uri=msg.run_uri, dest_root=planned.dest_root, part=part
+            )
+            publish(p, PARTS_TOPIC, part_msg)
+        part_ids = [part.part_id for part in planned.parts]
+        return paged_plan.new_page(Page, part_ids, planned.dest_root, msg, planned.listed, planned.next)
+
+    done = paged_plan.stored_page(p, run_id, key, work, Page)
+    if done.next is not None:
+        nxt = CapturePlanPageMessage(run_id=run_id, scope=scope, plan_page=page + 1)
+        return paged_plan.queue_next(p, PARTS_TOPIC, nxt, f"capture plan page {page}", done)
+
+    def whole() -> CapturePlan:
+        pages = paged_plan.every_page(p, run_id, scope, "capture plan", PAGE_KEY, page, Page)
+        if page > 0:
+            merged = capture_step.merge_listings(p.storage, done.dest_root, page + 1)
+            p.records.add_errors(run_id, run_errors("capture", merged))
+        return CapturePlan(
+            parts=[part_id for stored in pages for part_id in stored.parts],
+            dest_root=done.dest_root,
+            preserve_root=done.run.preserve_root,
+            run_uri=done.run.run_uri,
+            pages=page + 1,
+        )
+
+    once(p, run_id, member_set_key(scope, FAN_OUT), whole, model=CapturePlan)
+    return advance(p, run_id, scope, FAN_OUT)
+
+
+def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    if paged_plan.is_plan_page(data):  # a paged capture plan's continuation shares the capture-parts topic
+        page = decode(CapturePlanPageMessage, data)
+        return _plan_page(p, page.run_id, page.scope, page.plan_page, None)
+    msg = decode(CapturePartMessage, data)
+
+    def work() -> CapturePartOutcome:
+        result = capture_step.copy_part(p.storage, msg.dest_root, msg.part)
+        errors = [f"write_once_conflict: {d} exists with different content; not overwritten" for d in result.conflicts]
+        errors += [f"source_vanished: {s} was listed but is gone" for s in result.missing]
+        p.records.add_errors(msg.run_id, run_errors("capture", errors))
+        return CapturePartOutcome(objects=len(result.objects), bytes=sum(o.size for o in result.objects))
+
+    key = member_key(msg.scope, FAN_OUT, msg.part.part_id)
+    once(p, msg.run_id, key, work, model=CapturePartOutcome)
+    return advance(p, msg.run_id, msg.scope, FAN_OUT)
+
+
+@barrier_work("capture-done")
+def finish_capture(p: Ports, run_id: str, scope: str, gathered: Gathered) -> ValidationSet:
+    """The terminal state is settled and every capture part is stored: write the manifest, then fan out
+    validation. A failed part wrote no part manifest: the manifest lists what was preserved; errors[] what was
+    not."""
+    plan = gathered.member_set(FAN_OUT, CapturePlan)
+    outcomes = gathered.member_outcomes(FAN_OUT, CapturePartOutcome)
+    record = p.records.get(run_id)
+    run_uri = plan.run_uri or (record.run_uri if record else "")
+    preserved = [pid for pid, outcome in outcomes.items() if outcome.ok]
+    summary = capture_step.finalize_capture(p.storage, plan.dest_root, run_id, preserved)
+    p.records.add_errors(run_id, run_errors("capture", _unpreserved(outcomes)))
+    earlier = record if scope else None  # a later pass: the newest location first, keep the rest
+    older = [loc for loc in (earlier.preserved_locations if earlier else []) if loc != plan.dest_root]
+    p.records.update(
+        run_id,
+        {
+            "manifest_uri": summary.manifest_uri,
+            "preserved_locations": [plan.dest_root, *older],
+            "preserved_object_count": summary.object_count,
+            "preserved_bytes": summary.total_bytes,
+        },
+    )
+    p.records.add_errors(run_id, run_errors("capture", summary.errors))
+    layout = run_layout(p, run_id, run_uri, scope)
+    candidates = [f"candidate:{step}" for step in layout.export_steps]
+    targets = ValidationSet(targets=[*candidates, "resume"], run_uri=run_uri, preserve_root=plan.preserve_root)
+    # The member set is stored BEFORE the fan-out: a validation that finishes before this barrier completes must
+    # still know which siblings to wait for (an empty/unknown set would look like "all done").
+    p.claims.complete(run_id, member_set_key(scope, VALIDATION), targets.model_dump(mode="json"))
+    # One message per batch of candidates (one invocation validates a batch together), one for resume.
+    run = (run_id, scope, run_uri, plan.preserve_root)
+    for i in range(0, len(candidates), CANDIDATES_PER_BATCH):
+        publish(p, VALIDATION_TOPIC, validation_message(*run, targets=candidates[i : i + CANDIDATES_PER_BATCH]))
+    publish(p, VALIDATION_TOPIC, validation_message(*run, target="resume"))
+    return targets
+
+
+def _unpreserved(outcomes: dict[str, CapturePartOutcome]) -> list[str]:
+    return [
+        f"capture_part_failed: part {pid} could not preserve {len(outcome.unpreserved)} objects"
+        f" ({outcome.error.code}: {outcome.error.message}); first: {', '.join(outcome.unpreserved[:3])}"
+        for pid, outcome in outcomes.items()
+        if not outcome.ok and outcome.error
+    ]
+
+
+def failed_copy(p: Ports, key: str, data: bytes, error: PermanentError) -> list[tuple[str, CapturePartOutcome]]:
+    """What a capture part that failed stores: every source it was to preserve, unpreserved."""
+    failure = MemberError(code=error.code, message=str(error)[:2000])
+    copy = CapturePartMessage.model_validate_json(data)
+    return [(key, CapturePartOutcome(ok=False, error=failure, unpreserved=[item.source for item in copy.part.items]))]

@@ -1,0 +1,136 @@
+"""Stage classify (on-job-event): ledger every job event, ignore non-terminal states, admit the run, classify it from
+its resolved config and route it: standard runs on to terminal state and capture (after storing the layout
+snapshot every later hop reads), agentic runs away, unknown ones to a person."""
+
+from __future__ import annotations
+
+from rlcleanup.errors import PermanentError
+from rlcleanup.models.events import JobEvent, RunMessage
+from rlcleanup.models.plans import Classified
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.models.vocab import ClassificationKind, RecordStatus
+from rlcleanup.runtime import admission, attempt_scope
+from rlcleanup.runtime.attempt_scope import pass_id
+from rlcleanup.runtime.claims import once
+from rlcleanup.runtime.envelope import decode
+from rlcleanup.runtime.layouts import snapshot_layout
+from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.stages.barrier import own_claim
+from rlcleanup.runtime.stages.common import publish
+from rlcleanup.settings import in_run_buckets
+from rlcleanup.steps import capture as capture_step
+from rlcleanup.steps.classify import classify
+from rlcleanup.steps.facts import run_facts, safe_run_id
+from rlcleanup.steps.layout import discover
+from rlcleanup.steps.validate import resume_not_applicable
+from rlcleanup.uris import basename, parent
+
+
+def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    event = decode(JobEvent, data)
+    if not in_run_buckets(event.run_uri, p.run_buckets):
+        raise PermanentError(
+            "run_outside_buckets",
+            f"{event.run_uri} is not in the run buckets this deployment reads ({', '.join(p.run_buckets or ())}; "
+            "RLCLEANUP_RUN_BUCKETS): refused, nothing read",
+        )
+    hint = safe_run_id(event.run_id or f"{basename(parent(event.run_uri))}-{basename(event.run_uri)}")
+    age = (p.clock.now() - event.observed_at).total_seconds()
+    if age > p.max_event_age_seconds:
+        p.records.record_event(hint, event.event_key, {"state": event.state, "outcome": f"dropped: {age:.0f}s old"})
+        return "dropped: older than the max event age"
+    if event.intent == "pre_cancel":
+        if p.records.record_event(hint, event.event_key, {"state": event.state, "outcome": "pre_cancel requested"}):
+            p.bus.publish("pre-cancel", data, {"run_id": hint})
+        return "pre-cancel routed"
+    if not event.is_terminal:
+        p.records.record_event(hint, event.event_key, {"state": event.state, "outcome": "ignored: non-terminal"})
+        return "ignored: non-terminal state"
+
+    layout = discover(p.storage, event.run_uri)
+    facts = run_facts(layout)
+    run_id = facts.run_id
+    admission.check_run_roots(layout, p.run_buckets)  # config-named roots stay inside the run buckets
+    admission.bind_run_identity(p, run_id, layout.run_uri)  # a second run claiming the id: a conflict
+    p.records.record_event(
+        run_id, event.event_key, {"state": event.state, "source": event.source, "outcome": "terminal"}
+    )
+    preserve_root = admission.deployment_preserve_root(p, event)
+    # Which end of the run this is: its first, one already handled, or a resubmitted step's new end.
+    marks = attempt_scope.end_marks(p.storage, layout)
+    scope = attempt_scope.choose_scope(
+        p.claims, run_id, marks, confirm=lambda: attempt_scope.end_marks(p.storage, discover(p.storage, layout.run_uri))
+    )
+    if scope is None:
+        return f"duplicate: {run_id} already classified (no new end: {_marks_text(marks)})"
+
+    def work() -> Classified:
+        classification = classify(p.storage, layout)
+        record = CompletionRecord(
+            run_id=run_id,
+            run_uri=layout.run_uri,
+            classification=classification,
+            controller_state=f"{event.source}:{event.state}" if event.controller_state else None,
+            source_revision=facts.source_revision,
+            base_model=facts.base_model,
+            temp_root=layout.temp_root,
+            resolved_config=facts.resolved_config,
+            launch_command=facts.launch_command,
+        )
+        kind = classification.kind
+        if kind is ClassificationKind.agentic:
+            record.status = RecordStatus.routed
+            record.remaining_work = ["agentic run: handled by the agentic cleanup path (rl-agentic-job-cleanup)"]
+        elif kind is ClassificationKind.unknown:
+            record.status = RecordStatus.needs_person
+            record.remaining_work = [
+                "classification unknown: a person must decide standard vs agentic from the evidence"
+            ]
+        else:
+            record.not_applicable_evidence = list(capture_step.NOT_APPLICABLE_FOR_STANDARD)
+            by_design = resume_not_applicable(layout)
+            if by_design is not None:  # run-layout-v2.md §1, §3: absent by design, never reported missing
+                record.not_applicable_evidence.append(f"checkpoints, exports and candidates: {by_design}")
+        if not p.records.create_if_absent(record):
+            # A later end keeps the finished record as it is (never back to in_progress) until its own selection
+            # writes the new outcome; only what classification itself decides is refreshed now.
+            fields = record.model_dump(mode="json", include=_CLASSIFY_FIELDS if scope else None)
+            p.records.update(run_id, {k: v for k, v in fields.items() if k not in ("created_at", "errors")})
+        next_msg = RunMessage(
+            run_id=run_id,
+            scope=scope,
+            run_uri=layout.run_uri,
+            preserve_root=preserve_root,
+            event_state=event.controller_state,
+            event_source=event.source,
+            controller_absent=event.controller_absent,
+        )
+        snapshot: dict[str, str] = {}
+        if kind is ClassificationKind.agentic:
+            publish(p, "agentic-runs", next_msg)
+        elif kind is ClassificationKind.standard:
+            # Discover once: every later hop reads this snapshot instead of listing the run again.
+            snapshot = snapshot_layout(p, run_id, preserve_root, layout, scope)
+            publish(p, "run-classified", next_msg)
+        return Classified(kind=kind.value, **snapshot, end=marks.model_dump(mode="json"))
+
+    result = once(p, run_id, own_claim(scope, "on-job-event"), work, model=Classified)
+    which = f" (new end, pass {pass_id(scope)})" if scope else ""
+    return f"classified {run_id}{which}: {result.kind}" if result else f"duplicate: {run_id} already classified"
+
+
+_CLASSIFY_FIELDS = {
+    "classification",
+    "controller_state",
+    "source_revision",
+    "base_model",
+    "temp_root",
+    "resolved_config",
+    "launch_command",
+    "not_applicable_evidence",
+}
+
+
+def _marks_text(marks: attempt_scope.EndMarks) -> str:
+    tokens = ", ".join(f"{m.uri.rsplit('/', 2)[-2]}: {m.token}" for m in marks.statuses) or "no status file"
+    return f"{tokens}; {len(marks.attempts)} attempts"

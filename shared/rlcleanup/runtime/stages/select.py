@@ -1,0 +1,43 @@
+"""Stage select (select-candidate): select by the declared policy (or leave it unresolved), finish the record,
+write the report and seal the manifest, then say the record is ready (grants waiting on it retry)."""
+
+from __future__ import annotations
+
+import json
+
+from rlcleanup.errors import PermanentError
+from rlcleanup.models.events import RunMessage
+from rlcleanup.models.outcomes import ValidationOutcome
+from rlcleanup.models.plans import RecordFinished
+from rlcleanup.runtime.claims import once, stored_under
+from rlcleanup.runtime.envelope import decode
+from rlcleanup.runtime.evidence import finish_evidence
+from rlcleanup.runtime.layouts import run_layout
+from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.stages.barrier import member_prefix, own_claim
+from rlcleanup.runtime.stages.validate import FAN_OUT as VALIDATION
+from rlcleanup.steps.wrapup import finish_record
+
+READY_TOPIC = "record-ready"
+
+
+def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    msg = decode(RunMessage, data)
+
+    def work() -> RecordFinished:
+        outcomes = stored_under(p, msg.run_id, member_prefix(msg.scope, VALIDATION), ValidationOutcome).values()
+        candidates = sorted((o.candidate for o in outcomes if o.candidate), key=lambda c: c.step)
+        resume = next((o.resume_safety for o in outcomes if o.resume_safety), None)
+        layout = run_layout(p, msg.run_id, msg.run_uri, msg.scope)
+        record = p.records.get(msg.run_id)
+        if record is None:
+            raise PermanentError("no_record", f"run {msg.run_id} has no record to finish")
+        fields = finish_record(p.storage, layout, record, candidates, resume)
+        p.records.update(msg.run_id, fields)
+        finish_evidence(p, msg.run_id)  # report.md/.html beside the evidence, then manifest.json listing them
+        ready = json.dumps({"run_id": msg.run_id, "status": fields["status"]}).encode()
+        p.bus.publish(READY_TOPIC, ready, {"run_id": msg.run_id})
+        return RecordFinished(status=fields["status"])
+
+    result = once(p, msg.run_id, own_claim(msg.scope, "select-candidate"), work, model=RecordFinished)
+    return f"record {result.status}" if result else "duplicate: record already finished"

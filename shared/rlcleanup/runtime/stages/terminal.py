@@ -1,0 +1,141 @@
+"""Stage terminal-state: plan the log scan in pages (establish-terminal-state), scan one slice of logs per member
+(scan-log-part; a cut log's segments each publish the next), and the `terminal` barrier, which settles the
+terminal state once every part is stored. A failed part is stored as a failed outcome (`failed_scan`), so the
+barrier always fires and the record names the logs that were not read."""
+
+from __future__ import annotations
+
+from rlcleanup.errors import PermanentError
+from rlcleanup.models.events import LogScanPartMessage, LogScanPlanPageMessage, RunMessage
+from rlcleanup.models.outcomes import LogScanOutcome, MemberError
+from rlcleanup.models.plans import LogScanPlan, LogScanPlanEntry, PlanPage, TerminalSettled
+from rlcleanup.runtime.attempt_scope import pass_id, scoped
+from rlcleanup.runtime.claims import once
+from rlcleanup.runtime.envelope import decode
+from rlcleanup.runtime.layouts import run_layout
+from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.stages import paged_plan
+from rlcleanup.runtime.stages.barrier import Gathered, advance, barrier_work, member_key, member_set_key
+from rlcleanup.runtime.stages.common import publish, run_errors
+from rlcleanup.steps import capture as capture_step
+from rlcleanup.steps import logscan
+from rlcleanup.steps.settle import settle_terminal_state
+
+FAN_OUT = "log-scan"  # topology.yaml fan_outs[].name
+PARTS_TOPIC = "log-scan-parts"
+PAGE_KEY = "terminal-plan-page"
+Page = PlanPage[LogScanPlanEntry]
+
+
+def establish_terminal_state(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    msg = decode(RunMessage, data)
+    return _plan_page(p, msg.run_id, msg.scope, 0, msg)
+
+
+def _plan_page(p: Ports, run_id: str, scope: str, page: int, first: RunMessage | None) -> str:
+    """One page of the log-scan plan: at most `p.capture_page_objects` log objects listed, their parts published.
+    As with the capture plan, a page that stops short publishes the next page (a continuation on log-scan-parts,
+    after its own result is stored), and the last page stores the whole plan (`terminal-plan`: every page's part
+    ids), which the terminal barrier waits for."""
+    key = scoped(scope, f"{PAGE_KEY}:{page}")
+
+    def work() -> Page:
+        if page == 0 and first is not None:
+            msg, cursor = first, None
+            dest_root = capture_step.preserved_root(msg.preserve_root, msg.run_id, pass_id(msg.scope))
+        else:
+            before = paged_plan.page_before(p, run_id, scope, "log-scan plan", PAGE_KEY, page, Page)
+            msg, dest_root = before.run, before.dest_root
+            cursor = logscan.LogPlanCursor.model_validate(before.next)
+        layout = run_layout(p, run_id, msg.run_uri, scope)
+        planned = logscan.plan_log_scan_page(p.storage, layout, cursor, p.capture_page_objects)
+        for part in logscan.first_parts(planned.parts):  # a cut file's later segments: each published by the one before
+            publish(p, PARTS_TOPIC, LogScanPartMessage(run_id=run_id, scope=scope, dest_root=dest_root, part=part))
+        # Part ids and attempt ids only (as maps: Firestore has no nested arrays); the file lists travel in the
+        # messages, so this result stays small however many logs the run has.
+        parts = [LogScanPlanEntry(part_id=part.part_id, attempt_id=part.attempt_id) for part in planned.parts]
+        return paged_plan.new_page(Page, parts, dest_root, msg, planned.listed, planned.next)
+
+    done = paged_plan.stored_page(p, run_id, key, work, Page)
+    if done.next is not None:
+        nxt = LogScanPlanPageMessage(run_id=run_id, scope=scope, plan_page=page + 1)
+        return paged_plan.queue_next(p, PARTS_TOPIC, nxt, f"log-scan plan page {page}", done)
+
+    def whole() -> LogScanPlan:
+        pages = paged_plan.every_page(p, run_id, scope, "log-scan plan", PAGE_KEY, page, Page)
+        parts = [part for stored in pages for part in stored.parts]
+        return LogScanPlan(parts=parts, dest_root=done.dest_root, run=done.run, pages=page + 1)
+
+    once(p, run_id, member_set_key(scope, FAN_OUT), whole, model=LogScanPlan)
+    return advance(p, run_id, scope, FAN_OUT)
+
+
+def scan_log_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    if paged_plan.is_plan_page(data):  # a paged log-scan plan's continuation shares the log-scan-parts topic
+        page = decode(LogScanPlanPageMessage, data)
+        return _plan_page(p, page.run_id, page.scope, page.plan_page, None)
+    msg = decode(LogScanPartMessage, data)
+
+    def work() -> LogScanOutcome:
+        uri, problems, after = logscan.scan_part(p.storage, msg.dest_root, msg.part)
+        if after is not None:  # the next segment of a cut file, with the scanner state it starts from
+            publish(p, PARTS_TOPIC, msg.model_copy(update={"part": after}))
+        return LogScanOutcome(uri=uri, files=len(msg.part.uris), bytes=msg.part.bytes, problems=len(problems))
+
+    once(p, msg.run_id, member_key(msg.scope, FAN_OUT, msg.part.part_id), work, model=LogScanOutcome)
+    return advance(p, msg.run_id, msg.scope, FAN_OUT)
+
+
+@barrier_work("terminal")
+def settle(p: Ports, run_id: str, scope: str, gathered: Gathered) -> TerminalSettled:
+    """Every log-scan part is stored: settle the terminal state from the parts that were read, and say which
+    files were not."""
+    plan = gathered.member_set(FAN_OUT, LogScanPlan)
+    outcomes = gathered.member_outcomes(FAN_OUT, LogScanOutcome)
+    msg = plan.run
+    layout = run_layout(p, run_id, msg.run_uri, scope)
+    unread = {part_id: outcome.unread for part_id, outcome in outcomes.items() if not outcome.ok}
+    parts = [(part.part_id, part.attempt_id) for part in plan.parts]
+    scans = logscan.assemble(p.storage, plan.dest_root, parts, unread)
+    p.records.add_errors(run_id, run_errors("terminal_state", _unread_logs(outcomes)))
+    existing = p.records.get(run_id)
+    fields, errors = settle_terminal_state(
+        p.storage,
+        layout,
+        scans,
+        plan.dest_root,
+        event_state=msg.event_state,
+        event_source=msg.event_source,
+        controller_absent=msg.controller_absent,
+        pre_cancel=existing is not None and existing.pre_cancel is not None,
+        now=p.clock.now(),
+    )
+    p.records.update(run_id, fields)
+    p.records.add_errors(run_id, run_errors("terminal_state", errors))
+    return TerminalSettled(terminal_state=fields.get("terminal_state"))
+
+
+def _unread_logs(outcomes: dict[str, LogScanOutcome]) -> list[str]:
+    return [
+        f"unreadable_log: {uri} was not scanned (log-scan part {part_id} failed: {outcome.error.code})"
+        for part_id, outcome in outcomes.items()
+        if not outcome.ok and outcome.error
+        for uri in outcome.unread
+    ]
+
+
+def failed_scan(p: Ports, key: str, data: bytes, error: PermanentError) -> list[tuple[str, LogScanOutcome]]:
+    """What a log-scan part that failed stores: its files unread. A failed segment of a cut log also completes
+    the segments after it (each is published by the one before, so none will run): the barrier counts them and
+    the record names the file unread."""
+    failure = MemberError(code=error.code, message=str(error)[:2000])
+    part = LogScanPartMessage.model_validate_json(data).part
+    own = LogScanOutcome(ok=False, error=failure, files=len(part.uris), bytes=part.bytes, unread=list(part.uris))
+    if part.segment is None:
+        return [(key, own)]
+    prefix = key[: len(key) - len(part.part_id)]
+    later = MemberError(
+        code=error.code, message=f"not scanned: segment {part.segment.index + 1} of {part.segment.count} failed first"
+    )
+    skipped = LogScanOutcome(ok=False, error=later, files=1, unread=[])
+    return [(key, own)] + [(f"{prefix}{part_id}", skipped) for part_id in part.later_segment_ids()]
