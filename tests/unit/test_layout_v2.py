@@ -22,7 +22,8 @@ from rlcleanup.formats.protocol import (
     training_receipt_uri,
 )
 from rlcleanup.models.vocab import ClassificationKind, TerminalState
-from rlcleanup.parsing.logs import scan_attempt, scan_lines
+from rlcleanup.parsing.attempt_logs import scan_attempt
+from rlcleanup.parsing.log_scanner import scan_lines
 from rlcleanup.parsing.metrics import clean_line
 from rlcleanup.parsing.teardown import TEARDOWN, teardown_for
 from rlcleanup.steps.classify import classify

@@ -9,7 +9,7 @@ import pytest
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.models.vocab import TerminalState
-from rlcleanup.parsing.logs import scan_attempt
+from rlcleanup.parsing.attempt_logs import scan_attempt
 from rlcleanup.steps.layout import discover
 from rlcleanup.steps.terminal import (
     TerminalVerdict,

@@ -17,7 +17,9 @@ from rlcleanup.models import controller_states
 from rlcleanup.models.controller_states import Verdict
 from rlcleanup.models.record import Attempt, ChainCoverage, FailureCause
 from rlcleanup.models.vocab import TerminalState
-from rlcleanup.parsing.logs import AttemptScan, ErrorCandidate, EventKind, TrainerEvent, log_order
+from rlcleanup.parsing.attempt_logs import AttemptScan, log_order
+from rlcleanup.parsing.log_grammar import EventKind
+from rlcleanup.parsing.log_scanner import ErrorCandidate, TrainerEvent
 from rlcleanup.parsing.metrics import StitchedMetrics, stitch
 from rlcleanup.steps.layout import AttemptFiles, RunLayout
 from rlcleanup.steps.marin import LOCK_STALE_SECONDS
