@@ -2,6 +2,8 @@
 
 The controller says how the job ended; the commit marker, exports and trainer strings say whether training did.
 Where they disagree the artifacts win for `completed` (a finished budget is finished), and the reasoning says so.
+The controller's readings come from one pass over the run (steps/terminal_readings.py); the precedence rule that
+weighs them is steps/precedence.py.
 """
 
 from __future__ import annotations
