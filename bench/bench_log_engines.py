@@ -1,10 +1,10 @@
 """Multi-pattern search engines on the block scanner's job: find every line of a training log that can matter.
 
-The scanner's anchors (parsing.logs.hit_patterns: trainer-event hints, the traceback header, fatal-line hints
+The scanner's anchors (parsing.log_engine.hit_patterns: trainer-event hints, the traceback header, fatal-line hints
 ASCII-caseless, WANDB_MIRROR, legacy dict starts; every one tolerant of ANSI codes between its characters) are
 searched over the same buffer (the medium run's logs concatenated, page-cache warm, one thread) by:
 
-- re2: google-re2, one alternation over Latin-1 bytes (what parsing.logs.Re2Finder runs; the chosen engine);
+- re2: google-re2, one alternation over Latin-1 bytes (what parsing.log_engine.Re2Finder runs; the chosen engine);
 - re: Python's sre on the same alternation (no re.IGNORECASE: the hints are ASCII letter classes already);
 - re-nocase: sre on the literal hints with re.IGNORECASE (the slow case the issue measured; every hint caseless,
   so it finds a looser superset of lines: `training` in any chatter line);
@@ -32,8 +32,8 @@ from pathlib import Path
 
 from _common import build_run, figure, fmt_bytes
 from bench_logs import attempts_of
-from rlcleanup.parsing import logs
-from rlcleanup.parsing.logs import Re2Finder, hit_patterns
+from rlcleanup.parsing import log_grammar
+from rlcleanup.parsing.log_engine import Re2Finder, hit_patterns
 
 Engine = Callable[[bytes], set[int]]  # buffer -> offsets of the line starts it found a hit on
 
@@ -67,8 +67,8 @@ def engine_re(buf: bytes) -> set[int]:
 
 def _literals() -> tuple[list[bytes], list[bytes]]:
     """(case-sensitive literals, caseless literals) of the anchors, without their ANSI tolerance."""
-    exact = [h.encode() for h in (*logs._EVENT_HINTS, logs._TRACEBACK_HEADER, "WANDB_MIRROR")]
-    return exact, [h.encode() for h in logs._FATAL_HINTS]
+    exact = [h.encode() for h in (*log_grammar.EVENT_HINTS, log_grammar.TRACEBACK_HEADER, "WANDB_MIRROR")]
+    return exact, [h.encode() for h in log_grammar.FATAL_HINTS]
 
 
 def engine_re_nocase(buf: bytes) -> set[int]:

@@ -13,7 +13,7 @@ import io
 from collections.abc import Iterator
 from typing import TextIO
 
-from rlcleanup.parsing.logs import LogScan, scan_lines
+from rlcleanup.parsing.log_scanner import LogScan, scan_lines
 
 MAX_LINE_CHARS = 1024 * 1024
 

@@ -14,7 +14,7 @@ from rlcleanup.errors import InvalidMessage
 from rlcleanup.models.controller_states import IRIS, SOURCES, UnknownStateSource, Verdict, source
 from rlcleanup.models.events import JobEvent
 from rlcleanup.runtime.embedded import manual_event
-from rlcleanup.steps.terminal import normalize_state
+from rlcleanup.steps.terminal_readings import normalize_state
 
 
 def _event(**kw: Any) -> JobEvent:

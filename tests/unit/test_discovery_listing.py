@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rlcleanup.adapters.local_storage import LocalStorage
-from rlcleanup.parsing.logs import is_scanned_log
+from rlcleanup.parsing.attempt_logs import is_scanned_log
 from rlcleanup.ports.storage import ChildPage, ObjectInfo
 from rlcleanup.samples.large import write_large_run
 from rlcleanup.steps import logscan

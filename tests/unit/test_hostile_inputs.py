@@ -33,7 +33,7 @@ from rlcleanup.adapters.gcs_storage import GcsStorage
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.formats.config import ConfigError, parse_config
 from rlcleanup.models.events import JobEvent
-from rlcleanup.parsing.logs import scan_lines
+from rlcleanup.parsing.log_scanner import scan_lines
 from rlcleanup.ports.lines import MAX_LINE_CHARS
 from rlcleanup.ports.storage import ObjectInfo, UnsafePathError, WriteOutcome
 from rlcleanup.runtime.embedded import EmbeddedStack, run_embedded

@@ -12,7 +12,7 @@ import sys
 HEAVY = ("grpc", "google.api_core", "google.protobuf", "requests", "urllib3")
 SCAN_PATH = (
     "rlcleanup.errors",
-    "rlcleanup.parsing.logs",
+    "rlcleanup.parsing.attempt_logs",
     "rlcleanup.steps.logscan",
     "rlcleanup.steps.terminal",
     "rlcleanup.adapters.local_storage",

@@ -22,7 +22,8 @@ from rlcleanup.formats.protocol import (
     training_receipt_uri,
 )
 from rlcleanup.models.vocab import ClassificationKind, TerminalState
-from rlcleanup.parsing.logs import scan_attempt, scan_lines
+from rlcleanup.parsing.attempt_logs import scan_attempt
+from rlcleanup.parsing.log_scanner import scan_lines
 from rlcleanup.parsing.metrics import clean_line
 from rlcleanup.parsing.teardown import TEARDOWN, teardown_for
 from rlcleanup.steps.classify import classify
@@ -30,7 +31,8 @@ from rlcleanup.steps.layout import discover, parse_executor_status
 from rlcleanup.steps.marin import StepRole, temp_root_for
 from rlcleanup.steps.precedence import Inputs, Source, decide, failure_says_killed
 from rlcleanup.steps.settle import settle_terminal_state
-from rlcleanup.steps.terminal import establish_terminal_state, normalize_state, step_budget
+from rlcleanup.steps.terminal import establish_terminal_state, step_budget
+from rlcleanup.steps.terminal_readings import normalize_state
 
 # -- Hydra overrides ------------------------------------------------------------------------------------------
 
@@ -419,7 +421,6 @@ def _inputs(**kw: Any) -> Inputs:
         "last_step": 12,
         "success_record": False,
         "success_artifact_valid": False,
-        "failed_attempt": False,
         "pre_cancel": False,
         "controller_absent": False,
         "running_fresh_lock": False,

@@ -5,14 +5,9 @@ from pathlib import Path
 import pytest
 
 from rlcleanup.adapters.local_storage import LocalStorage
-from rlcleanup.parsing.logs import (
-    MAX_ERRORS_PER_FILE,
-    TRACEBACK_MAX_LINES,
-    EventKind,
-    log_order,
-    scan_attempt,
-    scan_lines,
-)
+from rlcleanup.parsing.attempt_logs import log_order, scan_attempt
+from rlcleanup.parsing.log_grammar import EventKind
+from rlcleanup.parsing.log_scanner import MAX_ERRORS_PER_FILE, TRACEBACK_MAX_LINES, scan_lines
 from rlcleanup.ports.storage import ObjectInfo
 from rlcleanup.steps.layout import AttemptFiles
 

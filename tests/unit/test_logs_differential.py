@@ -17,6 +17,7 @@ import json
 import re
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from unittest import mock
@@ -28,16 +29,11 @@ from logscan_reference import reference_scan
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.models.parts import LogSegment
-from rlcleanup.parsing import logs
-from rlcleanup.parsing.logs import (
-    _FATAL_HINTS,
-    MAX_LINE_BYTES,
-    BlockScan,
-    LogScan,
-    LogScanner,
-    hit_finder,
-    scan_log,
-)
+from rlcleanup.parsing import log_engine
+from rlcleanup.parsing.attempt_logs import scan_log
+from rlcleanup.parsing.log_engine import BLOCK_BYTES, MAX_LINE_BYTES, BlockScan, hit_finder
+from rlcleanup.parsing.log_grammar import FATAL_HINTS
+from rlcleanup.parsing.log_scanner import MAX_ERRORS_PER_FILE, LogScan, LogScanner
 from rlcleanup.parsing.metrics import MAX_LINE_CHARS
 from rlcleanup.parsing.segments import line_start, merge_segments, scan_segment
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
@@ -187,7 +183,7 @@ def log_line(draw: st.DrawFn) -> bytes:
             st.sampled_from(HITS),
             st.sampled_from(TRACEBACK),
             st.text(st.characters(codec="utf-8", exclude_characters="\n\r"), max_size=30),
-            st.sampled_from([h.upper() for h in _FATAL_HINTS] + ["İ sİg", "\u212a", "sig\u0307", "ﬁ"]),
+            st.sampled_from([h.upper() for h in FATAL_HINTS] + ["İ sİg", "\u212a", "sig\u0307", "ﬁ"]),
         )
     )
     # Prefixes and stamps nest in any order (Ray's prefix comes before the process's own stamp).
@@ -230,7 +226,7 @@ def test_block_scanner_matches_the_line_scanner(data: bytes, block: int) -> None
 def test_backward_stamp_search_past_its_window(data: bytes, block: int, window: int) -> None:
     """The last stamp before a hit is searched backwards over _BACK_WINDOW bytes, then forwards (RE2) over the rest:
     shrink the window so generated logs take both paths."""
-    with mock.patch.object(logs, "_BACK_WINDOW", window):
+    with mock.patch.object(log_engine, "_BACK_WINDOW", window):
         assert_same(data, block)
 
 
@@ -249,7 +245,7 @@ def test_backward_stamp_search_window_edges() -> None:
     want = assert_same(data, 4096)
     assert want.errors[0].timestamp is not None and want.errors[0].timestamp.year == 2025
     for window in range(1, 80):
-        with mock.patch.object(logs, "_BACK_WINDOW", window):
+        with mock.patch.object(log_engine, "_BACK_WINDOW", window):
             assert_same(data, 4096)
 
 
@@ -270,7 +266,7 @@ def giant_file(draw: st.DrawFn) -> bytes:
 
 
 @FEW
-@given(data=giant_file(), block=st.sampled_from([65536, 1 << 20, logs.BLOCK_BYTES]))
+@given(data=giant_file(), block=st.sampled_from([65536, 1 << 20, BLOCK_BYTES]))
 def test_giant_lines_are_cut_like_the_line_scanner(data: bytes, block: int) -> None:
     assert_same(data, block)
 
@@ -320,7 +316,7 @@ def test_non_ascii_lowercase_cannot_complete_a_hint() -> None:
     without appearing in the raw bytes under ASCII case folding). Check every code point against every hint."""
     folding = {c: c.lower() for c in map(chr, range(0x80, sys.maxunicode + 1)) if any(x.isascii() for x in c.lower())}
     assert set(folding) == {"\u0130", "\u212a"}  # today: I WITH DOT ABOVE -> "i" + U+0307, KELVIN SIGN -> "k"
-    for hint in _FATAL_HINTS:
+    for hint in FATAL_HINTS:
         for char, lowered in folding.items():
             for shift in range(-len(lowered) + 1, len(hint)):  # lowered placed at hint[shift:]
                 pairs = [(hint[shift + i], x) for i, x in enumerate(lowered) if 0 <= shift + i < len(hint)]
@@ -362,15 +358,30 @@ def test_sample_runs_scan_the_same_through_local_storage(tmp_path: Path, scenari
         assert canonical(scan_log(storage, str(path), "a1")) == canonical(reference_scan(data, str(path), "a1"))
 
 
-def test_without_the_engine_scan_log_feeds_every_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def without_re2(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """google-re2 missing: `import re2` raises ImportError; the cached finder is dropped before and after."""
+    monkeypatch.setitem(sys.modules, "re2", None)
+    hit_finder.cache_clear()
+    yield
+    monkeypatch.undo()
+    hit_finder.cache_clear()
+
+
+@pytest.mark.usefixtures("without_re2")
+def test_without_the_engine_scan_log_feeds_every_line(tmp_path: Path) -> None:
     path = tmp_path / "worker.err"
     path.write_bytes(b"".join(line.encode() + b"\r\n" for line in (*CHATTER, *TRACEBACK, *HITS)))
-    monkeypatch.setattr(logs, "_FINDER", None)
-    monkeypatch.setattr(logs, "_FINDER_TRIED", True)
     assert hit_finder() is None
     got = scan_log(LocalStorage(checksums=False), str(path), "a1")
     assert canonical(got) == canonical(reference_scan(path.read_bytes(), str(path), "a1"))
     assert got.errors and got.events
+
+
+def test_the_finder_is_compiled_once_and_shared() -> None:
+    """hit_finder is a cached factory: every scan of the process shares one compiled finder."""
+    first = hit_finder()
+    assert first is not None and hit_finder() is first
 
 
 def test_unreadable_log_names_the_uri(tmp_path: Path) -> None:
@@ -477,7 +488,7 @@ def test_caps_count_across_cuts() -> None:
     """64 errors / 16 teardown lines per file: the caps count what earlier segments kept, wherever the cuts fall."""
     data = b"".join(b"Segmentation fault %d\nWorker rank 3 received signal 15\n" % i for i in range(100))
     want = assert_same_cut(data, [len(data) // 5 * k for k in range(1, 5)], 300)
-    assert want.errors_dropped > 0 and len(want.errors) == logs.MAX_ERRORS_PER_FILE
+    assert want.errors_dropped > 0 and len(want.errors) == MAX_ERRORS_PER_FILE
 
 
 def test_a_traceback_longer_than_the_overlap_is_the_limit() -> None:

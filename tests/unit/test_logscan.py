@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from rlcleanup.adapters.local_storage import LocalStorage
-from rlcleanup.parsing.logs import AttemptScan, LogScan, scan_attempt
+from rlcleanup.parsing.attempt_logs import AttemptScan, scan_attempt
+from rlcleanup.parsing.log_scanner import LogScan
 from rlcleanup.ports.storage import ObjectInfo
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.steps import logscan

@@ -11,7 +11,7 @@ import pytest
 from safetensors import SafetensorError, safe_open
 
 from rlcleanup.adapters.local_storage import LocalStorage
-from rlcleanup.parsing.logs import attempt_log_objects, log_order
+from rlcleanup.parsing.attempt_logs import attempt_log_objects, log_order
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
 from rlcleanup.samples.v2 import SCENARIOS_V2
 from rlcleanup.steps.layout import AttemptFiles, discover

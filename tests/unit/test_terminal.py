@@ -8,17 +8,12 @@ from typing import Any
 import pytest
 
 from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.models.controller_states import UnknownStateSource
 from rlcleanup.models.vocab import TerminalState
-from rlcleanup.parsing.logs import scan_attempt
+from rlcleanup.parsing.attempt_logs import scan_attempt
 from rlcleanup.steps.layout import discover
-from rlcleanup.steps.terminal import (
-    TerminalVerdict,
-    earliest_symptom,
-    establish_terminal_state,
-    first_causal_error,
-    normalize_state,
-    step_budget,
-)
+from rlcleanup.steps.terminal import TerminalVerdict, establish_terminal_state, find_first_error, step_budget
+from rlcleanup.steps.terminal_readings import describe_controller, normalize_state, read_controller
 
 P = "(skyrl_entrypoint pid=7) "
 
@@ -335,7 +330,6 @@ def test_failed_in_link_one_of_three_with_noise_after(tmp_path: Path) -> None:
     assert cause.source_uri.endswith("ray_session_logs/worker-3.err")
     assert cause.message == "reward tensor has shape (4,), expected (8,)"
     assert cause.traceback.splitlines()[-1].startswith("ValueError: reward tensor")
-    assert not v.failure_is_teardown_fallback
     assert said(v, "First causal error: ValueError")
 
 
@@ -350,9 +344,10 @@ def test_all_teardown_gives_no_cause_and_quotes_the_earliest_symptom_in_file_ord
     storage = LocalStorage(checksums=False)
     layout = discover(storage, str(run))
     scans = [scan_attempt(storage, a) for a in layout.attempts]
-    assert first_causal_error(scans) is None
-    symptom = earliest_symptom(scans)
-    assert symptom is not None and (symptom.error_type, symptom.line) == ("signal", 1)
+    first = find_first_error(scans)
+    assert first is not None and not first.causal  # every error is teardown: only a symptom, never the cause
+    symptom = first.cause()
+    assert (symptom.error_type, symptom.line) == ("signal", 1)
     assert symptom.source_uri.endswith("finelog.log")
 
     v = verdict(run, event_state="FAILED", event_source="ray")
@@ -453,7 +448,7 @@ def test_stale_running_status_with_terminal_record_uses_the_record(tmp_path: Pat
     run = build(tmp_path, [att], trainer={"max_steps": 4}, marker=1, executor_status="RUNNING", terminal_state="failed")
     v = verdict(run)
     assert v.terminal_state == TerminalState.failed
-    assert v.controller is not None and v.controller.source.endswith("terminal.json response.state")
+    assert v.controller is not None and v.controller.where == "terminal.json response.state"
 
 
 def test_first_causal_error_prefers_file_order_without_timestamps(tmp_path: Path) -> None:
@@ -465,6 +460,61 @@ def test_first_causal_error_prefers_file_order_without_timestamps(tmp_path: Path
     )
     storage = LocalStorage(checksums=False)
     layout = discover(storage, str(build(tmp_path, [att], trainer={"max_steps": 4})))
-    cause = first_causal_error([scan_attempt(storage, a) for a in layout.attempts])
-    assert cause is not None and (cause.error_type, cause.line) == ("AssertionError", 2)
+    first = find_first_error([scan_attempt(storage, a) for a in layout.attempts])
+    assert first is not None and first.causal
+    cause = first.cause()
+    assert (cause.error_type, cause.line) == ("AssertionError", 2)
     assert cause.source_uri.endswith("/logs/finelog.log")
+
+
+# -- one reading of the controller -------------------------------------------------------------------------------
+
+
+def _reason(v: TerminalVerdict, start: str) -> str:
+    return next(sentence for sentence in v.reasoning if sentence.startswith(start))
+
+
+def test_a_failed_attempt_record_decides_rule_4_as_a_source(tmp_path: Path) -> None:
+    """§6 rule (4)'s "failed attempt" is the attempt record's state, read as one of the controller sources: with no
+    event and no `.executor_status`, the last attempt's record saying failed makes the run failed."""
+    att = Att("a00000000001", "2025-03-01T00:00:00Z", finelog=[mirror(1)], response={"state": "failed"})
+    v = verdict(build(tmp_path, [att], trainer={"max_steps": 9}, marker=1))
+    assert (v.terminal_state, v.decided_by) == (TerminalState.failed, "(4)")
+    decided = _reason(v, "Rule (4) of run-layout-v2.md §6 decided: ")
+    assert decided.endswith(" attempt a00000000001 response.state: failed -> failed.")  # after the step's name
+    assert v.controller_state == "failed (attempt a00000000001 response.state: failed)"
+
+
+def test_one_reading_feeds_the_rule_and_the_quoted_controller_state(tmp_path: Path) -> None:
+    first = Att("a00000000001", "2025-03-01T00:00:00Z", response={"state": "failed", "iris_job_state": 5})
+    second = Att("a00000000002", "2025-03-02T00:00:00Z", response={"state": "succeeded", "iris_job_state": 4})
+    run = build(tmp_path, [first, second], trainer={"max_steps": 9}, executor_status="RUNNING")
+    layout = discover(LocalStorage(checksums=False), str(run))
+    readings = read_controller(layout, 5, "iris", controller_absent=False)
+    assert [describe_controller(s) for s in readings.sources if not s.superseded] == [
+        "failed (iris event: FAILED)",
+        "running (.executor_status: RUNNING)",
+        "succeeded (attempt a00000000002 response.state: succeeded)",
+        "succeeded (attempt a00000000002 response.iris_job_state: SUCCEEDED)",
+    ]
+    # The superseded attempt is read once, for the rule ("KILLED anywhere"), and is never quoted as the controller.
+    superseded = [s for s in readings.sources if s.superseded]
+    assert [s.raw for s in superseded] == ["failed", "5"]
+    assert not any(s in readings.headline for s in superseded)
+    assert readings.controller is readings.sources[0]
+    assert [describe_controller(s) for s in readings.disagreeing()] == [
+        "succeeded (attempt a00000000002 response.state: succeeded)",
+        "succeeded (attempt a00000000002 response.iris_job_state: SUCCEEDED)",
+    ]
+
+    v = verdict(run, event_state=5, event_source="iris")
+    assert v.controller == readings.controller
+    assert said(v, "Controller state: failed (iris event: FAILED).")
+    assert said(v, "Sources read: iris event: 5 -> failed; ")  # the rule reads the same list, spelled as given
+
+
+def test_an_event_without_its_source_is_refused(tmp_path: Path) -> None:
+    layout = discover(LocalStorage(checksums=False), str(build(tmp_path, [], trainer={"max_steps": 9})))
+    with pytest.raises(UnknownStateSource):
+        read_controller(layout, "FAILED", None, controller_absent=False)
+    assert read_controller(layout, "FAILED", None, controller_absent=True).sources == []  # a vanished controller

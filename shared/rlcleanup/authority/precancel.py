@@ -17,7 +17,7 @@ from typing import Any
 
 from rlcleanup.authority.controllers import Controller, ControllerError
 from rlcleanup.formats.weight_files import is_bulk_weight
-from rlcleanup.parsing.logs import attempt_log_objects, scan_attempt
+from rlcleanup.parsing.attempt_logs import attempt_log_objects, scan_attempt
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage, WriteOutcome
 from rlcleanup.steps.layout import RunLayout

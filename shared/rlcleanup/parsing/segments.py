@@ -20,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlcleanup.models.parts import LogSegment, SegmentSeed
-from rlcleanup.parsing.logs import _WHAT_LOOKAHEAD, BlockScan, LogScan, LogScanner, hit_finder
+from rlcleanup.parsing.log_engine import BlockScan, hit_finder
+from rlcleanup.parsing.log_grammar import WHAT_LOOKAHEAD
+from rlcleanup.parsing.log_scanner import LogScan, LogScanner
 from rlcleanup.ports.storage import Storage, StorageError
 
 OVERLAP_BYTES = 1024 * 1024  # 16x a traceback's kept head (TRACEBACK_MAX_BYTES)
@@ -85,7 +87,7 @@ def scan_segment(
     if segment.index + 1 >= segment.count:  # the last segment reads to the end of the file
         region(seed.warm, seed.start)
         scanner.own_from(seed)
-        dropped_before = scanner._metrics.dropped_blocks
+        dropped_before = scanner.metric_blocks_dropped
         region(seed.start, None)
         scan = scanner.finish()
         scan.metric_blocks_dropped -= dropped_before
@@ -103,15 +105,15 @@ def scan_segment(
             at_warm = scanner.seed(warm, end)
         if point == seed.start and not scanner.owning:
             scanner.own_from(seed)
-            dropped_before = scanner._metrics.dropped_blocks
+            dropped_before = scanner.metric_blocks_dropped
     next_seed = scanner.seed(warm, end, at_warm)
     scan = scanner.scan
-    scan.metric_blocks_dropped = scanner._metrics.dropped_blocks - dropped_before
+    scan.metric_blocks_dropped = scanner.metric_blocks_dropped - dropped_before
     if scanner.settling:  # a `what():` line past the end may still complete an error kept here
         lines, events, rows = scan.lines, len(scan.events), len(scan.metric_rows)
         scanner.owning = False
         stop = end
-        for _ in range(_WHAT_LOOKAHEAD):
+        for _ in range(WHAT_LOOKAHEAD):
             stop = line_start(read, stop + 1)
         region(end, stop)
         scan.lines = lines

@@ -23,15 +23,15 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 
 from rlcleanup.models.parts import LogScanPart, LogSegment, SegmentSeed, log_part_id
-from rlcleanup.parsing.logs import (
+from rlcleanup.parsing.attempt_logs import (
     AttemptScan,
-    LogScan,
     assemble_attempt,
     attempt_log_objects,
     is_scanned_log,
     log_rank,
     scan_log,
 )
+from rlcleanup.parsing.log_scanner import LogScan
 from rlcleanup.parsing.segments import merge_segments, scan_log_segment
 from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.layout import RunLayout

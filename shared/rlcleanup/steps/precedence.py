@@ -6,7 +6,7 @@
       pre-cancel then a non-success (the chain's final word is not a success) -> cancelled, even if Marin says FAILED
   (3) terminal.json + a valid receipt/export -> completed, unless the budget is known, not reached, and no early stop
       (`Training stopped early by callback`) is logged: then indeterminate, reason `success_below_budget`
-  (4) FAILED / WORKER_FAILED / UNSCHEDULABLE, or a failed attempt -> failed
+  (4) FAILED / WORKER_FAILED / UNSCHEDULABLE, or a failed attempt (its record's state is a source) -> failed
   (5) the controller row gone after being seen, 0 pods -> (1)-(3) already tried, so indeterminate
   (6) never seen, or RUNNING without a fresh `.executor_status.lock` -> indeterminate
 Where none of them speaks (a controller that claims success without a terminal record or export), the v1 rules
@@ -41,16 +41,18 @@ FAILED_STATES = ("failed",)  # normalized: FAILED, WORKER_FAILED, UNSCHEDULABLE,
 class Source:
     """One controller-side reading: where, how it spells the state, and what that means."""
 
-    where: str
+    where: str  # within its step: `.executor_status`, `terminal.json response.state`, `iris event`
     raw: str
     state: str  # a models.controller_states.Verdict: succeeded | failed | cancelled | running | pending | unknown
     killed: bool = False  # the Iris job was KILLED (spelled so, or said so in a failure string)
     superseded: bool = False  # an earlier attempt of its step: a later attempt followed it
     final: bool = True  # from the chain's last step (or the event): the chain's final word
+    step: str = ""  # the Marin step it was read in, as a prefix of `where` ("" for the event or a run without steps)
+    spelled: str | None = None  # as the record quotes it: an enum number by its name (5 -> FAILED)
 
     def describe(self) -> str:
         flags = [f for f, on in (("KILLED", self.killed), ("superseded by a later attempt", self.superseded)) if on]
-        return f"{self.where}: {self.raw} -> {self.state}{''.join(f' ({f})' for f in flags)}"
+        return f"{self.step}{self.where}: {self.raw} -> {self.state}{''.join(f' ({f})' for f in flags)}"
 
 
 @dataclass
@@ -65,7 +67,6 @@ class Inputs:
     last_step: int | None
     success_record: bool  # terminal.json (success-only) exists
     success_artifact_valid: bool  # v2: valid receipt (+ export receipt when joined); v1: an export at the marker
-    failed_attempt: bool  # an attempt record (or the last attempt) says failed
     pre_cancel: bool
     controller_absent: bool  # the row was seen and is gone, 0 pods
     running_fresh_lock: bool
@@ -148,9 +149,10 @@ def decide(inp: Inputs) -> Decision:
         stop = " (the trainer stopped early by callback)" if inp.early_stop and not inp.budget_reached else ""
         return done(TerminalState.completed, "(3)", f"terminal.json and a valid receipt/export{stop}.", cause=False)
     # (4)
-    if failed or inp.failed_attempt:
-        what = ", ".join(s.describe() for s in failed) or "a failed attempt record"
-        return done(TerminalState.failed, "(4)", f"{what}.", cause=True)
+    # A failed attempt is one of `failed`: every attempt record's state is a source, and a superseded one (a later
+    # attempt of its step followed) is left out, since a retried failure is not the run's failure.
+    if failed:
+        return done(TerminalState.failed, "(4)", f"{', '.join(s.describe() for s in failed)}.", cause=True)
     # (5)
     if inp.controller_absent:
         return done(

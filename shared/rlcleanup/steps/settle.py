@@ -8,7 +8,7 @@ from typing import Any
 
 from rlcleanup.formats.config import get
 from rlcleanup.models.record import Attempt, StepSummary, utcnow
-from rlcleanup.parsing.logs import AttemptScan
+from rlcleanup.parsing.attempt_logs import AttemptScan
 from rlcleanup.ports.storage import Storage, WriteOutcome
 from rlcleanup.steps.capture import write_derived
 from rlcleanup.steps.facts import run_facts

@@ -2,6 +2,8 @@
 
 The controller says how the job ended; the commit marker, exports and trainer strings say whether training did.
 Where they disagree the artifacts win for `completed` (a finished budget is finished), and the reasoning says so.
+The controller's readings come from one pass over the run (steps/terminal_readings.py); the precedence rule that
+weighs them is steps/precedence.py.
 """
 
 from __future__ import annotations
@@ -11,18 +13,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from rlcleanup.formats.config import get, get_int, parse_int
+from rlcleanup.formats.config import get, get_int
 from rlcleanup.formats.launch import EntrypointKind
-from rlcleanup.models import controller_states
 from rlcleanup.models.controller_states import Verdict
 from rlcleanup.models.record import Attempt, ChainCoverage, FailureCause
 from rlcleanup.models.vocab import TerminalState
-from rlcleanup.parsing.logs import AttemptScan, ErrorCandidate, EventKind, TrainerEvent, log_order
+from rlcleanup.parsing.attempt_logs import AttemptScan, log_order
+from rlcleanup.parsing.log_grammar import EventKind
+from rlcleanup.parsing.log_scanner import ErrorCandidate, TrainerEvent
 from rlcleanup.parsing.metrics import StitchedMetrics, stitch
 from rlcleanup.steps.layout import AttemptFiles, RunLayout
 from rlcleanup.steps.marin import LOCK_STALE_SECONDS
-from rlcleanup.steps.precedence import Inputs, Source, decide, failure_says_killed, lock_fresh
+from rlcleanup.steps.precedence import Inputs, Source, decide, lock_fresh
 from rlcleanup.steps.receipts import ProtocolFacts
+from rlcleanup.steps.terminal_readings import describe_controller, normalize_state, read_controller
 
 NO_CAUSAL_ERROR_FOUND = "no_causal_error_found"  # run-layout-v2.md §7 (oc)
 
@@ -64,59 +68,8 @@ def step_budget(skyrl: dict[str, Any]) -> tuple[int | None, str]:
     return None, f"unknown: no trainer.max_steps and no {', '.join(missing)}"
 
 
-# -- controller ------------------------------------------------------------------------------------------------
-
 # Normalised controller states (models/controller_states.py holds every source's spellings).
 SUCCEEDED, FAILED, CANCELLED = Verdict.succeeded, Verdict.failed, Verdict.cancelled
-
-
-def normalize_state(raw: str | int, source_name: str) -> tuple[Verdict, str]:
-    """(verdict, spelled) in `source_name`'s table — (5, "iris") -> (failed, "FAILED"); an unknown spelling is
-    `unknown` (no verdict); an unknown source raises UnknownStateSource."""
-    table = controller_states.source(source_name)
-    return table.verdict(raw), table.spell(raw)
-
-
-@dataclass(frozen=True)
-class ControllerReading:
-    state: Verdict  # normalized: succeeded | failed | cancelled | running | pending | unknown (| ended)
-    raw: str  # as the source spells it
-    source: str  # where it came from, e.g. "iris event", ".executor_status"
-
-    @property
-    def terminal(self) -> bool:
-        """The controller said how the job ended (a bare "ended" is no verdict)."""
-        return self.state.has_outcome
-
-    def describe(self) -> str:
-        return f"{self.state} ({self.source}: {self.raw})"
-
-
-def controller_readings(
-    layout: RunLayout, event_state: str | int | None, event_source: str | None, controller_absent: bool
-) -> list[ControllerReading]:
-    """Every reading in precedence order: event, .executor_status, terminal.json, the last attempt record."""
-    readings: list[ControllerReading] = []
-
-    def add(raw: Any, table: str, source: str) -> None:
-        if isinstance(raw, str | int) and not isinstance(raw, bool) and str(raw).strip():
-            state, spelled = normalize_state(raw, table)
-            readings.append(ControllerReading(state, spelled if parse_int(str(raw)) is not None else str(raw), source))
-
-    if event_state is not None and not controller_absent:
-        if event_source is None:  # a RunMessage comes from a validated JobEvent: its source is always known
-            raise controller_states.UnknownStateSource("(none given)")
-        add(event_state, event_source, f"{event_source} event")
-    add(layout.executor_status, "marin", ".executor_status")
-    if layout.terminal:
-        terminal_uri = layout.terminal_uri or "terminal.json"
-        add(get(layout.terminal, "response.state"), "protocol", f"{terminal_uri} response.state")
-        add(get(layout.terminal, "response.iris_job_state"), "iris", "terminal.json response.iris_job_state")
-    if layout.attempts:
-        last = layout.attempts[-1]
-        add(last.response.get("state"), "protocol", f"attempt {last.attempt_id} record response.state")
-        add(last.response.get("iris_job_state"), "iris", f"attempt {last.attempt_id} record response.iris_job_state")
-    return readings
 
 
 # -- first causal error ----------------------------------------------------------------------------------------
@@ -165,18 +118,6 @@ def find_first_error(scans: list[AttemptScan]) -> FirstError | None:
     return None
 
 
-def first_causal_error(scans: list[AttemptScan]) -> FailureCause | None:
-    """The cause, or None when every error is teardown (run-layout-v2.md §7: a symptom is never the cause)."""
-    first = find_first_error(scans)
-    return first.cause() if first is not None and first.causal else None
-
-
-def earliest_symptom(scans: list[AttemptScan]) -> FailureCause | None:
-    """The earliest teardown error, for when no causal error exists."""
-    first = find_first_error(scans)
-    return first.cause() if first is not None and not first.causal else None
-
-
 # -- terminal state --------------------------------------------------------------------------------------------
 
 
@@ -184,12 +125,11 @@ def earliest_symptom(scans: list[AttemptScan]) -> FailureCause | None:
 class TerminalVerdict:
     terminal_state: TerminalState
     reasoning: list[str]
-    controller: ControllerReading | None
+    controller: Source | None  # the controller state the record quotes (terminal_readings.ControllerReadings)
     step_budget: int | None  # effective: the trainer's logged max when it disagrees with the config
     last_trained_step: int | None
     last_saved_step: int | None
     first_failure_cause: FailureCause | None
-    failure_is_teardown_fallback: bool  # kept for callers; always False: teardown is never reported as the cause
     attempts: list[Attempt]
     coverage: ChainCoverage
     stitched: StitchedMetrics = field(repr=False, default_factory=StitchedMetrics)
@@ -199,7 +139,7 @@ class TerminalVerdict:
 
     @property
     def controller_state(self) -> str | None:
-        return self.controller.describe() if self.controller else None
+        return describe_controller(self.controller) if self.controller else None
 
 
 def _at(item: TrainerEvent | ErrorCandidate) -> str:
@@ -379,61 +319,6 @@ def _last_trained_step(stitched: StitchedMetrics, events: list[TrainerEvent], bu
     return max(steps) if steps else None
 
 
-def _source(where: str, raw: Any, table: str, *, superseded: bool = False, final: bool = True) -> Source | None:
-    """One reading, spelled in `table`'s source (models/controller_states.py)."""
-    if isinstance(raw, bool) or not isinstance(raw, str | int) or not str(raw).strip():
-        return None
-    state, spelled = normalize_state(raw, table)
-    killed = table == "iris" and spelled == "KILLED"
-    return Source(where, str(raw), state, killed=killed, superseded=superseded, final=final)
-
-
-def _record_sources(where: str, record: dict[str, Any], *, superseded: bool, final: bool) -> list[Source]:
-    """A manifest's readings (§0: `response` of v1/v2, `result` of a launch.yaml run): its state, its
-    `iris_job_state`, and a failure string saying the Iris job was KILLED (Marin reports an Iris kill as FAILED, §4)."""
-    out: list[Source] = []
-    flags = {"superseded": superseded, "final": final}
-    for key, table in (("state", "protocol"), ("iris_job_state", "iris")):
-        raw = get(record, f"response.{key}") or get(record, f"result.{key}")
-        if (src := _source(f"{where} response.{key}", raw, table, **flags)) is not None:
-            out.append(src)
-    failure = get(record, "response.failure") or get(record, "result.failure")
-    if isinstance(failure, str) and failure_says_killed(failure):
-        out.append(Source(f"{where} response.failure", failure[:200], Verdict.cancelled, killed=True, **flags))
-    return out
-
-
-def _sources(
-    layout: RunLayout, event_state: str | int | None, event_source: str | None, controller_absent: bool
-) -> list[Source]:
-    """Every controller-side source of run-layout-v2.md §6: the event, each Marin step's `.executor_status` and
-    terminal.json, and EVERY attempt record of every step (not only the last: "KILLED anywhere" means any attempt).
-    An attempt a later attempt of its step followed is `superseded`; readings of the chain's last step are `final`."""
-    out: list[Source] = []
-    has_event = event_state is not None and event_source is not None and not controller_absent
-    if has_event and (src := _source(f"{event_source} event", event_state, str(event_source))) is not None:
-        out.append(src)
-    steps: list[tuple[str, str | None, dict[str, Any] | None, list[AttemptFiles]]]
-    if layout.steps:
-        steps = [(f"{st.name} ", st.executor_status, st.terminal, st.attempts) for st in layout.steps]
-    else:
-        steps = [("", layout.executor_status, layout.terminal, layout.attempts)]
-    # The chain's last step is the last one that left any reading (an export step Marin never started has none).
-    spoke = [i for i, (_, status, terminal, attempts) in enumerate(steps) if status or terminal or attempts]
-    last = spoke[-1] if spoke else len(steps) - 1
-    for i, (label, status, terminal, attempts) in enumerate(steps):
-        final = i == last
-        if (src := _source(f"{label}.executor_status", status, "marin", final=final)) is not None:
-            out.append(src)
-        out.extend(_record_sources(f"{label}terminal.json", terminal or {}, superseded=False, final=final))
-        for k, att in enumerate(attempts):
-            superseded = k < len(attempts) - 1
-            out.extend(
-                _record_sources(f"{label}attempt {att.attempt_id}", att.record, superseded=superseded, final=final)
-            )
-    return out
-
-
 def _precedence_inputs(
     layout: RunLayout,
     sources: list[Source],
@@ -484,7 +369,6 @@ def _precedence_inputs(
         last_step=_last_trained_step(stitched, events, budget),
         success_record=success_record,
         success_artifact_valid=success_artifact_valid,
-        failed_attempt=False,
         pre_cancel=pre_cancel,
         controller_absent=controller_absent,
         running_fresh_lock=running and fresh,
@@ -514,23 +398,23 @@ def establish_terminal_state(
     ev = _evidence(layout, events, budget, budget_reason)
     reasons = list(ev.notes)
 
-    readings = controller_readings(layout, event_state, event_source, controller_absent)
-    controller = next((r for r in readings if r.terminal), readings[0] if readings else None)
+    readings = read_controller(layout, event_state, event_source, controller_absent)
+    controller = readings.controller
     if controller_absent:
         reasons.append("The controller's job vanished (no row, 0 pods): it gives no verdict.")
     if controller is None:
         reasons.append(
             "No controller state is available (no event, .executor_status, terminal.json or attempt record)."
         )
-    elif controller.terminal:
-        reasons.append(f"Controller state: {controller.describe()}.")
-        others = [r for r in readings if r.terminal and r.state != controller.state]
+    elif Verdict(controller.state).has_outcome:
+        reasons.append(f"Controller state: {describe_controller(controller)}.")
+        others = readings.disagreeing()
         if others:
-            reasons.append("Other sources disagree: " + "; ".join(r.describe() for r in others) + ".")
+            reasons.append("Other sources disagree: " + "; ".join(describe_controller(r) for r in others) + ".")
     else:
         reasons.append(
-            f"The controller still reads {controller.describe()} with no terminal record: it is stale, so the run "
-            "is settled from its artifacts."
+            f"The controller still reads {describe_controller(controller)} with no terminal record: it is stale, "
+            "so the run is settled from its artifacts."
         )
 
     first = find_first_error(scans)
@@ -550,7 +434,7 @@ def establish_terminal_state(
     decision = decide(
         _precedence_inputs(
             layout,
-            _sources(layout, event_state, event_source, controller_absent),
+            readings.sources,
             ev,
             events,
             stitched,
@@ -571,8 +455,8 @@ def establish_terminal_state(
         )
     if state is TerminalState.completed and controller is not None and controller.state in (FAILED, CANCELLED):
         reasons.append(
-            f"The controller reported {controller.describe()}, but the run is completed; the controller's verdict "
-            "is overridden."
+            f"The controller reported {describe_controller(controller)}, but the run is completed; the controller's "
+            "verdict is overridden."
         )
     cause: FirstError | None = first if decision.with_cause and first is not None and first.causal else None
     symptom = first if first is not None and not first.causal else None
@@ -589,7 +473,6 @@ def establish_terminal_state(
         last_trained_step=_last_trained_step(stitched, events, ev.budget),
         last_saved_step=layout.marker_step,
         first_failure_cause=cause.cause() if cause else None,
-        failure_is_teardown_fallback=False,
         earliest_symptom=symptom.cause() if symptom is not None and state is not TerminalState.completed else None,
         first_failure_reason=NO_CAUSAL_ERROR_FOUND
         if state in (TerminalState.failed, TerminalState.cancelled, TerminalState.indeterminate)

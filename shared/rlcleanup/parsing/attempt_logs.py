@@ -1,0 +1,141 @@
+"""An attempt's logs through the Storage port: which files are logs, in what order, each scanned in one stream.
+
+`scan_log` streams one file with the block engine (ranged reads of BLOCK_BYTES) or, without google-re2, line by
+line; `assemble_attempt` joins an attempt's file scans in scan order and applies the after-error-only noise rules
+across its files (each file is scanned alone, in parallel parts). The pipeline plans parts over these
+(steps/logscan.py); a pre-cancel capture, tests and benches scan an attempt in one go (`scan_attempt`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from rlcleanup.parsing.log_engine import BlockScan, hit_finder
+from rlcleanup.parsing.log_grammar import EventKind
+from rlcleanup.parsing.log_scanner import ErrorCandidate, LogScan, LogScanner, TrainerEvent
+from rlcleanup.parsing.metrics import MetricRow
+from rlcleanup.parsing.teardown import by_name
+from rlcleanup.ports.storage import ObjectInfo, Storage, StorageError, list_in_name_order
+from rlcleanup.uris import basename
+
+_SKIP_NAMES = re.compile(r"^python-core-.*|.*\.(?:gz|zst|bz2|xz|zip|tar|png|jpg|parquet|pt|safetensors|json)$")
+
+
+def log_rank(uri: str) -> tuple[int, str]:
+    """Scan order: finelog.log first (the aggregated stream), then its siblings, then worker logs, then the rest."""
+    name = basename(uri)
+    if name == "finelog.log":
+        return (0, uri)
+    if name.startswith("finelog"):
+        return (1, uri)
+    if name.startswith("worker-"):
+        return (2, uri)
+    return (3, uri)
+
+
+def is_scanned_log(uri: str) -> bool:
+    """Whether a file under an attempt's logs is scanned at all (archives, images, tensors and JSON are not)."""
+    return not _SKIP_NAMES.match(basename(uri))
+
+
+def log_order(uris: Iterable[str]) -> list[str]:
+    """The scanned logs among `uris`, in scan order (`log_rank`)."""
+    return sorted((u for u in uris if is_scanned_log(u)), key=log_rank)
+
+
+@dataclass
+class AttemptScan:
+    attempt_id: str
+    files: list[LogScan] = field(default_factory=list)  # in scan order
+    problems: list[str] = field(default_factory=list)  # unreadable logs, named with their uri and cause
+    unread: list[str] = field(default_factory=list)  # listed but never scanned (its log-scan part failed)
+
+    @property
+    def log_uris(self) -> list[str]:
+        return [f.uri for f in self.files]
+
+    @property
+    def metric_rows(self) -> list[MetricRow]:
+        return [row for f in self.files for row in f.metric_rows]
+
+    @property
+    def events(self) -> list[TrainerEvent]:
+        return [event for f in self.files for event in f.events]
+
+    @property
+    def errors(self) -> list[ErrorCandidate]:
+        return [error for f in self.files for error in f.errors]
+
+    def has_event(self, kind: EventKind) -> bool:
+        return any(e.kind == kind for f in self.files for e in f.events)
+
+    @property
+    def last_step(self) -> int | None:
+        steps = [r.step for r in self.metric_rows if r.kind == "train"]
+        return max(steps) if steps else None
+
+
+def scan_log(storage: Storage, uri: str, attempt_id: str | None) -> LogScan:
+    """Stream one log file; a read failure keeps what was scanned and names the uri, line and cause."""
+    scanner = LogScanner(uri, attempt_id)
+    finder = hit_finder()
+    try:
+        if finder is None:
+            for raw in storage.iter_lines(uri):
+                scanner.feed(raw)
+        else:  # ranged reads of BLOCK_BYTES: one request per 4 MiB, the same on every Storage
+            BlockScan(scanner, finder).run(lambda start, length: storage.read_range(uri, start, length))
+    except (StorageError, OSError, ValueError) as exc:
+        scanner.scan.problems.append(f"log {uri} could not be read past line {scanner.scan.lines}: {exc}")
+    return scanner.finish()
+
+
+def carry_error_seen(files: list[LogScan]) -> None:
+    """Apply after-error-only noise rules across an attempt's files, in scan order (files are scanned alone)."""
+    seen = False
+    for scan in files:
+        if seen:
+            for error in scan.errors:
+                rule = by_name(error.noise_after_error)
+                if error.causal and rule is not None:
+                    error.causal, error.noise, error.noise_reason = False, rule.name, rule.reason
+        seen = seen or bool(scan.errors)
+
+
+def assemble_attempt(attempt_id: str, files: list[LogScan]) -> AttemptScan:
+    """An attempt's scan from its files' scans, given in `log_order`."""
+    carry_error_seen(files)
+    return AttemptScan(attempt_id=attempt_id, files=files, problems=[p for f in files for p in f.problems])
+
+
+class AttemptLogs(Protocol):
+    """Where an attempt's logs are (steps.layout.AttemptFiles has it): readers know no layout policy."""
+
+    @property
+    def attempt_id(self) -> str: ...
+
+    @property
+    def log_prefix(self) -> str | None: ...
+
+    @property
+    def log_objects(self) -> list[ObjectInfo]: ...
+
+
+def attempt_log_objects(storage: Storage, attempt: AttemptLogs, start_after: str | None = None) -> Iterator[ObjectInfo]:
+    """The attempt's log files in name order, after `start_after`: everything under its log prefix, listed now (a
+    paged plan resumes here), or the files discovery named (a Slurm attempt's one `.out`)."""
+    if attempt.log_prefix is not None:
+        yield from list_in_name_order(storage, attempt.log_prefix, start_after)
+        return
+    for info in sorted(attempt.log_objects, key=lambda o: o.uri):
+        if start_after is None or info.uri > start_after:
+            yield info
+
+
+def scan_attempt(storage: Storage, attempt: AttemptLogs) -> AttemptScan:
+    """One attempt's scan in one go (a pre-cancel capture, tests, benches; the pipeline plans parts instead)."""
+    uris = log_order(info.uri for info in attempt_log_objects(storage, attempt))
+    return assemble_attempt(attempt.attempt_id, [scan_log(storage, uri, attempt.attempt_id) for uri in uris])

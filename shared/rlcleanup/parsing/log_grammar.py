@@ -1,0 +1,112 @@
+"""The line grammar of a training log: what a line says, read on its own.
+
+Trainer events (`Saved checkpoint`, `Reached max training steps (N)`, ...), fatal lines printed outside a Python
+traceback, the traceback header and its chain sentences, and `ErrorType: message` lines. The cheap substring hints
+gate the regex tables (most lines are throughput chatter); the block engine (log_engine.py) searches for the same
+hints in raw bytes, so a new pattern here needs its hint in EVENT_HINTS or FATAL_HINTS. What the lines mean
+together (a traceback's extent, teardown noise, caps) is the scanner's (log_scanner.py); the teardown vocabulary is
+parsing/teardown.py.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+
+MAX_EVENT_TEXT = 500  # an event's text, an error's message: cut to this many characters
+TRACEBACK_HEADER = "Traceback (most recent call last):"
+WHAT_LOOKAHEAD = 3  # a `terminate called ...` line is decided by the `what():` line right after it
+
+
+class EventKind(StrEnum):
+    saved_checkpoint = "saved_checkpoint"
+    reached_max_steps = "reached_max_steps"
+    saved_final_checkpoint = "saved_final_checkpoint"
+    training_done = "training_done"
+    loaded_checkpoint = "loaded_checkpoint"
+    no_checkpoint = "no_checkpoint"
+    already_complete_on_resume = "already_complete_on_resume"
+    resumed_already_complete = "resumed_already_complete"
+    stopped_early = "stopped_early"
+    controller_stopped = "controller_stopped"  # Slurm cancelled the job: time limit, preemption, scancel
+
+
+# (kind, pattern); group 1 is the step when there is one. The `resumed ... already COMPLETE` line precedes
+# `Reached max` so its `max training steps (N)` is not read as a normal finish.
+EVENT_PATTERNS: tuple[tuple[EventKind, re.Pattern[str]], ...] = (
+    (EventKind.saved_checkpoint, re.compile(r"Successfully saved checkpoint for global_step_(\d+)")),
+    (
+        EventKind.resumed_already_complete,
+        re.compile(r"Resumed at global_step (\d+) >= max training steps \((\d+)\); run is already COMPLETE"),
+    ),
+    (EventKind.reached_max_steps, re.compile(r"Reached max training steps \((\d+)\)")),
+    (EventKind.saved_final_checkpoint, re.compile(r"Saved final checkpoint\.")),
+    (EventKind.training_done, re.compile(r"Training done!")),
+    (EventKind.loaded_checkpoint, re.compile(r"(?i)loaded (?:complete )?checkpoint(?: state)? from global_step_(\d+)")),
+    (EventKind.no_checkpoint, re.compile(r"No checkpoint found, starting training from scratch")),
+    (EventKind.already_complete_on_resume, re.compile(r"Training already complete on resume")),
+    (EventKind.stopped_early, re.compile(r"Training stopped early by callback")),
+    (EventKind.controller_stopped, re.compile(r"\*\*\* (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT \S+")),
+)
+
+# Causal fatal lines printed outside any Python traceback: (pattern, error_type). Checked before the noise table,
+# so `received signal SIGSEGV` is causal while `received signal 15` is teardown.
+# The message is group 1 when the pattern has one, else the whole line. No leading `.*`: these run on every line.
+FATAL_LINES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"Fatal Python error: ?(.*)"), "Fatal Python error"),
+    # Signal names count only where a signal is reported (`received signal 11`, `*** SIGSEGV received at`, the
+    # kernel's `Segmentation fault`); prose that lists SIGSEGV as a possible cause is matched as teardown first.
+    (
+        re.compile(r"(?i)segmentation fault|\*\*\* SIGSEGV received|received signal (?:11|SIGSEGV)\b|SIGSEGV \(@"),
+        "SegmentationFault",
+    ),
+    (re.compile(r"(?i)\bbus error\b|\*\*\* SIGBUS received|received signal (?:7|SIGBUS)\b"), "BusError"),
+    (re.compile(r"torch\.(?:cuda\.)?OutOfMemoryError:? ?(.*)"), "torch.OutOfMemoryError"),
+    (re.compile(r"ray\.exceptions\.OutOfMemoryError:? ?(.*)"), "ray.exceptions.OutOfMemoryError"),
+    (re.compile(r"CUDA out of memory"), "torch.OutOfMemoryError"),
+    (re.compile(r"CUDA error: ?(.*)"), "CUDAError"),
+    (re.compile(r"terminate called after throwing an instance of '([^']+)'"), "C++ exception"),
+)
+MAX_MATCH_CHARS = 16 * 1024  # events, fatal lines and noise are matched on this much of a line
+# Cheap substring gates: most lines are throughput chatter and skip the regex tables entirely.
+EVENT_HINTS = ("global_step", "Training", "Reached max", "Saved final", "No checkpoint", "CANCELLED AT")
+# Lowercased-line gates. Not plain "nccl": every `NCCL INFO` chatter line has it; the NCCL noise rule needs a
+# watchdog, a timeout or an abort, so gate on those words instead.
+FATAL_HINTS = (
+    "error",
+    "fault",
+    "sig",
+    "terminate",
+    "cuda",
+    "watchdog",
+    "timeout",
+    "time out",
+    "timed out",
+    "aborted",
+    "fatal",
+)
+
+
+# `Name: message` (any dotted identifier, optionally `Wrapper(Inner)`), or a bare name that reads as an exception.
+_EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:\([\w., ]*\))?)(?::\s?(?P<msg>.*))?$")
+_BARE_EXCEPTION = re.compile(r"(?:Error|Exception|Interrupt|Exit|Fault|Failure|Timeout|Iteration|Group|Warning)$")
+CHAIN_LINES = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
+
+
+def exception_line(text: str, *, strict: bool) -> tuple[str, str] | None:
+    """`ErrorType: message`. Strict (after an exception line, where log lines follow) wants an exception-like name;
+    lenient (ending frames) also takes any CamelCase name with a message. `INFO: ...` is never one."""
+    match = _EXCEPTION_LINE.match(text.rstrip())
+    if not match:
+        return None
+    etype, msg = match.group("type"), match.group("msg")
+    name = etype.split("(")[0]
+    last = name.rsplit(".", 1)[-1]
+    exception_like = bool(_BARE_EXCEPTION.search(name)) or ("." in name and last[:1].isupper())
+    camel = last[:1].isupper() and any(c.islower() for c in last)
+    if not exception_like and (strict or msg is None or not camel):
+        return None
+    return etype, (msg or "").strip()
