@@ -270,6 +270,8 @@ def _proxied(endpoint: str) -> bool:
 
 
 class GcsStorage(RemoteObjects):
+    """Implements ports.storage.VersionedStorage (generations) and StreamingStorage, ListsChildren, ListsAfter."""
+
     def __init__(self, client: storage.Client | None = None, *, lean_reads: bool = True) -> None:
         self._client_obj = count_requests(client) if client is not None else None
         self._lean_reads = lean_reads  # False: ranged reads through blob.download_as_bytes (the bench compares)
@@ -401,11 +403,18 @@ class GcsStorage(RemoteObjects):
             existing = self._blob(uri).download_as_bytes()
             return WriteOutcome.identical if existing == data else WriteOutcome.conflict
 
-    def copy_if_absent(self, src_uri: str, dst_uri: str, *, source_generation: int | None = None) -> WriteOutcome:
-        """Server-side rewrite (token loop for large objects); no byte passes through this process.
+    def copy_if_absent(self, src_uri: str, dst_uri: str) -> WriteOutcome:
+        """Server-side rewrite (token loop for large objects); no byte passes through this process."""
+        return self._copy(src_uri, dst_uri, None)
 
-        `source_generation` pins the source version (if_source_generation_match): a grant copies exactly the
-        generation that was validated, and an overwrite since then fails the copy (SourceChangedError).
+    def copy_version_if_absent(self, src_uri: str, dst_uri: str, source_generation: int) -> WriteOutcome:
+        """ports.storage.VersionedStorage: the rewrite pinned to the source's generation
+        (ifSourceGenerationMatch): a grant copies exactly the generation that was validated, and an overwrite
+        since then fails the copy (SourceChangedError)."""
+        return self._copy(src_uri, dst_uri, source_generation)
+
+    def _copy(self, src_uri: str, dst_uri: str, source_generation: int | None) -> WriteOutcome:
+        """copy_if_absent, pinned to `source_generation` unless None.
 
         Two requests for a new object (stat the destination, rewrite with ifGenerationMatch=0); the source is
         only stat'ed when the destination exists (identical or conflict?) or the rewrite finds no source. The
@@ -504,9 +513,15 @@ class GcsStorage(RemoteObjects):
             raise FileNotFoundError(src_uri)
         return WriteOutcome.identical if _same(src, dst) else WriteOutcome.conflict
 
-    def delete(self, uri: str, *, if_generation: int | None = None) -> bool:
-        """`if_generation`: delete only that version (reclaim deletes exactly the generation it verified);
-        a newer generation raises SourceChangedError and stays."""
+    def delete(self, uri: str) -> bool:
+        return self._delete(uri, None)
+
+    def delete_version(self, uri: str, generation: int) -> bool:
+        """ports.storage.VersionedStorage: delete only that generation (reclaim deletes exactly the generation it
+        verified); a newer generation raises SourceChangedError and stays."""
+        return self._delete(uri, generation)
+
+    def _delete(self, uri: str, if_generation: int | None) -> bool:
         from google.api_core.exceptions import NotFound, PreconditionFailed
 
         try:
