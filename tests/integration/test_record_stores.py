@@ -17,6 +17,7 @@ from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunR
 from rlcleanup.models.record import CompletionRecord, RunError
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.records import Claim, IdempotencyStore, RunRecords
+from rlcleanup.settings import DeploymentSettings
 
 pytestmark = pytest.mark.integration
 
@@ -215,7 +216,11 @@ def test_capture_of_5000_objects_keeps_every_document_small(stack, gcs_client, f
     records, claims = firestore_stores(project=stack.project)
     bus = InProcessBus()
     ports = Ports(
-        storage=RoutingStorage(), records=records, claims=claims, bus=bus, preserve_root=f"gs://{preserve_bucket.name}"
+        storage=RoutingStorage(),
+        records=records,
+        claims=claims,
+        bus=bus,
+        settings=DeploymentSettings.model_construct(preserve_root=f"gs://{preserve_bucket.name}"),
     )
     for fn in load_topology().functions:
         if fn.entry_point in HANDLERS:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -127,13 +126,17 @@ def test_a_run_outside_the_run_buckets_is_refused_on_its_record(
 def test_a_destination_outside_the_deployment_prefixes_is_refused(tmp_path: Path) -> None:
     world = make_world(tmp_path)
     inside_alice_only = world.grant()  # within alice's allowed prefixes, not within the deployment's
-    world.stack.ports = dataclasses.replace(world.stack.ports, allowed_destination_prefixes=(str(tmp_path / "other"),))
+    world.stack.ports.settings = world.stack.ports.settings.model_copy(
+        update={"allowed_destination_prefixes": (str(tmp_path / "other"),)}
+    )
     world.deliver(world.message(inside_alice_only))
     doc = world.grant_doc(inside_alice_only.grant_id)
     assert doc["refusal"] == "out_of_prefix" and "RLCLEANUP_ALLOWED_DESTINATION_PREFIXES" in doc["detail"]
     assert not any(world.dest_root.rglob("*")), "nothing may be copied"
     # The same grant is carried out where the deployment allows its destination.
-    world.stack.ports = dataclasses.replace(world.stack.ports, allowed_destination_prefixes=(str(world.dest_root),))
+    world.stack.ports.settings = world.stack.ports.settings.model_copy(
+        update={"allowed_destination_prefixes": (str(world.dest_root),)}
+    )
     allowed = world.grant()
     world.deliver(world.message(allowed))
     assert world.grant_doc(allowed.grant_id)["state"] == "used"

@@ -10,9 +10,8 @@ from rlcleanup.ports.hub import HubFactory, ModelHub
 from rlcleanup.ports.jobs import JobLauncher
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import Storage
-from rlcleanup.settings import DEFAULT_IRIS_STATUS_CMD, DeploymentSettings
+from rlcleanup.settings import DeploymentSettings, unconfigured
 
-DEFAULT_MAX_EVENT_AGE_SECONDS = 7 * 24 * 3600
 HUB_JOB_MODULE = "rlcleanup.runtime.hub_job"
 
 
@@ -26,29 +25,65 @@ def hugging_face_hub() -> ModelHub:
 
 @dataclass
 class Ports:
+    """The adapters one handler talks to, and the deployment settings it obeys: one `DeploymentSettings` object
+    (read once per process), whose values the handlers read through the properties below."""
+
     storage: Storage
     records: RunRecords  # completion records, event ledger, auxiliary documents
     bus: Bus
     claims: IdempotencyStore  # at-most-once steps: leases, claims, step results
     clock: Clock = field(default_factory=SystemClock)
-    preserve_root: str | None = None  # where evidence goes unless the event names a place
-    max_event_age_seconds: float = DEFAULT_MAX_EVENT_AGE_SECONDS
-    lease_seconds: float = 600.0
-    # Deployment boundaries (None = not restricted): runs are read only from these buckets, grants hand off only
-    # under these prefixes. The emulator stack and Terraform set them; the embedded default leaves them open.
-    run_buckets: tuple[str, ...] | None = None
-    allowed_destination_prefixes: tuple[str, ...] | None = None
-    ray_dashboard: str | None = None  # the pre-cancel capture's Ray controller, if any
-    iris_status_cmd: str = DEFAULT_IRIS_STATUS_CMD
+    # The whole configuration (a stack built by hand: the defaults, without reading the environment). A test or a
+    # stack changes one value with `dataclasses.replace(ports, settings=ports.settings.model_copy(update=...))`.
+    settings: DeploymentSettings = field(default_factory=unconfigured)
     # The delivery being handled (its Pub/Sub message id): `dispatch` sets it on its own copy of the ports, and
     # claims pass it as their lease owner explicitly (never read from the logging context).
     delivery_id: str | None = None
-    settings: DeploymentSettings | None = None  # the whole configuration, for handlers with their own (the sweep)
     model_hub: HubFactory = hugging_face_hub  # the `hf://` destination's client, made on first use
-    # Hand-offs to the Hub larger than the threshold are uploaded by this job (None: always inline).
+    # Hand-offs to the Hub larger than settings.hub_job_threshold_bytes are uploaded by this job (None: inline).
     hub_upload_job: JobLauncher | None = None
-    hub_job_threshold_bytes: int = 1 << 30
-    capture_page_objects: int = 5000  # objects one plan-capture page lists (bounded work per invocation)
+
+    @property
+    def preserve_root(self) -> str | None:
+        """Where evidence goes unless the event names a place."""
+        return self.settings.preserve_root
+
+    @property
+    def max_event_age_seconds(self) -> float:
+        return self.settings.max_event_age_seconds
+
+    @property
+    def lease_seconds(self) -> float:
+        return self.settings.lease_seconds
+
+    @property
+    def run_buckets(self) -> tuple[str, ...] | None:
+        """Deployment boundary (None = not restricted): runs are read only from these buckets. The emulator stack
+        and Terraform set it; the embedded default leaves it open."""
+        return self.settings.run_buckets
+
+    @property
+    def allowed_destination_prefixes(self) -> tuple[str, ...] | None:
+        """Deployment boundary (None = not restricted): grants hand off only under these prefixes."""
+        return self.settings.allowed_destination_prefixes
+
+    @property
+    def ray_dashboard(self) -> str | None:
+        """The pre-cancel capture's Ray controller, if any."""
+        return self.settings.ray_dashboard
+
+    @property
+    def iris_status_cmd(self) -> str:
+        return self.settings.iris_status_cmd
+
+    @property
+    def hub_job_threshold_bytes(self) -> int:
+        return self.settings.hub_job_threshold_bytes
+
+    @property
+    def capture_page_objects(self) -> int:
+        """Objects one plan-capture page lists (bounded work per invocation)."""
+        return self.settings.capture_page_objects
 
 
 def hub_upload_job(settings: DeploymentSettings, job_args: tuple[str, ...] = ()) -> JobLauncher | None:
@@ -65,22 +100,6 @@ def hub_upload_job(settings: DeploymentSettings, job_args: tuple[str, ...] = ())
     return CloudRunJobLauncher(settings.hub_upload_job)
 
 
-def settings_fields(settings: DeploymentSettings) -> dict[str, object]:
-    """The Ports fields a deployment configuration sets (the cloud and the embedded stack both use it)."""
-    return {
-        "preserve_root": settings.preserve_root,
-        "max_event_age_seconds": settings.max_event_age_seconds,
-        "lease_seconds": settings.lease_seconds,
-        "run_buckets": settings.run_buckets,
-        "allowed_destination_prefixes": settings.allowed_destination_prefixes,
-        "ray_dashboard": settings.ray_dashboard,
-        "iris_status_cmd": settings.iris_status_cmd,
-        "hub_job_threshold_bytes": settings.hub_job_threshold_bytes,
-        "capture_page_objects": settings.capture_page_objects,
-        "settings": settings,
-    }
-
-
 def cloud_ports(settings: DeploymentSettings) -> Ports:
     """GCS + Firestore + Pub/Sub from the settings read at cold start (emulator hosts honoured). Clients are
     created lazily."""
@@ -95,6 +114,6 @@ def cloud_ports(settings: DeploymentSettings) -> Ports:
         records=records,
         claims=claims,
         bus=PubSubBus(project=project),
+        settings=settings,
         hub_upload_job=hub_upload_job(settings),
-        **settings_fields(settings),  # type: ignore[arg-type]
     )
