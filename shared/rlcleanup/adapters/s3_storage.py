@@ -57,7 +57,7 @@ from rlcleanup.ports.storage import (
 from rlcleanup.settings import S3Settings, SettingsError, s3_endpoint_specs
 
 if TYPE_CHECKING:
-    from obstore.store import S3Store
+    from obstore.store import ClientConfig, RetryConfig, S3Config, S3Store
 
 SCHEME = "s3://"
 _CHUNK = 1024 * 1024  # streaming reads: memory stays a few chunks whatever the object size
@@ -201,11 +201,11 @@ class S3Storage(RemoteObjects):
         endpoints: list[S3Endpoint] | None = None,
         default: S3Endpoint | None = None,
         *,
-        retry: Mapping[str, Any] | None = None,
+        retry: RetryConfig | None = None,
     ) -> None:
         self.default = default or default_endpoint()
         self.endpoints = named_endpoints() if endpoints is None else endpoints
-        self._retry = dict(retry) if retry is not None else None
+        self._retry = retry
         self._stores: dict[str, S3Store] = {}
         self._lock = threading.Lock()
 
@@ -229,7 +229,7 @@ class S3Storage(RemoteObjects):
     def _build(self, bucket: str, ep: S3Endpoint) -> S3Store:
         from obstore.store import S3Store
 
-        config: dict[str, Any] = {"region": ep.region, "virtual_hosted_style_request": not ep.path_style}
+        config: S3Config = {"region": ep.region, "virtual_hosted_style_request": not ep.path_style}
         if ep.endpoint_url:
             config["endpoint"] = ep.endpoint_url
         # Write-once copies: S3 has no copy-if-absent of its own; the If-None-Match header makes CopyObject
@@ -240,11 +240,16 @@ class S3Storage(RemoteObjects):
             config["access_key_id"] = ep.access_key_id
             config["secret_access_key"] = ep.secret_access_key
             if ep.session_token:
-                config["token"] = ep.session_token
+                config["session_token"] = ep.session_token
         else:
             provider = _profile_provider(ep)
-        client = {"allow_http": True, "pool_max_idle_per_host": _POOL, "connect_timeout": "10s", "timeout": "120s"}
-        retry = self._retry or {
+        client: ClientConfig = {
+            "allow_http": True,
+            "pool_max_idle_per_host": _POOL,
+            "connect_timeout": "10s",
+            "timeout": "120s",
+        }
+        retry: RetryConfig = self._retry or {
             "max_retries": 5,
             "backoff": {"init_backoff": dt.timedelta(milliseconds=200), "max_backoff": dt.timedelta(seconds=8)},
             "retry_timeout": dt.timedelta(seconds=60),
@@ -252,9 +257,9 @@ class S3Storage(RemoteObjects):
         try:
             return S3Store(
                 bucket,
-                config=config,  # type: ignore[arg-type]
-                client_options=client,  # type: ignore[arg-type]
-                retry_config=retry,  # type: ignore[arg-type]
+                config=config,
+                client_options=client,
+                retry_config=retry,
                 credential_provider=provider,
             )
         except Exception as exc:
