@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rlcleanup.adapters.firestore_records import MAX_DOC_BYTES, MAX_INLINE_ERRORS, approx_size, firestore_stores
+from rlcleanup.adapters.firestore_client import MAX_DOC_BYTES, approx_size
+from rlcleanup.adapters.firestore_records import MAX_INLINE_ERRORS, firestore_stores
 from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.models.record import CompletionRecord, RunError
 from rlcleanup.models.vocab import RecordStatus
