@@ -179,3 +179,27 @@ def test_a_bad_s3_endpoint_names_its_variable_and_never_its_secret() -> None:
         s3_endpoint_specs({"RLCLEANUP_S3_ENDPOINT_CW": secret})
     assert "AKIA" not in str(caught.value)
     assert s3_endpoint_specs({"RLCLEANUP_S3_ENDPOINT_CW": '{"buckets": ["b"]}'}) == {"cw": {"buckets": ["b"]}}
+
+
+def test_ports_read_their_settings_object_and_never_copy_it(tmp_path: Path) -> None:
+    """Ports hold the one DeploymentSettings object; `p.run_buckets` and the others are read-only views of it, so a
+    per-delivery copy (dataclasses.replace, as dispatch does) and a replaced settings object both read through."""
+    import dataclasses
+
+    from rlcleanup.adapters.inprocess_bus import InProcessBus
+    from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
+    from rlcleanup.adapters.storage_router import RoutingStorage
+    from rlcleanup.runtime.ports import Ports
+    from rlcleanup.settings import DeploymentSettings
+
+    db = tmp_path / "r.db"
+    bare = Ports(RoutingStorage(), SqliteRunRecords(db), InProcessBus(), SqliteIdempotencyStore(db))
+    assert bare.run_buckets is None and bare.lease_seconds == 600.0 and bare.capture_page_objects == 5000
+    settings = DeploymentSettings.model_construct(run_buckets=("runs-a",), lease_seconds=30.0, preserve_root="/p")
+    ports = dataclasses.replace(bare, settings=settings)
+    delivery = dataclasses.replace(ports, delivery_id="m-1")
+    assert delivery.settings is settings and delivery.delivery_id == "m-1" and ports.delivery_id is None
+    assert (delivery.run_buckets, delivery.lease_seconds, delivery.preserve_root) == (("runs-a",), 30.0, "/p")
+    with pytest.raises(AttributeError, match="read-only"):
+        ports.lease_seconds = 1.0
+    assert ports.lease_seconds == 30.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generic, Never, TypeVar, overload
 
 from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.clock import Clock, SystemClock
@@ -13,6 +14,7 @@ from rlcleanup.ports.storage import Storage
 from rlcleanup.settings import DeploymentSettings, unconfigured
 
 HUB_JOB_MODULE = "rlcleanup.runtime.hub_job"
+T = TypeVar("T")
 
 
 def hugging_face_hub() -> ModelHub:
@@ -23,10 +25,35 @@ def hugging_face_hub() -> ModelHub:
     return HubDestination()
 
 
+class _FromSettings(Generic[T]):
+    """A read-only attribute of `Ports` that is the `DeploymentSettings` field of the same name: the settings stay
+    one object, and a name that is no settings field fails when the class is defined."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        if name not in DeploymentSettings.model_fields:
+            raise TypeError(f"{owner.__name__}.{name}: DeploymentSettings has no field {name!r}")
+        self.name = name
+
+    @overload
+    def __get__(self, ports: None, owner: type) -> _FromSettings[T]: ...
+
+    @overload
+    def __get__(self, ports: Ports, owner: type) -> T: ...
+
+    def __get__(self, ports: Ports | None, owner: type) -> T | _FromSettings[T]:
+        if ports is None:
+            return self
+        value: T = getattr(ports.settings, self.name)
+        return value
+
+    def __set__(self, ports: Ports, value: Never) -> None:  # Never: mypy refuses the assignment too
+        raise AttributeError(f"Ports.{self.name} is read-only: replace ports.settings (model_copy(update=...))")
+
+
 @dataclass
 class Ports:
     """The adapters one handler talks to, and the deployment settings it obeys: one `DeploymentSettings` object
-    (read once per process), whose values the handlers read through the properties below."""
+    (read once per process), whose values the handlers read through the read-only attributes below."""
 
     storage: Storage
     records: RunRecords  # completion records, event ledger, auxiliary documents
@@ -43,47 +70,18 @@ class Ports:
     # Hand-offs to the Hub larger than settings.hub_job_threshold_bytes are uploaded by this job (None: inline).
     hub_upload_job: JobLauncher | None = None
 
-    @property
-    def preserve_root(self) -> str | None:
-        """Where evidence goes unless the event names a place."""
-        return self.settings.preserve_root
-
-    @property
-    def max_event_age_seconds(self) -> float:
-        return self.settings.max_event_age_seconds
-
-    @property
-    def lease_seconds(self) -> float:
-        return self.settings.lease_seconds
-
-    @property
-    def run_buckets(self) -> tuple[str, ...] | None:
-        """Deployment boundary (None = not restricted): runs are read only from these buckets. The emulator stack
-        and Terraform set it; the embedded default leaves it open."""
-        return self.settings.run_buckets
-
-    @property
-    def allowed_destination_prefixes(self) -> tuple[str, ...] | None:
-        """Deployment boundary (None = not restricted): grants hand off only under these prefixes."""
-        return self.settings.allowed_destination_prefixes
-
-    @property
-    def ray_dashboard(self) -> str | None:
-        """The pre-cancel capture's Ray controller, if any."""
-        return self.settings.ray_dashboard
-
-    @property
-    def iris_status_cmd(self) -> str:
-        return self.settings.iris_status_cmd
-
-    @property
-    def hub_job_threshold_bytes(self) -> int:
-        return self.settings.hub_job_threshold_bytes
-
-    @property
-    def capture_page_objects(self) -> int:
-        """Objects one plan-capture page lists (bounded work per invocation)."""
-        return self.settings.capture_page_objects
+    # Read-only views of the settings, under the names the handlers use (e.g. `p.run_buckets`).
+    preserve_root = _FromSettings[str | None]()  # where evidence goes unless the event names a place
+    max_event_age_seconds = _FromSettings[float]()
+    lease_seconds = _FromSettings[float]()
+    # Deployment boundaries (None = not restricted): runs are read only from these buckets, grants hand off only
+    # under these prefixes. The emulator stack and Terraform set them; the embedded default leaves them open.
+    run_buckets = _FromSettings[tuple[str, ...] | None]()
+    allowed_destination_prefixes = _FromSettings[tuple[str, ...] | None]()
+    ray_dashboard = _FromSettings[str | None]()  # the pre-cancel capture's Ray controller, if any
+    iris_status_cmd = _FromSettings[str]()
+    hub_job_threshold_bytes = _FromSettings[int]()
+    capture_page_objects = _FromSettings[int]()  # objects one plan-capture page lists (bounded work per invocation)
 
 
 def hub_upload_job(settings: DeploymentSettings, job_args: tuple[str, ...] = ()) -> JobLauncher | None:
