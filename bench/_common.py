@@ -127,7 +127,7 @@ def gcs_client(url: str, pool: int = 64) -> Any:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    from rlcleanup.adapters.gcs_storage import with_pool
+    from rlcleanup.adapters.gcs_client import with_pool
 
     os.environ["STORAGE_EMULATOR_HOST"] = url
     client = storage.Client(project="bench", credentials=AnonymousCredentials(), client_options={"api_endpoint": url})

@@ -113,7 +113,7 @@ def _wait_record(store: Any, claims: Any, run_id: str, timeout: float, every: fl
 
 def _document_bytes(store: Any, run_id: str) -> int | None:
     """The run document's approximate Firestore size (the adapter's own estimate, rounded up)."""
-    from rlcleanup.adapters.firestore_records import approx_size
+    from rlcleanup.adapters.firestore_client import approx_size
 
     snap = store.db.collection("runs").document(run_id).get()
     return approx_size(snap.to_dict()) if snap.exists else None

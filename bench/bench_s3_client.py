@@ -132,7 +132,8 @@ def main() -> None:
 def validate_export(endpoint: str, b3: object, repeat: int) -> None:
     from _common import CountingStorage
     from bench_validate_many import layout
-    from rlcleanup.adapters.s3_storage import S3Endpoint, S3Storage
+    from rlcleanup.adapters.s3_client import S3Endpoint
+    from rlcleanup.adapters.s3_storage import S3Storage
     from rlcleanup.steps.validate import HEADER_WORKERS, validate_candidate
 
     for name, data in header_only_export():

@@ -9,7 +9,7 @@ name the same set. Beside them, smaller groups read the same way (`read(...)`, e
 `HubSettings` (the Hub client and the upload job's overrides), `GrantLimits`, `S3Settings` and
 `s3_endpoint_specs()` (credentials as secret environment variables), `LocalPaths` (the CLI's and embedded stack's
 places) and `Platform` (what the cloud, the shell and the emulators set). The AWS_* variables are read by botocore
-itself (adapters/s3_storage.py builds its default endpoint from the same names, commented there); the
+itself (adapters/s3_client.py builds its default endpoint from the same names, commented there); the
 `*_EMULATOR_HOST` variables are read by the Google client libraries, and by us only to pick anonymous credentials.
 Low in the layering: runtime and adapters may import this module; it imports nothing of rlcleanup.
 """

@@ -29,6 +29,7 @@ from rlcleanup.runtime.handlers import resolve_run_id
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.samples.generator import write_sample_run
+from rlcleanup.settings import DeploymentSettings
 
 pytestmark = pytest.mark.integration
 
@@ -95,7 +96,7 @@ def world(stack: Any, gcs_client: Any, firestore_client: Any, uid: str, tmp_path
         records=records,
         claims=claims,
         bus=bus,
-        preserve_root=f"gs://{runs}/preserved",
+        settings=DeploymentSettings.model_construct(preserve_root=f"gs://{runs}/preserved"),
     )
     emb = EmbeddedStack(ports=ports, bus=bus)
     for fn in load_topology().functions:  # every function has its stage table row

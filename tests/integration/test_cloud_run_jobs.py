@@ -69,7 +69,7 @@ def test_apply_grant_starts_one_execution_with_the_run_and_grant_as_overrides(ru
         Approver(approver_id="bob", public_key=public_b64(key), allowed_prefixes=["hf://rl-team"]),
     )
     w.stack.ports.hub_upload_job = _launcher(run_api)
-    w.stack.ports.hub_job_threshold_bytes = 0
+    w.stack.ports.settings = w.stack.ports.settings.model_copy(update={"hub_job_threshold_bytes": 0})
     before = len(_call(run_api, "/__standin/runs"))
     grant = w.grant(destination="hf://rl-team/big", granted_by="bob", action="handoff")
     w.deliver(w.message(grant, key=key))

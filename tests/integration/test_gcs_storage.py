@@ -111,9 +111,9 @@ def test_cross_backend_copies_stream_in_bounded_memory(gcs: GcsStorage, bucket: 
 def test_the_default_client_keeps_enough_connections_for_concurrent_copies() -> None:
     """Several deliveries in one instance each copy with a pool of workers: requests' default of 10 connections per host
     made capture-part log "Connection pool is full, discarding connection" in the 10,000-object run."""
-    from rlcleanup.adapters import gcs_storage
+    from rlcleanup.adapters.gcs_client import default_client
 
-    client = gcs_storage._client()  # STORAGE_EMULATOR_HOST points at the stack's fake-gcs-server
+    client = default_client()  # STORAGE_EMULATOR_HOST points at the stack's fake-gcs-server
     for scheme in ("http://", "https://"):
         assert client._http.adapters[scheme]._pool_maxsize >= 64
 
@@ -186,7 +186,7 @@ class _SplittingRewrites:
 def test_lean_listing_matches_list_blobs_across_pages(gcs: GcsStorage, gcs_client, bucket: str) -> None:  # type: ignore[no-untyped-def]
     """list() goes through the lean pool (validation's listing): the same ObjectInfo as the Blob path, in
     name order, folder placeholders skipped, and pages followed."""
-    from rlcleanup.adapters import gcs_storage
+    from rlcleanup.adapters.gcs_client import RANGE_POOL
 
     b = gcs_client.bucket(bucket)
     for name in ["p/a", "p/b/c", "p/dir/", "p/z", "q/other"]:
@@ -206,7 +206,7 @@ def test_lean_listing_matches_list_blobs_across_pages(gcs: GcsStorage, gcs_clien
     lean._json = small_pages  # type: ignore[method-assign]
     assert list(gcs.list(f"gs://{bucket}/p")) == blob_path
     assert len(pages) >= 2 and "pageToken" in pages[-1]
-    assert gcs_storage._RANGE_POOL >= 32
+    assert RANGE_POOL >= 32
 
 
 def test_warm_reads_opens_the_pools_connections(gcs: GcsStorage, bucket: str) -> None:

@@ -314,7 +314,7 @@ def _job_world(w: World, **args: Any) -> SubprocessJobLauncher:
         log_dir=w.tmp / "job-logs",
     )
     w.stack.ports.hub_upload_job = launcher
-    w.stack.ports.hub_job_threshold_bytes = 0
+    w.stack.ports.settings = w.stack.ports.settings.model_copy(update={"hub_job_threshold_bytes": 0})
     return launcher
 
 
@@ -358,7 +358,7 @@ def test_an_inline_hand_off_pins_the_export_once(
     once for the size, once more for the plan)."""
     w, key = world
     launcher = _job_world(w)
-    w.stack.ports.hub_job_threshold_bytes = 1 << 50
+    w.stack.ports.settings = w.stack.ports.settings.model_copy(update={"hub_job_threshold_bytes": 1 << 50})
     action = _deliver(w, key, _grant(w, f"hf://rl-team/inline-{uid}"))
     assert action["state"] == "handed_off", action
     assert launcher.started == [] and pin_resolutions == ["resolve"]

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from rlcleanup.adapters.firestore_records import MAX_DOC_BYTES, MAX_INLINE_ERRORS, approx_size, firestore_stores
+from rlcleanup.adapters.firestore_client import MAX_DOC_BYTES, approx_size
+from rlcleanup.adapters.firestore_records import MAX_INLINE_ERRORS, firestore_stores
 from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.models.record import CompletionRecord, RunError
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.records import Claim, IdempotencyStore, RunRecords
+from rlcleanup.settings import DeploymentSettings
 
 pytestmark = pytest.mark.integration
 
@@ -215,7 +217,11 @@ def test_capture_of_5000_objects_keeps_every_document_small(stack, gcs_client, f
     records, claims = firestore_stores(project=stack.project)
     bus = InProcessBus()
     ports = Ports(
-        storage=RoutingStorage(), records=records, claims=claims, bus=bus, preserve_root=f"gs://{preserve_bucket.name}"
+        storage=RoutingStorage(),
+        records=records,
+        claims=claims,
+        bus=bus,
+        settings=DeploymentSettings.model_construct(preserve_root=f"gs://{preserve_bucket.name}"),
     )
     for fn in load_topology().functions:  # every function has its stage table row
         bus.subscribe(

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from rlcleanup.adapters.s3_storage import S3Endpoint, S3Storage, etag_md5, named_endpoints
+from rlcleanup.adapters.s3_client import S3Endpoint, named_endpoints
+from rlcleanup.adapters.s3_storage import S3Storage, etag_md5
 from rlcleanup.errors import ErrorKind, error_kind
 from rlcleanup.ports.storage import StorageAccessError, StorageError, WriteOutcome
 from rlcleanup.stack import procs, s3_server

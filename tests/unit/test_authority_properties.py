@@ -594,7 +594,8 @@ def test_deployment_prefixes_bound_a_grant_however_its_destination_is_spelt(tmp_
     allowed.mkdir(parents=True, exist_ok=True)
     (w.dest_root / "outside").mkdir()
     (allowed / "link").symlink_to(w.dest_root / "outside", target_is_directory=True)
-    w.stack.ports = dataclasses.replace(w.stack.ports, allowed_destination_prefixes=(str(allowed),))
+    settings = w.stack.ports.settings.model_copy(update={"allowed_destination_prefixes": (str(allowed),)})
+    w.stack.ports = dataclasses.replace(w.stack.ports, settings=settings)
     if ".." in destination:
         with pytest.raises(ValueError, match=r"'\.\.' segments"):
             w.grant(destination=str(w.dest_root / destination))

@@ -235,7 +235,7 @@ def test_event_for_a_run_without_config_is_an_unreadable_run(stack: EmbeddedStac
 
 def test_stale_event_is_dropped_and_ledgered(stack: EmbeddedStack, tmp_path: Path) -> None:
     root = write_sample_run(tmp_path / "src", "completed-resumed")
-    stack.ports.max_event_age_seconds = 3600
+    stack.ports.settings = stack.ports.settings.model_copy(update={"max_event_age_seconds": 3600})
     stack.ports.clock = _FixedClock(NOW)  # the age is then exact, however long the suite has been running
     event = _event(run_uri=str(root), state="SUCCEEDED", observed_at=NOW - timedelta(hours=2))
     stack.emit(event)

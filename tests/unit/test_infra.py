@@ -601,7 +601,7 @@ def test_every_documented_console_query_has_its_composite_index(parsed: dict[str
     for rtype, name, body in _resources(parsed):
         if rtype != "google_firestore_index":
             continue
-        if body["collection"] == "steps":  # the fan-ins' claim query (firestore_records._done_query), not a console one
+        if body["collection"] == "steps":  # the fan-ins' claim query (firestore_claims._done_query), not a console one
             assert name == "steps_done_by_key", name
             assert [(f["field_path"], f["order"]) for f in body["fields"]] == [
                 ("state", "ASCENDING"),

@@ -13,7 +13,9 @@ import pytest
 import requests
 from google.api_core import exceptions as gexc
 
-from rlcleanup.adapters.firestore_records import FirestoreIdempotencyStore, FirestoreRunRecords, timeout_seconds
+from rlcleanup.adapters.firestore_claims import FirestoreIdempotencyStore
+from rlcleanup.adapters.firestore_client import timeout_seconds
+from rlcleanup.adapters.firestore_records import FirestoreRunRecords
 from rlcleanup.errors import (
     ErrorKind,
     PermanentError,
@@ -31,7 +33,7 @@ def json_log() -> Iterator[io.StringIO]:
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(CloudLoggingFormatter())
-    logger = logging.getLogger("rlcleanup.adapters.firestore_records")
+    logger = logging.getLogger("rlcleanup.adapters")  # firestore_client (outages) and firestore_claims (lost data)
     logger.addHandler(handler)
     old_level = logger.level
     logger.setLevel(logging.INFO)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -127,13 +126,17 @@ def test_a_run_outside_the_run_buckets_is_refused_on_its_record(
 def test_a_destination_outside_the_deployment_prefixes_is_refused(tmp_path: Path) -> None:
     world = make_world(tmp_path)
     inside_alice_only = world.grant()  # within alice's allowed prefixes, not within the deployment's
-    world.stack.ports = dataclasses.replace(world.stack.ports, allowed_destination_prefixes=(str(tmp_path / "other"),))
+    world.stack.ports.settings = world.stack.ports.settings.model_copy(
+        update={"allowed_destination_prefixes": (str(tmp_path / "other"),)}
+    )
     world.deliver(world.message(inside_alice_only))
     doc = world.grant_doc(inside_alice_only.grant_id)
     assert doc["refusal"] == "out_of_prefix" and "RLCLEANUP_ALLOWED_DESTINATION_PREFIXES" in doc["detail"]
     assert not any(world.dest_root.rglob("*")), "nothing may be copied"
     # The same grant is carried out where the deployment allows its destination.
-    world.stack.ports = dataclasses.replace(world.stack.ports, allowed_destination_prefixes=(str(world.dest_root),))
+    world.stack.ports.settings = world.stack.ports.settings.model_copy(
+        update={"allowed_destination_prefixes": (str(world.dest_root),)}
+    )
     allowed = world.grant()
     world.deliver(world.message(allowed))
     assert world.grant_doc(allowed.grant_id)["state"] == "used"
@@ -176,3 +179,27 @@ def test_a_bad_s3_endpoint_names_its_variable_and_never_its_secret() -> None:
         s3_endpoint_specs({"RLCLEANUP_S3_ENDPOINT_CW": secret})
     assert "AKIA" not in str(caught.value)
     assert s3_endpoint_specs({"RLCLEANUP_S3_ENDPOINT_CW": '{"buckets": ["b"]}'}) == {"cw": {"buckets": ["b"]}}
+
+
+def test_ports_read_their_settings_object_and_never_copy_it(tmp_path: Path) -> None:
+    """Ports hold the one DeploymentSettings object; `p.run_buckets` and the others are read-only views of it, so a
+    per-delivery copy (dataclasses.replace, as dispatch does) and a replaced settings object both read through."""
+    import dataclasses
+
+    from rlcleanup.adapters.inprocess_bus import InProcessBus
+    from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
+    from rlcleanup.adapters.storage_router import RoutingStorage
+    from rlcleanup.runtime.ports import Ports
+    from rlcleanup.settings import DeploymentSettings
+
+    db = tmp_path / "r.db"
+    bare = Ports(RoutingStorage(), SqliteRunRecords(db), InProcessBus(), SqliteIdempotencyStore(db))
+    assert bare.run_buckets is None and bare.lease_seconds == 600.0 and bare.capture_page_objects == 5000
+    settings = DeploymentSettings.model_construct(run_buckets=("runs-a",), lease_seconds=30.0, preserve_root="/p")
+    ports = dataclasses.replace(bare, settings=settings)
+    delivery = dataclasses.replace(ports, delivery_id="m-1")
+    assert delivery.settings is settings and delivery.delivery_id == "m-1" and ports.delivery_id is None
+    assert (delivery.run_buckets, delivery.lease_seconds, delivery.preserve_root) == (("runs-a",), 30.0, "/p")
+    with pytest.raises(AttributeError, match="read-only"):
+        ports.lease_seconds = 1.0
+    assert ports.lease_seconds == 30.0

@@ -13,7 +13,14 @@ from rlcleanup.adapters.storage_router import RoutingStorage
 from rlcleanup.authority.visibility import read_visibility
 from rlcleanup.errors import ErrorKind, error_kind
 from rlcleanup.models.vocab import Visibility
-from rlcleanup.ports.storage import StorageCapabilities, UnknownSchemeError, WriteOutcome
+from rlcleanup.ports.storage import (
+    NoObjectVersionsError,
+    StorageCapabilities,
+    UnknownSchemeError,
+    VersionedStorage,
+    WriteOutcome,
+    versions_of,
+)
 from rlcleanup.uris import scheme, split_bucket
 
 
@@ -110,6 +117,20 @@ def test_capabilities_per_backend() -> None:
     assert BUILTIN.schemes == ("file", "gs", "s3")
     s3 = router.capabilities("s3://b/k")
     assert s3.ranged_read and s3.listing and s3.streaming_copy and not s3.strong_checksum
+
+
+def test_only_backends_with_object_versions_offer_the_versioned_port(tmp_path: Path) -> None:
+    """Pinned copies and deletes reach GCS generations through the port; local disk and S3 have none to pin to,
+    so policy gets None (and pins by streaming) and asking the router anyway is a typed error."""
+    router = RoutingStorage()
+    assert isinstance(router.versioned("gs://b/k"), VersionedStorage)
+    assert isinstance(versions_of(router, "gs://b/k"), VersionedStorage)
+    for uri in (str(tmp_path / "x"), "s3://b/k"):
+        assert versions_of(router, uri) is None
+        with pytest.raises(NoObjectVersionsError) as exc:
+            router.versioned(uri)
+        assert error_kind(exc.value) is ErrorKind.domain and exc.value.code == "no_object_versions"
+    assert versions_of(LocalStorage(), str(tmp_path / "x")) is None  # not scheme-aware: never versioned
 
 
 def test_cross_backend_copy_streams_between_registered_backends(tmp_path: Path) -> None:

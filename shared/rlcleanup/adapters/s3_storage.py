@@ -1,50 +1,34 @@
 """Storage on S3-compatible object stores (CoreWeave AI Object Storage, R2, AWS): `s3://bucket/key`.
 
-Client: obstore (Rust `object_store` + reqwest), chosen by measurement against boto3 on SeaweedFS (bench/RESULTS.md,
-"S3 client"): per small ranged GET ~7x less client time sequentially and ~2x on validation's 32-thread pool (the
-GIL is released while the Rust client waits), listing 1,000 objects ~6x faster, and a client costs ~10 ms to build
-instead of ~70 ms (a function cold start pays that). boto3 is still used, only to resolve `AWS_PROFILE` / config
-file credentials (obstore has no profile reader).
-
-Endpoints and credentials (see docs/s3.md):
-- the standard AWS variables: `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`, `AWS_REGION` / `AWS_DEFAULT_REGION`,
-  `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY` (+ `AWS_SESSION_TOKEN`), else `AWS_PROFILE` and the config files;
-- per endpoint, `RLCLEANUP_S3_ENDPOINT_<NAME>`: a JSON object `{"endpoint_url", "buckets": [...], "region",
-  "addressing_style", "access_key_id", "secret_access_key"}` — on GCP each one is a Secret Manager secret exposed
-  to only the functions that read S3 (Terraform `s3_endpoints`); its buckets use it, other buckets the default.
-- addressing: `RLCLEANUP_S3_ADDRESSING_STYLE` (`virtual`, as CoreWeave wants, or `path`); default virtual, except
-  path for an IP or localhost endpoint (no per-bucket host names there).
+Endpoints, credentials, addressing, the obstore client and its error mapping are adapters/s3_client.py's; here,
+the port's object operations over one client per bucket.
 
 Checksums: S3 has no CRC32C in listings; its ETag is the MD5 of the bytes for a single-part upload and
 `<md5 of part md5s>-<parts>` for a multipart one. `ObjectInfo.etag` always carries the ETag; `md5` is set only
 when the ETag is a plain MD5, so a multipart ETag is never mistaken for one.
-
-Errors: not found -> FileNotFoundError; wrong/missing credentials, access denied, a bucket in another region, an
-unusable endpoint -> StorageAccessError (permanent: recorded on the run); throttling (503 SlowDown), 5xx and
-connection resets are retried with backoff inside the client, then surface as StorageError (transient: the
-delivery is retried).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import datetime as dt
 import hashlib
 import io
-import ipaddress
-import os
 import re
 import threading
-import urllib.parse
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from rlcleanup.adapters.object_store import RemoteObjects
+from rlcleanup.adapters.s3_client import (
+    S3Endpoint,
+    build_store,
+    default_endpoint,
+    map_error,
+    named_endpoints,
+    object_key,
+)
 from rlcleanup.ports.lines import bounded_lines
 from rlcleanup.ports.storage import (
     ChildPage,
@@ -54,114 +38,11 @@ from rlcleanup.ports.storage import (
     UnsafePathError,
     WriteOutcome,
 )
-from rlcleanup.settings import S3Settings, SettingsError, s3_endpoint_specs
 
 if TYPE_CHECKING:
-    from obstore.store import S3Store
+    from obstore.store import RetryConfig, S3Store
 
-SCHEME = "s3://"
 _CHUNK = 1024 * 1024  # streaming reads: memory stays a few chunks whatever the object size
-_POOL = "64"  # idle connections kept per host: >= validation's header pool (32)
-
-
-def is_s3(uri: str) -> bool:
-    return uri.startswith(SCHEME)
-
-
-def split_s3(uri: str) -> tuple[str, str]:
-    """`s3://b/k/x` -> ("b", "k/x")."""
-    bucket, _, key = uri[len(SCHEME) :].partition("/")
-    if not bucket:
-        raise ValueError(f"not an s3:// URI with a bucket: {uri!r}")
-    return bucket, key
-
-
-def _key(uri: str) -> tuple[str, str]:
-    bucket, key = split_s3(uri)
-    # object_store refuses empty and `.`/`..` segments; a run key like that is refused, not silently rewritten.
-    if any(seg in ("", ".", "..") for seg in key.split("/")) and key:
-        raise UnsafePathError(f"S3 key with an empty, '.' or '..' segment: {uri!r}")
-    return bucket, key
-
-
-@dataclass(frozen=True)
-class S3Endpoint:
-    """Where one set of buckets lives and how to reach it. Secrets never appear in repr()."""
-
-    name: str
-    endpoint_url: str | None = None  # None: AWS itself
-    region: str = "us-east-1"
-    addressing_style: str | None = None  # "path" | "virtual"; None: decided from the endpoint
-    access_key_id: str | None = field(default=None, repr=False)
-    secret_access_key: str | None = field(default=None, repr=False)
-    session_token: str | None = field(default=None, repr=False)
-    profile: str | None = None
-    buckets: tuple[str, ...] = ()
-
-    @property
-    def path_style(self) -> bool:
-        if self.addressing_style in ("path", "virtual"):
-            return self.addressing_style == "path"
-        host = urllib.parse.urlsplit(self.endpoint_url or "").hostname or ""
-        if host == "localhost":
-            return True
-        try:
-            ipaddress.ip_address(host)
-            return True
-        except ValueError:
-            return False
-
-
-def _env_style(environ: Mapping[str, str]) -> str | None:
-    """settings.S3Settings' RLCLEANUP_S3_ADDRESSING_STYLE, else botocore's own AWS_S3_ADDRESSING_STYLE."""
-    raw = environ.get("RLCLEANUP_S3_ADDRESSING_STYLE") or environ.get("AWS_S3_ADDRESSING_STYLE")
-    try:
-        style = S3Settings.model_validate({"addressing_style": raw}).addressing_style
-    except ValidationError:
-        raise ValueError(f"RLCLEANUP_S3_ADDRESSING_STYLE must be path or virtual, not {raw!r}") from None
-    return None if style in (None, "auto") else style
-
-
-def default_endpoint(environ: Mapping[str, str] | None = None) -> S3Endpoint:
-    """The endpoint for buckets no named endpoint claims, from the AWS_* variables botocore itself reads (we read
-    the same names so the cross-endpoint router can compare endpoints; settings.py does not duplicate them)."""
-    env = os.environ if environ is None else environ
-    return S3Endpoint(
-        name="default",
-        endpoint_url=env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None,
-        region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
-        addressing_style=_env_style(env),
-        access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
-        secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
-        session_token=env.get("AWS_SESSION_TOKEN") or None,
-        profile=env.get("AWS_PROFILE") or None,
-    )
-
-
-def named_endpoints(environ: Mapping[str, str] | None = None) -> list[S3Endpoint]:
-    """Every `RLCLEANUP_S3_ENDPOINT_<NAME>` (JSON, one per Secret Manager secret), in name order, parsed and
-    checked by settings.s3_endpoint_specs."""
-    try:
-        specs = s3_endpoint_specs(environ)
-    except SettingsError as exc:  # the message names the variable, never its (secret) value
-        raise StorageAccessError(str(exc)) from None
-    out = []
-    for name, spec in specs.items():
-        buckets = spec.get("buckets") or []
-        out.append(
-            S3Endpoint(
-                name=name,
-                endpoint_url=spec.get("endpoint_url") or None,
-                region=spec.get("region") or "us-east-1",
-                addressing_style=spec.get("addressing_style") or None,
-                access_key_id=spec.get("access_key_id") or None,
-                secret_access_key=spec.get("secret_access_key") or None,
-                session_token=spec.get("session_token") or None,
-                profile=spec.get("profile") or None,
-                buckets=tuple(buckets),
-            )
-        )
-    return out
 
 
 _MD5_ETAG = re.compile(r"^[0-9a-fA-F]{32}$")
@@ -175,24 +56,6 @@ def etag_md5(etag: str | None) -> str | None:
     return base64.b64encode(binascii.unhexlify(value)).decode()
 
 
-def _error(exc: BaseException, what: str, endpoint: S3Endpoint) -> BaseException:
-    """Map an obstore error to our vocabulary; the message names the endpoint and the operation."""
-    import obstore.exceptions as oe
-
-    where = f"{what} (endpoint {endpoint.endpoint_url or 'AWS'}, region {endpoint.region})"
-    text = str(exc).split("\n\nDebug source", 1)[0]
-    short = " ".join(text.split())[:400]
-    if isinstance(exc, FileNotFoundError | oe.NotFoundError):
-        return FileNotFoundError(what)
-    if isinstance(exc, oe.PermissionDeniedError | oe.UnauthenticatedError) or "AccessDenied" in text:
-        return StorageAccessError(f"access denied or bad credentials for {where}: {short}")
-    if any(s in text for s in ("PermanentRedirect", "AuthorizationHeaderMalformed", "incorrectly configured region")):
-        return StorageAccessError(f"bucket is in another region or behind another endpoint: {where}: {short}")
-    if "builder error" in text or "relative URL without a base" in text:
-        return StorageAccessError(f"unusable S3 endpoint for {where}: {short}")
-    return StorageError(f"{where}: {short}")
-
-
 class S3Storage(RemoteObjects):
     """One obstore S3Store per bucket (a store is bound to a bucket), built lazily and shared across threads."""
 
@@ -201,11 +64,11 @@ class S3Storage(RemoteObjects):
         endpoints: list[S3Endpoint] | None = None,
         default: S3Endpoint | None = None,
         *,
-        retry: Mapping[str, Any] | None = None,
+        retry: RetryConfig | None = None,
     ) -> None:
         self.default = default or default_endpoint()
         self.endpoints = named_endpoints() if endpoints is None else endpoints
-        self._retry = dict(retry) if retry is not None else None
+        self._retry = retry
         self._stores: dict[str, S3Store] = {}
         self._lock = threading.Lock()
 
@@ -223,42 +86,8 @@ class S3Storage(RemoteObjects):
         with self._lock:
             store = self._stores.get(bucket)
             if store is None:
-                store = self._stores[bucket] = self._build(bucket, self.endpoint_for(bucket))
+                store = self._stores[bucket] = build_store(bucket, self.endpoint_for(bucket), self._retry)
             return store
-
-    def _build(self, bucket: str, ep: S3Endpoint) -> S3Store:
-        from obstore.store import S3Store
-
-        config: dict[str, Any] = {"region": ep.region, "virtual_hosted_style_request": not ep.path_style}
-        if ep.endpoint_url:
-            config["endpoint"] = ep.endpoint_url
-        # Write-once copies: S3 has no copy-if-absent of its own; the If-None-Match header makes CopyObject
-        # conditional on servers that honour it, and copy_if_absent also checks the destination first.
-        config["copy_if_not_exists"] = "header:If-None-Match:*"
-        provider = None
-        if ep.access_key_id and ep.secret_access_key:
-            config["access_key_id"] = ep.access_key_id
-            config["secret_access_key"] = ep.secret_access_key
-            if ep.session_token:
-                config["token"] = ep.session_token
-        else:
-            provider = _profile_provider(ep)
-        client = {"allow_http": True, "pool_max_idle_per_host": _POOL, "connect_timeout": "10s", "timeout": "120s"}
-        retry = self._retry or {
-            "max_retries": 5,
-            "backoff": {"init_backoff": dt.timedelta(milliseconds=200), "max_backoff": dt.timedelta(seconds=8)},
-            "retry_timeout": dt.timedelta(seconds=60),
-        }
-        try:
-            return S3Store(
-                bucket,
-                config=config,  # type: ignore[arg-type]
-                client_options=client,  # type: ignore[arg-type]
-                retry_config=retry,  # type: ignore[arg-type]
-                credential_provider=provider,
-            )
-        except Exception as exc:
-            raise StorageAccessError(f"cannot configure S3 for s3://{bucket} ({ep.name}): {exc}") from None
 
     def _call(self, what: str, bucket: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -266,14 +95,14 @@ class S3Storage(RemoteObjects):
         except (StorageAccessError, UnsafePathError, _Exists):
             raise
         except Exception as exc:
-            raise _error(exc, what, self.endpoint_for(bucket)) from exc
+            raise map_error(exc, what, self.endpoint_for(bucket)) from exc
 
     # ------------------------------------------------------------------ Storage port
 
     def stat(self, uri: str) -> ObjectInfo | None:
         import obstore
 
-        bucket, key = _key(uri)
+        bucket, key = object_key(uri)
         try:
             meta = self._call(uri, bucket, obstore.head, key)
         except FileNotFoundError:
@@ -283,7 +112,7 @@ class S3Storage(RemoteObjects):
     def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
         import obstore
 
-        bucket, key = _key(prefix_uri.rstrip("/"))
+        bucket, key = object_key(prefix_uri.rstrip("/"))
         prefix = key.rstrip("/") or None  # object_store prefixes are whole path segments: `run` never lists `runner/`
         try:
             stream = self._call(prefix_uri, bucket, obstore.list, prefix=prefix, chunk_size=1000)
@@ -295,7 +124,7 @@ class S3Storage(RemoteObjects):
         except (StorageAccessError, StorageError):
             raise
         except Exception as exc:
-            raise _error(exc, prefix_uri, self.endpoint_for(bucket)) from exc
+            raise map_error(exc, prefix_uri, self.endpoint_for(bucket)) from exc
         for meta in sorted(rows, key=lambda m: m["path"]):
             # Folder placeholders ("dir/", 0 bytes) are not objects of the run, but object_store lists them with
             # the slash stripped, like an empty file "dir". Only a HEAD tells them apart (the placeholder's key
@@ -315,7 +144,7 @@ class S3Storage(RemoteObjects):
         page costs one listing of its level; the level never crosses the sweep's page bound in what it emits."""
         import obstore
 
-        bucket, key = _key(prefix_uri.rstrip("/"))
+        bucket, key = object_key(prefix_uri.rstrip("/"))
         prefix = key.rstrip("/") or None
         try:
             level = self._call(prefix_uri, bucket, obstore.list_with_delimiter, prefix)
@@ -340,7 +169,7 @@ class S3Storage(RemoteObjects):
 
         if length <= 0:
             return b""
-        bucket, key = _key(uri)
+        bucket, key = object_key(uri)
         try:
             return bytes(self._call(uri, bucket, obstore.get_range, key, start=start, length=length))
         except StorageError as exc:
@@ -356,7 +185,7 @@ class S3Storage(RemoteObjects):
             raise FileNotFoundError(uri)
         if info.size > max_bytes:
             raise ValueError(f"{uri} is larger than {max_bytes} bytes")
-        bucket, key = _key(uri)
+        bucket, key = object_key(uri)
         result = self._call(uri, bucket, obstore.get, key)
         return bytes(result.bytes())
 
@@ -364,13 +193,13 @@ class S3Storage(RemoteObjects):
         """The object's bytes in chunks of about `chunk` bytes (bounded memory)."""
         import obstore
 
-        bucket, key = _key(uri)
+        bucket, key = object_key(uri)
         result = self._call(uri, bucket, obstore.get, key)
         try:
             for part in result.stream(min_chunk_size=chunk):
                 yield bytes(part)
         except Exception as exc:
-            raise _error(exc, uri, self.endpoint_for(bucket)) from exc
+            raise map_error(exc, uri, self.endpoint_for(bucket)) from exc
 
     def iter_lines(self, uri: str) -> Iterator[str]:
         raw = io.BufferedReader(_ChunkReader(self.iter_chunks(uri)), buffer_size=_CHUNK)
@@ -378,7 +207,7 @@ class S3Storage(RemoteObjects):
         yield from bounded_lines(text)
 
     def write_if_absent(self, uri: str, data: bytes, content_type: str = "application/octet-stream") -> WriteOutcome:
-        bucket, key = _key(uri)
+        bucket, key = object_key(uri)
         try:
             self._call(uri, bucket, _put_create, key, data, content_type)
             return WriteOutcome.created
@@ -388,8 +217,8 @@ class S3Storage(RemoteObjects):
 
     def copy_if_absent(self, src_uri: str, dst_uri: str) -> WriteOutcome:
         """Server-side CopyObject within one bucket's store (If-None-Match: *), destination checked first."""
-        sb, sk = _key(src_uri)
-        db, dk = _key(dst_uri)
+        sb, sk = object_key(src_uri)
+        db, dk = object_key(dst_uri)
         dst = self.stat(dst_uri)
         if dst is not None:
             return self._compare(src_uri, dst)
@@ -427,7 +256,7 @@ class S3Storage(RemoteObjects):
 
     def upload_file_if_absent(self, path: Path, dst_uri: str) -> WriteOutcome:
         """A local file to S3, write-once (If-None-Match: * on a single PUT; S3 takes up to 5 GiB so)."""
-        bucket, key = _key(dst_uri)
+        bucket, key = object_key(dst_uri)
         try:
             with path.open("rb") as fh:
                 self._call(dst_uri, bucket, _put_create, key, fh, "application/octet-stream")
@@ -451,7 +280,7 @@ class S3Storage(RemoteObjects):
         # S3 DeleteObject succeeds whether or not the key existed: stat first so the port's bool is true.
         if self.stat(uri) is None:
             return False
-        bucket, key = _key(uri)
+        bucket, key = object_key(uri)
         self._call(uri, bucket, obstore.delete, key)
         return True
 
@@ -510,23 +339,6 @@ def _info(bucket: str, meta: Mapping[str, Any]) -> ObjectInfo:
         version=meta.get("version"),
         fingerprint=fingerprint,
     )
-
-
-def _profile_provider(ep: S3Endpoint) -> Any:
-    """AWS_PROFILE / ~/.aws config files through boto3's resolver (refreshing); None when there is nothing, so
-    a request then fails with a clear 'no credentials' instead of signing anonymously by accident."""
-    try:
-        import boto3
-        from obstore.auth.boto3 import Boto3CredentialProvider
-    except ImportError:
-        return None
-    session = boto3.Session(profile_name=ep.profile) if ep.profile else boto3.Session()
-    if session.get_credentials() is None:
-        raise StorageAccessError(
-            f"no S3 credentials for endpoint {ep.name} ({ep.endpoint_url or 'AWS'}): set AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or its RLCLEANUP_S3_ENDPOINT_* secret"
-        )
-    return Boto3CredentialProvider(session)
 
 
 class StreamDigest:

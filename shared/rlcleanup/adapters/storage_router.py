@@ -12,10 +12,12 @@ from pathlib import Path
 from rlcleanup.adapters.storage_registry import BUILTIN, StorageRegistry
 from rlcleanup.ports.storage import (
     ChildPage,
+    NoObjectVersionsError,
     ObjectInfo,
     Storage,
     StorageCapabilities,
     StreamingStorage,
+    VersionedStorage,
     VisibilityReading,
     WriteOutcome,
     list_in_name_order,
@@ -93,19 +95,12 @@ class RoutingStorage:
     def write_if_absent(self, uri: str, data: bytes, content_type: str = "application/octet-stream") -> WriteOutcome:
         return self._for(uri).write_if_absent(uri, data, content_type)
 
-    def copy_if_absent(self, src_uri: str, dst_uri: str, *, source_generation: int | None = None) -> WriteOutcome:
-        """`source_generation`: copy only that version of the source (server-side, backends with object_version);
-        the authority's pinned copies use it, see authority/pinning.py."""
+    def copy_if_absent(self, src_uri: str, dst_uri: str) -> WriteOutcome:
+        """Server-side within one backend; across two, streamed (or whole, for test doubles). The authority's
+        version-pinned copies go through `versioned` instead (authority/pinning.py)."""
         src_entry, dst_entry = self.registry.for_uri(src_uri), self.registry.for_uri(dst_uri)
         src, dst = self.backend(src_entry.scheme), self.backend(dst_entry.scheme)
         if src_entry.scheme == dst_entry.scheme:
-            if source_generation is not None:
-                if not src_entry.capabilities.object_version:
-                    raise ValueError(f"{src_entry.scheme}:// has no object versions to pin a copy to")
-                pinned: WriteOutcome = src.copy_if_absent(  # type: ignore[call-arg]
-                    src_uri, dst_uri, source_generation=source_generation
-                )
-                return pinned
             return src.copy_if_absent(src_uri, dst_uri)
         streaming = src_entry.capabilities.streaming_copy and dst_entry.capabilities.streaming_copy
         if streaming and isinstance(src, StreamingStorage) and isinstance(dst, StreamingStorage):
@@ -117,14 +112,17 @@ class RoutingStorage:
         data = src.read_bytes(src_uri, max_bytes=1 << 62)  # test doubles without streaming: the whole object
         return dst.write_if_absent(dst_uri, data)
 
-    def delete(self, uri: str, *, if_generation: int | None = None) -> bool:
-        """`if_generation`: delete only that version (backends with object_version)."""
-        if if_generation is None:
-            return self._for(uri).delete(uri)
-        if not self.capabilities(uri).object_version:
-            raise ValueError(f"{uri}: its backend has no object versions to pin a delete to")
-        deleted: bool = self._for(uri).delete(uri, if_generation=if_generation)  # type: ignore[call-arg]
-        return deleted
+    def delete(self, uri: str) -> bool:
+        return self._for(uri).delete(uri)
+
+    def versioned(self, uri: str) -> VersionedStorage:
+        """ports.storage.SchemeAwareStorage.versioned: the backend of `uri` when its scheme is registered with
+        `object_version` and the adapter implements the versioned port; else NoObjectVersionsError."""
+        entry = self.registry.for_uri(uri)
+        backend = self.backend(entry.scheme)
+        if not entry.capabilities.object_version or not isinstance(backend, VersionedStorage):
+            raise NoObjectVersionsError(uri)
+        return backend
 
     def local_file(self, uri: str) -> Path | None:
         """The object as a local file when its backend keeps it as one (copies then read it in place)."""

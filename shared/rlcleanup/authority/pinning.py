@@ -4,8 +4,9 @@ A grant's digest covers every exported object's fingerprint (GCS generation; loc
 ctime_ns; S3 ETag/Last-Modified/version), taken by the header-only validation without reading a shard. Here the
 pin is enforced while the bytes move:
 
-- backends with `object_version` (GCS), same backend: a server-side copy with `if_source_generation_match`, then
-  the destination's size/CRC32C/MD5 must equal the pinned source's, and its generation is recorded;
+- backends with `object_version` (GCS, through ports.storage.VersionedStorage), same backend: a server-side copy
+  with `if_source_generation_match`, then the destination's size/CRC32C/MD5 must equal the pinned source's, and
+  its generation is recorded;
 - everything else (local disk, S3, across backends): the bytes are streamed once, SHA-256 (and CRC32C/MD5)
   computed over every byte while copying, and the source's fingerprint is checked before and after (a local file
   through one open descriptor, fstat'ed at both ends): any change refuses the copy.
@@ -28,12 +29,11 @@ from pydantic import BaseModel, ConfigDict
 
 from rlcleanup.ports.storage import (
     ObjectInfo,
-    SchemeAwareStorage,
     SourceChangedError,
     Storage,
-    StorageCapabilities,
     WriteOutcome,
     stat_fingerprint,
+    versions_of,
 )
 
 _CHUNK = 8 * 1024 * 1024
@@ -62,10 +62,6 @@ class _Files(Protocol):
     def local_file(self, uri: str) -> Path | None: ...
 
     def upload_file_if_absent(self, path: Path, dst_uri: str) -> WriteOutcome: ...
-
-
-def _caps(storage: Storage, uri: str) -> StorageCapabilities | None:
-    return storage.capabilities(uri) if isinstance(storage, SchemeAwareStorage) else None
 
 
 def _same_backend(storage: Storage, a: str, b: str) -> bool:
@@ -165,14 +161,9 @@ def pinned_copy(storage: Storage, src: ObjectInfo, dst_uri: str) -> CopyProof:
     Raises SourceChangedError when the source is not the pinned version; returns a proof whose `outcome` is
     `conflict` when the destination holds other bytes (never overwritten)."""
     pin = require_pin(src)
-    caps = _caps(storage, src.uri)
-    if (
-        caps is not None
-        and caps.object_version
-        and src.generation is not None
-        and _same_backend(storage, src.uri, dst_uri)
-    ):
-        outcome = storage.copy_if_absent(src.uri, dst_uri, source_generation=src.generation)  # type: ignore[call-arg]
+    versions = versions_of(storage, src.uri)
+    if versions is not None and src.generation is not None and _same_backend(storage, src.uri, dst_uri):
+        outcome = versions.copy_version_if_absent(src.uri, dst_uri, src.generation)
         if outcome is WriteOutcome.conflict:
             return CopyProof(
                 source=src.uri, source_fingerprint=pin, destination=dst_uri, size=src.size, outcome="conflict"

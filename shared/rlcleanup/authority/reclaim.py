@@ -30,7 +30,7 @@ from rlcleanup.authority.pinning import CopyProof, twin_mismatch
 from rlcleanup.authority.publish import read_marker
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.records import RunRecords
-from rlcleanup.ports.storage import SchemeAwareStorage, SourceChangedError, Storage
+from rlcleanup.ports.storage import SourceChangedError, Storage, versions_of
 
 MAX_KEEP_LISTED = 500  # the store's documents are bounded; the count of everything kept is always exact
 
@@ -199,9 +199,9 @@ def make_plan(
 
 
 def _delete_pinned(storage: Storage, entry: PlanEntry) -> bool:
-    versioned = isinstance(storage, SchemeAwareStorage) and storage.capabilities(entry.uri).object_version
-    if versioned and entry.source_generation is not None:
-        return storage.delete(entry.uri, if_generation=entry.source_generation)  # type: ignore[call-arg]
+    versions = versions_of(storage, entry.uri)
+    if versions is not None and entry.source_generation is not None:
+        return versions.delete_version(entry.uri, entry.source_generation)
     return storage.delete(entry.uri)
 
 

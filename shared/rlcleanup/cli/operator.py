@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ParamSpec
 
 import typer
 
@@ -41,14 +41,14 @@ EXIT_CODES = (
     "Exit codes: 0 ok, 1 not found (run or records), 2 usage, 3 failure (store unreachable, timeout, failed run)."
 )
 
-F = TypeVar("F", bound=Callable[..., None])
+P = ParamSpec("P")
 
 
-def operator_errors(fn: F) -> F:
+def operator_errors(fn: Callable[P, None]) -> Callable[P, None]:
     """OperatorError -> one line on stderr and its exit code; store/network failures -> exit 3, not a traceback."""
 
     @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
         try:
             fn(*args, **kwargs)
         except OperatorError as exc:
@@ -60,7 +60,7 @@ def operator_errors(fn: F) -> F:
             typer.echo(f"rlcleanup: {type(exc).__name__}: {exc}", err=True)
             raise typer.Exit(EXIT_FAILURE) from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def _console() -> Any:

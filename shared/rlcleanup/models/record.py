@@ -123,6 +123,7 @@ class Candidate(_Model):
     def _drop_derived(cls, data: Any) -> Any:
         return _without(data, ("problem_codes",))
 
+    # mypy cannot type a decorated @property (python/mypy#1362); pydantic.fields.computed_field documents this ignore
     @computed_field(description="the codes of `problems`, sorted, once each: `array-contains` works on them")  # type: ignore[prop-decorator]
     @property
     def problem_codes(self) -> list[str]:
@@ -272,11 +273,13 @@ class CompletionRecord(_Model):
     def _drop_derived(cls, data: Any) -> Any:
         return _without(data, RECORD_DERIVED)
 
+    # mypy cannot type a decorated @property (python/mypy#1362); pydantic.fields.computed_field documents this ignore
     @computed_field(description="every candidate's problem codes, sorted, once each (array-contains queries)")  # type: ignore[prop-decorator]
     @property
     def problem_codes(self) -> list[str]:
         return sorted({code for c in self.candidates for code in c.problem_codes})
 
+    # mypy cannot type a decorated @property (python/mypy#1362); pydantic.fields.computed_field documents this ignore
     @computed_field(description="the codes of `errors`, sorted, once each (array-contains queries)")  # type: ignore[prop-decorator]
     @property
     def error_codes(self) -> list[str]:

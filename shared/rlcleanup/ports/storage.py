@@ -109,6 +109,17 @@ class SourceChangedError(Exception):
     while it was being copied). Never retried into success: the grant that pinned it is refused."""
 
 
+class NoObjectVersionsError(PermanentError, ValueError):
+    """A version-pinned copy or delete asked of a backend whose objects carry no version usable as a precondition
+    (local disk; S3 here, see adapters/storage_registry.py). Callers check `object_version` first and pin by
+    streaming instead; reaching this is asking the wrong backend."""
+
+    code = "no_object_versions"
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(self.code, f"{uri[:200]}: its backend has no object versions to pin a copy or delete to")
+
+
 class UnsafePathError(PermanentError, ValueError):
     """An object name that would escape its root (`..`, absolute, symlink out of the run, a special file)."""
 
@@ -144,6 +155,22 @@ class Storage(Protocol):
         ...
 
     def delete(self, uri: str) -> bool: ...
+
+
+@runtime_checkable
+class VersionedStorage(Storage, Protocol):
+    """A backend with the `object_version` capability (GCS generations): copy and delete conditioned on the object
+    version a grant pinned, enforced by the server (authority/pinning.py, authority/reclaim.py)."""
+
+    def copy_version_if_absent(self, src_uri: str, dst_uri: str, source_generation: int) -> WriteOutcome:
+        """Server-side copy of exactly that version of the source, write-once like copy_if_absent; raises
+        SourceChangedError when the source is another version now."""
+        ...
+
+    def delete_version(self, uri: str, generation: int) -> bool:
+        """Delete the object only while it is that version (False: already gone); raises SourceChangedError when
+        it is another version now, which then stays."""
+        ...
 
 
 @runtime_checkable
@@ -244,3 +271,16 @@ class SchemeAwareStorage(Storage, Protocol):
     def read_visibility(self, uri: str) -> VisibilityReading:
         """Read back who can read `uri`; visibility None (never a guess) when the backend cannot tell."""
         ...
+
+    def versioned(self, uri: str) -> VersionedStorage:
+        """The backend of `uri` as a VersionedStorage; NoObjectVersionsError when it has no `object_version`."""
+        ...
+
+
+def versions_of(storage: Storage, uri: str) -> VersionedStorage | None:
+    """Where `uri`'s backend enforces object versions (GCS generations), its VersionedStorage; None for every
+    other backend (local disk, S3) and for a storage that does not route by scheme: the caller then pins by
+    streaming and comparing fingerprints, or deletes unconditionally after its own check."""
+    if isinstance(storage, SchemeAwareStorage) and storage.capabilities(uri).object_version:
+        return storage.versioned(uri)
+    return None

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rlcleanup.adapters.inprocess_bus import InProcessBus
+from rlcleanup.adapters.inprocess_bus import Handler, InProcessBus
 from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.adapters.storage_router import RoutingStorage
 from rlcleanup.models.events import JobEvent
@@ -15,7 +15,7 @@ from rlcleanup.models.record import CompletionRecord
 from rlcleanup.paths import default_db, default_preserve_root
 from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime.handlers import dispatch, resolve_run_id
-from rlcleanup.runtime.ports import Ports, hub_upload_job, settings_fields
+from rlcleanup.runtime.ports import Ports, hub_upload_job
 from rlcleanup.runtime.topology import FunctionSpec, load_topology
 from rlcleanup.settings import DeploymentSettings, load_settings
 
@@ -46,15 +46,15 @@ class EmbeddedStack:
             records=SqliteRunRecords(db_path),
             claims=SqliteIdempotencyStore(db_path),
             bus=bus,
+            settings=settings.model_copy(update={"preserve_root": preserve_root}),
             hub_upload_job=hub_upload_job(settings, job_args),
-            **{**settings_fields(settings), "preserve_root": preserve_root},  # type: ignore[arg-type]
         )
         stack = cls(ports=ports, bus=bus)
         for fn in load_topology().functions:  # every function has its stage table row (runtime/stage_table.py)
             bus.subscribe(fn.trigger, stack._handler(fn))
         return stack
 
-    def _handler(self, fn: FunctionSpec):  # type: ignore[no-untyped-def]
+    def _handler(self, fn: FunctionSpec) -> Handler:
         def handle(data: bytes, attributes: dict[str, str], message_id: str) -> None:
             outcome = dispatch(
                 self.ports, fn.entry_point, fn.dead_letter_topic, data, attributes, message_id=message_id

@@ -96,16 +96,14 @@ def _local_ports(db: str, preserve_root: str | None) -> Ports:
     from rlcleanup.adapters.inprocess_bus import InProcessBus
     from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
     from rlcleanup.adapters.storage_router import RoutingStorage
-    from rlcleanup.runtime.ports import settings_fields
     from rlcleanup.settings import load_settings
 
-    fields = {**settings_fields(load_settings()), "preserve_root": preserve_root}
     return Ports(
         storage=RoutingStorage(),
         records=SqliteRunRecords(db),
         claims=SqliteIdempotencyStore(db),
         bus=InProcessBus(),  # the job publishes nothing; the bus is never used
-        **fields,  # type: ignore[arg-type]
+        settings=load_settings().model_copy(update={"preserve_root": preserve_root}),
     )
 
 

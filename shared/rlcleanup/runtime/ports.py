@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generic, Never, TypeVar, overload
 
 from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.clock import Clock, SystemClock
@@ -10,10 +11,10 @@ from rlcleanup.ports.hub import HubFactory, ModelHub
 from rlcleanup.ports.jobs import JobLauncher
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import Storage
-from rlcleanup.settings import DEFAULT_IRIS_STATUS_CMD, DeploymentSettings
+from rlcleanup.settings import DeploymentSettings, unconfigured
 
-DEFAULT_MAX_EVENT_AGE_SECONDS = 7 * 24 * 3600
 HUB_JOB_MODULE = "rlcleanup.runtime.hub_job"
+T = TypeVar("T")
 
 
 def hugging_face_hub() -> ModelHub:
@@ -24,31 +25,63 @@ def hugging_face_hub() -> ModelHub:
     return HubDestination()
 
 
+class _FromSettings(Generic[T]):
+    """A read-only attribute of `Ports` that is the `DeploymentSettings` field of the same name: the settings stay
+    one object, and a name that is no settings field fails when the class is defined."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        if name not in DeploymentSettings.model_fields:
+            raise TypeError(f"{owner.__name__}.{name}: DeploymentSettings has no field {name!r}")
+        self.name = name
+
+    @overload
+    def __get__(self, ports: None, owner: type) -> _FromSettings[T]: ...
+
+    @overload
+    def __get__(self, ports: Ports, owner: type) -> T: ...
+
+    def __get__(self, ports: Ports | None, owner: type) -> T | _FromSettings[T]:
+        if ports is None:
+            return self
+        value: T = getattr(ports.settings, self.name)
+        return value
+
+    def __set__(self, ports: Ports, value: Never) -> None:  # Never: mypy refuses the assignment too
+        raise AttributeError(f"Ports.{self.name} is read-only: replace ports.settings (model_copy(update=...))")
+
+
 @dataclass
 class Ports:
+    """The adapters one handler talks to, and the deployment settings it obeys: one `DeploymentSettings` object
+    (read once per process), whose values the handlers read through the read-only attributes below."""
+
     storage: Storage
     records: RunRecords  # completion records, event ledger, auxiliary documents
     bus: Bus
     claims: IdempotencyStore  # at-most-once steps: leases, claims, step results
     clock: Clock = field(default_factory=SystemClock)
-    preserve_root: str | None = None  # where evidence goes unless the event names a place
-    max_event_age_seconds: float = DEFAULT_MAX_EVENT_AGE_SECONDS
-    lease_seconds: float = 600.0
-    # Deployment boundaries (None = not restricted): runs are read only from these buckets, grants hand off only
-    # under these prefixes. The emulator stack and Terraform set them; the embedded default leaves them open.
-    run_buckets: tuple[str, ...] | None = None
-    allowed_destination_prefixes: tuple[str, ...] | None = None
-    ray_dashboard: str | None = None  # the pre-cancel capture's Ray controller, if any
-    iris_status_cmd: str = DEFAULT_IRIS_STATUS_CMD
+    # The whole configuration (a stack built by hand: the defaults, without reading the environment). A test or a
+    # stack changes one value with `dataclasses.replace(ports, settings=ports.settings.model_copy(update=...))`.
+    settings: DeploymentSettings = field(default_factory=unconfigured)
     # The delivery being handled (its Pub/Sub message id): `dispatch` sets it on its own copy of the ports, and
     # claims pass it as their lease owner explicitly (never read from the logging context).
     delivery_id: str | None = None
-    settings: DeploymentSettings | None = None  # the whole configuration, for handlers with their own (the sweep)
     model_hub: HubFactory = hugging_face_hub  # the `hf://` destination's client, made on first use
-    # Hand-offs to the Hub larger than the threshold are uploaded by this job (None: always inline).
+    # Hand-offs to the Hub larger than settings.hub_job_threshold_bytes are uploaded by this job (None: inline).
     hub_upload_job: JobLauncher | None = None
-    hub_job_threshold_bytes: int = 1 << 30
-    capture_page_objects: int = 5000  # objects one plan-capture page lists (bounded work per invocation)
+
+    # Read-only views of the settings, under the names the handlers use (e.g. `p.run_buckets`).
+    preserve_root = _FromSettings[str | None]()  # where evidence goes unless the event names a place
+    max_event_age_seconds = _FromSettings[float]()
+    lease_seconds = _FromSettings[float]()
+    # Deployment boundaries (None = not restricted): runs are read only from these buckets, grants hand off only
+    # under these prefixes. The emulator stack and Terraform set them; the embedded default leaves them open.
+    run_buckets = _FromSettings[tuple[str, ...] | None]()
+    allowed_destination_prefixes = _FromSettings[tuple[str, ...] | None]()
+    ray_dashboard = _FromSettings[str | None]()  # the pre-cancel capture's Ray controller, if any
+    iris_status_cmd = _FromSettings[str]()
+    hub_job_threshold_bytes = _FromSettings[int]()
+    capture_page_objects = _FromSettings[int]()  # objects one plan-capture page lists (bounded work per invocation)
 
 
 def hub_upload_job(settings: DeploymentSettings, job_args: tuple[str, ...] = ()) -> JobLauncher | None:
@@ -65,22 +98,6 @@ def hub_upload_job(settings: DeploymentSettings, job_args: tuple[str, ...] = ())
     return CloudRunJobLauncher(settings.hub_upload_job)
 
 
-def settings_fields(settings: DeploymentSettings) -> dict[str, object]:
-    """The Ports fields a deployment configuration sets (the cloud and the embedded stack both use it)."""
-    return {
-        "preserve_root": settings.preserve_root,
-        "max_event_age_seconds": settings.max_event_age_seconds,
-        "lease_seconds": settings.lease_seconds,
-        "run_buckets": settings.run_buckets,
-        "allowed_destination_prefixes": settings.allowed_destination_prefixes,
-        "ray_dashboard": settings.ray_dashboard,
-        "iris_status_cmd": settings.iris_status_cmd,
-        "hub_job_threshold_bytes": settings.hub_job_threshold_bytes,
-        "capture_page_objects": settings.capture_page_objects,
-        "settings": settings,
-    }
-
-
 def cloud_ports(settings: DeploymentSettings) -> Ports:
     """GCS + Firestore + Pub/Sub from the settings read at cold start (emulator hosts honoured). Clients are
     created lazily."""
@@ -95,6 +112,6 @@ def cloud_ports(settings: DeploymentSettings) -> Ports:
         records=records,
         claims=claims,
         bus=PubSubBus(project=project),
+        settings=settings,
         hub_upload_job=hub_upload_job(settings),
-        **settings_fields(settings),  # type: ignore[arg-type]
     )
