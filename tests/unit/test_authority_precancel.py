@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from authority_support import World, make_world
-
 from rlcleanup.authority.controllers import IrisCli, RayJobs
+
 from rlcleanup.authority.grants import Grant
 from rlcleanup.models.events import JobEvent
 from rlcleanup.runtime.authority_handlers import record_cause

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-
 from rlcleanup.authority.controllers import _iris_state
+
 from rlcleanup.errors import InvalidMessage
 from rlcleanup.models.controller_states import IRIS, SOURCES, UnknownStateSource, Verdict, source
 from rlcleanup.models.events import JobEvent

@@ -16,17 +16,17 @@ from typing import Any
 
 from rlcleanup.authority import ledger, precancel
 from rlcleanup.authority.actions import GrantTask, carry_out
-from rlcleanup.authority.controllers import Controller, controller_for
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, real_location, verify
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord, PreCancelCapture, RunError
+from rlcleanup.ports.controllers import JobController
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.failures import decode
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
-from rlcleanup.settings import in_run_buckets
+from rlcleanup.settings import in_run_buckets, unconfigured
 from rlcleanup.steps.capture import preserved_root
 from rlcleanup.steps.facts import run_facts, safe_run_id
 from rlcleanup.steps.layout import RunLayout, discover
@@ -220,8 +220,9 @@ def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str
     return f"{'captured' if done else 'already captured'} {run_id}; grants: {retried}"
 
 
-def _controller(p: Ports, source: str) -> Controller | None:
-    return controller_for(source, ray_dashboard=p.ray_dashboard, iris_status_cmd=p.iris_status_cmd)
+def _controller(p: Ports, source: str) -> JobController | None:
+    """The event's source's controller as the deployment configures it (the registry's; None: none)."""
+    return p.controllers.for_source(source, p.settings if p.settings is not None else unconfigured())
 
 
 def record_cause(p: Ports, run_id: str, sig_id: str, note: str, recorded_by: str, at: datetime) -> str:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlcleanup.adapters.controllers.registry import BUILTIN as BUILTIN_CONTROLLERS
+from rlcleanup.adapters.controllers.registry import ControllerRegistry
 from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.clock import Clock, SystemClock
 from rlcleanup.ports.hub import HubFactory, ModelHub
 from rlcleanup.ports.jobs import JobLauncher
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import Storage
-from rlcleanup.settings import DEFAULT_IRIS_STATUS_CMD, DeploymentSettings
+from rlcleanup.settings import DeploymentSettings
 
 DEFAULT_MAX_EVENT_AGE_SECONDS = 7 * 24 * 3600
 HUB_JOB_MODULE = "rlcleanup.runtime.hub_job"
@@ -38,8 +40,6 @@ class Ports:
     # under these prefixes. The emulator stack and Terraform set them; the embedded default leaves them open.
     run_buckets: tuple[str, ...] | None = None
     allowed_destination_prefixes: tuple[str, ...] | None = None
-    ray_dashboard: str | None = None  # the pre-cancel capture's Ray controller, if any
-    iris_status_cmd: str = DEFAULT_IRIS_STATUS_CMD
     # The delivery being handled (its Pub/Sub message id): `dispatch` sets it on its own copy of the ports, and
     # claims pass it as their lease owner explicitly (never read from the logging context).
     delivery_id: str | None = None
@@ -49,6 +49,9 @@ class Ports:
     hub_upload_job: JobLauncher | None = None
     hub_job_threshold_bytes: int = 1 << 30
     capture_page_objects: int = 5000  # objects one plan-capture page lists (bounded work per invocation)
+    # The job-state controllers: each built from `settings` by name when the sweep polls or a pre-cancel
+    # capture asks (runtime/controllers.py).
+    controllers: ControllerRegistry = BUILTIN_CONTROLLERS
 
 
 def hub_upload_job(settings: DeploymentSettings, job_args: tuple[str, ...] = ()) -> JobLauncher | None:
@@ -73,8 +76,6 @@ def settings_fields(settings: DeploymentSettings) -> dict[str, object]:
         "lease_seconds": settings.lease_seconds,
         "run_buckets": settings.run_buckets,
         "allowed_destination_prefixes": settings.allowed_destination_prefixes,
-        "ray_dashboard": settings.ray_dashboard,
-        "iris_status_cmd": settings.iris_status_cmd,
         "hub_job_threshold_bytes": settings.hub_job_threshold_bytes,
         "capture_page_objects": settings.capture_page_objects,
         "settings": settings,

@@ -1,4 +1,5 @@
-"""Poll a Ray job server for finished jobs (Ray has no completion hook): `GET /api/jobs/`.
+"""The Ray job server (the dashboard's Jobs REST API): the sweep polls `GET /api/jobs/` (Ray has no completion
+hook), the pre-cancel capture reads `GET /api/jobs/{id}` and `GET /api/jobs/{id}/logs`.
 
 Wire shape from the Ray Jobs REST API (docs.ray.io "Ray Jobs REST API" and its OpenAPI page; Ray 2.x
 `ray.job_submission.JobDetails`, as in ray-project/ray `dashboard/modules/job/pydantic_models.py` @007c8cd):
@@ -16,21 +17,27 @@ A job maps to its run through the contract (docs/events.md): `metadata.rlcleanup
 from __future__ import annotations
 
 import hashlib
-import json
-import urllib.request
-from collections.abc import Callable
+import re
+import urllib.parse
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from rlcleanup.adapters.controllers.http import HttpClient
 from rlcleanup.models.controller_states import RAY
 from rlcleanup.models.events import JobEvent
+from rlcleanup.ports.controllers import ControllerRefused, ControllerSnapshot, FinishedJob, Seen, checked_job_id
+from rlcleanup.settings import RaySettings
 
+NAME = "ray"
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 RUN_URI_METADATA = "rlcleanup_run_uri"
 RUN_URI_ENV = "RLCLEANUP_RUN_URI"
+MAX_LOG_BYTES = 1 << 20
+# A job id is data: checked, then sent as one URL-quoted path segment (raysubmit_<id> submission ids, hex job ids).
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
 class JobDetails(BaseModel):
@@ -69,36 +76,22 @@ class JobDetails(BaseModel):
         return str(uri).rstrip("/") if uri else None
 
 
-Opener = Callable[[urllib.request.Request, float], Any]
-
-
-def _urlopen(request: urllib.request.Request, timeout: float) -> Any:
-    return urllib.request.urlopen(request, timeout=timeout)
-
-
-def list_jobs(base_url: str, *, timeout: float = 10.0, opener: Opener = _urlopen) -> list[JobDetails]:
-    request = urllib.request.Request(f"{base_url.rstrip('/')}/api/jobs/", headers={"Accept": "application/json"})
-    with opener(request, timeout) as resp:
-        payload = json.loads(resp.read())
-    if isinstance(payload, dict):  # the older {job_id: details} form
+def parse_job_list(payload: Any) -> list[JobDetails]:
+    """The list route's body: a list of JobDetails, or the older `{job_id: details}` map."""
+    if isinstance(payload, dict):
         payload = [{"job_id": k, **v} for k, v in payload.items() if isinstance(v, dict)]
+    if not isinstance(payload, list):
+        raise ControllerRefused(NAME, f"GET /api/jobs/ answered {type(payload).__name__}, not a job list")
     return [JobDetails.model_validate(item) for item in payload]
-
-
-@dataclass(frozen=True)
-class Found:
-    key: str
-    event: JobEvent | None
-    reason: str
 
 
 def dedupe_key(cluster: str, job: JobDetails) -> str:
     return "ray-" + hashlib.sha256(f"{cluster}\x00{job.identity}".encode()).hexdigest()[:32]
 
 
-def poll(jobs: list[JobDetails], cluster: str, seen: Callable[[str], bool], now: datetime | None = None) -> list[Found]:
+def poll(jobs: list[JobDetails], cluster: str, seen: Seen, now: datetime | None = None) -> list[FinishedJob]:
     """Finished jobs not seen before, as events (or why not: no run URI)."""
-    found: list[Found] = []
+    found: list[FinishedJob] = []
     for job in jobs:
         status = RAY.spell(job.status)
         key = dedupe_key(cluster, job)
@@ -106,10 +99,11 @@ def poll(jobs: list[JobDetails], cluster: str, seen: Callable[[str], bool], now:
             continue
         run_uri = job.run_uri
         if run_uri is None:
-            found.append(Found(key, None, f"job {job.identity} names no run ({RUN_URI_METADATA} metadata unset)"))
+            reason = f"job {job.identity} names no run ({RUN_URI_METADATA} metadata unset)"
+            found.append(FinishedJob(key=key, event=None, reason=reason))
             continue
         event = JobEvent(
-            source="ray",
+            source=NAME,
             job_id=f"{cluster}/{job.identity}",
             run_uri=run_uri,
             state=status,
@@ -117,5 +111,60 @@ def poll(jobs: list[JobDetails], cluster: str, seen: Callable[[str], bool], now:
             exit_code=job.driver_exit_code,
             error=job.message if status != "SUCCEEDED" else None,
         )
-        found.append(Found(key, event, f"{job.identity} {status}"))
+        found.append(FinishedJob(key=key, event=event, reason=f"{job.identity} {status}"))
     return found
+
+
+@dataclass
+class RayController:
+    """One Ray job server; the dashboard URL is also the cluster's name in dedupe keys and job ids."""
+
+    base_url: str
+    max_log_bytes: int = MAX_LOG_BYTES
+    name: str = NAME
+
+    def __post_init__(self) -> None:
+        self.http = HttpClient(NAME, self.base_url, headers={"Accept": "application/json"})
+
+    @classmethod
+    def from_settings(cls, settings: RaySettings) -> RayController | None:
+        return cls(settings.dashboard) if settings.dashboard else None
+
+    @property
+    def polls(self) -> bool:
+        return True
+
+    def list_jobs(self) -> list[JobDetails]:
+        return parse_job_list(self.http.get_json("/api/jobs/"))
+
+    def list_finished(self, seen: Seen, now: datetime) -> list[FinishedJob]:
+        return poll(self.list_jobs(), self.base_url, seen, now)
+
+    def _get_object(self, path: str) -> dict[str, Any]:
+        body = self.http.get_json(path)
+        if not isinstance(body, dict):
+            raise ControllerRefused(NAME, f"GET {path}: expected a JSON object")
+        return body
+
+    def snapshot(self, job_id: str) -> ControllerSnapshot:
+        segment = urllib.parse.quote(checked_job_id(JOB_ID, NAME, job_id), safe="")
+        details = self._get_object(f"/api/jobs/{segment}")
+        logs = self._get_object(f"/api/jobs/{segment}/logs").get("logs")
+        text = logs[-self.max_log_bytes :] if isinstance(logs, str) else None
+        return ControllerSnapshot(
+            source=NAME,
+            job_id=str(details.get("submission_id") or details.get("job_id") or job_id),
+            state=str(details.get("status", "UNKNOWN")),
+            message=details.get("message"),
+            tasks=[
+                {
+                    "task_id": "driver",
+                    "state": details.get("status"),
+                    "exit_code": details.get("driver_exit_code"),
+                    "error": details.get("error_type"),
+                    "node_id": details.get("driver_node_id"),
+                }
+            ],
+            raw=details,
+            logs=text,
+        )
