@@ -57,7 +57,7 @@ def test_values_as_terraform_writes_them(monkeypatch: pytest.MonkeyPatch) -> Non
     settings = load_settings()
     assert settings.run_buckets == ("runs-a", "runs-b")
     assert settings.allowed_destination_prefixes == ()
-    assert settings.function == "capture-part" and settings.ray_dashboard is None
+    assert settings.function == "capture-part" and settings.ray.dashboard is None
     assert settings.log_level == "DEBUG" and settings.project == "my-project-1"
 
 

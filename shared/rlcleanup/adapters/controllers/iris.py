@@ -199,7 +199,7 @@ def _found(rpc: IrisRpc, cluster: str, job: JobStatus, template: str | None, now
 # ---------------------------------------------------------------- the CLI transport (snapshots)
 
 
-def _state(value: Any) -> str:
+def state_name(value: Any) -> str:
     """Iris job and task states by name (`6` -> "KILLED", "JOB_STATE_KILLED" -> "KILLED"), from the one table."""
     if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip():
         return "UNKNOWN"
@@ -237,7 +237,7 @@ def snapshot_of(body: dict[str, Any], job_id: str) -> ControllerSnapshot:
     tasks = [
         {
             "task_id": t.get("task_id"),
-            "state": _state(t.get("state")),
+            "state": state_name(t.get("state")),
             "exit_code": t.get("exit_code"),
             "error": t.get("error"),
             "attempts": len(t.get("attempts") or []),
@@ -248,7 +248,7 @@ def snapshot_of(body: dict[str, Any], job_id: str) -> ControllerSnapshot:
     return ControllerSnapshot(
         source=NAME,
         job_id=str(body.get("job_id", job_id)),
-        state=_state(body.get("state_int", body.get("state"))),
+        state=state_name(body.get("state_int", body.get("state"))),
         message=body.get("error") or body.get("pending_reason"),
         tasks=tasks,
         raw=body,
