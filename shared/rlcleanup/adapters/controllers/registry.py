@@ -43,6 +43,11 @@ class ControllerRegistry:
     def names(self) -> tuple[str, ...]:
         return tuple(sorted(self._kinds))
 
+    @property
+    def kinds(self) -> tuple[ControllerKind, ...]:
+        """Every registered kind, in name order (a deployment or a test extends `BUILTIN` from these)."""
+        return tuple(self._kinds[name] for name in self.names)
+
     def build(self, name: str, settings: DeploymentSettings) -> JobController | None:
         """The named controller as this deployment configures it (None: not configured); an unknown name is
         `UnknownControllerError`."""
