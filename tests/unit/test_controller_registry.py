@@ -47,6 +47,17 @@ def _stack(tmp_path: Path, registry: ControllerRegistry) -> EmbeddedStack:
     return stack
 
 
+def _pre_cancel(run_uri: str) -> JobEvent:
+    return JobEvent(
+        source="skypilot",
+        job_id="sky/7",
+        run_uri=run_uri,
+        state="RUNNING",
+        observed_at=datetime.now(UTC),
+        intent="pre_cancel",
+    )
+
+
 def _with(controller: DummySky) -> ControllerRegistry:
     return ControllerRegistry([*BUILTIN.kinds, ControllerKind("skypilot", lambda settings: controller)])
 
@@ -70,15 +81,7 @@ def test_a_controller_added_to_the_registry_is_asked_by_the_pre_cancel_capture(t
     run_uri = str(write_sample_run(tmp_path / "runs", "completed-resumed"))
     controller = DummySky(run_uri)
     stack = _stack(tmp_path, _with(controller))
-    event = JobEvent(
-        source="skypilot",
-        job_id="sky/7",
-        run_uri=run_uri,
-        state="RUNNING",
-        observed_at=datetime.now(UTC),
-        intent="pre_cancel",
-    )
-    stack.emit(event)
+    stack.emit(_pre_cancel(run_uri))
     assert controller.snapshots == ["sky/7"]
     record = stack.ports.records.get(RUN_ID)
     assert record is not None and record.pre_cancel is not None
@@ -90,15 +93,7 @@ def test_a_controller_added_to_the_registry_is_asked_by_the_pre_cancel_capture(t
 def test_without_a_registered_controller_the_capture_reads_files_only(tmp_path: Path) -> None:
     run_uri = str(write_sample_run(tmp_path / "runs", "completed-resumed"))
     stack = _stack(tmp_path, BUILTIN)
-    event = JobEvent(
-        source="skypilot",
-        job_id="sky/7",
-        run_uri=run_uri,
-        state="RUNNING",
-        observed_at=datetime.now(UTC),
-        intent="pre_cancel",
-    )
-    stack.emit(event)
+    stack.emit(_pre_cancel(run_uri))
     record = stack.ports.records.get(RUN_ID)
     assert record is not None and record.pre_cancel is not None and record.pre_cancel.controller_state is None
     assert any("no controller adapter" in problem for problem in record.pre_cancel.problems)
@@ -117,9 +112,9 @@ def test_an_unknown_controller_fails_closed_naming_the_known_ones(tmp_path: Path
 
 
 def test_a_controller_must_serve_a_known_source_once() -> None:
-    with pytest.raises(ValueError, match="serves no known source"):
+    with pytest.raises(ValueError, match="serve no known source"):
         ControllerRegistry([ControllerKind("nomad", lambda settings: None)])
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(ValueError, match="registered twice: iris, ray"):
         ControllerRegistry([*BUILTIN.kinds, *BUILTIN.kinds])
 
 

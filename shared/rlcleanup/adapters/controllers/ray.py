@@ -43,14 +43,11 @@ JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 class JobDetails(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    type: str | None = None
+    # The fields the poll reads (the rest of JobDetails is ignored; the snapshot keeps the whole body verbatim).
     job_id: str | None = None
     submission_id: str | None = None
     status: str
-    entrypoint: str | None = None
     message: str | None = None
-    error_type: str | None = None
-    start_time: int | None = None
     end_time: int | None = None
     metadata: dict[str, str] | None = None
     runtime_env: dict[str, Any] | None = None

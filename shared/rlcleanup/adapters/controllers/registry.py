@@ -27,17 +27,16 @@ class ControllerKind:
 
 
 class ControllerRegistry:
-    def __init__(self, kinds: Iterable[ControllerKind] = ()) -> None:
-        self._kinds: dict[str, ControllerKind] = {}
-        for kind in kinds:
-            self.register(kind)
+    """Immutable: a deployment or a test extends one by building another from its `kinds`."""
 
-    def register(self, kind: ControllerKind) -> None:
-        if kind.name in self._kinds:
-            raise ValueError(f"job-state controller {kind.name!r} is already registered")
-        if kind.name not in SOURCES:  # its events would be refused: name a source of the state table
-            raise ValueError(f"job-state controller {kind.name!r} serves no known source ({', '.join(SOURCES)})")
-        self._kinds[kind.name] = kind
+    def __init__(self, kinds: Iterable[ControllerKind] = ()) -> None:
+        listed = list(kinds)
+        names = [kind.name for kind in listed]
+        if repeated := sorted({name for name in names if names.count(name) > 1}):
+            raise ValueError(f"job-state controllers registered twice: {', '.join(repeated)}")
+        if strangers := [name for name in names if name not in SOURCES]:  # their events would be refused
+            raise ValueError(f"job-state controllers {strangers} serve no known source ({', '.join(SOURCES)})")
+        self._kinds = {kind.name: kind for kind in listed}
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -45,7 +44,7 @@ class ControllerRegistry:
 
     @property
     def kinds(self) -> tuple[ControllerKind, ...]:
-        """Every registered kind, in name order (a deployment or a test extends `BUILTIN` from these)."""
+        """Every registered kind, in name order."""
         return tuple(self._kinds[name] for name in self.names)
 
     def build(self, name: str, settings: DeploymentSettings) -> JobController | None:
