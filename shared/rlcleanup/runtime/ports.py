@@ -49,8 +49,8 @@ class Ports:
     hub_upload_job: JobLauncher | None = None
     hub_job_threshold_bytes: int = 1 << 30
     capture_page_objects: int = 5000  # objects one plan-capture page lists (bounded work per invocation)
-    # The job-state controllers: each built from `settings` by name when the sweep polls or a pre-cancel
-    # capture asks (runtime/controllers.py).
+    # The job-state controllers by name: each built from `settings` when the sweep polls it or a pre-cancel capture
+    # asks it (runtime/source_handlers.py, runtime/authority_handlers.py); tests hand in a registry of their own.
     controllers: ControllerRegistry = BUILTIN_CONTROLLERS
 
 
