@@ -6,7 +6,8 @@ so a bad value stops the revision before it takes traffic) and when an embedded 
 
 Terraform sets each of these on every function (infra/modules/rlcleanup/functions.tf) and a test checks both sides
 name the same set. Beside them, smaller groups read the same way (`read(...)`, errors naming the variable):
-`HubSettings` (the Hub client and the upload job's overrides), `GrantLimits`, `S3Settings` and
+`IrisSettings` and `RaySettings` (one group per job-state controller, each a field of the deployment settings:
+adapters/controllers/), `HubSettings` (the Hub client and the upload job's overrides), `GrantLimits`, `S3Settings` and
 `s3_endpoint_specs()` (credentials as secret environment variables), `LocalPaths` (the CLI's and embedded stack's
 places) and `Platform` (what the cloud, the shell and the emulators set). The AWS_* variables are read by botocore
 itself (adapters/s3_client.py builds its default endpoint from the same names, commented there); the
@@ -35,8 +36,43 @@ _PREFIX = re.compile(r"^[a-z][a-z0-9+.-]*://[^/\s]+/\S*$")
 CsvList = Annotated[tuple[str, ...] | None, NoDecode]  # "a,b" in the environment (Terraform's join(",", ...))
 
 
+def _unset_if_empty(value: Any) -> Any:
+    return None if isinstance(value, str) and not value.strip() else value
+
+
 class SettingsError(Exception):
     """The environment holds a value rlcleanup cannot use; the message names the variable."""
+
+
+class IrisSettings(BaseSettings):
+    """The Iris controller: the sweep polls its Connect RPCs at `url` (bearer `token`, from Secret Manager, a
+    secret environment variable); the pre-cancel capture runs its CLI (`status_cmd`, `{job_id}` one argv element)."""
+
+    model_config = SettingsConfigDict(env_prefix="RLCLEANUP_IRIS_", extra="ignore", frozen=True)
+
+    url: str | None = None  # unset or empty: the sweep does not poll Iris
+    token: str | None = None
+    cluster: str | None = None  # a name for dedupe keys and job ids; default the URL
+    run_uri_template: str | None = None  # over {job_name}, {run_id}, {attempt_id}
+    status_cmd: str = Field(default=DEFAULT_IRIS_STATUS_CMD, min_length=1)
+
+    @field_validator("url", "token", "cluster", "run_uri_template", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return _unset_if_empty(value)
+
+
+class RaySettings(BaseSettings):
+    """The Ray job server (the dashboard's Jobs REST API): the sweep polls it, the pre-cancel capture reads a job."""
+
+    model_config = SettingsConfigDict(env_prefix="RLCLEANUP_RAY_", extra="ignore", frozen=True)
+
+    dashboard: str | None = None  # e.g. http://head:8265; unset or empty = no Ray controller
+
+    @field_validator("dashboard", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return _unset_if_empty(value)
 
 
 class DeploymentSettings(BaseSettings):
@@ -54,19 +90,17 @@ class DeploymentSettings(BaseSettings):
     limit_warn_fraction: float = Field(default=0.8, gt=0, le=1)
     record_store_timeout_seconds: float = Field(default=30.0, gt=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
-    iris_status_cmd: str = Field(default=DEFAULT_IRIS_STATUS_CMD, min_length=1)
-    ray_dashboard: str | None = None  # e.g. http://head:8265; unset or empty = no Ray controller (the sweep polls it)
+    # The job-state controllers (adapters/controllers/registry.py builds each from its group): read with their own
+    # prefixes, so the variable names stay RLCLEANUP_IRIS_* and RLCLEANUP_RAY_DASHBOARD.
+    iris: IrisSettings = Field(default_factory=lambda: IrisSettings())
+    ray: RaySettings = Field(default_factory=lambda: RaySettings())
     # Event sources (sources/, docs/events.md). The sweep's run roots: a JSON list of {"uri", "depth"} or
-    # comma-separated URIs; its tunables (0 = the sweep's default); the Iris controller it polls; the k8s adapter.
+    # comma-separated URIs; its tunables (0 = the sweep's default); the k8s adapter.
     sweep_roots: str = ""
     stall_seconds: float = Field(default=0, ge=0)
     sweep_page_size: int = Field(default=0, ge=0, le=1000)
     sweep_lock_stale_seconds: float = Field(default=0, ge=0)
     sweep_quiescent_seconds: float = Field(default=0, ge=0)
-    iris_url: str | None = None
-    iris_token: str | None = None  # from Secret Manager (a secret environment variable)
-    iris_cluster: str | None = None
-    iris_run_uri_template: str | None = None
     k8s_run_uri_template: str | None = None
     # Hub hand-offs (docs/hub.md): an export larger than the threshold is uploaded by the upload job, which
     # apply-grant starts: a Cloud Run job's full name (Terraform sets the hub-upload job's), or `local` (the job's
@@ -113,14 +147,9 @@ class DeploymentSettings(BaseSettings):
         return value.strip().upper() if isinstance(value, str) else value
 
     @field_validator(
-        "ray_dashboard",
         "function",
         "preserve_root",
         "project",
-        "iris_url",
-        "iris_token",
-        "iris_cluster",
-        "iris_run_uri_template",
         "k8s_run_uri_template",
         "hub_upload_job",
         mode="before",
@@ -131,13 +160,25 @@ class DeploymentSettings(BaseSettings):
 
 
 def env_name(field: str) -> str:
-    """The environment variable a deployment settings field is read from."""
-    return _env_name(DeploymentSettings, field)
+    """The environment variable a deployment settings field is read from (`iris.url`: a group's field)."""
+    group, _, inner = field.partition(".")
+    kind = _groups().get(group)
+    return _env_name(kind, inner) if kind is not None and inner else _env_name(DeploymentSettings, field)
 
 
 def env_names() -> set[str]:
-    """Every variable `load_settings` reads."""
-    return {env_name(field) for field in DeploymentSettings.model_fields}
+    """Every variable `load_settings` reads (a group's own variables, not the group's name)."""
+    names = {env_name(field) for field in DeploymentSettings.model_fields if field not in _groups()}
+    return names | {_env_name(kind, field) for kind in _groups().values() for field in kind.model_fields}
+
+
+def _groups() -> dict[str, type[BaseSettings]]:
+    """The deployment settings' fields that are settings groups of their own (the controllers')."""
+    return {
+        name: info.annotation
+        for name, info in DeploymentSettings.model_fields.items()
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseSettings)
+    }
 
 
 def load_settings() -> DeploymentSettings:
@@ -155,10 +196,12 @@ def read(kind: type[_S], *, secret: bool = False) -> _S:
     try:
         return kind()
     except ValidationError as exc:
+        # A group's own error (raised while the deployment settings build it) names the group's variables.
+        named: type[BaseSettings] = next((g for g in _groups().values() if g.__name__ == exc.title), kind)
         problems = []
         for error in exc.errors():
             field = str(error["loc"][0]) if error["loc"] else ""
-            name = _env_name(kind, field) if field in kind.model_fields else field
+            name = _env_name(named, field) if field in named.model_fields else field
             shown = "" if secret else f"={os.environ.get(name, '')!r}"
             problems.append(f"{name}{shown}: {error['msg']}")
         raise SettingsError(
@@ -170,10 +213,6 @@ def _env_name(kind: type[BaseSettings], field: str) -> str:
     alias = kind.model_fields[field].validation_alias
     prefix = str(kind.model_config.get("env_prefix") or "")
     return alias if isinstance(alias, str) else (prefix + field).upper()
-
-
-def _unset_if_empty(value: Any) -> Any:
-    return None if isinstance(value, str) and not value.strip() else value
 
 
 class HubSettings(BaseSettings):
@@ -285,7 +324,8 @@ class Platform(BaseSettings):
 
 def unconfigured() -> DeploymentSettings:
     """The defaults without reading the environment (tests, stacks built by hand)."""
-    return DeploymentSettings.model_construct()
+    # Each group explicitly: left out, its default factory would read (and validate) the environment.
+    return DeploymentSettings.model_construct(iris=IrisSettings.model_construct(), ray=RaySettings.model_construct())
 
 
 def within(uri: str, prefixes: tuple[str, ...] | None) -> bool:

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
+from rlcleanup.adapters.controllers import iris, ray
 from rlcleanup.models.events import JobEvent
+from rlcleanup.ports.controllers import ControllerRefused
 from rlcleanup.runtime.embedded import EmbeddedStack
 from rlcleanup.samples.generator import VERSION, write_sample_run
-from rlcleanup.sources import iris, ray
 from rlcleanup.stack import procs
 
 pytestmark = pytest.mark.integration
@@ -101,9 +102,10 @@ def test_iris_poller_against_the_standin(tmp_path: Path, standin: Any, monkeypat
     }
     url, jobs_file = standin("iris_controller", jobs)
 
-    with pytest.raises(iris.ConnectError, match="unauthenticated"):
-        iris.IrisClient(url, "wrong").list_jobs("failed")
-    client = iris.IrisClient(url, "s3cret")
+    with pytest.raises(ControllerRefused, match="unauthenticated") as refused:
+        iris.IrisRpc(url, "wrong").list_jobs("failed")
+    assert refused.value.status == 401 and refused.value.code == "controller_refused"
+    client = iris.IrisRpc(url, "s3cret")
     assert client.get_job_state([f"/alice/{name}", "/alice/still-going"]) == {
         f"/alice/{name}": "FAILED",
         "/alice/still-going": "RUNNING",
@@ -144,7 +146,7 @@ def test_iris_run_uri_from_the_template_and_name_convention(tmp_path: Path, stan
     job = _iris_job("/bob/math-0123456789ab", "JOB_STATE_UNSCHEDULABLE", T0, "math-0123456789ab")
     odd = _iris_job("/bob/no-attempt-suffix", "JOB_STATE_FAILED", T0 + 1, "no-attempt-suffix")
     url, _ = standin("iris_controller", {"jobs": [job, odd]})
-    found = iris.poll(iris.IrisClient(url), "c1", lambda key: False, run_uri_template="gs://runs/{run_id}")
+    found = iris.poll(iris.IrisRpc(url), "c1", lambda key: False, run_uri_template="gs://runs/{run_id}")
     by_job = {f.reason.split()[0] if f.event else f.reason: f for f in found}
     assert by_job["/bob/math-0123456789ab"].event is not None
     assert by_job["/bob/math-0123456789ab"].event.run_uri == "gs://runs/math"  # type: ignore[union-attr]
@@ -190,7 +192,7 @@ def test_ray_poller_against_the_standin(tmp_path: Path, standin: Any, monkeypatc
         },
     ]
     url, _ = standin("ray_jobs", details)
-    listed = ray.list_jobs(url)
+    listed = ray.RayController(url).list_jobs()
     assert [j.status for j in listed] == ["FAILED", "RUNNING", "SUCCEEDED"]
 
     monkeypatch.setenv("RLCLEANUP_RAY_DASHBOARD", url)
@@ -206,21 +208,7 @@ def test_ray_poller_against_the_standin(tmp_path: Path, standin: Any, monkeypatc
     assert record is not None and record.terminal_state is not None and record.terminal_state.value == "failed"
 
 
-def test_ray_older_map_form_is_accepted() -> None:
-    class _Resp:
-        def __init__(self, body: bytes) -> None:
-            self.body = body
-
-        def read(self) -> bytes:
-            return self.body
-
-        def __enter__(self) -> _Resp:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            return None
-
-    body = json.dumps({"raysubmit_1": {"status": "STOPPED", "metadata": {"rlcleanup_run_uri": "gs://b/r"}}})
-    jobs = ray.list_jobs("http://ray", opener=lambda request, timeout: _Resp(body.encode()))
-    found = ray.poll(jobs, "c", lambda key: False)
+def test_ray_older_map_form_is_accepted(standin: Any) -> None:
+    url, _ = standin("ray_jobs", {"raysubmit_1": {"status": "STOPPED", "metadata": {"rlcleanup_run_uri": "gs://b/r"}}})
+    found = ray.RayController(url).list_finished(lambda key: False, datetime.now(UTC))
     assert [(f.event.state, f.event.run_uri) for f in found if f.event] == [("STOPPED", "gs://b/r")]

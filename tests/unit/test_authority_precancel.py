@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from authority_support import World, make_world
 
-from rlcleanup.authority.controllers import IrisCli, RayJobs
+from rlcleanup.adapters.controllers.iris import IrisController, IrisStatusCli
+from rlcleanup.adapters.controllers.ray import RayController
 from rlcleanup.authority.grants import Grant
 from rlcleanup.models.events import JobEvent
 from rlcleanup.runtime.authority_handlers import record_cause
@@ -104,7 +105,7 @@ def _cleared(w: World) -> list[dict[str, object]]:
 
 
 def test_ray_adapter_reads_recorded_responses(ray_server: str) -> None:
-    snap = RayJobs(ray_server).snapshot("raysubmit_XyZ123")
+    snap = RayController(ray_server).snapshot("raysubmit_XyZ123")
     assert snap.state == "RUNNING" and snap.job_id == "raysubmit_XyZ123"
     assert snap.tasks[0]["node_id"] == RAY_JOB["driver_node_id"] and "step 17" in (snap.logs or "")
 
@@ -115,7 +116,7 @@ def test_iris_adapter_parses_cli_json(tmp_path: Path) -> None:
         f'#!/bin/sh\n[ "$3" = "{IRIS_JOB["job_id"]}" ] || exit 2\ncat <<\'EOF\'\n{json.dumps(IRIS_JOB)}\nEOF\n'
     )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    snap = IrisCli(f"{fake} job status {{job_id}} --json").snapshot(str(IRIS_JOB["job_id"]))
+    snap = IrisController(cli=IrisStatusCli(f"{fake} job status {{job_id}} --json")).snapshot(str(IRIS_JOB["job_id"]))
     assert snap.state == "RUNNING"
     assert [t["state"] for t in snap.tasks] == ["RUNNING", "PREEMPTED"] and snap.tasks[1]["attempts"] == 2
 

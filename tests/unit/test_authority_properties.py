@@ -426,22 +426,24 @@ def test_an_event_preserve_root_outside_the_deployment_root_is_refused(tmp_path:
 
 @pytest.mark.parametrize("job_id", ["--config=/tmp/evil.yaml", "-x", "../../api/jobs", "a/../../b", "id?x=1", "a b"])
 def test_hostile_job_ids_never_reach_a_controller(job_id: str) -> None:
-    from rlcleanup.authority.controllers import ControllerError, IrisCli, RayJobs
+    from rlcleanup.adapters.controllers.iris import IrisController, IrisStatusCli
+    from rlcleanup.adapters.controllers.ray import RayController
+    from rlcleanup.ports.controllers import ControllerError
 
-    ray = RayJobs("http://127.0.0.1:9")  # nothing listens: a request would fail differently
+    ray = RayController("http://127.0.0.1:9")  # nothing listens: a request would fail differently
     with pytest.raises(ControllerError, match="not a ray job id"):
         ray.snapshot(job_id)
     with pytest.raises(ControllerError, match="not a iris job id"):
-        IrisCli("/bin/false {job_id}").snapshot(job_id)
+        IrisController(cli=IrisStatusCli("/bin/false {job_id}")).snapshot(job_id)
 
 
 def test_iris_job_id_is_one_argv_element_and_never_spliced_into_an_option(tmp_path: Path) -> None:
-    from rlcleanup.authority.controllers import IrisCli
+    from rlcleanup.adapters.controllers.iris import IrisController, IrisStatusCli
 
     script = tmp_path / "iris"
     script.write_text('#!/bin/sh\nprintf \'{"job_id": "%s", "state": "RUNNING", "argc": "%s"}\' "$2" "$#"\n')
     script.chmod(0o755)
-    snap = IrisCli(f"{script} --flag={{job_id}} {{job_id}}").snapshot("/marin/run-1")
+    snap = IrisController(cli=IrisStatusCli(f"{script} --flag={{job_id}} {{job_id}}")).snapshot("/marin/run-1")
     assert snap.raw["job_id"] == "/marin/run-1" and snap.raw["argc"] == "2"
 
 
@@ -618,7 +620,9 @@ def test_whatever_id_an_event_carries_an_accepted_one_is_inert(job_id: str) -> N
     """Any string: refused, or an id that cannot be an option, a path walk, a query or a second argument."""
     import urllib.parse
 
-    from rlcleanup.authority.controllers import IRIS_JOB_ID, RAY_JOB_ID, ControllerError, checked_job_id
+    from rlcleanup.adapters.controllers.iris import JOB_ID as IRIS_JOB_ID
+    from rlcleanup.adapters.controllers.ray import JOB_ID as RAY_JOB_ID
+    from rlcleanup.ports.controllers import ControllerError, checked_job_id
 
     for grammar, name in ((RAY_JOB_ID, "ray"), (IRIS_JOB_ID, "iris")):
         try:
@@ -637,13 +641,14 @@ def test_whatever_id_an_event_carries_an_accepted_one_is_inert(job_id: str) -> N
     job_id=st.from_regex(r"/?[A-Za-z0-9][A-Za-z0-9._-]{0,20}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,20}){0,3}", fullmatch=True)
 )
 def test_an_accepted_iris_id_reaches_the_cli_as_exactly_one_argument(tmp_path: Path, job_id: str) -> None:
-    from rlcleanup.authority.controllers import ControllerError, IrisCli
+    from rlcleanup.adapters.controllers.iris import IrisController, IrisStatusCli
+    from rlcleanup.ports.controllers import ControllerError
 
     script = tmp_path / "iris"
     script.write_text('#!/bin/sh\nprintf \'{"job_id": "%s", "state": "RUNNING", "argc": "%s"}\' "$2" "$#"\n')
     script.chmod(0o755)
     try:
-        snap = IrisCli(f"{script} job {{job_id}}").snapshot(job_id)
+        snap = IrisController(cli=IrisStatusCli(f"{script} job {{job_id}}")).snapshot(job_id)
     except ControllerError:
         assert ".." in job_id.split("/")  # the only valid-looking ids the grammar still refuses
         return

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from rlcleanup.authority.controllers import _iris_state
+from rlcleanup.adapters.controllers.iris import state_name as iris_state_name
 from rlcleanup.errors import InvalidMessage
 from rlcleanup.models.controller_states import IRIS, SOURCES, UnknownStateSource, Verdict, source
 from rlcleanup.models.events import JobEvent
@@ -35,7 +35,7 @@ def test_iris_task_states_9_to_12_are_known_everywhere() -> None:
     expected = {9: "ASSIGNED", 10: "PREEMPTED", 11: "COSCHED_FAILED", 12: "MISSING"}
     for number, name in expected.items():
         assert IRIS.numbers[number] == name
-        assert _iris_state(number) == name  # the pre-cancel controller adapter
+        assert iris_state_name(number) == name  # the pre-cancel controller adapter
         assert _event(state=number).state == name  # the event
         assert normalize_state(number, "iris")[1] == name  # the verdict
     assert normalize_state(11, "iris")[0] is Verdict.failed

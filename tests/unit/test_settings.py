@@ -56,8 +56,22 @@ def test_values_as_terraform_writes_them(monkeypatch: pytest.MonkeyPatch) -> Non
     settings = load_settings()
     assert settings.run_buckets == ("runs-a", "runs-b")
     assert settings.allowed_destination_prefixes == ()
-    assert settings.function == "capture-part" and settings.ray_dashboard is None
+    assert settings.function == "capture-part" and settings.ray.dashboard is None
     assert settings.log_level == "DEBUG" and settings.project == "my-project-1"
+
+
+def test_controller_groups_keep_their_variable_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLCLEANUP_IRIS_URL", "http://iris:8080")
+    monkeypatch.setenv("RLCLEANUP_IRIS_TOKEN", " ")  # empty (a secret not set): unset
+    monkeypatch.setenv("RLCLEANUP_RAY_DASHBOARD", "http://head:8265")
+    settings = load_settings()
+    assert (settings.iris.url, settings.iris.token, settings.ray.dashboard) == (
+        "http://iris:8080",
+        None,
+        "http://head:8265",
+    )
+    assert {"RLCLEANUP_IRIS_URL", "RLCLEANUP_IRIS_STATUS_CMD", "RLCLEANUP_RAY_DASHBOARD"} <= env_names()
+    assert "RLCLEANUP_IRIS" not in env_names() and "RLCLEANUP_RAY" not in env_names()
 
 
 @pytest.mark.parametrize(
@@ -69,6 +83,7 @@ def test_values_as_terraform_writes_them(monkeypatch: pytest.MonkeyPatch) -> Non
         ("RLCLEANUP_LOG_LEVEL", "LOUD"),
         ("RLCLEANUP_RUN_BUCKETS", "runs-a,Runs B"),
         ("RLCLEANUP_ALLOWED_DESTINATION_PREFIXES", "handoff/releases"),
+        ("RLCLEANUP_IRIS_STATUS_CMD", ""),  # a controller's settings group names its own variables
     ],
 )
 def test_a_bad_value_names_its_variable(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:

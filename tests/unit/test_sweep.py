@@ -68,13 +68,14 @@ def test_tick_fans_out_one_message_per_root_records_and_controllers() -> None:
 
 
 def test_config_from_settings_defaults_to_twice_the_slowest_timeout() -> None:
-    def config(**env: Any) -> SweepConfig:
-        return SweepConfig.from_settings(DeploymentSettings(**env), slowest_timeout_seconds=540)
+    def config(controllers: tuple[str, ...] = (), **env: Any) -> SweepConfig:
+        settings = DeploymentSettings(**env)
+        return SweepConfig.from_settings(settings, slowest_timeout_seconds=540, controllers=controllers)
 
     parsed = config(sweep_roots="gs://a/x, gs://b/y")
     assert [r.uri for r in parsed.roots] == ["gs://a/x", "gs://b/y"] and parsed.roots[0].depth == 2
     assert parsed.stall_seconds == 1080 and parsed.page_size == 100 and parsed.controllers == []
-    as_json = config(sweep_roots='[{"uri": "gs://c", "depth": 1}]', stall_seconds=30, iris_url="http://iris")
+    as_json = config(sweep_roots='[{"uri": "gs://c", "depth": 1}]', stall_seconds=30, controllers=("iris",))
     assert as_json.roots[0].depth == 1 and as_json.stall_seconds == 30 and as_json.controllers == ["iris"]
     with pytest.raises(ValueError, match="RLCLEANUP_SWEEP_"):
         config(sweep_roots='[{"uri": "gs://c", "depth": 9}]')

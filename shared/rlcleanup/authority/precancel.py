@@ -1,6 +1,6 @@
 """Pre-cancel capture: what a cancellation would destroy, copied into the preserved location first.
 
-- controller job/task state (read-only adapter) and its driver log tail;
+- controller job/task state (the `JobController` port's snapshot, read-only) and its driver log tail;
 - per-rank device utilization from `T/attempts/<id>/telemetry/*.jsonl`, normalized to a 0..1 fraction per rank;
 - in-flight outputs: checkpoint dirs newer than the commit marker (partial saves) and the latest attempt's log tails;
 - reproducing failures: the same error signature in >= 2 attempts. Without a recorded cause
@@ -15,9 +15,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rlcleanup.authority.controllers import Controller, ControllerError
 from rlcleanup.formats.weight_files import is_bulk_weight
 from rlcleanup.parsing.attempt_logs import attempt_log_objects, scan_attempt
+from rlcleanup.ports.controllers import ControllerError, JobController
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage, WriteOutcome
 from rlcleanup.steps.layout import RunLayout
@@ -177,7 +177,7 @@ def capture(
     layout: RunLayout | None,
     run_id: str,
     dest: str,
-    controller: Controller | None,
+    controller: JobController | None,
     job_id: str,
 ) -> CaptureResult:
     """Copy live state into `dest` (write-once) and write `capture.json` there last."""
@@ -188,14 +188,7 @@ def capture(
         try:
             snap = controller.snapshot(job_id)
             result.controller_state = f"{snap.source}:{snap.state}"
-            doc = {
-                "source": snap.source,
-                "job_id": snap.job_id,
-                "state": snap.state,
-                "message": snap.message,
-                "tasks": snap.tasks,
-                "raw": snap.raw,
-            }
+            doc = snap.model_dump(mode="json", exclude={"logs"})  # the log tail goes to a file of its own
             storage.write_if_absent(join(dest, "controller.json"), json.dumps(doc, indent=1, sort_keys=True).encode())
             if snap.logs:
                 storage.write_if_absent(join(dest, "controller-driver.log.tail"), snap.logs.encode())

@@ -16,11 +16,11 @@ from typing import Any
 
 from rlcleanup.authority import ledger, precancel
 from rlcleanup.authority.actions import GrantTask, carry_out
-from rlcleanup.authority.controllers import Controller, controller_for
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, verify
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord, PreCancelCapture
+from rlcleanup.ports.controllers import JobController
 from rlcleanup.runtime.admission import deployment_preserve_root
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.envelope import decode
@@ -168,8 +168,9 @@ def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str
     return f"{'captured' if done else 'already captured'} {run_id}; grants: {retried}"
 
 
-def _controller(p: Ports, source: str) -> Controller | None:
-    return controller_for(source, ray_dashboard=p.ray_dashboard, iris_status_cmd=p.iris_status_cmd)
+def _controller(p: Ports, source: str) -> JobController | None:
+    """The event's source's controller as the deployment configures it (the registry's; None: none)."""
+    return p.controllers.for_source(source, p.settings)
 
 
 def record_cause(p: Ports, run_id: str, sig_id: str, note: str, recorded_by: str, at: datetime) -> str:

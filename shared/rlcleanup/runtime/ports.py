@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, Never, TypeVar, overload
 
+from rlcleanup.adapters.controllers.registry import BUILTIN as BUILTIN_CONTROLLERS
+from rlcleanup.adapters.controllers.registry import ControllerRegistry
 from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.clock import Clock, SystemClock
 from rlcleanup.ports.hub import HubFactory, ModelHub
@@ -78,10 +80,11 @@ class Ports:
     # under these prefixes. The emulator stack and Terraform set them; the embedded default leaves them open.
     run_buckets = _FromSettings[tuple[str, ...] | None]()
     allowed_destination_prefixes = _FromSettings[tuple[str, ...] | None]()
-    ray_dashboard = _FromSettings[str | None]()  # the pre-cancel capture's Ray controller, if any
-    iris_status_cmd = _FromSettings[str]()
     hub_job_threshold_bytes = _FromSettings[int]()
     capture_page_objects = _FromSettings[int]()  # objects one plan-capture page lists (bounded work per invocation)
+    # The job-state controllers by name: each built from `settings` when the sweep polls it or a pre-cancel capture
+    # asks it (runtime/source_handlers.py, runtime/authority_handlers.py); tests hand in a registry of their own.
+    controllers: ControllerRegistry = BUILTIN_CONTROLLERS
 
 
 def hub_upload_job(settings: DeploymentSettings, job_args: tuple[str, ...] = ()) -> JobLauncher | None:

@@ -25,7 +25,7 @@ from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.settings import DeploymentSettings, unconfigured
 from rlcleanup.sources import gcs_notifications as gcsn
-from rlcleanup.sources import iris, k8s, ray
+from rlcleanup.sources import k8s
 from rlcleanup.sources import sweep as sweep_source
 from rlcleanup.sources.sweep import (
     ChildLister,
@@ -116,7 +116,8 @@ def settings(p: Ports) -> DeploymentSettings:
 
 def sweep_config(p: Ports) -> SweepConfig:
     slowest = max(fn.timeout_seconds for fn in load_topology().functions)
-    return SweepConfig.from_settings(settings(p), slowest_timeout_seconds=slowest)
+    conf = settings(p)
+    return SweepConfig.from_settings(conf, slowest_timeout_seconds=slowest, controllers=p.controllers.polling(conf))
 
 
 def sweep(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
@@ -184,19 +185,15 @@ def _pass_text(scope: str) -> str:
 
 
 def _poll_controller(p: Ports, source: str, now: datetime) -> str:
+    """One poll of the named controller (an unknown name: `UnknownControllerError`, dead-lettered)."""
+
     def seen(key: str) -> bool:
         return p.records.get_doc(SEEN, key) is not None
 
-    found: list[iris.Found] | list[ray.Found]
-    conf = settings(p)
-    if source == "iris" and conf.iris_url:
-        client = iris.IrisClient(conf.iris_url, conf.iris_token)
-        cluster = conf.iris_cluster or conf.iris_url
-        found = iris.poll(client, cluster, seen, run_uri_template=conf.iris_run_uri_template, now=now)
-    elif source == "ray" and conf.ray_dashboard:
-        found = ray.poll(ray.list_jobs(conf.ray_dashboard), conf.ray_dashboard, seen, now)
-    else:
-        return f"{source}: not configured (RLCLEANUP_IRIS_URL / RLCLEANUP_RAY_DASHBOARD unset)"
+    controller = p.controllers.build(source, settings(p))
+    if controller is None or not controller.polls:
+        return f"{source}: not configured (its settings name no controller to poll)"
+    found = controller.list_finished(seen, now)
     published = 0
     for item in found:
         if item.event is not None:

@@ -13,7 +13,8 @@ topic, each one page of work:
   after the record's last update) are re-driven by republishing the stage messages that can be rebuilt from
   stored state (the same messages their stages publish; every stage is claim-guarded, so a duplicate is a no-op),
   or marked `stalled` with exactly what is missing when the missing work cannot be rebuilt.
-- `SweepController`: one poll of an optional controller (Iris, Ray; sources/iris.py, sources/ray.py).
+- `SweepController`: one poll of a job-state controller this deployment configures (Iris, Ray: the
+  `JobController` port, ports/controllers.py; the wiring builds it from the registry, adapters/controllers/).
 Events are hints and claims are the truth: the sweep may emit an event for a run twice; on-job-event's classify
 claim makes it one run.
 """
@@ -21,6 +22,7 @@ claim makes it one run.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -75,13 +77,16 @@ class SweepConfig(BaseModel):
     lock_stale_seconds: float = Field(default=DEFAULT_LOCK_STALE_SECONDS, gt=0)
     quiescent_seconds: float = Field(default=DEFAULT_QUIESCENT_SECONDS, gt=0)
     record_scan_limit: int = Field(default=DEFAULT_RECORD_SCAN_LIMIT, ge=1)
-    controllers: list[Literal["iris", "ray"]] = []
+    controllers: list[str] = []  # the controllers to poll, by registry name
 
     @classmethod
-    def from_settings(cls, settings: DeploymentSettings, *, slowest_timeout_seconds: float) -> SweepConfig:
+    def from_settings(
+        cls, settings: DeploymentSettings, *, slowest_timeout_seconds: float, controllers: Sequence[str] = ()
+    ) -> SweepConfig:
         """From the deployment settings (RLCLEANUP_SWEEP_ROOTS: a JSON list of {"uri", "depth"} or comma-separated
-        URIs, depth 2; each tunable 0 = its default, the stall deadline 2 x the slowest function timeout;
-        RLCLEANUP_IRIS_URL / RLCLEANUP_RAY_DASHBOARD switch their pollers on). ValueError names what is wrong."""
+        URIs, depth 2; each tunable 0 = its default, the stall deadline 2 x the slowest function timeout) and the
+        controllers the deployment polls (the wiring asks the controller registry: RLCLEANUP_IRIS_URL /
+        RLCLEANUP_RAY_DASHBOARD switch theirs on). ValueError names what is wrong."""
         raw = settings.sweep_roots.strip()
         try:
             roots: list[Any] = (
@@ -90,7 +95,7 @@ class SweepConfig(BaseModel):
             fields: dict[str, Any] = {
                 "roots": roots,
                 "stall_seconds": settings.stall_seconds or 2 * slowest_timeout_seconds,
-                "controllers": [c for c, url in (("iris", settings.iris_url), ("ray", settings.ray_dashboard)) if url],
+                "controllers": list(controllers),
             }
             for name, value in (
                 ("page_size", settings.sweep_page_size),
@@ -127,7 +132,7 @@ class SweepRecords(_Msg):
 
 class SweepController(_Msg):
     kind: Literal["controller"] = "controller"
-    source: Literal["iris", "ray"]
+    source: str = Field(min_length=1)  # a controller's registry name; an unknown one fails closed when polled
     offset: int = Field(default=0, ge=0)
 
 

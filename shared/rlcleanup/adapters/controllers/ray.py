@@ -1,0 +1,167 @@
+"""The Ray job server (the dashboard's Jobs REST API): the sweep polls `GET /api/jobs/` (Ray has no completion
+hook), the pre-cancel capture reads `GET /api/jobs/{id}` and `GET /api/jobs/{id}/logs`.
+
+Wire shape from the Ray Jobs REST API (docs.ray.io "Ray Jobs REST API" and its OpenAPI page; Ray 2.x
+`ray.job_submission.JobDetails`, as in ray-project/ray `dashboard/modules/job/pydantic_models.py` @007c8cd):
+a JSON list of `JobDetails{type, job_id, submission_id, driver_info, status,
+entrypoint, message, error_type, start_time, end_time, metadata, runtime_env, driver_agent_http_address,
+driver_node_id, driver_exit_code}` with `status` one of PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED and times as
+Unix milliseconds. Older servers answered a map `{job_id: {...}}` (the REST page's example still shows it):
+both are accepted. Note the trailing slash: `/api/jobs` without it is not the list route.
+
+A job maps to its run through the contract (docs/events.md): `metadata.rlcleanup_run_uri` given at submit
+(`ray job submit --metadata-json '{"rlcleanup_run_uri": "gs://..."}'`), else `RLCLEANUP_RUN_URI` in the job's
+`runtime_env.env_vars`. A job is identified by (cluster, submission id, else job id).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import urllib.parse
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from rlcleanup.adapters.controllers.http import HttpClient
+from rlcleanup.models.controller_states import RAY
+from rlcleanup.models.events import JobEvent
+from rlcleanup.ports.controllers import ControllerRefused, ControllerSnapshot, FinishedJob, Seen, checked_job_id
+from rlcleanup.settings import RaySettings
+
+NAME = "ray"
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+RUN_URI_METADATA = "rlcleanup_run_uri"
+RUN_URI_ENV = "RLCLEANUP_RUN_URI"
+MAX_LOG_BYTES = 1 << 20
+# A job id is data: checked, then sent as one URL-quoted path segment (raysubmit_<id> submission ids, hex job ids).
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+class JobDetails(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    # The fields the poll reads (the rest of JobDetails is ignored; the snapshot keeps the whole body verbatim).
+    job_id: str | None = None
+    submission_id: str | None = None
+    status: str
+    message: str | None = None
+    end_time: int | None = None
+    metadata: dict[str, str] | None = None
+    runtime_env: dict[str, Any] | None = None
+    driver_exit_code: int | None = None
+
+    @property
+    def identity(self) -> str:
+        return self.submission_id or self.job_id or ""
+
+    @property
+    def ended_at(self) -> datetime | None:
+        if not self.end_time:
+            return None
+        seconds = self.end_time / 1000 if self.end_time > 10**11 else self.end_time  # ms (2.x); old docs: s
+        return datetime.fromtimestamp(seconds, UTC)
+
+    @property
+    def run_uri(self) -> str | None:
+        uri = (self.metadata or {}).get(RUN_URI_METADATA)
+        env = (self.runtime_env or {}).get("env_vars")
+        if not uri and isinstance(env, dict):
+            uri = env.get(RUN_URI_ENV)
+        return str(uri).rstrip("/") if uri else None
+
+
+def parse_job_list(payload: Any) -> list[JobDetails]:
+    """The list route's body: a list of JobDetails, or the older `{job_id: details}` map."""
+    if isinstance(payload, dict):
+        payload = [{"job_id": k, **v} for k, v in payload.items() if isinstance(v, dict)]
+    if not isinstance(payload, list):
+        raise ControllerRefused(NAME, f"GET /api/jobs/ answered {type(payload).__name__}, not a job list")
+    return [JobDetails.model_validate(item) for item in payload]
+
+
+def dedupe_key(cluster: str, job: JobDetails) -> str:
+    return "ray-" + hashlib.sha256(f"{cluster}\x00{job.identity}".encode()).hexdigest()[:32]
+
+
+def poll(jobs: list[JobDetails], cluster: str, seen: Seen, now: datetime | None = None) -> list[FinishedJob]:
+    """Finished jobs not seen before, as events (or why not: no run URI)."""
+    found: list[FinishedJob] = []
+    for job in jobs:
+        status = RAY.spell(job.status)
+        key = dedupe_key(cluster, job)
+        if status not in TERMINAL or not job.identity or seen(key):
+            continue
+        run_uri = job.run_uri
+        if run_uri is None:
+            reason = f"job {job.identity} names no run ({RUN_URI_METADATA} metadata unset)"
+            found.append(FinishedJob(key=key, event=None, reason=reason))
+            continue
+        event = JobEvent(
+            source=NAME,
+            job_id=f"{cluster}/{job.identity}",
+            run_uri=run_uri,
+            state=status,
+            observed_at=job.ended_at or now or datetime.now(UTC),
+            exit_code=job.driver_exit_code,
+            error=job.message if status != "SUCCEEDED" else None,
+        )
+        found.append(FinishedJob(key=key, event=event, reason=f"{job.identity} {status}"))
+    return found
+
+
+@dataclass
+class RayController:
+    """One Ray job server; the dashboard URL is also the cluster's name in dedupe keys and job ids."""
+
+    base_url: str
+    max_log_bytes: int = MAX_LOG_BYTES
+    name: str = NAME
+
+    def __post_init__(self) -> None:
+        self.http = HttpClient(NAME, self.base_url, headers={"Accept": "application/json"})
+
+    @classmethod
+    def from_settings(cls, settings: RaySettings) -> RayController | None:
+        return cls(settings.dashboard) if settings.dashboard else None
+
+    @property
+    def polls(self) -> bool:
+        return True
+
+    def list_jobs(self) -> list[JobDetails]:
+        return parse_job_list(self.http.get_json("/api/jobs/"))
+
+    def list_finished(self, seen: Seen, now: datetime) -> list[FinishedJob]:
+        return poll(self.list_jobs(), self.base_url, seen, now)
+
+    def _get_object(self, path: str) -> dict[str, Any]:
+        body = self.http.get_json(path)
+        if not isinstance(body, dict):
+            raise ControllerRefused(NAME, f"GET {path}: expected a JSON object")
+        return body
+
+    def snapshot(self, job_id: str) -> ControllerSnapshot:
+        segment = urllib.parse.quote(checked_job_id(JOB_ID, NAME, job_id), safe="")
+        details = self._get_object(f"/api/jobs/{segment}")
+        logs = self._get_object(f"/api/jobs/{segment}/logs").get("logs")
+        text = logs[-self.max_log_bytes :] if isinstance(logs, str) else None
+        return ControllerSnapshot(
+            source=NAME,
+            job_id=str(details.get("submission_id") or details.get("job_id") or job_id),
+            state=str(details.get("status", "UNKNOWN")),
+            message=details.get("message"),
+            tasks=[
+                {
+                    "task_id": "driver",
+                    "state": details.get("status"),
+                    "exit_code": details.get("driver_exit_code"),
+                    "error": details.get("error_type"),
+                    "node_id": details.get("driver_node_id"),
+                }
+            ],
+            raw=details,
+            logs=text,
+        )
