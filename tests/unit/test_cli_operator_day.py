@@ -26,7 +26,8 @@ from rlcleanup.paths import default_db, keys_dir, stack_dir
 from rlcleanup.report.verdict import build_verdict
 from rlcleanup.runtime.embedded import run_embedded
 from rlcleanup.samples.generator import write_sample_run
-from rlcleanup.stack.local import MARKER_VAR, StackState
+from rlcleanup.stack import StackState
+from rlcleanup.stack.local import MARKER_VAR
 
 runner = CliRunner()
 COMPLETED = "math-rl-completed-resumed-2026.11.30"
