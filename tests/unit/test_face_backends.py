@@ -50,7 +50,7 @@ def test_open_store_raises_typed_errors_that_name_the_fix(tmp_path: Path, monkey
 def test_open_store_creates_sqlite_only_when_asked(tmp_path: Path) -> None:
     db = tmp_path / "new.db"
     opened = backends.open_store(None, db, None, create=True)
-    assert opened.backend == backends.SQLITE and opened.db_path == db and opened.where == f"SQLite {db}"
+    assert opened.backend == backends.StoreBackend.sqlite and opened.db_path == db and opened.where == f"SQLite {db}"
     assert list(opened.store.list_runs()) == [] and db.exists()
     assert backends.open_store("sqlite", db, None).where == f"SQLite {db}"  # now it exists, a reader opens it
 

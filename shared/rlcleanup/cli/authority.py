@@ -21,7 +21,7 @@ from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOp
 from rlcleanup.cli.stores import OperatorError, not_found, open_store
 from rlcleanup.paths import default_preserve_root, keys_dir
 from rlcleanup.ports.records import RunRecords
-from rlcleanup.runtime.backends import OpenStore, open_bus, open_storage
+from rlcleanup.runtime.backends import OpenStore, StoreBackend, open_bus, open_storage
 from rlcleanup.settings import platform
 from rlcleanup.uris import is_local, strip_file_scheme
 
@@ -210,8 +210,8 @@ def grant(
         destination = _absolute_if_local(destination)
     project = project or platform().project
     chosen_backend = backend_name(backend)
-    cloud = bool(platform().pubsub_emulator_host or (project and chosen_backend != "sqlite"))
-    opened = _open(chosen_backend or ("firestore" if cloud else None), db, project)
+    cloud = bool(platform().pubsub_emulator_host or (project and chosen_backend != StoreBackend.sqlite))
+    opened = _open(chosen_backend or (StoreBackend.firestore if cloud else None), db, project)
     store = opened.store
     record = store.get(run_id)
     if record is None:

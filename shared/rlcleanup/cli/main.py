@@ -162,12 +162,14 @@ def run(
 def _prepare_rerun(uri: str, db_file: Path) -> str | None:
     """Archive the run's record (if any) and clear its step claims; returns where the old record went."""
     from rlcleanup.cli import maintenance
-    from rlcleanup.runtime.backends import SQLITE, open_storage
+    from rlcleanup.runtime.backends import StoreBackend, open_storage
     from rlcleanup.steps.facts import run_facts
     from rlcleanup.steps.layout import discover
 
     run_id = run_facts(discover(open_storage(), uri)).run_id
-    opened = open_store(SQLITE, db_file, None, create=True)  # `run` writes SQLite records, so re-runs clear them
+    opened = open_store(
+        StoreBackend.sqlite, db_file, None, create=True
+    )  # `run` writes SQLite records, so re-runs clear them
     old = opened.store.get(run_id)
     if old is None:
         return None

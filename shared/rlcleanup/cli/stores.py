@@ -16,6 +16,7 @@ from rlcleanup.runtime import backends
 from rlcleanup.runtime.backends import (
     NoRecordsDatabase,
     OpenStore,
+    StoreBackend,
     StoreChoiceInvalid,
     StoreSetupError,
     StoreUnreachable,
@@ -70,14 +71,14 @@ def get_record(opened: OpenStore, run_id: str) -> CompletionRecord:
 
 def step_states(opened: OpenStore, run_id: str) -> dict[str, dict[str, Any]]:
     """key -> {"state": running|done, "result": {...}} for every claim of the run (done and in flight)."""
-    if opened.backend == "sqlite" and opened.db_path is not None:
+    if opened.backend == StoreBackend.sqlite and opened.db_path is not None:
         # Read-only and outside the adapter: the port exposes only finished results, watch also shows leases.
         uri = f"file:{opened.db_path.resolve()}?mode=ro"
         with sqlite3.connect(uri, uri=True, timeout=10) as conn:
             rows = conn.execute("SELECT key, state, result FROM claims WHERE run_id = ?", (run_id,)).fetchall()
         return {k: {"state": s, "result": json.loads(res) if res else {}} for k, s, res in rows}
     db = getattr(opened.store, "db", None)
-    if opened.backend == "firestore" and db is not None:
+    if opened.backend == StoreBackend.firestore and db is not None:
         out: dict[str, dict[str, Any]] = {}
         for snap in db.collection("runs").document(run_id).collection("steps").stream():
             data = snap.to_dict() or {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,6 @@ from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import SchemeAwareStorage
 from rlcleanup.settings import platform
 
-SQLITE, FIRESTORE = "sqlite", "firestore"
 DEFAULT_PROJECT = "rlcleanup-local"  # the local stack's project: where a publish goes when none is configured
 
 
@@ -53,6 +53,13 @@ class StoreUnreachable(StoreSetupError):
         super().__init__("store_unreachable", message)
 
 
+class StoreBackend(StrEnum):
+    """The record stores a face can open: the CLI's `--backend` choices."""
+
+    sqlite = "sqlite"
+    firestore = "firestore"
+
+
 @dataclass
 class OpenStore:
     """A record store and the idempotency store over the same backend, and how to name it in a message."""
@@ -67,7 +74,7 @@ class OpenStore:
 def chosen_backend(backend: str | None) -> str:
     """The record store a command uses: the one asked for, else Firestore when FIRESTORE_EMULATOR_HOST is set,
     else SQLite (the embedded default)."""
-    return backend or (FIRESTORE if platform().firestore_emulator_host else SQLITE)
+    return backend or (StoreBackend.firestore if platform().firestore_emulator_host else StoreBackend.sqlite)
 
 
 def _emulator_reachable(host: str, timeout: float = 1.5) -> bool:
@@ -98,14 +105,14 @@ def open_store(backend: str | None, db: Path, project: str | None, *, create: bo
     `create` (a command that writes the first record or approver); Firestore needs a project (`project`, else
     GOOGLE_CLOUD_PROJECT) and is checked reachable before any command waits on it. Raises a StoreSetupError."""
     chosen = chosen_backend(backend)
-    if chosen == SQLITE:
+    if chosen == StoreBackend.sqlite:
         if not create and not db.exists():
             raise NoRecordsDatabase(db)
         from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 
-        return OpenStore(SqliteRunRecords(db), SqliteIdempotencyStore(db), f"SQLite {db}", SQLITE, db)
-    if chosen != FIRESTORE:
-        raise StoreChoiceInvalid(f"unknown backend {chosen!r}: use {SQLITE} or {FIRESTORE}")
+        return OpenStore(SqliteRunRecords(db), SqliteIdempotencyStore(db), f"SQLite {db}", StoreBackend.sqlite, db)
+    if chosen != StoreBackend.firestore:
+        raise StoreChoiceInvalid(f"unknown backend {chosen!r}: use {' or '.join(StoreBackend)}")
     project = project or platform().project
     if not project:
         raise StoreChoiceInvalid(
@@ -124,7 +131,7 @@ def open_store(backend: str | None, db: Path, project: str | None, *, create: bo
         where = f"Firestore project {project}"
     from rlcleanup.adapters.firestore_records import firestore_stores
 
-    return OpenStore(*firestore_stores(project), where, FIRESTORE)
+    return OpenStore(*firestore_stores(project), where, StoreBackend.firestore)
 
 
 def open_storage(gcs_client: Any | None = None) -> SchemeAwareStorage:
