@@ -38,11 +38,11 @@ from typing import Any
 
 from _common import figure
 from cpu_sidecar import group_cpu, hide_torch
+from rlcleanup.cli.upload import upload_sample_run
 from rlcleanup.runtime.functions import parse_accounting
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.samples.generator import VERSION, write_sample_run
 from rlcleanup.samples.large import SCALES, planned_objects, write_spec
-from rlcleanup.samples.upload import upload_sample_run
 from rlcleanup.stack import down, up
 
 FINAL = {"awaiting_authority", "complete", "routed", "needs_person", "failed"}

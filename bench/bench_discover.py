@@ -28,9 +28,9 @@ from _common import fake_gcs, figure, gcs_client
 from rlcleanup.adapters.gcs_storage import GcsStorage
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.adapters.storage_router import RoutingStorage
+from rlcleanup.cli.upload import upload_sample_run
 from rlcleanup.ports.storage import ChildPage, ObjectInfo
 from rlcleanup.samples.large import SCALES, planned_objects, write_spec
-from rlcleanup.samples.upload import upload_sample_run
 from rlcleanup.steps.layout import RunLayout, discover
 
 

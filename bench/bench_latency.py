@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rlcleanup.cli.upload import upload_sample_run
 from rlcleanup.samples.generator import VERSION, write_sample_run
-from rlcleanup.samples.upload import upload_sample_run
 from rlcleanup.stack import down, up
 from rlcleanup.stack.emit import job_event, publish_event
 

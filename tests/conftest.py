@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import shutil
 import tempfile
 import uuid
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlcleanup.stack import StackState, down, up
+from rlcleanup.stack.provision import client_env
 
 
 @pytest.fixture(scope="session")
@@ -34,16 +34,10 @@ def stack() -> Iterator[StackState]:
             down(state_dir)
 
     atexit.register(stop)
-    saved = {k: os.environ.get(k) for k in state.env}
-    os.environ.update(state.env)
     try:
-        yield state
+        with client_env(state.env):  # the tests' clients reach the stack; the environment is restored before stop
+            yield state
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         stop()
         atexit.unregister(stop)
         left = [path for path in state.leftovers if Path(path).exists()]

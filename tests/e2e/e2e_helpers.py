@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from rlcleanup.adapters.firestore_records import firestore_stores
+from rlcleanup.cli.upload import upload_sample_run
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.runtime.functions import parse_accounting
 from rlcleanup.runtime.topology import FunctionSpec, load_topology
 from rlcleanup.samples.generator import VERSION, write_sample_run
-from rlcleanup.samples.upload import upload_sample_run
 from rlcleanup.stack import StackState
 
 FINAL = {"awaiting_authority", "complete", "routed", "needs_person", "failed"}

@@ -27,10 +27,10 @@ from e2e_helpers import (
 )
 
 from rlcleanup.adapters.firestore_records import FirestoreIdempotencyStore, FirestoreRunRecords
+from rlcleanup.cli.upload import upload_sample_run
 from rlcleanup.runtime.topology import FunctionSpec, load_topology
 from rlcleanup.samples.generator import VERSION
 from rlcleanup.samples.large import SCALES, write_spec
-from rlcleanup.samples.upload import upload_sample_run
 from rlcleanup.stack import StackState
 from rlcleanup.stack.emit import job_event, publish_event
 from rlcleanup.steps.validate import CANDIDATES_PER_BATCH

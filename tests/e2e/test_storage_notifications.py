@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from e2e_helpers import wait_record
 
+from rlcleanup.cli.upload import upload_sample_run
 from rlcleanup.samples.generator import VERSION, write_sample_run
-from rlcleanup.samples.upload import upload_sample_run
 from rlcleanup.sources.gcs_notifications import classify_object, parse_notification
 from rlcleanup.stack import StackState
 

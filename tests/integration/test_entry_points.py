@@ -179,8 +179,8 @@ def test_schema_invalid_message_is_recorded_on_the_run(client, stack: StackState
 
 def test_transient_error_answers_500(client, stack: StackState, gcs_client, tmp_path: Path, uid: str) -> None:  # type: ignore[no-untyped-def]
     """Another delivery holds the run's classify claim (unexpired lease): retry later, i.e. HTTP 500."""
+    from rlcleanup.cli.upload import upload_sample_run
     from rlcleanup.samples.generator import VERSION, write_sample_run
-    from rlcleanup.samples.upload import upload_sample_run
 
     write_sample_run(tmp_path, "completed-resumed")
     name = f"busy-{uid}"

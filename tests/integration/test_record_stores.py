@@ -193,11 +193,11 @@ def test_capture_of_5000_objects_keeps_every_document_small(stack, gcs_client, f
     (Own buckets: fake-gcs-server's memory backend slows down linearly with the objects already in a bucket.)"""
     from rlcleanup.adapters.inprocess_bus import InProcessBus
     from rlcleanup.adapters.storage_router import RoutingStorage
+    from rlcleanup.cli.upload import upload_sample_run
     from rlcleanup.runtime.handlers import dispatch
     from rlcleanup.runtime.ports import Ports
     from rlcleanup.runtime.topology import load_topology
     from rlcleanup.samples.generator import write_sample_run
-    from rlcleanup.samples.upload import upload_sample_run
     from rlcleanup.stack.emit import job_event
 
     runs_bucket, preserve_bucket = (

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlcleanup.runtime.topology import load_topology
-from rlcleanup.stack import local
+from rlcleanup.stack import tools
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,9 +47,9 @@ def test_the_wheel_ships_the_functions_source_and_the_stack_uses_it(
 
     # The stack serves the package's own entry-point module: every topology function is defined there.
     monkeypatch.delenv("RLCLEANUP_FUNCTIONS_SOURCE", raising=False)
-    source = local.functions_source()
-    assert source == Path(local.__file__).resolve().parents[1] / "entrypoints.py"
-    served = {fn.entry_point for fn in local.served_functions(load_topology(), source)}
+    source = tools.functions_source()
+    assert source == Path(tools.__file__).resolve().parents[1] / "entrypoints.py"
+    served = {fn.entry_point for fn in tools.served_functions(load_topology(), source)}
     assert served == {fn.entry_point for fn in load_topology().functions}
     # The bundle's thin main.py names the same entry points (re-exported).
-    assert local.defined_entry_points(ROOT / "functions" / "main.py") >= served
+    assert tools.defined_entry_points(ROOT / "functions" / "main.py") >= served

@@ -26,7 +26,8 @@ from rlcleanup.paths import default_db, keys_dir, stack_dir
 from rlcleanup.report.verdict import build_verdict
 from rlcleanup.runtime.embedded import run_embedded
 from rlcleanup.samples.generator import write_sample_run
-from rlcleanup.stack.local import MARKER_VAR, StackState
+from rlcleanup.stack import StackState
+from rlcleanup.stack.local import MARKER_VAR
 
 runner = CliRunner()
 COMPLETED = "math-rl-completed-resumed-2026.11.30"
@@ -252,6 +253,34 @@ def test_publish_register_reclaim_all_used_closes_a_registering_run(tmp_path: Pa
         assert out["refusal"] is None, out
     assert out["record_status"] == "complete" and out["remaining_work"] == []
     assert _json("status", SELECTED)[0]["remaining_work"] == 0
+
+
+def test_grant_on_a_pubsub_deployment_is_published_on_the_wirings_bus(
+    tmp_path: Path, _xdg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With PUBSUB_EMULATOR_HOST set, `grant` signs and publishes to authority-grants (the deployed apply-grant
+    function applies it) through the bus the wiring hands out; nothing is applied here."""
+    import rlcleanup.cli.authority as authority
+
+    root = _sample(tmp_path, "completed-resumed")
+    _json("run", str(root))
+    _approver(_xdg / "m")
+    sent: list[tuple[str, dict[str, object], dict[str, str] | None]] = []
+
+    class Bus:
+        def publish(self, topic: str, data: bytes, attributes: dict[str, str] | None = None) -> str:
+            sent.append((topic, json.loads(data), attributes))
+            return "m-1"
+
+    monkeypatch.setattr(authority, "open_bus", lambda project: Bus())
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:9")
+    args = ["grant", COMPLETED, "--action", "publish", "--step", "20", "--destination", str(_xdg / "m" / "x")]
+    out = _json(*args, "--key", "alice", "--backend", "sqlite")
+    assert out["state"] == "published" and out["message_id"] == "m-1"
+    ((topic, grant, attributes),) = sent
+    assert topic == "authority-grants" and attributes == {"run_id": COMPLETED}
+    assert grant["grant"]["grant_id"] == out["grant_id"] and grant["signature"]
+    assert _json("grants", COMPLETED) == []  # published, not applied: the record store has no grant yet
 
 
 def test_refusals_and_previews_name_the_fix(tmp_path: Path, _xdg: Path, monkeypatch: pytest.MonkeyPatch) -> None:

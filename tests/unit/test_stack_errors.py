@@ -8,27 +8,27 @@ from pathlib import Path
 
 import pytest
 
-from rlcleanup.stack import StackError, local, procs
+from rlcleanup.stack import StackError, StackState, local, procs, tools
 
 
 def test_missing_gcloud_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CLOUDSDK_ROOT_DIR", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(StackError, match=r"gcloud.*apt-get install google-cloud-cli"):
-        local.sdk_root()
+        tools.sdk_root()
 
 
 def test_missing_java_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(StackError, match=r"java.*openjdk-17"):
-        local.emulator_scripts()
+        tools.emulator_scripts()
 
 
 def test_missing_emulator_component(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CLOUDSDK_ROOT_DIR", str(tmp_path))  # an SDK without the emulator components
     monkeypatch.setattr(procs, "require_executable", lambda name, fix: name)  # java "found"
     with pytest.raises(StackError, match="pubsub-emulator"):
-        local.emulator_scripts()
+        tools.emulator_scripts()
 
 
 def test_taken_port_is_reported_before_anything_starts(tmp_path: Path) -> None:
@@ -148,11 +148,11 @@ def test_start_listening_moves_to_a_fresh_port_after_losing_the_race(
 def test_up_starts_again_on_fresh_ports_when_one_was_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
 
-    def once(*args: object, **kwargs: object) -> local.StackState:
+    def once(*args: object, **kwargs: object) -> StackState:
         calls.append(1)
         if len(calls) == 1:
             raise procs.PortTaken("fn-x: port 1 was taken before it could bind it")
-        return local.StackState(state_dir=str(tmp_path), project="p", stack_id="s")
+        return StackState(state_dir=str(tmp_path), project="p", stack_id="s")
 
     monkeypatch.setattr(local, "_up_once", once)
     assert local.up(tmp_path).stack_id == "s"

@@ -6,8 +6,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from rlcleanup.stack import s3_server
-from rlcleanup.stack.local import StackState, down
+from rlcleanup.stack import StackState, down, s3_server
 
 
 def _stale_socket(path: Path) -> Path:

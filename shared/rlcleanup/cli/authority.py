@@ -18,8 +18,10 @@ import typer
 
 from rlcleanup.authority.grants import Action, Visibility
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
+from rlcleanup.cli.stores import OperatorError, not_found, open_store
 from rlcleanup.paths import default_preserve_root, keys_dir
 from rlcleanup.ports.records import RunRecords
+from rlcleanup.runtime.backends import OpenStore, StoreBackend, open_bus, open_storage
 from rlcleanup.settings import platform
 from rlcleanup.uris import is_local, strip_file_scheme
 
@@ -39,20 +41,13 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(**{unit: int(m.group(1))})
 
 
-def _store(backend: str | None, db: Path | None, project: str | None) -> RunRecords:
-    chosen = backend_name(backend) or ("firestore" if platform().firestore_emulator_host else "sqlite")
-    if chosen == "firestore":
-        from rlcleanup.adapters.firestore_records import FirestoreRunRecords
-
-        project = project or platform().project
-        if not project:
-            _fail("Firestore needs --project or GOOGLE_CLOUD_PROJECT", 2)
-        return FirestoreRunRecords(project=str(project))
-    if chosen != "sqlite":
-        _fail(f"unknown backend {chosen!r} (sqlite | firestore)", 2)
-    from rlcleanup.adapters.sqlite_records import SqliteRunRecords
-
-    return SqliteRunRecords(db_path(db))
+def _open(backend: str | None, db: Path | None, project: str | None, *, create: bool = False) -> OpenStore:
+    """The record store from the wiring (the same choice, and the same errors, as every other command)."""
+    try:
+        return open_store(backend_name(backend), db_path(db), project, create=create)
+    except OperatorError as exc:
+        typer.echo(f"rlcleanup: {exc}", err=True)
+        raise typer.Exit(exc.code) from exc
 
 
 def key_path(key: str) -> Path:
@@ -124,7 +119,7 @@ def approver_add(
     prefix = [_absolute_if_local(p) for p in prefix]
     try:
         approver = Approver(approver_id=approver_id, public_key=public_key, allowed_prefixes=prefix)
-        register_approver(_store(backend, db, project), approver)
+        register_approver(_open(backend, db, project, create=True).store, approver)
     except (ValidationError, ValueError) as exc:
         _fail(f"invalid approver: {exc}", 2)
     typer.echo(f"approver {approver_id} may grant under: {', '.join(prefix)}")
@@ -140,12 +135,9 @@ def _digest(store: RunRecords, run_id: str, step: int) -> str:
     return candidate.digest
 
 
-def _no_such_run(store: RunRecords, run_id: str, where: str) -> None:
-    from rlcleanup.cli.stores import close_matches
-
-    matches = close_matches(run_id, (r.run_id for r in store.list_runs(limit=1000)))
-    hint = f"; did you mean {', '.join(matches)}?" if matches else "; `rlcleanup status` lists the runs"
-    _fail(f"no such run {run_id!r} in {where}{hint}", 1)
+def _no_such_run(opened: OpenStore, run_id: str) -> None:
+    error = not_found(opened, run_id, f"no such run {run_id!r} in {opened.where}")
+    _fail(str(error), error.code)
 
 
 def _absolute_if_local(uri: str) -> str:
@@ -218,12 +210,12 @@ def grant(
         destination = _absolute_if_local(destination)
     project = project or platform().project
     chosen_backend = backend_name(backend)
-    cloud = bool(platform().pubsub_emulator_host or (project and chosen_backend != "sqlite"))
-    store = _store(chosen_backend or ("firestore" if cloud else None), db, project)
-    where = f"Firestore project {project}" if cloud or chosen_backend == "firestore" else str(db_path(db))
+    cloud = bool(platform().pubsub_emulator_host or (project and chosen_backend != StoreBackend.sqlite))
+    opened = _open(chosen_backend or (StoreBackend.firestore if cloud else None), db, project)
+    store = opened.store
     record = store.get(run_id)
     if record is None:
-        _no_such_run(store, run_id, where)
+        _no_such_run(opened, run_id)
         return
     if action is not Action.cancel and digest is None:
         chosen = step if step is not None else (record.selection.step if record.selection else None)
@@ -253,9 +245,7 @@ def grant(
         return
     data = json.dumps(sign(g, private)).encode()
     if cloud:
-        from rlcleanup.adapters.pubsub_bus import PubSubBus
-
-        message_id = PubSubBus(project or "rlcleanup-local").publish("authority-grants", data, {"run_id": run_id})
+        message_id = open_bus(project).publish("authority-grants", data, {"run_id": run_id})
         if as_json:
             typer.echo(json.dumps({"grant_id": g.grant_id, "state": "published", "message_id": message_id}))
         else:
@@ -291,11 +281,10 @@ def grant(
 
 
 def _print_preview(record: Any, g: Any, now: datetime, as_json: bool, store: Any) -> None:
-    from rlcleanup.adapters.storage_router import RoutingStorage
     from rlcleanup.authority.preview import preview_grant
     from rlcleanup.runtime.ports import hugging_face_hub
 
-    preview = preview_grant(RoutingStorage(), record, g, now, store, hugging_face_hub)
+    preview = preview_grant(open_storage(), record, g, now, store, hugging_face_hub)
     if as_json:
         typer.echo(json.dumps(preview, indent=2))
     else:
@@ -336,9 +325,10 @@ def grants(
     as_json: JsonOption = False,
 ) -> None:
     """List a run's grants with their state (pending, applying, used, refused, expired) and result."""
-    store = _store(backend, db, project)
+    opened = _open(backend, db, project)
+    store = opened.store
     if store.get(run_id) is None:
-        _no_such_run(store, run_id, "the record store")
+        _no_such_run(opened, run_id)
     # In the order they arrived (ids are random), as the record's authority_actions list them.
     docs = sorted(store.list_docs(f"runs/{run_id}/grants"), key=lambda kv: (kv[1].get("received_at") or "", kv[0]))
     rows: list[dict[str, Any]] = []

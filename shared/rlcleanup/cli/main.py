@@ -88,18 +88,17 @@ def run(
 
     A run that already has a record is not processed again: its stored record is printed (and `run` says so).
     After fixing the run (e.g. a missing shard) use --rerun."""
-    from rlcleanup.adapters.storage_registry import BUILTIN
-    from rlcleanup.adapters.storage_router import RoutingStorage
     from rlcleanup.cli.render import summary
     from rlcleanup.cli.runroots import has_run_config
     from rlcleanup.ports.storage import UnknownSchemeError
+    from rlcleanup.runtime.backends import check_scheme, open_storage
     from rlcleanup.runtime.embedded import run_embedded
     from rlcleanup.uris import is_local
 
     for given in (run_uri, preserve_to):
         try:
             if given is not None:
-                BUILTIN.for_uri(given)  # an unknown scheme is a usage error here, not an empty local directory
+                check_scheme(given)  # an unknown scheme is a usage error here, not an empty local directory
         except UnknownSchemeError as exc:
             _fail(str(exc), 2)
     if state is not None and state.strip().upper() not in MANUAL_STATES:
@@ -113,7 +112,7 @@ def run(
     # The pipeline's own warnings are on the record; stderr carries only the one-line reason below.
     logging.getLogger("rlcleanup").addHandler(logging.NullHandler())
     try:
-        if not has_run_config(RoutingStorage(), uri):
+        if not has_run_config(open_storage(), uri):
             _fail(_not_a_run(run_uri, local), EXIT_USAGE)
         kept = _prepare_rerun(uri, db_file) if rerun else None
         if kept is not None:
@@ -162,17 +161,15 @@ def run(
 
 def _prepare_rerun(uri: str, db_file: Path) -> str | None:
     """Archive the run's record (if any) and clear its step claims; returns where the old record went."""
-    from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
-    from rlcleanup.adapters.storage_router import RoutingStorage
     from rlcleanup.cli import maintenance
-    from rlcleanup.cli.stores import OpenStore
+    from rlcleanup.runtime.backends import StoreBackend, open_storage
     from rlcleanup.steps.facts import run_facts
     from rlcleanup.steps.layout import discover
 
-    run_id = run_facts(discover(RoutingStorage(), uri)).run_id
-    opened = OpenStore(
-        SqliteRunRecords(db_file), SqliteIdempotencyStore(db_file), f"SQLite {db_file}", "sqlite", db_file
-    )
+    run_id = run_facts(discover(open_storage(), uri)).run_id
+    opened = open_store(
+        StoreBackend.sqlite, db_file, None, create=True
+    )  # `run` writes SQLite records, so re-runs clear them
     old = opened.store.get(run_id)
     if old is None:
         return None

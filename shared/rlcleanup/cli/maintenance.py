@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rlcleanup.cli.stores import OpenStore
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.runtime.backends import OpenStore, StoreBackend
 
 
 def history_collection(run_id: str) -> str:
@@ -41,7 +41,7 @@ def _sqlite(db_path: Path) -> sqlite3.Connection:
 def reset_for_rerun(opened: OpenStore, run_id: str) -> None:
     """Drop the record, its step claims and its event ledger so the next event runs every step again.
     Grants, approvers, registry rows and the history stay: they are the run's authority trail."""
-    if opened.backend != "sqlite" or opened.db_path is None:
+    if opened.backend != StoreBackend.sqlite or opened.db_path is None:
         raise ValueError("--rerun runs the embedded pipeline: it needs the SQLite records file")
     with _sqlite(opened.db_path) as conn:
         for table in ("records", "claims", "claim_versions", "events"):
@@ -50,7 +50,7 @@ def reset_for_rerun(opened: OpenStore, run_id: str) -> None:
 
 def forget(opened: OpenStore, run_id: str) -> None:
     """Remove the record and everything filed under it (claims, events, grants, history)."""
-    if opened.backend == "sqlite" and opened.db_path is not None:
+    if opened.backend == StoreBackend.sqlite and opened.db_path is not None:
         with _sqlite(opened.db_path) as conn:
             for table in ("records", "claims", "claim_versions", "events"):
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))

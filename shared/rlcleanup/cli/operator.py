@@ -246,13 +246,13 @@ def report(
     """Render a run's completion record: the verdict line, then the evidence, with the chain timeline.
 
     Without --out the report goes to stdout (Markdown then omits the picture; HTML inlines it as SVG)."""
-    from rlcleanup.adapters.storage_router import RoutingStorage
     from rlcleanup.report import load_inputs, render_report
+    from rlcleanup.runtime.backends import open_storage
 
     if as_json:
         fmt = ReportFormat.json
     record = get_record(open_store(backend_name(backend), db_path(db), project), run_id)
-    inputs = load_inputs(RoutingStorage(), record)
+    inputs = load_inputs(open_storage(), record)
     # The picture costs ~1 s of matplotlib: draw it only where it will be seen.
     kind = fmt.value
     rendered = render_report(inputs, with_timeline=kind == "html" or (kind == "md" and out is not None))

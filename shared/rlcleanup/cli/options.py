@@ -1,6 +1,6 @@
 """Options every command shares, so the same flag means the same thing (and completes the same) everywhere.
 
-Fixed sets are Enums: typer lists their choices in --help and offers them to shell completion.
+Fixed sets are Enums (the record stores are the wiring's `StoreBackend`): typer lists their choices in --help and offers them to shell completion.
 """
 
 from __future__ import annotations
@@ -12,11 +12,7 @@ from typing import Annotated
 import typer
 
 from rlcleanup.paths import default_db
-
-
-class Backend(StrEnum):
-    sqlite = "sqlite"
-    firestore = "firestore"
+from rlcleanup.runtime.backends import StoreBackend
 
 
 class ReportFormat(StrEnum):
@@ -34,7 +30,7 @@ DbOption = Annotated[
     ),
 ]
 BackendOption = Annotated[
-    Backend | None,
+    StoreBackend | None,
     typer.Option(help="record store (default: firestore when FIRESTORE_EMULATOR_HOST is set, else sqlite)"),
 ]
 ProjectOption = Annotated[str | None, typer.Option(help="Firestore / Pub/Sub project (default: $GOOGLE_CLOUD_PROJECT)")]
@@ -45,5 +41,5 @@ def db_path(db: Path | None) -> Path:
     return db if db is not None else default_db()
 
 
-def backend_name(backend: Backend | str | None) -> str | None:
-    return None if backend is None else str(backend.value if isinstance(backend, Backend) else backend)
+def backend_name(backend: StoreBackend | str | None) -> str | None:
+    return None if backend is None else str(backend.value if isinstance(backend, StoreBackend) else backend)

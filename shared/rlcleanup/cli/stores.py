@@ -1,20 +1,26 @@
-"""Opening the record store for read commands, with errors that name the fix; run look-up with close matches;
-and the per-step claim states `watch` polls (SQLite claims table, or Firestore `runs/{id}/steps`)."""
+"""The record store as commands open it (the wiring's `open_store`, its errors mapped to exit codes); run look-up
+with close matches; and the per-step claim states `watch` polls (SQLite claims table, or Firestore
+`runs/{id}/steps`)."""
 
 from __future__ import annotations
 
 import difflib
 import json
-import socket
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlcleanup.models.record import CompletionRecord
-from rlcleanup.ports.records import IdempotencyStore, RunRecords
-from rlcleanup.settings import platform
+from rlcleanup.runtime import backends
+from rlcleanup.runtime.backends import (
+    NoRecordsDatabase,
+    OpenStore,
+    StoreBackend,
+    StoreChoiceInvalid,
+    StoreSetupError,
+    StoreUnreachable,
+)
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_FAILURE = 0, 1, 2, 3
 
@@ -27,72 +33,16 @@ class OperatorError(Exception):
         self.code = code
 
 
-@dataclass
-class OpenStore:
-    store: RunRecords
-    claims: IdempotencyStore
-    where: str  # for messages: "SQLite .rlcleanup/records.db" / "Firestore project p (emulator localhost:8080)"
-    backend: str
-    db_path: Path | None = None
+# Exit code per way the record store could not be opened (the wiring words the message).
+_SETUP_EXIT = {NoRecordsDatabase: EXIT_NOT_FOUND, StoreChoiceInvalid: EXIT_USAGE, StoreUnreachable: EXIT_FAILURE}
 
 
-def _emulator_reachable(host: str, timeout: float = 1.5) -> bool:
-    name, _, port = host.rpartition(":")
+def open_store(backend: str | None, db: Path, project: str | None, *, create: bool = False) -> OpenStore:
+    """The wiring's record store (runtime/backends.py chooses it), its setup errors as OperatorErrors."""
     try:
-        with socket.create_connection((name or "localhost", int(port or 8080)), timeout=timeout):
-            return True
-    except (OSError, ValueError):
-        return False
-
-
-def _check_credentials(project: str) -> None:
-    import google.auth
-    from google.auth.exceptions import DefaultCredentialsError
-
-    try:
-        google.auth.default()
-    except DefaultCredentialsError as exc:
-        raise OperatorError(
-            f"no Google Cloud credentials to read Firestore project {project}: set GOOGLE_APPLICATION_CREDENTIALS "
-            "to a service-account key file (or run `gcloud auth application-default login`); for the local stack "
-            "set FIRESTORE_EMULATOR_HOST instead (`eval $(rlcleanup stack up)`)"
-        ) from exc
-
-
-def open_store(backend: str | None, db: Path, project: str | None) -> OpenStore:
-    emulator = platform().firestore_emulator_host
-    chosen = backend or ("firestore" if emulator else "sqlite")
-    if chosen == "sqlite":
-        if not db.exists():
-            raise OperatorError(
-                f"no records database at {db}: process a run first (`rlcleanup run RUN_ROOT --db {db}`), pass --db "
-                "PATH, or use --backend firestore",
-                EXIT_NOT_FOUND,
-            )
-        from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
-
-        return OpenStore(SqliteRunRecords(db), SqliteIdempotencyStore(db), f"SQLite {db}", "sqlite", db)
-    if chosen != "firestore":
-        raise OperatorError(f"unknown backend {chosen!r}: use sqlite or firestore", EXIT_USAGE)
-    project = project or platform().project
-    if not project:
-        raise OperatorError(
-            "Firestore needs a project: set GOOGLE_CLOUD_PROJECT (`eval $(rlcleanup stack up)` does) or pass --project",
-            EXIT_USAGE,
-        )
-    if emulator:
-        if not _emulator_reachable(emulator):
-            raise OperatorError(
-                f"the Firestore emulator at {emulator} (FIRESTORE_EMULATOR_HOST) is not reachable: start it with "
-                "`rlcleanup stack up`, or unset FIRESTORE_EMULATOR_HOST to read the SQLite records"
-            )
-        where = f"Firestore project {project} (emulator {emulator})"
-    else:
-        _check_credentials(project)
-        where = f"Firestore project {project}"
-    from rlcleanup.adapters.firestore_records import firestore_stores
-
-    return OpenStore(*firestore_stores(project), where, "firestore")
+        return backends.open_store(backend, db, project, create=create)
+    except StoreSetupError as exc:
+        raise OperatorError(str(exc), _SETUP_EXIT.get(type(exc), EXIT_FAILURE)) from exc
 
 
 def close_matches(wanted: str, known: Iterable[str], n: int = 3) -> list[str]:
@@ -121,14 +71,14 @@ def get_record(opened: OpenStore, run_id: str) -> CompletionRecord:
 
 def step_states(opened: OpenStore, run_id: str) -> dict[str, dict[str, Any]]:
     """key -> {"state": running|done, "result": {...}} for every claim of the run (done and in flight)."""
-    if opened.backend == "sqlite" and opened.db_path is not None:
+    if opened.backend == StoreBackend.sqlite and opened.db_path is not None:
         # Read-only and outside the adapter: the port exposes only finished results, watch also shows leases.
         uri = f"file:{opened.db_path.resolve()}?mode=ro"
         with sqlite3.connect(uri, uri=True, timeout=10) as conn:
             rows = conn.execute("SELECT key, state, result FROM claims WHERE run_id = ?", (run_id,)).fetchall()
         return {k: {"state": s, "result": json.loads(res) if res else {}} for k, s, res in rows}
     db = getattr(opened.store, "db", None)
-    if opened.backend == "firestore" and db is not None:
+    if opened.backend == StoreBackend.firestore and db is not None:
         out: dict[str, dict[str, Any]] = {}
         for snap in db.collection("runs").document(run_id).collection("steps").stream():
             data = snap.to_dict() or {}

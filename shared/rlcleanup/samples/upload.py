@@ -3,7 +3,8 @@
 The generator writes absolute local paths into text files (resolved config `trainer.ckpt_path`, terminal.json,
 attempt records, log banners). In a bucket those must name the bucket's URIs (gs://, or any scheme the storage
 registry serves), or the pipeline would look on the local disk. `upload_sample_run_to` writes through the storage
-port, so it works for every registered scheme; `upload_sample_run` is its GCS-client shorthand.
+port it is given, so it works for every registered scheme; the faces hand it the wiring's storage
+(`rlcleanup.cli.upload`: the GCS shorthand and `python -m rlcleanup.cli.upload`).
 `rename` gives the run a new name (object keys and text alike), so one scenario can be uploaded many times as
 distinct runs (distinct run ids).
 """
@@ -14,11 +15,9 @@ import contextlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from rlcleanup.formats.weight_files import has_weight_suffix
 from rlcleanup.ports.storage import Storage, WriteOutcome
-from rlcleanup.settings import platform
 
 TEXT_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml", ".txt", ".log", ".out", ".err", ".md", ".csv")
 _UPLOAD_WORKERS = 8
@@ -56,14 +55,46 @@ def _rewriter(local_dest: Path, base: str, rename: str | None) -> Callable[[str]
 
 
 def upload_sample_run_to(
-    storage: Storage, local_dest: Path, dest_root: str, *, rename: str | None = None, skip: tuple[Path, ...] = ()
+    storage: Storage,
+    local_dest: Path,
+    dest_root: str,
+    *,
+    rename: str | None = None,
+    skip: tuple[Path, ...] = (),
+    status_last: bool = False,
 ) -> str:
     """Upload every file under local_dest to dest_root/... (any registered scheme), rewriting local paths;
-    return the run URI. `skip`: local files left out (a caller that writes them itself, in its own order)."""
+    return the run URI. `skip`: local files left out (a caller that writes them itself, in its own order).
+
+    status_last: write in Marin's order, as a notified bucket sees a run end: `.executor_status` RUNNING first,
+    every other file, then the run's real status token in its place. The port writes once and never overwrites,
+    so each status write deletes what was there first: the bucket sees one new object (one OBJECT_FINALIZE) per
+    write, as it does for an overwrite.
+    """
     local_dest = Path(local_dest).resolve()
-    r = durable_root(local_dest)
     base = dest_root.rstrip("/")
     rewrite = _rewriter(local_dest, base, rename)
+    run_root = durable_root(local_dest)
+    status = run_root / STATUS_FILE
+    if not (status_last and status.is_file()):
+        _upload_tree(storage, local_dest, base, rewrite, skip)
+        return rewrite(str(run_root))
+    status_uri = rewrite(str(status))
+    _replace(storage, status_uri, b"RUNNING\n")
+    _upload_tree(storage, local_dest, base, rewrite, (*skip, status))
+    _replace(storage, status_uri, status.read_bytes())
+    return rewrite(str(run_root))
+
+
+def _replace(storage: Storage, uri: str, data: bytes) -> None:
+    storage.delete(uri)
+    if storage.write_if_absent(uri, data) is WriteOutcome.conflict:  # someone wrote it between the two calls
+        raise FileExistsError(f"{uri} changed while the sample was uploaded: upload it under a new prefix")
+
+
+def _upload_tree(
+    storage: Storage, local_dest: Path, base: str, rewrite: Callable[[str], str], skip: tuple[Path, ...]
+) -> None:
     files = [p for p in sorted(local_dest.rglob("*")) if p.is_file()]
 
     def put(path: Path) -> None:
@@ -77,66 +108,3 @@ def upload_sample_run_to(
 
     with ThreadPoolExecutor(max_workers=_UPLOAD_WORKERS) as pool:
         list(pool.map(put, [f for f in files if f not in skip]))
-    return rewrite(str(r))
-
-
-def upload_sample_run(
-    storage_client: Any,
-    local_dest: Path,
-    bucket: str,
-    prefix: str,
-    *,
-    rename: str | None = None,
-    status_last: bool = False,
-) -> str:
-    """upload_sample_run_to gs://bucket/prefix through a google-cloud-storage client (tests, the local stack).
-
-    status_last: write in Marin's order, as a notified bucket sees a run end: `.executor_status` RUNNING first,
-    every other file, then the run's real status token over it (an overwrite, so through the client directly:
-    the port's write-once upload refuses to replace content).
-    """
-    from rlcleanup.adapters.gcs_storage import GcsStorage
-    from rlcleanup.adapters.storage_router import RoutingStorage
-
-    base = f"gs://{bucket}/{prefix.strip('/')}" if prefix.strip("/") else f"gs://{bucket}"
-    storage = RoutingStorage({"gs": GcsStorage(storage_client)})
-    local_dest = Path(local_dest).resolve()
-    status = durable_root(local_dest) / STATUS_FILE
-    if not (status_last and status.is_file()):
-        return upload_sample_run_to(storage, local_dest, base, rename=rename)
-    status_uri = _rewriter(local_dest, base, rename)(str(status))
-    blob = storage_client.bucket(bucket).blob(status_uri.removeprefix(f"gs://{bucket}/"))
-    blob.upload_from_string(b"RUNNING\n")
-    run_uri = upload_sample_run_to(storage, local_dest, base, rename=rename, skip=(status,))
-    blob.upload_from_string(status.read_bytes())
-    return run_uri
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m rlcleanup.samples.upload LOCAL_DEST BUCKET PREFIX [--rename NAME]`: prints the run URI."""
-    import argparse
-
-    ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("local_dest", type=Path)
-    ap.add_argument("bucket")
-    ap.add_argument("prefix")
-    ap.add_argument("--rename", default=None)
-    ap.add_argument("--status-last", action="store_true", help="Marin's order: status RUNNING, files, token")
-    args = ap.parse_args(argv)
-    from google.cloud import storage
-
-    if platform().storage_emulator_host:
-        from google.auth.credentials import AnonymousCredentials
-
-        client = storage.Client(project=(platform().project or "rlcleanup-local"), credentials=AnonymousCredentials())
-    else:
-        client = storage.Client()
-    run_uri = upload_sample_run(
-        client, args.local_dest, args.bucket, args.prefix, rename=args.rename, status_last=args.status_last
-    )
-    print(run_uri)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

