@@ -79,6 +79,9 @@ def source_dir(source: Path) -> str:
     return "" if source.resolve().parent == Path(__file__).resolve().parents[1] else str(source.parent)
 
 
+GENERATED = "ENTRY_POINTS"  # entrypoints.py's table of every topology function, by entry point
+
+
 def defined_entry_points(source: Path) -> set[str]:
     """Top-level names bound in the entry-point module (assignments, defs, imported names), read without
     importing it."""
@@ -87,16 +90,19 @@ def defined_entry_points(source: Path) -> set[str]:
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
         elif isinstance(node, ast.ImportFrom):  # the bundle's main.py re-exports the package's entry points
             names.update(alias.asname or alias.name for alias in node.names)
     return names
 
 
 def served_functions(topology: Topology, source: Path) -> list[FunctionSpec]:
+    """The topology's functions the entry-point module serves. One that binds `ENTRY_POINTS` (rlcleanup/entrypoints.py
+    builds it from the topology; the bundle's main.py imports it) serves every function."""
     defined = defined_entry_points(source)
-    return [fn for fn in topology.functions if fn.entry_point in defined]
+    return [fn for fn in topology.functions if GENERATED in defined or fn.entry_point in defined]
 
 
 def functions_framework_command(fn: FunctionSpec, source: Path, port: int) -> list[str]:
