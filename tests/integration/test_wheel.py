@@ -4,6 +4,7 @@ installed package, never in the repository's functions/ directory."""
 
 from __future__ import annotations
 
+import runpy
 import subprocess
 import sys
 import zipfile
@@ -51,5 +52,8 @@ def test_the_wheel_ships_the_functions_source_and_the_stack_uses_it(
     assert source == Path(tools.__file__).resolve().parents[1] / "entrypoints.py"
     served = {fn.entry_point for fn in tools.served_functions(load_topology(), source)}
     assert served == {fn.entry_point for fn in load_topology().functions}
-    # The bundle's thin main.py names the same entry points (re-exported).
-    assert tools.defined_entry_points(ROOT / "functions" / "main.py") >= served
+    # The bundle's thin main.py names the same entry points (re-exported), and really binds them at the top level.
+    main = ROOT / "functions" / "main.py"
+    assert {fn.entry_point for fn in tools.served_functions(load_topology(), main)} == served
+    bound = runpy.run_path(str(main))
+    assert {name for name in served if callable(bound.get(name))} == served

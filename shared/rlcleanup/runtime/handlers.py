@@ -48,7 +48,8 @@ def dispatch(
     table = table or stage_table()
     row = table.row(entry_point)
     p = guarded_ports(p, table.topology.function(entry_point))  # publishes only what topology.yaml declares
-    p = replace(p, delivery_id=message_id)  # this delivery's own copy: claims name it as their lease owner
+    # This delivery's own copy: claims name it as their lease owner; its stages read the table's graph.
+    p = replace(p, delivery_id=message_id, topology=table.topology)
     try:
         return row.handler(p, data, attributes)
     except Exception as exc:

@@ -13,6 +13,7 @@ from rlcleanup.ports.hub import HubFactory, ModelHub
 from rlcleanup.ports.jobs import JobLauncher
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import Storage
+from rlcleanup.runtime.topology import Topology, load_topology
 from rlcleanup.settings import DeploymentSettings, unconfigured
 
 HUB_JOB_MODULE = "rlcleanup.runtime.hub_job"
@@ -71,6 +72,9 @@ class Ports:
     model_hub: HubFactory = hugging_face_hub  # the `hf://` destination's client, made on first use
     # Hand-offs to the Hub larger than settings.hub_job_threshold_bytes are uploaded by this job (None: inline).
     hub_upload_job: JobLauncher | None = None
+    # The pipeline graph the handlers run in (claim keys, fan-outs, barriers): the packaged topology.yaml, or the
+    # one the dispatching stage table was checked against (runtime/stage_table.py).
+    topology: Topology = field(default_factory=load_topology)
 
     # Read-only views of the settings, under the names the handlers use (e.g. `p.run_buckets`).
     preserve_root = _FromSettings[str | None]()  # where evidence goes unless the event names a place

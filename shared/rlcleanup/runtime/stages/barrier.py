@@ -23,7 +23,7 @@ from rlcleanup.models.plans import MemberSet
 from rlcleanup.runtime.attempt_scope import scoped
 from rlcleanup.runtime.claims import Busy, once_or_busy, stored
 from rlcleanup.runtime.ports import Ports
-from rlcleanup.runtime.topology import Barrier, Topology, load_topology
+from rlcleanup.runtime.topology import Barrier, Topology
 
 R = TypeVar("R", bound=BaseModel)
 SetT = TypeVar("SetT", bound=MemberSet)
@@ -85,17 +85,9 @@ def gather(p: Ports, run_id: str, scope: str, barrier: Barrier, topology: Topolo
     return Gathered(sets, outcomes)
 
 
-def try_barrier(
-    p: Ports,
-    run_id: str,
-    scope: str,
-    name: str,
-    work: Callable[[Gathered], R],
-    *,
-    topology: Topology | None = None,
-) -> Passed[R]:
+def try_barrier(p: Ports, run_id: str, scope: str, name: str, work: Callable[[Gathered], R]) -> Passed[R]:
     """Run the barrier `name` once everything it waits for is stored; exactly one delivery runs `work`."""
-    topology = topology or load_topology()
+    topology = p.topology
     barrier = topology.barrier(name)
     gathered = gather(p, run_id, scope, barrier, topology)
     if isinstance(gathered, str):
@@ -130,10 +122,10 @@ def barrier_works() -> dict[str, BarrierWork]:
     return dict(_WORK)
 
 
-def advance(p: Ports, run_id: str, scope: str, after: str, *, topology: Topology | None = None) -> str:
+def advance(p: Ports, run_id: str, scope: str, after: str) -> str:
     """`after` (a fan-out, or a barrier) just stored a piece: try every barrier that waits for it, and, for each
     one that is won (now or earlier), the barriers that wait for that one. Returns what the last try said."""
-    topology = topology or load_topology()
+    topology = p.topology
     detail = f"{after}: stored"
     frontier = [after]
     while frontier:
@@ -141,7 +133,7 @@ def advance(p: Ports, run_id: str, scope: str, after: str, *, topology: Topology
             work = _WORK.get(barrier.name)
             if work is None:  # fails closed: the stage table refuses such a topology before any delivery
                 raise KeyError(f"barrier {barrier.name} has no work registered (runtime/stages/*.py @barrier_work)")
-            tried = try_barrier(p, run_id, scope, barrier.name, _bind(work, p, run_id, scope), topology=topology)
+            tried = try_barrier(p, run_id, scope, barrier.name, _bind(work, p, run_id, scope))
             detail = tried.detail
             if tried.passed:
                 frontier.append(barrier.name)
@@ -152,21 +144,21 @@ def _bind(work: BarrierWork, p: Ports, run_id: str, scope: str) -> Callable[[Gat
     return lambda gathered: work(p, run_id, scope, gathered)
 
 
-def member_key(scope: str, fan_out: str, member_id: str) -> str:
+def member_key(p: Ports, scope: str, fan_out: str, member_id: str) -> str:
     """The claim key a member of `fan_out` stores its outcome under (topology.yaml `member_key`)."""
-    return scoped(scope, load_topology().fan_out(fan_out).key_of(member_id))
+    return scoped(scope, p.topology.fan_out(fan_out).key_of(member_id))
 
 
-def member_set_key(scope: str, fan_out: str) -> str:
+def member_set_key(p: Ports, scope: str, fan_out: str) -> str:
     """The claim key `fan_out`'s member set is stored under (topology.yaml `member_set`)."""
-    return scoped(scope, load_topology().fan_out(fan_out).member_set)
+    return scoped(scope, p.topology.fan_out(fan_out).member_set)
 
 
-def member_prefix(scope: str, fan_out: str) -> str:
+def member_prefix(p: Ports, scope: str, fan_out: str) -> str:
     """The key prefix every member of `fan_out` shares (a count or a listing of them reads this)."""
-    return scoped(scope, load_topology().fan_out(fan_out).member_prefix)
+    return scoped(scope, p.topology.fan_out(fan_out).member_prefix)
 
 
-def own_claim(scope: str, function: str) -> str:
+def own_claim(p: Ports, scope: str, function: str) -> str:
     """The claim key a function stores its own step under (topology.yaml `functions[].claim`)."""
-    return scoped(scope, load_topology().claim_of(function))
+    return scoped(scope, p.topology.claim_of(function))

@@ -83,7 +83,7 @@ def _plan_page(p: Ports, run_id: str, scope: str, page: int, first: RunMessage |
             pages=page + 1,
         )
 
-    once(p, run_id, member_set_key(scope, FAN_OUT), whole, model=CapturePlan)
+    once(p, run_id, member_set_key(p, scope, FAN_OUT), whole, model=CapturePlan)
     return advance(p, run_id, scope, FAN_OUT)
 
 
@@ -100,7 +100,7 @@ def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         p.records.add_errors(msg.run_id, run_errors("capture", errors))
         return CapturePartOutcome(objects=len(result.objects), bytes=sum(o.size for o in result.objects))
 
-    key = member_key(msg.scope, FAN_OUT, msg.part.part_id)
+    key = member_key(p, msg.scope, FAN_OUT, msg.part.part_id)
     once(p, msg.run_id, key, work, model=CapturePartOutcome)
     return advance(p, msg.run_id, msg.scope, FAN_OUT)
 
@@ -134,7 +134,7 @@ def finish_capture(p: Ports, run_id: str, scope: str, gathered: Gathered) -> Val
     targets = ValidationSet(targets=[*candidates, "resume"], run_uri=run_uri, preserve_root=plan.preserve_root)
     # The member set is stored BEFORE the fan-out: a validation that finishes before this barrier completes must
     # still know which siblings to wait for (an empty/unknown set would look like "all done").
-    p.claims.complete(run_id, member_set_key(scope, VALIDATION), targets.model_dump(mode="json"))
+    p.claims.complete(run_id, member_set_key(p, scope, VALIDATION), targets.model_dump(mode="json"))
     # One message per batch of candidates (one invocation validates a batch together), one for resume.
     run = (run_id, scope, run_uri, plan.preserve_root)
     for i in range(0, len(candidates), CANDIDATES_PER_BATCH):

@@ -114,7 +114,7 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
             publish(p, "run-classified", next_msg)
         return Classified(kind=kind.value, **snapshot, end=marks.model_dump(mode="json"))
 
-    result = once(p, run_id, own_claim(scope, "on-job-event"), work, model=Classified)
+    result = once(p, run_id, own_claim(p, scope, "on-job-event"), work, model=Classified)
     which = f" (new end, pass {pass_id(scope)})" if scope else ""
     return f"classified {run_id}{which}: {result.kind}" if result else f"duplicate: {run_id} already classified"
 

@@ -25,7 +25,7 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     msg = decode(RunMessage, data)
 
     def work() -> RecordFinished:
-        outcomes = stored_under(p, msg.run_id, member_prefix(msg.scope, VALIDATION), ValidationOutcome).values()
+        outcomes = stored_under(p, msg.run_id, member_prefix(p, msg.scope, VALIDATION), ValidationOutcome).values()
         candidates = sorted((o.candidate for o in outcomes if o.candidate), key=lambda c: c.step)
         resume = next((o.resume_safety for o in outcomes if o.resume_safety), None)
         layout = run_layout(p, msg.run_id, msg.run_uri, msg.scope)
@@ -39,5 +39,5 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         p.bus.publish(READY_TOPIC, ready, {"run_id": msg.run_id})
         return RecordFinished(status=fields["status"])
 
-    result = once(p, msg.run_id, own_claim(msg.scope, "select-candidate"), work, model=RecordFinished)
+    result = once(p, msg.run_id, own_claim(p, msg.scope, "select-candidate"), work, model=RecordFinished)
     return f"record {result.status}" if result else "duplicate: record already finished"

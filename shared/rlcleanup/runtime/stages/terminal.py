@@ -66,7 +66,7 @@ def _plan_page(p: Ports, run_id: str, scope: str, page: int, first: RunMessage |
         parts = [part for stored in pages for part in stored.parts]
         return LogScanPlan(parts=parts, dest_root=done.dest_root, run=done.run, pages=page + 1)
 
-    once(p, run_id, member_set_key(scope, FAN_OUT), whole, model=LogScanPlan)
+    once(p, run_id, member_set_key(p, scope, FAN_OUT), whole, model=LogScanPlan)
     return advance(p, run_id, scope, FAN_OUT)
 
 
@@ -82,7 +82,7 @@ def scan_log_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
             publish(p, PARTS_TOPIC, msg.model_copy(update={"part": after}))
         return LogScanOutcome(uri=uri, files=len(msg.part.uris), bytes=msg.part.bytes, problems=len(problems))
 
-    once(p, msg.run_id, member_key(msg.scope, FAN_OUT, msg.part.part_id), work, model=LogScanOutcome)
+    once(p, msg.run_id, member_key(p, msg.scope, FAN_OUT, msg.part.part_id), work, model=LogScanOutcome)
     return advance(p, msg.run_id, msg.scope, FAN_OUT)
 
 

@@ -29,7 +29,6 @@ from rlcleanup.runtime.stages.barrier import (
     member_set_key,
 )
 from rlcleanup.runtime.stages.common import publish
-from rlcleanup.runtime.topology import load_topology
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.metrics_store import load_metric_steps
 from rlcleanup.steps.validate import check_resume_safety, validate_candidate, validate_many
@@ -69,7 +68,7 @@ def _validate_target(p: Ports, msg: CandidateMessage) -> None:
         )
         return ValidationOutcome(candidate=candidate)
 
-    once(p, msg.run_id, member_key(msg.scope, FAN_OUT, msg.members[0]), work, model=ValidationOutcome)
+    once(p, msg.run_id, member_key(p, msg.scope, FAN_OUT, msg.members[0]), work, model=ValidationOutcome)
 
 
 def _validate_batch(p: Ports, msg: CandidateMessage) -> None:
@@ -81,8 +80,8 @@ def _validate_batch(p: Ports, msg: CandidateMessage) -> None:
     todo = list(msg.targets)
     results: dict[str, Candidate | Exception]
     try:
-        done = p.claims.results(run_id, member_prefix(scope, FAN_OUT))  # a redelivery redoes only the rest
-        todo = [t for t in todo if member_key(scope, FAN_OUT, t) not in done]
+        done = p.claims.results(run_id, member_prefix(p, scope, FAN_OUT))  # a redelivery redoes only the rest
+        todo = [t for t in todo if member_key(p, scope, FAN_OUT, t) not in done]
         inputs = _validation_inputs(p, msg)
         target_of = {step: t for t in todo if (step := target_step(t)) is not None}
         by_step = validate_many(
@@ -100,7 +99,7 @@ def _validate_batch(p: Ports, msg: CandidateMessage) -> None:
     for target, outcome in results.items():
         if isinstance(outcome, Candidate):
             validated = ValidationOutcome(candidate=outcome)
-            once(p, run_id, member_key(scope, FAN_OUT, target), _returning(validated), model=ValidationOutcome)
+            once(p, run_id, member_key(p, scope, FAN_OUT, target), _returning(validated), model=ValidationOutcome)
         elif error_kind(outcome) is ErrorKind.transient:
             transient = transient or outcome
         else:
@@ -143,7 +142,7 @@ def start_selection(p: Ports, run_id: str, scope: str, gathered: Gathered) -> Se
     run_uri, preserve_root = targets.run_uri, targets.preserve_root
     if run_uri is None or preserve_root is None:  # a set stored before it kept them: the record and capture plan
         record = p.records.get(run_id)
-        plan = stored(p, run_id, member_set_key(scope, "capture"), CapturePlan)
+        plan = stored(p, run_id, member_set_key(p, scope, "capture"), CapturePlan)
         run_uri = run_uri or (record.run_uri if record else "")
         preserve_root = preserve_root or (plan.preserve_root if plan else "")
     selection = RunMessage(run_id=run_id, scope=scope, run_uri=run_uri, preserve_root=preserve_root)
@@ -158,7 +157,7 @@ def failed_validation(p: Ports, key: str, data: bytes, error: PermanentError) ->
     code = error.code if error.code in CandidateProblem.__members__ else CandidateProblem.internal_error.value
     problem = f"{code}: validation could not finish: {failure.message}"
     step = target_step(
-        unscoped(key).removeprefix(load_topology().fan_out(FAN_OUT).member_prefix)
+        unscoped(key).removeprefix(p.topology.fan_out(FAN_OUT).member_prefix)
     )  # the failed member's own target (a batch names several)
     if step is None:
         resume = ResumeSafety(safe=False, reasons=[problem])
