@@ -8,7 +8,7 @@ from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import CapturePartMessage, CapturePlanPageMessage, RunMessage
 from rlcleanup.models.outcomes import CapturePartOutcome, MemberError
 from rlcleanup.models.plans import CapturePlan, PlanPage, ValidationSet
-from rlcleanup.runtime.attempt_scope import pass_id, scoped
+from rlcleanup.runtime.attempt_scope import pass_id
 from rlcleanup.runtime.claims import once
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.layouts import run_layout
@@ -23,74 +23,54 @@ from rlcleanup.steps.validate import CANDIDATES_PER_BATCH
 
 FAN_OUT = "capture"  # topology.yaml fan_outs[].name
 PARTS_TOPIC = "capture-parts"
-PAGE_KEY = "capture-plan-page"
 Page = PlanPage[str]
 
 
-def plan_capture(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    msg = decode(RunMessage, data)
-    return _plan_page(p, msg.run_id, msg.scope, 0, msg)
-
-
-def _plan_page(p: Ports, run_id: str, scope: str, page: int, first: RunMessage | None) -> str:
-    """One page of the capture plan: at most `p.capture_page_objects` objects listed, their parts published. A
-    page that stops short publishes the next page (a continuation on capture-parts, after its own result is
-    stored, so the next page always finds its cursor); the last page stores the whole plan (`capture-plan`:
-    every page's part ids), which the capture barrier waits for."""
-    key = scoped(scope, f"{PAGE_KEY}:{page}")
-
-    def work() -> Page:
-        if page == 0 and first is not None:
-            msg, cursor = first, None
-        else:
-            before = paged_plan.page_before(p, run_id, scope, "capture plan", PAGE_KEY, page, Page)
-            msg, cursor = before.run, capture_step.PageCursor.model_validate(before.next)
-        layout = run_layout(p, run_id, msg.run_uri, scope)
-        planned = capture_step.plan_capture_page(
-            p.storage,
-            layout,
-            run_id,
-            msg.preserve_root,
-            pass_id(scope),
-            page=page,
-            cursor=cursor,
-            limit=p.capture_page_objects,
+def _plan_one_page(p: Ports, scope: str, msg: RunMessage, before: Page | None, page: int) -> Page:
+    """At most `p.capture_page_objects` objects listed from the cursor of the page before, their parts published."""
+    cursor = capture_step.PageCursor.model_validate(before.next) if before is not None else None
+    layout = run_layout(p, msg.run_id, msg.run_uri, scope)
+    planned = capture_step.plan_capture_page(
+        p.storage,
+        layout,
+        msg.run_id,
+        msg.preserve_root,
+        pass_id(scope),
+        page=page,
+        cursor=cursor,
+        limit=p.capture_page_objects,
+    )
+    p.records.add_errors(msg.run_id, run_errors("capture", planned.errors))
+    for part in planned.parts:
+        part_msg = CapturePartMessage(
+            run_id=msg.run_id, scope=scope, run_uri=msg.run_uri, dest_root=planned.dest_root, part=part
         )
-        p.records.add_errors(run_id, run_errors("capture", planned.errors))
-        for part in planned.parts:
-            part_msg = CapturePartMessage(
-                run_id=run_id, scope=scope, run_uri=msg.run_uri, dest_root=planned.dest_root, part=part
-            )
-            publish(p, PARTS_TOPIC, part_msg)
-        part_ids = [part.part_id for part in planned.parts]
-        return paged_plan.new_page(Page, part_ids, planned.dest_root, msg, planned.listed, planned.next)
+        publish(p, PARTS_TOPIC, part_msg)
+    part_ids = [part.part_id for part in planned.parts]
+    return paged_plan.new_page(Page, part_ids, planned.dest_root, msg, planned.listed, planned.next)
 
-    done = paged_plan.stored_page(p, run_id, key, work, Page)
-    if done.next is not None:
-        nxt = CapturePlanPageMessage(run_id=run_id, scope=scope, plan_page=page + 1)
-        return paged_plan.queue_next(p, PARTS_TOPIC, nxt, f"capture plan page {page}", done)
 
-    def whole() -> CapturePlan:
-        pages = paged_plan.every_page(p, run_id, scope, "capture plan", PAGE_KEY, page, Page)
-        if page > 0:
-            merged = capture_step.merge_listings(p.storage, done.dest_root, page + 1)
-            p.records.add_errors(run_id, run_errors("capture", merged))
-        return CapturePlan(
-            parts=[part_id for stored in pages for part_id in stored.parts],
-            dest_root=done.dest_root,
-            preserve_root=done.run.preserve_root,
-            run_uri=done.run.run_uri,
-            pages=page + 1,
-        )
+def _join(p: Ports, last: Page, pages: list[Page]) -> CapturePlan:
+    """The pages' part ids in order; a plan of several pages also joins their listings into one."""
+    if len(pages) > 1:
+        merged = capture_step.merge_listings(p.storage, last.dest_root, len(pages))
+        p.records.add_errors(last.run.run_id, run_errors("capture", merged))
+    return CapturePlan(
+        parts=[part_id for stored in pages for part_id in stored.parts],
+        dest_root=last.dest_root,
+        preserve_root=last.run.preserve_root,
+        run_uri=last.run.run_uri,
+        pages=len(pages),
+    )
 
-    once(p, run_id, member_set_key(p, scope, FAN_OUT), whole, model=CapturePlan)
-    return advance(p, run_id, scope, FAN_OUT)
+
+PLAN = paged_plan.PagedPlan(FAN_OUT, CapturePlanPageMessage, Page, plan_page=_plan_one_page, join=_join)
+plan_capture = paged_plan.first_page_handler(PLAN)  # the planner's handler (run-classified)
 
 
 def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     if paged_plan.is_plan_page(data):  # a paged capture plan's continuation shares the capture-parts topic
-        page = decode(CapturePlanPageMessage, data)
-        return _plan_page(p, page.run_id, page.scope, page.plan_page, None)
+        return paged_plan.plan_later_page(p, PLAN, data)
     msg = decode(CapturePartMessage, data)
 
     def work() -> CapturePartOutcome:

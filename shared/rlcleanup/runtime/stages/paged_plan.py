@@ -10,18 +10,62 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
 from rlcleanup.errors import PermanentError, RetryLater
-from rlcleanup.models.events import RunMessage
-from rlcleanup.models.plans import PlanPage
+from rlcleanup.models.events import CapturePlanPageMessage, RunMessage
+from rlcleanup.models.plans import MemberSet, PlanPage
 from rlcleanup.runtime.attempt_scope import scoped
 from rlcleanup.runtime.claims import once, stored
+from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.stages.barrier import advance, member_set_key
 
 P = TypeVar("P", bound=PlanPage[Any])
+S = TypeVar("S", bound=MemberSet)
+
+
+@dataclass(frozen=True)
+class PagedPlan(Generic[P, S]):
+    """One paged plan: the fan-out whose member set it stores, and the two things a stage supplies: how to plan one
+    page (list it, publish its parts) and how the pages join into the member set."""
+
+    fan_out: str  # topology.yaml fan_outs[].name: the whole plan is its member set, its parts go on its topic
+    continuation: type[CapturePlanPageMessage]  # a page that names only the next page number (on the same topic)
+    page_model: type[P]
+    # (ports, run, the page before this one or None for the first, page number) -> this page, its parts published
+    plan_page: Callable[[Ports, str, RunMessage, P | None, int], P]
+    # (ports, the last page, every page in order) -> the member set
+    join: Callable[[Ports, P, list[P]], S]
+
+
+def plan_page(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: str, page: int, first: RunMessage | None) -> str:
+    """One page of `plan`: planned once (a redelivery reads the stored page). A page that stops short queues the
+    next (after its own result is stored, so the next page always finds its cursor); the last page joins every
+    page into the member set the barrier waits for, then tries the barrier (the plan may be the last piece).
+    Pages are stored under `<member set>-page:<n>` ("capture-plan-page:0")."""
+    fan = p.topology.fan_out(plan.fan_out)
+    name, page_key = f"{fan.name} plan", f"{fan.member_set}-page"
+
+    def work() -> P:
+        if page == 0 and first is not None:
+            return plan.plan_page(p, scope, first, None, page)
+        before = page_before(p, run_id, scope, name, page_key, page, plan.page_model)
+        return plan.plan_page(p, scope, before.run, before, page)
+
+    done = stored_page(p, run_id, scoped(scope, f"{page_key}:{page}"), work, plan.page_model)
+    if done.next is not None:
+        nxt = plan.continuation(run_id=run_id, scope=scope, plan_page=page + 1)
+        return queue_next(p, fan.topic, nxt, f"{name} page {page}", done)
+
+    def whole() -> S:
+        return plan.join(p, done, every_page(p, run_id, scope, name, page_key, page, plan.page_model))
+
+    once(p, run_id, member_set_key(p, scope, plan.fan_out), whole, model=fan.set_model)
+    return advance(p, run_id, scope, plan.fan_out)
 
 
 def page_before(p: Ports, run_id: str, scope: str, plan: str, key: str, page: int, model: type[P]) -> P:
@@ -77,3 +121,19 @@ def is_plan_page(data: bytes) -> bool:
     except ValueError:
         return False  # decoding it as a part says what is wrong with it
     return isinstance(payload, dict) and "plan_page" in payload and "part" not in payload
+
+
+def first_page_handler(plan: PagedPlan[P, S]) -> Callable[[Ports, bytes, dict[str, str]], str]:
+    """The planner's handler: a run message starts the plan at page 0."""
+
+    def plan_first_page(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+        msg = decode(RunMessage, data)
+        return plan_page(p, plan, msg.run_id, msg.scope, 0, msg)
+
+    return plan_first_page
+
+
+def plan_later_page(p: Ports, plan: PagedPlan[P, S], data: bytes) -> str:
+    """A continuation on the parts topic: plan the page it names (where to resume comes from the page before)."""
+    page = decode(plan.continuation, data)
+    return plan_page(p, plan, page.run_id, page.scope, page.plan_page, None)

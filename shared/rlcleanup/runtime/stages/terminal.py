@@ -9,13 +9,13 @@ from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import LogScanPartMessage, LogScanPlanPageMessage, RunMessage
 from rlcleanup.models.outcomes import LogScanOutcome, MemberError
 from rlcleanup.models.plans import LogScanPlan, LogScanPlanEntry, PlanPage, TerminalSettled
-from rlcleanup.runtime.attempt_scope import pass_id, scoped
+from rlcleanup.runtime.attempt_scope import pass_id
 from rlcleanup.runtime.claims import once
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.layouts import run_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages import paged_plan
-from rlcleanup.runtime.stages.barrier import Gathered, advance, barrier_work, member_key, member_set_key
+from rlcleanup.runtime.stages.barrier import Gathered, advance, barrier_work, member_key
 from rlcleanup.runtime.stages.common import publish, run_errors
 from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps import logscan
@@ -23,57 +23,37 @@ from rlcleanup.steps.settle import settle_terminal_state
 
 FAN_OUT = "log-scan"  # topology.yaml fan_outs[].name
 PARTS_TOPIC = "log-scan-parts"
-PAGE_KEY = "terminal-plan-page"
 Page = PlanPage[LogScanPlanEntry]
 
 
-def establish_terminal_state(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    msg = decode(RunMessage, data)
-    return _plan_page(p, msg.run_id, msg.scope, 0, msg)
+def _plan_one_page(p: Ports, scope: str, msg: RunMessage, before: Page | None, page: int) -> Page:
+    """At most `p.capture_page_objects` log objects listed from the cursor of the page before, their parts
+    published. Part ids and attempt ids only are stored (as maps: Firestore has no nested arrays); the file lists
+    travel in the messages, so a page stays small however many logs the run has."""
+    if before is None:
+        dest_root, cursor = capture_step.preserved_root(msg.preserve_root, msg.run_id, pass_id(scope)), None
+    else:
+        dest_root, cursor = before.dest_root, logscan.LogPlanCursor.model_validate(before.next)
+    layout = run_layout(p, msg.run_id, msg.run_uri, scope)
+    planned = logscan.plan_log_scan_page(p.storage, layout, cursor, p.capture_page_objects)
+    for part in logscan.first_parts(planned.parts):  # a cut file's later segments: each published by the one before
+        publish(p, PARTS_TOPIC, LogScanPartMessage(run_id=msg.run_id, scope=scope, dest_root=dest_root, part=part))
+    parts = [LogScanPlanEntry(part_id=part.part_id, attempt_id=part.attempt_id) for part in planned.parts]
+    return paged_plan.new_page(Page, parts, dest_root, msg, planned.listed, planned.next)
 
 
-def _plan_page(p: Ports, run_id: str, scope: str, page: int, first: RunMessage | None) -> str:
-    """One page of the log-scan plan: at most `p.capture_page_objects` log objects listed, their parts published.
-    As with the capture plan, a page that stops short publishes the next page (a continuation on log-scan-parts,
-    after its own result is stored), and the last page stores the whole plan (`terminal-plan`: every page's part
-    ids), which the terminal barrier waits for."""
-    key = scoped(scope, f"{PAGE_KEY}:{page}")
+def _join(p: Ports, last: Page, pages: list[Page]) -> LogScanPlan:
+    parts = [part for stored in pages for part in stored.parts]
+    return LogScanPlan(parts=parts, dest_root=last.dest_root, run=last.run, pages=len(pages))
 
-    def work() -> Page:
-        if page == 0 and first is not None:
-            msg, cursor = first, None
-            dest_root = capture_step.preserved_root(msg.preserve_root, msg.run_id, pass_id(msg.scope))
-        else:
-            before = paged_plan.page_before(p, run_id, scope, "log-scan plan", PAGE_KEY, page, Page)
-            msg, dest_root = before.run, before.dest_root
-            cursor = logscan.LogPlanCursor.model_validate(before.next)
-        layout = run_layout(p, run_id, msg.run_uri, scope)
-        planned = logscan.plan_log_scan_page(p.storage, layout, cursor, p.capture_page_objects)
-        for part in logscan.first_parts(planned.parts):  # a cut file's later segments: each published by the one before
-            publish(p, PARTS_TOPIC, LogScanPartMessage(run_id=run_id, scope=scope, dest_root=dest_root, part=part))
-        # Part ids and attempt ids only (as maps: Firestore has no nested arrays); the file lists travel in the
-        # messages, so this result stays small however many logs the run has.
-        parts = [LogScanPlanEntry(part_id=part.part_id, attempt_id=part.attempt_id) for part in planned.parts]
-        return paged_plan.new_page(Page, parts, dest_root, msg, planned.listed, planned.next)
 
-    done = paged_plan.stored_page(p, run_id, key, work, Page)
-    if done.next is not None:
-        nxt = LogScanPlanPageMessage(run_id=run_id, scope=scope, plan_page=page + 1)
-        return paged_plan.queue_next(p, PARTS_TOPIC, nxt, f"log-scan plan page {page}", done)
-
-    def whole() -> LogScanPlan:
-        pages = paged_plan.every_page(p, run_id, scope, "log-scan plan", PAGE_KEY, page, Page)
-        parts = [part for stored in pages for part in stored.parts]
-        return LogScanPlan(parts=parts, dest_root=done.dest_root, run=done.run, pages=page + 1)
-
-    once(p, run_id, member_set_key(p, scope, FAN_OUT), whole, model=LogScanPlan)
-    return advance(p, run_id, scope, FAN_OUT)
+PLAN = paged_plan.PagedPlan(FAN_OUT, LogScanPlanPageMessage, Page, plan_page=_plan_one_page, join=_join)
+establish_terminal_state = paged_plan.first_page_handler(PLAN)  # the planner's handler (run-classified)
 
 
 def scan_log_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     if paged_plan.is_plan_page(data):  # a paged log-scan plan's continuation shares the log-scan-parts topic
-        page = decode(LogScanPlanPageMessage, data)
-        return _plan_page(p, page.run_id, page.scope, page.plan_page, None)
+        return paged_plan.plan_later_page(p, PLAN, data)
     msg = decode(LogScanPartMessage, data)
 
     def work() -> LogScanOutcome:
