@@ -27,8 +27,8 @@ NOT_RUN = {
     "rlcleanup sample-run DIR --scenario NAME": "a usage synopsis with placeholders (DIR, RUN_URI, RUN_ID), not commands",
     "rlcleanup approver add alice --public-key <printed key> --prefix hf://": "needs a Hugging Face Hub account and "
     "HF_TOKEN (hf:// hand-off is tested against the Hub stand-in, docs/hub.md)",
-    "AWS_ENDPOINT_URL=https://cwobject.com": "needs a real CoreWeave S3 endpoint and keys (tests/e2e/test_s3_run.py "
-    "covers s3:// runs on SeaweedFS)",
+    "AWS_ENDPOINT_URL=https://cwobject.com": "run by tests/e2e/test_s3_readme_command.py as written, with only the "
+    "endpoint and keys changed (a local virtual-hosted S3 server instead of CoreWeave's)",
 }
 DEMO = "make demo"
 STACK = 'eval "$(.venv/bin/rlcleanup stack up)"'

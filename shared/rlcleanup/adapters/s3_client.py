@@ -162,13 +162,27 @@ def map_error(exc: BaseException, what: str, endpoint: S3Endpoint) -> BaseExcept
     return StorageError(f"{where}: {short}")
 
 
+def bucket_endpoint(endpoint_url: str, bucket: str) -> str:
+    """The endpoint a virtual-hosted request goes to: the bucket in front of the endpoint's host
+    (`https://cwobject.com` -> `https://<bucket>.cwobject.com`). object_store sends a virtual-hosted request to an
+    explicit endpoint unchanged ("if virtual_hosted_style_request is true then endpoint should have the bucket name
+    included": arrow-rs object_store/src/aws/builder.rs, `with_virtual_hosted_style_request`), so without this the
+    bucket is in neither the host nor the path."""
+    parts = urllib.parse.urlsplit(endpoint_url)
+    host = parts.hostname or ""
+    if host.startswith(f"{bucket}."):  # already a bucket endpoint
+        return endpoint_url
+    netloc = f"{bucket}.{host}" + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
 def build_store(bucket: str, ep: S3Endpoint, retry: RetryConfig | None = None) -> S3Store:
     """An obstore S3Store bound to `bucket` at endpoint `ep` (credentials from `ep`, else its AWS profile)."""
     from obstore.store import S3Store
 
     config: S3Config = {"region": ep.region, "virtual_hosted_style_request": not ep.path_style}
     if ep.endpoint_url:
-        config["endpoint"] = ep.endpoint_url
+        config["endpoint"] = bucket_endpoint(ep.endpoint_url, bucket) if not ep.path_style else ep.endpoint_url
     # Write-once copies: S3 has no copy-if-absent of its own; the If-None-Match header makes CopyObject
     # conditional on servers that honour it, and copy_if_absent also checks the destination first.
     config["copy_if_not_exists"] = "header:If-None-Match:*"

