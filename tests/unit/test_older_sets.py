@@ -1,0 +1,65 @@
+"""Issue 34 item 6: what the older held-out sets still read wrong, each case built from upstream's behaviour.
+
+(e) a client connection error in chatter is not the first cause when a later error in the attempt ended it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.parsing.attempt_logs import scan_attempt
+from rlcleanup.steps.layout import AttemptFiles
+from rlcleanup.steps.terminal import find_first_error
+
+# NovaSky-AI/SkyRL@a956457 skyrl/backends/skyrl_train/inference_servers/remote_inference_client.py retries a POST on
+# aiohttp.ServerDisconnectedError / ClientOSError; a worker logging the exception it retried prints this chatter.
+_RETRIED = [
+    "2026-11-30 10:02:11,004 WARNING remote_inference_client.py:341 -- POST retry 1/3 failed",
+    "Traceback (most recent call last):",
+    '  File "/app/skyrl/backends/skyrl_train/inference_servers/remote_inference_client.py", line 318, in _post',
+    "    async with session.post(url, json=payload) as resp:",
+    "aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host 10.0.3.7:8001 ssl:default "
+    "[Connect call failed ('10.0.3.7', 8001)]",
+    "2026-11-30 10:02:12,010 INFO trainer.py:512 -- Started: 'step'",
+]
+_STEPS = [f"2026-11-30 10:0{3 + s}:00,000 INFO trainer.py:540 -- global_step {s} done" for s in range(3)]
+_OOM = [
+    "2026-11-30 10:09:41,552 ERROR worker.py:88 -- policy forward failed",
+    "Traceback (most recent call last):",
+    '  File "/app/skyrl/backends/skyrl_train/workers/worker.py", line 402, in forward',
+    "    output = self.model(**batch)",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of "
+    "79.11 GiB of which 1.02 GiB is free.",
+]
+
+
+def _attempt(tmp_path: Path, files: dict[str, list[str]]) -> AttemptFiles:
+    logs = tmp_path / "a1" / "logs"
+    logs.mkdir(parents=True)
+    for name, lines in files.items():
+        (logs / name).write_text("\n".join(lines) + "\n")
+    return AttemptFiles(attempt_id="a1", log_prefix=str(logs))
+
+
+def test_a_retried_connection_error_yields_to_the_later_oom_in_the_same_file(tmp_path: Path) -> None:
+    attempt = _attempt(tmp_path, {"finelog.log": [*_RETRIED, *_STEPS, *_OOM]})
+    first = find_first_error([scan_attempt(LocalStorage(checksums=False), attempt)])
+    assert first is not None and first.causal
+    assert first.candidate.error_type == "torch.OutOfMemoryError"
+
+
+def test_a_retried_connection_error_yields_to_a_later_oom_in_a_worker_log(tmp_path: Path) -> None:
+    attempt = _attempt(tmp_path, {"finelog.log": [*_RETRIED, *_STEPS], "worker-policy-0.err": _OOM})
+    scan = scan_attempt(LocalStorage(checksums=False), attempt)
+    first = find_first_error([scan])
+    assert first is not None and (first.causal, first.candidate.error_type) == (True, "torch.OutOfMemoryError")
+    (retried,) = [e for e in scan.errors if e.error_type.endswith("ClientConnectorError")]
+    assert (retried.causal, retried.noise) == (False, "client_connection")
+
+
+def test_a_connection_error_with_nothing_after_it_stays_the_cause(tmp_path: Path) -> None:
+    attempt = _attempt(tmp_path, {"finelog.log": [*_STEPS, *_RETRIED]})
+    first = find_first_error([scan_attempt(LocalStorage(checksums=False), attempt)])
+    assert first is not None and first.causal
+    assert first.candidate.error_type == "aiohttp.client_exceptions.ClientConnectorError"
