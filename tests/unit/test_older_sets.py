@@ -1,5 +1,6 @@
 """Issue 34 item 6: what the older held-out sets still read wrong, each case built from upstream's behaviour.
 
+(a) a protocol-v2 checkpoint whose trainer state is not the one its receipt digested is not safe to resume from;
 (e) a client connection error in chatter is not the first cause when a later error in the attempt ended it.
 """
 
@@ -7,10 +8,47 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.parsing.attempt_logs import scan_attempt
-from rlcleanup.steps.layout import AttemptFiles
+from rlcleanup.steps.layout import AttemptFiles, discover
 from rlcleanup.steps.terminal import find_first_error
+from rlcleanup.steps.validate import check_resume_safety
+
+STORAGE = LocalStorage(checksums=False)
+
+
+# -- (a) protocol v2: the trainer-state digest ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tamper", ["same_size_other_bytes", "resized", "deleted"])
+def test_a_checkpoint_that_is_not_the_receipts_is_not_resume_safe(tmp_path: Path, tamper: str) -> None:
+    """MarinSkyRL training_result.validate_native_checkpoint: exact sizes and sha256(trainer_state.pt) must match."""
+    run = write_sample_run(tmp_path, "protocol-v2")
+    layout = discover(STORAGE, str(run))
+    assert check_resume_safety(STORAGE, layout).safe  # as written: the receipt's checkpoint
+    state = Path(layout.checkpoint_uri(20)) / "trainer_state.pt"
+    data = state.read_bytes()
+    if tamper == "same_size_other_bytes":
+        state.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
+    elif tamper == "resized":
+        state.write_bytes(data + b"\0")
+    else:
+        (Path(layout.checkpoint_uri(20)) / "data.pt").unlink()
+    resume = check_resume_safety(STORAGE, discover(STORAGE, str(run)))
+    assert not resume.safe and resume.from_step is None
+    codes = [r.split(":", 1)[0] for r in resume.reasons]
+    assert "receipt_mismatch" in codes, resume.reasons
+    mismatches = [r for r in resume.reasons if r.startswith("receipt_mismatch")]
+    expected = {
+        "same_size_other_bytes": "sha256(trainer_state.pt) differs from the receipt",
+        "resized": "checkpoint file(s) changed size: trainer_state.pt",
+        "deleted": "1 checkpoint file(s) missing: data.pt",
+    }[tamper]
+    assert any(expected in why for why in mismatches), mismatches
+    assert all("(training receipt " in why for why in mismatches)
 
 # NovaSky-AI/SkyRL@a956457 skyrl/backends/skyrl_train/inference_servers/remote_inference_client.py retries a POST on
 # aiohttp.ServerDisconnectedError / ClientOSError; a worker logging the exception it retried prints this chatter.
@@ -44,14 +82,14 @@ def _attempt(tmp_path: Path, files: dict[str, list[str]]) -> AttemptFiles:
 
 def test_a_retried_connection_error_yields_to_the_later_oom_in_the_same_file(tmp_path: Path) -> None:
     attempt = _attempt(tmp_path, {"finelog.log": [*_RETRIED, *_STEPS, *_OOM]})
-    first = find_first_error([scan_attempt(LocalStorage(checksums=False), attempt)])
+    first = find_first_error([scan_attempt(STORAGE, attempt)])
     assert first is not None and first.causal
     assert first.candidate.error_type == "torch.OutOfMemoryError"
 
 
 def test_a_retried_connection_error_yields_to_a_later_oom_in_a_worker_log(tmp_path: Path) -> None:
     attempt = _attempt(tmp_path, {"finelog.log": [*_RETRIED, *_STEPS], "worker-policy-0.err": _OOM})
-    scan = scan_attempt(LocalStorage(checksums=False), attempt)
+    scan = scan_attempt(STORAGE, attempt)
     first = find_first_error([scan])
     assert first is not None and (first.causal, first.candidate.error_type) == (True, "torch.OutOfMemoryError")
     (retried,) = [e for e in scan.errors if e.error_type.endswith("ClientConnectorError")]
@@ -60,6 +98,6 @@ def test_a_retried_connection_error_yields_to_a_later_oom_in_a_worker_log(tmp_pa
 
 def test_a_connection_error_with_nothing_after_it_stays_the_cause(tmp_path: Path) -> None:
     attempt = _attempt(tmp_path, {"finelog.log": [*_STEPS, *_RETRIED]})
-    first = find_first_error([scan_attempt(LocalStorage(checksums=False), attempt)])
+    first = find_first_error([scan_attempt(STORAGE, attempt)])
     assert first is not None and first.causal
     assert first.candidate.error_type == "aiohttp.client_exceptions.ClientConnectorError"

@@ -10,9 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlcleanup.formats.config import get
+from pydantic import ValidationError
+
 from rlcleanup.formats.protocol import (
     ManifestShape,
+    NativeCheckpoint,
     ReceiptCheck,
+    check_inventory,
     check_export_receipt,
     check_training_receipt,
     manifest_shape,
@@ -68,6 +72,44 @@ def _training_manifest(step: StepState) -> dict[str, Any] | None:
     return None
 
 
+def _receipt_location(layout: RunLayout, manifest: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """(the request, the training receipt's URI): protocol.py `training_receipt_uri` from the request's ids."""
+    raw_request = manifest.get("request")
+    request: dict[str, Any] = raw_request if isinstance(raw_request, dict) else {}
+    attempt_id = get(request, "attempt_id") or get(manifest, "response.attempt_id")
+    training = layout.training_step
+    fallback = join(training.uri, "terminal.json") if training is not None else None
+    terminal_manifest_uri = get(request, "output.terminal_manifest_uri") or fallback
+    if not isinstance(attempt_id, str) or not isinstance(terminal_manifest_uri, str):
+        return request, None
+    return request, training_receipt_uri(terminal_manifest_uri, attempt_id)
+
+
+def checkpoint_against_receipt(storage: Storage, layout: RunLayout, step: int) -> list[str]:
+    """Why the checkpoint at `step` is not the one the run's training receipt (protocol v2, checkpoint mode) vouches
+    for: a file missing or of another size, or sha256(trainer_state.pt) differing (MarinSkyRL cloud/iris/
+    training_result.py `validate_native_checkpoint` @4505b55, which the export step runs before it converts). Empty
+    when no receipt names this step. The files are read where a resume would read them, `global_step_<step>`."""
+    training = layout.training_step
+    manifest = _training_manifest(training) if training is not None else None
+    if manifest is None:
+        return []
+    _, receipt_uri = _receipt_location(layout, manifest)
+    receipt = _load(storage, receipt_uri) if receipt_uri is not None else None
+    if receipt is None or not isinstance(receipt.get("checkpoint"), dict):
+        return []
+    try:
+        checkpoint = NativeCheckpoint.model_validate(receipt["checkpoint"])
+    except ValidationError as exc:
+        return [f"the training receipt {receipt_uri} names a checkpoint that does not parse: {exc.errors()[0]['msg']}"]
+    if checkpoint.global_step != step:
+        return []
+    reasons: list[str] = []
+    at_resume_path = checkpoint.model_copy(update={"checkpoint_path": layout.checkpoint_uri(step)})
+    check_inventory(storage, at_resume_path, reasons, [])
+    return [f"{why} (training receipt {receipt_uri})" for why in reasons]
+
+
 def protocol_facts(storage: Storage, layout: RunLayout) -> ProtocolFacts:
     facts = ProtocolFacts()
     training = layout.training_step
@@ -82,14 +124,11 @@ def protocol_facts(storage: Storage, layout: RunLayout) -> ProtocolFacts:
     if facts.version != 2 or training is None or manifest is None:
         return facts
 
-    raw_request = manifest.get("request")
-    request: dict[str, Any] = raw_request if isinstance(raw_request, dict) else {}
+    request, receipt_uri = _receipt_location(layout, manifest)
     run_id = get(request, "run_id")
     attempt_id = get(request, "attempt_id") or get(manifest, "response.attempt_id")
-    terminal_manifest_uri = get(request, "output.terminal_manifest_uri") or join(training.uri, "terminal.json")
     resolved_uri = get(request, "output.resolved_config_uri") or layout.config_uri
-    if isinstance(attempt_id, str) and isinstance(terminal_manifest_uri, str):
-        receipt_uri = training_receipt_uri(terminal_manifest_uri, attempt_id)
+    if isinstance(attempt_id, str) and receipt_uri is not None:
         if storage.stat(receipt_uri) is not None or training.terminal is not None:
             facts.training = check_training_receipt(
                 storage,
