@@ -122,8 +122,12 @@ def test_protocol_v2_three_step_run(records: dict[str, CompletionRecord]) -> Non
 
 def test_export_failed_after_temp_checkpoints_expired(records: dict[str, CompletionRecord]) -> None:
     r = records["export-expired"]
-    # The training receipt (durable, in R) proves the budget was trained; the export could not be made.
-    assert (r.terminal_state, _rule(r), r.step_budget) == (TerminalState.completed, "(1)", 20)
+    # Issue 34 item 6: the training receipt (durable, in R) vouches for a checkpoint the temp TTL deleted, and the
+    # export step failed on it (export_job.py validate_native_checkpoint): no artifact holds the budget, the chain's
+    # last step FAILED, so the run failed (was `completed` by rule (1)).
+    assert (r.terminal_state, _rule(r), r.step_budget) == (TerminalState.failed, "(4)", 20)
+    receipt = next(line for line in r.terminal_reasoning if line.startswith("Training receipt "))
+    assert " is invalid (" in receipt and "the checkpoint it vouches for expired with the temp root" in receipt
     assert r.last_saved_step is None and r.candidates == []
     assert _steps(r) == [
         ("math-rl-export-expired-training", "training", "SUCCESS", "succeeded"),
@@ -131,8 +135,8 @@ def test_export_failed_after_temp_checkpoints_expired(records: dict[str, Complet
     ]
     expired = "The export step failed because the training step's temp checkpoints expired"
     assert any(line.startswith(expired) for line in r.terminal_reasoning)
-    assert r.remaining_work[0].startswith("the export step failed because the training step's temp checkpoints expired")
-    assert "Checkpoint file is missing or changed" in r.remaining_work[0]
+    (owed,) = [w for w in r.remaining_work if w.startswith("the export step failed because the training step's temp")]
+    assert "Checkpoint file is missing or changed" in owed
     assert r.resume_safety is not None and not r.resume_safety.safe
     assert r.resume_safety.reasons[0].startswith("marker_missing: ")
     assert r.status is RecordStatus.complete

@@ -144,11 +144,12 @@ def protocol_facts(storage: Storage, layout: RunLayout) -> ProtocolFacts:
                 check_files=bool(layout.checkpoint_steps) or layout.marker_step is not None,
             )
             _check_fingerprint(manifest, request, receipt_uri, facts.training)
-            facts.notes.append(f"Training {facts.training.summary()}.")
 
     export = layout.export_step
     if export is not None:
-        _export_facts(storage, layout, export, facts)
+        _export_facts(storage, layout, export, facts)  # may find the receipt's checkpoint gone
+    if facts.training is not None:
+        facts.notes.insert(0, f"Training {facts.training.summary()}.")
     return facts
 
 
@@ -193,6 +194,14 @@ def _export_facts(storage: Storage, layout: RunLayout, export: StepState, facts:
     if facts.export_failure is not None:
         gone = not layout.checkpoint_steps and layout.marker_step is None
         facts.checkpoints_expired = gone and bool(_EXPIRED.search(facts.export_failure))
+        if facts.checkpoints_expired and facts.training is not None and facts.training.valid:
+            # The receipt is durable, but in checkpoint mode it vouches for a checkpoint, and the export step's own
+            # validate_native_checkpoint (MarinSkyRL cloud/iris/export_job.py @4505b55) found it gone: no artifact
+            # of the run holds the trained budget any more, so the receipt no longer shows it reached in one.
+            facts.training.valid = False
+            facts.training.reasons.append(
+                "the checkpoint it vouches for expired with the temp root, and the export step failed on it"
+            )
         if facts.checkpoints_expired:
             facts.notes.append(
                 f"The export step failed because the training step's temp checkpoints expired: "
