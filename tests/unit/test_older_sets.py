@@ -1,6 +1,7 @@
 """Issue 34 item 6: what the older held-out sets still read wrong, each case built from upstream's behaviour.
 
 (a) a protocol-v2 checkpoint whose trainer state is not the one its receipt digested is not safe to resume from;
+(c) a Megatron async save whose marker was written before metadata.json is not the last saved checkpoint;
 (e) a client connection error in chatter is not the first cause when a later error in the attempt ended it.
 """
 
@@ -18,6 +19,32 @@ from rlcleanup.steps.terminal import find_first_error
 from rlcleanup.steps.validate import check_resume_safety
 
 STORAGE = LocalStorage(checksums=False)
+
+
+# -- (c) Megatron async save -----------------------------------------------------------------------------------
+
+
+def test_an_unfinished_megatron_save_named_by_the_marker_is_not_saved(tmp_path: Path) -> None:
+    """Megatron-LM serialization.save: metadata.json is an async request's finalize step; SkyRL writes the marker
+    after scheduling it. The sample's final save (step 20) lacks metadata.json; 15 finished."""
+    run = write_sample_run(tmp_path, "megatron-checkpoint")
+    layout = discover(STORAGE, str(run))
+    assert (layout.marker_step, layout.unfinished_save, layout.last_saved_step) == (20, 20, 15)
+    # The async write lands later (metadata.json written): the marker's save is the last saved one again.
+    finished = Path(layout.checkpoint_uri(15)) / "policy" / "metadata.json"
+    (Path(layout.checkpoint_uri(20)) / "policy" / "metadata.json").write_bytes(finished.read_bytes())
+    layout = discover(STORAGE, str(run))
+    assert (layout.marker_step, layout.unfinished_save, layout.last_saved_step) == (20, None, 20)
+    # No finished save at all: nothing is saved.
+    for step in layout.checkpoint_steps:
+        (Path(layout.checkpoint_uri(step)) / "policy" / "metadata.json").unlink()
+    layout = discover(STORAGE, str(run))
+    assert (layout.unfinished_save, layout.last_saved_step) == (20, None)
+
+
+def test_an_fsdp_marker_is_the_last_saved_step_without_extra_reads(tmp_path: Path) -> None:
+    layout = discover(STORAGE, str(write_sample_run(tmp_path, "protocol-v2")))
+    assert (layout.unfinished_save, layout.last_saved_step) == (None, layout.marker_step)
 
 
 # -- (a) protocol v2: the trainer-state digest ------------------------------------------------------------------

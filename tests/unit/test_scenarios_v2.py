@@ -201,7 +201,10 @@ def test_all_teardown_reports_no_cause_and_the_earliest_symptom(records: dict[st
 
 def test_megatron_async_save_without_metadata_json_is_not_resumable(records: dict[str, CompletionRecord]) -> None:
     r = records["megatron-checkpoint"]
-    assert (r.terminal_state, _rule(r), r.step_budget, r.last_saved_step) == (TerminalState.completed, "(1)", 20, 20)
+    # Issue 34 item 6: the marker names step 20, but its async save never wrote metadata.json, so the last saved
+    # checkpoint is 15 (was 20). Training finished (Training done!, the controller's success, the export at 20).
+    assert (r.terminal_state, _rule(r), r.step_budget, r.last_saved_step) == (TerminalState.completed, "(1)", 20, 15)
+    assert any(line.startswith("The marker names global_step_20, whose Megatron save") for line in r.terminal_reasoning)
     assert _candidates(r) == [(5, True, []), (10, True, []), (15, True, []), (20, True, [])]
     assert r.resume_safety is not None and not r.resume_safety.safe
     assert [p.split(":", 1)[0] for p in r.resume_safety.reasons] == ["missing_dist_checkpoint_config"]
