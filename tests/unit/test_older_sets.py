@@ -2,6 +2,7 @@
 
 (a) a protocol-v2 checkpoint whose trainer state is not the one its receipt digested is not safe to resume from;
 (c) a Megatron async save whose marker was written before metadata.json is not the last saved checkpoint;
+(d) a fused-MoE export whose config's model_type cannot build its declared MoE class is checked, not skipped;
 (e) a client connection error in chatter is not the first cause when a later error in the attempt ended it.
 """
 
@@ -45,6 +46,27 @@ def test_an_unfinished_megatron_save_named_by_the_marker_is_not_saved(tmp_path: 
 def test_an_fsdp_marker_is_the_last_saved_step_without_extra_reads(tmp_path: Path) -> None:
     layout = discover(STORAGE, str(write_sample_run(tmp_path, "protocol-v2")))
     assert (layout.unfinished_save, layout.last_saved_step) == (None, layout.marker_step)
+
+
+# -- (d) fused-MoE names against a declared architecture its model_type cannot build --------------------------
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_moe_names_over_a_dense_model_type_do_not_read_valid(fused: bool) -> None:
+    """`architectures: [Qwen3MoeForCausalLM]` over `model_type: qwen3`: transformers cannot build the declared class
+    from that config (the check used to skip, so the export read valid), and AutoModelForCausalLM.from_pretrained
+    builds the dense Qwen3ForCausalLM the type names, whose meta model declares no experts: the expert tensors
+    are unexpected and the dense MLP missing."""
+    from rlcleanup.formats.checkpoints.tensor_layout import check_tensor_layout
+    from rlcleanup.samples.v2 import moe_config, moe_tensors
+
+    report = check_tensor_layout(dict(moe_config(), model_type="qwen3"), set(moe_tensors(fused=fused)))
+    assert report.checked and report.mismatch, report
+    assert report.architecture == (
+        "Qwen3MoeForCausalLM (not buildable from model_type 'qwen3'; loaded as Qwen3ForCausalLM)"
+    )
+    assert "model.layers.0.mlp.gate_proj.weight" in report.missing
+    assert "model.layers.0.mlp.gate.weight" in report.unexpected
 
 
 # -- (a) protocol v2: the trainer-state digest ------------------------------------------------------------------
