@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from rlcleanup.adapters.local_storage import LocalStorage
-from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.parsing.attempt_logs import scan_attempt
+from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.steps.layout import AttemptFiles, discover
 from rlcleanup.steps.terminal import find_first_error
 from rlcleanup.steps.validate import check_resume_safety
@@ -98,6 +98,7 @@ def test_a_checkpoint_that_is_not_the_receipts_is_not_resume_safe(tmp_path: Path
     }[tamper]
     assert any(expected in why for why in mismatches), mismatches
     assert all("(training receipt " in why for why in mismatches)
+
 
 # NovaSky-AI/SkyRL@a956457 skyrl/backends/skyrl_train/inference_servers/remote_inference_client.py retries a POST on
 # aiohttp.ServerDisconnectedError / ClientOSError; a worker logging the exception it retried prints this chatter.

@@ -9,15 +9,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcleanup.formats.config import get
 from pydantic import ValidationError
 
+from rlcleanup.formats.config import get
 from rlcleanup.formats.protocol import (
     ManifestShape,
     NativeCheckpoint,
     ReceiptCheck,
-    check_inventory,
     check_export_receipt,
+    check_inventory,
     check_training_receipt,
     manifest_shape,
     training_receipt_uri,
@@ -128,22 +128,25 @@ def protocol_facts(storage: Storage, layout: RunLayout) -> ProtocolFacts:
     run_id = get(request, "run_id")
     attempt_id = get(request, "attempt_id") or get(manifest, "response.attempt_id")
     resolved_uri = get(request, "output.resolved_config_uri") or layout.config_uri
-    if isinstance(attempt_id, str) and receipt_uri is not None:
-        if storage.stat(receipt_uri) is not None or training.terminal is not None:
-            facts.training = check_training_receipt(
-                storage,
-                receipt_uri=receipt_uri,
-                run_id=run_id if isinstance(run_id, str) else None,
-                attempt_id=attempt_id,
-                completion_mode=facts.completion_mode,
-                resolved_config=_load(storage, resolved_uri) if isinstance(resolved_uri, str) else None,
-                checkpoint_root=get(request, "output.checkpoint_root") or layout.checkpoints_root,
-                marker_step=layout.marker_step,
-                # The export step re-checks the inventory at export time; after the temp TTL the files are gone
-                # by design, so file checks run only while the checkpoint root still lists something.
-                check_files=bool(layout.checkpoint_steps) or layout.marker_step is not None,
-            )
-            _check_fingerprint(manifest, request, receipt_uri, facts.training)
+    if (
+        isinstance(attempt_id, str)
+        and receipt_uri is not None
+        and (storage.stat(receipt_uri) is not None or training.terminal is not None)
+    ):
+        facts.training = check_training_receipt(
+            storage,
+            receipt_uri=receipt_uri,
+            run_id=run_id if isinstance(run_id, str) else None,
+            attempt_id=attempt_id,
+            completion_mode=facts.completion_mode,
+            resolved_config=_load(storage, resolved_uri) if isinstance(resolved_uri, str) else None,
+            checkpoint_root=get(request, "output.checkpoint_root") or layout.checkpoints_root,
+            marker_step=layout.marker_step,
+            # The export step re-checks the inventory at export time; after the temp TTL the files are gone
+            # by design, so file checks run only while the checkpoint root still lists something.
+            check_files=bool(layout.checkpoint_steps) or layout.marker_step is not None,
+        )
+        _check_fingerprint(manifest, request, receipt_uri, facts.training)
 
     export = layout.export_step
     if export is not None:
