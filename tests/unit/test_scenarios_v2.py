@@ -122,8 +122,12 @@ def test_protocol_v2_three_step_run(records: dict[str, CompletionRecord]) -> Non
 
 def test_export_failed_after_temp_checkpoints_expired(records: dict[str, CompletionRecord]) -> None:
     r = records["export-expired"]
-    # The training receipt (durable, in R) proves the budget was trained; the export could not be made.
-    assert (r.terminal_state, _rule(r), r.step_budget) == (TerminalState.completed, "(1)", 20)
+    # Issue 34 item 6: the training receipt (durable, in R) vouches for a checkpoint the temp TTL deleted, and the
+    # export step failed on it (export_job.py validate_native_checkpoint): no artifact holds the budget, the chain's
+    # last step FAILED, so the run failed (was `completed` by rule (1)).
+    assert (r.terminal_state, _rule(r), r.step_budget) == (TerminalState.failed, "(4)", 20)
+    receipt = next(line for line in r.terminal_reasoning if line.startswith("Training receipt "))
+    assert " is invalid (" in receipt and "the checkpoint it vouches for expired with the temp root" in receipt
     assert r.last_saved_step is None and r.candidates == []
     assert _steps(r) == [
         ("math-rl-export-expired-training", "training", "SUCCESS", "succeeded"),
@@ -131,8 +135,8 @@ def test_export_failed_after_temp_checkpoints_expired(records: dict[str, Complet
     ]
     expired = "The export step failed because the training step's temp checkpoints expired"
     assert any(line.startswith(expired) for line in r.terminal_reasoning)
-    assert r.remaining_work[0].startswith("the export step failed because the training step's temp checkpoints expired")
-    assert "Checkpoint file is missing or changed" in r.remaining_work[0]
+    (owed,) = [w for w in r.remaining_work if w.startswith("the export step failed because the training step's temp")]
+    assert "Checkpoint file is missing or changed" in owed
     assert r.resume_safety is not None and not r.resume_safety.safe
     assert r.resume_safety.reasons[0].startswith("marker_missing: ")
     assert r.status is RecordStatus.complete
@@ -197,7 +201,10 @@ def test_all_teardown_reports_no_cause_and_the_earliest_symptom(records: dict[st
 
 def test_megatron_async_save_without_metadata_json_is_not_resumable(records: dict[str, CompletionRecord]) -> None:
     r = records["megatron-checkpoint"]
-    assert (r.terminal_state, _rule(r), r.step_budget, r.last_saved_step) == (TerminalState.completed, "(1)", 20, 20)
+    # Issue 34 item 6: the marker names step 20, but its async save never wrote metadata.json, so the last saved
+    # checkpoint is 15 (was 20). Training finished (Training done!, the controller's success, the export at 20).
+    assert (r.terminal_state, _rule(r), r.step_budget, r.last_saved_step) == (TerminalState.completed, "(1)", 20, 15)
+    assert any(line.startswith("The marker names global_step_20, whose Megatron save") for line in r.terminal_reasoning)
     assert _candidates(r) == [(5, True, []), (10, True, []), (15, True, []), (20, True, [])]
     assert r.resume_safety is not None and not r.resume_safety.safe
     assert [p.split(":", 1)[0] for p in r.resume_safety.reasons] == ["missing_dist_checkpoint_config"]

@@ -240,7 +240,7 @@ def check_training_receipt(
         if bad:
             reasons.append(f"inventory has invalid entries: {', '.join(bad[:5])}")
         if check_files:
-            _check_inventory(storage, checkpoint, reasons, out.notes)
+            check_inventory(storage, checkpoint, reasons, out.notes)
             if marker_step != receipt.global_step:
                 reasons.append(f"commit marker reads {marker_step}, receipt global_step {receipt.global_step}")
         else:
@@ -251,8 +251,10 @@ def check_training_receipt(
     return out
 
 
-def _check_inventory(storage: Storage, checkpoint: NativeCheckpoint, reasons: list[str], notes: list[str]) -> None:
-    """training_result.validate_native_checkpoint: every file exists with its exact size; the trainer-state digest."""
+def check_inventory(storage: Storage, checkpoint: NativeCheckpoint, reasons: list[str], notes: list[str]) -> None:
+    """training_result.validate_native_checkpoint: every file exists with its exact size; the trainer-state digest.
+    (MarinSkyRL cloud/iris/training_result.py @4505b55 as stored: "Checkpoint file is missing or changed", "Checkpoint
+    trainer state differs from its completion receipt".)"""
     root = checkpoint.checkpoint_path.rstrip("/")
     missing: list[str] = []
     changed: list[str] = []

@@ -62,6 +62,9 @@ class CheckpointProblem(StrEnum):
     missing_distcp_shard = "missing_distcp_shard"  # no `__<rank>_<i>.distcp`, a rank gap, or an empty shard
     missing_distcp_metadata = "missing_distcp_metadata"  # torch DCP's `.metadata` (written by the coordinator)
     missing_dist_checkpoint_config = "missing_dist_checkpoint_config"  # metadata.json, written LAST: unfinished
+    # Protocol v2: the checkpoint differs from its training receipt's inventory (a file missing or resized, or
+    # sha256(trainer_state.pt) not the receipt's): not the checkpoint training completed.
+    receipt_mismatch = "receipt_mismatch"
 
 
 PROBLEM_CODES: frozenset[str] = frozenset(c.value for c in (*CandidateProblem, *CheckpointProblem))

@@ -17,7 +17,7 @@ from rlcleanup.parsing.log_engine import BlockScan, hit_finder
 from rlcleanup.parsing.log_grammar import EventKind
 from rlcleanup.parsing.log_scanner import ErrorCandidate, LogScan, LogScanner, TrainerEvent
 from rlcleanup.parsing.metrics import MetricRow
-from rlcleanup.parsing.teardown import by_name
+from rlcleanup.parsing.teardown import CLIENT_CONNECTION_REASON, by_name, client_connection_error
 from rlcleanup.ports.storage import ObjectInfo, Storage, StorageError, list_in_name_order
 from rlcleanup.uris import basename
 
@@ -105,9 +105,32 @@ def carry_error_seen(files: list[LogScan]) -> None:
         seen = seen or bool(scan.errors)
 
 
+def demote_survived_connection_errors(files: list[LogScan]) -> None:
+    """A client connection error (teardown.client_connection_error) followed, in the same attempt, by a causal error
+    of another kind is chatter the process carried on past: the later error is what ended the attempt, so the
+    connection error becomes a symptom. Later means by timestamp where both errors have one, else in scan order
+    (file order, then line). A connection error with nothing causal after it stays the cause."""
+    ordered = [(i, e) for i, scan in enumerate(files) for e in scan.errors if e.causal]
+    strong = [(i, e) for i, e in ordered if not client_connection_error(e.error_type, e.message)]
+    if not strong:
+        return
+
+    def after(later: tuple[int, ErrorCandidate], earlier: tuple[int, ErrorCandidate]) -> bool:
+        (li, le), (ei, ee) = later, earlier
+        if le.timestamp is not None and ee.timestamp is not None:
+            return le.timestamp > ee.timestamp
+        return (li, le.line) > (ei, ee.line)
+
+    for pair in ordered:
+        error = pair[1]
+        if client_connection_error(error.error_type, error.message) and any(after(s, pair) for s in strong):
+            error.causal, error.noise, error.noise_reason = False, "client_connection", CLIENT_CONNECTION_REASON
+
+
 def assemble_attempt(attempt_id: str, files: list[LogScan]) -> AttemptScan:
     """An attempt's scan from its files' scans, given in `log_order`."""
     carry_error_seen(files)
+    demote_survived_connection_errors(files)
     return AttemptScan(attempt_id=attempt_id, files=files, problems=[p for f in files for p in f.problems])
 
 

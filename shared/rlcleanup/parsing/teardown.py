@@ -160,6 +160,32 @@ TEARDOWN: tuple[TeardownWording, ...] = (
     ),
 )
 
+# A client library's connection failure (requests/urllib3, aiohttp, httpx/httpcore, grpc, the builtin
+# ConnectionError family): clients retry these and the process carries on, so a later error in the same attempt is
+# what ended it (attempt_logs.demote_survived_connection_errors). Alone, it stays the cause: a job can die of it.
+# SkyRL's own clients retry so: NovaSky-AI/SkyRL@a956457 skyrl/backends/skyrl_train/inference_servers/
+# remote_inference_client.py (aiohttp.ServerDisconnectedError / ClientOSError, "POST retry n/N"), vllm_server_actor.py
+# `_wait_until_healthy` (httpx.RequestError while the server starts). Wordings: psf/requests src/requests/exceptions.py, urllib3 src/urllib3/exceptions.py, aio-libs/aiohttp
+# aiohttp/client_exceptions.py, encode/httpx httpx/_exceptions.py, grpc src/python/grpcio/grpc/_channel.py.
+CLIENT_CONNECTION_SOURCE = "requests / urllib3 / aiohttp / httpx / grpc client exceptions"
+CLIENT_CONNECTION_REASON = (
+    "a client connection error the process carried on past: the later error in the same attempt ended it"
+)
+_CLIENT_CONNECTION = re.compile(
+    r"^(?:requests\.exceptions\.|urllib3\.exceptions\.|aiohttp\.client_exceptions\.|aiohttp\.|httpx\.|httpcore\.)?"
+    r"(?:ConnectionError|ConnectionRefusedError|ConnectionAbortedError|ConnectionResetError|MaxRetryError"
+    r"|NewConnectionError|ProtocolError|ClientConnectorError|ClientConnectionError|ClientOSError"
+    r"|ServerDisconnectedError|ConnectError|ConnectTimeout|RemoteProtocolError)\b"
+    r"|StatusCode\.UNAVAILABLE|failed to connect to all addresses|Cannot connect to host"
+    r"|Failed to establish a new connection|Max retries exceeded with url"
+)
+
+
+def client_connection_error(error_type: str, message: str) -> bool:
+    """Whether `ErrorType: message` is a client's connection failure (retried by its library), not a crash."""
+    return bool(_CLIENT_CONNECTION.search(error_type) or _CLIENT_CONNECTION.search(message))
+
+
 # What stays causal though it looks like teardown (§7).
 _CAUSAL_WHAT = re.compile(r"what\(\):\s*.*?\b(?P<msg>(?:CUDA error|NCCL error)\b.*)")
 VLLM_FATAL_HEADER = re.compile(r"EngineCore encountered a fatal error\.")  # vllm/v1/engine/core.py

@@ -15,6 +15,7 @@ from rlcleanup.formats.launch import RunConfig, read_run_config
 from rlcleanup.ports.storage import Storage, children
 from rlcleanup.steps import marin
 from rlcleanup.steps.layout_files import (
+    committed_steps,
     parse_executor_status,
     parse_time,
     read_executor_status,
@@ -252,6 +253,10 @@ def _discover_a(
             extra_roots.append((label, root))
 
     marker_uri = join(checkpoints_root, "latest_ckpt_global_step.txt")
+    marker_step, checkpoint_steps = read_marker(storage, marker_uri), step_dirs(storage, checkpoints_root)
+    unfinished, committed = committed_steps(
+        storage, checkpoints_root, marker_step, checkpoint_steps, get(skyrl, "trainer.strategy")
+    )
     main = export if export is not None and run_uri == export.uri else training
     return RunLayout(
         run_uri=run_uri,
@@ -268,9 +273,11 @@ def _discover_a(
         terminal=terminal,
         terminal_uri=terminal_uri if terminal is not None else None,
         has_artifact_json=training.has_artifact_json,
-        marker_step=read_marker(storage, marker_uri),
+        marker_step=marker_step,
         marker_uri=marker_uri,
-        checkpoint_steps=step_dirs(storage, checkpoints_root),
+        unfinished_save=unfinished,
+        committed_before=committed if unfinished is not None else None,
+        checkpoint_steps=checkpoint_steps,
         export_steps=step_dirs(storage, exports_root),
         problems=problems,
         run_config=run_config,

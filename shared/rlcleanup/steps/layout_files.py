@@ -68,6 +68,29 @@ def read_marker(storage: Storage, uri: str) -> int | None:
     return parse_int(text)
 
 
+# Megatron-LM megatron/core/dist_checkpointing/serialization.py @0057095 `save`: with `async_sharded_save` the
+# `metadata.json` write (core.CONFIG_FNAME) is a finalize function of the async request, "written only if the
+# checkpoint is complete"; SkyRL @a956457 megatron_strategy.save_checkpoint schedules that request and returns, and the
+# trainer then writes data.pt, trainer_state.pt and the marker: the marker can name a save that never finished.
+MEGATRON_FINISHED = "policy/metadata.json"
+
+
+def committed_steps(
+    storage: Storage, checkpoints_root: str, marker: int | None, steps: list[int], strategy: object
+) -> tuple[int | None, int | None]:
+    """(the marker's step if its save never finished, else None; the latest step whose save finished). Only a
+    Megatron save can be left so (its async save is the one whose marker precedes its last file): one stat for the
+    marker's dir, and for an unfinished one a stat per earlier dir until a finished one is found."""
+    if marker is None or str(strategy).lower() != "megatron":
+        return None, marker
+    if storage.stat(f"{checkpoints_root.rstrip('/')}/global_step_{marker}/{MEGATRON_FINISHED}") is not None:
+        return None, marker
+    for step in sorted((s for s in steps if s < marker), reverse=True):
+        if storage.stat(f"{checkpoints_root.rstrip('/')}/global_step_{step}/{MEGATRON_FINISHED}") is not None:
+            return marker, step
+    return marker, None
+
+
 def step_dirs(storage: Storage, root: str) -> list[int]:
     """The N of every `global_step_<N>` child of root, from its children alone (ports.storage.child_names): the
     files inside a step (1,500 of a 500-rank checkpoint) are never listed by discovery."""

@@ -82,6 +82,10 @@ class RunLayout:
     has_artifact_json: bool = False
     marker_step: int | None = None
     marker_uri: str | None = None
+    # The marker's step when its save never finished (a Megatron async save without metadata.json), and then the
+    # latest earlier step whose save did (layout_files.committed_steps): what `last_saved_step` reads.
+    unfinished_save: int | None = None
+    committed_before: int | None = None
     checkpoint_steps: list[int] = field(default_factory=list)
     export_steps: list[int] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # non-fatal oddities found while discovering
@@ -91,6 +95,11 @@ class RunLayout:
     steps: list[StepState] = field(default_factory=list)  # Marin steps of the run, training first
     extra_roots: list[tuple[str, str]] = field(default_factory=list)  # (label, root) also captured
     lock: ExecutorLock | None = None
+
+    @property
+    def last_saved_step(self) -> int | None:
+        """The latest committed checkpoint: the marker's, unless the save it names never finished."""
+        return self.committed_before if self.unfinished_save is not None else self.marker_step
 
     @property
     def export_step(self) -> StepState | None:

@@ -9,11 +9,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from rlcleanup.formats.config import get
 from rlcleanup.formats.protocol import (
     ManifestShape,
+    NativeCheckpoint,
     ReceiptCheck,
     check_export_receipt,
+    check_inventory,
     check_training_receipt,
     manifest_shape,
     training_receipt_uri,
@@ -68,6 +72,44 @@ def _training_manifest(step: StepState) -> dict[str, Any] | None:
     return None
 
 
+def _receipt_location(layout: RunLayout, manifest: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """(the request, the training receipt's URI): protocol.py `training_receipt_uri` from the request's ids."""
+    raw_request = manifest.get("request")
+    request: dict[str, Any] = raw_request if isinstance(raw_request, dict) else {}
+    attempt_id = get(request, "attempt_id") or get(manifest, "response.attempt_id")
+    training = layout.training_step
+    fallback = join(training.uri, "terminal.json") if training is not None else None
+    terminal_manifest_uri = get(request, "output.terminal_manifest_uri") or fallback
+    if not isinstance(attempt_id, str) or not isinstance(terminal_manifest_uri, str):
+        return request, None
+    return request, training_receipt_uri(terminal_manifest_uri, attempt_id)
+
+
+def checkpoint_against_receipt(storage: Storage, layout: RunLayout, step: int) -> list[str]:
+    """Why the checkpoint at `step` is not the one the run's training receipt (protocol v2, checkpoint mode) vouches
+    for: a file missing or of another size, or sha256(trainer_state.pt) differing (MarinSkyRL cloud/iris/
+    training_result.py `validate_native_checkpoint` @4505b55, which the export step runs before it converts). Empty
+    when no receipt names this step. The files are read where a resume would read them, `global_step_<step>`."""
+    training = layout.training_step
+    manifest = _training_manifest(training) if training is not None else None
+    if manifest is None:
+        return []
+    _, receipt_uri = _receipt_location(layout, manifest)
+    receipt = _load(storage, receipt_uri) if receipt_uri is not None else None
+    if receipt is None or not isinstance(receipt.get("checkpoint"), dict):
+        return []
+    try:
+        checkpoint = NativeCheckpoint.model_validate(receipt["checkpoint"])
+    except ValidationError as exc:
+        return [f"the training receipt {receipt_uri} names a checkpoint that does not parse: {exc.errors()[0]['msg']}"]
+    if checkpoint.global_step != step:
+        return []
+    reasons: list[str] = []
+    at_resume_path = checkpoint.model_copy(update={"checkpoint_path": layout.checkpoint_uri(step)})
+    check_inventory(storage, at_resume_path, reasons, [])
+    return [f"{why} (training receipt {receipt_uri})" for why in reasons]
+
+
 def protocol_facts(storage: Storage, layout: RunLayout) -> ProtocolFacts:
     facts = ProtocolFacts()
     training = layout.training_step
@@ -82,34 +124,35 @@ def protocol_facts(storage: Storage, layout: RunLayout) -> ProtocolFacts:
     if facts.version != 2 or training is None or manifest is None:
         return facts
 
-    raw_request = manifest.get("request")
-    request: dict[str, Any] = raw_request if isinstance(raw_request, dict) else {}
+    request, receipt_uri = _receipt_location(layout, manifest)
     run_id = get(request, "run_id")
     attempt_id = get(request, "attempt_id") or get(manifest, "response.attempt_id")
-    terminal_manifest_uri = get(request, "output.terminal_manifest_uri") or join(training.uri, "terminal.json")
     resolved_uri = get(request, "output.resolved_config_uri") or layout.config_uri
-    if isinstance(attempt_id, str) and isinstance(terminal_manifest_uri, str):
-        receipt_uri = training_receipt_uri(terminal_manifest_uri, attempt_id)
-        if storage.stat(receipt_uri) is not None or training.terminal is not None:
-            facts.training = check_training_receipt(
-                storage,
-                receipt_uri=receipt_uri,
-                run_id=run_id if isinstance(run_id, str) else None,
-                attempt_id=attempt_id,
-                completion_mode=facts.completion_mode,
-                resolved_config=_load(storage, resolved_uri) if isinstance(resolved_uri, str) else None,
-                checkpoint_root=get(request, "output.checkpoint_root") or layout.checkpoints_root,
-                marker_step=layout.marker_step,
-                # The export step re-checks the inventory at export time; after the temp TTL the files are gone
-                # by design, so file checks run only while the checkpoint root still lists something.
-                check_files=bool(layout.checkpoint_steps) or layout.marker_step is not None,
-            )
-            _check_fingerprint(manifest, request, receipt_uri, facts.training)
-            facts.notes.append(f"Training {facts.training.summary()}.")
+    if (
+        isinstance(attempt_id, str)
+        and receipt_uri is not None
+        and (storage.stat(receipt_uri) is not None or training.terminal is not None)
+    ):
+        facts.training = check_training_receipt(
+            storage,
+            receipt_uri=receipt_uri,
+            run_id=run_id if isinstance(run_id, str) else None,
+            attempt_id=attempt_id,
+            completion_mode=facts.completion_mode,
+            resolved_config=_load(storage, resolved_uri) if isinstance(resolved_uri, str) else None,
+            checkpoint_root=get(request, "output.checkpoint_root") or layout.checkpoints_root,
+            marker_step=layout.marker_step,
+            # The export step re-checks the inventory at export time; after the temp TTL the files are gone
+            # by design, so file checks run only while the checkpoint root still lists something.
+            check_files=bool(layout.checkpoint_steps) or layout.marker_step is not None,
+        )
+        _check_fingerprint(manifest, request, receipt_uri, facts.training)
 
     export = layout.export_step
     if export is not None:
-        _export_facts(storage, layout, export, facts)
+        _export_facts(storage, layout, export, facts)  # may find the receipt's checkpoint gone
+    if facts.training is not None:
+        facts.notes.insert(0, f"Training {facts.training.summary()}.")
     return facts
 
 
@@ -154,6 +197,14 @@ def _export_facts(storage: Storage, layout: RunLayout, export: StepState, facts:
     if facts.export_failure is not None:
         gone = not layout.checkpoint_steps and layout.marker_step is None
         facts.checkpoints_expired = gone and bool(_EXPIRED.search(facts.export_failure))
+        if facts.checkpoints_expired and facts.training is not None and facts.training.valid:
+            # The receipt is durable, but in checkpoint mode it vouches for a checkpoint, and the export step's own
+            # validate_native_checkpoint (MarinSkyRL cloud/iris/export_job.py @4505b55) found it gone: no artifact
+            # of the run holds the trained budget any more, so the receipt no longer shows it reached in one.
+            facts.training.valid = False
+            facts.training.reasons.append(
+                "the checkpoint it vouches for expired with the temp root, and the export step failed on it"
+            )
         if facts.checkpoints_expired:
             facts.notes.append(
                 f"The export step failed because the training step's temp checkpoints expired: "

@@ -458,6 +458,12 @@ def establish_terminal_state(
             f"The controller reported {describe_controller(controller)}, but the run is completed; the controller's "
             "verdict is overridden."
         )
+    if layout.unfinished_save is not None:
+        kept = f"global_step_{layout.committed_before}" if layout.committed_before is not None else "none"
+        reasons.append(
+            f"The marker names global_step_{layout.unfinished_save}, whose Megatron save never wrote metadata.json "
+            f"(an async save's marker precedes it): it is not a saved checkpoint; the last finished save is {kept}."
+        )
     cause: FirstError | None = first if decision.with_cause and first is not None and first.causal else None
     symptom = first if first is not None and not first.causal else None
     if state is TerminalState.failed and cause is None and first is None:
@@ -471,7 +477,7 @@ def establish_terminal_state(
         controller=controller,
         step_budget=ev.budget,
         last_trained_step=_last_trained_step(stitched, events, ev.budget),
-        last_saved_step=layout.marker_step,
+        last_saved_step=layout.last_saved_step,
         first_failure_cause=cause.cause() if cause else None,
         earliest_symptom=symptom.cause() if symptom is not None and state is not TerminalState.completed else None,
         first_failure_reason=NO_CAUSAL_ERROR_FOUND

@@ -35,6 +35,7 @@ from rlcleanup.models.vocab import CandidateProblem as CP
 from rlcleanup.models.vocab import CheckpointProblem as KP
 from rlcleanup.ports.storage import ObjectInfo, Storage
 from rlcleanup.steps.layout import RunLayout
+from rlcleanup.steps.receipts import checkpoint_against_receipt
 from rlcleanup.uris import basename
 
 DEFAULT_CKPT_INTERVAL = 10  # SkyRL ppo_base_config default
@@ -245,6 +246,9 @@ def check_resume_safety(storage: Storage, layout: RunLayout, formats: FormatRegi
         if fmt is not None:
             for listing in roles.values():
                 fmt.validate(storage, listing, marker, f, ReadOptions())
+        # Protocol v2: the receipt pins the checkpoint training completed (its inventory and trainer-state digest).
+        for why in checkpoint_against_receipt(storage, layout, marker):
+            f.add(KP.receipt_mismatch, why)
 
     interval = as_step(get(layout.skyrl, "trainer.ckpt_interval"))
     if interval is None or interval <= 0:

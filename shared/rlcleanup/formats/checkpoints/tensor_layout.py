@@ -89,14 +89,30 @@ def _meta_model(config_json: str) -> tuple[Any, Any, list[Any], list[Any], str]:
     cls = getattr(transformers, arch, None) if arch else None
     try:
         cfg = AutoConfig.for_model(**config)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise _Unavailable(f"transformers cannot read a {model_type} config from config.json: {exc}") from exc
+    built_as = arch
+    try:
         with torch.device("meta"):
             model = cls(cfg) if cls is not None else transformers.AutoModelForCausalLM.from_config(cfg)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise _Unavailable(f"transformers cannot build {arch or model_type} from config.json: {exc}") from exc
+    except (ValueError, KeyError, TypeError, AttributeError) as declared_failed:
+        # The declared class does not fit the config's model_type (e.g. `Qwen3MoeForCausalLM` over a dense `qwen3`
+        # config, whose meta model declares no experts). AutoModelForCausalLM.from_pretrained picks the class by the
+        # config's type, not by `architectures` (transformers models/auto/auto_factory.py), so the names are checked
+        # against what it would build; a skip here would have read an export that loads nowhere as valid.
+        try:
+            fresh = AutoConfig.for_model(**config)  # the failed build set attributes on `cfg` (its experts backend)
+            with torch.device("meta"):
+                model = transformers.AutoModelForCausalLM.from_config(fresh)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise _Unavailable(
+                f"transformers cannot build {arch or model_type} from config.json: {declared_failed}"
+            ) from exc
+        built_as = f"{arch} (not buildable from model_type {model_type!r}; loaded as {type(model).__name__})"
     mapping = get_model_conversion_mapping(model)
     renamings = [m for m in mapping if isinstance(m, WeightRenaming)]
     converters = [m for m in mapping if isinstance(m, WeightConverter)]
-    return model, model.state_dict(), renamings, converters, arch or type(model).__name__
+    return model, model.state_dict(), renamings, converters, built_as or type(model).__name__
 
 
 @lru_cache(maxsize=4)
