@@ -1,8 +1,12 @@
 """Metric rows from training logs, and stitching them across a restart chain.
 
-Two formats (run-layout.md "Logs and metrics"):
+Three formats (run-layout.md "Logs and metrics", run-layout-v3.md §5):
   current  `WANDB_MIRROR kind=train step=7 metrics={...json...}` (also kind=eval), one line;
-  legacy   a Python-dict block `{'async/staleness_max': 0, ..., 'trainer/global_step': 7}`, maybe several lines.
+  legacy   a Python-dict block `{'async/staleness_max': 0, ..., 'trainer/global_step': 7}`, maybe several lines;
+  console  NovaSky SkyRL's console tracker: `Step 7: ` then `pprint.pformat` of the payload on the next lines, every
+           float printed as a `'%.4f'` string (NovaSky-AI/SkyRL `skyrl/train/utils/tracking.py` `ConsoleLogger.log` /
+           `stringify_floats` @a956457): a legacy block whose step may come from the `Step N:` header, and whose
+           numeric strings are read as numbers (`metric_value`).
 ANSI colour codes, Ray `(name pid=N, ip=...) ` prefixes and leading timestamps may surround either.
 `MetricParser` is fed one line at a time so the log scanner reads each file once, in bounded memory.
 """
@@ -41,6 +45,13 @@ _VLLM_PREFIX = re.compile(
 _MAX_PREFIXES = 6  # `(Worker_TP2 pid=1) (Worker_TP5 pid=2) [rank0]: 2026-...` nests a few deep, never more
 _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _MIRROR = re.compile(r"WANDB_MIRROR\b(?P<attrs>.*?)\bmetrics=")
+# The console tracker's header (`logger.info(f"Step {step}: \n{data_as_str}")`): the dict follows on the next line,
+# or on the same one where a writer joined them.
+CONSOLE_STEP = re.compile(r"\bStep (?P<step>\d{1,12}): ?(?=\{|$)")
+# A number printed as text: `'%.4f'` (`'0.5000'`, `'-1.2500'`), also plain ints and exponents; `nan`/`inf` parse too
+# and are dropped as non-finite, as numeric ones are.
+_NUMERIC_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf|infinity)", re.IGNORECASE)
+MAX_NUMERIC_TEXT = 64
 _ATTR = re.compile(r"(\w+)=(\S+)")
 _GLOBAL_STEP = "trainer/global_step"
 
@@ -95,7 +106,7 @@ class MetricRow:
     line: int = 0  # 1-based line where the row starts in source_uri
     source_uri: str | None = None
     attempt_id: str | None = None
-    fmt: str = "mirror"  # "mirror" | "legacy"
+    fmt: str = "mirror"  # "mirror" | "legacy" | "console"
 
 
 def _key_matches(key: str, name: str) -> bool:
@@ -117,10 +128,20 @@ def metric_value(row: MetricRow | Mapping[str, Any], name: str) -> float | None:
     if value is None:
         keys = sorted((k for k in metrics if isinstance(k, str) and _key_matches(k, name)), key=len)
         value = metrics[keys[0]] if keys else None
+    if isinstance(value, str):
+        value = numeric_text(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     number = float(value)
     return number if math.isfinite(number) else None
+
+
+def numeric_text(text: str) -> float | None:
+    """A number the console tracker printed as a string (`'0.5000'`); None for any other text."""
+    text = text.strip()
+    if len(text) > MAX_NUMERIC_TEXT or not _NUMERIC_TEXT.fullmatch(text):
+        return None
+    return float(text)
 
 
 _int_step = as_int
@@ -213,6 +234,8 @@ class MetricParser:
         self._quote: str | None = None
         self._start_line = 0
         self._foreign = 0
+        self._header: tuple[int, int] | None = None  # (step, line) of the last console-tracker `Step N:` header
+        self._block_step: int | None = None  # the header's step, when it opened the block being read
 
     def feed(self, raw: str, lineno: int, cleaned: CleanLine | None = None) -> MetricRow | None:
         text = (cleaned or clean_line(raw)).text
@@ -221,6 +244,9 @@ class MetricParser:
             return self._mirror(text, lineno)
         if self._parts:
             return self._continue(text, lineno)
+        header = CONSOLE_STEP.search(text)
+        if header is not None:
+            self._header = (int(header.group("step")), lineno)
         start = self._dict_start(text)
         if start is None:
             return None
@@ -266,6 +292,10 @@ class MetricParser:
     def _begin(self, lineno: int) -> None:
         self._parts, self._chars, self._depth, self._quote = [], 0, 0, None
         self._start_line, self._foreign = lineno, 0
+        # Only a header on this line or the one right before it names the block's step (the block engine feeds
+        # just the lines that can matter, so "the last header seen" could differ between the two scanners).
+        header = self._header
+        self._block_step = header[0] if header is not None and lineno - header[1] in (0, 1) else None
 
     def _abandon(self) -> None:
         if self._parts:
@@ -306,9 +336,13 @@ class MetricParser:
             return None
         metrics = {str(k): v for k, v in value.items()}
         step = _global_step(metrics)
+        fmt = "legacy"
+        if self._block_step is not None:
+            fmt = "console"
+            step = self._block_step if step is None else step
         if step is None:
             return None  # a dict that is not a metric row (a config dump, a sample, ...)
-        return self._row(step, _kind_of(metrics), metrics, self._start_line, "legacy")
+        return self._row(step, _kind_of(metrics), metrics, self._start_line, fmt)
 
     def _row(self, step: int, kind: str, metrics: dict[str, Any], lineno: int, fmt: str) -> MetricRow:
         return MetricRow(step, kind, metrics, lineno, self.source_uri, self.attempt_id, fmt)
