@@ -7,8 +7,6 @@ Expected values follow from `samples/skyrl_head.py` (budget 20, checkpoints and 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from rlcleanup.models.record import CompletionRecord

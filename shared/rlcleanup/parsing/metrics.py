@@ -47,10 +47,12 @@ _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _MIRROR = re.compile(r"WANDB_MIRROR\b(?P<attrs>.*?)\bmetrics=")
 # The console tracker's header (`logger.info(f"Step {step}: \n{data_as_str}")`): the dict follows on the next line,
 # or on the same one where a writer joined them.
-CONSOLE_STEP = re.compile(r"\bStep (?P<step>\d{1,12}): ?(?=\{|$)")
+CONSOLE_STEP = re.compile(r"\bStep (?P<step>[0-9]{1,12}): ?(?=\{|$)")
 # A number printed as text: `'%.4f'` (`'0.5000'`, `'-1.2500'`), also plain ints and exponents; `nan`/`inf` parse too
 # and are dropped as non-finite, as numeric ones are.
-_NUMERIC_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf|infinity)", re.IGNORECASE)
+_NUMERIC_TEXT = re.compile(
+    r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf|infinity)", re.IGNORECASE | re.ASCII
+)
 MAX_NUMERIC_TEXT = 64
 _ATTR = re.compile(r"(\w+)=(\S+)")
 _GLOBAL_STEP = "trainer/global_step"
