@@ -1,5 +1,5 @@
 """Issue 34 items 1-2, the readers: every spelling upstream uses today for the step budget (config keys and trainer
-log lines), the NovaSky HEAD entrypoints, and the console tracker's metric rows with string floats.
+log lines) and the console tracker's metric rows with string floats.
 
 Upstream read: NovaSky-AI/SkyRL @a956457 `skyrl/train/{trainer,fully_async_trainer}.py`, `skyrl/train/utils/
 tracking.py` (`ConsoleLogger`), `skyrl/train/config/config.py`; marin-community/MarinSkyRL `skyrl-train/skyrl_train/
@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlcleanup.formats.launch import EntrypointKind, lookup_entrypoint
 from rlcleanup.parsing.log_grammar import EventKind
 from rlcleanup.parsing.log_scanner import LogScanner, TrainerEvent
 from rlcleanup.parsing.metrics import metric_value, numeric_text, parse_metric_lines
@@ -120,24 +119,6 @@ def test_resolve_budget_first_match() -> None:
     assert resolve_budget(20, "cfg", []).reason == "The step budget is 20 (cfg)."
     unknown = resolve_budget(None, "unknown: x", [])
     assert unknown.value is None and "no trainer line states it" in unknown.reason
-
-
-# -- entrypoints -------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("value", "kind", "trains"),
-    [
-        ("skyrl.train.entrypoints.main_base", EntrypointKind.standard, True),
-        ("python -m skyrl.train.entrypoints.main_base", EntrypointKind.standard, True),
-        ("skyrl_train.entrypoints.main_base", EntrypointKind.standard, True),
-        ("skyrl.train.entrypoints.main_generate", EntrypointKind.generation, False),
-        ("skyrl_train.entrypoints.main_generate", EntrypointKind.generation, False),
-    ],
-)
-def test_entrypoints_old_and_new_package(value: str, kind: EntrypointKind, trains: bool) -> None:
-    entry = lookup_entrypoint(value)
-    assert entry is not None and (entry.kind, entry.trains) == (kind, trains)
 
 
 # -- the console tracker -----------------------------------------------------------------------------------------

@@ -8,28 +8,17 @@ Expected values follow from `samples/skyrl_head.py` (budget 20, checkpoints and 
 from __future__ import annotations
 
 import pytest
+from sample_runs import scenario_records
 
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import ClassificationKind, TerminalState
-from rlcleanup.runtime import evidence
-from rlcleanup.runtime.embedded import run_embedded
-from rlcleanup.samples.generator import SCENARIOS, write_sample_run
+from rlcleanup.samples.generator import SCENARIOS
 from rlcleanup.samples.skyrl_head import SCENARIOS_HEAD
 
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CompletionRecord]:
-    base = tmp_path_factory.mktemp("head")
-    out: dict[str, CompletionRecord] = {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(evidence, "publish_report", lambda *args, **kwargs: None)
-        for name in SCENARIOS_HEAD:
-            record = run_embedded(
-                str(write_sample_run(base / name, name)), db_path=base / "r.db", preserve_root=str(base / "p")
-            )
-            assert record is not None, name
-            out[name] = record
-    return out
+    return scenario_records(tmp_path_factory.mktemp("head"), SCENARIOS_HEAD)
 
 
 def _rule(record: CompletionRecord) -> str:
