@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime import evidence
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
+from rlcleanup.runtime.embedded import run_embedded as run_embedded_once
 from rlcleanup.samples.generator import write_sample_run
 
 
@@ -34,3 +36,18 @@ def clean_record(tmp_path: Path, run_uri: str) -> CompletionRecord:
     _, record = run_embedded(tmp_path / "clean", run_uri)
     assert record.status is RecordStatus.awaiting_authority and len(record.candidates) == 4 and not record.errors
     return record
+
+
+def scenario_records(base: Path, names: Iterable[str]) -> dict[str, CompletionRecord]:
+    """Each named sample scenario through the embedded pipeline, in one record store (report charts skipped: no
+    field of the record depends on them)."""
+    out: dict[str, CompletionRecord] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(evidence, "publish_report", lambda *args, **kwargs: None)
+        for name in names:
+            record = run_embedded_once(
+                str(write_sample_run(base / name, name)), db_path=base / "r.db", preserve_root=str(base / "p")
+            )
+            assert record is not None, name
+            out[name] = record
+    return out

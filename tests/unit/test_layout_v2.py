@@ -85,6 +85,10 @@ def test_resolved_skyrl_json_budget_lives_in_hydra_args() -> None:
         ("generate", EntrypointKind.generation, False),
         ("standard", EntrypointKind.standard, True),
         ("skyrl_train.entrypoints.checkpoint_export", EntrypointKind.checkpoint_export, False),
+        # NovaSky SkyRL HEAD's package (issue 34, run-layout-v3.md §5)
+        ("skyrl.train.entrypoints.main_base", EntrypointKind.standard, True),
+        ("python -m skyrl.train.entrypoints.main_base", EntrypointKind.standard, True),
+        ("skyrl.train.entrypoints.main_generate", EntrypointKind.generation, False),
     ],
 )
 def test_entrypoint_table(value: str, kind: EntrypointKind, trains: bool) -> None:

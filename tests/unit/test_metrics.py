@@ -95,7 +95,9 @@ def test_metric_value_matches_on_suffix_boundary() -> None:
     assert metric_value({"skyrl.reward/avg_raw_reward": 1}, "reward/avg_raw_reward") == 1.0
     assert metric_value({"xreward/avg_raw_reward": 0.5}, "reward/avg_raw_reward") is None
     assert metric_value({"eval_reward/avg_raw_reward": 0.5}, "reward/avg_raw_reward") is None
-    assert metric_value({"reward/avg_raw_reward": "0.5"}, "reward/avg_raw_reward") is None
+    # NovaSky's console tracker prints floats as '%.4f' strings (issue 34): numeric text is a number, other text not.
+    assert metric_value({"reward/avg_raw_reward": "0.5"}, "reward/avg_raw_reward") == 0.5
+    assert metric_value({"reward/avg_raw_reward": "high"}, "reward/avg_raw_reward") is None
     # Exact beats a prefixed key.
     assert metric_value({"a/reward/avg_raw_reward": 1.0, "reward/avg_raw_reward": 2.0}, "reward/avg_raw_reward") == 2.0
 

@@ -12,12 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
+from sample_runs import scenario_records
 
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState
-from rlcleanup.runtime import evidence
-from rlcleanup.runtime.embedded import run_embedded
-from rlcleanup.samples.generator import SCENARIOS, write_sample_run
+from rlcleanup.samples.generator import SCENARIOS
 from rlcleanup.samples.v2 import SCENARIOS_V2
 
 INJECTED = [
@@ -33,17 +32,7 @@ MAIN_BASE = "entrypoint=skyrl_train.entrypoints.main_base"
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CompletionRecord]:
-    base = tmp_path_factory.mktemp("v2")
-    out: dict[str, CompletionRecord] = {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(evidence, "publish_report", lambda *args, **kwargs: None)
-        for name in SCENARIOS_V2:
-            record = run_embedded(
-                str(write_sample_run(base / name, name)), db_path=base / "r.db", preserve_root=str(base / "p")
-            )
-            assert record is not None, name
-            out[name] = record
-    return out
+    return scenario_records(tmp_path_factory.mktemp("v2"), SCENARIOS_V2)
 
 
 def _rule(record: CompletionRecord) -> str:

@@ -429,7 +429,9 @@ def test_unknown_budget_needs_trainer_strings(tmp_path: Path) -> None:
     )
     assert v2.terminal_state == TerminalState.completed
     assert v2.step_budget == 4
-    assert said(v2, "The step budget is unknown from the config")
+    # steps/budget.py rule (a): the trainer's own line states the budget, and the sentence says the config gave none.
+    assert said(v2, "The step budget is 4: the trainer logged 'Reached max training steps (4)' at ")
+    assert said(v2, "; the config gives none (unknown: ")
 
 
 def test_trainer_max_disagreeing_with_config_budget_is_used(tmp_path: Path) -> None:

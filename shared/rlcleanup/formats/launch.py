@@ -42,6 +42,7 @@ class Entrypoint:
 
 
 _RL = "MarinSkyRL cloud/iris/rl_config_translation.py RL_ENTRYPOINTS"
+_HEAD = "NovaSky-AI/SkyRL skyrl/train/entrypoints/ @a956457"
 # Upstream `training_type_for_entrypoint` returns None (trains nothing) for main_generate and
 # terminal_bench_generate; `(oc)` §1 makes mini_swe and terminal_bench* agentic and *_generate generation-only.
 ENTRYPOINTS: dict[str, Entrypoint] = {
@@ -54,6 +55,10 @@ ENTRYPOINTS: dict[str, Entrypoint] = {
         Entrypoint("skyrl_train.entrypoints.main_generate", EntrypointKind.generation, False, False, _RL),
         # A harness that trains nothing: agentic (harness) first, and generation-only as well.
         Entrypoint("skyrl_train.entrypoints.terminal_bench_generate", EntrypointKind.agentic, False, True, _RL),
+        # NovaSky SkyRL HEAD moved the package to `skyrl.train` (NovaSky-AI/SkyRL @a956457
+        # `skyrl/train/entrypoints/{main_base,main_generate}.py`; run-layout-v3.md §5); the fork keeps `skyrl_train`.
+        Entrypoint("skyrl.train.entrypoints.main_base", EntrypointKind.standard, True, False, _HEAD),
+        Entrypoint("skyrl.train.entrypoints.main_generate", EntrypointKind.generation, False, False, _HEAD),
         Entrypoint(
             "skyrl_train.entrypoints.checkpoint_export",
             EntrypointKind.checkpoint_export,

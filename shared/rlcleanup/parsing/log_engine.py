@@ -56,12 +56,13 @@ def _tolerant(literal: str, *, caseless: bool = False) -> bytes:
 
 def hit_patterns() -> list[bytes]:
     """What makes LogScanner.feed do more than count a line and note its timestamp, as raw-byte patterns: a trainer
-    event hint, a traceback header, a fatal-line hint (matched on the lowercased line), a metric mirror line or the
-    start of a legacy dict block (`{` then a quote). A superset is harmless (the line is fed and judged exactly)."""
+    event hint, a traceback header, a fatal-line hint (matched on the lowercased line), a metric mirror line, a console
+    tracker `Step N:` header or the start of a legacy dict block (`{` then a quote). A superset is harmless (the line is fed and judged exactly)."""
     patterns = [_tolerant(hint) for hint in EVENT_HINTS]
     patterns.append(_tolerant(TRACEBACK_HEADER))
     patterns += [_tolerant(hint, caseless=True) for hint in FATAL_HINTS]
     patterns.append(_tolerant("WANDB_MIRROR"))
+    patterns.append(_tolerant("Step "))  # the console tracker's `Step N:` header names the next line's dict's step
     patterns.append(rb"\{" + _GAP + rb"['\"]")
     return patterns
 

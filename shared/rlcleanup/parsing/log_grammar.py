@@ -29,6 +29,7 @@ class EventKind(StrEnum):
     resumed_already_complete = "resumed_already_complete"
     stopped_early = "stopped_early"
     controller_stopped = "controller_stopped"  # Slurm cancelled the job: time limit, preemption, scancel
+    budget_stated = "budget_stated"  # the trainer's own total: `Steps per epoch: X, total training steps: Y`
 
 
 # (kind, pattern); group 1 is the step when there is one. The `resumed ... already COMPLETE` line precedes
@@ -39,7 +40,16 @@ EVENT_PATTERNS: tuple[tuple[EventKind, re.Pattern[str]], ...] = (
         EventKind.resumed_already_complete,
         re.compile(r"Resumed at global_step (\d+) >= max training steps \((\d+)\); run is already COMPLETE"),
     ),
+    # The MarinSkyRL fork (`skyrl-train/skyrl_train/trainer.py` `train`, `Reached max training steps
+    # ({self.total_training_steps})`) and NovaSky SkyRL HEAD (`skyrl/train/trainer.py` `train` and
+    # `fully_async_trainer.py` @a956457: `Reached max_training_steps={cap}, stopping early.`, logged once
+    # global_step passed the cap). Both say the budget was trained; group 1 is the number they name.
     (EventKind.reached_max_steps, re.compile(r"Reached max training steps \((\d+)\)")),
+    (EventKind.reached_max_steps, re.compile(r"Reached max_training_steps=(\d+), stopping early")),
+    # The trainer's computed total (min of the epoch total and the cap): run-layout-v3.md §6 `Steps per epoch: X,
+    # total training steps: Y` (the fork), `Total training steps: Y` on its own line (NovaSky HEAD
+    # `fully_async_trainer.py`, the fork's `fully_async_trainer.py`).
+    (EventKind.budget_stated, re.compile(r"(?i)\btotal training steps: (\d{1,12})\b")),
     (EventKind.saved_final_checkpoint, re.compile(r"Saved final checkpoint\.")),
     (EventKind.training_done, re.compile(r"Training done!")),
     (EventKind.loaded_checkpoint, re.compile(r"(?i)loaded (?:complete )?checkpoint(?: state)? from global_step_(\d+)")),
@@ -48,6 +58,15 @@ EVENT_PATTERNS: tuple[tuple[EventKind, re.Pattern[str]], ...] = (
     (EventKind.stopped_early, re.compile(r"Training stopped early by callback")),
     (EventKind.controller_stopped, re.compile(r"\*\*\* (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT \S+")),
 )
+
+
+def event_phrase(kind: EventKind, text: str) -> str:
+    """The words of `text` that made it a `kind` event (a log line carries a logger prefix around them)."""
+    for each, pattern in EVENT_PATTERNS:
+        if each is kind and (match := pattern.search(text)):
+            return match.group(0)
+    return text.strip()
+
 
 # Causal fatal lines printed outside any Python traceback: (pattern, error_type). Checked before the noise table,
 # so `received signal SIGSEGV` is causal while `received signal 15` is teardown.
@@ -69,7 +88,15 @@ FATAL_LINES: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 MAX_MATCH_CHARS = 16 * 1024  # events, fatal lines and noise are matched on this much of a line
 # Cheap substring gates: most lines are throughput chatter and skip the regex tables entirely.
-EVENT_HINTS = ("global_step", "Training", "Reached max", "Saved final", "No checkpoint", "CANCELLED AT")
+EVENT_HINTS = (
+    "global_step",
+    "Training",
+    "Reached max",
+    "Saved final",
+    "No checkpoint",
+    "CANCELLED AT",
+    "training steps",
+)
 # Lowercased-line gates. Not plain "nccl": every `NCCL INFO` chatter line has it; the NCCL noise rule needs a
 # watchdog, a timeout or an abort, so gate on those words instead.
 FATAL_HINTS = (

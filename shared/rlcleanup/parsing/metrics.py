@@ -1,15 +1,18 @@
 """Metric rows from training logs, and stitching them across a restart chain.
 
-Two formats (run-layout.md "Logs and metrics"):
+Three formats (run-layout.md "Logs and metrics", run-layout-v3.md §5):
   current  `WANDB_MIRROR kind=train step=7 metrics={...json...}` (also kind=eval), one line;
-  legacy   a Python-dict block `{'async/staleness_max': 0, ..., 'trainer/global_step': 7}`, maybe several lines.
+  legacy   a Python-dict block `{'async/staleness_max': 0, ..., 'trainer/global_step': 7}`, maybe several lines;
+  console  NovaSky SkyRL's console tracker: `Step 7: ` then `pprint.pformat` of the payload on the next lines, every
+           float printed as a `'%.4f'` string (NovaSky-AI/SkyRL `skyrl/train/utils/tracking.py` `ConsoleLogger.log` /
+           `stringify_floats` @a956457): a legacy block whose step may come from the `Step N:` header, and whose
+           numeric strings are read as numbers (`metric_value`).
 ANSI colour codes, Ray `(name pid=N, ip=...) ` prefixes and leading timestamps may surround either.
 `MetricParser` is fed one line at a time so the log scanner reads each file once, in bounded memory.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 import re
@@ -21,6 +24,7 @@ from typing import Any
 
 from rlcleanup.formats.config import as_int
 from rlcleanup.models.record import ChainCoverage
+from rlcleanup.parsing.dict_literal import parse_dict_literal
 
 MAX_LINE_CHARS = 1024 * 1024  # longer lines are cut before any regex runs
 MAX_BLOCK_CHARS = 256 * 1024  # a legacy dict block larger than this is dropped (runaway `{`)
@@ -41,6 +45,15 @@ _VLLM_PREFIX = re.compile(
 _MAX_PREFIXES = 6  # `(Worker_TP2 pid=1) (Worker_TP5 pid=2) [rank0]: 2026-...` nests a few deep, never more
 _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _MIRROR = re.compile(r"WANDB_MIRROR\b(?P<attrs>.*?)\bmetrics=")
+# The console tracker's header (`logger.info(f"Step {step}: \n{data_as_str}")`): the dict follows on the next line,
+# or on the same one where a writer joined them.
+CONSOLE_STEP = re.compile(r"\bStep (?P<step>[0-9]{1,12}): ?(?=\{|$)")
+# A number printed as text: `'%.4f'` (`'0.5000'`, `'-1.2500'`), also plain ints and exponents; `nan`/`inf` parse too
+# and are dropped as non-finite, as numeric ones are.
+_NUMERIC_TEXT = re.compile(
+    r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf|infinity)", re.IGNORECASE | re.ASCII
+)
+MAX_NUMERIC_TEXT = 64
 _ATTR = re.compile(r"(\w+)=(\S+)")
 _GLOBAL_STEP = "trainer/global_step"
 
@@ -95,7 +108,7 @@ class MetricRow:
     line: int = 0  # 1-based line where the row starts in source_uri
     source_uri: str | None = None
     attempt_id: str | None = None
-    fmt: str = "mirror"  # "mirror" | "legacy"
+    fmt: str = "mirror"  # "mirror" | "legacy" | "console"
 
 
 def _key_matches(key: str, name: str) -> bool:
@@ -117,10 +130,20 @@ def metric_value(row: MetricRow | Mapping[str, Any], name: str) -> float | None:
     if value is None:
         keys = sorted((k for k in metrics if isinstance(k, str) and _key_matches(k, name)), key=len)
         value = metrics[keys[0]] if keys else None
+    if isinstance(value, str):
+        value = numeric_text(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     number = float(value)
     return number if math.isfinite(number) else None
+
+
+def numeric_text(text: str) -> float | None:
+    """A number the console tracker printed as a string (`'0.5000'`); None for any other text."""
+    text = text.strip()
+    if len(text) > MAX_NUMERIC_TEXT or not _NUMERIC_TEXT.fullmatch(text):
+        return None
+    return float(text)
 
 
 _int_step = as_int
@@ -133,44 +156,6 @@ def _global_step(metrics: Mapping[str, Any]) -> int | None:
         if isinstance(key, str) and _key_matches(key, _GLOBAL_STEP):
             return _int_step(value)
     return None
-
-
-# -- legacy Python-dict literals -------------------------------------------------------------------------------
-
-_NAMED_CONSTANTS = {"nan": math.nan, "NaN": math.nan, "inf": math.inf, "Infinity": math.inf, "None": None}
-_SCALAR_WRAPPERS = {"float64", "float32", "float16", "bfloat16", "int64", "int32", "float", "int", "tensor", "array"}
-
-
-def _literal(node: ast.AST) -> Any:
-    """ast.literal_eval plus `nan`/`inf` and numpy/torch scalar reprs (`np.float64(0.5)`, `tensor(0.5)`)."""
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Dict):
-        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values, strict=True) if k is not None}
-    if isinstance(node, ast.List | ast.Tuple):
-        return [_literal(e) for e in node.elts]
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-        operand = _literal(node.operand)
-        if isinstance(operand, int | float) and not isinstance(operand, bool):
-            return -operand if isinstance(node.op, ast.USub) else operand
-    if isinstance(node, ast.Name) and node.id in _NAMED_CONSTANTS:
-        return _NAMED_CONSTANTS[node.id]
-    if isinstance(node, ast.Call) and len(node.args) == 1:
-        func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-        if name in _SCALAR_WRAPPERS:
-            return _literal(node.args[0])
-    raise ValueError(f"not a literal: {type(node).__name__}")
-
-
-def parse_dict_literal(text: str) -> dict[Any, Any] | None:
-    """A Python dict literal, or None for anything else (never raises)."""
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-        value = _literal(tree.body)
-    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _brace_delta(text: str, depth: int, quote: str | None) -> tuple[int, str | None, int | None]:
@@ -213,6 +198,8 @@ class MetricParser:
         self._quote: str | None = None
         self._start_line = 0
         self._foreign = 0
+        self._header: tuple[int, int] | None = None  # (step, line) of the last console-tracker `Step N:` header
+        self._block_step: int | None = None  # the header's step, when it opened the block being read
 
     def feed(self, raw: str, lineno: int, cleaned: CleanLine | None = None) -> MetricRow | None:
         text = (cleaned or clean_line(raw)).text
@@ -221,6 +208,9 @@ class MetricParser:
             return self._mirror(text, lineno)
         if self._parts:
             return self._continue(text, lineno)
+        header = CONSOLE_STEP.search(text)
+        if header is not None:
+            self._header = (int(header.group("step")), lineno)
         start = self._dict_start(text)
         if start is None:
             return None
@@ -266,6 +256,10 @@ class MetricParser:
     def _begin(self, lineno: int) -> None:
         self._parts, self._chars, self._depth, self._quote = [], 0, 0, None
         self._start_line, self._foreign = lineno, 0
+        # Only a header on this line or the one right before it names the block's step (the block engine feeds
+        # just the lines that can matter, so "the last header seen" could differ between the two scanners).
+        header = self._header
+        self._block_step = header[0] if header is not None and lineno - header[1] in (0, 1) else None
 
     def _abandon(self) -> None:
         if self._parts:
@@ -306,9 +300,13 @@ class MetricParser:
             return None
         metrics = {str(k): v for k, v in value.items()}
         step = _global_step(metrics)
+        fmt = "legacy"
+        if self._block_step is not None:
+            fmt = "console"
+            step = self._block_step if step is None else step
         if step is None:
             return None  # a dict that is not a metric row (a config dump, a sample, ...)
-        return self._row(step, _kind_of(metrics), metrics, self._start_line, "legacy")
+        return self._row(step, _kind_of(metrics), metrics, self._start_line, fmt)
 
     def _row(self, step: int, kind: str, metrics: dict[str, Any], lineno: int, fmt: str) -> MetricRow:
         return MetricRow(step, kind, metrics, lineno, self.source_uri, self.attempt_id, fmt)

@@ -75,6 +75,7 @@ class Inputs:
     unrecovered_error: bool  # a causal error no later attempt trained past
     generation_only: bool = False
     notes: list[str] = field(default_factory=list)
+    reached_by: str = ""  # the evidence that shows the budget reached, cited by rule (1)
 
 
 @dataclass
@@ -110,16 +111,17 @@ def decide(inp: Inputs) -> Decision:
     if inp.budget_reached and inp.reached_valid:
         no_verdict = not terminal_seen or inp.controller_absent or inp.running_stale
         if not (inp.needs_done_line and no_verdict and not inp.training_done):
+            by = f" ({inp.reached_by})" if inp.reached_by else ""
             override = f" (overriding {', '.join(s.describe() for s in failed + killed)})" if failed or killed else ""
             return done(
                 TerminalState.completed,
                 "(1)",
-                f"the budget {inp.budget} was reached in valid artifacts{override}.",
+                f"the budget {inp.budget} was reached in valid artifacts{by}{override}.",
                 cause=False,
             )
         reasons.append(
-            "The budget looks reached, but with no controller verdict completion also needs 'Training done!', "
-            "which was not logged."
+            f"The commit marker reaches the budget {inp.budget}, but with no controller verdict and no trainer line "
+            "saying the budget was trained, completion also needs 'Training done!', which was not logged."
         )
     # (2)
     if killed or stopped or (inp.pre_cancel and not final_success):

@@ -8,20 +8,19 @@ weighs them is steps/precedence.py.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
-from rlcleanup.formats.config import get, get_int
+from rlcleanup.formats.config import get
 from rlcleanup.formats.launch import EntrypointKind
 from rlcleanup.models.controller_states import Verdict
 from rlcleanup.models.record import Attempt, ChainCoverage, FailureCause
 from rlcleanup.models.vocab import TerminalState
 from rlcleanup.parsing.attempt_logs import AttemptScan, log_order
-from rlcleanup.parsing.log_grammar import EventKind
+from rlcleanup.parsing.log_grammar import EventKind, event_phrase
 from rlcleanup.parsing.log_scanner import ErrorCandidate, TrainerEvent
 from rlcleanup.parsing.metrics import StitchedMetrics, stitch
+from rlcleanup.steps.budget import resolve_budget, step_budget
 from rlcleanup.steps.layout import AttemptFiles, RunLayout
 from rlcleanup.steps.marin import LOCK_STALE_SECONDS
 from rlcleanup.steps.precedence import Inputs, Source, decide, lock_fresh
@@ -30,42 +29,9 @@ from rlcleanup.steps.terminal_readings import describe_controller, normalize_sta
 
 NO_CAUSAL_ERROR_FOUND = "no_causal_error_found"  # run-layout-v2.md §7 (oc)
 
-ROW_COUNT_KEYS = ("data.num_train_rows", "data.train_rows")  # our convention (run-layout.md)
 MAX_LOG_URIS_IN_RECORD = 20  # 500 ranks x 3 attempts of log URIs would pass Firestore's 1 MiB; the manifest has all
 
-
-# -- budget ----------------------------------------------------------------------------------------------------
-
-
-def step_budget(skyrl: dict[str, Any]) -> tuple[int | None, str]:
-    """(budget, how it was derived). `trainer.max_steps` caps the epoch-derived total; either alone suffices."""
-    max_steps = get_int(skyrl, "trainer.max_steps")
-    if max_steps is not None and max_steps <= 0:
-        max_steps = None  # SkyRL treats a non-positive max_steps as "no cap"
-    rows = next((v for k in ROW_COUNT_KEYS if (v := get_int(skyrl, k)) is not None and v > 0), None)
-    batch = get_int(skyrl, "trainer.train_batch_size")
-    epochs = get_int(skyrl, "trainer.epochs")
-    derived: int | None = None
-    derived_how = ""
-    if rows is not None and batch and batch > 0 and epochs and epochs > 0:
-        derived = math.ceil(rows / batch) * epochs
-        derived_how = f"ceil({rows} rows / train_batch_size {batch}) * epochs {epochs} = {derived}"
-    if max_steps is not None and derived is not None:
-        if max_steps <= derived:
-            return max_steps, f"trainer.max_steps = {max_steps} caps the epoch total ({derived_how})"
-        return derived, f"{derived_how}, below trainer.max_steps = {max_steps}"
-    if max_steps is not None:
-        return max_steps, f"trainer.max_steps = {max_steps} (row count unknown, so the epoch total was not checked)"
-    if derived is not None:
-        return derived, derived_how
-    missing = [
-        name
-        for name, value in (("row count (data.num_train_rows)", rows), ("trainer.train_batch_size", batch))
-        if not value
-    ]
-    if not epochs:
-        missing.append("trainer.epochs")
-    return None, f"unknown: no trainer.max_steps and no {', '.join(missing)}"
+__all__ = ["establish_terminal_state", "find_first_error", "step_budget"]  # step_budget: steps/budget.py
 
 
 # Normalised controller states (models/controller_states.py holds every source's spellings).
@@ -197,6 +163,8 @@ class _Evidence:
     already_complete: TrainerEvent | None
     training_done: TrainerEvent | None
     notes: list[str]
+    reached_max: TrainerEvent | None = None  # the trainer's own stop-at-budget line
+    reached_by: str = ""  # what shows the budget reached, for the deciding rule's sentence
 
 
 def _last(events: list[TrainerEvent], *kinds: EventKind) -> TrainerEvent | None:
@@ -204,6 +172,7 @@ def _last(events: list[TrainerEvent], *kinds: EventKind) -> TrainerEvent | None:
 
 
 def _evidence(layout: RunLayout, events: list[TrainerEvent], budget: int | None, budget_reason: str) -> _Evidence:
+    """What the artifacts and trainer strings show about the budget; the budget itself is steps/budget.py's rule."""
     notes: list[str] = []
     marker = layout.marker_step
     reached_max = _last(events, EventKind.reached_max_steps)
@@ -221,50 +190,34 @@ def _evidence(layout: RunLayout, events: list[TrainerEvent], budget: int | None,
     ):
         complete_tail = None  # the line must really say G >= N
 
-    effective = budget
-    if budget is None:
-        if reached_max is not None:
-            effective = reached_max.step
-            notes.append(
-                f"The step budget is unknown from the config ({budget_reason}), so completion cannot rest on the marker "
-                f"alone; the trainer logged 'Reached max training steps ({reached_max.step})' at {_at(reached_max)} "
-                f"and that number is used."
-            )
-        else:
-            notes.append(
-                f"The step budget is unknown ({budget_reason}) and no 'Reached max training steps' line was logged, "
-                "so the marker alone cannot show completion."
-            )
-    else:
-        notes.append(f"The step budget is {budget} ({budget_reason}).")
-        if reached_max is not None and reached_max.step is not None and reached_max.step != budget:
-            effective = reached_max.step
-            notes.append(
-                f"The trainer logged 'Reached max training steps ({reached_max.step})' at {_at(reached_max)}, which "
-                f"disagrees with the configured budget {budget}; the trainer's number is used."
-            )
+    resolved = resolve_budget(budget, budget_reason, events)
+    effective = resolved.value
+    notes.append(resolved.reason)
 
     marker_text = f"the commit marker {layout.marker_uri}" if layout.marker_uri else "the commit marker"
     reached = by_logs_only = False
+    reached_by = ""
     if marker is None:
         notes.append(f"No readable commit marker at {layout.marker_uri or 'the checkpoint root'}.")
         finish = done or final_save
         if effective is not None and reached_max is not None and finish is not None:
             reached = by_logs_only = True
+            reached_by = f"the trainer strings at {_at(reached_max)} and {_at(finish)} (no marker)"
             notes.append(
-                f"Without a marker, completion rests on the trainer strings 'Reached max training steps "
-                f"({reached_max.step})' at {_at(reached_max)} and '{finish.text.strip()}' at {_at(finish)}."
+                f"Without a marker, completion rests on the trainer strings "
+                f"'{event_phrase(reached_max.kind, reached_max.text)}' at "
+                f"{_at(reached_max)} and '{finish.text.strip()}' at {_at(finish)}."
             )
     elif effective is None:
         notes.append(f"{marker_text} reads {marker}.")
     elif marker == effective:
-        reached = True
-        notes.append(f"{marker_text} reads {marker}, equal to the budget {effective}: the budget was reached.")
+        reached, reached_by = True, f"{marker_text} reads {marker}"
+        notes.append(f"{marker_text} reads {marker}, equal to the budget {effective}.")
     elif marker == effective + 1:
-        reached = True
+        reached, reached_by = True, f"{marker_text} reads {marker} (budget + 1)"
         notes.append(
-            f"{marker_text} reads {marker}, the budget {effective} + 1 (SkyRL labels the final save one past the "
-            "last step): the budget was reached."
+            f"{marker_text} reads {marker}, the budget {effective} + 1 (the MarinSkyRL fork labels the final save "
+            "one past the last step)."
         )
     elif marker > effective + 1:
         notes.append(
@@ -291,7 +244,7 @@ def _evidence(layout: RunLayout, events: list[TrainerEvent], budget: int | None,
     stopped = _last(events, EventKind.stopped_early)
     if stopped is not None:
         notes.append(f"The trainer logged 'Training stopped early by callback' at {_at(stopped)}.")
-    return _Evidence(effective, reached, by_logs_only, complete_tail, done, notes)
+    return _Evidence(effective, reached, by_logs_only, complete_tail, done, notes, reached_max, reached_by)
 
 
 def _unrecovered(first: FirstError | None, scans: list[AttemptScan], stitched: StitchedMetrics) -> bool:
@@ -334,10 +287,17 @@ def _precedence_inputs(
     now: datetime,
 ) -> Inputs:
     reached = ev.reached or ev.already_complete is not None
+    reached_by = [ev.reached_by] if ev.reached else []
+    if ev.already_complete is not None:
+        reached_by.append(f"a resume found it already complete at {_at(ev.already_complete)}")
     receipt = protocol.training if protocol is not None else None
     budget = ev.budget
-    if receipt is not None and receipt.valid and receipt.global_step is not None and budget is not None:
-        reached = reached or receipt.global_step >= budget
+    valid_step = receipt.global_step if receipt is not None and receipt.valid else None
+    if valid_step is not None and budget is not None and valid_step >= budget:
+        reached = True
+        reached_by.append(f"the valid training receipt reads global_step {valid_step}")
+    if ev.reached and ev.reached_max is not None:
+        reached_by.append(f"the trainer's stop-at-budget line at {_at(ev.reached_max)}")
     reached_valid = receipt.valid if receipt is not None else reached
     terminal = layout.terminal or {}
     terminal_state = normalize_state(
@@ -363,7 +323,12 @@ def _precedence_inputs(
         budget=budget,
         budget_reached=reached,
         reached_valid=reached_valid,
-        needs_done_line=ev.already_complete is None and not (receipt is not None and receipt.valid),
+        # Only a marker alone needs 'Training done!' besides: the trainer's own stop-at-budget line, a resume that
+        # found the run complete or a valid receipt already say the budget was trained.
+        needs_done_line=ev.already_complete is None
+        and not (receipt is not None and receipt.valid)
+        and ev.reached_max is None,
+        reached_by="; ".join(reached_by),
         training_done=ev.training_done is not None,
         early_stop=_last(events, EventKind.stopped_early) is not None,
         last_step=_last_trained_step(stitched, events, budget),
