@@ -25,6 +25,7 @@ from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.envelope import identify
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.settings import in_run_buckets
@@ -54,7 +55,11 @@ def location_key(run_uri: str) -> str:
 
 def bound_run_id(p: Ports, run_uri: str) -> str | None:
     """The id this location was admitted under (None: never admitted)."""
-    doc = p.records.get_doc(RUN_LOCATIONS, location_key(run_uri))
+    return location_binding(p.records, run_uri)
+
+
+def location_binding(records: RunRecords, run_uri: str) -> str | None:
+    doc = records.get_doc(RUN_LOCATIONS, location_key(run_uri))
     run_id = doc.get("run_id") if doc else None
     return run_id if isinstance(run_id, str) else None
 
@@ -99,7 +104,7 @@ def location_id(p: Ports, run_uri: str, kind: str = "A") -> str:
         return bound
     readable = location_run_id(run_uri, kind)
     holder = holder_of(p, readable)
-    if holder is None or _same_location(holder, run_uri):
+    if holder is None or same_location(holder, run_uri):
         return readable
     return located_run_id(readable, _location(run_uri))
 
@@ -120,11 +125,11 @@ def bind_run_identity(p: Ports, run_id: str, run_uri: str) -> None:
     merged into the holder's record, nor allowed to make the real run's event a "duplicate". Called only once every
     other admission check has passed."""
     holder = holder_of(p, run_id)
-    if holder is not None and not _same_location(holder, run_uri):
+    if holder is not None and not same_location(holder, run_uri):
         raise RunIdConflict(run_id, run_uri, holder)
     if not p.records.put_doc(RUN_IDS, run_id, {"run_uri": run_uri}, only_if_absent=True):
         holder = holder_of(p, run_id)  # another delivery bound it first: the same run, or a conflict
-        if holder is not None and not _same_location(holder, run_uri):
+        if holder is not None and not same_location(holder, run_uri):
             raise RunIdConflict(run_id, run_uri, holder)
     key = location_key(run_uri)
     if not p.records.put_doc(RUN_LOCATIONS, key, {"run_id": run_id, "run_uri": run_uri}, only_if_absent=True):
@@ -162,7 +167,7 @@ def attachable_run(p: Ports, data: bytes) -> str | None:
         if bound is not None:
             return bound
         record = p.records.get(run_id) if run_id else None
-        if record is not None and _same_location(record.run_uri, run_uri):
+        if record is not None and same_location(record.run_uri, run_uri):
             return run_id  # a record from before the identity documents
         return None
     return run_id if run_id and p.records.get(run_id) is not None else None
@@ -193,7 +198,7 @@ def _location(uri: str) -> str:
         return uri.rstrip("/")
 
 
-def _same_location(a: str, b: str) -> bool:
+def same_location(a: str, b: str) -> bool:
     return _location(a) == _location(b)
 
 

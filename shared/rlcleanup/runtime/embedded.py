@@ -14,17 +14,19 @@ from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.paths import default_db, default_preserve_root
+from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime import admission
 from rlcleanup.runtime.handlers import POISON_COLLECTION, dispatch, poison_key, resolve_run_id
 from rlcleanup.runtime.ports import Ports, hub_upload_job
 from rlcleanup.runtime.topology import FunctionSpec, load_topology
 from rlcleanup.settings import DeploymentSettings, load_settings
+from rlcleanup.steps.facts import run_facts
 from rlcleanup.steps.layout import discover
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EmbeddedStack", "RunNotAdmitted", "manual_event", "resolve_run_id", "run_embedded"]
+__all__ = ["EmbeddedStack", "RunNotAdmitted", "bound_run_id_of", "manual_event", "resolve_run_id", "run_embedded"]
 
 
 @dataclass
@@ -82,6 +84,20 @@ def manual_event(run_uri: str, state: str | None = None, source: str = "manual")
         state=state or "ENDED",
         observed_at=datetime.now(UTC),
     )
+
+
+def bound_run_id_of(records: RunRecords, storage: Storage, run_uri: str) -> str | None:
+    """The id the run at `run_uri` is recorded under (None: no record of it), for `run --rerun`: its location's
+    binding, else (a record from before the identity documents) the id its files give, if bound to this root."""
+    bound = admission.location_binding(records, run_uri)
+    if bound is not None:
+        return bound
+    try:
+        legacy = run_facts(discover(storage, run_uri)).run_id
+    except Exception:
+        return None
+    record = records.get(legacy)
+    return legacy if record is not None and admission.same_location(record.run_uri, run_uri) else None
 
 
 class RunNotAdmitted(PermanentError):
