@@ -23,7 +23,7 @@ def _preview(action: str, dest: Path) -> tuple[str, dict[str, Any]]:
     return text, _json(*args)
 
 
-def test_every_preview_renders_as_text_and_json_on_a_local_run(tmp_path: Path, _xdg: Path) -> None:
+def test_every_preview_renders_as_text_and_json_on_a_local_run(tmp_path: Path, _xdg: Path) -> None:  # noqa: F811
     _json("run", str(_sample(tmp_path, "selection-policy")))
     _approver(_xdg / "models")
     dest = _xdg / "models" / "math"
@@ -47,7 +47,7 @@ def test_every_preview_renders_as_text_and_json_on_a_local_run(tmp_path: Path, _
     assert "None" not in text
 
 
-def test_a_refused_reclaim_preview_exits_3_in_both_forms(tmp_path: Path, _xdg: Path) -> None:
+def test_a_refused_reclaim_preview_exits_3_in_both_forms(tmp_path: Path, _xdg: Path) -> None:  # noqa: F811
     _json("run", str(_sample(tmp_path, "selection-policy")))
     _approver(_xdg / "models")
     args = ["grant", SELECTED, "--action", "reclaim", "--destination", str(_xdg / "models" / "x"), "--key", "alice"]
