@@ -84,6 +84,18 @@ def test_a_declared_id_held_by_another_root_is_the_second_runs_error_with_the_fi
     assert code == 3 and "run_id_conflict" in err
 
 
+@pytest.fixture
+def local_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run buckets given as local directories (settings.in_run_buckets reads bucket names; the local readable
+    roots are issue 37 item 14's): the admission checks compare these tests' paths on a '/' boundary."""
+    from rlcleanup.runtime import admission
+
+    def inside(uri: str, buckets: tuple[str, ...] | None) -> bool:
+        return buckets is None or any(uri == b or uri.startswith(b.rstrip("/") + "/") for b in buckets)
+
+    monkeypatch.setattr(admission, "in_run_buckets", inside)
+
+
 def _stack(tmp_path: Path, **settings: Any) -> EmbeddedStack:
     return EmbeddedStack.create(
         tmp_path / "records.db",
@@ -113,11 +125,11 @@ def _documents(stack: EmbeddedStack) -> dict[str, Any]:
     [
         "outside",  # a URI outside the run buckets naming the victim's id
         "no-config",  # inside the buckets, no run there, naming the victim's id
-        "nul",  # a path no filesystem has
+        "sibling",  # a directory whose name only starts like the run bucket's
         "declares",  # a real run elsewhere in the buckets whose records declare the victim's id
     ],
 )
-def test_a_refused_message_never_squats_a_run_identity(tmp_path: Path, hostile: str) -> None:
+def test_a_refused_message_never_squats_a_run_identity(tmp_path: Path, hostile: str, local_buckets: None) -> None:
     """Issue 37 item 5: whatever a refused job event names, it creates no record and binds no id; the real run,
     arriving after it, is admitted under its own id and preserved; one arriving before keeps its record as it was."""
     buckets = tmp_path / "runs"
@@ -125,10 +137,10 @@ def test_a_refused_message_never_squats_a_run_identity(tmp_path: Path, hostile: 
     uri = {
         "outside": str(tmp_path / "elsewhere" / "durable" / "x" / "y"),
         "no-config": str(buckets / "junk" / "durable" / "math-rl-completed-resumed" / "2026.11.30"),
-        "nul": str(buckets / "a\x00b"),
+        "sibling": str(write_sample_run(tmp_path / "runs-evil", "completed-resumed")),
         "declares": str(write_sample_run(buckets / "impostor", "completed-resumed")),
     }[hostile]
-    Path(uri.replace("\x00", "")).mkdir(parents=True, exist_ok=True)
+    Path(uri).mkdir(parents=True, exist_ok=True)
     for order in ("before", "after"):
         where = tmp_path / order
         stack = _stack(where, run_buckets=(str(buckets),))
@@ -140,9 +152,11 @@ def test_a_refused_message_never_squats_a_run_identity(tmp_path: Path, hostile: 
             assert _documents(stack) == kept  # the impostor is refused: the victim's record untouched
             continue
         if order == "after":
-            assert _documents(stack)["runs"] == kept["runs"]  # no error written on the victim's record
+            runs = _documents(stack)["runs"]  # no error written on the victim's record
+            assert [r for r in runs if r[0] == COMPLETED] == [r for r in kept["runs"] if r[0] == COMPLETED]
+            assert all(r[1] == uri for r in runs if r[0] != COMPLETED)  # at most a broken run's own record
             continue
-        assert stack.ports.records.get(COMPLETED) is None or hostile == "declares"
+        assert stack.ports.records.get(COMPLETED) is None or hostile == "declares"  # a broken run: its own id
         stack.emit(manual_event(str(victim)))
         record = stack.ports.records.get(COMPLETED)
         if hostile == "declares":  # the impostor ran first and holds the declared id: the victim is told why
@@ -155,7 +169,7 @@ def test_a_refused_message_never_squats_a_run_identity(tmp_path: Path, hostile: 
     shutil.rmtree(buckets)
 
 
-def test_pre_cancel_goes_through_admission(tmp_path: Path) -> None:
+def test_pre_cancel_goes_through_admission(tmp_path: Path, local_buckets: None) -> None:
     """Issue 37 item 6: a pre-cancel event from another directory that declares a finished run's id changes
     nothing of that run; one outside the run buckets, or whose config names a temp root outside them, is refused
     before anything is copied; an admitted live run is captured under its own id."""
@@ -169,7 +183,7 @@ def test_pre_cancel_goes_through_admission(tmp_path: Path) -> None:
 
     other = write_sample_run(buckets / "other-dir", "completed-resumed")  # declares the finished run's id
     outside = write_sample_run(tmp_path / "outside", "completed-resumed")
-    for uri in (str(other), str(outside), str(tmp_path / "outside" / "nothing"), str(finished) + "/../x"):
+    for uri in (str(other), str(outside), str(tmp_path / "outside" / "nothing"), str(buckets) + "-evil/x"):
         stack.emit(_event(uri, run_id=COMPLETED, intent="pre_cancel"))
         assert _documents(stack) == before, uri
         assert stack.ports.records.get(COMPLETED).pre_cancel is None  # type: ignore[union-attr]

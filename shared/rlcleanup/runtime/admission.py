@@ -111,9 +111,11 @@ def location_id(p: Ports, run_uri: str, kind: str = "A") -> str:
 
 def admit_unreadable_run(p: Ports, run_uri: str, error: PermanentError) -> None:
     """A run inside the run buckets whose layout cannot be read (no or a hostile config): it is recorded failed
-    under the id its own location spells (never one a payload names), so a person sees it; then `error` goes on."""
+    under `<readable id>-<8 hex of its location>` (never one a payload names, nor a readable id a real run may
+    declare), so a person sees it; then `error` goes on."""
     check_in_run_buckets(p, run_uri)
-    run_id = location_id(p, run_uri)
+    # Always the hashed form: a readable id it took could be the one a real run declares (a squat).
+    run_id = bound_run_id(p, run_uri) or located_run_id(location_run_id(run_uri), _location(run_uri))
     bind_run_identity(p, run_id, run_uri)
     p.records.create_if_absent(CompletionRecord(run_id=run_id, run_uri=run_uri, status=RecordStatus.failed))
     raise error
