@@ -10,6 +10,7 @@ through the emulator.
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -281,3 +282,26 @@ def test_gcs_reclaim_deletes_only_twin_verified_generations(
     assert gcs_client.bucket(bucket_name).get_blob(f"{prefix}/model-00003-of-00003.safetensors") is not None
     plan = world.ports.records.get_doc(f"runs/{world.run_id}/reclaim_plans", reclaim.grant_id)
     assert plan is None or all(d["uri"].startswith(cand.uri + "/") for d in plan["delete"])
+
+
+def test_every_preview_renders_on_a_gcs_run(
+    world: SimpleNamespace, gcs_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38 item 3 on GCS (fake-gcs): publish, hand-off, register, cancel, then (after the publish) reclaim,
+    text and JSON; fake-gcs has no IAM endpoint, so the destination's bindings are read from a recorded policy."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))  # the authority tests' helpers
+    from authority_support import rendered_preview
+
+    monkeypatch.setattr(
+        publish_mod,
+        "read_visibility",
+        lambda _storage, uri: bucket_visibility(uri, RecordedIam(gcs_client, PRIVATE_POLICY, "enforced")),
+    )
+    record = world.ports.records.get(world.run_id)
+    for action in ("publish", "handoff", "register", "cancel"):
+        preview = rendered_preview(world.ports.storage, world.ports.records, record, _grant(world, action))
+        assert action not in ("publish", "handoff") or all(o["crc32c"] for o in preview["objects"])
+    assert _dest_objects(gcs_client, world.dest) == []
+    _deliver(world, _grant(world))
+    preview = rendered_preview(world.ports.storage, world.ports.records, record, _grant(world, "reclaim"))
+    assert preview["delete"] and all(d["uri"].startswith(f"gs://{world.runs}/") for d in preview["delete"])

@@ -74,3 +74,21 @@ def test_publish_from_s3_then_reclaim_the_s3_source(s3_admin, tmp_path: Path, ui
     assert after == before - planned
     assert all(storage.stat(u) is None for u in planned)
     assert (dest / "_PUBLISHED.json").exists() and list(Path(w.record.preserved_locations[0]).rglob("*.log"))
+
+
+def test_every_preview_renders_on_an_s3_run(s3_admin, tmp_path: Path, uid: str) -> None:  # type: ignore[no-untyped-def]
+    """Issue 38 item 3 on S3: publish, hand-off, register, cancel, then (after the publish) reclaim, text and JSON."""
+    from authority_support import rendered_preview
+
+    bucket = f"s3-prev-{uid}"
+    s3_admin.create_bucket(Bucket=bucket)
+    w = _s3_world(tmp_path, bucket)
+    ports = w.stack.ports
+    for action in ("publish", "handoff", "register", "cancel"):
+        rendered_preview(ports.storage, ports.records, w.record, w.grant(action))
+    assert not (w.dest_root / "model").exists()
+    publish = w.grant()
+    w.deliver(w.message(publish))
+    assert w.action(publish.grant_id)["state"] == "published"
+    preview = rendered_preview(ports.storage, ports.records, w.record, w.grant("reclaim"))
+    assert preview["delete"] and all(d["uri"].startswith(f"s3://{bucket}/") for d in preview["delete"])

@@ -93,3 +93,20 @@ def make_world(tmp: Path, scenario: str = "selection-policy", *, run: bool = Tru
     from rlcleanup.runtime.handlers import resolve_run_id
 
     return World(stack, str(run_root), resolve_run_id(stack.ports, event), key, dest_root, tmp)
+
+
+def rendered_preview(storage: Any, records: Any, record: CompletionRecord, grant: Grant) -> dict[str, Any]:
+    """`grant --dry-run` as the CLI shows it, text and JSON (issue 38 item 3): the preview of `grant` computed by
+    the code that applies it, JSON-serialisable, and its text naming every object with its size."""
+    from rlcleanup.authority.preview import preview_grant
+    from rlcleanup.cli.authority import render_preview
+
+    preview = preview_grant(storage, record, grant, datetime.now(UTC), records)
+    assert json.loads(json.dumps(preview)) == preview
+    text = render_preview(preview)
+    assert preview["would"] == grant.action.value, preview
+    assert text.startswith(f"dry run: {grant.action.value}"), text
+    for row in preview.get("objects") or preview.get("delete") or []:
+        assert f"{row.get('name') or row['uri']}  {row['size']} B" in text, text
+    assert "None" not in text, text
+    return preview

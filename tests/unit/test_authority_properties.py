@@ -482,8 +482,10 @@ def test_a_second_run_claiming_a_run_id_is_a_recorded_conflict_not_a_merge(tmp_p
     after = w.record
     assert after.run_uri == before.run_uri == w.run_uri  # never merged into the real run's record
     assert after.candidates == before.candidates and after.preserved_locations == before.preserved_locations
-    conflicts = [e for e in after.errors if e.code == "run_id_conflict"]
-    assert conflicts and str(impostor) in conflicts[0].message
+    # The conflict is the impostor's error, with the fix; nothing is written on the real run's record (issue 38).
+    assert after.errors == before.errors
+    filed = [d for _, d in w.stack.ports.records.list_docs("poison_messages") if d["code"] == "run_id_conflict"]
+    assert filed and str(impostor) in filed[0]["message"] and "--run-id" in filed[0]["message"]
 
 
 def test_png_text_chunks_are_scanned_and_a_broken_png_is_refused(tmp_path: Path) -> None:

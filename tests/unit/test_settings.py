@@ -11,7 +11,6 @@ import pytest
 from authority_support import make_world
 from pydantic_settings import BaseSettings
 
-from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime import functions
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
 from rlcleanup.runtime.handlers import resolve_run_id
@@ -122,7 +121,7 @@ def test_bucket_and_prefix_matching() -> None:
     assert within("gs://h/rel/m", ("gs://h/rel/",)) and not within("gs://h/release/m", ("gs://h/rel",))
 
 
-def test_a_run_outside_the_run_buckets_is_refused_on_its_record(
+def test_a_run_outside_the_run_buckets_is_refused_without_a_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RLCLEANUP_RUN_BUCKETS", "runs-a")
@@ -130,11 +129,11 @@ def test_a_run_outside_the_run_buckets_is_refused_on_its_record(
     stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "preserved"))  # reads the settings once
     event = manual_event(str(run_root))
     stack.emit(event)
-    record = stack.ports.records.get(resolve_run_id(stack.ports, event))
-    assert record is not None and record.status is RecordStatus.failed
-    [error] = record.errors
-    assert error.code == "run_outside_buckets" and "RLCLEANUP_RUN_BUCKETS" in error.message
-    assert record.classification is None or not record.candidates  # nothing was read
+    # A refusal creates no record and binds no id (issue 37 item 5): it is filed on its own and dead-lettered.
+    assert stack.ports.records.get(resolve_run_id(stack.ports, event)) is None
+    [(_, filed)] = stack.ports.records.list_docs("poison_messages")
+    assert filed["code"] == "run_outside_buckets" and "RLCLEANUP_RUN_BUCKETS" in filed["message"]
+    assert stack.ports.records.list_docs("run_ids") == []
     assert [m.topic for m in stack.bus.published] == ["job-events", "on-job-event-dlq"]
 
 

@@ -303,7 +303,7 @@ def render_preview(preview: dict[str, Any]) -> str:
             f"dry run: reclaim step {preview['step']} would delete {preview['delete_count']} object(s), "
             f"{preview['delete_bytes']} bytes (keeps {preview['keep_count']}); destination {dest} verified"
         ]
-        lines += [f"  delete {d['uri']}  {d['size']} B  crc32c {d['crc32c']}" for d in preview["delete"]]
+        lines += [f"  delete {d['uri']}  {_object_facts(d)}" for d in preview["delete"]]
         return "\n".join(lines)
     if "objects" not in preview:
         return f"dry run: {action}: {preview.get('detail', '')}"
@@ -313,8 +313,16 @@ def render_preview(preview: dict[str, Any]) -> str:
         f"{preview['visibility']} ({preview['visibility_evidence']}); secret scan {preview['secret_scan']}",
     ]
     lines += [f"  creates {c}" + ("" if "://" in c else " (mode 0700)") for c in preview["creates"]]
-    lines += [f"  {o['name']}  {o['size']} B  crc32c {o['crc32c']}" for o in preview["objects"]]
+    lines += [f"  {o['name']}  {_object_facts(o)}" for o in preview["objects"]]
     return "\n".join(lines)
+
+
+def _object_facts(row: dict[str, Any]) -> str:
+    """An object's size and the checksums its backend gave (a reclaim row has none, a generated Hub file none,
+    an S3 object no CRC32C): only what is there, never a KeyError or "crc32c None"."""
+    facts = [f"{row['size']} B" if row.get("size") is not None else "size unknown"]
+    facts += [f"{name} {row[name]}" for name in ("crc32c", "md5") if row.get(name)]
+    return "  ".join(facts)
 
 
 def grants(

@@ -17,6 +17,7 @@ from rlcleanup.cli.operator import operator_errors
 from rlcleanup.cli.operator import register as register_operator_commands
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
 from rlcleanup.cli.stores import EXIT_NOT_FOUND, EXIT_USAGE, get_record, open_store
+from rlcleanup.errors import PermanentError
 from rlcleanup.models.controller_states import MANUAL
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.settings import platform
@@ -82,12 +83,22 @@ def run(
             "--rerun", help="process the run again although a record exists (the old record is kept as history)"
         ),
     ] = False,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run-id",
+            help="the id to record this run under, when the one it declares (or its name) is another root's "
+            "(a root keeps the id it was first recorded under)",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run the whole cleanup pipeline on one run (embedded: local files, GCS or S3, SQLite records).
 
     A run that already has a record is not processed again: its stored record is printed (and `run` says so).
-    After fixing the run (e.g. a missing shard) use --rerun."""
+    After fixing the run (e.g. a missing shard) use --rerun. A run's id is the one it declares, else its
+    `<experiment>-<version>` (plus 8 hex of its location's hash when another root already holds that): two roots
+    never share a record."""
     from rlcleanup.cli.render import summary
     from rlcleanup.cli.runroots import has_run_config
     from rlcleanup.ports.storage import UnknownSchemeError
@@ -123,9 +134,12 @@ def run(
             base = preserve or str(default_preserve_root())
             preserve = join(base, "reruns", kept.rsplit("/", 3)[-3], kept.rsplit("/", 1)[-1])
         started = time.time()
-        record = run_embedded(uri, db_path=db_file, preserve_root=preserve, state=state)
+        record = run_embedded(uri, db_path=db_file, preserve_root=preserve, state=state, run_id=run_id)
     except typer.Exit:
         raise
+    except PermanentError as exc:  # refused before the run had a record of its own (e.g. its id is another's)
+        _fail(f"could not process {run_uri}: {exc.code}: {' '.join(str(exc).split())}")
+        return
     except Exception as exc:  # one line, not a traceback: the record could not be written
         _fail(f"could not process {run_uri}: {type(exc).__name__}: {exc}")
         return
@@ -163,15 +177,14 @@ def _prepare_rerun(uri: str, db_file: Path) -> str | None:
     """Archive the run's record (if any) and clear its step claims; returns where the old record went."""
     from rlcleanup.cli import maintenance
     from rlcleanup.runtime.backends import StoreBackend, open_storage
-    from rlcleanup.steps.facts import run_facts
-    from rlcleanup.steps.layout import discover
+    from rlcleanup.runtime.embedded import bound_run_id_of
 
-    run_id = run_facts(discover(open_storage(), uri)).run_id
     opened = open_store(
         StoreBackend.sqlite, db_file, None, create=True
     )  # `run` writes SQLite records, so re-runs clear them
-    old = opened.store.get(run_id)
-    if old is None:
+    run_id = bound_run_id_of(opened.store, open_storage(), uri)
+    old = opened.store.get(run_id) if run_id else None
+    if old is None or run_id is None:
         return None
     kept = maintenance.archive(opened, old)
     maintenance.reset_for_rerun(opened, run_id)

@@ -1,31 +1,178 @@
-"""Admission: what on-job-event (and the pre-cancel capture) check before a run is read or written at all.
+"""Admission: what every entry point that admits a run checks before the run is read or written at all.
 
-Below every handler that admits a run (runtime/stages/classify.py, runtime/authority_handlers.py), so neither
-reaches into the other: the run's config-named roots stay inside the run buckets, a run id stays bound to the run
-URI it was first seen at, and where evidence goes is the deployment's choice, never an event's.
+Below every handler that admits a run (runtime/stages/classify.py, runtime/authority_handlers.py, the CLI's
+`run --run-id` through runtime/embedded.py), so none reaches into another: the run lies in the run buckets, its
+config-named roots stay inside them, where evidence goes is the deployment's choice, never an event's, and a run's
+identity is bound to where it lives.
+
+Identity (docs/authority.md §8, P3). A run's id is the one its own records declare (terminal.json / attempt
+records), else the readable `<experiment>-<version>` its location spells; a second root whose readable id is
+already another root's gets that id plus 8 hex of its URI's hash (`located_run_id`), so two roots never share a
+record. The binding is two write-once documents, created only for a run that passed every other check:
+`run_ids/{id}` (the id's location) and `run_locations/{hash}` (the location's id, so a root keeps the id it was
+first admitted under, a person's `--run-id` included). A declared or requested id that is bound elsewhere is refused
+(`run_id_conflict`) for the run that asked for it, with the fix; nothing is written on the other run's record.
+A refused message never creates or binds an identity (`attachable_run`: errors go only on a record the message's
+own location is bound to).
 """
 
 from __future__ import annotations
 
+import hashlib
+
 from rlcleanup.authority.grants import real_location
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
-from rlcleanup.models.record import UNKNOWN_RUN_URI, RunError
+from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord
+from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.ports.records import RunRecords
+from rlcleanup.runtime.envelope import identify
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.settings import in_run_buckets
+from rlcleanup.steps.facts import located_run_id, location_run_id, run_facts, safe_run_id
 from rlcleanup.steps.layout import RunLayout
+
+RUN_IDS = "run_ids"  # {id}: {"run_uri"}: where the run holding this id lives
+RUN_LOCATIONS = "run_locations"  # {sha256 of the location}: {"run_id", "run_uri"}: the id a location holds
+
+
+class RunIdConflict(PermanentError):
+    """A run asked for (declared, or was given) an id another run's location holds."""
+
+    def __init__(self, run_id: str, run_uri: str, holder: str) -> None:
+        self.run_id, self.run_uri, self.holder = run_id, run_uri, holder
+        super().__init__(
+            "run_id_conflict",
+            f"{run_uri[:300]} claims run id {run_id!r}, which is bound to {holder[:300]}: not merged, this run was "
+            f"not processed; fix: give it its own id (`rlcleanup run {run_uri[:300]} --run-id {run_id}-2`), or "
+            f"`rlcleanup forget {run_id}` if that record should not exist",
+        )
+
+
+def location_key(run_uri: str) -> str:
+    return hashlib.sha256(_location(run_uri).encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def bound_run_id(p: Ports, run_uri: str) -> str | None:
+    """The id this location was admitted under (None: never admitted)."""
+    return location_binding(p.records, run_uri)
+
+
+def location_binding(records: RunRecords, run_uri: str) -> str | None:
+    doc = records.get_doc(RUN_LOCATIONS, location_key(run_uri))
+    run_id = doc.get("run_id") if doc else None
+    return run_id if isinstance(run_id, str) else None
+
+
+def holder_of(p: Ports, run_id: str) -> str | None:
+    """Where the run holding `run_id` lives (None: nobody holds it). Records from before the identity documents
+    count by their run_uri."""
+    doc = p.records.get_doc(RUN_IDS, run_id)
+    if doc and isinstance(doc.get("run_uri"), str):
+        return str(doc["run_uri"])
+    existing = p.records.get(run_id)
+    if existing is None or existing.run_uri == UNKNOWN_RUN_URI:
+        return None
+    return existing.run_uri
+
+
+def choose_run_id(p: Ports, layout: RunLayout, requested: str | None = None) -> str:
+    """The id this run is (or would be) recorded under; read-only. A location keeps the id it was admitted under;
+    else a requested id, else the declared one, else the location's readable id (hashed when another root holds
+    it)."""
+    bound = bound_run_id(p, layout.run_uri)
+    if bound is not None:
+        if requested is not None and safe_run_id(requested) != bound:
+            raise PermanentError(
+                "run_id_conflict",
+                f"{layout.run_uri[:300]} is already recorded as {bound!r}: drop --run-id (or `rlcleanup forget "
+                f"{bound}` first to record it under another id)",
+            )
+        return bound
+    if requested is not None:
+        return safe_run_id(requested)
+    facts = run_facts(layout)
+    if facts.declared:
+        return facts.run_id
+    return location_id(p, layout.run_uri, layout.kind)
+
+
+def location_id(p: Ports, run_uri: str, kind: str = "A") -> str:
+    """The id a location spells, set apart by its hash when another root holds the readable one."""
+    bound = bound_run_id(p, run_uri)
+    if bound is not None:
+        return bound
+    readable = location_run_id(run_uri, kind)
+    holder = holder_of(p, readable)
+    if holder is None or same_location(holder, run_uri):
+        return readable
+    return located_run_id(readable, _location(run_uri))
+
+
+def admit_unreadable_run(p: Ports, run_uri: str, error: PermanentError) -> None:
+    """A run inside the run buckets whose layout cannot be read (no or a hostile config): it is recorded failed
+    under `<readable id>-<8 hex of its location>` (never one a payload names, nor a readable id a real run may
+    declare), so a person sees it; then `error` goes on."""
+    check_in_run_buckets(p, run_uri)
+    # Always the hashed form: a readable id it took could be the one a real run declares (a squat).
+    run_id = bound_run_id(p, run_uri) or located_run_id(location_run_id(run_uri), _location(run_uri))
+    bind_run_identity(p, run_id, run_uri)
+    p.records.create_if_absent(CompletionRecord(run_id=run_id, run_uri=run_uri, status=RecordStatus.failed))
+    raise error
 
 
 def bind_run_identity(p: Ports, run_id: str, run_uri: str) -> None:
-    """A run's identity is bound to its run URI: another run whose files claim the same run id (copied records,
-    a hostile attempt record) is a recorded conflict on the existing record and is refused, never merged into it
-    (nor allowed to make the real run's event a "duplicate")."""
-    existing = p.records.get(run_id)
-    if existing is None or existing.run_uri == UNKNOWN_RUN_URI or _same_location(existing.run_uri, run_uri):
-        return
-    msg = f"{run_uri[:300]} claims run id {run_id!r}, which is bound to {existing.run_uri[:300]}: not merged"
-    p.records.add_errors(run_id, [RunError(step="identity", code="run_id_conflict", message=msg)])
-    raise PermanentError("run_id_conflict", msg)
+    """Bind `run_id` to the run at `run_uri` (write-once, both ways), or refuse the run that asked for it
+    (RunIdConflict): another run whose files claim the same id (copied records, a hostile attempt record) is never
+    merged into the holder's record, nor allowed to make the real run's event a "duplicate". Called only once every
+    other admission check has passed."""
+    holder = holder_of(p, run_id)
+    if holder is not None and not same_location(holder, run_uri):
+        raise RunIdConflict(run_id, run_uri, holder)
+    if not p.records.put_doc(RUN_IDS, run_id, {"run_uri": run_uri}, only_if_absent=True):
+        holder = holder_of(p, run_id)  # another delivery bound it first: the same run, or a conflict
+        if holder is not None and not same_location(holder, run_uri):
+            raise RunIdConflict(run_id, run_uri, holder)
+    key = location_key(run_uri)
+    if not p.records.put_doc(RUN_LOCATIONS, key, {"run_id": run_id, "run_uri": run_uri}, only_if_absent=True):
+        bound = bound_run_id(p, run_uri)
+        if bound is not None and bound != run_id:
+            raise PermanentError("run_id_conflict", f"{run_uri[:300]} is already recorded as {bound!r}")
+
+
+def admit_run(p: Ports, layout: RunLayout, requested: str | None = None) -> str:
+    """Every admission check for a discovered run, identity last: in the run buckets, config-named roots inside
+    them, then the id chosen and bound. Returns the run id."""
+    check_in_run_buckets(p, layout.run_uri)
+    check_run_roots(layout, p.run_buckets)
+    run_id = choose_run_id(p, layout, requested)
+    bind_run_identity(p, run_id, layout.run_uri)
+    return run_id
+
+
+def check_in_run_buckets(p: Ports, run_uri: str) -> None:
+    if not in_run_buckets(run_uri, p.run_buckets):
+        raise PermanentError(
+            "run_outside_buckets",
+            f"{run_uri[:300]} is not in the run buckets this deployment reads ({', '.join(p.run_buckets or ())}; "
+            "RLCLEANUP_RUN_BUCKETS): refused, nothing read",
+        )
+
+
+def attachable_run(p: Ports, data: bytes) -> str | None:
+    """The run a refused or failed message's error may be written on: a record that exists and that the message's
+    own location is bound to (or, for our own stage messages naming no location, the record it names). Never one
+    a payload merely names: a refusal must not create, bind or touch another run's identity."""
+    run_id, run_uri = identify(data)
+    if run_uri is not None:
+        bound = bound_run_id(p, run_uri)
+        if bound is not None:
+            return bound
+        record = p.records.get(run_id) if run_id else None
+        if record is not None and same_location(record.run_uri, run_uri):
+            return run_id  # a record from before the identity documents
+        return None
+    return run_id if run_id and p.records.get(run_id) is not None else None
 
 
 def check_run_roots(layout: RunLayout, run_buckets: tuple[str, ...] | None) -> None:
@@ -46,8 +193,15 @@ def check_run_roots(layout: RunLayout, run_buckets: tuple[str, ...] | None) -> N
         )
 
 
-def _same_location(a: str, b: str) -> bool:
-    return real_location(a).rstrip("/") == real_location(b).rstrip("/")
+def _location(uri: str) -> str:
+    try:
+        return real_location(uri).rstrip("/")
+    except (ValueError, OSError):  # a NUL in a hostile path: it names no real location, compare it as written
+        return uri.rstrip("/")
+
+
+def same_location(a: str, b: str) -> bool:
+    return _location(a) == _location(b)
 
 
 def deployment_preserve_root(p: Ports, event: JobEvent) -> str:

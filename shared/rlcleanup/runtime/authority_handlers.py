@@ -21,16 +21,16 @@ from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord, PreCancelCapture
 from rlcleanup.ports.controllers import JobController
-from rlcleanup.runtime.admission import deployment_preserve_root
+from rlcleanup.runtime import admission
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.steps.capture import preserved_root
-from rlcleanup.steps.facts import run_facts, safe_run_id
+from rlcleanup.steps.facts import location_run_id
 from rlcleanup.steps.layout import RunLayout, discover
-from rlcleanup.uris import basename, join, parent
+from rlcleanup.uris import join
 
 # ---------------------------------------------------------------- apply
 
@@ -119,21 +119,30 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
 # ---------------------------------------------------------------- pre-cancel capture
 
 
-def _run_id(p: Ports, event: JobEvent) -> tuple[str, RunLayout | None]:
+def _admit_pre_cancel(p: Ports, event: JobEvent) -> tuple[str, RunLayout | None]:
+    """The same admission as on-job-event's: the run in the run buckets, its config-named roots inside them, and
+    its identity the one its location is (or is now) bound to. A live run whose layout cannot be read yet may be
+    captured only under an id its location already holds, or under the id its location spells when nobody holds
+    that: never under an id an event names (a finished run's, say)."""
+    admission.check_in_run_buckets(p, event.run_uri)
     try:
         layout = discover(p.storage, event.run_uri)
-        return run_facts(layout).run_id, layout
-    except Exception:  # a live run may not have a readable layout yet: capture what the controller says
-        hint = event.run_id or f"{basename(parent(event.run_uri))}-{basename(event.run_uri)}"
-        return safe_run_id(hint), None
+    except Exception:
+        layout = None  # a live run may not have a readable layout yet: capture what the controller says
+    if layout is not None:
+        return admission.admit_run(p, layout), layout
+    bound = admission.bound_run_id(p, event.run_uri)
+    run_id = bound or location_run_id(event.run_uri)
+    admission.bind_run_identity(p, run_id, event.run_uri)  # a held id is refused as a conflict, nothing written
+    return run_id, None
 
 
 def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     event = decode(JobEvent, data)
     if event.intent != "pre_cancel":
         raise PermanentError("bad_input", "capture-pre-cancel needs an event with intent: pre_cancel")
-    run_id, layout = _run_id(p, event)
-    root = deployment_preserve_root(p, event)
+    root = admission.deployment_preserve_root(p, event)  # every check before any identity is bound
+    run_id, layout = _admit_pre_cancel(p, event)
     dest = join(preserved_root(root, run_id), "pre-cancel", event.event_key[:16])
 
     def work() -> dict[str, Any]:

@@ -10,16 +10,23 @@ from pathlib import Path
 from rlcleanup.adapters.inprocess_bus import Handler, InProcessBus
 from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.adapters.storage_router import RoutingStorage
+from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.paths import default_db, default_preserve_root
+from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
-from rlcleanup.runtime.handlers import dispatch, resolve_run_id
+from rlcleanup.runtime import admission
+from rlcleanup.runtime.handlers import POISON_COLLECTION, dispatch, poison_key, resolve_run_id
 from rlcleanup.runtime.ports import Ports, hub_upload_job
 from rlcleanup.runtime.topology import FunctionSpec, load_topology
 from rlcleanup.settings import DeploymentSettings, load_settings
+from rlcleanup.steps.facts import run_facts
+from rlcleanup.steps.layout import discover
 
 log = logging.getLogger(__name__)
+
+__all__ = ["EmbeddedStack", "RunNotAdmitted", "bound_run_id_of", "manual_event", "resolve_run_id", "run_embedded"]
 
 
 @dataclass
@@ -79,16 +86,47 @@ def manual_event(run_uri: str, state: str | None = None, source: str = "manual")
     )
 
 
+def bound_run_id_of(records: RunRecords, storage: Storage, run_uri: str) -> str | None:
+    """The id the run at `run_uri` is recorded under (None: no record of it), for `run --rerun`: its location's
+    binding, else (a record from before the identity documents) the id its files give, if bound to this root."""
+    bound = admission.location_binding(records, run_uri)
+    if bound is not None:
+        return bound
+    try:
+        legacy = run_facts(discover(storage, run_uri)).run_id
+    except Exception:
+        return None
+    record = records.get(legacy)
+    return legacy if record is not None and admission.same_location(record.run_uri, run_uri) else None
+
+
+class RunNotAdmitted(PermanentError):
+    """`run` refused the run before any record was made for it (admission: identity conflict, roots outside the
+    run buckets, ...): the reason is what the pipeline filed, not another run's record."""
+
+
 def run_embedded(
     run_uri: str,
     *,
     db_path: str | Path | None = None,
     preserve_root: str | None = None,
     state: str | None = None,
+    run_id: str | None = None,
 ) -> CompletionRecord | None:
-    """Defaults: the records file and preserve root under $XDG_STATE_HOME/rlcleanup (see rlcleanup.paths)."""
+    """Defaults: the records file and preserve root under $XDG_STATE_HOME/rlcleanup (see rlcleanup.paths).
+    `run_id`: the id a person chose for this root (`run --run-id`), bound through the same admission as an event's
+    run before the event is handled. Returns the record bound to this root, never another run's; raises
+    RunNotAdmitted with the refusal when the run was refused before it had one."""
     preserve = preserve_root or str(default_preserve_root())
     stack = EmbeddedStack.create(db_path or default_db(), preserve)
+    if run_id is not None:
+        admission.admit_run(stack.ports, discover(stack.ports.storage, run_uri), requested=run_id)
     event = manual_event(run_uri, state)
     stack.emit(event)
-    return stack.ports.records.get(resolve_run_id(stack.ports, event))
+    bound = admission.bound_run_id(stack.ports, run_uri)
+    if bound is not None:
+        return stack.ports.records.get(bound)
+    filed = stack.ports.records.get_doc(POISON_COLLECTION, poison_key(event.model_dump_json().encode()))
+    if filed is not None:
+        raise RunNotAdmitted(str(filed.get("code") or "refused"), str(filed.get("message") or ""))
+    return None

@@ -39,9 +39,9 @@ from rlcleanup.errors import (
 from rlcleanup.models.outcomes import MemberOutcome
 from rlcleanup.models.record import RunError, utcnow
 from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.runtime.admission import attachable_run
 from rlcleanup.runtime.attempt_scope import unscoped
 from rlcleanup.runtime.claims import failed_claim
-from rlcleanup.runtime.envelope import identify
 from rlcleanup.runtime.evidence import finish_evidence
 from rlcleanup.runtime.ports import Ports
 
@@ -85,7 +85,7 @@ def to_permanent(p: Ports, entry_point: str, data: bytes, message_id: str | None
         assert isinstance(exc, PermanentError)
         return exc
     attempt = count_delivery(p, entry_point, message_id, data)
-    run_id = failed_run_id(exc, data)
+    run_id = failed_run_id(p, exc, data)
     log.error(
         "defect in %s for run %s (delivery %d of %d): %s",
         entry_point,
@@ -141,7 +141,7 @@ def finish_failed(
             message = str(again) if isinstance(again, PermanentError) else defect_message(again)
             mark_run_failed(p, claim.run_id, route.entry_point, code, message)
         return f"{PERMANENT_PREFIX}: {error.code}; {claim.key} completed as failed"
-    run_id = claim.run_id if claim else failed_run_id(exc, data)
+    run_id = claim.run_id if claim else failed_run_id(p, exc, data)
     if run_id and route.in_pipeline and not isinstance(error, InvalidMessage):
         mark_run_failed(p, run_id, route.entry_point, error.code, str(error))
     return f"{PERMANENT_PREFIX}: {error.code}"
@@ -167,6 +167,8 @@ def mark_run_failed(p: Ports, run_id: str, step: str, code: str, message: str) -
         log.warning("manifest for failed run %s not sealed: %s", run_id, defect_message(exc), extra={"run_id": run_id})
 
 
-def failed_run_id(exc: BaseException, data: bytes) -> str | None:
+def failed_run_id(p: Ports, exc: BaseException, data: bytes) -> str | None:
+    """The run a failure is written on: its claim's, else the record the message's own location is bound to
+    (never a run the payload merely names: that would let any sender fail another run)."""
     claim = failed_claim(exc)
-    return claim.run_id if claim else identify(data)[0]
+    return claim.run_id if claim else attachable_run(p, data)

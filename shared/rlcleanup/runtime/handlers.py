@@ -13,19 +13,21 @@ import hashlib
 import logging
 from dataclasses import replace
 
-from rlcleanup.errors import PermanentError
+from rlcleanup.errors import PermanentError, RecordStoreLost
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord, RunError
 from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.runtime.admission import attachable_run, bound_run_id, choose_run_id
 from rlcleanup.runtime.envelope import identify
 from rlcleanup.runtime.failures import finish_failed, to_permanent
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stage_table import Handler, StageTable, stage_table
-from rlcleanup.steps.facts import run_facts
 from rlcleanup.steps.layout import discover
 
 log = logging.getLogger(__name__)
+
+POISON_COLLECTION = "poison_messages"
 
 
 def handler(entry_point: str) -> Handler:
@@ -63,27 +65,50 @@ def dispatch(
 def record_poison(
     p: Ports, step: str, dead_letter_topic: str, data: bytes, attributes: dict[str, str], error: PermanentError
 ) -> None:
-    """Attach the error to the run when the payload names one; always park a copy on the dead-letter topic."""
-    run_id, run_uri = identify(data)
+    """Attach the error to the run whose record the message's own location is bound to (admission.attachable_run),
+    else file it under poison_messages; always park a copy on the dead-letter topic. A refusal never creates a
+    record nor binds an id: a message naming another run's id is refused without touching that run."""
+    run_id = attachable_run(p, data)
     message = f"{error}"[:2000]
+    named_id, named_uri = identify(data)
+    if run_id is None and isinstance(error, RecordStoreLost) and named_id and named_uri is None:
+        # The store lost the run under one of our own stage messages: a placeholder bound to no location keeps
+        # the error for the run's re-emitted event to take over (it binds no identity: admission ignores it).
+        p.records.create_if_absent(
+            CompletionRecord(run_id=named_id, run_uri=UNKNOWN_RUN_URI, status=RecordStatus.failed)
+        )
+        run_id = named_id
     if run_id:
-        if p.records.get(run_id) is None:
-            p.records.create_if_absent(
-                CompletionRecord(run_id=run_id, run_uri=run_uri or UNKNOWN_RUN_URI, status=RecordStatus.failed)
-            )
         p.records.add_errors(run_id, [RunError(step=step, code=error.code, message=message)])
     else:
-        key = hashlib.sha256(data).hexdigest()[:32]
         p.records.put_doc(
-            "poison_messages", key, {"step": step, "code": error.code, "message": message, "size": len(data)}
+            POISON_COLLECTION,
+            poison_key(data),
+            {
+                "step": step,
+                "code": error.code,
+                "message": message,
+                "size": len(data),
+                "named_run_id": named_id,
+                "named_run_uri": named_uri[:2000] if named_uri else None,
+            },
         )
     p.bus.publish(dead_letter_topic, data, {**attributes, "rlcleanup_error": error.code, "rlcleanup_step": step})
     log.warning("permanent error in %s for run %s: %s: %s", step, run_id or "?", error.code, message)
 
 
+def poison_key(data: bytes) -> str:
+    """Where record_poison files a message no admitted run can take (the payload's hash)."""
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
 def resolve_run_id(p: Ports, event: JobEvent) -> str:
-    """The run id the pipeline files a run under: from its own records, else from its path (as errors are)."""
+    """The run id the pipeline files a run under: the id its location was admitted under, else the one admission
+    would choose now (a run refused before its identity was bound has no record under it)."""
+    bound = bound_run_id(p, event.run_uri)
+    if bound is not None:
+        return bound
     try:
-        return run_facts(discover(p.storage, event.run_uri)).run_id
+        return choose_run_id(p, discover(p.storage, event.run_uri))
     except Exception:
         return identify(event.model_dump_json().encode())[0] or "unnamed-run"

@@ -18,14 +18,28 @@ _SAFE_ID = re.compile(r"[^A-Za-z0-9._=-]+")
 
 @dataclass
 class RunFacts:
-    run_id: str
+    run_id: str  # the id the run declares (its terminal/attempt records), else the one its location spells
     source_revision: dict[str, str] = field(default_factory=dict)
     base_model: str | None = None
     launch_command: str | None = None
     resolved_config: ResolvedConfigRef | None = None
+    declared: bool = False  # run_id is one the run itself declares, not read off its path
 
 
 _MAX_ID = 200
+_LOCATION_TAG = 8  # hex digits of the run URI's hash that set a location id apart from a same-named run's
+
+
+def location_run_id(run_uri: str, kind: str = "A") -> str:
+    """The readable id a run's location spells: `<experiment>-<version>` (Layout A), else the root's name."""
+    return safe_run_id(f"{basename(parent(run_uri))}-{basename(run_uri)}" if kind == "A" else basename(run_uri))
+
+
+def located_run_id(run_id: str, location: str) -> str:
+    """`run_id` set apart by a short hash of where the run lives: the id of a second root whose readable id is
+    already another root's (two roots never share a record)."""
+    tag = hashlib.sha256(location.encode("utf-8", "surrogatepass")).hexdigest()[:_LOCATION_TAG]
+    return safe_run_id(f"{run_id[: _MAX_ID - _LOCATION_TAG - 1]}-{tag}")
 
 
 def safe_run_id(value: str) -> str:
@@ -57,12 +71,9 @@ def run_facts(layout: RunLayout) -> RunFacts:
         ),
         None,
     )
+    declared = run_id is not None
     if run_id is None:
-        run_id = (
-            f"{basename(parent(layout.run_uri))}-{basename(layout.run_uri)}"
-            if layout.kind == "A"
-            else basename(layout.run_uri)
-        )
+        run_id = location_run_id(layout.run_uri, layout.kind)
     revision: dict[str, str] = {}
     for rec in records:
         runtime = get(rec, "response.runtime") or get(rec, "result.runtime")
@@ -88,4 +99,5 @@ def run_facts(layout: RunLayout) -> RunFacts:
         base_model=base_model if isinstance(base_model, str) else None,
         launch_command=command,
         resolved_config=ResolvedConfigRef(uri=layout.config_uri, sha256=layout.config_sha256),
+        declared=declared,
     )

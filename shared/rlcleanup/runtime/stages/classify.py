@@ -17,7 +17,6 @@ from rlcleanup.runtime.layouts import snapshot_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages.barrier import own_claim
 from rlcleanup.runtime.stages.common import publish
-from rlcleanup.settings import in_run_buckets
 from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps.classify import classify
 from rlcleanup.steps.facts import run_facts, safe_run_id
@@ -28,12 +27,7 @@ from rlcleanup.uris import basename, parent
 
 def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     event = decode(JobEvent, data)
-    if not in_run_buckets(event.run_uri, p.run_buckets):
-        raise PermanentError(
-            "run_outside_buckets",
-            f"{event.run_uri} is not in the run buckets this deployment reads ({', '.join(p.run_buckets or ())}; "
-            "RLCLEANUP_RUN_BUCKETS): refused, nothing read",
-        )
+    admission.check_in_run_buckets(p, event.run_uri)  # before anything is read
     hint = safe_run_id(event.run_id or f"{basename(parent(event.run_uri))}-{basename(event.run_uri)}")
     age = (p.clock.now() - event.observed_at).total_seconds()
     if age > p.max_event_age_seconds:
@@ -47,11 +41,15 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         p.records.record_event(hint, event.event_key, {"state": event.state, "outcome": "ignored: non-terminal"})
         return "ignored: non-terminal state"
 
-    layout = discover(p.storage, event.run_uri)
+    try:
+        layout = discover(p.storage, event.run_uri)
+    except PermanentError as exc:  # recorded failed under its own location's id, then refused as before
+        admission.admit_unreadable_run(p, event.run_uri, exc)
+        raise
     facts = run_facts(layout)
-    run_id = facts.run_id
-    admission.check_run_roots(layout, p.run_buckets)  # config-named roots stay inside the run buckets
-    admission.bind_run_identity(p, run_id, layout.run_uri)  # a second run claiming the id: a conflict
+    # Roots inside the run buckets, then the identity: the id this location holds, bound write-once (a second
+    # root claiming a held id is refused, never merged).
+    run_id = admission.admit_run(p, layout)
     p.records.record_event(
         run_id, event.event_key, {"state": event.state, "source": event.source, "outcome": "terminal"}
     )
