@@ -26,6 +26,7 @@ import yaml
 from rlcleanup.samples import configs
 from rlcleanup.samples.chain import Link, LinkLogs, RunCtx, hexid, render_link
 from rlcleanup.samples.curves import reward_curve
+from rlcleanup.samples.exports_v3 import DEFERRED_DROPPED, LORA_STEPS, SCENARIOS_EXPORTS_V3, finish_exports_v3
 from rlcleanup.samples.hf_export import write_checkpoint_dir, write_hf_export
 from rlcleanup.samples.trials import write_trace_jobs
 from rlcleanup.samples.v2 import SCENARIOS_V2, write_v2_run
@@ -45,6 +46,7 @@ SCENARIOS: dict[str, str] = {
     "unknown": "config with no entrypoint, environment or data kind: neither standard nor agentic",
     "partial-checkpoint": "marker 20 but global_step_20 misses model_world_size_2_rank_1.pt; stray global_step_30",
     **SCENARIOS_V2,
+    **SCENARIOS_EXPORTS_V3,
 }
 
 VERSION = "2026.11.30"
@@ -131,6 +133,9 @@ _SPECS: dict[str, _Spec] = {
     "launch-yaml": _Spec(_done(), layout="yaml"),
     "unknown": _Spec(_done(), config="unknown", name="scratch-rl"),
     "partial-checkpoint": _Spec(_done(), ckpt_missing=("policy/model_world_size_2_rank_1.pt",), stray_ckpt=30),
+    # run-layout-v3 export shapes: the exports the training run did not write are dropped, then samples/exports_v3.py
+    "deferred-export": _Spec(_done(), drop_exports=DEFERRED_DROPPED),
+    "lora": _Spec(_done(), drop_exports=LORA_STEPS),
 }
 
 
@@ -145,7 +150,10 @@ def write_sample_run(dest: Path, scenario: str) -> Path:
         spec = replace(spec, name=f"math-rl-{scenario}")
     if spec.layout == "C":
         return _write_layout_c(dest, scenario, spec)
-    return _write_layout_a(dest, scenario, spec)
+    run = _write_layout_a(dest, scenario, spec)
+    if scenario in SCENARIOS_EXPORTS_V3:
+        finish_exports_v3(scenario, run, dest / "tmp" / "ttl=14d" / "skyrl" / spec.name / VERSION)
+    return run
 
 
 def _ctx(spec: _Spec, ckpt_root: Path, export_root: Path) -> RunCtx:

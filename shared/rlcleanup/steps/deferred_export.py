@@ -80,7 +80,7 @@ def _partial_problem(uri: str, why: str, staged: list[Listing]) -> str:
 def _weights(listing: Listing) -> str:
     shards = sum(1 for name in listing.objects if name.endswith(".safetensors"))
     config = "with config.json" if "config.json" in listing.top else "no config.json"
-    return f"{len(listing.objects)} objects ({shards} .safetensors, {config})"
+    return f"{len(listing.objects)} object(s) ({shards} .safetensors, {config})"
 
 
 def partial_candidate(
@@ -135,7 +135,10 @@ def owed_exports(candidates: Iterable[Candidate]) -> list[str]:
             f"convert each ({EXPORT_TOOL}) before it can be handed off"
         )
     if partial:
-        steps = ", ".join(f"global_step_{c.step}" for c in partial)
+        steps = "; ".join(
+            f"global_step_{c.step} ({describe(c.export_request) if c.export_request else 'no export request'})"
+            for c in partial
+        )
         items.append(
             f"export owed: {steps}: the export job stopped mid-write (partial export, never valid); rerun the export "
             "from the checkpoint and discard the partial output"
