@@ -12,6 +12,7 @@ from safetensors import SafetensorError, safe_open
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.parsing.attempt_logs import attempt_log_objects, log_order
+from rlcleanup.samples.exports_v3 import SCENARIOS_EXPORTS_V3
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
 from rlcleanup.samples.v2 import SCENARIOS_V2
 from rlcleanup.steps.layout import AttemptFiles, discover
@@ -66,8 +67,9 @@ def _text(path: Path) -> str:
 
 
 def test_scenario_table_is_complete() -> None:
-    # The run-layout-v2 scenarios are asserted whole in test_scenarios_v2.py.
-    assert set(SCENARIOS) == set(EXPECTED) | set(SCENARIOS_V2)
+    # The run-layout-v2 scenarios are asserted whole in test_scenarios_v2.py, the v3 export shapes in
+    # test_scenarios_exports_v3.py.
+    assert set(SCENARIOS) == set(EXPECTED) | set(SCENARIOS_V2) | set(SCENARIOS_EXPORTS_V3)
     with pytest.raises(ValueError):
         write_sample_run(Path("/nonexistent"), "no-such-scenario")
 
