@@ -65,20 +65,22 @@ CASES: dict[str, tuple[str, Callable[[Path], None] | None]] = {
 }
 
 
+def _record_of(base: Path, scenario: str, edit: Callable[[Path], None] | None = None) -> CompletionRecord:
+    """The record of `scenario` written under `base` (then edited), through the embedded pipeline, no charts."""
+    run = write_sample_run(base, scenario)
+    if edit is not None:
+        edit(run)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(evidence, "publish_report", lambda *args, **kwargs: None)
+        record = run_embedded(str(run), db_path=base / "r.db", preserve_root=str(base / "p"))
+    assert record is not None and record.errors == [], scenario
+    return record
+
+
 @pytest.fixture(scope="module")
 def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CompletionRecord]:
     base = tmp_path_factory.mktemp("exports_v3")
-    out: dict[str, CompletionRecord] = {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(evidence, "publish_report", lambda *args, **kwargs: None)
-        for case, (scenario, edit) in CASES.items():
-            run = write_sample_run(base / case, scenario)
-            if edit is not None:
-                edit(run)
-            record = run_embedded(str(run), db_path=base / f"{case}.db", preserve_root=str(base / case / "p"))
-            assert record is not None and record.errors == [], case
-            out[case] = record
-    return out
+    return {case: _record_of(base / case, scenario, edit) for case, (scenario, edit) in CASES.items()}
 
 
 def _states(record: CompletionRecord) -> list[tuple[int, str, str, list[str]]]:
@@ -184,16 +186,15 @@ def test_broken_adapters_are_invalid_with_their_problem(records: dict[str, Compl
 
 def test_a_step_with_a_complete_request_and_no_export_is_not_owed(tmp_path: Path) -> None:
     """Iris reported the export done, but it is not where this run keeps exports: invalid, never convertible."""
-    run = write_sample_run(tmp_path, "deferred-export")
-    ckpt = tmp_path / "tmp" / "ttl=14d" / "skyrl" / "math-rl-deferred-export" / "2026.11.30" / "checkpoints"
-    request_path = ckpt / "global_step_10" / "hf_export_request.json"
-    request = json.loads(request_path.read_text()) | {"status": "complete", "last_exit_code": 0}
-    request_path.write_text(json.dumps(request))
-    shutil.rmtree(run / "exports" / "global_step_15")  # one case at a time
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(evidence, "publish_report", lambda *args, **kwargs: None)
-        record = run_embedded(str(run), db_path=tmp_path / "r.db", preserve_root=str(tmp_path / "p"))
-    assert record is not None
+
+    def complete_10(run: Path) -> None:
+        ckpt = tmp_path / "tmp" / "ttl=14d" / "skyrl" / "math-rl-deferred-export" / "2026.11.30" / "checkpoints"
+        request_path = ckpt / "global_step_10" / "hf_export_request.json"
+        request = json.loads(request_path.read_text()) | {"status": "complete", "last_exit_code": 0}
+        request_path.write_text(json.dumps(request))
+        shutil.rmtree(run / "exports" / "global_step_15")  # one case at a time
+
+    record = _record_of(tmp_path, "deferred-export", complete_10)
     c = _candidate(record, 10)
     assert (c.state, c.problem_codes) == (CandidateState.invalid, ["export_not_found"])
     assert not any("global_step_10" in item for item in record.remaining_work if item.startswith("export owed"))

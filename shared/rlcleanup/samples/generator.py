@@ -10,7 +10,8 @@ link 1 of 3, teardown-only links 2-3), completed-budget-plus-one (final save at 
 missing-shard / truncated-shard / index-size-mismatch (one broken export), legacy-metrics (Layout C, dict
 metrics), agentic, selection-policy (declared cleanup.selection, reward peaks early), vanished-controller
 (stale RUNNING, settled by artifacts), launch-yaml (launch.yaml envelope), unknown (no classification signals),
-partial-checkpoint (missing rank shard at the marker, stray dir above it).
+partial-checkpoint (missing rank shard at the marker, stray dir above it); the run-layout-v3 export shapes
+deferred-export and lora (samples/exports_v3.py, applied on top of a standard run).
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def write_sample_run(dest: Path, scenario: str) -> Path:
         return _write_layout_c(dest, scenario, spec)
     run = _write_layout_a(dest, scenario, spec)
     if scenario in SCENARIOS_EXPORTS_V3:
-        finish_exports_v3(scenario, run, dest / "tmp" / "ttl=14d" / "skyrl" / spec.name / VERSION)
+        finish_exports_v3(scenario, run, _temp_root(dest, spec))
     return run
 
 
@@ -243,9 +244,13 @@ def _command(cfg: dict[str, Any], config_uri: Path) -> list[str]:
     ]
 
 
+def _temp_root(dest: Path, spec: _Spec) -> Path:
+    return dest / "tmp" / "ttl=14d" / "skyrl" / spec.name / VERSION
+
+
 def _write_layout_a(dest: Path, scenario: str, spec: _Spec) -> Path:
     r = dest / "durable" / spec.name / VERSION
-    t = dest / "tmp" / "ttl=14d" / "skyrl" / spec.name / VERSION
+    t = _temp_root(dest, spec)
     run_id = f"{spec.name}-{VERSION}"
     ckpt_root = t / "checkpoints"
     ctx = _ctx(spec, ckpt_root, r / "exports")
