@@ -76,7 +76,7 @@ def test_unknown_format_name_and_strategy_fail_closed() -> None:
     with pytest.raises(UnknownFormatError, match="'deepspeed'"):
         BUILTIN.for_strategy("deepspeed")
     assert BUILTIN.for_strategy("FSDP2").name == "fsdp"
-    assert BUILTIN.names(FormatKind.export) == ["hf-safetensors"]
+    assert BUILTIN.names(FormatKind.export) == ["hf-safetensors", "peft-lora-adapter"]  # issue 34 item 5
 
 
 def test_a_checkpoint_of_an_unknown_strategy_is_not_resumable(tmp_path: Path) -> None:

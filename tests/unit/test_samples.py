@@ -12,6 +12,7 @@ from safetensors import SafetensorError, safe_open
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.parsing.attempt_logs import attempt_log_objects, log_order
+from rlcleanup.samples.exports_v3 import SCENARIOS_EXPORTS_V3
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
 from rlcleanup.samples.skyrl_head import SCENARIOS_HEAD
 from rlcleanup.samples.v2 import SCENARIOS_V2
@@ -68,8 +69,8 @@ def _text(path: Path) -> str:
 
 def test_scenario_table_is_complete() -> None:
     # The run-layout-v2 scenarios are asserted whole in test_scenarios_v2.py, the issue-34 NovaSky HEAD /
-    # budget-from-log ones in test_scenarios_head.py.
-    assert set(SCENARIOS) == set(EXPECTED) | set(SCENARIOS_V2) | set(SCENARIOS_HEAD)
+    # budget-from-log ones in test_scenarios_head.py, the v3 export shapes in test_scenarios_exports_v3.py.
+    assert set(SCENARIOS) == set(EXPECTED) | set(SCENARIOS_V2) | set(SCENARIOS_HEAD) | set(SCENARIOS_EXPORTS_V3)
     with pytest.raises(ValueError):
         write_sample_run(Path("/nonexistent"), "no-such-scenario")
 

@@ -57,8 +57,8 @@ def resolve_pinned(
     candidate = next((c for c in record.candidates if c.step == step), None)
     if candidate is None:
         return None, {}, refuse(Refusal.no_candidate, f"run {record.run_id} has no export candidate at step {step}")
-    if not candidate.valid:
-        why = f"candidate {step} is invalid: {'; '.join(candidate.problems)}"
+    if not candidate.valid:  # invalid, or no export yet: convertible (a requested export) or partial (unfinished)
+        why = f"candidate {step} is {candidate.state.value}, not an export to grant: {'; '.join(candidate.problems)}"
         return None, {}, refuse(Refusal.candidate_invalid, why)
     if candidate.digest != grant.digest:
         why = f"grant digest {grant.digest} != candidate {step} {candidate.digest}"

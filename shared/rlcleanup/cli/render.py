@@ -92,8 +92,11 @@ def summary(r: CompletionRecord) -> str:
         add(f"preserved      {r.preserved_object_count} evidence objects, {r.preserved_bytes} bytes")
         add(f"manifest       {r.manifest_uri} (every file there, hashed)")
     for cand in r.candidates:
-        mark = "valid" if cand.valid else f"INVALID ({', '.join(problem_codes(cand.problems)) or 'no problem code'})"
+        state = "valid" if cand.valid else cand.state.value.upper()
+        mark = state if cand.valid else f"{state} ({', '.join(problem_codes(cand.problems)) or 'no problem code'})"
         size = f"{cand.size_label or cand.parameter_count} params" if cand.parameter_count else "size unknown"
+        if cand.kind.value == "adapter":  # counted from the adapter's own tensors, not the model it adapts
+            size += f" (LoRA adapter of {cand.base_model or 'an unnamed base model'})"
         add(f"candidate {cand.step:<5}{mark:8} {size}, {cand.shard_count} shard(s)")
         for problem in cand.problems:
             add(f"    ✗ {_short_text(problem, r)}")

@@ -7,7 +7,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
-from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState, problem_code
+from rlcleanup.models.vocab import (
+    CandidateKind,
+    CandidateState,
+    ClassificationKind,
+    RecordStatus,
+    TerminalState,
+    problem_code,
+)
 
 
 def utcnow() -> datetime:
@@ -93,9 +100,39 @@ class ResolvedConfigRef(_Model):
     sha256: str
 
 
+class ExportRequestState(_Model):
+    """A checkpoint's deferred HF export request (`hf_export_request.json`, run-layout-v3.md §2), as read."""
+
+    uri: str
+    status: str = Field(
+        description="pending | in_progress | complete as the request says; `pending` for an unreadable request "
+        "(upstream protects it as pending too)"
+    )
+    attempts: int | None = Field(default=None, description="export jobs submitted for it so far")
+    last_exit_code: int | None = Field(default=None, description="the last export job's exit code")
+    timeout_seconds: int | None = None
+    hub_repo_id: str | None = Field(
+        default=None, description="a Hub destination: the export job publishes there itself, outside any grant"
+    )
+    export_path: str | None = Field(default=None, description="the export root the request names")
+    unreadable: str | None = Field(default=None, description="why the request could not be read, when it could not")
+
+
 class Candidate(_Model):
     step: int
     uri: str
+    kind: CandidateKind = Field(
+        default=CandidateKind.full, description="full: a whole model; adapter: a LoRA adapter of `base_model`"
+    )
+    state: CandidateState = Field(
+        default=CandidateState.invalid,
+        description="valid | invalid | convertible (a committed checkpoint whose export is requested, not made) | "
+        "partial (an export job's unfinished output); only `valid` can be selected or granted",
+    )
+    base_model: str | None = Field(default=None, description="an adapter's base model (base_model_name_or_path)")
+    export_request: ExportRequestState | None = Field(
+        default=None, description="the checkpoint's deferred HF export request at this step, when it has one"
+    )
     format: str | None = Field(
         default=None,
         description="the export format that validated it (formats/checkpoints registry, e.g. hf-safetensors); "
@@ -121,7 +158,16 @@ class Candidate(_Model):
     @model_validator(mode="before")
     @classmethod
     def _drop_derived(cls, data: Any) -> Any:
-        return _without(data, ("problem_codes",))
+        data = _without(data, ("problem_codes",))
+        if isinstance(data, dict) and "state" not in data and "valid" in data:  # a record written before `state`
+            data = {**data, "state": CandidateState.valid if data["valid"] else CandidateState.invalid}
+        return data
+
+    @model_validator(mode="after")
+    def _state_agrees(self) -> Candidate:
+        if self.valid != (self.state is CandidateState.valid):
+            raise ValueError(f"candidate {self.step}: valid={self.valid} contradicts state={self.state.value}")
+        return self
 
     # mypy cannot type a decorated @property (python/mypy#1362); pydantic.fields.computed_field documents this ignore
     @computed_field(description="the codes of `problems`, sorted, once each: `array-contains` works on them")  # type: ignore[prop-decorator]

@@ -45,6 +45,32 @@ class CandidateProblem(StrEnum):
     )
     # The tensor names would not load into the architecture config.json declares (transformers' loader rules).
     tensor_layout_mismatch = "tensor_layout_mismatch"
+    # Deferred HF export (run-layout-v3.md §2): a checkpoint with an export request and no finished export.
+    export_not_converted = "export_not_converted"  # the export is owed: the request is pending / in progress
+    partial_export = "partial_export"  # an export job stopped mid-write (`.tmp-hf-export-*`, or an unfinished dir)
+    export_not_found = "export_not_found"  # the request says complete, but no export is where the run keeps them
+    # A PEFT LoRA adapter export (run-layout-v3.md §5; formats/checkpoints/lora_adapter.py).
+    missing_adapter_config = "missing_adapter_config"  # adapter_config.json absent or unreadable
+    missing_base_model_reference = "missing_base_model_reference"  # no base_model_name_or_path to apply it to
+    invalid_adapter_config = "invalid_adapter_config"  # r / lora_alpha / target_modules / peft_type unusable
+    missing_adapter_weights = "missing_adapter_weights"  # adapter_model.safetensors absent or holding no tensor
+    adapter_tensor_mismatch = "adapter_tensor_mismatch"  # tensors PEFT would not load as this config's LoRA
+
+
+class CandidateKind(StrEnum):
+    """What a candidate's weights are: a whole model, or a LoRA adapter applied to a base model it names."""
+
+    full = "full"
+    adapter = "adapter"
+
+
+class CandidateState(StrEnum):
+    """Where a candidate stands. Only `valid` can be selected or granted: the others are not (yet) an export."""
+
+    valid = "valid"  # an export with no problem
+    invalid = "invalid"  # an export (or a checkpoint) with problems
+    convertible = "convertible"  # a committed checkpoint whose HF export is requested but not made
+    partial = "partial"  # an export job's unfinished output
 
 
 class CheckpointProblem(StrEnum):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from rlcleanup.models.record import Attempt, CompletionRecord
+from rlcleanup.models.record import Attempt, Candidate, CompletionRecord
+from rlcleanup.models.vocab import CandidateKind
 from rlcleanup.report.document import BAD, GOOD, WARN, Block, Bullets, Code, Document, Figure, Para, Section, Table
 from rlcleanup.report.inputs import ReportInputs
 from rlcleanup.report.verdict import build_verdict
@@ -119,13 +120,23 @@ def _chain(inputs: ReportInputs, with_figure: bool) -> Section:
     return Section("Chain", "chain", blocks)
 
 
+def _candidate_state(c: Candidate) -> str:
+    """ "valid", "INVALID", "CONVERTIBLE (request pending)", "PARTIAL"; an adapter says so and names its base."""
+    state = "valid" if c.valid else c.state.value.upper()
+    if c.export_request is not None and not c.valid:
+        state += f" (request {c.export_request.status})"
+    if c.kind is CandidateKind.adapter:
+        state += f", LoRA adapter of {c.base_model or 'an unnamed base model'}"
+    return state
+
+
 def _candidates(r: CompletionRecord) -> Section:
     if not r.candidates:
         return Section("Candidates", "candidates", [Para("No export candidate was found.", BAD)])
     rows = [
         [
             str(c.step),
-            "valid" if c.valid else "INVALID",
+            _candidate_state(c),
             _v(c.size_label or c.parameter_count),
             str(c.shard_count),
             _v(c.total_bytes),
@@ -135,7 +146,7 @@ def _candidates(r: CompletionRecord) -> Section:
         for c in r.candidates
     ]
     blocks: list[Block] = [
-        Table(["step", "valid", "parameters", "shards", "bytes", "problems", "uri"], rows, root=r.run_uri)
+        Table(["step", "state", "parameters", "shards", "bytes", "problems", "uri"], rows, root=r.run_uri)
     ]
     for c in r.candidates:
         if c.problems:

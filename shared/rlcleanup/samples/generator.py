@@ -10,7 +10,8 @@ link 1 of 3, teardown-only links 2-3), completed-budget-plus-one (final save at 
 missing-shard / truncated-shard / index-size-mismatch (one broken export), legacy-metrics (Layout C, dict
 metrics), agentic, selection-policy (declared cleanup.selection, reward peaks early), vanished-controller
 (stale RUNNING, settled by artifacts), launch-yaml (launch.yaml envelope), unknown (no classification signals),
-partial-checkpoint (missing rank shard at the marker, stray dir above it).
+partial-checkpoint (missing rank shard at the marker, stray dir above it); the run-layout-v3 export shapes
+deferred-export and lora (samples/exports_v3.py, applied on top of a standard run).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import yaml
 from rlcleanup.samples import configs
 from rlcleanup.samples.chain import Link, LinkLogs, RunCtx, hexid, render_link
 from rlcleanup.samples.curves import reward_curve
+from rlcleanup.samples.exports_v3 import DEFERRED_DROPPED, LORA_STEPS, SCENARIOS_EXPORTS_V3, finish_exports_v3
 from rlcleanup.samples.hf_export import write_checkpoint_dir, write_hf_export
 from rlcleanup.samples.skyrl_head import SCENARIOS_HEAD, write_head_run
 from rlcleanup.samples.trials import write_trace_jobs
@@ -47,6 +49,7 @@ SCENARIOS: dict[str, str] = {
     "partial-checkpoint": "marker 20 but global_step_20 misses model_world_size_2_rank_1.pt; stray global_step_30",
     **SCENARIOS_V2,
     **SCENARIOS_HEAD,
+    **SCENARIOS_EXPORTS_V3,
 }
 
 VERSION = "2026.11.30"
@@ -133,6 +136,9 @@ _SPECS: dict[str, _Spec] = {
     "launch-yaml": _Spec(_done(), layout="yaml"),
     "unknown": _Spec(_done(), config="unknown", name="scratch-rl"),
     "partial-checkpoint": _Spec(_done(), ckpt_missing=("policy/model_world_size_2_rank_1.pt",), stray_ckpt=30),
+    # run-layout-v3 export shapes: the exports the training run did not write are dropped, then samples/exports_v3.py
+    "deferred-export": _Spec(_done(), drop_exports=DEFERRED_DROPPED),
+    "lora": _Spec(_done(), drop_exports=LORA_STEPS),
 }
 
 
@@ -149,7 +155,10 @@ def write_sample_run(dest: Path, scenario: str) -> Path:
         spec = replace(spec, name=f"math-rl-{scenario}")
     if spec.layout == "C":
         return _write_layout_c(dest, scenario, spec)
-    return _write_layout_a(dest, scenario, spec)
+    run = _write_layout_a(dest, scenario, spec)
+    if scenario in SCENARIOS_EXPORTS_V3:
+        finish_exports_v3(scenario, run, _temp_root(dest, spec))
+    return run
 
 
 def _ctx(spec: _Spec, ckpt_root: Path, export_root: Path) -> RunCtx:
@@ -239,9 +248,13 @@ def _command(cfg: dict[str, Any], config_uri: Path) -> list[str]:
     ]
 
 
+def _temp_root(dest: Path, spec: _Spec) -> Path:
+    return dest / "tmp" / "ttl=14d" / "skyrl" / spec.name / VERSION
+
+
 def _write_layout_a(dest: Path, scenario: str, spec: _Spec) -> Path:
     r = dest / "durable" / spec.name / VERSION
-    t = dest / "tmp" / "ttl=14d" / "skyrl" / spec.name / VERSION
+    t = _temp_root(dest, spec)
     run_id = f"{spec.name}-{VERSION}"
     ckpt_root = t / "checkpoints"
     ctx = _ctx(spec, ckpt_root, r / "exports")

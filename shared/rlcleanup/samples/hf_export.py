@@ -52,7 +52,8 @@ def tensor_bytes(shape: Shape) -> int:
     return math.prod(shape) * _BF16_BYTES
 
 
-def _write_shard(path: Path, tensors: list[tuple[str, Shape]]) -> int:
+def write_safetensors(path: Path, tensors: list[tuple[str, Shape]]) -> int:
+    """A safetensors file of zero BF16 tensors (`tensors`: name, shape), header padded to 8 bytes."""
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, shape in tensors:
@@ -165,7 +166,7 @@ def write_hf_export(dest: Path, breakage: str | None = None) -> None:
     total = 0
     for k, tensors in enumerate(shard_layout(), start=1):
         name = shard_name(k)
-        data_len = _write_shard(dest / name, tensors)
+        data_len = write_safetensors(dest / name, tensors)
         total += data_len
         weight_map.update({t: name for t, _ in tensors})
     if breakage == "missing_shard":

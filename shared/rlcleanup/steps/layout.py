@@ -16,6 +16,7 @@ from rlcleanup.ports.storage import Storage, children
 from rlcleanup.steps import marin
 from rlcleanup.steps.layout_files import (
     committed_steps,
+    export_request_steps,
     parse_executor_status,
     parse_time,
     read_executor_status,
@@ -88,6 +89,12 @@ def _join_steps(storage: Storage, run_uri: str) -> tuple[str, str | None, StepRo
 
 
 def discover(storage: Storage, run_uri: str) -> RunLayout:
+    layout = _discover_run(storage, run_uri)
+    layout.export_request_steps = export_request_steps(storage, layout.checkpoints_root, layout.checkpoint_steps)
+    return layout
+
+
+def _discover_run(storage: Storage, run_uri: str) -> RunLayout:
     run_uri = run_uri.rstrip("/")
     config_root, export_root, role = _join_steps(storage, run_uri)
     config_uri = _find_config(storage, config_root, CONFIG_NAMES_A)

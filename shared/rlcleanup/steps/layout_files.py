@@ -100,3 +100,13 @@ def step_dirs(storage: Storage, root: str) -> list[int]:
         if match:
             steps.add(int(match.group(1)))
     return sorted(steps)
+
+
+EXPORT_REQUEST_NAME = "hf_export_request.json"  # formats/export_request.py reads it; discovery only notes where
+
+
+def export_request_steps(storage: Storage, checkpoints_root: str, steps: list[int]) -> list[int]:
+    """The checkpoint steps holding a deferred HF export request (run-layout-v3.md §2): one stat per checkpoint
+    dir, whose count retention bounds (upstream keeps `max_ckpts_to_keep` plus those with a pending export)."""
+    root = checkpoints_root.rstrip("/")
+    return [s for s in steps if storage.stat(f"{root}/global_step_{s}/{EXPORT_REQUEST_NAME}") is not None]

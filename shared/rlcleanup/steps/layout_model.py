@@ -88,6 +88,7 @@ class RunLayout:
     committed_before: int | None = None
     checkpoint_steps: list[int] = field(default_factory=list)
     export_steps: list[int] = field(default_factory=list)
+    export_request_steps: list[int] = field(default_factory=list)  # checkpoints with hf_export_request.json
     problems: list[str] = field(default_factory=list)  # non-fatal oddities found while discovering
     run_config: RunConfig | None = None
     config_root: str | None = None  # the step whose resolved config this is (a -training step for a 3-step run)
@@ -112,6 +113,11 @@ class RunLayout:
     @property
     def config_sha256(self) -> str:
         return sha256_hex(self.config_bytes)
+
+    @property
+    def candidate_steps(self) -> list[int]:
+        """Every step that is an export candidate: an export dir, or a checkpoint whose export was requested."""
+        return sorted({*self.export_steps, *self.export_request_steps})
 
     def export_uri(self, step: int) -> str:
         return join(self.exports_root, f"global_step_{step}", "policy")

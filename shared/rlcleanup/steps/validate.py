@@ -30,10 +30,12 @@ from rlcleanup.formats.checkpoints.registry import BUILTIN, FormatRegistry
 from rlcleanup.formats.config import get
 from rlcleanup.formats.safetensors_header import DEFAULT_FIRST_BLOCK
 from rlcleanup.formats.torch_pickle import pickled_global_step
-from rlcleanup.models.record import Candidate, ResumeSafety
+from rlcleanup.models.record import Candidate, ExportRequestState, ResumeSafety
 from rlcleanup.models.vocab import CandidateProblem as CP
+from rlcleanup.models.vocab import CandidateState
 from rlcleanup.models.vocab import CheckpointProblem as KP
 from rlcleanup.ports.storage import ObjectInfo, Storage
+from rlcleanup.steps import deferred_export as deferred
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.receipts import checkpoint_against_receipt
 from rlcleanup.uris import basename
@@ -99,11 +101,21 @@ def validate_candidate(
 
     One listing, then the detected format's checks. Files no registered export format recognises are checked as
     the contract's format (HF safetensors), which names what is missing, and the candidate's format is null.
+    A step whose export is missing or broken is then read for a deferred export (steps/deferred_export.py): an
+    export job's staging directory makes it partial, a checkpoint with an unfinished export request convertible.
     """
     warm = getattr(storage, "warm_reads", None)  # GCS: open the header round's connections during the listing
     if warm is not None:
         warm(workers)  # the header round reads at most `workers` objects at once
     listing = list_dir(storage, layout.export_uri(step))
+    request = deferred.export_request(storage, layout, step)
+    staged: list[Listing] = []
+    if not listing.objects:
+        staged = deferred.staging_listings(storage, layout, step)
+        if staged:
+            return deferred.partial_candidate(layout, step, request, staged)
+        if request is not None:
+            return _owed_candidate(storage, layout, step, request, formats)
     detected = formats.detect(listing, FormatKind.export)
     fmt = detected or formats.get(CONTRACT_EXPORT_FORMAT)
     f = Findings()
@@ -112,10 +124,13 @@ def validate_candidate(
     _check_saved_and_metrics(layout, step, metric_steps, step_budget, f)
     f.close()
     counted = report.parameter_count
-    return Candidate(
+    candidate = Candidate(
         step=step,
         uri=listing.uri,
         format=detected.name if detected else None,
+        kind=report.candidate_kind,
+        state=CandidateState.invalid if f.problems else CandidateState.valid,
+        base_model=report.base_model,
         valid=not f.problems,
         problems=f.problems,
         warnings=f.warnings,
@@ -125,6 +140,43 @@ def validate_candidate(
         total_bytes=sum(o.size for o in listing.objects.values()),
         shard_count=report.shard_count,
         digest=export_digest(fmt.digest_inputs(listing)),
+    )
+    if not candidate.valid and listing.objects:  # a broken export may be one an export job was still writing
+        staged = deferred.staging_listings(storage, layout, step)
+    if request is None and not staged:
+        return candidate
+    return deferred.with_request(candidate, request, staged)
+
+
+def _owed_candidate(
+    storage: Storage, layout: RunLayout, step: int, request: ExportRequestState, formats: FormatRegistry
+) -> Candidate:
+    """No export, a request: convertible when the checkpoint is committed and complete by its format, else invalid
+    for what it lacks. Metric coverage is not judged here: it scores an export, and there is none yet."""
+    f = Findings()
+    f.add(*deferred.owed_problem(layout, step, request))
+    owed_only = deferred.unfinished(request)
+    _check_saved_and_metrics(layout, step, None, None, f)
+    checkpoint = list_dir(storage, layout.checkpoint_uri(step))
+    if not any(rel.startswith("policy/") for rel in checkpoint.objects):
+        f.add(KP.missing_checkpoint_dir, f"{checkpoint.uri}/policy holds nothing: there is no checkpoint to convert")
+    else:
+        roles = _role_listings(checkpoint)
+        fmt = _checkpoint_format(layout, roles, formats, f)
+        if fmt is not None:
+            for role_listing in roles.values():
+                fmt.validate(storage, role_listing, step, f, ReadOptions())
+    f.close()
+    convertible = owed_only and len(f.problems) == 1
+    return Candidate(
+        step=step,
+        uri=checkpoint.uri,
+        state=CandidateState.convertible if convertible else CandidateState.invalid,
+        valid=False,
+        problems=f.problems,
+        warnings=f.warnings,
+        total_bytes=sum(o.size for o in checkpoint.objects.values()),
+        export_request=request,
     )
 
 
@@ -207,6 +259,17 @@ def resume_not_applicable(layout: RunLayout) -> str | None:
     return None
 
 
+def _role_listings(checkpoint: Listing) -> dict[str, Listing]:
+    """A checkpoint's role dirs (policy always, critic when present), each as its own listing."""
+    return {
+        role: Listing(
+            f"{checkpoint.uri}/{role}", {rel: checkpoint.objects[f"{role}/{rel}"] for rel in checkpoint.under(role)}
+        )
+        for role in CHECKPOINT_ROLES
+        if role == "policy" or checkpoint.under(role)
+    }
+
+
 def check_resume_safety(storage: Storage, layout: RunLayout, formats: FormatRegistry = BUILTIN) -> ResumeSafety:
     """Is the checkpoint the marker names complete enough for SkyRL to resume from it?"""
     not_applicable = resume_not_applicable(layout)
@@ -237,11 +300,7 @@ def check_resume_safety(storage: Storage, layout: RunLayout, formats: FormatRegi
                 f.add(KP.marker_step_mismatch, f"the marker says {marker} but trainer_state.pt has global_step={saved}")
         if "data.pt" not in objects:
             f.add(KP.missing_trainer_state, f"{basename(root)}/data.pt (dataloader state) is absent")
-        roles = {
-            role: Listing(f"{root}/{role}", {rel: objects[f"{role}/{rel}"] for rel in checkpoint.under(role)})
-            for role in CHECKPOINT_ROLES
-            if role == "policy" or checkpoint.under(role)
-        }
+        roles = _role_listings(checkpoint)
         fmt = _checkpoint_format(layout, roles, formats, f)
         if fmt is not None:
             for listing in roles.values():

@@ -7,6 +7,7 @@ from typing import Any
 from rlcleanup.formats.config import get
 from rlcleanup.models.record import Candidate, CompletionRecord, DeclaredRegistration, ResumeSafety
 from rlcleanup.ports.storage import Storage
+from rlcleanup.steps.deferred_export import owed_exports
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.metrics_store import load_series
 from rlcleanup.steps.receipts import protocol_facts
@@ -60,6 +61,7 @@ def finish_record(
             f"lists nothing; export attempt: {protocol.export_failure}): no export can be made from them; the "
             "training receipt and resolved config are preserved, retrain or restore the checkpoint to export"
         )
+    notes.extend(owed_exports(candidates))  # deferred HF exports not made yet, or stopped mid-write
     remaining = derive_remaining(
         terminal_state=record.terminal_state,
         selection_status=selection.status,

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from rlcleanup.formats.config import as_int
 from rlcleanup.formats.safetensors_header import DEFAULT_FIRST_BLOCK, loads_bounded
-from rlcleanup.models.vocab import problem
+from rlcleanup.models.vocab import CandidateKind, problem
 from rlcleanup.ports.storage import ObjectInfo, Storage
 
 MAX_PROBLEMS_PER_CODE = 20  # a hostile index naming 10^6 shards must not make a 10^6-line record
@@ -80,6 +80,8 @@ class FormatReport:
     parameter_count: int | None = None
     estimated_parameter_count: int | None = None
     shard_count: int = 0
+    candidate_kind: CandidateKind = CandidateKind.full  # an adapter format says `adapter`
+    base_model: str | None = None  # what an adapter applies to, as its config names it
 
 
 class CheckpointFormat(Protocol):

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from rlcleanup.formats.checkpoints.base import CheckpointFormat, FormatKind, Listing, UnknownFormatError
 from rlcleanup.formats.checkpoints.fsdp import FsdpCheckpoint
 from rlcleanup.formats.checkpoints.hf_safetensors import HfSafetensorsExport
+from rlcleanup.formats.checkpoints.lora_adapter import LoraAdapterExport
 from rlcleanup.formats.checkpoints.megatron import MegatronCheckpoint
 
 
@@ -51,4 +52,6 @@ class FormatRegistry:
         raise UnknownFormatError(f"trainer.strategy {strategy!r}", known)
 
 
-BUILTIN = FormatRegistry([HfSafetensorsExport(), FsdpCheckpoint(), MegatronCheckpoint()])
+# The adapter comes first: its `adapter_model.safetensors` would otherwise read as a one-file full model. It
+# recognises only a directory without a full model's weights, so a full export is never taken for an adapter.
+BUILTIN = FormatRegistry([LoraAdapterExport(), HfSafetensorsExport(), FsdpCheckpoint(), MegatronCheckpoint()])

@@ -110,7 +110,7 @@ def finish_capture(p: Ports, run_id: str, scope: str, gathered: Gathered) -> Val
     )
     p.records.add_errors(run_id, run_errors("capture", summary.errors))
     layout = run_layout(p, run_id, run_uri, scope)
-    candidates = [f"candidate:{step}" for step in layout.export_steps]
+    candidates = [f"candidate:{step}" for step in layout.candidate_steps]
     targets = ValidationSet(targets=[*candidates, "resume"], run_uri=run_uri, preserve_root=plan.preserve_root)
     # The member set is stored BEFORE the fan-out: a validation that finishes before this barrier completes must
     # still know which siblings to wait for (an empty/unknown set would look like "all done").
