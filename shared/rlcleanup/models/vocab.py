@@ -45,6 +45,15 @@ class CandidateProblem(StrEnum):
     )
     # The tensor names would not load into the architecture config.json declares (transformers' loader rules).
     tensor_layout_mismatch = "tensor_layout_mismatch"
+    # The export against its `.marinskyrl-model-manifest.json` (run-layout-v3.md §3; formats/model_manifest.py).
+    # A VLM export (config.json vision_config) and its processor config (run-layout-v3.md §5).
+    missing_processor = "missing_processor"  # neither preprocessor_config.json nor processor_config.json
+    invalid_processor_config = "invalid_processor_config"  # present but not readable JSON
+    manifest_invalid = "manifest_invalid"  # present but not a manifest upstream would accept
+    manifest_identity_mismatch = "manifest_identity_mismatch"  # its identity does not hash its own file list
+    manifest_file_missing = "manifest_file_missing"  # a file it lists is not in the export
+    manifest_size_mismatch = "manifest_size_mismatch"  # a listed file's size differs from the manifest's
+    manifest_sha256_mismatch = "manifest_sha256_mismatch"  # a file read here hashes to another sha256
 
 
 class CheckpointProblem(StrEnum):
@@ -62,6 +71,8 @@ class CheckpointProblem(StrEnum):
     missing_distcp_shard = "missing_distcp_shard"  # no `__<rank>_<i>.distcp`, a rank gap, or an empty shard
     missing_distcp_metadata = "missing_distcp_metadata"  # torch DCP's `.metadata` (written by the coordinator)
     missing_dist_checkpoint_config = "missing_dist_checkpoint_config"  # metadata.json, written LAST: unfinished
+    # The chain's attempts ran different runtime commits on one checkpoint root (run-layout-v3.md §7).
+    runtime_commit_changed = "runtime_commit_changed"
 
 
 PROBLEM_CODES: frozenset[str] = frozenset(c.value for c in (*CandidateProblem, *CheckpointProblem))
