@@ -29,6 +29,7 @@ from rlcleanup.samples.curves import reward_curve
 from rlcleanup.samples.hf_export import write_checkpoint_dir, write_hf_export
 from rlcleanup.samples.trials import write_trace_jobs
 from rlcleanup.samples.v2 import SCENARIOS_V2, write_v2_run
+from rlcleanup.samples.v3 import SCENARIOS_V3, write_v3_run
 
 SCENARIOS: dict[str, str] = {
     "completed-resumed": "budget 20; link 1 steps 1-12 then preempted (SIGTERM); link 2 resumes from 10, re-logs 11-12, finishes",
@@ -45,6 +46,7 @@ SCENARIOS: dict[str, str] = {
     "unknown": "config with no entrypoint, environment or data kind: neither standard nor agentic",
     "partial-checkpoint": "marker 20 but global_step_20 misses model_world_size_2_rank_1.pt; stray global_step_30",
     **SCENARIOS_V2,
+    **SCENARIOS_V3,
 }
 
 VERSION = "2026.11.30"
@@ -138,6 +140,8 @@ def write_sample_run(dest: Path, scenario: str) -> Path:
     """Write `scenario` under `dest`; return the durable run root R."""
     if scenario in SCENARIOS_V2:
         return write_v2_run(dest, scenario)
+    if scenario in SCENARIOS_V3:
+        return write_v3_run(dest, scenario)
     if scenario not in _SPECS:
         raise ValueError(f"unknown scenario {scenario!r}; choose from {', '.join(SCENARIOS)}")
     spec = _SPECS[scenario]
