@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from layout_support import bare_layout
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.formats.model_manifest import (
@@ -28,7 +29,6 @@ from rlcleanup.runtime.embedded import run_embedded
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
 from rlcleanup.samples.hf_export import write_hf_export
 from rlcleanup.samples.v3 import write_model_manifest
-from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.validate import validate_candidate
 
 SHA = "ab" * 32
@@ -147,22 +147,6 @@ def test_check_against_the_listing() -> None:
     assert check.identity is None and check.problems[0][0] == "manifest_identity_mismatch"
 
 
-def _layout(tmp_path: Path) -> RunLayout:
-    return RunLayout(
-        run_uri=str(tmp_path),
-        kind="A",
-        config_uri=str(tmp_path / "c.json"),
-        config_bytes=b"{}",
-        config={},
-        skyrl={},
-        temp_root=None,
-        checkpoints_root=str(tmp_path / "ckpt"),
-        exports_root=str(tmp_path / "exports"),
-        attempts=[],
-        marker_step=5,
-    )
-
-
 @pytest.mark.parametrize(
     ("edit", "codes"),
     [
@@ -188,7 +172,7 @@ def test_validation_checks_the_export_against_its_manifest(tmp_path: Path, edit:
     if edit is not None:
         edit(export)
     candidate = validate_candidate(
-        LocalStorage(checksums=False), _layout(tmp_path), 5, metric_steps=None, step_budget=None
+        LocalStorage(checksums=False), bare_layout(tmp_path), 5, metric_steps=None, step_budget=None
     )
     assert candidate.problem_codes == codes
     assert candidate.model_identity == (None if codes == ["manifest_invalid"] else identity)
@@ -197,7 +181,7 @@ def test_validation_checks_the_export_against_its_manifest(tmp_path: Path, edit:
 def test_without_a_manifest_nothing_changes(tmp_path: Path) -> None:
     write_hf_export(tmp_path / "exports" / "global_step_5" / "policy")
     candidate = validate_candidate(
-        LocalStorage(checksums=False), _layout(tmp_path), 5, metric_steps=None, step_budget=None
+        LocalStorage(checksums=False), bare_layout(tmp_path), 5, metric_steps=None, step_budget=None
     )
     assert (candidate.valid, candidate.model_identity) == (True, None)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from layout_support import bare_layout
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.samples.hf_export import write_checkpoint_dir
@@ -46,16 +47,10 @@ def _layout(tmp_path: Path, records: list[dict[str, Any]]) -> RunLayout:
     ckpt = tmp_path / "checkpoints"
     write_checkpoint_dir(ckpt / "global_step_10", 10)
     (ckpt / "latest_ckpt_global_step.txt").write_text("10")
-    return RunLayout(
-        run_uri=str(tmp_path),
-        kind="A",
-        config_uri=str(tmp_path / "c.json"),
-        config_bytes=b"{}",
-        config={},
+    return bare_layout(
+        tmp_path,
         skyrl={"trainer": {"ckpt_interval": 5}},
-        temp_root=None,
         checkpoints_root=str(ckpt),
-        exports_root=str(tmp_path / "exports"),
         attempts=[AttemptFiles(f"att{i}", record=r) for i, r in enumerate(records)],
         marker_step=10,
         marker_uri=str(ckpt / "latest_ckpt_global_step.txt"),

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from layout_support import bare_layout
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.samples.hf_export import write_hf_export
-from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.validate import validate_candidate
 
 QWEN2_VL_IMAGE_PROCESSOR = {
@@ -29,22 +29,6 @@ QWEN2_VL_IMAGE_PROCESSOR = {
     "temporal_patch_size": 2,
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-
-
-def _layout(tmp_path: Path) -> RunLayout:
-    return RunLayout(
-        run_uri=str(tmp_path),
-        kind="A",
-        config_uri=str(tmp_path / "c.json"),
-        config_bytes=b"{}",
-        config={},
-        skyrl={},
-        temp_root=None,
-        checkpoints_root=str(tmp_path / "ckpt"),
-        exports_root=str(tmp_path / "exports"),
-        attempts=[],
-        marker_step=5,
-    )
 
 
 @pytest.mark.parametrize(
@@ -88,7 +72,7 @@ def test_vlm_processor_and_tokenizer(
         for name in TOKENIZER_FILES:
             (export / name).unlink()
     candidate = validate_candidate(
-        LocalStorage(checksums=False), _layout(tmp_path), 5, metric_steps=None, step_budget=None
+        LocalStorage(checksums=False), bare_layout(tmp_path), 5, metric_steps=None, step_budget=None
     )
     assert candidate.problem_codes == codes
     assert any("no tokenizer files beside the VLM processor" in w for w in candidate.warnings) is warned
@@ -103,6 +87,6 @@ def test_tokenizer_files_by_upstreams_rule(tmp_path: Path, name: str) -> None:
     (export / name).parent.mkdir(parents=True, exist_ok=True)
     (export / name).write_bytes(b"tok")
     candidate = validate_candidate(
-        LocalStorage(checksums=False), _layout(tmp_path), 5, metric_steps=None, step_budget=None
+        LocalStorage(checksums=False), bare_layout(tmp_path), 5, metric_steps=None, step_budget=None
     )
     assert "missing_tokenizer" not in candidate.problem_codes

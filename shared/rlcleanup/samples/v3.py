@@ -95,9 +95,7 @@ def write_v3_run(dest: Path, scenario: str) -> Path:
     job = f"math-rl-{scenario}"
     r, t = _roots(dest, job)
     ckpt_root, attempts_root, export_root = t / "checkpoints", t / "attempts", r / "exports"
-    cfg = configs.standard_config(
-        budget=20, ckpt_path="", export_path=str(export_root), temp_root=str(t), run_name=job
-    )
+    cfg = configs.standard_config(budget=20, ckpt_path="", export_path=str(export_root), temp_root=str(t), run_name=job)
     del cfg["trainer"]["ckpt_path"]  # the storage policy's default: the launcher names no checkpoint root
     _dump_json(r / "resolved-skyrl.json", cfg)
     if scenario == "layout-d":

@@ -231,9 +231,7 @@ def _discover_a(
     if checkpoints_root is None:
         if temp_guess is not None:
             checkpoints_root = join(temp_guess, "checkpoints")
-            problems.append(
-                f"checkpoint root not named by the config or a manifest; found {temp_rule}: {temp_guess}"
-            )
+            problems.append(f"checkpoint root not named by the config or a manifest; found {temp_rule}: {temp_guess}")
         else:
             checkpoints_root = join(config_root, "checkpoints")
             problems.append(
