@@ -14,6 +14,7 @@ from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.parsing.attempt_logs import attempt_log_objects, log_order
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
 from rlcleanup.samples.v2 import SCENARIOS_V2
+from rlcleanup.samples.v3 import SCENARIOS_V3
 from rlcleanup.steps.layout import AttemptFiles, discover
 
 SHARDS = [f"model-0000{k}-of-00003.safetensors" for k in (1, 2, 3)]
@@ -66,8 +67,9 @@ def _text(path: Path) -> str:
 
 
 def test_scenario_table_is_complete() -> None:
-    # The run-layout-v2 scenarios are asserted whole in test_scenarios_v2.py.
-    assert set(SCENARIOS) == set(EXPECTED) | set(SCENARIOS_V2)
+    # The run-layout-v2 scenarios are asserted whole in test_scenarios_v2.py; the v3 ones in test_layout_d.py and
+    # test_model_manifest.py.
+    assert set(SCENARIOS) == set(EXPECTED) | set(SCENARIOS_V2) | set(SCENARIOS_V3)
     with pytest.raises(ValueError):
         write_sample_run(Path("/nonexistent"), "no-such-scenario")
 
