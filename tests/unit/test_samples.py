@@ -16,6 +16,7 @@ from rlcleanup.samples.exports_v3 import SCENARIOS_EXPORTS_V3
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
 from rlcleanup.samples.skyrl_head import SCENARIOS_HEAD
 from rlcleanup.samples.v2 import SCENARIOS_V2
+from rlcleanup.samples.v3 import SCENARIOS_V3
 from rlcleanup.steps.layout import AttemptFiles, discover
 
 SHARDS = [f"model-0000{k}-of-00003.safetensors" for k in (1, 2, 3)]
@@ -69,8 +70,10 @@ def _text(path: Path) -> str:
 
 def test_scenario_table_is_complete() -> None:
     # The run-layout-v2 scenarios are asserted whole in test_scenarios_v2.py, the issue-34 NovaSky HEAD /
-    # budget-from-log ones in test_scenarios_head.py, the v3 export shapes in test_scenarios_exports_v3.py.
-    assert set(SCENARIOS) == set(EXPECTED) | set(SCENARIOS_V2) | set(SCENARIOS_HEAD) | set(SCENARIOS_EXPORTS_V3)
+    # budget-from-log ones in test_scenarios_head.py, the v3 export shapes in test_scenarios_exports_v3.py, the other
+    # v3 ones in test_layout_d.py and test_model_manifest.py.
+    expected = set(EXPECTED) | set(SCENARIOS_V2) | set(SCENARIOS_HEAD) | set(SCENARIOS_EXPORTS_V3) | set(SCENARIOS_V3)
+    assert set(SCENARIOS) == expected
     with pytest.raises(ValueError):
         write_sample_run(Path("/nonexistent"), "no-such-scenario")
 

@@ -147,6 +147,11 @@ class Candidate(_Model):
     total_bytes: int | None = None
     shard_count: int = 0
     digest: str | None = Field(default=None, description="sha256 over the export's object names, sizes and checksums")
+    model_identity: str | None = Field(
+        default=None,
+        description="the identity (sha256:<hex>) of the export's .marinskyrl-model-manifest.json when the manifest is "
+        "well formed and its identity hashes its file list; null without a manifest",
+    )
 
     @field_validator("problems")
     @classmethod

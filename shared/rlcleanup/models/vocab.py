@@ -55,6 +55,15 @@ class CandidateProblem(StrEnum):
     invalid_adapter_config = "invalid_adapter_config"  # r / lora_alpha / target_modules / peft_type unusable
     missing_adapter_weights = "missing_adapter_weights"  # adapter_model.safetensors absent or holding no tensor
     adapter_tensor_mismatch = "adapter_tensor_mismatch"  # tensors PEFT would not load as this config's LoRA
+    # A VLM export (config.json vision_config) and its processor config (run-layout-v3.md §5).
+    missing_processor = "missing_processor"  # neither preprocessor_config.json nor processor_config.json
+    invalid_processor_config = "invalid_processor_config"  # present but not readable JSON
+    # The export against its `.marinskyrl-model-manifest.json` (run-layout-v3.md §3; formats/model_manifest.py).
+    manifest_invalid = "manifest_invalid"  # present but not a manifest upstream would accept
+    manifest_identity_mismatch = "manifest_identity_mismatch"  # its identity does not hash its own file list
+    manifest_file_missing = "manifest_file_missing"  # a file it lists is not in the export
+    manifest_size_mismatch = "manifest_size_mismatch"  # a listed file's size differs from the manifest's
+    manifest_sha256_mismatch = "manifest_sha256_mismatch"  # a file read here hashes to another sha256
 
 
 class CandidateKind(StrEnum):
@@ -91,6 +100,8 @@ class CheckpointProblem(StrEnum):
     # Protocol v2: the checkpoint differs from its training receipt's inventory (a file missing or resized, or
     # sha256(trainer_state.pt) not the receipt's): not the checkpoint training completed.
     receipt_mismatch = "receipt_mismatch"
+    # The chain's attempts ran different runtime commits on one checkpoint root (run-layout-v3.md §7).
+    runtime_commit_changed = "runtime_commit_changed"
 
 
 PROBLEM_CODES: frozenset[str] = frozenset(c.value for c in (*CandidateProblem, *CheckpointProblem))

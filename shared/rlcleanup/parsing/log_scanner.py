@@ -126,6 +126,14 @@ class _Traceback:
         return "\n".join(lines)
 
 
+def from_header(text: str) -> str:
+    """The traceback header line without what was glued in front of it. A progress bar (tqdm: "Training Batches
+    Processed", "Training Step Progress") redraws with a bare `\r` and no newline, so in a pod log the traceback's
+    first line lands on the bar's physical line (run-layout-v3.md §7 [KL]); even split at the `\r`, the last bar
+    frame and the header share a line. The stored traceback starts at the header."""
+    return text[text.index(TRACEBACK_HEADER) :]
+
+
 def with_year(month_day_time: str, last: datetime | None) -> datetime | None:
     """vLLM stamps carry no year: take the one of the last stamp in this file (none seen: no stamp). A stamp made so
     keeps that year and zone, so they are always those of the file's last full stamp before it."""
@@ -195,7 +203,7 @@ class LogScanner:
             return
         if TRACEBACK_HEADER in text:
             self._tb = _Traceback(lineno, cleaned.timestamp or self.latest_stamp)
-            self._tb.add(text)
+            self._tb.add(from_header(text))
             return
         self._fatal_line(text[:MAX_MATCH_CHARS], lineno, cleaned.timestamp or self.latest_stamp)
 
@@ -270,7 +278,7 @@ class LogScanner:
                 tb.chained = tb.chained or bool(stripped)
                 return True
             if tb.chained and TRACEBACK_HEADER in text:  # else: a separate traceback
-                tb.add(text)
+                tb.add(from_header(text))
                 tb.state, tb.chained = "frames", False
                 return True
             self._close_traceback()

@@ -32,6 +32,7 @@ from rlcleanup.samples.hf_export import write_checkpoint_dir, write_hf_export
 from rlcleanup.samples.skyrl_head import SCENARIOS_HEAD, write_head_run
 from rlcleanup.samples.trials import write_trace_jobs
 from rlcleanup.samples.v2 import SCENARIOS_V2, write_v2_run
+from rlcleanup.samples.v3 import SCENARIOS_V3, write_v3_run
 
 SCENARIOS: dict[str, str] = {
     "completed-resumed": "budget 20; link 1 steps 1-12 then preempted (SIGTERM); link 2 resumes from 10, re-logs 11-12, finishes",
@@ -50,6 +51,7 @@ SCENARIOS: dict[str, str] = {
     **SCENARIOS_V2,
     **SCENARIOS_HEAD,
     **SCENARIOS_EXPORTS_V3,
+    **SCENARIOS_V3,
 }
 
 VERSION = "2026.11.30"
@@ -148,6 +150,8 @@ def write_sample_run(dest: Path, scenario: str) -> Path:
         return write_v2_run(dest, scenario)
     if scenario in SCENARIOS_HEAD:
         return write_head_run(dest, scenario)
+    if scenario in SCENARIOS_V3:
+        return write_v3_run(dest, scenario)
     if scenario not in _SPECS:
         raise ValueError(f"unknown scenario {scenario!r}; choose from {', '.join(SCENARIOS)}")
     spec = _SPECS[scenario]

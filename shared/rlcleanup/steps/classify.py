@@ -114,9 +114,12 @@ def classify(storage: Storage, layout: RunLayout) -> Classification:
             agentic.append(f"{key} present (sandbox / concurrent trials)")
 
     if layout.temp_root is not None:
-        trace_root = join(layout.temp_root, "attempts", "trace_jobs")
-        if next(iter(storage.list(trace_root)), None) is not None:
-            agentic.append(f"per-trial outputs under {trace_root}")
+        # Marin's temp area keeps them under attempts/; Layout D's storage policy directly under the temp root
+        # (MarinSkyRL cloud/iris/storage_policy.py trace_root).
+        for trace_root in (join(layout.temp_root, "attempts", "trace_jobs"), join(layout.temp_root, "trace_jobs")):
+            if next(iter(storage.list(trace_root)), None) is not None:
+                agentic.append(f"per-trial outputs under {trace_root}")
+                break
 
     for key in INJECTED_EVERYWHERE:
         if get(skyrl, key) is not None or get(config, key) is not None:

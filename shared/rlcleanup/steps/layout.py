@@ -1,4 +1,5 @@
-"""Discover a run's layout (A: Marin executor step; C: legacy Slurm) from its durable root.
+"""Discover a run's layout (A: Marin executor step, also Layout D's `users/<user>/skyrl/<job>` roots, named by either
+root (steps/layout_d.py); C: legacy Slurm) from its durable root.
 
 Everything later steps read is located here once, so they never guess paths themselves. What it finds is
 steps/layout_model.py's (RunLayout, AttemptFiles: importable from here too, as most callers do); the small files it
@@ -13,7 +14,7 @@ from typing import Any
 from rlcleanup.formats.config import ConfigError, get, parse_config
 from rlcleanup.formats.launch import RunConfig, read_run_config
 from rlcleanup.ports.storage import Storage, children
-from rlcleanup.steps import marin
+from rlcleanup.steps import layout_d, marin
 from rlcleanup.steps.layout_files import (
     committed_steps,
     export_request_steps,
@@ -96,6 +97,9 @@ def discover(storage: Storage, run_uri: str) -> RunLayout:
 
 def _discover_run(storage: Storage, run_uri: str) -> RunLayout:
     run_uri = run_uri.rstrip("/")
+    durable = layout_d.durable_root_of(run_uri)
+    if durable is not None and _find_config(storage, durable, CONFIG_NAMES_A) is not None:
+        run_uri = durable  # Layout D named by its temp root: the run is read from its durable root, as always
     config_root, export_root, role = _join_steps(storage, run_uri)
     config_uri = _find_config(storage, config_root, CONFIG_NAMES_A)
     kind = "A"
@@ -226,14 +230,16 @@ def _discover_a(
         [r for r in (terminal,) if r], "request.output.attempts_root"
     )
     ttl = get(terminal or {}, "request.checkpoint_retention_days")
-    temp_guess = marin.find_temp_root(storage, config_root, ttl if isinstance(ttl, int) and ttl > 0 else 14)
+    temp_guess = layout_d.find_temp_root(storage, config_root)
+    temp_rule = "the storage policy's temp root (run-layout-v3.md §1, Layout D)"
+    if temp_guess is None:
+        days = ttl if isinstance(ttl, int) and ttl > 0 else 14
+        temp_guess = marin.find_temp_root(storage, config_root, days)
+        temp_rule = "Marin's temp area (run-layout-v2.md §3 T(n))"
     if checkpoints_root is None:
         if temp_guess is not None:
             checkpoints_root = join(temp_guess, "checkpoints")
-            problems.append(
-                f"checkpoint root not named by the config or a manifest; found Marin's temp area {temp_guess} "
-                "(run-layout-v2.md §3 T(n))"
-            )
+            problems.append(f"checkpoint root not named by the config or a manifest; found {temp_rule}: {temp_guess}")
         else:
             checkpoints_root = join(config_root, "checkpoints")
             problems.append(

@@ -8,6 +8,7 @@ state, ckpt_interval). Every problem is "<code>: <detail>" with a code from mode
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,13 +24,16 @@ from rlcleanup.formats.checkpoints.base import (
     as_step,
     export_digest,
     list_dir,
+    read_listed_json,
     size_label,
     step_ranges,
 )
 from rlcleanup.formats.checkpoints.registry import BUILTIN, FormatRegistry
 from rlcleanup.formats.config import get
+from rlcleanup.formats.model_manifest import MANIFEST_NAME, check_manifest, parse_manifest
 from rlcleanup.formats.safetensors_header import DEFAULT_FIRST_BLOCK
 from rlcleanup.formats.torch_pickle import pickled_global_step
+from rlcleanup.formats.weight_files import has_weight_suffix
 from rlcleanup.models.record import Candidate, ExportRequestState, ResumeSafety
 from rlcleanup.models.vocab import CandidateProblem as CP
 from rlcleanup.models.vocab import CandidateState
@@ -38,6 +42,7 @@ from rlcleanup.ports.storage import ObjectInfo, Storage
 from rlcleanup.steps import deferred_export as deferred
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.receipts import checkpoint_against_receipt
+from rlcleanup.steps.runtime_commits import commit_change
 from rlcleanup.uris import basename
 
 DEFAULT_CKPT_INTERVAL = 10  # SkyRL ppo_base_config default
@@ -122,6 +127,7 @@ def validate_candidate(
     report = fmt.validate(storage, listing, step, f, ReadOptions(workers=workers, first_block=first_block))
     _check_step_against_run(layout, listing.uri, step, f)
     _check_saved_and_metrics(layout, step, metric_steps, step_budget, f)
+    identity = check_model_manifest(storage, listing, f)
     f.close()
     counted = report.parameter_count
     candidate = Candidate(
@@ -140,6 +146,7 @@ def validate_candidate(
         total_bytes=sum(o.size for o in listing.objects.values()),
         shard_count=report.shard_count,
         digest=export_digest(fmt.digest_inputs(listing)),
+        model_identity=identity,
     )
     if not candidate.valid and listing.objects:  # a broken export may be one an export job was still writing
         staged = deferred.staging_listings(storage, layout, step)
@@ -178,6 +185,34 @@ def _owed_candidate(
         total_bytes=sum(o.size for o in checkpoint.objects.values()),
         export_request=request,
     )
+
+
+MANIFEST_SMALL_FILE = 8 * 1024 * 1024  # non-weight files up to this size are hashed against the manifest here
+
+
+def check_model_manifest(storage: Storage, listing: Listing, f: Findings) -> str | None:
+    """The export against its `.marinskyrl-model-manifest.json` (formats/model_manifest.py): sizes of every listed
+    file, sha256 of the small non-weight ones; the manifest's identity, or None without a (well-formed) manifest."""
+    info = listing.objects.get(MANIFEST_NAME)
+    if info is None:
+        return None
+    raw, why = read_listed_json(storage, f"{listing.uri}/{MANIFEST_NAME}", info.size)
+    manifest, invalid = parse_manifest(raw) if raw is not None else (None, why)
+    if manifest is None:
+        f.add(CP.manifest_invalid, f"{MANIFEST_NAME} is not a model manifest: {invalid}")
+        return None
+    digests: dict[str, str] = {}
+    for entry in manifest.files:
+        listed = listing.objects.get(entry.path)
+        small = listed is not None and listed.size == entry.size and listed.size <= MANIFEST_SMALL_FILE
+        if small and not has_weight_suffix(entry.path):
+            data = storage.read_range(f"{listing.uri}/{entry.path}", 0, entry.size)
+            digests[entry.path] = hashlib.sha256(data).hexdigest()
+    check = check_manifest(manifest, listing.objects, digests)
+    for code, detail in check.problems:
+        f.add(code, detail)
+    f.warnings.extend(check.warnings)
+    return check.identity
 
 
 # Candidates one invocation validates together (the plan batches its messages by this). Measured with
@@ -309,6 +344,9 @@ def check_resume_safety(storage: Storage, layout: RunLayout, formats: FormatRegi
         for why in checkpoint_against_receipt(storage, layout, marker):
             f.add(KP.receipt_mismatch, why)
 
+    changed = commit_change(layout.attempts)
+    if changed is not None:
+        f.add(KP.runtime_commit_changed, changed)
     interval = as_step(get(layout.skyrl, "trainer.ckpt_interval"))
     if interval is None or interval <= 0:
         interval = DEFAULT_CKPT_INTERVAL

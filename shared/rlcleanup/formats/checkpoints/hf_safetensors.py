@@ -36,6 +36,8 @@ SINGLE_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
 TRAINER_STATE_NAME = "trainer_state.json"
 TOKENIZER_NAMES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+# A VLM's processor (transformers: IMAGE_PROCESSOR_NAME, and the unified PROCESSOR_NAME of transformers 5).
+PROCESSOR_NAMES = ("preprocessor_config.json", "processor_config.json")
 ESTIMATE_TOLERANCE = 0.15
 _SHARD_NAME = re.compile(r"^(?P<prefix>.+)-(?P<k>\d+)-of-(?P<total>\d+)\.safetensors$")
 _T = TypeVar("_T")
@@ -284,6 +286,52 @@ def _check_trainer_state(step: int, trainer_state: JsonRead | None, f: Findings)
             f.add(CP.step_mismatch, f"trainer_state.json global_step={value!r} but the dir says {step}")
 
 
+def has_tokenizer_files(names: Iterable[str]) -> bool:
+    """MarinSkyRL `marinskyrl/hf_model.py` @264af08353f2 `validate_portable_hf_model_files`: a name starting with
+    `tokenizer` (tokenizer.json, tokenizer_config.json, a `tokenizer/` folder) or ending in `.model` (sentencepiece)."""
+    return any(name.startswith("tokenizer") or name.endswith(".model") for name in names)
+
+
+def is_vlm(config: dict[str, Any] | None) -> bool:
+    """NovaSky SkyRL `skyrl/utils/tok.py` @a9564572e `check_is_vlm`: the config declares a non-null vision_config."""
+    return isinstance(config, dict) and config.get("vision_config") is not None
+
+
+def _check_tokenizer_and_processor(
+    uri: str,
+    listing: Listing,
+    config: dict[str, Any] | None,
+    processor_jobs: dict[str, Future[JsonRead] | None],
+    f: Findings,
+) -> None:
+    """Tokenizer files, and for a VLM its processor config (run-layout-v3.md §5).
+
+    NovaSky SkyRL @a9564572e `skyrl/backends/skyrl_train/distributed/{strategy,fsdp_strategy}.py` save the base
+    model's processor beside a VLM export (`processor.save_pretrained`: `preprocessor_config.json`, or transformers
+    5's unified `processor_config.json`) because AutoProcessor and vLLM cannot reload a VLM without it; the save is
+    guarded, so an export can lack it. A VLM carrying its processor is loaded through it, so a tokenizer file
+    missing beside it is a warning, not `missing_tokenizer`.
+    """
+    processors: list[str] = []
+    for name, job in processor_jobs.items():
+        if job is None:
+            continue
+        value, why = job.result()
+        if value is None:
+            f.add(CP.invalid_processor_config, f"{name} is unreadable: {why}")
+        else:
+            processors.append(name)
+    vlm = is_vlm(config)
+    if vlm and all(job is None for job in processor_jobs.values()):
+        f.add(CP.missing_processor, f"config.json declares vision_config but none of {', '.join(PROCESSOR_NAMES)}")
+    if has_tokenizer_files(listing.objects):
+        return
+    if vlm and processors:
+        f.warnings.append(f"no tokenizer files beside the VLM processor ({', '.join(processors)}); loaded through it")
+        return
+    f.add(CP.missing_tokenizer, f"none of {', '.join(TOKENIZER_NAMES)} (nor another tokenizer* / *.model) in {uri}")
+
+
 class HfSafetensorsExport:
     name = "hf-safetensors"
     kind = FormatKind.export
@@ -302,6 +350,7 @@ class HfSafetensorsExport:
         present = sorted(n for n in top if n.endswith(".safetensors"))
         with _borrowed_pool(options.workers) as pool, _Reads(storage, uri, top, pool, options.first_block) as reads:
             config_job, index_job, state_job = (reads.json(n) for n in (CONFIG_NAME, INDEX_NAME, TRAINER_STATE_NAME))
+            processor_jobs = {name: reads.json(name) for name in PROCESSOR_NAMES}
             for name in present:
                 if not unsafe_name(name):  # a listed name is inside the export, but only the plan reads odd ones
                     reads.header(name)
@@ -313,8 +362,7 @@ class HfSafetensorsExport:
                 config, why = config_job.result()
                 if config is None:
                     f.add(CP.missing_config, f"{CONFIG_NAME} is unreadable: {why}")
-            if not any(name in top for name in TOKENIZER_NAMES):
-                f.add(CP.missing_tokenizer, f"none of {', '.join(TOKENIZER_NAMES)} in {uri}")
+            _check_tokenizer_and_processor(uri, listing, config, processor_jobs, f)
 
             plan = _plan_weights(uri, top, present, index_job.result() if index_job else None, f)
             headers = reads.headers(plan.to_read)  # the index's weight_map is cross-checked on what was read
