@@ -123,10 +123,20 @@ def run_embedded(
         admission.admit_run(stack.ports, discover(stack.ports.storage, run_uri), requested=run_id)
     event = manual_event(run_uri, state)
     stack.emit(event)
-    bound = admission.bound_run_id(stack.ports, run_uri)
+    bound = admission.bound_run_id(stack.ports, run_uri) or _admitted_root_id(stack.ports, run_uri)
     if bound is not None:
         return stack.ports.records.get(bound)
     filed = stack.ports.records.get_doc(POISON_COLLECTION, poison_key(event.model_dump_json().encode()))
     if filed is not None:
         raise RunNotAdmitted(str(filed.get("code") or "refused"), str(filed.get("message") or ""))
     return None
+
+
+def _admitted_root_id(p: Ports, run_uri: str) -> str | None:
+    """The id of the root a run was admitted under when `run_uri` names it another way (Layout D: a temp root names
+    its durable root, run-layout-v3.md §1)."""
+    try:
+        root = discover(p.storage, run_uri).run_uri
+    except Exception:  # not a run root at all: the refusal, if any, was filed under the event
+        return None
+    return admission.bound_run_id(p, root) if root != run_uri else None

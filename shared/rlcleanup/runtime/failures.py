@@ -42,6 +42,7 @@ from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime.admission import attachable_run
 from rlcleanup.runtime.attempt_scope import unscoped
 from rlcleanup.runtime.claims import failed_claim
+from rlcleanup.runtime.envelope import identify
 from rlcleanup.runtime.evidence import finish_evidence
 from rlcleanup.runtime.ports import Ports
 
@@ -85,16 +86,17 @@ def to_permanent(p: Ports, entry_point: str, data: bytes, message_id: str | None
         assert isinstance(exc, PermanentError)
         return exc
     attempt = count_delivery(p, entry_point, message_id, data)
-    run_id = failed_run_id(p, exc, data)
+    run_id = failed_run_id(p, exc, data)  # the record the error may be written on (never one merely named)
+    named = run_id or identify(data)[0]  # the log line says which run the message names, as a reader expects
     log.error(
         "defect in %s for run %s (delivery %d of %d): %s",
         entry_point,
-        run_id or "?",
+        named or "?",
         attempt,
         DEFECT_DELIVERY_BUDGET,
         defect_message(exc),
         exc_info=exc,
-        extra={"run_id": run_id, "error": {"type": type(exc).__name__, "attempt": attempt}},
+        extra={"run_id": named, "error": {"type": type(exc).__name__, "attempt": attempt}},
     )
     with contextlib.suppress(AttributeError):  # an exception type with __slots__: logged twice, never lost
         setattr(exc, _LOGGED, True)
