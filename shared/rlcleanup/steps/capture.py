@@ -18,6 +18,7 @@ from rlcleanup.formats.weight_files import is_bulk_weight
 from rlcleanup.models.parts import CaptureItem, CapturePart
 from rlcleanup.models.record import PreservedObject
 from rlcleanup.ports.storage import ObjectInfo, Storage, UnsafePathError, WriteOutcome, list_in_name_order
+from rlcleanup.steps.evidence_sources import capture_roots as evidence_capture_roots
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.manifest import CAPTURE_MANIFEST
 from rlcleanup.uris import join, relative_to
@@ -66,7 +67,9 @@ def preserved_root(preserve_root: str, run_id: str, pass_id: str = "") -> str:
     return join(preserve_root, run_id, "passes", pass_id) if pass_id else join(preserve_root, run_id)
 
 
-def _kind(rel: str) -> str:
+def _kind(rel: str, label: str = "run") -> str:
+    if label.startswith(("rendezvous", "ray-logs")):
+        return "rendezvous_evidence"  # receipts, stacks, flight recorder, Ray logs, termination artifacts
     if "/logs/" in f"/{rel}" or rel.endswith((".log", ".out", ".err")):
         return "log"
     if rel.startswith(("checkpoints/", "global_step_")):
@@ -145,6 +148,7 @@ def capture_roots(layout: RunLayout) -> list[tuple[str, str]]:
     elif not layout.checkpoints_root.startswith(layout.run_uri):
         roots.append(("checkpoints", layout.checkpoints_root))
     roots.extend(layout.extra_roots)  # run-layout-v2.md §3: both steps of a multi-step Marin run are evidence
+    roots.extend(evidence_capture_roots(layout))  # v3 §4: rendezvous and Ray-log roots, last (a cursor indexes)
     return roots
 
 
@@ -273,7 +277,7 @@ def _plan_object(
     if is_bulk_weight(obj.uri):
         return
     item = CaptureItem(
-        source=obj.uri, dest_rel=f"{label}/{rel}", size=obj.size, crc32c=obj.crc32c, md5=obj.md5, kind=_kind(rel)
+        source=obj.uri, dest_rel=f"{label}/{rel}", size=obj.size, crc32c=obj.crc32c, md5=obj.md5, kind=_kind(rel, label)
     )
     group = f"attempt-{rel.split('/')[1]}" if rel.startswith("attempts/") and rel.count("/") >= 2 else label
     groups.setdefault(group, []).append(item)

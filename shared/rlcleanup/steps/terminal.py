@@ -9,7 +9,7 @@ weighs them is steps/precedence.py.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +22,7 @@ from rlcleanup.parsing.attempt_logs import AttemptScan, log_order
 from rlcleanup.parsing.log_grammar import EventKind
 from rlcleanup.parsing.log_scanner import ErrorCandidate, TrainerEvent
 from rlcleanup.parsing.metrics import StitchedMetrics, stitch
+from rlcleanup.steps.evidence_sources import FoundReceipt, SourceKind, receipt_candidate, source_kind
 from rlcleanup.steps.layout import AttemptFiles, RunLayout
 from rlcleanup.steps.marin import LOCK_STALE_SECONDS
 from rlcleanup.steps.precedence import Inputs, Source, decide, lock_fresh
@@ -80,6 +81,7 @@ class FirstError:
     candidate: ErrorCandidate
     attempt_index: int
     causal: bool  # False: nothing causal existed, this is the earliest teardown error (a fallback)
+    source: SourceKind = SourceKind.driver_log  # the evidence source that decided (steps/evidence_sources.py)
 
     def cause(self) -> FailureCause:
         c = self.candidate
@@ -90,11 +92,12 @@ class FirstError:
             error_type=c.error_type,
             message=c.message,
             traceback=c.traceback,
+            evidence_source=self.source.value,
         )
 
     def cite(self) -> str:
         c = self.candidate
-        return f"{c.error_type}: {c.message} at {c.source_uri}:{c.line} (attempt {c.attempt_id})"
+        return f"{c.error_type}: {c.message} at {c.source_uri}:{c.line} (attempt {c.attempt_id}; {self.source.value})"
 
 
 def _earliest_in_attempt(scan: AttemptScan, causal: bool) -> ErrorCandidate | None:
@@ -116,6 +119,20 @@ def find_first_error(scans: list[AttemptScan]) -> FirstError | None:
             if found is not None:
                 return FirstError(found, index, causal)
     return None
+
+
+def find_first_cause(layout: RunLayout, scans: list[AttemptScan], receipts: list[FoundReceipt]) -> FirstError | None:
+    """The first cause by the evidence sources' trust order: the earliest failure receipt when any process wrote
+    one (the process's own record of its first error), else the logs' first causal error (any log source: the
+    driver's, a rotated pod log, a rank's Ray log, a termination artifact), named by the source it came from."""
+    if receipts:
+        candidate = receipt_candidate(receipts[0], layout)
+        index = next((i for i, s in enumerate(scans) if s.attempt_id == candidate.attempt_id), max(len(scans) - 1, 0))
+        return FirstError(candidate, index, True, SourceKind.failure_receipt)
+    first = find_first_error(scans)
+    if first is None:
+        return None
+    return replace(first, source=source_kind(first.candidate.source_uri, layout))
 
 
 # -- terminal state --------------------------------------------------------------------------------------------
@@ -391,6 +408,7 @@ def establish_terminal_state(
     protocol: ProtocolFacts | None = None,
     pre_cancel: bool = False,
     now: datetime | None = None,
+    receipts: list[FoundReceipt] | None = None,
 ) -> TerminalVerdict:
     scans = _ordered_scans(layout, scans)
     stitched = stitch([(s.attempt_id, s.metric_rows) for s in scans])
@@ -417,9 +435,14 @@ def establish_terminal_state(
             "so the run is settled from its artifacts."
         )
 
-    first = find_first_error(scans)
+    first = find_first_cause(layout, scans, receipts or [])
     if first is not None:
-        if first.causal:
+        if first.source is SourceKind.failure_receipt:
+            reasons.append(
+                f"First causal error, as the failing process recorded it in its failure receipt (receipts are read "
+                f"before logs): {first.cite()}."
+            )
+        elif first.causal:
             reasons.append(f"First causal error: {first.cite()}.")
         else:
             reasons.append(
