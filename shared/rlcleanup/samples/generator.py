@@ -27,6 +27,7 @@ from rlcleanup.samples import configs
 from rlcleanup.samples.chain import Link, LinkLogs, RunCtx, hexid, render_link
 from rlcleanup.samples.curves import reward_curve
 from rlcleanup.samples.hf_export import write_checkpoint_dir, write_hf_export
+from rlcleanup.samples.rendezvous import SCENARIOS_RDV, add_rendezvous_evidence
 from rlcleanup.samples.trials import write_trace_jobs
 from rlcleanup.samples.v2 import SCENARIOS_V2, write_v2_run
 
@@ -45,6 +46,7 @@ SCENARIOS: dict[str, str] = {
     "unknown": "config with no entrypoint, environment or data kind: neither standard nor agentic",
     "partial-checkpoint": "marker 20 but global_step_20 misses model_world_size_2_rank_1.pt; stray global_step_30",
     **SCENARIOS_V2,
+    **SCENARIOS_RDV,
 }
 
 VERSION = "2026.11.30"
@@ -138,6 +140,12 @@ def write_sample_run(dest: Path, scenario: str) -> Path:
     """Write `scenario` under `dest`; return the durable run root R."""
     if scenario in SCENARIOS_V2:
         return write_v2_run(dest, scenario)
+    if scenario in SCENARIOS_RDV:  # a link that dies in teardown noise; the cause is elsewhere (samples/rendezvous.py)
+        spec = _Spec((Link(1, 7, None, "teardown", **_failed("Iris job failed: task 0 exited with code 1")),))
+        spec = replace(spec, name=f"math-rl-{scenario}")
+        run = _write_layout_a(dest, scenario, spec)
+        add_rendezvous_evidence(dest / "tmp" / "ttl=14d" / "skyrl" / spec.name / VERSION, scenario)
+        return run
     if scenario not in _SPECS:
         raise ValueError(f"unknown scenario {scenario!r}; choose from {', '.join(SCENARIOS)}")
     spec = _SPECS[scenario]

@@ -67,9 +67,7 @@ def preserved_root(preserve_root: str, run_id: str, pass_id: str = "") -> str:
     return join(preserve_root, run_id, "passes", pass_id) if pass_id else join(preserve_root, run_id)
 
 
-def _kind(rel: str, label: str = "run") -> str:
-    if label.startswith(("rendezvous", "ray-logs")):
-        return "rendezvous_evidence"  # receipts, stacks, flight recorder, Ray logs, termination artifacts
+def _kind(rel: str) -> str:
     if "/logs/" in f"/{rel}" or rel.endswith((".log", ".out", ".err")):
         return "log"
     if rel.startswith(("checkpoints/", "global_step_")):
@@ -79,6 +77,14 @@ def _kind(rel: str, label: str = "run") -> str:
     if rel.startswith("attempts/"):
         return "attempt_record"
     return "run_record"
+
+
+def _object_kind(uri: str, rel: str, layout: RunLayout) -> str:
+    """An object under a rendezvous or Ray-log root (wherever that lies: Layout D keeps it in the temp root) is
+    `rendezvous_evidence`: receipts, stacks, flight recorder, sync manifests, Ray logs, termination artifacts."""
+    if any(uri.startswith(root.uri.rstrip("/") + "/") for root in layout.evidence_roots):
+        return "rendezvous_evidence"
+    return _kind(rel)
 
 
 def _chunks(part_id: str, items: list[CaptureItem]) -> list[CapturePart]:
@@ -277,7 +283,12 @@ def _plan_object(
     if is_bulk_weight(obj.uri):
         return
     item = CaptureItem(
-        source=obj.uri, dest_rel=f"{label}/{rel}", size=obj.size, crc32c=obj.crc32c, md5=obj.md5, kind=_kind(rel, label)
+        source=obj.uri,
+        dest_rel=f"{label}/{rel}",
+        size=obj.size,
+        crc32c=obj.crc32c,
+        md5=obj.md5,
+        kind=_object_kind(obj.uri, rel, layout),
     )
     group = f"attempt-{rel.split('/')[1]}" if rel.startswith("attempts/") and rel.count("/") >= 2 else label
     groups.setdefault(group, []).append(item)
