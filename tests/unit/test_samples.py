@@ -13,6 +13,7 @@ from safetensors import SafetensorError, safe_open
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.parsing.attempt_logs import attempt_log_objects, log_order
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
+from rlcleanup.samples.rendezvous import SCENARIOS_RDV
 from rlcleanup.samples.v2 import SCENARIOS_V2
 from rlcleanup.steps.layout import AttemptFiles, discover
 
@@ -66,8 +67,9 @@ def _text(path: Path) -> str:
 
 
 def test_scenario_table_is_complete() -> None:
-    # The run-layout-v2 scenarios are asserted whole in test_scenarios_v2.py.
-    assert set(SCENARIOS) == set(EXPECTED) | set(SCENARIOS_V2)
+    # The run-layout-v2 scenarios are asserted whole in test_scenarios_v2.py, the rendezvous ones (the cause outside
+    # the driver's log) end to end in test_rendezvous_evidence.py.
+    assert set(SCENARIOS) == set(EXPECTED) | set(SCENARIOS_V2) | set(SCENARIOS_RDV)
     with pytest.raises(ValueError):
         write_sample_run(Path("/nonexistent"), "no-such-scenario")
 
