@@ -15,7 +15,7 @@ from rlcleanup.parsing.attempt_logs import is_scanned_log, log_order
 from rlcleanup.parsing.debug_artifacts import is_exception_receipt, read_exception_receipt, read_sync_manifest
 from rlcleanup.parsing.log_scanner import LogScanner
 from rlcleanup.parsing.pod_logs import cri_lines, gzip_lines, is_cri, is_rotated_log
-from rlcleanup.steps.layout_model import AttemptFiles, RunLayout
+from rlcleanup.steps.layout_model import RunLayout
 from rlcleanup.steps.layout_rendezvous import locations_in_line, refusal
 
 TS = "2026-12-01T10:10:10.123456789Z"
@@ -226,19 +226,10 @@ def test_runtime_lines_that_name_evidence(line: str, found: list[tuple[str, str]
     assert locations_in_line(line) == found
 
 
-def _layout(run_uri: str, temp_root: str | None, attempts: list[AttemptFiles] | None = None) -> RunLayout:
-    return RunLayout(
-        run_uri=run_uri,
-        kind="A",
-        config_uri=f"{run_uri}/resolved-skyrl.json",
-        config_bytes=b"{}",
-        config={},
-        skyrl={},
-        temp_root=temp_root,
-        checkpoints_root=f"{temp_root}/checkpoints",
-        exports_root=f"{run_uri}/exports",
-        attempts=attempts or [],
-    )
+def _layout(run_uri: str, temp_root: str) -> RunLayout:
+    config = {"config_uri": f"{run_uri}/resolved-skyrl.json", "config_bytes": b"{}", "config": {}, "skyrl": {}}
+    roots = {"temp_root": temp_root, "checkpoints_root": f"{temp_root}/checkpoints", "exports_root": f"{run_uri}/x"}
+    return RunLayout(run_uri=run_uri, kind="A", attempts=[], **config, **roots)
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,12 @@ The roots themselves come from steps/layout_rendezvous.py, which accepts a locat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from functools import partial
+from typing import TypeVar
 
 from rlcleanup.parsing.attempt_logs import RANK_LOG_SEGMENT, TERMINATION_SEGMENT
 from rlcleanup.parsing.debug_artifacts import (
@@ -31,11 +34,13 @@ from rlcleanup.parsing.debug_artifacts import (
 )
 from rlcleanup.parsing.log_scanner import ErrorCandidate
 from rlcleanup.parsing.pod_logs import is_rotated_log
-from rlcleanup.ports.storage import Storage, StorageError
+from rlcleanup.ports.storage import ObjectInfo, Storage, StorageError
 from rlcleanup.steps.layout_model import RunLayout
 from rlcleanup.uris import basename, join
 
-MAX_RECEIPT_OBJECTS = 2000  # objects listed under one node set's debug_artifacts/ before the reader stops
+MAX_RECEIPT_OBJECTS = 2000  # receipts read under one rendezvous's debug_artifacts/
+MAX_ARTIFACT_BYTES = MAX_RECEIPT_BYTES  # a receipt or a sync manifest: small JSON documents
+T = TypeVar("T")
 
 
 class SourceKind(StrEnum):
@@ -135,6 +140,29 @@ class FoundReceipt:
     attempt_id: str | None  # the attempt whose rendezvous held it
 
 
+def list_source(storage: Storage, source: EvidenceSource, problems: list[str]) -> list[ObjectInfo] | None:
+    """The objects under a source's prefix (None, and a problem line, when it cannot be listed)."""
+    try:
+        return sorted(storage.list(source.prefix), key=lambda o: o.uri)
+    except (StorageError, OSError) as exc:
+        problems.append(f"{source.kind.value} objects under {source.prefix} could not be listed: {exc}")
+        return None
+
+
+def read_small(
+    storage: Storage, uri: str, parse: Callable[[bytes], T | None], what: str, problems: list[str]
+) -> T | None:
+    """One small JSON artifact of a source, parsed; a problem line when it cannot be read or is not what it says."""
+    try:
+        value = parse(storage.read_bytes(uri, MAX_ARTIFACT_BYTES))
+    except (StorageError, OSError, ValueError) as exc:
+        problems.append(f"{what} {uri} could not be read: {exc}")
+        return None
+    if value is None:
+        problems.append(f"{what} {uri} is not a {what}")
+    return value
+
+
 def read_receipts(storage: Storage, layout: RunLayout) -> tuple[list[FoundReceipt], list[str]]:
     """Every failure receipt of the run (earliest observed first), and a problem per one that could not be read."""
     receipts: list[FoundReceipt] = []
@@ -142,23 +170,12 @@ def read_receipts(storage: Storage, layout: RunLayout) -> tuple[list[FoundReceip
     for source in evidence_sources(layout):
         if source.kind is not SourceKind.failure_receipt:
             continue
-        try:
-            listed = storage.list(source.prefix)
-        except (StorageError, OSError) as exc:
-            problems.append(f"failure receipts under {source.prefix} could not be listed: {exc}")
-            continue
-        for info in sorted(listed, key=lambda o: o.uri)[:MAX_RECEIPT_OBJECTS]:
-            if not is_exception_receipt(info.uri):
-                continue
-            try:
-                receipt = read_exception_receipt(info.uri, storage.read_bytes(info.uri, MAX_RECEIPT_BYTES))
-            except (StorageError, OSError, ValueError) as exc:
-                problems.append(f"failure receipt {info.uri} could not be read: {exc}")
-                continue
-            if receipt is None:
-                problems.append(f"failure receipt {info.uri} is not an exception receipt")
-                continue
-            receipts.append(FoundReceipt(receipt, source.attempt_id))
+        listed = list_source(storage, source, problems) or []
+        for info in [o for o in listed if is_exception_receipt(o.uri)][:MAX_RECEIPT_OBJECTS]:
+            parse = partial(read_exception_receipt, info.uri)
+            receipt = read_small(storage, info.uri, parse, "failure receipt", problems)
+            if receipt is not None:
+                receipts.append(FoundReceipt(receipt, source.attempt_id))
     receipts.sort(key=lambda f: (f.receipt.observed_at_ns is None, f.receipt.observed_at_ns or 0, f.receipt.uri))
     return receipts, problems
 

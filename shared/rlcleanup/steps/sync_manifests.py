@@ -10,13 +10,12 @@ raised) are evidence known to be incomplete: the record lists each, never silent
 from __future__ import annotations
 
 from rlcleanup.models.record import IncompleteEvidence
-from rlcleanup.parsing.debug_artifacts import SYNC_MANIFEST_NAME, read_sync_manifest
-from rlcleanup.ports.storage import Storage, StorageError
-from rlcleanup.steps.evidence_sources import SourceKind, evidence_sources
+from rlcleanup.parsing.debug_artifacts import SYNC_MANIFEST_NAME, SyncedFile, SyncManifest, read_sync_manifest
+from rlcleanup.ports.storage import Storage
+from rlcleanup.steps.evidence_sources import SourceKind, evidence_sources, list_source, read_small
 from rlcleanup.steps.layout_model import RunLayout
 from rlcleanup.uris import basename, join, parent
 
-MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 MAX_INCOMPLETE = 500  # entries on the record (Firestore's 1 MiB document); the count past it is an error line
 
 
@@ -27,45 +26,28 @@ def check_sync_manifests(storage: Storage, layout: RunLayout) -> tuple[list[Inco
     for source in evidence_sources(layout):
         if source.kind is not SourceKind.failure_receipt:  # the debug_artifacts/ prefix of a rendezvous
             continue
-        try:
-            present = {info.uri for info in storage.list(source.prefix)}
-        except (StorageError, OSError) as exc:
-            problems.append(f"debug artifacts under {source.prefix} could not be listed: {exc}")
-            continue
+        listed = list_source(storage, source, problems)
+        present = {info.uri for info in listed or []}
         for manifest_uri in sorted(u for u in present if basename(u) == SYNC_MANIFEST_NAME):
-            node_dir = parent(manifest_uri)
-            try:
-                manifest = read_sync_manifest(storage.read_bytes(manifest_uri, MAX_MANIFEST_BYTES))
-            except (StorageError, OSError, ValueError) as exc:
-                problems.append(f"sync manifest {manifest_uri} could not be read: {exc}")
-                continue
-            if manifest is None:
-                problems.append(f"sync manifest {manifest_uri} is not a sync manifest")
-                continue
-            node = manifest.node_id or basename(node_dir)
-            for copied in manifest.copied:
-                if join(node_dir, copied.path) not in present:  # a membership test: the path is never read
-                    incomplete.append(
-                        IncompleteEvidence(
-                            node_id=node,
-                            manifest_uri=manifest_uri,
-                            path=copied.path,
-                            status="missing",
-                            reason=f"listed as copied ({manifest.reason or 'no sync reason'}) but absent",
-                            bytes=copied.bytes,
-                        )
-                    )
-            for skipped in manifest.skipped:
-                incomplete.append(
-                    IncompleteEvidence(
-                        node_id=node,
-                        manifest_uri=manifest_uri,
-                        path=skipped.path,
-                        status="skipped",
-                        reason=skipped.reason,
-                        bytes=skipped.bytes,
-                    )
-                )
+            manifest = read_small(storage, manifest_uri, read_sync_manifest, "sync manifest", problems)
+            if manifest is not None:
+                incomplete.extend(_incomplete(manifest_uri, manifest, present))
     if len(incomplete) > MAX_INCOMPLETE:
         problems.append(f"{len(incomplete) - MAX_INCOMPLETE} more incomplete debug artifacts not listed on the record")
     return incomplete[:MAX_INCOMPLETE], problems
+
+
+def _incomplete(manifest_uri: str, manifest: SyncManifest, present: set[str]) -> list[IncompleteEvidence]:
+    node_dir = parent(manifest_uri)
+    copied_reason = f"listed as copied ({manifest.reason or 'no sync reason'}) but absent"
+    # A membership test on the listing: a path the manifest names is never read.
+    entries: list[tuple[SyncedFile, str, str | None]]
+    entries = [(f, "missing", copied_reason) for f in manifest.copied if join(node_dir, f.path) not in present]
+    entries += [(f, "skipped", f.reason) for f in manifest.skipped]
+    node = manifest.node_id or basename(node_dir)
+    return [
+        IncompleteEvidence(
+            node_id=node, manifest_uri=manifest_uri, path=f.path, status=status, reason=why, bytes=f.bytes
+        )
+        for f, status, why in entries
+    ]
