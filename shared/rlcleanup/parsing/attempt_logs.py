@@ -31,6 +31,7 @@ _SKIP_NAMES = re.compile(r"^python-core-.*|.*\.(?:gz|zst|bz2|xz|zip|tar|png|jpg|
 RANK_LOG_SEGMENT = "/ray_session_logs/"
 TERMINATION_SEGMENT = "/term_artifacts/"
 MAX_GZIP_LOG_BYTES = 256 * 1024 * 1024  # compressed bytes read from one rotated log
+POD_LOG_NAME = re.compile(r"^\d+\.log(?:\.\d{8}-\d{6})?$")  # the kubelet's `<restart count>.log` and its rotations
 
 
 def log_rank(uri: str) -> tuple[int, str]:
@@ -118,6 +119,10 @@ def scan_log(storage: Storage, uri: str, attempt_id: str | None) -> LogScan:
 
 
 def _starts_cri(storage: Storage, uri: str) -> bool:
+    """A kubelet pod log (`<restart>.log[.<stamp>]`, or anything under a `pods/` directory) whose first record is
+    CRI. Other logs are never probed: the probe is one more request per file."""
+    if not (POD_LOG_NAME.match(basename(uri)) or "/pods/" in uri):
+        return False
     head = storage.read_range(uri, 0, 512).decode("utf-8", errors="replace")
     return bool(head) and is_cri(head.split("\n", 1)[0])
 

@@ -97,7 +97,7 @@ class FirstError:
 
     def cite(self) -> str:
         c = self.candidate
-        return f"{c.error_type}: {c.message} at {c.source_uri}:{c.line} (attempt {c.attempt_id}; {self.source.value})"
+        return f"{c.error_type}: {c.message} at {c.source_uri}:{c.line} (attempt {c.attempt_id}), from the {self.source.value}"
 
 
 def _earliest_in_attempt(scan: AttemptScan, causal: bool) -> ErrorCandidate | None:
