@@ -15,7 +15,7 @@ from rlcleanup.parsing.attempt_logs import is_scanned_log, log_order
 from rlcleanup.parsing.debug_artifacts import is_exception_receipt, read_exception_receipt, read_sync_manifest
 from rlcleanup.parsing.log_scanner import LogScanner
 from rlcleanup.parsing.pod_logs import cri_lines, gzip_lines, is_cri, is_rotated_log
-from rlcleanup.steps.layout_model import RunLayout
+from rlcleanup.steps.layout_model import AttemptFiles, RunLayout
 from rlcleanup.steps.layout_rendezvous import locations_in_line, refusal
 
 TS = "2026-12-01T10:10:10.123456789Z"
@@ -249,6 +249,16 @@ def _layout(run_uri: str, temp_root: str) -> RunLayout:
 def test_only_this_runs_locations_are_accepted(uri: str, accepted: bool) -> None:
     layout = _layout("gs://runs/users/u/skyrl/job", "gs://runs/tmp/ttl=14d/skyrl/users/u/job")
     assert (refusal(uri, layout) is None) is accepted
+
+
+def test_a_legacy_rendezvous_must_name_the_runs_job() -> None:
+    marin = _layout("gs://runs/durable/math-rl/2026.11.30", "gs://runs/tmp/ttl=14d/skyrl/math-rl/2026.11.30")
+    assert refusal("gs://runs/iris/rl-rdv/2026.11.30", marin) is not None  # a version names no job
+    marin.attempts = [AttemptFiles("a1", record={"request": {"run_id": "math-rl-2026.11.30"}})]
+    assert refusal("gs://runs/iris/rl-rdv/math-rl-2026.11.30", marin) is None
+    marin.attempts = [AttemptFiles("a1", record={"response": {"iris_job_id": "/marin/math-rl-x-a1"}})]
+    assert refusal("gs://runs/iris/rl-rdv/math-rl-x", marin) is None
+    assert refusal("gs://runs/iris/rl-rdv/math-rl-y", marin) is not None
 
 
 def test_local_runs_accept_nothing_outside_their_roots() -> None:

@@ -86,15 +86,23 @@ def _own_roots(layout: RunLayout) -> list[str]:
     return [r.rstrip("/") for r in roots if r]
 
 
+_VERSION_LIKE = re.compile(r"^[\d.]+$")  # a Marin step's version directory names no job
+
+
 def _job_names(layout: RunLayout) -> set[str]:
-    names = {basename(layout.run_uri.rstrip("/"))}
-    if layout.config_root:
-        names.add(basename(layout.config_root.rstrip("/")))
+    """What this run's job is called: its root's name (Layout D `users/<user>/skyrl/<job>`; a bare version is not a
+    name), the run id its attempt records carry, and the Iris job id's last segment (with the attempt id too)."""
+    names = {basename(r.rstrip("/")) for r in (layout.run_uri, layout.config_root) if r}
+    names = {n for n in names if not _VERSION_LIKE.match(n)}
     for attempt in layout.attempts:
         for key in ("request.run_id", "response.run_id", "request.job_name"):
             value = get(attempt.record, key)
             if isinstance(value, str) and value:
                 names.add(value)
+        job = get(attempt.record, "response.iris_job_id")
+        if isinstance(job, str) and job.strip("/"):
+            last = job.rstrip("/").rsplit("/", 1)[-1]
+            names.update({last, last.removesuffix(f"-{attempt.attempt_id}")})
     return {n for n in names if n}
 
 
