@@ -9,7 +9,7 @@ weighs them is steps/precedence.py.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +22,8 @@ from rlcleanup.parsing.attempt_logs import AttemptScan, log_order
 from rlcleanup.parsing.log_grammar import EventKind
 from rlcleanup.parsing.log_scanner import ErrorCandidate, TrainerEvent
 from rlcleanup.parsing.metrics import StitchedMetrics, stitch
-from rlcleanup.steps.evidence_sources import FoundReceipt, SourceKind, receipt_candidate, source_kind
+from rlcleanup.steps.evidence_sources import FoundReceipt, SourceKind
+from rlcleanup.steps.first_cause import FirstError, earliest_in_attempt, find_first_cause
 from rlcleanup.steps.layout import AttemptFiles, RunLayout
 from rlcleanup.steps.marin import LOCK_STALE_SECONDS
 from rlcleanup.steps.precedence import Inputs, Source, decide, lock_fresh
@@ -73,66 +74,7 @@ def step_budget(skyrl: dict[str, Any]) -> tuple[int | None, str]:
 SUCCEEDED, FAILED, CANCELLED = Verdict.succeeded, Verdict.failed, Verdict.cancelled
 
 
-# -- first causal error ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FirstError:
-    candidate: ErrorCandidate
-    attempt_index: int
-    causal: bool  # False: nothing causal existed, this is the earliest teardown error (a fallback)
-    source: SourceKind = SourceKind.driver_log  # the evidence source that decided (steps/evidence_sources.py)
-
-    def cause(self) -> FailureCause:
-        c = self.candidate
-        return FailureCause(
-            attempt_id=c.attempt_id,
-            source_uri=c.source_uri,
-            line=c.line,
-            error_type=c.error_type,
-            message=c.message,
-            traceback=c.traceback,
-            evidence_source=self.source.value,
-        )
-
-    def cite(self) -> str:
-        c = self.candidate
-        return f"{c.error_type}: {c.message} at {c.source_uri}:{c.line} (attempt {c.attempt_id}), from the {self.source.value}"
-
-
-def _earliest_in_attempt(scan: AttemptScan, causal: bool) -> ErrorCandidate | None:
-    """The first matching error of each file; across files by timestamp when all have one, else file order."""
-    firsts = [next((e for e in f.errors if e.causal == causal), None) for f in scan.files]
-    found = [(i, e) for i, e in enumerate(firsts) if e is not None]
-    if not found:
-        return None
-    if all(e.timestamp is not None for _, e in found):
-        return min(found, key=lambda pair: (pair[1].timestamp or datetime.min, pair[0]))[1]
-    return found[0][1]
-
-
-def find_first_error(scans: list[AttemptScan]) -> FirstError | None:
-    """Earliest causal error in chain order; the earliest teardown error only when nothing causal exists."""
-    for causal in (True, False):
-        for index, scan in enumerate(scans):
-            found = _earliest_in_attempt(scan, causal)
-            if found is not None:
-                return FirstError(found, index, causal)
-    return None
-
-
-def find_first_cause(layout: RunLayout, scans: list[AttemptScan], receipts: list[FoundReceipt]) -> FirstError | None:
-    """The first cause by the evidence sources' trust order: the earliest failure receipt when any process wrote
-    one (the process's own record of its first error), else the logs' first causal error (any log source: the
-    driver's, a rotated pod log, a rank's Ray log, a termination artifact), named by the source it came from."""
-    if receipts:
-        candidate = receipt_candidate(receipts[0], layout)
-        index = next((i for i, s in enumerate(scans) if s.attempt_id == candidate.attempt_id), max(len(scans) - 1, 0))
-        return FirstError(candidate, index, True, SourceKind.failure_receipt)
-    first = find_first_error(scans)
-    if first is None:
-        return None
-    return replace(first, source=source_kind(first.candidate.source_uri, layout))
+# -- first causal error: steps/first_cause.py (the evidence sources' trust order) ---------------------------------
 
 
 # -- terminal state --------------------------------------------------------------------------------------------
@@ -174,7 +116,7 @@ def _attempt_model(att: AttemptFiles, scan: AttemptScan | None, stitched: Stitch
     state = resp.get("state") or resp.get("iris_job_state")
     failure = resp.get("failure") if isinstance(resp.get("failure"), str) else None
     if scan is not None:
-        first = _earliest_in_attempt(scan, True)
+        first = earliest_in_attempt(scan, True)
         if state is None:
             done = any(scan.has_event(k) for k in (EventKind.training_done, EventKind.resumed_already_complete))
             stopped = scan.has_event(EventKind.controller_stopped)  # e.g. a Slurm time limit ends a link
