@@ -1,6 +1,6 @@
 """First-causal-error scan over a large run's logs: MB/s per core and peak RSS, vs `grep -n` over the same files.
 
-The scan (parsing.attempt_logs.scan_attempt over every attempt, then steps.terminal.find_first_error) runs in a fresh
+The scan (parsing.attempt_logs.scan_attempt over every attempt, then steps.first_cause.find_first_error) runs in a fresh
 child process so its peak RSS is its own (VmHWM from /proc/self/status: getrusage's ru_maxrss survives exec on
 Linux and would report the parent's peak at fork); the parent discovers the run once and hands the
 child its attempts (ids and log uris), so the child's peak is imports + the scan, not the listing of 10,000 objects.
@@ -55,8 +55,8 @@ def child(attempts_json: str, engine: str) -> None:
     """Scan every attempt; print one JSON line with wall, CPU, RSS before/after and what was found."""
     from rlcleanup.parsing.attempt_logs import scan_attempt
     from rlcleanup.ports.storage import ObjectInfo
+    from rlcleanup.steps.first_cause import find_first_error
     from rlcleanup.steps.layout import AttemptFiles
-    from rlcleanup.steps.terminal import find_first_error
 
     if engine == "line":  # the line scanner: scan_log feeds every line when hit_finder() finds no google-re2
         sys.modules["re2"] = None  # None in sys.modules makes `import re2` raise ImportError (before the first scan)

@@ -15,8 +15,9 @@ from rlcleanup.parsing.log_scanner import LogScan
 from rlcleanup.ports.storage import ObjectInfo
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.steps import logscan
+from rlcleanup.steps.first_cause import find_first_error
 from rlcleanup.steps.layout import AttemptFiles, RunLayout, discover
-from rlcleanup.steps.terminal import establish_terminal_state, find_first_error, step_budget
+from rlcleanup.steps.terminal import establish_terminal_state, step_budget
 
 TB = ["Traceback (most recent call last):", '  File "/app/x.py", line 3, in f', "    g()"]
 

@@ -15,8 +15,8 @@ import pytest
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.parsing.attempt_logs import scan_attempt
 from rlcleanup.samples.generator import write_sample_run
+from rlcleanup.steps.first_cause import find_first_error
 from rlcleanup.steps.layout import AttemptFiles, discover
-from rlcleanup.steps.terminal import find_first_error
 from rlcleanup.steps.validate import check_resume_safety
 
 STORAGE = LocalStorage(checksums=False)

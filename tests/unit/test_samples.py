@@ -14,6 +14,7 @@ from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.parsing.attempt_logs import attempt_log_objects, log_order
 from rlcleanup.samples.exports_v3 import SCENARIOS_EXPORTS_V3
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
+from rlcleanup.samples.rendezvous import SCENARIOS_RDV
 from rlcleanup.samples.skyrl_head import SCENARIOS_HEAD
 from rlcleanup.samples.v2 import SCENARIOS_V2
 from rlcleanup.samples.v3 import SCENARIOS_V3
@@ -71,9 +72,10 @@ def _text(path: Path) -> str:
 def test_scenario_table_is_complete() -> None:
     # The run-layout-v2 scenarios are asserted whole in test_scenarios_v2.py, the issue-34 NovaSky HEAD /
     # budget-from-log ones in test_scenarios_head.py, the v3 export shapes in test_scenarios_exports_v3.py, the other
-    # v3 ones in test_layout_d.py and test_model_manifest.py.
+    # v3 ones in test_layout_d.py and test_model_manifest.py, the rendezvous ones (the cause outside the driver's
+    # log) end to end in test_rendezvous_evidence.py.
     expected = set(EXPECTED) | set(SCENARIOS_V2) | set(SCENARIOS_HEAD) | set(SCENARIOS_EXPORTS_V3) | set(SCENARIOS_V3)
-    assert set(SCENARIOS) == expected
+    assert set(SCENARIOS) == expected | set(SCENARIOS_RDV)
     with pytest.raises(ValueError):
         write_sample_run(Path("/nonexistent"), "no-such-scenario")
 

@@ -82,7 +82,10 @@ def _attempts(record: CompletionRecord) -> list[tuple[str, str | None, int | Non
 def test_every_scenario_is_covered(records: dict[str, CompletionRecord]) -> None:
     assert set(records) == set(SCENARIOS)
     for name, record in records.items():
-        assert record.errors == [], name  # no scenario is hostile to the pipeline itself
+        # No scenario is hostile to the pipeline itself; rendezvous-rank-cause's node reports a sync it could not
+        # complete, which the record must say (issue 35 item 1).
+        expected = {"incomplete_evidence"} if name == "rendezvous-rank-cause" else set()
+        assert {e.code for e in record.errors} == expected, name
 
 
 # name -> (kind, status, terminal, budget, saved, trained)

@@ -11,8 +11,9 @@ from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.models.controller_states import UnknownStateSource
 from rlcleanup.models.vocab import TerminalState
 from rlcleanup.parsing.attempt_logs import scan_attempt
+from rlcleanup.steps.first_cause import find_first_error
 from rlcleanup.steps.layout import discover
-from rlcleanup.steps.terminal import TerminalVerdict, establish_terminal_state, find_first_error, step_budget
+from rlcleanup.steps.terminal import TerminalVerdict, establish_terminal_state, step_budget
 from rlcleanup.steps.terminal_readings import describe_controller, normalize_state, read_controller
 
 P = "(skyrl_entrypoint pid=7) "

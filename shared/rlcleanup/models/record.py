@@ -44,6 +44,11 @@ class FailureCause(_Model):
     error_type: str
     message: str
     traceback: str
+    evidence_source: str = Field(
+        default="driver_log",
+        description="the evidence source that decided (steps/evidence_sources.py, most trusted first): "
+        "failure_receipt | driver_log | rotated_pod_log | rank_log | termination_artifact",
+    )
 
 
 class Attempt(_Model):
@@ -208,6 +213,17 @@ class PreservedObject(_Model):
     kind: str = "object"
 
 
+class IncompleteEvidence(_Model):
+    """A file a node's `sync-manifest.json` accounts for but the rendezvous does not hold (run-layout-v3.md §4)."""
+
+    node_id: str | None = None
+    manifest_uri: str
+    path: str = Field(description="as the manifest names it, relative to the node's debug_artifacts/<node_id>/")
+    status: str = Field(description="`missing` (listed as copied, absent) | `skipped` (the node did not copy it)")
+    reason: str | None = Field(default=None, description="the manifest's reason for a skip ('budget', an error)")
+    bytes: int | None = None
+
+
 class RunError(_Model):
     step: str
     code: str
@@ -296,6 +312,11 @@ class CompletionRecord(_Model):
     metrics_uri: str | None = None
     preserved_object_count: int = 0
     preserved_bytes: int = 0
+    incomplete_evidence: list[IncompleteEvidence] = Field(
+        default_factory=list,
+        description="rendezvous debug artifacts a node's sync-manifest.json lists as copied but that are missing, "
+        "or says it skipped (with its reason): evidence known to be incomplete",
+    )
     candidates: list[Candidate] = Field(default_factory=list)
     resume_safety: ResumeSafety | None = None
     selection: Selection | None = None

@@ -17,6 +17,7 @@ from rlcleanup.parsing.log_engine import BlockScan, hit_finder
 from rlcleanup.parsing.log_grammar import EventKind
 from rlcleanup.parsing.log_scanner import ErrorCandidate, LogScan, LogScanner, TrainerEvent
 from rlcleanup.parsing.metrics import MetricRow
+from rlcleanup.parsing.pod_logs import cri_lines, gzip_lines, is_cri, is_rotated_log, rotation_key
 from rlcleanup.parsing.teardown import CLIENT_CONNECTION_REASON, by_name, client_connection_error
 from rlcleanup.ports.storage import ObjectInfo, Storage, StorageError, list_in_name_order
 from rlcleanup.uris import basename
@@ -24,21 +25,38 @@ from rlcleanup.uris import basename
 _SKIP_NAMES = re.compile(r"^python-core-.*|.*\.(?:gz|zst|bz2|xz|zip|tar|png|jpg|parquet|pt|safetensors|json)$")
 
 
+# Where a file sits in scan order by the evidence source it came from (steps/evidence_sources.py names the
+# prefixes): an attempt's own logs first, then the ranks' Ray logs copied to the rendezvous, then termination
+# artifacts. When not every first error carries a timestamp, this order decides which is first.
+RANK_LOG_SEGMENT = "/ray_session_logs/"
+TERMINATION_SEGMENT = "/term_artifacts/"
+MAX_GZIP_LOG_BYTES = 256 * 1024 * 1024  # compressed bytes read from one rotated log
+POD_LOG_NAME = re.compile(r"^\d+\.log(?:\.\d{8}-\d{6})?$")  # the kubelet's `<restart count>.log` and its rotations
+
+
 def log_rank(uri: str) -> tuple[int, str]:
-    """Scan order: finelog.log first (the aggregated stream), then its siblings, then worker logs, then the rest."""
+    """Scan order: finelog.log first (the aggregated stream), then its siblings, then worker logs, then the rest;
+    a pod's rotated files oldest first, before its live file; rendezvous rank logs and termination artifacts
+    after every log of the attempt itself."""
     name = basename(uri)
+    if TERMINATION_SEGMENT in uri:
+        return (6, uri)
+    if RANK_LOG_SEGMENT in uri and f"/logs{RANK_LOG_SEGMENT}" not in uri:  # copied out of the attempt's logs
+        return (5, uri)
     if name == "finelog.log":
         return (0, uri)
     if name.startswith("finelog"):
         return (1, uri)
     if name.startswith("worker-"):
         return (2, uri)
-    return (3, uri)
+    return (3, uri[: len(uri) - len(name)] + rotation_key(name))
 
 
 def is_scanned_log(uri: str) -> bool:
-    """Whether a file under an attempt's logs is scanned at all (archives, images, tensors and JSON are not)."""
-    return not _SKIP_NAMES.match(basename(uri))
+    """Whether a file under an attempt's logs is scanned at all (archives, images, tensors and JSON are not; a
+    kubelet-rotated pod log is, gzipped or not)."""
+    name = basename(uri)
+    return is_rotated_log(name) or not _SKIP_NAMES.match(name)
 
 
 def log_order(uris: Iterable[str]) -> list[str]:
@@ -79,11 +97,18 @@ class AttemptScan:
 
 
 def scan_log(storage: Storage, uri: str, attempt_id: str | None) -> LogScan:
-    """Stream one log file; a read failure keeps what was scanned and names the uri, line and cause."""
+    """Stream one log file; a read failure keeps what was scanned and names the uri, line and cause. A gzipped
+    rotation is inflated in a stream and a CRI pod log is read back as the lines the program wrote
+    (parsing/pod_logs.py); any other file goes through the block engine."""
     scanner = LogScanner(uri, attempt_id)
     finder = hit_finder()
     try:
-        if finder is None:
+        if uri.endswith(".gz"):
+            lines = gzip_lines(storage.read_bytes(uri, MAX_GZIP_LOG_BYTES))
+            _feed(scanner, lines)
+        elif _starts_cri(storage, uri):
+            _feed(scanner, storage.iter_lines(uri))
+        elif finder is None:
             for raw in storage.iter_lines(uri):
                 scanner.feed(raw)
         else:  # ranged reads of BLOCK_BYTES: one request per 4 MiB, the same on every Storage
@@ -91,6 +116,31 @@ def scan_log(storage: Storage, uri: str, attempt_id: str | None) -> LogScan:
     except (StorageError, OSError, ValueError) as exc:
         scanner.scan.problems.append(f"log {uri} could not be read past line {scanner.scan.lines}: {exc}")
     return scanner.finish()
+
+
+def _starts_cri(storage: Storage, uri: str) -> bool:
+    """A kubelet pod log (`<restart>.log[.<stamp>]`, or anything under a `pods/` directory) whose first record is
+    CRI. Other logs are never probed: the probe is one more request per file."""
+    if not (POD_LOG_NAME.match(basename(uri)) or "/pods/" in uri):
+        return False
+    head = storage.read_range(uri, 0, 512).decode("utf-8", errors="replace")
+    return bool(head) and is_cri(head.split("\n", 1)[0])
+
+
+def _feed(scanner: LogScanner, lines: Iterable[str]) -> None:
+    """Every line, CRI records joined back into lines when the file is a pod log."""
+    iterator = iter(lines)
+    first = next(iterator, None)
+    if first is None:
+        return
+    rest = _chain(first, iterator)
+    for line in cri_lines(rest) if is_cri(first) else rest:
+        scanner.feed(line)
+
+
+def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:
+    yield first
+    yield from rest
 
 
 def carry_error_seen(files: list[LogScan]) -> None:
@@ -146,16 +196,32 @@ class AttemptLogs(Protocol):
     @property
     def log_objects(self) -> list[ObjectInfo]: ...
 
+    @property
+    def evidence_prefixes(self) -> list[str]: ...
+
 
 def attempt_log_objects(storage: Storage, attempt: AttemptLogs, start_after: str | None = None) -> Iterator[ObjectInfo]:
-    """The attempt's log files in name order, after `start_after`: everything under its log prefix, listed now (a
-    paged plan resumes here), or the files discovery named (a Slurm attempt's one `.out`)."""
+    """The attempt's log files in name order, after `start_after`: everything under its log prefix and the
+    evidence prefixes discovery accepted for it (its rendezvous rank logs and termination artifacts), listed now (a
+    paged plan resumes here), or the files discovery named (a Slurm attempt's one `.out`). Prefixes are listed in
+    name order, so one cursor resumes across all of them."""
     if attempt.log_prefix is not None:
-        yield from list_in_name_order(storage, attempt.log_prefix, start_after)
+        for prefix in _disjoint([attempt.log_prefix, *attempt.evidence_prefixes]):
+            yield from list_in_name_order(storage, prefix, start_after)
         return
     for info in sorted(attempt.log_objects, key=lambda o: o.uri):
         if start_after is None or info.uri > start_after:
             yield info
+
+
+def _disjoint(prefixes: list[str]) -> list[str]:
+    """Prefixes in the order their objects sort (`a/logs/` before `a/logs2/`), none inside another."""
+    ordered = sorted({p.rstrip("/") + "/" for p in prefixes})
+    kept: list[str] = []
+    for prefix in ordered:
+        if not any(prefix.startswith(outer) for outer in kept):
+            kept.append(prefix)
+    return [p.rstrip("/") for p in kept]
 
 
 def scan_attempt(storage: Storage, attempt: AttemptLogs) -> AttemptScan:

@@ -85,6 +85,15 @@ FATAL_LINES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"CUDA out of memory"), "torch.OutOfMemoryError"),
     (re.compile(r"CUDA error: ?(.*)"), "CUDAError"),
     (re.compile(r"terminate called after throwing an instance of '([^']+)'"), "C++ exception"),
+    # Ray's memory monitor killing a worker states the cause itself (run-layout-v3.md §4): the core worker's
+    # `Worker exit type: NODE_OUT_OF_MEMORY Worker exit detail: ...` and the raylet's `Task was killed due to the
+    # node running low on memory.` (ray/_private/ray_constants + raylet's memory monitor wording).
+    (re.compile(r"Worker exit type: NODE_OUT_OF_MEMORY\b(.*)"), "ray.NodeOutOfMemory"),
+    (re.compile(r"((?:Task|Worker) was killed due to the node running low on memory.*)"), "ray.NodeOutOfMemory"),
+    # The kernel's OOM killer, as a termination artifact's dmesg tail shows it (cloud/iris/task_runtime.py
+    # capture_termination_artifacts greps `oom|killed process|out of memory|Xid`).
+    (re.compile(r"Memory cgroup out of memory: (Killed process .*)"), "CgroupOOMKill"),
+    (re.compile(r"Out of memory: (Killed process .*)"), "OOMKill"),
 )
 MAX_MATCH_CHARS = 16 * 1024  # events, fatal lines and noise are matched on this much of a line
 # Cheap substring gates: most lines are throughput chatter and skip the regex tables entirely.
@@ -111,6 +120,9 @@ FATAL_HINTS = (
     "timed out",
     "aborted",
     "fatal",
+    "out_of_memory",
+    "out of memory",
+    "low on memory",
 )
 
 

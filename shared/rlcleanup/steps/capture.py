@@ -18,6 +18,7 @@ from rlcleanup.formats.weight_files import is_bulk_weight
 from rlcleanup.models.parts import CaptureItem, CapturePart
 from rlcleanup.models.record import PreservedObject
 from rlcleanup.ports.storage import ObjectInfo, Storage, UnsafePathError, WriteOutcome, list_in_name_order
+from rlcleanup.steps.evidence_sources import capture_roots as evidence_capture_roots
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.manifest import CAPTURE_MANIFEST
 from rlcleanup.uris import join, relative_to
@@ -76,6 +77,14 @@ def _kind(rel: str) -> str:
     if rel.startswith("attempts/"):
         return "attempt_record"
     return "run_record"
+
+
+def _object_kind(uri: str, rel: str, layout: RunLayout) -> str:
+    """An object under a rendezvous or Ray-log root (wherever that lies: Layout D keeps it in the temp root) is
+    `rendezvous_evidence`: receipts, stacks, flight recorder, sync manifests, Ray logs, termination artifacts."""
+    if any(uri.startswith(root.uri.rstrip("/") + "/") for root in layout.evidence_roots):
+        return "rendezvous_evidence"
+    return _kind(rel)
 
 
 def _chunks(part_id: str, items: list[CaptureItem]) -> list[CapturePart]:
@@ -145,6 +154,7 @@ def capture_roots(layout: RunLayout) -> list[tuple[str, str]]:
     elif not layout.checkpoints_root.startswith(layout.run_uri):
         roots.append(("checkpoints", layout.checkpoints_root))
     roots.extend(layout.extra_roots)  # run-layout-v2.md §3: both steps of a multi-step Marin run are evidence
+    roots.extend(evidence_capture_roots(layout))  # v3 §4: rendezvous and Ray-log roots, last (a cursor indexes)
     return roots
 
 
@@ -273,7 +283,12 @@ def _plan_object(
     if is_bulk_weight(obj.uri):
         return
     item = CaptureItem(
-        source=obj.uri, dest_rel=f"{label}/{rel}", size=obj.size, crc32c=obj.crc32c, md5=obj.md5, kind=_kind(rel)
+        source=obj.uri,
+        dest_rel=f"{label}/{rel}",
+        size=obj.size,
+        crc32c=obj.crc32c,
+        md5=obj.md5,
+        kind=_object_kind(obj.uri, rel, layout),
     )
     group = f"attempt-{rel.split('/')[1]}" if rel.startswith("attempts/") and rel.count("/") >= 2 else label
     groups.setdefault(group, []).append(item)

@@ -15,6 +15,7 @@ from rlcleanup.formats.config import ConfigError, get, parse_config
 from rlcleanup.formats.launch import RunConfig, read_run_config
 from rlcleanup.ports.storage import Storage, children
 from rlcleanup.steps import layout_d, marin
+from rlcleanup.steps.evidence_sources import attach_scan_prefixes
 from rlcleanup.steps.layout_files import (
     committed_steps,
     export_request_steps,
@@ -26,6 +27,7 @@ from rlcleanup.steps.layout_files import (
     step_dirs,
 )
 from rlcleanup.steps.layout_model import AttemptFiles, LayoutError, RunLayout, StepState
+from rlcleanup.steps.layout_rendezvous import find_evidence_roots
 from rlcleanup.steps.layout_slurm import discover_slurm
 from rlcleanup.steps.marin import StepRole
 from rlcleanup.uris import basename, join, parent
@@ -271,7 +273,7 @@ def _discover_a(
         storage, checkpoints_root, marker_step, checkpoint_steps, get(skyrl, "trainer.strategy")
     )
     main = export if export is not None and run_uri == export.uri else training
-    return RunLayout(
+    layout = RunLayout(
         run_uri=run_uri,
         kind="A",
         config_uri=config_uri,
@@ -300,3 +302,8 @@ def _discover_a(
         extra_roots=extra_roots,
         lock=main.lock,
     )
+    # run-layout-v3.md §4: the rendezvous evidence the run's files name, accepted only if it is this run's.
+    layout.evidence_roots, refused = find_evidence_roots(storage, layout)
+    layout.problems.extend(refused)
+    attach_scan_prefixes(layout)
+    return layout

@@ -23,6 +23,16 @@ class LayoutError(PermanentError, ValueError):
 
 
 @dataclass
+class EvidenceRoot:
+    """A rendezvous directory (`kind` "rendezvous") or a durable Ray-log root ("ray_log_root") of the run."""
+
+    uri: str
+    kind: str
+    attempt_id: str | None
+    found_in: str
+
+
+@dataclass
 class AttemptFiles:
     attempt_id: str
     record_uri: str | None = None
@@ -34,6 +44,9 @@ class AttemptFiles:
     # attempt *is* one `.out` file, so discovery knows its one log (log_objects) and it has no prefix.
     log_prefix: str | None = None
     log_objects: list[ObjectInfo] = field(default_factory=list)
+    # Prefixes of the attempt's other log sources (its rendezvous rank logs and termination artifacts), set from
+    # steps/evidence_sources.py: the log scan lists them with the attempt's own logs.
+    evidence_prefixes: list[str] = field(default_factory=list)
     created_at: datetime | None = None  # the record object's own time (upstream records carry no timestamp)
     order_key: datetime | None = None
     order_source: str | None = None  # which field ordered this attempt in the chain
@@ -96,6 +109,9 @@ class RunLayout:
     steps: list[StepState] = field(default_factory=list)  # Marin steps of the run, training first
     extra_roots: list[tuple[str, str]] = field(default_factory=list)  # (label, root) also captured
     lock: ExecutorLock | None = None
+    # Rendezvous and Ray-log roots named by the run's own files and accepted as this run's
+    # (steps/layout_rendezvous.py); steps/evidence_sources.py turns them into sources.
+    evidence_roots: list[EvidenceRoot] = field(default_factory=list)
 
     @property
     def last_saved_step(self) -> int | None:

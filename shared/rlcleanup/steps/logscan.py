@@ -94,7 +94,7 @@ def plan_log_scan_page(
             after = info.uri
             if not is_scanned_log(info.uri):
                 continue
-            if info.size > max_bytes:  # cut: one part per segment, the chain's parts consecutive
+            if info.size > max_bytes and not info.uri.endswith(".gz"):  # cut (an archive is read whole)
                 count = -(-info.size // max_bytes)
                 for index in range(count):
                     segment = _segment(index, count, info.size)

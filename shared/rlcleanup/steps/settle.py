@@ -11,6 +11,7 @@ from rlcleanup.models.record import Attempt, StepSummary, utcnow
 from rlcleanup.parsing.attempt_logs import AttemptScan
 from rlcleanup.ports.storage import Storage, WriteOutcome
 from rlcleanup.steps.capture import write_derived
+from rlcleanup.steps.evidence_sources import read_receipts
 from rlcleanup.steps.facts import run_facts
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.receipts import protocol_facts
@@ -61,6 +62,7 @@ def settle_terminal_state(
     else:
         budget, budget_reason = step_budget(layout.skyrl)
     protocol = protocol_facts(storage, layout)
+    receipts, receipt_problems = read_receipts(storage, layout)  # the most trusted source: read before the logs
     verdict = establish_terminal_state(
         layout,
         scans,
@@ -72,8 +74,10 @@ def settle_terminal_state(
         protocol=protocol,
         pre_cancel=pre_cancel,
         now=now,
+        receipts=receipts,
     )
     errors = [f"unreadable_log: {problem}" for scan in scans for problem in scan.problems]
+    errors += [f"unreadable_receipt: {problem}" for problem in receipt_problems]
     metrics_uri, outcome = write_derived(storage, dest_root, METRICS_FILE, verdict.stitched.to_jsonl().encode())
     if outcome is WriteOutcome.conflict:
         errors.append(f"write_once_conflict: {metrics_uri} exists with different content; kept the earlier one")

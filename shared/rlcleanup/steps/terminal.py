@@ -21,6 +21,8 @@ from rlcleanup.parsing.log_grammar import EventKind, event_phrase
 from rlcleanup.parsing.log_scanner import ErrorCandidate, TrainerEvent
 from rlcleanup.parsing.metrics import StitchedMetrics, stitch
 from rlcleanup.steps.budget import resolve_budget, step_budget
+from rlcleanup.steps.evidence_sources import FoundReceipt, SourceKind
+from rlcleanup.steps.first_cause import FirstError, earliest_in_attempt, find_first_cause
 from rlcleanup.steps.layout import AttemptFiles, RunLayout
 from rlcleanup.steps.marin import LOCK_STALE_SECONDS
 from rlcleanup.steps.precedence import Inputs, Source, decide, lock_fresh
@@ -31,57 +33,14 @@ NO_CAUSAL_ERROR_FOUND = "no_causal_error_found"  # run-layout-v2.md §7 (oc)
 
 MAX_LOG_URIS_IN_RECORD = 20  # 500 ranks x 3 attempts of log URIs would pass Firestore's 1 MiB; the manifest has all
 
-__all__ = ["establish_terminal_state", "find_first_error", "step_budget"]  # step_budget: steps/budget.py
+__all__ = ["establish_terminal_state", "step_budget"]  # step_budget: steps/budget.py
 
 
 # Normalised controller states (models/controller_states.py holds every source's spellings).
 SUCCEEDED, FAILED, CANCELLED = Verdict.succeeded, Verdict.failed, Verdict.cancelled
 
 
-# -- first causal error ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FirstError:
-    candidate: ErrorCandidate
-    attempt_index: int
-    causal: bool  # False: nothing causal existed, this is the earliest teardown error (a fallback)
-
-    def cause(self) -> FailureCause:
-        c = self.candidate
-        return FailureCause(
-            attempt_id=c.attempt_id,
-            source_uri=c.source_uri,
-            line=c.line,
-            error_type=c.error_type,
-            message=c.message,
-            traceback=c.traceback,
-        )
-
-    def cite(self) -> str:
-        c = self.candidate
-        return f"{c.error_type}: {c.message} at {c.source_uri}:{c.line} (attempt {c.attempt_id})"
-
-
-def _earliest_in_attempt(scan: AttemptScan, causal: bool) -> ErrorCandidate | None:
-    """The first matching error of each file; across files by timestamp when all have one, else file order."""
-    firsts = [next((e for e in f.errors if e.causal == causal), None) for f in scan.files]
-    found = [(i, e) for i, e in enumerate(firsts) if e is not None]
-    if not found:
-        return None
-    if all(e.timestamp is not None for _, e in found):
-        return min(found, key=lambda pair: (pair[1].timestamp or datetime.min, pair[0]))[1]
-    return found[0][1]
-
-
-def find_first_error(scans: list[AttemptScan]) -> FirstError | None:
-    """Earliest causal error in chain order; the earliest teardown error only when nothing causal exists."""
-    for causal in (True, False):
-        for index, scan in enumerate(scans):
-            found = _earliest_in_attempt(scan, causal)
-            if found is not None:
-                return FirstError(found, index, causal)
-    return None
+# -- first causal error: steps/first_cause.py (the evidence sources' trust order) ---------------------------------
 
 
 # -- terminal state --------------------------------------------------------------------------------------------
@@ -123,7 +82,7 @@ def _attempt_model(att: AttemptFiles, scan: AttemptScan | None, stitched: Stitch
     state = resp.get("state") or resp.get("iris_job_state")
     failure = resp.get("failure") if isinstance(resp.get("failure"), str) else None
     if scan is not None:
-        first = _earliest_in_attempt(scan, True)
+        first = earliest_in_attempt(scan, True)
         if state is None:
             done = any(scan.has_event(k) for k in (EventKind.training_done, EventKind.resumed_already_complete))
             stopped = scan.has_event(EventKind.controller_stopped)  # e.g. a Slurm time limit ends a link
@@ -356,6 +315,7 @@ def establish_terminal_state(
     protocol: ProtocolFacts | None = None,
     pre_cancel: bool = False,
     now: datetime | None = None,
+    receipts: list[FoundReceipt] | None = None,
 ) -> TerminalVerdict:
     scans = _ordered_scans(layout, scans)
     stitched = stitch([(s.attempt_id, s.metric_rows) for s in scans])
@@ -382,9 +342,14 @@ def establish_terminal_state(
             "so the run is settled from its artifacts."
         )
 
-    first = find_first_error(scans)
+    first = find_first_cause(layout, scans, receipts or [])
     if first is not None:
-        if first.causal:
+        if first.source is SourceKind.failure_receipt:
+            reasons.append(
+                f"First causal error, as the failing process recorded it in its failure receipt (receipts are read "
+                f"before logs): {first.cite()}."
+            )
+        elif first.causal:
             reasons.append(f"First causal error: {first.cite()}.")
         else:
             reasons.append(

@@ -19,6 +19,8 @@ from rlcleanup.runtime.stages.common import publish, run_errors
 from rlcleanup.runtime.stages.validate import FAN_OUT as VALIDATION
 from rlcleanup.runtime.stages.validate import VALIDATION_TOPIC, validation_message
 from rlcleanup.steps import capture as capture_step
+from rlcleanup.steps.layout import RunLayout
+from rlcleanup.steps.sync_manifests import check_sync_manifests
 from rlcleanup.steps.validate import CANDIDATES_PER_BATCH
 
 FAN_OUT = "capture"  # topology.yaml fan_outs[].name
@@ -110,6 +112,7 @@ def finish_capture(p: Ports, run_id: str, scope: str, gathered: Gathered) -> Val
     )
     p.records.add_errors(run_id, run_errors("capture", summary.errors))
     layout = run_layout(p, run_id, run_uri, scope)
+    _record_incomplete_evidence(p, run_id, layout)
     candidates = [f"candidate:{step}" for step in layout.candidate_steps]
     targets = ValidationSet(targets=[*candidates, "resume"], run_uri=run_uri, preserve_root=plan.preserve_root)
     # The member set is stored BEFORE the fan-out: a validation that finishes before this barrier completes must
@@ -121,6 +124,21 @@ def finish_capture(p: Ports, run_id: str, scope: str, gathered: Gathered) -> Val
         publish(p, VALIDATION_TOPIC, validation_message(*run, targets=candidates[i : i + CANDIDATES_PER_BATCH]))
     publish(p, VALIDATION_TOPIC, validation_message(*run, target="resume"))
     return targets
+
+
+def _record_incomplete_evidence(p: Ports, run_id: str, layout: RunLayout) -> None:
+    """Each node's sync-manifest.json against its rendezvous directory: what is missing or was skipped goes on the
+    record (run-layout-v3.md §4), with one error line saying evidence is incomplete."""
+    incomplete, problems = check_sync_manifests(p.storage, layout)
+    p.records.update(run_id, {"incomplete_evidence": [item.model_dump(mode="json") for item in incomplete]})
+    errors = [f"unreadable_sync_manifest: {problem}" for problem in problems]
+    if incomplete:
+        missing = sum(1 for item in incomplete if item.status == "missing")
+        errors.append(
+            f"incomplete_evidence: {missing} debug artifact(s) listed as copied are missing and "
+            f"{len(incomplete) - missing} were skipped by the node (record: incomplete_evidence)"
+        )
+    p.records.add_errors(run_id, run_errors("capture", errors))
 
 
 def _unpreserved(outcomes: dict[str, CapturePartOutcome]) -> list[str]:
