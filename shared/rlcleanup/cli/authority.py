@@ -20,6 +20,7 @@ from rlcleanup.authority.grants import Action, Visibility
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
 from rlcleanup.cli.stores import OperatorError, not_found, open_store
 from rlcleanup.paths import default_preserve_root, keys_dir
+from rlcleanup.ports.hub import is_hub, repo_of
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.backends import OpenStore, StoreBackend, open_bus, open_storage
 from rlcleanup.settings import platform
@@ -208,6 +209,11 @@ def grant(
         return
     if destination:
         destination = _absolute_if_local(destination)
+        if is_hub(destination):
+            try:
+                repo_of(destination)  # huggingface_hub's own validator, before anything is signed
+            except ValueError as exc:
+                _fail(f"invalid destination: {exc}", 2)
     project = project or platform().project
     chosen_backend = backend_name(backend)
     cloud = bool(platform().pubsub_emulator_host or (project and chosen_backend != StoreBackend.sqlite))
