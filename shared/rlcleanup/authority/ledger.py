@@ -18,6 +18,7 @@ from typing import Any
 
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, Verdict
 from rlcleanup.authority.outcome import Outcome
+from rlcleanup.errors import redact_credentials
 from rlcleanup.models.record import AuthorityAction, CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.clock import Clock
@@ -61,7 +62,7 @@ def file_grant(
         "signature": verdict.signature,
         "state": state.value,
         "refusal": refusal.value if refusal else None,
-        "detail": detail,
+        "detail": redact_credentials(detail),
         "received_at": now.isoformat(),
         "updated_at": now.isoformat(),
     }
@@ -84,13 +85,18 @@ def set_state(
         {
             "state": state.value,
             "refusal": refusal.value if refusal else None,
-            "detail": detail,
+            "detail": redact_credentials(detail),
             "updated_at": now.isoformat(),
         }
     )
     if outcome is not None:
-        doc["outcome"] = outcome
+        doc["outcome"] = _redacted(outcome)
     records.put_doc(grants_collection(run_id), gid, doc)
+
+
+def _redacted(outcome: dict[str, Any]) -> dict[str, Any]:
+    """An outcome as kept: its text fields without credentials (an upstream error can echo a header)."""
+    return {k: redact_credentials(v) if k in {"detail", "failed"} and isinstance(v, str) else v for k, v in outcome.items()}
 
 
 def get_grant_doc(records: RunRecords, run_id: str, gid: str) -> dict[str, Any] | None:
@@ -274,7 +280,7 @@ def set_progress(
 ) -> None:
     """An upload's progress on its grant (state stays `applying`); kept after the outcome is filed."""
     doc = records.get_doc(grants_collection(run_id), gid) or {}
-    doc.update({"progress": progress, "detail": detail, "updated_at": now.isoformat()})
+    doc.update({"progress": progress, "detail": redact_credentials(detail), "updated_at": now.isoformat()})
     records.put_doc(grants_collection(run_id), gid, doc)
 
 
@@ -282,6 +288,7 @@ def note_attempt(records: RunRecords, run_id: str, gid: str, execution: str, cau
     """A failed attempt of an upload job that will be retried (and resume): kept on the grant, in order."""
     doc = records.get_doc(grants_collection(run_id), gid) or {}
     attempts = list(doc.get("attempts") or [])
+    cause = redact_credentials(cause)
     attempts.append({"execution": execution, "failed": cause, "at": now.isoformat(), "progress": doc.get("progress")})
     doc.update({"attempts": attempts, "detail": f"attempt {len(attempts)} failed, retried (resumes): {cause}"})
     doc["updated_at"] = now.isoformat()
