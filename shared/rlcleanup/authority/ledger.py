@@ -126,6 +126,15 @@ def admit(records: RunRecords, verdict: Verdict, data: bytes, envelope_run_id: s
     grant = verdict.grant
     assert grant is not None  # an undecodable message is the caller's error to raise
     gid = doc_id(verdict, data)
+    ended = ended_grant(records, gid) if verdict.authentic and verdict.refusal not in _ENVELOPE_REFUSALS else None
+    if ended is not None and get_grant_doc(records, grant.run_id, gid) is None:
+        # Its document is gone (`forget`, a store rebuilt) but the grant ended once: never applied again.
+        detail = f"grant {gid} already ended ({ended.get('state')} at {ended.get('at')}); a grant is used once"
+        file_grant(
+            records, grant.run_id, gid, verdict, GrantState.refused, now, refusal=Refusal.replayed, detail=detail
+        )
+        sync_record(records, grant.run_id)
+        return Admission(gid, f"refused: replayed: {detail}")
     if verdict.refusal in _ENVELOPE_REFUSALS:
         # Run and intent come from the unsigned envelope: anyone re-sending a signed grant could set them, so the
         # refusal is filed beside the grant (on the run it was aimed at) and never touches the grant's own doc.
@@ -144,6 +153,8 @@ def admit(records: RunRecords, verdict: Verdict, data: bytes, envelope_run_id: s
         created = file_grant(
             records, grant.run_id, gid, verdict, state, now, refusal=verdict.refusal, detail=verdict.detail
         )
+        if created and verdict.authentic:
+            remember_ended(records, grant.run_id, gid, state, now)
         if not created and verdict.authentic:
             existing = get_grant_doc(records, grant.run_id, gid) or {}
             if existing.get("state") == GrantState.used.value:
@@ -170,9 +181,24 @@ def wait(records: RunRecords, run_id: str, gid: str, why: str, now: datetime, st
 def file_outcome(records: RunRecords, run_id: str, gid: str, outcome: Outcome, now: datetime) -> None:
     """The grant's final state from its outcome: used, or the refusal's state, with the outcome on the grant."""
     final = state_for(outcome.refusal) if outcome.refusal else GrantState.used
+    remember_ended(records, run_id, gid, final, now)  # first: a crash after it still never applies it twice
     set_state(
         records, run_id, gid, final, now, refusal=outcome.refusal, detail=outcome.detail, outcome=outcome.as_doc()
     )
+
+
+# Every grant that ended (used, refused, expired), by id, outside `runs/`: `forget` removes a run's documents and
+# grants with them, never this ledger, so a signed grant re-sent after its record was forgotten and the run
+# re-processed is a replay, not a second publish or delete.
+ENDED_GRANTS = "ended_grants"
+
+
+def remember_ended(records: RunRecords, run_id: str, gid: str, state: GrantState, now: datetime) -> None:
+    records.put_doc(ENDED_GRANTS, gid, {"run_id": run_id, "state": state.value, "at": now.isoformat()})
+
+
+def ended_grant(records: RunRecords, gid: str) -> dict[str, Any] | None:
+    return records.get_doc(ENDED_GRANTS, gid)
 
 
 def note_replay(records: RunRecords, run_id: str, gid: str) -> str:
