@@ -157,7 +157,10 @@ _CREDENTIAL_PATTERNS: tuple[tuple[str, str], ...] = (
     ),
     (r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}", rf"\1\2{_REDACTED}"),  # a scheme and its value
     (r"(?i)\b(token)(\s+)(?=[A-Za-z._~+/=-]*[0-9])[A-Za-z0-9._~+/=-]{16,}", rf"\1\2{_REDACTED}"),
-    (r"(?<![A-Za-z0-9])(hf_|api_org_|github_pat_|gh[pousr]_|glpat-|xox[abpors]-|sk-|sk_live_)[A-Za-z0-9_-]{8,}", rf"\1{_REDACTED}"),
+    (
+        r"(?<![A-Za-z0-9])(hf_|api_org_|github_pat_|gh[pousr]_|glpat-|xox[abpors]-|sk-|sk_live_)[A-Za-z0-9_-]{8,}",
+        rf"\1{_REDACTED}",
+    ),
     (r"(?<![A-Z0-9])((?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Z0-9])", _REDACTED),
     (r"(?i)(aws[_-]?secret[_-]?(?:access[_-]?)?key['\"]?\s*[=:]\s*['\"]?)[A-Za-z0-9/+]{40}", rf"\1{_REDACTED}"),
     (r"([a-z][a-z0-9+.-]*://[^/\s:@'\"]+:)[^/\s@'\"]+@", rf"\1{_REDACTED}@"),  # user:password@ in a URL
@@ -166,7 +169,10 @@ _CREDENTIAL_PATTERNS: tuple[tuple[str, str], ...] = (
         r"|x-amz-security-token|x-goog-signature|x-goog-credential|password|secret)=)[^&\s'\"]+",
         rf"\1{_REDACTED}",
     ),
-    (r"(?i)((?:password|passwd|secret|client_secret|private_key)['\"]?\s*[:=]\s*['\"]?)[^\s'\",}]{4,}", rf"\1{_REDACTED}"),
+    (
+        r"(?i)((?:password|passwd|secret|client_secret|private_key)['\"]?\s*[:=]\s*['\"]?)[^\s'\",}]{4,}",
+        rf"\1{_REDACTED}",
+    ),
 )
 
 

@@ -45,9 +45,7 @@ def _table(card: str) -> list[str]:
 @pytest.mark.parametrize("name", sorted(HOSTILE_VALUES))
 def test_a_config_value_cannot_rewrite_the_model_card(world: World, name: str) -> None:
     value = HOSTILE_VALUES[name]
-    record = world.record.model_copy(
-        update={"base_model": value, "run_uri": value, "source_revision": {"git": value}}
-    )
+    record = world.record.model_copy(update={"base_model": value, "run_uri": value, "source_revision": {"git": value}})
     card = model_card(record, world.candidate(), world.grant(destination="hf://rl-team/x"), "rl-team/x").decode()
     assert _front_matter(card) == {"library_name": "transformers", "tags": ["rlcleanup", "reinforcement-learning"]}
     rows = _table(card)

@@ -20,7 +20,10 @@ GH = "ghp_" + "abcdefghijklmnopqrstuvwxyz0123456789"
 AWS_ID, AWS_SECRET = "AKIA" + "ABCDEFGHIJKLMNOP", "Zk3pQ9vLm2Xw8RtY7uN1bC4dE6fG0hJ5kL9mN2pQ"
 
 ECHOED = {
-    "requests headers dict": (f"401 Client Error for url: https://hub/api headers={{'Authorization': 'Bearer {HF}'}}", HF),
+    "requests headers dict": (
+        f"401 Client Error for url: https://hub/api headers={{'Authorization': 'Bearer {HF}'}}",
+        HF,
+    ),
     "raw header line": (f"request failed\nAuthorization: Bearer {HF}\nUser-Agent: x", HF),
     "json header": (f'{{"authorization": "token {GH}", "accept": "json"}}', GH),
     "lowercase bearer alone": (f"rejected bearer {HF} (expired)", HF),
@@ -56,7 +59,8 @@ def test_an_upstream_error_echoing_the_authorization_header_is_stored_and_shown_
     w = make_world(tmp_path)
     key = new_key()
     register_approver(
-        w.stack.ports.records, Approver(approver_id="bob", public_key=public_b64(key), allowed_prefixes=["hf://rl-team"])
+        w.stack.ports.records,
+        Approver(approver_id="bob", public_key=public_b64(key), allowed_prefixes=["hf://rl-team"]),
     )
     hub = FakeHub(fail_visibility=ValueError(ECHOED["requests headers dict"][0]))
     w.stack.ports.model_hub = lambda: hub

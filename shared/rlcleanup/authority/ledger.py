@@ -96,7 +96,9 @@ def set_state(
 
 def _redacted(outcome: dict[str, Any]) -> dict[str, Any]:
     """An outcome as kept: its text fields without credentials (an upstream error can echo a header)."""
-    return {k: redact_credentials(v) if k in {"detail", "failed"} and isinstance(v, str) else v for k, v in outcome.items()}
+    return {
+        k: redact_credentials(v) if k in {"detail", "failed"} and isinstance(v, str) else v for k, v in outcome.items()
+    }
 
 
 def get_grant_doc(records: RunRecords, run_id: str, gid: str) -> dict[str, Any] | None:

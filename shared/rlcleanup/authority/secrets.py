@@ -51,9 +51,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 # line's last word. The prefilter's trigger (secret_prefilter.SPLIT_TOKEN_TRIGGER) is a superset of this one.
 SPLIT_PREFIXES = ("hf_", "api_org_", "github_pat_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_")
 _TAIL = "[ \t'\"`,;).]*"
-_SPLIT_HEAD = re.compile(
-    rf"(?<![A-Za-z0-9_])((?:{'|'.join(SPLIT_PREFIXES)})[A-Za-z0-9_]*){_TAIL}\Z"
-)
+_SPLIT_HEAD = re.compile(rf"(?<![A-Za-z0-9_])((?:{'|'.join(SPLIT_PREFIXES)})[A-Za-z0-9_]*){_TAIL}\Z")
 _SPLIT_LAST = re.compile(rf"([A-Za-z0-9_]+){_TAIL}\Z")
 _SPLIT_ASSIGNED = re.compile(r"[=:][ \t'\"`]*([A-Za-z0-9_]+)[^=:]*\Z")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, field_validator
 
 from rlcleanup.errors import redact_credentials
-
 from rlcleanup.models.record import Candidate, ResumeSafety
 
 

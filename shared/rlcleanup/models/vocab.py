@@ -45,6 +45,9 @@ class CandidateProblem(StrEnum):
     )
     # The tensor names would not load into the architecture config.json declares (transformers' loader rules).
     tensor_layout_mismatch = "tensor_layout_mismatch"
+    # A file named like what a publish writes itself (`_PUBLISHED.json`, `provenance.json`, `training_logs/`,
+    # steps/validate.RESERVED_NAMES): shipped, it would forge a completion marker or provenance.
+    reserved_name = "reserved_name"
 
 
 class CheckpointProblem(StrEnum):
