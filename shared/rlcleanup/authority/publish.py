@@ -72,6 +72,14 @@ def _info(obj: PreservedObject) -> ObjectInfo:
     return ObjectInfo(uri=obj.destination, size=obj.size, crc32c=obj.crc32c, md5=obj.md5)
 
 
+def preserved_log_names(storage: Storage, record: CompletionRecord) -> list[str]:
+    """The preserved logs' names at a destination (`training_logs/...`), as plan_items names them."""
+    if not record.preserved_locations:
+        return []
+    root = record.preserved_locations[0]
+    return sorted(f"training_logs/{relative_to(o.destination, root)}" for o in _preserved_logs(storage, record))
+
+
 def _preserved_logs(storage: Storage, record: CompletionRecord) -> list[PreservedObject]:
     """The logs as preserved (the evidence copy), from the capture manifest."""
     if not record.manifest_uri or not record.preserved_locations:
