@@ -22,6 +22,7 @@ from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps.classify import classify
 from rlcleanup.steps.facts import run_facts, safe_run_id
 from rlcleanup.steps.layout import discover
+from rlcleanup.steps.readable_roots import check_readable_roots
 from rlcleanup.steps.validate import resume_not_applicable
 from rlcleanup.uris import basename, parent
 
@@ -51,6 +52,7 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     facts = run_facts(layout)
     run_id = facts.run_id
     admission.check_run_roots(layout, p.run_buckets)  # config-named roots stay inside the run buckets
+    check_readable_roots(p.storage, layout, p.run_buckets, p.readable_roots)  # ...or the local storage root
     admission.bind_run_identity(p, run_id, layout.run_uri)  # a second run claiming the id: a conflict
     p.records.record_event(
         run_id, event.event_key, {"state": event.state, "source": event.source, "outcome": "terminal"}
