@@ -3,16 +3,17 @@ local default; issue 37 item 14).
 
 A run's config names its checkpoint, temp, export and attempt roots (`trainer.ckpt_path`, `artifacts.*`). With
 RLCLEANUP_RUN_BUCKETS set, runtime/admission.check_run_roots keeps them inside those buckets. Without it, a local
-run is read only inside its **storage root**, the directory that plays its bucket: the nearest ancestor of the
-run directory (the run directory included, at most `_MAX_LEVELS` up, never `/`) that holds Marin's temp area
-`tmp/ttl=<N>d/` (run-layout-v2 §3: `T(n) = <bucket>/tmp/ttl=<N>d/skyrl/<key>`); with none, the run directory
-itself. It is found from the storage's own directories, never from the config, so a config can only narrow it.
-RLCLEANUP_READABLE_ROOTS (comma-separated) adds directories a config may name on top; anything else is refused
-as `root_outside_allowed` with that fix, before any capture copies a byte.
-
-Inside one storage root (or one run bucket) every prefix is accepted: Marin's steps of one run are sibling
-prefixes (`<name>-training`, `<name>` for its export, the temp area), and whoever can write the run's config can
-write every prefix of that bucket anyway; the bucket is the boundary (docs/authority.md §8, P10).
+run's roots must lie (as real paths) in what is derived from where the run lives, never from its config:
+- its **storage root**, the directory that plays its bucket: the nearest ancestor of the run directory (the run
+  directory included, at most `_MAX_LEVELS` up, never `/`) that holds Marin's temp area `tmp/ttl=<N>d/`
+  (run-layout-v2 §3: `T(n) = <bucket>/tmp/ttl=<N>d/skyrl/<key>`); with none (expired, never written), the run
+  directory itself;
+- Marin's temp area of any such ancestor, `<ancestor>/tmp/ttl=<N>d/` (present or already expired), and the run's
+  sibling steps `<prefix>/<name>{,-training,-metrics}/<version>` (a Marin run is several steps side by side);
+- RLCLEANUP_READABLE_ROOTS (comma-separated): directories the operator allows on top.
+Anything else is refused as `root_outside_allowed` with that fix, before any capture copies a byte. A config can
+name another prefix inside these (the bucket is the boundary: whoever writes the run's config can write the whole
+bucket), never a place outside them (docs/authority.md §8, P14).
 """
 
 from __future__ import annotations
@@ -30,42 +31,80 @@ _MAX_LEVELS = 8  # Marin's durable root sits 4 levels under its bucket (users/<u
 def local_storage_root(storage: Storage, run_uri: str) -> str:
     """The directory that plays the run's bucket (see the module docstring)."""
     run_dir = strip_file_scheme(run_uri).rstrip("/")
-    candidate = run_dir
-    for _ in range(_MAX_LEVELS + 1):
-        up = parent(candidate)
-        if not up or up == candidate or candidate in ("", "/"):
-            break
+    for candidate in _ancestors(run_dir):
         prefixes, _objects = children(storage, join(candidate, "tmp"), page_size=1000)
         if any(basename(p.rstrip("/")).startswith("ttl=") for p in prefixes):
             return candidate
-        candidate = up
     return run_dir
+
+
+def _real(uri: str) -> str:
+    return os.path.realpath(strip_file_scheme(uri)) if is_local(uri) else uri.rstrip("/")
 
 
 def _inside(path: str, root: str) -> bool:
     """`path` lies under `root`, both as real paths (a link under the root cannot lead out of it)."""
     if ".." in path.split("/"):
         return False
-    real, real_root = (os.path.realpath(strip_file_scheme(p)) if is_local(p) else p.rstrip("/") for p in (path, root))
+    real, real_root = _real(path), _real(root)
     return real == real_root or real.startswith(real_root.rstrip("/") + "/")
+
+
+def _ancestors(run_dir: str) -> list[str]:
+    out, candidate = [], run_dir
+    for _ in range(_MAX_LEVELS + 1):
+        up = parent(candidate)
+        if not up or up == candidate or candidate in ("", "/"):
+            break
+        out.append(candidate)
+        candidate = up
+    return out
+
+
+def _in_marin_temp_area(path: str, run_dir: str) -> bool:
+    """`path` is under `<ancestor>/tmp/ttl=<N>d/` of an ancestor of the run directory."""
+    if ".." in path.split("/"):
+        return False
+    real = _real(path)
+    for ancestor in _ancestors(run_dir)[1:]:
+        area = _real(ancestor).rstrip("/") + "/tmp/"
+        if real.startswith(area) and real[len(area) :].startswith("ttl="):
+            return True
+    return False
+
+
+def _sibling_steps(run_dir: str) -> list[str]:
+    """Marin's steps of one run: `<prefix>/<name>`, `<name>-training`, `<name>-metrics`, same version."""
+    version, step_dir = basename(run_dir), parent(run_dir)
+    prefix, name = parent(step_dir), basename(step_dir)
+    if not prefix or prefix in ("", "/"):
+        return []
+    for suffix in ("-training", "-metrics"):
+        name = name.removesuffix(suffix)
+    return [join(prefix, f"{name}{suffix}", version) for suffix in ("", "-training", "-metrics")]
 
 
 def check_readable_roots(
     storage: Storage, layout: RunLayout, run_buckets: tuple[str, ...] | None, extra: tuple[str, ...] | None
 ) -> None:
-    """Refuse a local run whose config names a root outside its storage root (and RLCLEANUP_READABLE_ROOTS).
-    Applies only without run buckets and to a local run (with buckets, admission.check_run_roots decides)."""
+    """Refuse a local run whose config names a root outside what is derived from where it lives (and
+    RLCLEANUP_READABLE_ROOTS). Only without run buckets and for a local run (else admission.check_run_roots)."""
     if run_buckets is not None or not is_local(layout.run_uri):
         return
+    run_dir = strip_file_scheme(layout.run_uri).rstrip("/")
     storage_root = local_storage_root(storage, layout.run_uri)
-    allowed = (storage_root, *(extra or ()))
+    allowed = (storage_root, *_sibling_steps(run_dir), *(extra or ()))
     roots = {
         "temp_root": layout.temp_root,
         "checkpoints_root": layout.checkpoints_root,
         "exports_root": layout.exports_root,
         "attempts_root": layout.attempts_root,
     }
-    outside = {name: root for name, root in roots.items() if root and not any(_inside(root, a) for a in allowed)}
+    outside = {
+        name: root
+        for name, root in roots.items()
+        if root and not any(_inside(root, a) for a in allowed) and not _in_marin_temp_area(root, run_dir)
+    }
     if outside:
         shown = {name: root[:200] for name, root in outside.items()}
         raise PermanentError(
