@@ -10,33 +10,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from cli_support import invoke, isolated_cli_env
 
-from rlcleanup.cli.main import app
 from rlcleanup.cli.stores import open_store
 from rlcleanup.paths import default_db
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.samples.generator import write_sample_run
 
-runner = CliRunner()
 RUN = "math-rl-completed-resumed-2026.11.30"
 
 
 @pytest.fixture(autouse=True)
 def _xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for var in ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "RLCLEANUP_DB"):
-        monkeypatch.delenv(var, raising=False)
-    for var, name in (("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "config"), ("XDG_CACHE_HOME", "cache")):
-        monkeypatch.setenv(var, str(tmp_path / name))
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    return home
+    return isolated_cli_env(tmp_path, monkeypatch)
 
 
-def _invoke(*args: str) -> tuple[int, str, str]:
-    result = runner.invoke(app, list(args))
-    return result.exit_code, result.stdout, result.stderr
+_invoke = invoke
 
 
 @pytest.fixture
