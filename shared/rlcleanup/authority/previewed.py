@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -48,11 +49,15 @@ def remember_preview(records: RunRecords, run_id: str, key: str, artifact: dict[
     records.put_doc(previews_collection(run_id), key, {**artifact, "previewed_at": now.isoformat()})
 
 
-def moved_since_preview(records: RunRecords, run_id: str, key: str, now_seen: dict[str, Any]) -> str | None:
-    """What changed since the approver's preview (None: nothing, or no preview of this command was made)."""
+def moved_since_preview(
+    records: RunRecords, run_id: str, key: str, seen_now: Callable[[], dict[str, Any]]
+) -> str | None:
+    """What changed since the approver's preview (None: nothing, or no preview of this command was made; then
+    nothing is read: `seen_now` lists the export only when there is a preview to compare with)."""
     seen = records.get_doc(previews_collection(run_id), key)
     if seen is None:
         return None
+    now_seen = seen_now()
     changes = []
     if seen.get("step") != now_seen["step"]:
         changes.append(f"step {seen.get('step')} -> {now_seen['step']}")

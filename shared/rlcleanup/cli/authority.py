@@ -314,8 +314,10 @@ class _PreviewCheck:
     def moved(self, step: int | None, digest: str | None) -> str | None:
         from rlcleanup.authority.previewed import moved_since_preview, seen_artifact
 
-        seen = seen_artifact(open_storage(), self.record, step, digest)
-        return moved_since_preview(self.store, self.record.run_id, self.key, seen)
+        def seen_now() -> dict[str, Any]:  # listed only when a preview exists to compare with
+            return seen_artifact(open_storage(), self.record, step, digest)
+
+        return moved_since_preview(self.store, self.record.run_id, self.key, seen_now)
 
 
 def _print_preview(record: Any, g: Any, now: datetime, as_json: bool, store: Any, previewed: _PreviewCheck) -> None:
