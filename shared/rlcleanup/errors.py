@@ -15,6 +15,7 @@ This module sits at the bottom of the layers: it imports nothing from rlcleanup.
 
 from __future__ import annotations
 
+import re
 import sys
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -139,3 +140,47 @@ def error_kind(exc: BaseException) -> ErrorKind:
 def defect_message(exc: BaseException) -> str:
     """One bounded line naming the defect: `KeyError: 'step'`."""
     return f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+
+
+# ---------------------------------------------------------------- credentials never kept in error text
+
+# An upstream error can echo the request it failed on (headers, a signed URL, a URL with a password). Every error
+# string rlcleanup keeps (run errors, grant details and outcomes, what the CLI prints from them) passes
+# `redact_credentials` where it is recorded. Each pattern keeps what names the credential and drops its value.
+_REDACTED = "[REDACTED]"
+_CREDENTIAL_PATTERNS: tuple[tuple[str, str], ...] = (
+    # header lines and dict/JSON reprs of headers: Authorization, Proxy-Authorization, Cookie, X-Api-Key, ...
+    (
+        r"(?i)((?:proxy-)?authorization|cookie|set-cookie|x-api-key|api-key|x-goog-api-key|x-amz-security-token"
+        r"|x-hf-token)(['\"]?\s*[:=]\s*['\"]?)[^'\"\r\n,}]+",
+        rf"\1\2{_REDACTED}",
+    ),
+    (r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}", rf"\1\2{_REDACTED}"),  # a scheme and its value
+    (r"(?i)\b(token)(\s+)(?=[A-Za-z._~+/=-]*[0-9])[A-Za-z0-9._~+/=-]{16,}", rf"\1\2{_REDACTED}"),
+    (
+        r"(?<![A-Za-z0-9])(hf_|api_org_|github_pat_|gh[pousr]_|glpat-|xox[abpors]-|sk-|sk_live_)[A-Za-z0-9_-]{8,}",
+        rf"\1{_REDACTED}",
+    ),
+    (r"(?<![A-Z0-9])((?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Z0-9])", _REDACTED),
+    (r"(?i)(aws[_-]?secret[_-]?(?:access[_-]?)?key['\"]?\s*[=:]\s*['\"]?)[A-Za-z0-9/+]{40}", rf"\1{_REDACTED}"),
+    (r"([a-z][a-z0-9+.-]*://[^/\s:@'\"]+:)[^/\s@'\"]+@", rf"\1{_REDACTED}@"),  # user:password@ in a URL
+    (
+        r"(?i)([?&](?:access_token|token|api_key|apikey|key|sig|signature|x-amz-signature|x-amz-credential"
+        r"|x-amz-security-token|x-goog-signature|x-goog-credential|password|secret)=)[^&\s'\"]+",
+        rf"\1{_REDACTED}",
+    ),
+    (
+        r"(?i)((?:password|passwd|secret|client_secret|private_key)['\"]?\s*[:=]\s*['\"]?)[^\s'\",}]{4,}",
+        rf"\1{_REDACTED}",
+    ),
+)
+
+
+_COMPILED = tuple((re.compile(pattern), replacement) for pattern, replacement in _CREDENTIAL_PATTERNS)
+
+
+def redact_credentials(text: str) -> str:
+    """`text` with every credential value it carries replaced by [REDACTED] (the one redaction of kept errors)."""
+    for pattern, replacement in _COMPILED:
+        text = pattern.sub(replacement, text)
+    return text

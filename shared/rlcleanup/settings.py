@@ -85,6 +85,9 @@ class DeploymentSettings(BaseSettings):
     # a deployment can only read/write there anyway (IAM), so anything else is refused up front, with a reason.
     run_buckets: CsvList = None
     allowed_destination_prefixes: CsvList = None
+    # Local directories (or URIs) a run's config may also name as its checkpoint/temp/export/attempt roots when no
+    # run buckets are set; by default only the run's own storage root (steps/readable_roots.py) is read.
+    readable_roots: CsvList = None
     max_event_age_seconds: float = Field(default=7 * 24 * 3600, gt=0)
     lease_seconds: float = Field(default=600.0, gt=0)  # a claim's lease: the function's timeout in a deployment
     limit_warn_fraction: float = Field(default=0.8, gt=0, le=1)
@@ -110,7 +113,7 @@ class DeploymentSettings(BaseSettings):
     # Objects one plan-capture invocation lists; a larger run is planned in pages, each a continuation message.
     capture_page_objects: int = Field(default=5000, ge=1)
 
-    @field_validator("run_buckets", "allowed_destination_prefixes", mode="before")
+    @field_validator("run_buckets", "allowed_destination_prefixes", "readable_roots", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):

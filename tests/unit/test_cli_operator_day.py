@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from cli_support import invoke, isolated_cli_env
 
-from rlcleanup.cli.main import app
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.paths import default_db, keys_dir, stack_dir
 from rlcleanup.report.verdict import build_verdict
@@ -29,7 +28,6 @@ from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.stack import StackState
 from rlcleanup.stack.local import MARKER_VAR
 
-runner = CliRunner()
 COMPLETED = "math-rl-completed-resumed-2026.11.30"
 SELECTED = "math-rl-selection-policy-2026.11.30"
 MISSING = "math-rl-missing-shard-2026.11.30"
@@ -37,20 +35,10 @@ MISSING = "math-rl-missing-shard-2026.11.30"
 
 @pytest.fixture(autouse=True)
 def _xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for var in ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "RLCLEANUP_DB"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.delenv("RLCLEANUP_STACK_DIR", raising=False)
-    for var, name in (("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "config"), ("XDG_CACHE_HOME", "cache")):
-        monkeypatch.setenv(var, str(tmp_path / name))
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    return home
+    return isolated_cli_env(tmp_path, monkeypatch)
 
 
-def _invoke(*args: str) -> tuple[int, str, str]:
-    result = runner.invoke(app, list(args))
-    return result.exit_code, result.stdout, result.stderr
+_invoke = invoke
 
 
 def _json(*args: str) -> Any:

@@ -208,7 +208,7 @@ def test_malformed_event_is_parked_and_dead_lettered(stack: EmbeddedStack, data:
 
 
 def test_malformed_event_naming_a_run_is_filed_never_on_a_record_it_only_names(stack: EmbeddedStack) -> None:
-    """A malformed event binds nothing: the run it names may be another's (docs/authority.md §8 P10). It is filed
+    """A malformed event binds nothing: the run it names may be another's (docs/authority.md §8 P11). It is filed
     with its error and dead-lettered; no record is created under the id it names."""
     data = json.dumps({"run_uri": "/runs/math-rl/v1", "state": "FAILED"}).encode()
     _publish(stack, data)
@@ -223,7 +223,7 @@ def test_event_for_a_run_without_config_is_an_unreadable_run(stack: EmbeddedStac
     root.mkdir(parents=True)
     (root / ".executor_status").write_text("FAILED\n")
     stack.emit(_event(run_uri=str(root), state="FAILED"))
-    # Filed under its own location's id (hashed: never an id a real run could declare, docs/authority.md §8 P10).
+    # Filed under its own location's id (hashed: never an id a real run could declare, docs/authority.md §8 P11).
     [record] = [r for r in stack.ports.records.list_runs() if r.run_uri == str(root)]
     assert record.run_id.startswith("math-rl-v1-") and record.run_id != "math-rl-v1"
     assert (record.status, record.run_uri) == (RecordStatus.failed, str(root))

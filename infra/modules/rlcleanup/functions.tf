@@ -40,6 +40,7 @@ resource "google_cloudfunctions2_function" "fn" {
       RLCLEANUP_PRESERVE_ROOT                = "gs://${google_storage_bucket.evidence.name}/"
       RLCLEANUP_RUN_BUCKETS                  = join(",", var.run_buckets)
       RLCLEANUP_ALLOWED_DESTINATION_PREFIXES = join(",", var.allowed_destination_prefixes)
+      RLCLEANUP_READABLE_ROOTS               = "" # the local default only: deployments read inside run_buckets
       RLCLEANUP_LEASE_SECONDS                = tostring(each.value.timeout_seconds)
       RLCLEANUP_MAX_EVENT_AGE_SECONDS        = tostring(var.max_event_age_seconds)
       RLCLEANUP_LIMIT_WARN_FRACTION          = tostring(var.limit_warn_fraction)

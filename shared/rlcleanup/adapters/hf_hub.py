@@ -28,8 +28,12 @@ _PATHS_INFO_CHUNK = 200  # paths per paths-info request (form-encoded body)
 
 def _mapped(exc: BaseException, what: str) -> BaseException:
     """Hub errors in our vocabulary: auth and permission problems are permanent, 5xx/connection transient."""
+    from huggingface_hub.errors import HFValidationError
+
     status = getattr(getattr(exc, "response", None), "status_code", None)
     text = " ".join(str(exc).split())[:300]
+    if isinstance(exc, HFValidationError):  # refused by the client before any request: no retry fixes it
+        return ValueError(f"Hub {what}: invalid argument: {text}")
     if status in (401, 403):
         return StorageAccessError(f"Hub refused {what} ({status}): check HF_TOKEN's write access: {text}")
     if status is not None and status < 500 and status != 429:

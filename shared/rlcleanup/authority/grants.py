@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rlcleanup.models.vocab import Visibility as Visibility  # re-exported: grants name one, callers import it here
+from rlcleanup.ports.hub import is_hub, repo_of
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.settings import GrantLimits, read, within
 from rlcleanup.uris import LOCAL_SCHEME, scheme, strip_file_scheme
@@ -330,6 +331,11 @@ def check_scope(
     if grant.action is not Action.cancel:
         if not grant.destination:
             return refuse(Refusal.malformed, f"a {grant.action.value} grant must name a destination")
+        if is_hub(grant.destination):
+            try:
+                repo_of(grant.destination)
+            except ValueError as exc:  # huggingface_hub's own validator: the grant ends here, never `applying`
+                return refuse(Refusal.malformed, str(exc))
         if not approver.covers(grant.destination):
             return refuse(
                 Refusal.out_of_prefix,

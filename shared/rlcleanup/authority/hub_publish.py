@@ -28,6 +28,7 @@ import csv
 import hashlib
 import io
 import json
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from rlcleanup.authority.artifact import Pinned
 from rlcleanup.authority.grants import Action, Grant, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.pinning import pinned_copy, pinned_download
-from rlcleanup.authority.publish import clean_prefix, plan_preview, scan_refusal, staging_root
+from rlcleanup.authority.publish import clean_prefix, name_clash, plan_preview, scan_refusal, staging_root
 from rlcleanup.authority.secrets import scan_objects, scan_string
 from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
 from rlcleanup.ports.hub import ModelHub, RemoteFile, git_blob_sha, repo_of
@@ -98,7 +99,41 @@ def metrics_csv(storage: Storage, record: CompletionRecord) -> bytes | None:
     return out.getvalue().encode()
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_MARKDOWN_SPECIAL = {"\\": "\\\\", "|": "\\|", "`": "\\`", "<": "&lt;", ">": "&gt;", "&": "&amp;"}
+
+
+def card_text(value: object) -> str:
+    """A value from a run as inert Markdown inline text: control characters (newlines included) escaped as
+    `\\n`/`\\xNN`, and the characters that could end a table cell, open code or HTML escaped. A config value
+    can then never add a row, a heading or front matter to the card."""
+    text = _CONTROL.sub(lambda m: json.dumps(m.group(0))[1:-1], str(value))
+    return "".join(_MARKDOWN_SPECIAL.get(ch, ch) for ch in text)
+
+
+def card_front_matter(base_model: str | None) -> list[str]:
+    """The card's YAML front matter from typed values: `base_model` only when it is a valid Hub repo id (what
+    the Hub's metadata means by it), written as a JSON string (a YAML double-quoted scalar); anything else a run
+    names as its base model (a path, a URL, text with newlines) stays out of the YAML and is shown in the table."""
+    lines = ["---", "library_name: transformers"]
+    if base_model and _is_repo_id(base_model):
+        lines.append(f"base_model: {json.dumps(base_model)}")
+    return [*lines, "tags:", "- rlcleanup", "- reinforcement-learning", "---"]
+
+
+def _is_repo_id(value: str) -> bool:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(value)
+    except HFValidationError:
+        return False
+    return True
+
+
 def model_card(record: CompletionRecord, candidate: Candidate, grant: Grant, repo_id: str) -> bytes:
+    """The model card: every value from the run or the grant is escaped (`card_text`), the front matter holds
+    only typed, validated values (`card_front_matter`)."""
     sel = record.selection
     chosen = sel is not None and sel.step == candidate.step
     rev = record.source_revision
@@ -117,10 +152,14 @@ def model_card(record: CompletionRecord, candidate: Candidate, grant: Grant, rep
         ),
         ("grant", f"{grant.grant_id} ({grant.action.value}) by {grant.granted_by}"),
     ]
-    base = f"base_model: {record.base_model}\n" if record.base_model else ""
-    lines = ["---", "library_name: transformers", f"{base}tags:", "- rlcleanup", "- reinforcement-learning", "---", ""]
-    lines += [f"# {repo_id.split('/')[-1]}", "", f"Published by rlcleanup from run `{record.run_id}`.", ""]
-    lines += ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in facts), ""]
+    lines = [*card_front_matter(record.base_model), ""]
+    lines += [
+        f"# {card_text(repo_id.split('/')[-1])}",
+        "",
+        f"Published by rlcleanup from run {card_text(record.run_id)}.",
+        "",
+    ]
+    lines += ["| | |", "|---|---|", *(f"| {k} | {card_text(v)} |" for k, v in facts), ""]
     lines += [
         f"Training logs, stitched metrics and the cleanup report are in `{LOGS}/`; `{PROVENANCE}` lists every file."
     ]
@@ -280,6 +319,9 @@ def plan_hub(
         assert seen.visibility is not None
         visibility, evidence = seen.visibility.value, seen.evidence
     items = plan(storage, record, grant, repo_id, pinned)
+    clash = name_clash(list(pinned.objects), [*(i.name for i in items[len(pinned.objects) :]), MARKER])
+    if clash:
+        return None, refuse(Refusal.candidate_invalid, clash, dest)
     scanned = 0
     if not apply:
         report = scan_objects(storage, [i.source for i in items if i.source is not None])
@@ -308,6 +350,35 @@ def _stage(storage: Storage, items: list[HubItem], staging: str) -> str | None:
                 return f"staging {item.name} did not verify"
         elif storage.write_if_absent(target, item.data or b"", "application/octet-stream") is WriteOutcome.conflict:
             return f"staging {item.name}"
+    return None
+
+
+def _staged_path(tmp: Path, name: str) -> Path:
+    return tmp / hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()
+
+
+def _already_there(
+    storage: Storage, staged: dict[str, ObjectInfo], remote: dict[str, RemoteFile], tmp: Path
+) -> dict[str, Sent]:
+    """What we would send for each path the repo already holds (hashed from the staged pin; nothing kept on disk)."""
+    sent: dict[str, Sent] = {}
+    for name in sorted(set(remote) & set(staged)):
+        path = _staged_path(tmp, name)
+        sent[name] = _sent(path, *pinned_download(storage, staged[name], path))
+        path.unlink(missing_ok=True)
+    return sent
+
+
+def _first_conflict(
+    items: list[HubItem], remote: dict[str, RemoteFile], sent: dict[str, Sent], repo_id: str
+) -> str | None:
+    for item in items:
+        there = remote.get(item.name)
+        if there is not None and not _matches(there, sent[item.name]):
+            return f"hf://{repo_id}/{item.name} exists with other content (size {there.size}); never overwritten"
+    missing = [i.name for i in items if i.name not in remote]
+    if MARKER in remote and missing:
+        return f"hf://{repo_id}/{MARKER} already marks another publish (it lacks {missing[:5]})"
     return None
 
 
@@ -374,7 +445,12 @@ def _upload(
     with tempfile.TemporaryDirectory(prefix="rlcleanup-hub-") as tmp_dir:
         tmp = Path(tmp_dir)
         remote = hub.remote_files(repo_id, [i.name for i in items] + [MARKER])
-        sent: dict[str, Sent] = {}
+        # Every conflict the first paths-info shows is refused before the first commit: a path holding other
+        # bytes, or a marker over a repo that lacks some of our files (another publish's, or a forged one).
+        sent = _already_there(storage, staged, remote, tmp)
+        conflict = _first_conflict(items, remote, sent, repo_id)
+        if conflict:
+            return refuse(Refusal.destination_conflict, conflict, dest)
         uploaded = skipped = done_bytes = 0
         batch: list[tuple[str, Path]] = []
         batch_bytes = 0
@@ -397,21 +473,13 @@ def _upload(
                 report()
 
         for item in items:
-            path = tmp / hashlib.sha1(item.name.encode(), usedforsecurity=False).hexdigest()
+            if item.name in remote:  # checked above: it holds exactly these bytes
+                skipped += 1  # resumed: already uploaded and verified
+                done_bytes += sent[item.name].size
+                continue
+            path = _staged_path(tmp, item.name)
             what = _sent(path, *pinned_download(storage, staged[item.name], path))  # the staged, scanned bytes
             sent[item.name] = what
-            there = remote.get(item.name)
-            if there is not None:
-                path.unlink(missing_ok=True)
-                if _matches(there, what):
-                    skipped += 1  # resumed: already uploaded and verified
-                    done_bytes += what.size
-                    continue
-                return refuse(
-                    Refusal.destination_conflict,
-                    f"hf://{repo_id}/{item.name} exists with other content (size {there.size}); never overwritten",
-                    dest,
-                )
             batch.append((item.name, path))
             batch_bytes += what.size
             uploaded += 1

@@ -18,6 +18,7 @@ from typing import Any
 
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, Verdict
 from rlcleanup.authority.outcome import Outcome
+from rlcleanup.errors import redact_credentials
 from rlcleanup.models.record import AuthorityAction, CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.clock import Clock
@@ -61,7 +62,7 @@ def file_grant(
         "signature": verdict.signature,
         "state": state.value,
         "refusal": refusal.value if refusal else None,
-        "detail": detail,
+        "detail": redact_credentials(detail),
         "received_at": now.isoformat(),
         "updated_at": now.isoformat(),
     }
@@ -84,13 +85,20 @@ def set_state(
         {
             "state": state.value,
             "refusal": refusal.value if refusal else None,
-            "detail": detail,
+            "detail": redact_credentials(detail),
             "updated_at": now.isoformat(),
         }
     )
     if outcome is not None:
-        doc["outcome"] = outcome
+        doc["outcome"] = _redacted(outcome)
     records.put_doc(grants_collection(run_id), gid, doc)
+
+
+def _redacted(outcome: dict[str, Any]) -> dict[str, Any]:
+    """An outcome as kept: its text fields without credentials (an upstream error can echo a header)."""
+    return {
+        k: redact_credentials(v) if k in {"detail", "failed"} and isinstance(v, str) else v for k, v in outcome.items()
+    }
 
 
 def get_grant_doc(records: RunRecords, run_id: str, gid: str) -> dict[str, Any] | None:
@@ -120,6 +128,15 @@ def admit(records: RunRecords, verdict: Verdict, data: bytes, envelope_run_id: s
     grant = verdict.grant
     assert grant is not None  # an undecodable message is the caller's error to raise
     gid = doc_id(verdict, data)
+    ended = ended_grant(records, gid) if verdict.authentic and verdict.refusal not in _ENVELOPE_REFUSALS else None
+    if ended is not None and get_grant_doc(records, grant.run_id, gid) is None:
+        # Its document is gone (`forget`, a store rebuilt) but the grant ended once: never applied again.
+        detail = f"grant {gid} already ended ({ended.get('state')} at {ended.get('at')}); a grant is used once"
+        file_grant(
+            records, grant.run_id, gid, verdict, GrantState.refused, now, refusal=Refusal.replayed, detail=detail
+        )
+        sync_record(records, grant.run_id)
+        return Admission(gid, f"refused: replayed: {detail}")
     if verdict.refusal in _ENVELOPE_REFUSALS:
         # Run and intent come from the unsigned envelope: anyone re-sending a signed grant could set them, so the
         # refusal is filed beside the grant (on the run it was aimed at) and never touches the grant's own doc.
@@ -138,6 +155,8 @@ def admit(records: RunRecords, verdict: Verdict, data: bytes, envelope_run_id: s
         created = file_grant(
             records, grant.run_id, gid, verdict, state, now, refusal=verdict.refusal, detail=verdict.detail
         )
+        if created and verdict.authentic:
+            remember_ended(records, grant.run_id, gid, state, now)
         if not created and verdict.authentic:
             existing = get_grant_doc(records, grant.run_id, gid) or {}
             if existing.get("state") == GrantState.used.value:
@@ -164,9 +183,24 @@ def wait(records: RunRecords, run_id: str, gid: str, why: str, now: datetime, st
 def file_outcome(records: RunRecords, run_id: str, gid: str, outcome: Outcome, now: datetime) -> None:
     """The grant's final state from its outcome: used, or the refusal's state, with the outcome on the grant."""
     final = state_for(outcome.refusal) if outcome.refusal else GrantState.used
+    remember_ended(records, run_id, gid, final, now)  # first: a crash after it still never applies it twice
     set_state(
         records, run_id, gid, final, now, refusal=outcome.refusal, detail=outcome.detail, outcome=outcome.as_doc()
     )
+
+
+# Every grant that ended (used, refused, expired), by id, outside `runs/`: `forget` removes a run's documents and
+# grants with them, never this ledger, so a signed grant re-sent after its record was forgotten and the run
+# re-processed is a replay, not a second publish or delete.
+ENDED_GRANTS = "ended_grants"
+
+
+def remember_ended(records: RunRecords, run_id: str, gid: str, state: GrantState, now: datetime) -> None:
+    records.put_doc(ENDED_GRANTS, gid, {"run_id": run_id, "state": state.value, "at": now.isoformat()})
+
+
+def ended_grant(records: RunRecords, gid: str) -> dict[str, Any] | None:
+    return records.get_doc(ENDED_GRANTS, gid)
 
 
 def note_replay(records: RunRecords, run_id: str, gid: str) -> str:
@@ -274,7 +308,7 @@ def set_progress(
 ) -> None:
     """An upload's progress on its grant (state stays `applying`); kept after the outcome is filed."""
     doc = records.get_doc(grants_collection(run_id), gid) or {}
-    doc.update({"progress": progress, "detail": detail, "updated_at": now.isoformat()})
+    doc.update({"progress": progress, "detail": redact_credentials(detail), "updated_at": now.isoformat()})
     records.put_doc(grants_collection(run_id), gid, doc)
 
 
@@ -282,6 +316,7 @@ def note_attempt(records: RunRecords, run_id: str, gid: str, execution: str, cau
     """A failed attempt of an upload job that will be retried (and resume): kept on the grant, in order."""
     doc = records.get_doc(grants_collection(run_id), gid) or {}
     attempts = list(doc.get("attempts") or [])
+    cause = redact_credentials(cause)
     attempts.append({"execution": execution, "failed": cause, "at": now.isoformat(), "progress": doc.get("progress")})
     doc.update({"attempts": attempts, "detail": f"attempt {len(attempts)} failed, retried (resumes): {cause}"})
     doc["updated_at"] = now.isoformat()

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlcleanup.authority.grants import Refusal
+from rlcleanup.errors import redact_credentials
 
 
 @dataclass
@@ -37,4 +38,4 @@ class Outcome:
 
 
 def refuse(reason: Refusal, detail: str, destination: str | None = None) -> Outcome:
-    return Outcome(state="refused", refusal=reason, detail=detail[:2000], destination=destination)
+    return Outcome(state="refused", refusal=reason, detail=redact_credentials(detail)[:2000], destination=destination)

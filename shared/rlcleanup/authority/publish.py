@@ -11,8 +11,10 @@ wall-clock time, so a replay is byte-identical.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,12 +22,13 @@ from typing import Any, Protocol
 from rlcleanup.authority.artifact import Pinned
 from rlcleanup.authority.grants import Action, Grant, Refusal, Visibility
 from rlcleanup.authority.outcome import Outcome, refuse
-from rlcleanup.authority.pinning import CopyProof, pinned_copy
+from rlcleanup.authority.pinning import CopyProof, pinned_copy, sha256_of
 from rlcleanup.authority.secrets import ScanReport, scan_objects
 from rlcleanup.authority.visibility import read_visibility
 from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
 from rlcleanup.ports.hub import is_hub
 from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage, WriteOutcome
+from rlcleanup.steps.validate import reserved_names
 from rlcleanup.uris import is_local, join, relative_to, scheme, strip_file_scheme
 
 log = logging.getLogger(__name__)
@@ -52,8 +55,29 @@ def plan_items(storage: Storage, record: CompletionRecord, pinned: dict[str, Obj
     return items
 
 
+def name_clash(export_names: list[str], ours: list[str]) -> str | None:
+    """Why a plan's destination names cannot be published, or None: an export file named like what a publish
+    writes itself (steps/validate.reserved_names: a forged marker or provenance), or two files for one name
+    (say the export's own README.md where a Hub hand-off writes the model card). Checked before any byte moves."""
+    reserved = reserved_names(export_names)
+    if reserved:
+        return f"the export ships files a publish writes itself: {reserved[:10]}"
+    names = [*export_names, *ours]
+    counts = Counter(name.lower() for name in names)
+    twice = sorted({name for name in names if counts[name.lower()] > 1})
+    return f"two files would be published under one name: {twice[:10]}" if twice else None
+
+
 def _info(obj: PreservedObject) -> ObjectInfo:
     return ObjectInfo(uri=obj.destination, size=obj.size, crc32c=obj.crc32c, md5=obj.md5)
+
+
+def preserved_log_names(storage: Storage, record: CompletionRecord) -> list[str]:
+    """The preserved logs' names at a destination (`training_logs/...`), as plan_items names them."""
+    if not record.preserved_locations:
+        return []
+    root = record.preserved_locations[0]
+    return sorted(f"training_logs/{relative_to(o.destination, root)}" for o in _preserved_logs(storage, record))
 
 
 def _preserved_logs(storage: Storage, record: CompletionRecord) -> list[PreservedObject]:
@@ -256,13 +280,29 @@ def discard_staging(storage: Storage, record: CompletionRecord, grant: Grant) ->
 def _refuse_and_clean(
     storage: Storage, reason: Refusal, detail: str, dest: str, *, staging: str, promoted: list[str] | None = None
 ) -> Outcome:
-    """A refusal leaves nothing behind: the staging area goes, and so does whatever this publish put at the
-    destination (only while no completion marker claims it; a marker means another publish finished there)."""
+    """A refusal leaves nothing behind: the staging area goes, and so does every object this attempt created at
+    the destination (it did not exist before; a file that was already there with the same bytes stays)."""
     clean_prefix(storage, staging)
-    if promoted and storage.stat(join(dest, MARKER)) is None:
-        for uri in promoted:
-            storage.delete(uri)
+    for uri in promoted or []:
+        storage.delete(uri)
     return refuse(reason, detail, dest)
+
+
+def destination_clash(storage: Storage, staged: ObjectInfo, target: str) -> str | None:
+    """Why `target` cannot take the staged object, or None: absent, or already holding exactly its bytes."""
+    there = storage.stat(target)
+    if there is None:
+        return None
+    if there.size != staged.size:
+        return f"{target} exists with other content; never overwritten"
+    if staged.crc32c and there.crc32c and staged.crc32c != there.crc32c:
+        return f"{target} exists with other content (crc32c); never overwritten"
+    if staged.md5 and there.md5 and staged.md5 != there.md5:
+        return f"{target} exists with other content (md5); never overwritten"
+    comparable = (staged.crc32c and there.crc32c) or (staged.md5 and there.md5)
+    if not comparable and sha256_of(storage, there) != sha256_of(storage, staged):  # no checksum to compare
+        return f"{target} exists with other content; never overwritten"
+    return None
 
 
 def scan_refusal(report: ScanReport, staging: str) -> str | None:
@@ -290,6 +330,15 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant, pinned: Pi
     if refused:
         return refused
     assert plan is not None
+    out = _carry_out(storage, record, grant, pinned, plan)
+    if out.refused:  # the directories this attempt created for the destination go too (only while empty)
+        for directory in reversed(plan.created):
+            with contextlib.suppress(OSError):
+                Path(directory).rmdir()
+    return out
+
+
+def _carry_out(storage: Storage, record: CompletionRecord, grant: Grant, pinned: Pinned, plan: PublishPlan) -> Outcome:
     dest, candidate, items = plan.destination, plan.candidate, plan.items
     if not record.preserved_locations:
         return refuse(Refusal.record_not_eligible, "the run has no preserved location to stage the publish in", dest)
@@ -298,6 +347,10 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant, pinned: Pi
         if marker.get("grant_id") == grant.grant_id and marker.get("digest") == candidate.digest:
             return _published(grant, plan, len(read_provenance(storage, dest).get("manifest", [])), 0)
         return refuse(Refusal.destination_conflict, f"{join(dest, MARKER)} already marks another publish", dest)
+
+    clash = name_clash(list(pinned.objects), [*(i.name for i in items[len(pinned.objects) :]), PROVENANCE, MARKER])
+    if clash:
+        return refuse(Refusal.candidate_invalid, clash, dest)
 
     staging = staging_root(record, grant)
     clean_prefix(storage, staging)  # a crashed attempt's leftovers: every check runs again on fresh copies
@@ -340,6 +393,14 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant, pinned: Pi
         reason = Refusal.secret_found if report.findings else Refusal.unscannable
         return _refuse_and_clean(storage, reason, why, dest, staging=staging)
 
+    # Every precondition before the first byte reaches the destination: each path is free or already holds
+    # exactly these bytes (a redelivery), and no marker appeared meanwhile.
+    for info in listed:
+        target = join(dest, relative_to(info.uri, staging))
+        problem = destination_clash(storage, info, target)
+        if problem:
+            return _refuse_and_clean(storage, Refusal.destination_conflict, problem, dest, staging=staging)
+
     promoted: list[str] = []
     proofs: list[CopyProof] = []
     try:
@@ -351,7 +412,8 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant, pinned: Pi
                     storage, Refusal.destination_conflict, f"{target} exists with other content or did not verify",
                     dest, staging=staging, promoted=promoted,
                 )  # fmt: skip
-            promoted.append(target)
+            if proof.outcome == WriteOutcome.created.value:
+                promoted.append(target)  # only what this attempt created is removed on a refusal
             proofs.append(proof)
     except SourceChangedError as exc:
         return _refuse_and_clean(

@@ -49,6 +49,21 @@ class GcpServiceAccountKeyDetector(RegexBasedDetector):
     denylist = (re.compile(r"(['\"]private_key['\"]\s*:\s*['\"]-----BEGIN (?:RSA )?PRIVATE KEY-----)"),)
 
 
+class AwsSecretAccessKeyDetector(RegexBasedDetector):
+    """An AWS secret access key assigned without quotes (detect-secrets' AWSKeyDetector needs them): shell
+    `export AWS_SECRET_ACCESS_KEY=<40>`, `.env`, `~/.aws/credentials` (`aws_secret_access_key = <40>`), YAML
+    `aws_secret_access_key: <40>`, a CLI flag `--aws-secret-access-key <40>`. Keys of exactly 40 base64-ish
+    characters (after gitleaks' `aws-secret-access-key` rule)."""
+
+    secret_type = "AWS secret access key"
+    denylist = (
+        re.compile(
+            r"(?i)aws[_-]?secret[_-]?(?:access[_-]?)?key['\"]?(?:\s*[=:]\s*|\s+)['\"]?"
+            r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"
+        ),
+    )
+
+
 class UrlCredentialsDetector(RegexBasedDetector):
     """user:password@ in any URL (a base-model or dataset URL with a token in it)."""
 
@@ -70,6 +85,7 @@ PLUGINS = (
     WandbKeyDetector,
     WandbNetrcDetector,
     GcpServiceAccountKeyDetector,
+    AwsSecretAccessKeyDetector,
     UrlCredentialsDetector,
     UrlTokenParameterDetector,
 )

@@ -213,13 +213,16 @@ DECODER_TRIGGERS = (
     rf"'{_WS}*(?:\+|\.\.)?{_WS}*'",
     rf"[\"']{_WS}*(?:\+|\.\.)?{_WS}*$",
 )
+# A line ending in a token prefix's fragment (secrets._split_token_views joins it with the next line's half).
+SPLIT_TOKEN_TRIGGER = r"(?:hf_|api_org_|github_pat_|gh[pousr]_)[A-Za-z0-9_]*[ \t'\"`,;).]*$"
 _B64 = "[A-Za-z0-9+/_-]"
 
 
 def block_regex() -> Any:
     """RE2 regex (over UTF-8 bytes) of every rule and decoder trigger, for whole blocks: no match spans a newline,
     so a line is a candidate exactly when a match starts in it."""
-    return _compiled(True, (*(relaxed(p, True) for p in rule_patterns()), *DECODER_TRIGGERS))
+    triggers = (*DECODER_TRIGGERS, SPLIT_TOKEN_TRIGGER)
+    return _compiled(True, (*(relaxed(p, True) for p in rule_patterns()), *triggers))
 
 
 @cache

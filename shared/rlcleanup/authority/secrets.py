@@ -46,6 +46,14 @@ _CONCAT = re.compile(r"""(["'])\s*(?:\+|\.\.|\\\n|\n)?\s*\1""")  # "ab" + "cd", 
 _CONTINUATION = re.compile(r"\\\r?\n\s*")
 _NON_PRINTABLE = re.compile(r"[^\x20-\x7e\t\n]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# A token cut in two, each half after text of its own ("A=hf_abc" / "B=def"): a line that ends in a fragment
+# starting with a known token prefix is joined with the word after the next line's last `=`/`:` and with that
+# line's last word. The prefilter's trigger (secret_prefilter.SPLIT_TOKEN_TRIGGER) is a superset of this one.
+SPLIT_PREFIXES = ("hf_", "api_org_", "github_pat_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_")
+_TAIL = "[ \t'\"`,;).]*"
+_SPLIT_HEAD = re.compile(rf"(?<![A-Za-z0-9_])((?:{'|'.join(SPLIT_PREFIXES)})[A-Za-z0-9_]*){_TAIL}\Z")
+_SPLIT_LAST = re.compile(rf"([A-Za-z0-9_]+){_TAIL}\Z")
+_SPLIT_ASSIGNED = re.compile(r"[=:][ \t'\"`]*([A-Za-z0-9_]+)[^=:]*\Z")
 
 
 @dataclass(frozen=True)
@@ -197,7 +205,19 @@ def line_views(line: str, following: str | None) -> list[str]:
         joined = _joined(_unescape(line + "\n" + following))
         if "\n" not in joined:
             views.append(joined)
+        views.extend(_split_token_views(line, following))
     return views
+
+
+def _split_token_views(line: str, following: str) -> list[str]:
+    """A token prefix's fragment ending this line joined with the next line's second half (its assigned value,
+    its last word): `A="hf_AbC..."` then `B="...xYz"` gives the whole token as a view of the first line."""
+    head = _SPLIT_HEAD.search(line[-_WINDOW:])
+    if head is None:
+        return []
+    tail = following[-_WINDOW:]
+    halves = {m.group(1) for m in (_SPLIT_LAST.search(tail), _SPLIT_ASSIGNED.search(tail)) if m is not None}
+    return sorted(head.group(1) + half for half in halves)
 
 
 # ---------------------------------------------------------------- the two scan paths over a text

@@ -20,6 +20,7 @@ from rlcleanup.authority.grants import Action, Visibility
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
 from rlcleanup.cli.stores import OperatorError, not_found, open_store
 from rlcleanup.paths import default_preserve_root, keys_dir
+from rlcleanup.ports.hub import is_hub, repo_of
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.backends import OpenStore, StoreBackend, open_bus, open_storage
 from rlcleanup.settings import platform
@@ -208,6 +209,11 @@ def grant(
         return
     if destination:
         destination = _absolute_if_local(destination)
+        if is_hub(destination):
+            try:
+                repo_of(destination)  # huggingface_hub's own validator, before anything is signed
+            except ValueError as exc:
+                _fail(f"invalid destination: {exc}", 2)
     project = project or platform().project
     chosen_backend = backend_name(backend)
     cloud = bool(platform().pubsub_emulator_host or (project and chosen_backend != StoreBackend.sqlite))
@@ -217,6 +223,7 @@ def grant(
     if record is None:
         _no_such_run(opened, run_id)
         return
+    asked_step = step  # the preview this command follows was filed under the step as asked
     if action is not Action.cancel and digest is None:
         chosen = step if step is not None else (record.selection.step if record.selection else None)
         if chosen is None:
@@ -240,9 +247,18 @@ def grant(
     except ValidationError as exc:
         _fail(f"invalid grant: {exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}", 2)
         return
+    previewed = _PreviewCheck(store, record, action.value, asked_step, destination, g.granted_by)
     if dry_run:
-        _print_preview(record, g, now, as_json, store)
+        _print_preview(record, g, now, as_json, store, previewed)
         return
+    if action is not Action.cancel:
+        moved = previewed.moved(step, digest)
+        if moved:
+            _fail(
+                f"{moved}. Nothing was signed: preview it again (--dry-run), or sign exactly what you previewed "
+                "with --digest <the previewed digest> (refused if the candidate no longer has it)",
+                3,
+            )
     data = json.dumps(sign(g, private)).encode()
     if cloud:
         message_id = open_bus(project).publish("authority-grants", data, {"run_id": run_id})
@@ -280,11 +296,37 @@ def grant(
         raise typer.Exit(3)
 
 
-def _print_preview(record: Any, g: Any, now: datetime, as_json: bool, store: Any) -> None:
+class _PreviewCheck:
+    """The approver's last preview of this command (authority/previewed.py): filed by a dry run, compared by the
+    grant that follows it."""
+
+    def __init__(self, store: RunRecords, record: Any, action: str, step: int | None, dest: str | None, who: str):
+        from rlcleanup.authority.previewed import preview_key
+
+        self.store, self.record, self.key = store, record, preview_key(action, step, dest, who)
+
+    def remember(self, step: int | None, digest: str | None, now: datetime) -> None:
+        from rlcleanup.authority.previewed import remember_preview, seen_artifact
+
+        seen = seen_artifact(open_storage(), self.record, step, digest)
+        remember_preview(self.store, self.record.run_id, self.key, seen, now)
+
+    def moved(self, step: int | None, digest: str | None) -> str | None:
+        from rlcleanup.authority.previewed import moved_since_preview, seen_artifact
+
+        def seen_now() -> dict[str, Any]:  # listed only when a preview exists to compare with
+            return seen_artifact(open_storage(), self.record, step, digest)
+
+        return moved_since_preview(self.store, self.record.run_id, self.key, seen_now)
+
+
+def _print_preview(record: Any, g: Any, now: datetime, as_json: bool, store: Any, previewed: _PreviewCheck) -> None:
     from rlcleanup.authority.preview import preview_grant
     from rlcleanup.runtime.ports import hugging_face_hub
 
     preview = preview_grant(open_storage(), record, g, now, store, hugging_face_hub)
+    if preview["would"] != "refuse" and g.action is not Action.cancel:
+        previewed.remember(g.step, g.digest, now)  # the grant command that follows signs only this
     if as_json:
         typer.echo(json.dumps(preview, indent=2))
     else:

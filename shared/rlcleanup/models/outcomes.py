@@ -8,14 +8,20 @@ before `ok` existed read as ok=True).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+from rlcleanup.errors import redact_credentials
 from rlcleanup.models.record import Candidate, ResumeSafety
 
 
 class MemberError(BaseModel):
     code: str
     message: str
+
+    @field_validator("message")
+    @classmethod
+    def _no_credentials(cls, value: str) -> str:
+        return redact_credentials(value)
 
 
 class MemberOutcome(BaseModel):

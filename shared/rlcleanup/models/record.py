@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
+from rlcleanup.errors import redact_credentials
 from rlcleanup.models.vocab import (
     CandidateKind,
     CandidateState,
@@ -230,6 +231,11 @@ class RunError(_Model):
     message: str
     at: datetime = Field(default_factory=utcnow)
 
+    @field_validator("message")
+    @classmethod
+    def _no_credentials(cls, value: str) -> str:
+        return redact_credentials(value)  # an upstream error may echo a header or a signed URL
+
 
 class AuthorityAction(_Model):
     """One grant's outcome, summarized; manifests and reclaim plans live in storage at `uri`."""
@@ -250,6 +256,11 @@ class AuthorityAction(_Model):
         default=None,
         description="a Hub upload's progress: files_done, files_total, bytes_done, bytes_total, skipped (already there)",
     )
+
+    @field_validator("detail")
+    @classmethod
+    def _no_credentials(cls, value: str | None) -> str | None:
+        return None if value is None else redact_credentials(value)
 
 
 class PreCancelCapture(_Model):

@@ -65,6 +65,10 @@ class CandidateProblem(StrEnum):
     manifest_size_mismatch = "manifest_size_mismatch"  # a listed file's size differs from the manifest's
     manifest_sha256_mismatch = "manifest_sha256_mismatch"  # a file read here hashes to another sha256
 
+    # A file named like what a publish writes itself (`_PUBLISHED.json`, `provenance.json`, `training_logs/`,
+    # steps/validate.RESERVED_NAMES): shipped, it would forge a completion marker or provenance.
+    reserved_name = "reserved_name"
+
 
 class CandidateKind(StrEnum):
     """What a candidate's weights are: a whole model, or a LoRA adapter applied to a base model it names."""

@@ -23,11 +23,20 @@ def is_hub(uri: str) -> bool:
 
 
 def repo_of(uri: str) -> str:
-    """`hf://org/name` -> "org/name"; anything else (no namespace, extra segments) is refused."""
+    """`hf://org/name` -> "org/name"; anything else (no namespace, extra segments, a name huggingface_hub's own
+    `validate_repo_id` refuses: `m..x`, `a--b`, an encoded slash, over 96 characters) is a ValueError. Checked
+    before a grant is signed and again when it is verified, so a malformed id ends the grant as `malformed`."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
     parts = uri[len(SCHEME) :].strip("/").split("/")
     if len(parts) != 2 or not all(parts) or any(p in (".", "..") for p in parts):
-        raise ValueError(f"a Hub destination is hf://<namespace>/<repo>, not {uri!r}")
-    return "/".join(parts)
+        raise ValueError(f"a Hub destination is hf://<namespace>/<repo>, not {uri[:300]!r}")
+    repo_id = "/".join(parts)
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise ValueError(f"{uri[:300]!r} is not a valid Hub repo id: {str(exc)[:300]}") from exc
+    return repo_id
 
 
 def git_blob_sha(data: bytes) -> str:

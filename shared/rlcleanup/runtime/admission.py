@@ -31,6 +31,7 @@ from rlcleanup.runtime.ports import Ports
 from rlcleanup.settings import in_run_buckets
 from rlcleanup.steps.facts import located_run_id, location_run_id, run_facts, safe_run_id
 from rlcleanup.steps.layout import RunLayout
+from rlcleanup.steps.readable_roots import check_readable_roots
 
 RUN_IDS = "run_ids"  # {id}: {"run_uri"}: where the run holding this id lives
 RUN_LOCATIONS = "run_locations"  # {sha256 of the location}: {"run_id", "run_uri"}: the id a location holds
@@ -142,9 +143,11 @@ def bind_run_identity(p: Ports, run_id: str, run_uri: str) -> None:
 
 def admit_run(p: Ports, layout: RunLayout, requested: str | None = None) -> str:
     """Every admission check for a discovered run, identity last: in the run buckets, config-named roots inside
-    them, then the id chosen and bound. Returns the run id."""
+    them (or, with no run buckets, inside the local run's own storage root: steps/readable_roots.py), then the id
+    chosen and bound. Returns the run id."""
     check_in_run_buckets(p, layout.run_uri)
     check_run_roots(layout, p.run_buckets)
+    check_readable_roots(p.storage, layout, p.run_buckets, p.readable_roots)
     run_id = choose_run_id(p, layout, requested)
     bind_run_identity(p, run_id, layout.run_uri)
     return run_id

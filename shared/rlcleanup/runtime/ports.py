@@ -84,6 +84,7 @@ class Ports:
     # under these prefixes. The emulator stack and Terraform set them; the embedded default leaves them open.
     run_buckets = _FromSettings[tuple[str, ...] | None]()
     allowed_destination_prefixes = _FromSettings[tuple[str, ...] | None]()
+    readable_roots = _FromSettings[tuple[str, ...] | None]()  # RLCLEANUP_READABLE_ROOTS: widens the local default
     hub_job_threshold_bytes = _FromSettings[int]()
     capture_page_objects = _FromSettings[int]()  # objects one plan-capture page lists (bounded work per invocation)
     # The job-state controllers by name: each built from `settings` when the sweep polls it or a pre-cancel capture

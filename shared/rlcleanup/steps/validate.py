@@ -64,6 +64,27 @@ def coverage_gaps(metric_steps: Collection[int], lo: int, hi: int) -> list[tuple
     return gaps
 
 
+# What a publish writes at a destination itself (authority/publish.py, authority/hub_publish.py): the completion
+# marker (its name anywhere, in any case), provenance and the logs folder. An export that ships one of them could
+# forge a marker or provenance, or collide with ours: invalid, so never granted. (An export's own README.md is
+# valid; a Hub hand-off, which writes the model card there, refuses it before any byte moves.)
+MARKER_NAME = "_published.json"
+RESERVED_TOP = frozenset({"provenance.json", "training_logs"})
+
+
+def reserved_names(names: Collection[str]) -> list[str]:
+    """The names in an export (relative to it) that a publish reserves for what it writes itself."""
+    return sorted(
+        name for name in names if basename(name).lower() == MARKER_NAME or name.split("/", 1)[0].lower() in RESERVED_TOP
+    )
+
+
+def _check_reserved_names(listing: Listing, f: Findings) -> None:
+    reserved = reserved_names(listing.objects)
+    if reserved:
+        f.add(CP.reserved_name, f"the export ships files a publish writes itself: {reserved[:10]}")
+
+
 def _check_step_against_run(layout: RunLayout, uri: str, step: int, f: Findings) -> None:
     model = get(layout.terminal or {}, "response.model")
     if isinstance(model, dict) and str(model.get("policy_export_uri", "")).rstrip("/") == uri.rstrip("/"):
@@ -125,6 +146,7 @@ def validate_candidate(
     fmt = detected or formats.get(CONTRACT_EXPORT_FORMAT)
     f = Findings()
     report = fmt.validate(storage, listing, step, f, ReadOptions(workers=workers, first_block=first_block))
+    _check_reserved_names(listing, f)
     _check_step_against_run(layout, listing.uri, step, f)
     _check_saved_and_metrics(layout, step, metric_steps, step_budget, f)
     identity = check_model_manifest(storage, listing, f)
