@@ -56,9 +56,9 @@ def _evidence_holds_secret(tmp_path: Path) -> bool:
 
 
 def _refused(stack: EmbeddedStack, run_id: str) -> str:
-    record = stack.ports.records.get(run_id)
-    assert record is not None
-    codes = {e.code: e.message for e in record.errors}
+    """A run refused at admission gets no record (docs/authority.md §8 P11): the refusal is filed and dead-lettered."""
+    assert stack.ports.records.get(run_id) is None
+    codes = {d["code"]: d["message"] for _, d in stack.ports.records.list_docs("poison_messages")}
     assert "root_outside_allowed" in codes, codes
     return codes["root_outside_allowed"]
 
