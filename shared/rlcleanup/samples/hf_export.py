@@ -15,6 +15,7 @@ INTERMEDIATE = 176  # Σ params = 133,440 vs 12·L·H² + 2·V·H = 131,072 (+1.
 NUM_SHARDS = 3
 _BF16_BYTES = 2
 _TRANSFORMERS = "4.57.1"
+_PT_METADATA = {"format": "pt"}  # transformers' save_pretrained
 
 Shape = list[int]
 
@@ -52,9 +53,12 @@ def tensor_bytes(shape: Shape) -> int:
     return math.prod(shape) * _BF16_BYTES
 
 
-def write_safetensors(path: Path, tensors: list[tuple[str, Shape]]) -> int:
-    """A safetensors file of zero BF16 tensors (`tensors`: name, shape), header padded to 8 bytes."""
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+def write_safetensors(
+    path: Path, tensors: list[tuple[str, Shape]], metadata: dict[str, str] | None = _PT_METADATA
+) -> int:
+    """A safetensors file of zero BF16 tensors (`tensors`: name, shape), header padded to 8 bytes. `metadata` None
+    leaves out `__metadata__`, as `safetensors.torch.save_file(tensors, path)` does (Megatron-Bridge's export)."""
+    header: dict[str, Any] = {} if metadata is None else {"__metadata__": dict(metadata)}
     offset = 0
     for name, shape in tensors:
         size = tensor_bytes(shape)

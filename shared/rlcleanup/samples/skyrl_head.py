@@ -12,6 +12,10 @@ Followed upstream:
   every float as a `'%.4f'` string. `skyrl/train/config/config.py`: `trainer.max_training_steps`, `trainer.logger`.
 - the MarinSkyRL fork (`skyrl-train/skyrl_train/trainer.py`): `Reached max training steps (Y)` with Y the computed
   total, the final save labelled Y + 1; run-layout-v3.md §6 `Steps per epoch: X, total training steps: Y`.
+- the Megatron strategy (`trainer.strategy: megatron`, samples/megatron.py for its files): rank 0 of the policy
+  workers prints `Checkpoint successfully saved to <dir>/policy` and, for each export,
+  `Successfully saved HF safetensors model to <dir>` then `Successfully saved HF config and tokenizer to <dir>`
+  (`megatron_strategy.py` `save_checkpoint`, `save_hf_model`: `Strategy.print` prints on rank 0 only).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from rlcleanup.samples import logtext as lt
 from rlcleanup.samples.chain import train_metrics
 from rlcleanup.samples.curves import reward_curve
 from rlcleanup.samples.hf_export import write_checkpoint_dir, write_hf_export, write_tokenizer_files
+from rlcleanup.samples.megatron import write_distributed_hf_export, write_megatron_checkpoint
 
 SCENARIOS_HEAD: dict[str, str] = {
     "novasky-head": "NovaSky SkyRL HEAD (skyrl.train.entrypoints.main_base): budget only in trainer.max_training_steps "
@@ -37,6 +42,10 @@ SCENARIOS_HEAD: dict[str, str] = {
     "early.', final save labelled 20, declared cleanup.selection; no controller record",
     "novasky-head-lora": "the novasky-head run trained with LoRA: exports are policy/lora_adapter/ "
     "(adapter_model.safetensors + adapter_config.json); completed at 20",
+    "novasky-head-megatron": "the novasky-head run on trainer.strategy megatron (2 nodes x 4 GPUs, TP 2): torch_dist "
+    "checkpoints (__<rank>_<i>.distcp for 8 ranks, common.pt, metadata.json) and distributed HF exports "
+    "(hf_export_config.distributed_save, save_every_n_ranks 4: ranks 0 and 4 write the shards, rank 0 the index); "
+    "completed at 20",
     "budget-from-log": "MarinSkyRL fork run whose budget is stated only by its log ('Steps per epoch: 10, total "
     "training steps: 20', 'Reached max training steps (20)'), final save labelled 21, log cut before 'Training "
     "done!'; no controller record",
@@ -48,6 +57,10 @@ STEPS_PER_EPOCH = 10
 _T0 = datetime(2026, 12, 2, 9, 0, 0, tzinfo=UTC)
 HEAD_MAIN_BASE = "skyrl.train.entrypoints.main_base"
 _SLURM_JOB = 733101
+MEGATRON_NODES, MEGATRON_GPUS_PER_NODE = 2, 4
+MEGATRON_WORLD = MEGATRON_NODES * MEGATRON_GPUS_PER_NODE
+MEGATRON_SAVE_EVERY_N_RANKS = MEGATRON_GPUS_PER_NODE  # one export writer per node, as upstream's docs advise
+_MEGATRON_ACTOR = "MegatronPolicyWorkerBase"
 SELECTION = {
     "metric": "reward/avg_raw_reward",
     "mode": "max",
@@ -60,12 +73,14 @@ SELECTION = {
 class _Shape:
     fork: bool  # the MarinSkyRL fork's wording (else NovaSky HEAD's)
     lora: bool = False
+    megatron: bool = False
     name: str = "math-rl-head"
 
 
 _SHAPES = {
     "novasky-head": _Shape(fork=False),
     "novasky-head-lora": _Shape(fork=False, lora=True, name="math-rl-head-lora"),
+    "novasky-head-megatron": _Shape(fork=False, megatron=True, name="math-rl-head-megatron"),
     "budget-from-log": _Shape(fork=True, name="math-rl-fork-budget-log"),
 }
 
@@ -93,6 +108,10 @@ class _Log:
     def raw(self, text: str) -> None:
         self.lines.append(lt.ray_prefix(self.pid, text))
 
+    def worker(self, actor: str, text: str) -> None:
+        """A policy worker's plain `print` (rank 0), re-printed by Ray under that actor's prefix."""
+        self.lines.append(lt.ray_prefix(self.pid + 1, text, actor=actor))
+
 
 def _config(shape: _Shape, root: Path) -> dict[str, Any]:
     cfg = configs.standard_config(
@@ -110,6 +129,16 @@ def _config(shape: _Shape, root: Path) -> dict[str, Any]:
         trainer["max_training_steps"] = BUDGET
         trainer["strategy"] = "fsdp"
         cfg["cleanup"] = {"selection": SELECTION}
+    if shape.megatron:
+        trainer["strategy"] = "megatron"
+        del trainer["policy"]["fsdp_config"]
+        trainer["policy"]["megatron_config"] = {
+            "tensor_model_parallel_size": 2,
+            "pipeline_model_parallel_size": 1,
+            "context_parallel_size": 1,
+            "hf_export_config": {"distributed_save": True, "save_every_n_ranks": MEGATRON_SAVE_EVERY_N_RANKS},
+        }
+        trainer["placement"] |= {"policy_num_nodes": MEGATRON_NODES, "policy_num_gpus_per_node": MEGATRON_GPUS_PER_NODE}
     if shape.lora:
         trainer["policy"]["model"]["lora"] = {"rank": 32, "alpha": 64, "target_modules": "all-linear"}
     return cfg
@@ -166,10 +195,16 @@ def _render(shape: _Shape, root: Path, log: _Log) -> tuple[list[int], set[int]]:
                 log.raw(line)
         if step % INTERVAL == 0:
             ckpt = root / f"global_step_{step}"
+            if shape.megatron:
+                log.worker(_MEGATRON_ACTOR, f"Checkpoint successfully saved to {ckpt}/policy")
             log.info(f"{where}:1694", f"Saved trainer state to {ckpt}/trainer_state.pt")
             log.info(f"{where}:1701", f"Successfully saved checkpoint for global_step_{step} to: {ckpt}")
             saved.append(step)
             exports.add(step)
+            if shape.megatron:
+                export = root / "exports" / f"global_step_{step}" / "policy"
+                log.worker(_MEGATRON_ACTOR, f"Successfully saved HF safetensors model to {export}")
+                log.worker(_MEGATRON_ACTOR, f"Successfully saved HF config and tokenizer to {export}")
             log.info(f"{where}:1848", "Successfully saved model weights.")
     if shape.fork:
         log.info(f"{where}:639", f"Reached max training steps ({BUDGET})")
@@ -196,12 +231,19 @@ def write_head_run(dest: Path, scenario: str) -> Path:
     log = _Log(pid=5120)
     saved, exports = _render(shape, root, log)
     for step in saved[-2:]:  # max_ckpts_to_keep 2
-        write_checkpoint_dir(root / f"global_step_{step}", step)
+        if shape.megatron:
+            write_megatron_checkpoint(root / f"global_step_{step}", step, ranks=MEGATRON_WORLD, hf_tokenizer=True)
+        else:
+            write_checkpoint_dir(root / f"global_step_{step}", step)
     (root / "latest_ckpt_global_step.txt").write_text(str(saved[-1]))
     for step in sorted(exports):
         policy = root / "exports" / f"global_step_{step}" / "policy"
         if shape.lora:
             _write_lora_adapter(policy / "lora_adapter")
+        elif shape.megatron:
+            write_distributed_hf_export(
+                policy, world_size=MEGATRON_WORLD, save_every_n_ranks=MEGATRON_SAVE_EVERY_N_RANKS
+            )
         else:
             write_hf_export(policy)
     job = "skyrl_math_grpo"

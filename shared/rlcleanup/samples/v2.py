@@ -22,7 +22,8 @@ from rlcleanup.samples import configs
 from rlcleanup.samples import logtext as lt
 from rlcleanup.samples.chain import Link, LinkLogs, RunCtx, hexid, render_link
 from rlcleanup.samples.curves import reward_curve
-from rlcleanup.samples.hf_export import _pt_placeholder, model_config, write_checkpoint_dir, write_hf_export
+from rlcleanup.samples.hf_export import write_checkpoint_dir, write_hf_export
+from rlcleanup.samples.megatron import write_megatron_checkpoint
 
 VERSION = "2026.11.30"
 BUCKET = "marin-us-central2"
@@ -584,7 +585,7 @@ def _v1_run(
         write_hf_export(step.r / "exports" / f"global_step_{s}" / "policy")
     for s in ctx.kept:
         if strategy == "megatron":
-            _write_megatron_checkpoint(
+            write_megatron_checkpoint(
                 ckpt_root / f"global_step_{s}", s, finished=not (megatron_incomplete and s == ctx.kept[-1])
             )
         else:
@@ -618,30 +619,6 @@ def _v1_run(
         _dump_json(step.r / "terminal.json", last)
     _executor_files(step, status, "marin.rl.skyrl.skyrl_step")
     return step.r
-
-
-def _write_megatron_checkpoint(dest: Path, step: int, *, finished: bool, ranks: int = 2) -> None:
-    """SkyRL megatron_strategy.save_checkpoint via dist_checkpointing.save (torch_dist): common.pt, the shards and
-    .metadata, then metadata.json last; an unfinished async save lacks metadata.json."""
-    files: dict[str, bytes] = {
-        "data.pt": _pt_placeholder(f"dataloader state at global_step {step}"),
-        "trainer_state.pt": _pt_placeholder(f"trainer state global_step={step}"),
-        "policy/common.pt": _pt_placeholder(f"megatron common state step {step}"),
-        "policy/.metadata": b"\x80\x04torch-dcp-metadata-placeholder",
-        "policy/huggingface/config.json": (json.dumps(model_config(), indent=2) + "\n").encode(),
-    }
-    for rank in range(ranks):
-        for item in range(2):
-            files[f"policy/__{rank}_{item}.distcp"] = _pt_placeholder(f"distcp rank {rank} item {item} step {step}")
-    if finished:
-        files["policy/metadata.json"] = json.dumps(
-            {"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch"}
-            | {"common_backend_version": 1}
-        ).encode()
-    for rel, data in files.items():
-        path = dest / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
 
 
 def _stamp(t: datetime) -> str:
