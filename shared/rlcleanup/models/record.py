@@ -247,7 +247,9 @@ class AuthorityAction(_Model):
     )
     destination: str | None = None
     step: int | None = None
-    digest: str | None = Field(default=None, description="the digest the grant signed: it binds the grant to those bytes")
+    digest: str | None = Field(
+        default=None, description="the digest the grant signed: it binds the grant to those bytes"
+    )
     verified_objects: int = 0
     refusal: str | None = None
     detail: str | None = None
