@@ -24,6 +24,7 @@ from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.clock import Clock
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.steps.facts import safe_run_id
+from rlcleanup.steps.grant_binding import Binding, bind_grants
 from rlcleanup.steps.remaining import still_open
 
 READY = {RecordStatus.awaiting_authority, RecordStatus.complete}  # a record grants may act on
@@ -243,21 +244,29 @@ def grant_file(records: RunRecords, grant: Grant, gid: str, clock: Clock) -> Gra
 
 
 def sync_record(records: RunRecords, run_id: str) -> None:
-    """Rebuild authority_actions from the grant documents: converges whatever order workers finish in."""
-    if records.get(run_id) is None:
+    """Rebuild authority_actions from the grant documents: converges whatever order workers finish in. Only the
+    grants that apply to the record's candidates as they are now count (`steps/grant_binding.py`): after a rerun or
+    a later pass, a grant whose candidate has another digest (or is gone) is listed in `superseded_grants` instead,
+    and none of its effects stay."""
+    record = records.get(run_id)
+    if record is None:
         return
     actions: list[AuthorityAction] = []
     for gid, doc in sorted(list_grants(records, run_id), key=lambda kv: (kv[1].get("received_at") or "", kv[0])):
         actions += _actions(gid, doc)
+    # Candidates are final only on a finished record; while a rerun is in progress they are not derived yet.
+    binding = bind_grants(record.candidates, actions) if record.status in READY else Binding(actions, [])
+    actions = binding.applying
     fields: dict[str, Any] = {
         "authority_actions": [a.model_dump(mode="json") for a in actions],
+        "superseded_grants": [s.model_dump(mode="json") for s in binding.superseded],
         "reclaimed_bytes": sum(a.reclaimed_bytes for a in actions),
     }
     registrations = [a for a in actions if a.action == Action.register.value and a.state in _REGISTERED]
     registration = _registration(registrations[-1]) if registrations else None  # the latest says
     if registration:
         fields["registration"] = registration
-    fields.update(_remaining_fields(records.get(run_id), actions))
+    fields.update(_remaining_fields(record, actions))
     records.update(run_id, fields)
 
 
@@ -271,6 +280,7 @@ def _actions(gid: str, doc: dict[str, Any]) -> list[AuthorityAction]:
         state=str(out.get("state") or doc.get("state")),
         destination=out.get("destination") or grant.get("destination"),
         step=grant.get("step") if isinstance(grant.get("step"), int) else None,
+        digest=grant.get("digest") if isinstance(grant.get("digest"), str) else None,
         verified_objects=int(out.get("verified_objects") or 0),
         refusal=doc.get("refusal"),
         detail=(doc.get("detail") or out.get("detail") or None),

@@ -108,14 +108,19 @@ def plan_problem(plan: ReclaimPlan, record: CompletionRecord, grant: Grant, pres
     return None
 
 
-def _published_twins(records: RunRecords, grant: Grant) -> tuple[str, dict[str, dict[str, Any]]] | None:
+def _published_twins(
+    records: RunRecords, record: CompletionRecord, grant: Grant
+) -> tuple[str, dict[str, dict[str, Any]]] | None:
     """(publish grant id, twins by name) of a completed publish of this digest to this destination, from the
-    record store (where the publish filed its proofs), never from files at the destination."""
+    record store (where the publish filed its proofs), never from files at the destination. A publish that no
+    longer applies to the record (its candidate was re-derived with other bytes) proves nothing for it."""
     dest = (grant.destination or "").rstrip("/")
+    no_longer = {s.grant_id for s in record.superseded_grants}
     for gid, doc in ledger.list_grants(records, grant.run_id):
         body, out = doc.get("grant") or {}, doc.get("outcome") or {}
         if (
-            doc.get("state") == GrantState.used.value
+            gid not in no_longer
+            and doc.get("state") == GrantState.used.value
             and body.get("action") in {Action.publish.value, Action.handoff.value}
             and body.get("digest") == grant.digest
             and body.get("step") == grant.step
@@ -142,7 +147,7 @@ def make_plan(
     if marker is None or marker.get("digest") != grant.digest or marker.get("step") != grant.step:
         what = f"step {grant.step} ({grant.digest})"
         return refuse(Refusal.destination_unverified, f"{dest} carries no completed publish of {what}", dest)
-    published = _published_twins(records, grant)
+    published = _published_twins(records, record, grant)
     if published is None:
         return refuse(Refusal.destination_unverified, f"no publish of {grant.digest} to {dest} is recorded", dest)
     publish_gid, twins = published

@@ -377,8 +377,10 @@ def grants(
     """List a run's grants with their state (pending, applying, used, refused, expired) and result."""
     opened = _open(backend, db, project)
     store = opened.store
-    if store.get(run_id) is None:
+    record = store.get(run_id)
+    if record is None:
         _no_such_run(opened, run_id)
+    superseded = {s.grant_id: s.reason for s in record.superseded_grants} if record else {}
     # In the order they arrived (ids are random), as the record's authority_actions list them.
     docs = sorted(store.list_docs(f"runs/{run_id}/grants"), key=lambda kv: (kv[1].get("received_at") or "", kv[0]))
     rows: list[dict[str, Any]] = []
@@ -392,6 +394,8 @@ def grants(
                 "destination": g.get("destination"), "granted_by": g.get("granted_by"),
                 "expires_at": g.get("expires_at"), "replays": doc.get("replays", 0),
                 "progress": doc.get("progress"),  # a Hub upload job's files/bytes done
+                # Used on an earlier record (before a rerun, another pass) for bytes the run no longer holds.
+                "applies": gid not in superseded, "no_longer_applies": superseded.get(gid),
             }
         )  # fmt: skip
     if as_json:
@@ -408,6 +412,8 @@ def grants(
         if r["progress"] and not why:
             up = r["progress"]
             why = f"  ({up['files_done']}/{up['files_total']} files, {up['bytes_done']}/{up['bytes_total']} bytes)"
+        if r["no_longer_applies"]:
+            why = f"  (no longer applies: {r['no_longer_applies']})"
         step = "" if r["step"] is None else str(r["step"])
         typer.echo(
             f"{r['grant_id'][:16]:16}  {r['action'] or '?':8} {r['state']:8} {result:12} {step:>5}  "

@@ -120,6 +120,9 @@ def summary(r: CompletionRecord) -> str:
         add(f"not applicable {', '.join(r.not_applicable_evidence)}")
     for item in r.remaining_work:
         add(f"TODO           {item}")
+    for gone in r.superseded_grants:  # used before a rerun or an earlier pass: its effects are not this record's
+        did = f"{gone.state}" + (f" to {gone.destination}" if gone.destination else "")
+        add(f"NO LONGER      {gone.action} grant {gone.grant_id[:16]} ({did}) no longer applies: {gone.reason}")
     for err in r.errors:
         add(f"ERROR          [{err.step}] {err.code}: {err.message}")
     return "\n".join(lines)

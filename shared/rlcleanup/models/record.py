@@ -247,6 +247,9 @@ class AuthorityAction(_Model):
     )
     destination: str | None = None
     step: int | None = None
+    digest: str | None = Field(
+        default=None, description="the digest the grant signed: it binds the grant to those bytes"
+    )
     verified_objects: int = 0
     refusal: str | None = None
     detail: str | None = None
@@ -261,6 +264,22 @@ class AuthorityAction(_Model):
     @classmethod
     def _no_credentials(cls, value: str | None) -> str | None:
         return None if value is None else redact_credentials(value)
+
+
+class SupersededGrant(_Model):
+    """An earlier grant that no longer applies to this record: the candidate it named has other bytes now (another
+    digest) or is gone. Its effects (a chosen step, a closed publish/register/reclaim item, reclaimed bytes) are
+    not this record's; the grant itself is kept as it ended (`rlcleanup grants`)."""
+
+    grant_id: str
+    action: str
+    step: int | None = None
+    digest: str | None = Field(default=None, description="the digest the grant signed")
+    now_digest: str | None = Field(default=None, description="the candidate's digest now; null when it is gone")
+    gone: bool = Field(default=False, description="no valid candidate at the grant's step (or with its digest) now")
+    state: str = Field(description="what the grant did when it was used (published, reclaimed, ...)")
+    destination: str | None = None
+    reason: str = Field(description="why it no longer applies, one line")
 
 
 class PreCancelCapture(_Model):
@@ -337,7 +356,14 @@ class CompletionRecord(_Model):
         description="the classified configuration's cleanup.registration (wrap-up); a register grant acts on this, "
         "never on the run's files as they are later",
     )
-    authority_actions: list[AuthorityAction] = Field(default_factory=list)
+    authority_actions: list[AuthorityAction] = Field(
+        default_factory=list, description="the grants that apply to this record (see superseded_grants)"
+    )
+    superseded_grants: list[SupersededGrant] = Field(
+        default_factory=list,
+        description="earlier grants (e.g. before a --rerun or a later pass) whose candidate now has another digest "
+        "or is gone: they no longer apply, and their effects are not this record's",
+    )
     reclaimed_bytes: int = 0
     pre_cancel: PreCancelCapture | None = None
     not_applicable_evidence: list[str] = Field(default_factory=list)

@@ -26,6 +26,11 @@ def _when(value: datetime | None) -> str:
 
 def _person(r: CompletionRecord) -> Section:
     blocks: list[Block] = [Bullets(r.remaining_work, WARN)] if r.remaining_work else [Para("Nothing.", GOOD)]
+    if r.superseded_grants:  # used on an earlier record: the bytes they named are not this run's now
+        blocks.append(Para("Earlier grants that no longer apply:", WARN))
+        blocks.append(
+            Bullets([f"{g.action} grant {g.grant_id[:16]} ({g.state}): {g.reason}" for g in r.superseded_grants], WARN)
+        )
     return Section("What needs a person", "person", blocks)
 
 

@@ -8,6 +8,7 @@ from rlcleanup.formats.config import get
 from rlcleanup.models.record import Candidate, CompletionRecord, DeclaredRegistration, ResumeSafety
 from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.deferred_export import owed_exports
+from rlcleanup.steps.grant_binding import bind_grants
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.metrics_store import load_series
 from rlcleanup.steps.receipts import protocol_facts
@@ -68,7 +69,8 @@ def finish_record(
         candidates=candidates,
         resume=resume,
         registers=declared is not None,
-        actions=record.authority_actions,
+        # Only the grants bound to these candidates' digests close items (a rerun or a later pass re-derived them).
+        actions=bind_grants(candidates, record.authority_actions).applying,
         by_design=by_design,
         notes=notes,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from rlcleanup.authority import ledger
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import RunMessage
 from rlcleanup.models.outcomes import ValidationOutcome
@@ -34,10 +35,15 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
             raise PermanentError("no_record", f"run {msg.run_id} has no record to finish")
         fields = finish_record(p.storage, layout, record, candidates, resume)
         p.records.update(msg.run_id, fields)
+        # The grants already used on this run (before a --rerun, on an earlier pass) are bound again to these
+        # candidates: a grant whose digest no longer matches stops applying before anything reads the record.
+        ledger.sync_record(p.records, msg.run_id)
+        finished = p.records.get(msg.run_id)
+        status = finished.status.value if finished is not None else fields["status"]
         finish_evidence(p, msg.run_id)  # report.md/.html beside the evidence, then manifest.json listing them
-        ready = json.dumps({"run_id": msg.run_id, "status": fields["status"]}).encode()
+        ready = json.dumps({"run_id": msg.run_id, "status": status}).encode()
         p.bus.publish(READY_TOPIC, ready, {"run_id": msg.run_id})
-        return RecordFinished(status=fields["status"])
+        return RecordFinished(status=status)
 
     result = once(p, msg.run_id, own_claim(p, msg.scope, "select-candidate"), work, model=RecordFinished)
     return f"record {result.status}" if result else "duplicate: record already finished"
