@@ -19,6 +19,7 @@ import typer
 from rlcleanup.authority.grants import Action, Visibility
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
 from rlcleanup.cli.stores import OperatorError, not_found, open_store
+from rlcleanup.errors import PermanentError
 from rlcleanup.paths import default_preserve_root, keys_dir
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.backends import OpenStore, StoreBackend, open_bus, open_storage
@@ -377,7 +378,11 @@ def cause(
     from rlcleanup.runtime.embedded import EmbeddedStack
 
     stack = EmbeddedStack.create(db_path(db), str(default_preserve_root()))
-    typer.echo(record_cause(stack.ports, run_id, signature_id, note, by, datetime.now(UTC)))
+    try:
+        typer.echo(record_cause(stack.ports, run_id, signature_id, note, by, datetime.now(UTC)))
+    except PermanentError as exc:  # a signature id no capture of this run observed: nothing recorded
+        typer.echo(f"refused ({exc.code}): {exc}", err=True)
+        raise typer.Exit(3) from None
     stack.bus.drain()
 
 
