@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState, problem_code
+from rlcleanup.textsafe import neutralise
+
+# Free text a run wrote (log messages, reasons, config values): stored neutralised, so no surface that shows the
+# record (the Firestore console, the CLI, a report, a JSON consumer) receives a control sequence. Never a location:
+# URIs stay as they are, they are read back.
+RunText = Annotated[str, AfterValidator(neutralise)]
 
 
 def utcnow() -> datetime:
@@ -27,16 +33,16 @@ def _without(data: Any, derived: tuple[str, ...]) -> Any:
 
 class Classification(_Model):
     kind: ClassificationKind
-    evidence: list[str] = Field(default_factory=list, description="config keys (with values) that decided it")
+    evidence: list[RunText] = Field(default_factory=list, description="config keys (with values) that decided it")
 
 
 class FailureCause(_Model):
     attempt_id: str | None
     source_uri: str
     line: int = Field(description="1-based line of the first traceback line in source_uri")
-    error_type: str
-    message: str
-    traceback: str
+    error_type: RunText
+    message: RunText
+    traceback: RunText
 
 
 class Attempt(_Model):
@@ -53,7 +59,7 @@ class Attempt(_Model):
         "document); every one is listed in the manifest",
     )
     log_count: int = Field(default=0, description="how many logs the attempt has (all scanned, all preserved)")
-    failure: str | None = None
+    failure: RunText | None = None
 
 
 class ChainCoverage(_Model):
@@ -74,7 +80,7 @@ class StepSummary(_Model):
     executor_status: str | None = None
     state: str | None = Field(default=None, description="terminal.json or the last attempt's response.state")
     attempt_ids: list[str] = Field(default_factory=list)
-    failure: str | None = None
+    failure: RunText | None = None
 
 
 class ChainSummary(_Model):
@@ -102,8 +108,10 @@ class Candidate(_Model):
         "null when no registered format recognises its files",
     )
     valid: bool
-    problems: list[str] = Field(default_factory=list, description="'code: detail' strings; code from the vocabulary")
-    warnings: list[str] = Field(default_factory=list)
+    problems: list[RunText] = Field(
+        default_factory=list, description="'code: detail' strings; code from the vocabulary"
+    )
+    warnings: list[RunText] = Field(default_factory=list)
     parameter_count: int | None = None
     estimated_parameter_count: int | None = None
     size_label: str | None = None
@@ -133,7 +141,7 @@ class Candidate(_Model):
 class ResumeSafety(_Model):
     safe: bool
     from_step: int | None = None
-    reasons: list[str] = Field(default_factory=list)
+    reasons: list[RunText] = Field(default_factory=list)
 
 
 class Selection(_Model):
@@ -145,7 +153,7 @@ class Selection(_Model):
     chain_coverage: ChainCoverage | None = None
     candidates_considered: list[int] = Field(default_factory=list)
     scores: dict[str, float] = Field(default_factory=dict, description="step -> smoothed score")
-    reason: str | None = None
+    reason: RunText | None = None
 
 
 class PreservedObject(_Model):
@@ -160,7 +168,7 @@ class PreservedObject(_Model):
 class RunError(_Model):
     step: str
     code: str
-    message: str
+    message: RunText
     at: datetime = Field(default_factory=utcnow)
 
 
@@ -176,7 +184,7 @@ class AuthorityAction(_Model):
     step: int | None = None
     verified_objects: int = 0
     refusal: str | None = None
-    detail: str | None = None
+    detail: RunText | None = None
     uri: str | None = None
     reclaimed_bytes: int = 0
     progress: dict[str, int] | None = Field(
@@ -191,8 +199,8 @@ class PreCancelCapture(_Model):
     ranks: int = 0
     min_mean_utilization: float | None = None
     copied_objects: int = 0
-    unexplained_reproducing: list[str] = Field(default_factory=list)
-    problems: list[str] = Field(default_factory=list)
+    unexplained_reproducing: list[RunText] = Field(default_factory=list)
+    problems: list[RunText] = Field(default_factory=list)
 
 
 # The run URI of a placeholder record: one filed for an error whose message named the run id but not its place.
@@ -218,7 +226,7 @@ class CompletionRecord(_Model):
     status: RecordStatus = RecordStatus.in_progress
     classification: Classification | None = None
     terminal_state: TerminalState | None = None
-    terminal_reasoning: list[str] = Field(default_factory=list)
+    terminal_reasoning: list[RunText] = Field(default_factory=list)
     controller_state: str | None = None
     step_budget: int | None = None
     last_trained_step: int | None = None
@@ -231,15 +239,15 @@ class CompletionRecord(_Model):
         default=None, description="the earliest teardown error, quoted when no causal error exists (never the cause)"
     )
     chain: ChainSummary = Field(default_factory=ChainSummary)
-    source_revision: dict[str, str] = Field(default_factory=dict)
-    base_model: str | None = None
+    source_revision: dict[str, RunText] = Field(default_factory=dict)
+    base_model: RunText | None = None
     temp_root: str | None = Field(
         default=None,
         description="the run's temp root (checkpoints, attempts) when it lies outside run_uri; with run_uri, what "
         "a reclaim inventories. Set at classification from the roots checked against the run buckets.",
     )
     resolved_config: ResolvedConfigRef | None = None
-    launch_command: str | None = None
+    launch_command: RunText | None = None
     preserved_locations: list[str] = Field(default_factory=list)
     manifest_uri: str | None = None
     metrics_uri: str | None = None
@@ -248,7 +256,7 @@ class CompletionRecord(_Model):
     candidates: list[Candidate] = Field(default_factory=list)
     resume_safety: ResumeSafety | None = None
     selection: Selection | None = None
-    registration: str | None = None
+    registration: RunText | None = None
     declared_registration: DeclaredRegistration | None = Field(
         default=None,
         description="the classified configuration's cleanup.registration (wrap-up); a register grant acts on this, "
@@ -258,7 +266,7 @@ class CompletionRecord(_Model):
     reclaimed_bytes: int = 0
     pre_cancel: PreCancelCapture | None = None
     not_applicable_evidence: list[str] = Field(default_factory=list)
-    remaining_work: list[str] = Field(default_factory=list)
+    remaining_work: list[RunText] = Field(default_factory=list)
     errors: list[RunError] = Field(default_factory=list)
     ended_at: datetime | None = Field(
         default=None,
