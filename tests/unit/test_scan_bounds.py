@@ -15,7 +15,9 @@ import struct
 import time
 import tracemalloc
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -70,7 +72,9 @@ def _scan_files(tmp_path: Path, files: dict[str, bytes]) -> ScanReport:
         pytest.param(lambda: b"".join(_ztxt(random.Random(i).randbytes(1 << 20)) for i in range(20)), id="total"),
     ],
 )
-def test_a_png_whose_text_inflates_past_the_bounds_is_refused_without_inflating_it(tmp_path: Path, chunk) -> None:  # type: ignore[no-untyped-def]
+def test_a_png_whose_text_inflates_past_the_bounds_is_refused_without_inflating_it(
+    tmp_path: Path, chunk: Callable[[], bytes]
+) -> None:
     data = _png(chunk())
     tracemalloc.start()
     report = _scan_files(tmp_path, {"chart.png": data})
@@ -154,7 +158,7 @@ def test_concatenation_joins_are_unchanged_by_the_possessive_rewrite() -> None:
         assert secrets._CONCAT.sub("", text) == old.sub("", text), repr(text)
 
 
-def _old_b64_regex():  # type: ignore[no-untyped-def]
+def _old_b64_regex() -> Any:
     import re2
 
     b64 = secret_prefilter._B64
@@ -168,8 +172,9 @@ def test_the_base64_prefilter_finds_the_same_lines_as_before(text: str) -> None:
     """Same candidate lines as the old 24-window spelling, whose DFA needed 2^24 states on random base64."""
     buf = text.encode()
 
-    def lines(search, group: int) -> set[int]:  # type: ignore[no-untyped-def]
-        found, pos = set(), 0
+    def lines(search: Callable[..., Any], group: int) -> set[int]:
+        found: set[int] = set()
+        pos = 0
         while pos <= len(buf) and (m := search(buf, pos)) is not None:
             start = m.start(group)
             found.add(buf.count(b"\n", 0, start))
