@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from rlcleanup.adapters.sqlite_records import SqliteRunRecords
 from rlcleanup.cli.main import app
 from rlcleanup.models.record import Selection
-from rlcleanup.report.document import Bullets, Code, Document, Figure, Para, Section, Table, Verdict, VerdictPart
+from rlcleanup.report.document import Block, Bullets, Code, Document, Figure, Para, Section, Table, Verdict, VerdictPart
 from rlcleanup.report.html import render_html
 from rlcleanup.report.markdown import render_markdown
 from rlcleanup.runtime.embedded import run_embedded
@@ -171,7 +171,12 @@ def test_json_surfaces_keep_the_sequences_escaped(hostile_db: tuple[Path, str], 
 def test_report_renderers_neutralise_whatever_the_document_holds() -> None:
     """Markdown and HTML from a document built in memory (no store, no validator on the way): the renderers
     themselves neutralise, whichever block a run's string lands in."""
-    blocks = [Para(PAYLOAD), Bullets([PAYLOAD]), Code(PAYLOAD, summary=PAYLOAD), Table([PAYLOAD], [[PAYLOAD]])]
+    blocks: list[Block] = [
+        Para(PAYLOAD),
+        Bullets([PAYLOAD]),
+        Code(PAYLOAD, summary=PAYLOAD),
+        Table([PAYLOAD], [[PAYLOAD]]),
+    ]
     doc = Document(
         verdict=Verdict(run_id=PAYLOAD, parts=[VerdictPart("cause", PAYLOAD)]),
         sections=[Section(PAYLOAD, "evidence", [*blocks, Figure(PAYLOAD)])],
