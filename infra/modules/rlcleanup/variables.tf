@@ -384,6 +384,17 @@ variable "hub_upload_image" {
   }
 }
 
+variable "max_run_objects" {
+  description = "The most objects a run may hold (RLCLEANUP_MAX_RUN_OBJECTS); the capture and log-scan plans refuse a larger run as run_too_large."
+  type        = number
+  default     = 200000
+
+  validation {
+    condition     = var.max_run_objects >= 1 && floor(var.max_run_objects) == var.max_run_objects
+    error_message = "max_run_objects must be a whole number, 1 or more."
+  }
+}
+
 variable "capture_page_objects" {
   description = "Objects one plan-capture invocation lists (RLCLEANUP_CAPTURE_PAGE_OBJECTS); a larger run is planned in pages, each a continuation message on capture-parts."
   type        = number
