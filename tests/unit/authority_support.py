@@ -93,3 +93,21 @@ def make_world(tmp: Path, scenario: str = "selection-policy", *, run: bool = Tru
     from rlcleanup.runtime.handlers import resolve_run_id
 
     return World(stack, str(run_root), resolve_run_id(stack.ports, event), key, dest_root, tmp)
+
+
+def cancel_grant(w: World) -> Grant:
+    """A cancel grant for the world's run, valid for an hour."""
+    now = datetime.now(UTC)
+    return Grant(
+        run_id=w.run_id,
+        action="cancel",
+        granted_by="alice",
+        granted_at=now,
+        expires_at=now + timedelta(hours=1),
+        reason="stuck",
+    )
+
+
+def cleared(w: World) -> list[dict[str, Any]]:
+    """Every cancel-cleared message published so far."""
+    return [json.loads(m.data) for m in w.stack.bus.published if m.topic == "cancel-cleared"]

@@ -4,14 +4,13 @@ reproducing failure that a pre-cancel capture of that very run observed."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from authority_support import World, make_world
+from authority_support import World, cancel_grant, cleared, make_world
 from typer.testing import CliRunner
 
-from rlcleanup.authority.grants import Grant
 from rlcleanup.authority.precancel import causes_collection
 from rlcleanup.cli.main import app
 from rlcleanup.errors import PermanentError
@@ -37,22 +36,6 @@ def _pre_cancel(w: World, run_uri: str | None = None) -> JobEvent:
     )
 
 
-def _cancel(w: World) -> Grant:
-    now = datetime.now(UTC)
-    return Grant(
-        run_id=w.run_id,
-        action="cancel",
-        granted_by="alice",
-        granted_at=now,
-        expires_at=now + timedelta(hours=1),
-        reason="stuck",
-    )
-
-
-def _cleared(w: World) -> list[dict[str, object]]:
-    return [json.loads(m.data) for m in w.stack.bus.published if m.topic == "cancel-cleared"]
-
-
 def _reproducing(w: World) -> None:
     """Two attempts fail the same way: the capture lists one reproducing signature and withholds clearance."""
     for row, log in enumerate(sorted((w.tmp / "runs").rglob("attempts/*/logs/finelog.log"))[:2]):
@@ -61,40 +44,40 @@ def _reproducing(w: World) -> None:
 
 def test_a_cancel_grant_for_a_finished_run_is_refused_as_run_ended(tmp_path: Path) -> None:
     w = make_world(tmp_path, "partial-checkpoint")  # the pipeline ran: the run's end was classified
-    grant = _cancel(w)
+    grant = cancel_grant(w)
     w.deliver(w.message(grant))
     doc = w.grant_doc(grant.grant_id)
     assert doc["state"] == "refused" and doc["refusal"] == "run_ended"
-    assert _cleared(w) == []
+    assert cleared(w) == []
 
 
 def test_a_pre_cancel_event_sent_after_the_end_does_not_make_the_run_live_again(tmp_path: Path) -> None:
     w = make_world(tmp_path, "partial-checkpoint")
     w.stack.emit(_pre_cancel(w))  # anyone who can publish a job event can ask for a capture of a finished run
     assert w.record.pre_cancel is not None
-    grant = _cancel(w)
+    grant = cancel_grant(w)
     w.deliver(w.message(grant))
-    assert w.grant_doc(grant.grant_id)["refusal"] == "run_ended" and _cleared(w) == []
+    assert w.grant_doc(grant.grant_id)["refusal"] == "run_ended" and cleared(w) == []
 
 
 def test_a_cancel_waiting_for_its_capture_is_refused_once_the_run_ends(tmp_path: Path) -> None:
     w = make_world(tmp_path, "partial-checkpoint", run=False)
-    grant = _cancel(w)
+    grant = cancel_grant(w)
     w.deliver(w.message(grant))
     assert w.grant_doc(grant.grant_id)["state"] == "pending"
     w.stack.emit(manual_event(w.run_uri))  # the run ends on its own; record-ready retries the waiting grant
     doc = w.grant_doc(grant.grant_id)
     assert doc["state"] == "refused" and doc["refusal"] == "run_ended"
     w.stack.emit(_pre_cancel(w))  # a late capture retries the grant again: still nothing cleared
-    assert _cleared(w) == []
+    assert cleared(w) == []
 
 
 def test_a_cancel_of_a_live_run_is_still_cleared(tmp_path: Path) -> None:
     w = make_world(tmp_path, "partial-checkpoint", run=False)
     w.stack.emit(_pre_cancel(w))
-    grant = _cancel(w)
+    grant = cancel_grant(w)
     w.deliver(w.message(grant))
-    assert w.grant_doc(grant.grant_id)["state"] == "used" and len(_cleared(w)) == 1
+    assert w.grant_doc(grant.grant_id)["state"] == "used" and len(cleared(w)) == 1
 
 
 @pytest.mark.parametrize(
@@ -113,7 +96,7 @@ def test_a_cause_naming_no_observed_failure_is_refused_and_nothing_is_recorded(
     w = make_world(tmp_path, "completed-resumed", run=False)
     _reproducing(w)
     w.stack.emit(_pre_cancel(w))
-    grant = _cancel(w)
+    grant = cancel_grant(w)
     w.deliver(w.message(grant))
     assert w.action(grant.grant_id)["state"] == "withheld"
     with pytest.raises(PermanentError) as err:
@@ -121,7 +104,7 @@ def test_a_cause_naming_no_observed_failure_is_refused_and_nothing_is_recorded(
     assert err.value.code == "unknown_signature"
     assert w.stack.ports.records.get_doc(causes_collection(w.run_id), fingerprint) is None
     w.stack.bus.drain()
-    assert _cleared(w) == [] and w.action(grant.grant_id)["state"] == "withheld"
+    assert cleared(w) == [] and w.action(grant.grant_id)["state"] == "withheld"
 
 
 def test_a_cause_for_a_failure_of_another_run_is_refused(tmp_path: Path) -> None:

@@ -387,12 +387,7 @@ variable "hub_upload_image" {
 variable "max_run_objects" {
   description = "The most objects a run may hold (RLCLEANUP_MAX_RUN_OBJECTS); the capture and log-scan plans refuse a larger run as run_too_large."
   type        = number
-  default     = 200000
-
-  validation {
-    condition     = var.max_run_objects >= 1 && floor(var.max_run_objects) == var.max_run_objects
-    error_message = "max_run_objects must be a whole number, 1 or more."
-  }
+  default     = 200000 # checked at start-up: a whole number, 1 or more (settings.py)
 }
 
 variable "capture_page_objects" {
