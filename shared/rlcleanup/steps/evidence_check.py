@@ -46,6 +46,8 @@ def manifest_objects(storage: Storage, record: CompletionRecord) -> dict[str, Pr
     root = record.preserved_locations[0].rstrip("/")
     if parent(record.manifest_uri) != root or not SEALED_NAME.fullmatch(basename(record.manifest_uri)):
         return None
+    if storage.stat(record.manifest_uri) is None:
+        return None  # named but not written yet: the report is written just before the manifest that lists it
     doc = json.loads(storage.read_bytes(record.manifest_uri, _MANIFEST_MAX_BYTES))
     objects = [PreservedObject.model_validate(o) for o in doc.get("objects", [])]
     return {o.destination: o for o in objects}
