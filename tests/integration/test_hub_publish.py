@@ -96,7 +96,10 @@ def hub(hub_server: Standin, monkeypatch: pytest.MonkeyPatch) -> Standin:
 
 @pytest.fixture
 def world(tmp_path: Path) -> tuple[World, Any]:
-    w = make_world(tmp_path)
+    return _with_bob(make_world(tmp_path))
+
+
+def _with_bob(w: World) -> tuple[World, Any]:
     key = new_key()
     register_approver(
         w.stack.ports.records,
@@ -242,7 +245,24 @@ def test_a_sha_mismatch_after_upload_is_refused_and_recorded(hub: Standin, world
     assert MARKER not in hub.files(repo)
 
 
-def test_a_planted_token_is_refused_before_the_repo_gets_a_byte(
+def test_a_planted_token_is_refused_before_the_repo_gets_a_byte(hub: Standin, tmp_path: Path, uid: str) -> None:
+    """The token is in the run's own log when the pipeline preserves it (a preserved log edited afterwards is
+    tampered evidence: the next test)."""
+    from rlcleanup.runtime.embedded import manual_event
+
+    w, key = _with_bob(make_world(tmp_path, run=False))
+    log = next((tmp_path / "runs").rglob("finelog.log"))
+    log.write_text(log.read_text() + "export HF_TOKEN=hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345\n")
+    w.stack.emit(manual_event(w.run_uri))
+    before = hub.stats()
+    action = _deliver(w, key, _grant(w, f"hf://rl-team/secret-{uid}"))
+    assert action["refusal"] == "secret_found"
+    spent = _delta(before, hub.stats())
+    assert set(spent) == {"GET /api/models/{repo}"}, spent  # only the read-back: no repo is even created
+    assert not list(Path(w.record.preserved_locations[0], "authority", "staging").rglob("*.*"))  # staging removed
+
+
+def test_a_preserved_log_edited_after_sealing_is_refused_before_the_repo_gets_a_byte(
     hub: Standin, world: tuple[World, Any], uid: str
 ) -> None:
     w, key = world
@@ -250,8 +270,8 @@ def test_a_planted_token_is_refused_before_the_repo_gets_a_byte(
     os.chmod(log, 0o644)
     log.write_text(log.read_text() + "export HF_TOKEN=hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345\n")
     before = hub.stats()
-    action = _deliver(w, key, _grant(w, f"hf://rl-team/secret-{uid}"))
-    assert action["refusal"] == "secret_found"
+    action = _deliver(w, key, _grant(w, f"hf://rl-team/tampered-{uid}"))
+    assert action["refusal"] == "evidence_tampered"
     spent = _delta(before, hub.stats())
     assert set(spent) == {"GET /api/models/{repo}"}, spent  # only the read-back: no repo is even created
     assert not list(Path(w.record.preserved_locations[0], "authority", "staging").rglob("*.*"))  # staging removed
