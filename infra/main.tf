@@ -46,4 +46,5 @@ module "rlcleanup" {
   hub_upload_timeout_seconds       = var.hub_upload_timeout_seconds
   hub_job_threshold_bytes          = var.hub_job_threshold_bytes
   capture_page_objects             = var.capture_page_objects
+  max_run_objects                  = var.max_run_objects
 }

@@ -240,6 +240,12 @@ variable "hub_upload_timeout_seconds" {
   default     = 21600
 }
 
+variable "max_run_objects" {
+  description = "The most objects a run may hold; a larger run is refused as run_too_large (see the module)."
+  type        = number
+  default     = 200000
+}
+
 variable "capture_page_objects" {
   description = "Objects one plan-capture invocation lists; larger runs are planned in pages (see the module)."
   type        = number

@@ -112,6 +112,10 @@ class DeploymentSettings(BaseSettings):
     hub_job_threshold_bytes: int = Field(default=1 << 30, ge=0)
     # Objects one plan-capture invocation lists; a larger run is planned in pages, each a continuation message.
     capture_page_objects: int = Field(default=5000, ge=1)
+    # The most objects a run may hold (its logs counted by the log-scan plan, everything by the capture plan): a
+    # run past it is refused (`run_too_large`) when the plan reaches it, before any whole-run step (the listing
+    # join, the sealed manifest) would hold that many in one invocation.
+    max_run_objects: int = Field(default=200_000, ge=1)
 
     @field_validator("run_buckets", "allowed_destination_prefixes", "readable_roots", mode="before")
     @classmethod

@@ -96,7 +96,10 @@ def hub(hub_server: Standin, monkeypatch: pytest.MonkeyPatch) -> Standin:
 
 @pytest.fixture
 def world(tmp_path: Path) -> tuple[World, Any]:
-    w = make_world(tmp_path)
+    return _with_bob(make_world(tmp_path))
+
+
+def _with_bob(w: World) -> tuple[World, Any]:
     key = new_key()
     register_approver(
         w.stack.ports.records,
@@ -242,16 +245,29 @@ def test_a_sha_mismatch_after_upload_is_refused_and_recorded(hub: Standin, world
     assert MARKER not in hub.files(repo)
 
 
+PLANTED = "export HF_TOKEN=hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345\n"
+
+
+@pytest.mark.parametrize("where", ["run", "preserved"])
 def test_a_planted_token_is_refused_before_the_repo_gets_a_byte(
-    hub: Standin, world: tuple[World, Any], uid: str
+    hub: Standin, tmp_path: Path, uid: str, where: str
 ) -> None:
-    w, key = world
-    log = next(Path(w.record.preserved_locations[0]).rglob("*.log"))
-    os.chmod(log, 0o644)
-    log.write_text(log.read_text() + "export HF_TOKEN=hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345\n")
+    """A token in the run's own log (preserved as it is) is `secret_found`; the same line added to the preserved
+    copy after sealing is tampered evidence (`evidence_tampered`). Either way the repo gets nothing."""
+    from rlcleanup.runtime.embedded import manual_event
+
+    w, key = _with_bob(make_world(tmp_path, run=False))
+    if where == "run":
+        log = next((tmp_path / "runs").rglob("finelog.log"))
+        log.write_text(log.read_text() + PLANTED)
+    w.stack.emit(manual_event(w.run_uri))
+    if where == "preserved":
+        log = next(Path(w.record.preserved_locations[0]).rglob("*.log"))
+        os.chmod(log, 0o644)
+        log.write_text(log.read_text() + PLANTED)
     before = hub.stats()
-    action = _deliver(w, key, _grant(w, f"hf://rl-team/secret-{uid}"))
-    assert action["refusal"] == "secret_found"
+    action = _deliver(w, key, _grant(w, f"hf://rl-team/secret-{where}-{uid}"))
+    assert action["refusal"] == ("secret_found" if where == "run" else "evidence_tampered")
     spent = _delta(before, hub.stats())
     assert set(spent) == {"GET /api/models/{repo}"}, spent  # only the read-back: no repo is even created
     assert not list(Path(w.record.preserved_locations[0], "authority", "staging").rglob("*.*"))  # staging removed

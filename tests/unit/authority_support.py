@@ -110,3 +110,21 @@ def rendered_preview(storage: Any, records: Any, record: CompletionRecord, grant
         assert f"{row.get('name') or row['uri']}  {row['size']} B" in text, text
     assert "None" not in text, text
     return preview
+
+
+def cancel_grant(w: World) -> Grant:
+    """A cancel grant for the world's run, valid for an hour."""
+    now = datetime.now(UTC)
+    return Grant(
+        run_id=w.run_id,
+        action="cancel",
+        granted_by="alice",
+        granted_at=now,
+        expires_at=now + timedelta(hours=1),
+        reason="stuck",
+    )
+
+
+def cleared(w: World) -> list[dict[str, Any]]:
+    """Every cancel-cleared message published so far."""
+    return [json.loads(m.data) for m in w.stack.bus.published if m.topic == "cancel-cleared"]

@@ -6,16 +6,15 @@ import json
 import stat
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from authority_support import World, make_world
+from authority_support import World, cancel_grant, cleared, make_world
 
 from rlcleanup.adapters.controllers.iris import IrisController, IrisStatusCli
 from rlcleanup.adapters.controllers.ray import RayController
-from rlcleanup.authority.grants import Grant
 from rlcleanup.models.events import JobEvent
 from rlcleanup.runtime.authority_handlers import record_cause
 
@@ -88,22 +87,6 @@ def _telemetry(w: World) -> None:
     (tele / "gpu.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def _cancel_grant(w: World) -> Grant:
-    now = datetime.now(UTC)
-    return Grant(
-        run_id=w.run_id,
-        action="cancel",
-        granted_by="alice",
-        granted_at=now,
-        expires_at=now + timedelta(hours=1),
-        reason="stuck",
-    )
-
-
-def _cleared(w: World) -> list[dict[str, object]]:
-    return [json.loads(m.data) for m in w.stack.bus.published if m.topic == "cancel-cleared"]
-
-
 def test_ray_adapter_reads_recorded_responses(ray_server: str) -> None:
     snap = RayController(ray_server).snapshot("raysubmit_XyZ123")
     assert snap.state == "RUNNING" and snap.job_id == "raysubmit_XyZ123"
@@ -127,9 +110,9 @@ def test_capture_then_cancel_grant_clears_once(
     monkeypatch.setenv("RLCLEANUP_RAY_DASHBOARD", ray_server)
     w = make_world(tmp_path, "partial-checkpoint", run=False)  # a live run: no completion record yet
     _telemetry(w)
-    grant = _cancel_grant(w)
+    grant = cancel_grant(w)
     w.deliver(w.message(grant))  # the grant may come first: it waits for the capture
-    assert w.grant_doc(grant.grant_id)["state"] == "pending" and _cleared(w) == []
+    assert w.grant_doc(grant.grant_id)["state"] == "pending" and cleared(w) == []
 
     w.stack.emit(_event(w, "ray", "raysubmit_XyZ123"))
     pre = w.record.pre_cancel
@@ -145,10 +128,10 @@ def test_capture_then_cancel_grant_clears_once(
     assert [(r["rank"], r["mean"]) for r in ranks] == [(0, 0.95), (1, 0.12)]
 
     assert w.grant_doc(grant.grant_id)["state"] == "used"
-    cleared = _cleared(w)
-    assert len(cleared) == 1 and cleared[0]["grant_id"] == grant.grant_id
+    sent = cleared(w)
+    assert len(sent) == 1 and sent[0]["grant_id"] == grant.grant_id
     w.deliver(w.message(grant))  # duplicate delivery: still one clearance
-    assert len(_cleared(w)) == 1
+    assert len(cleared(w)) == 1
 
 
 TRACEBACK = """Traceback (most recent call last):
@@ -167,13 +150,13 @@ def test_unexplained_reproducing_failure_withholds_clearance(tmp_path: Path) -> 
     w.stack.emit(_event(w, "manual", "job-1"))
     pre = w.record.pre_cancel
     assert pre is not None and pre.unexplained_reproducing == ["ValueError: reward function returned NaN for row N"]
-    grant = _cancel_grant(w)
+    grant = cancel_grant(w)
     w.deliver(w.message(grant))
-    assert _cleared(w) == []
+    assert cleared(w) == []
     assert w.action(grant.grant_id)["state"] == "withheld"
 
     capture = json.loads(Path(pre.capture_uri).read_text())
     sig = capture["reproducing"][0]["signature_id"]
     record_cause(w.stack.ports, w.run_id, sig, "bad reward rows 1000-1001", "alice", datetime.now(UTC))
     w.stack.bus.drain()
-    assert len(_cleared(w)) == 1 and w.action(grant.grant_id)["state"] == "cleared"
+    assert len(cleared(w)) == 1 and w.action(grant.grant_id)["state"] == "cleared"

@@ -394,7 +394,8 @@ def test_record_store_and_keys_are_created_owner_only(tmp_path: Path) -> None:
 
 
 def test_a_second_pre_cancel_event_with_an_unreadable_run_uri_clears_nothing(tmp_path: Path) -> None:
-    from test_authority_precancel import TRACEBACK, _cancel_grant, _cleared, _event
+    from authority_support import cancel_grant, cleared
+    from test_authority_precancel import TRACEBACK, _event
 
     from rlcleanup.models.events import JobEvent
 
@@ -402,7 +403,7 @@ def test_a_second_pre_cancel_event_with_an_unreadable_run_uri_clears_nothing(tmp
     for row, log in enumerate(sorted((w.tmp / "runs").rglob("attempts/*/logs/finelog.log"))[:2]):
         log.write_text(log.read_text() + TRACEBACK.format(row=1000 + row))
     w.stack.emit(_event(w, "manual", "job-1"))
-    grant = _cancel_grant(w)
+    grant = cancel_grant(w)
     w.deliver(w.message(grant))
     assert w.action(grant.grant_id)["state"] == "withheld"
     decoy = JobEvent(
@@ -410,7 +411,7 @@ def test_a_second_pre_cancel_event_with_an_unreadable_run_uri_clears_nothing(tmp
         state="RUNNING", observed_at=datetime.now(UTC), intent="pre_cancel",
     )  # fmt: skip
     w.stack.emit(decoy)  # captures nothing of the run, and is the newest capture
-    assert _cleared(w) == []
+    assert cleared(w) == []
     assert w.action(grant.grant_id)["state"] == "withheld"
 
 

@@ -63,6 +63,8 @@ resource "google_cloudfunctions2_function" "fn" {
       RLCLEANUP_HUB_JOB_THRESHOLD_BYTES = tostring(var.hub_job_threshold_bytes)
       # A run over this many objects is capture-planned in pages (bounded work per invocation).
       RLCLEANUP_CAPTURE_PAGE_OBJECTS = tostring(var.capture_page_objects)
+      # A run holding more objects than this is refused (run_too_large): work per run stays bounded.
+      RLCLEANUP_MAX_RUN_OBJECTS = tostring(var.max_run_objects)
     }
 
     # The Iris bearer token (Secret Manager), for the sweep only and only when configured.

@@ -384,6 +384,12 @@ variable "hub_upload_image" {
   }
 }
 
+variable "max_run_objects" {
+  description = "The most objects a run may hold (RLCLEANUP_MAX_RUN_OBJECTS); the capture and log-scan plans refuse a larger run as run_too_large."
+  type        = number
+  default     = 200000 # checked at start-up: a whole number, 1 or more (settings.py)
+}
+
 variable "capture_page_objects" {
   description = "Objects one plan-capture invocation lists (RLCLEANUP_CAPTURE_PAGE_OBJECTS); a larger run is planned in pages, each a continuation message on capture-parts."
   type        = number

@@ -146,6 +146,34 @@ class LocalStorage:
                 rel = name if rel_dir == "." else f"{rel_dir}/{name}"
                 yield self._info(path, f"{base}/{rel}")
 
+    def list_after(self, prefix_uri: str, start_after: str | None) -> Iterator[ObjectInfo]:
+        """ports.storage.ListsAfter: the files under prefix_uri in name order (of their URIs), strictly after
+        `start_after`, walked lazily: a directory wholly before the cursor is never entered and a file before it is
+        never hashed, so a paged listing costs one page of hashing per page (sorting and re-listing the whole tree,
+        checksums included, on every page made a 100,000-file run quadratic)."""
+        root = self._path(prefix_uri)
+        if not root.is_dir():
+            return
+        yield from self._walk_in_name_order(root, prefix_uri.rstrip("/"), prefix_uri, start_after)
+
+    def _walk_in_name_order(self, path: Path, base: str, shown: str, after: str | None) -> Iterator[ObjectInfo]:
+        entries = []
+        with os.scandir(path) as listing:
+            for entry in listing:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                # A directory's objects sort as "<name>/...": key it so, and it falls among its siblings by name.
+                entries.append((f"{base}/{entry.name}" + ("/" if is_dir else ""), entry, is_dir))
+        for key, entry, is_dir in sorted(entries, key=lambda e: e[0]):
+            if is_dir:
+                if after is not None and key < after and not after.startswith(key):
+                    continue  # every object in it sorts before the cursor
+                yield from self._walk_in_name_order(Path(entry.path), key[:-1], shown, after)
+                continue
+            if after is not None and key <= after:
+                continue
+            refuse_unsafe(Path(entry.path), f"{entry.path} inside {shown}")  # symlinks and special files: refused
+            yield self._info(Path(entry.path), key)
+
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         with self.checked_path(uri).open("rb") as fh:
             fh.seek(start)

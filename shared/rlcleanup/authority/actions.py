@@ -18,6 +18,7 @@ from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal
 from rlcleanup.authority.hub_publish import publish_to_hub
 from rlcleanup.authority.outcome import Outcome, refuse
+from rlcleanup.authority.precancel import run_has_ended
 from rlcleanup.authority.publish import discard_staging, publish
 from rlcleanup.authority.reclaim import ReclaimPlan, reclaim
 from rlcleanup.authority.register import register
@@ -103,8 +104,11 @@ def _needs_record(task: GrantTask) -> CompletionRecord:
 
 def _clear_cancel(p: GrantPorts, task: GrantTask) -> Outcome:
     """The controller (or a person) cancels; rlcleanup only says the evidence is safe."""
-    capture = task.capture or {}
     grant = task.grant
+    if run_has_ended(task.record):
+        why = "the run's end was already observed (its record is classified): a cancel applies only to a live run"
+        return refuse(Refusal.run_ended, why, grant.destination)
+    capture = task.capture or {}
     cleared = {
         "run_id": grant.run_id,
         "job_id": capture.get("job_id"),

@@ -80,6 +80,8 @@ class Refusal(StrEnum):
     plan_rejected = "plan_rejected"  # a reclaim plan names an object outside the granted export, or evidence
     not_yet_valid = "not_yet_valid"  # before not_before (beyond the clock-skew allowance)
     lifetime_too_long = "lifetime_too_long"  # expires_at - granted_at over the deployment's maximum
+    evidence_tampered = "evidence_tampered"  # a preserved object no longer matches the sealed manifest's hashes
+    run_ended = "run_ended"  # a cancel for a run whose end was already observed: there is no live job to cancel
 
 
 class Grant(BaseModel):

@@ -44,6 +44,13 @@ from rlcleanup.authority.secrets import scan_objects, scan_string
 from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
 from rlcleanup.ports.hub import ModelHub, RemoteFile, git_blob_sha, repo_of
 from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage, VisibilityReading, WriteOutcome
+from rlcleanup.steps.evidence_check import (
+    TamperedEvidence,
+    changed_in_listing,
+    manifest_objects,
+    mismatch,
+    verified_bytes,
+)
 from rlcleanup.uris import join, relative_to
 
 MARKER = "_PUBLISHED.json"
@@ -61,6 +68,7 @@ class HubItem:
     name: str  # path in the repo
     source: ObjectInfo | None  # an object in storage, or None for a file we generate (`data`)
     data: bytes | None = None
+    preserved: PreservedObject | None = None  # preserved evidence: what the sealed manifest says it must still be
 
 
 @dataclass(frozen=True)
@@ -78,13 +86,15 @@ def _preserved(storage: Storage, record: CompletionRecord) -> list[PreservedObje
 
 
 def metrics_csv(storage: Storage, record: CompletionRecord) -> bytes | None:
-    """The stitched metrics (metrics.jsonl) as one CSV: step, kind, attempt, then every metric name."""
+    """The stitched metrics (metrics.jsonl) as one CSV: step, kind, attempt, then every metric name. The preserved
+    file is read back verified against the sealed manifest (TamperedEvidence when it changed)."""
     if not record.metrics_uri:
         return None
     try:
-        lines = list(storage.iter_lines(record.metrics_uri))
+        data = verified_bytes(storage, record.metrics_uri, manifest_objects(storage, record))
     except FileNotFoundError:
         return None
+    lines = data.decode("utf-8", errors="replace").splitlines()
     rows = [json.loads(line) for line in lines if line.strip()]
     rows = [r for r in rows if r.get("kind") in ("train", "eval")]
     names = sorted({k for r in rows for k in (r.get("metrics") or {})})
@@ -172,15 +182,16 @@ def plan(storage: Storage, record: CompletionRecord, grant: Grant, repo_id: str,
     candidate = pinned.candidate
     items = [HubItem(name, info) for name, info in sorted(pinned.objects.items())]
     root = record.preserved_locations[0] if record.preserved_locations else None
-    for obj in _preserved(storage, record):
+    sealed = {o.destination: o for o in _preserved(storage, record)}
+    for obj in sealed.values():
         if obj.kind == "log" and root:
             info = storage.stat(obj.destination) or ObjectInfo(uri=obj.destination, size=obj.size)
-            items.append(HubItem(f"{LOGS}/{relative_to(obj.destination, root)}", info))
+            items.append(HubItem(f"{LOGS}/{relative_to(obj.destination, root)}", info, preserved=obj))
     if root:
         for name in ("report.md", "timeline.png"):
             derived = storage.stat(join(root, "derived", name))
             if derived is not None:
-                items.append(HubItem(f"{LOGS}/{name}", derived))
+                items.append(HubItem(f"{LOGS}/{name}", derived, preserved=sealed.get(derived.uri)))
     csv_bytes = metrics_csv(storage, record)
     if csv_bytes is not None:
         items.append(HubItem(f"{LOGS}/metrics.csv", None, csv_bytes))
@@ -318,7 +329,13 @@ def plan_hub(
             return None, refused
         assert seen.visibility is not None
         visibility, evidence = seen.visibility.value, seen.evidence
-    items = plan(storage, record, grant, repo_id, pinned)
+    try:
+        items = plan(storage, record, grant, repo_id, pinned)
+    except TamperedEvidence as exc:
+        return None, refuse(Refusal.evidence_tampered, f"preserved evidence changed since it was sealed: {exc}", dest)
+    why_tampered = changed_in_listing((i.preserved, i.source) for i in items)
+    if why_tampered is not None:
+        return None, refuse(Refusal.evidence_tampered, why_tampered, dest)
     clash = name_clash(list(pinned.objects), [*(i.name for i in items[len(pinned.objects) :]), MARKER])
     if clash:
         return None, refuse(Refusal.candidate_invalid, clash, dest)
@@ -346,8 +363,12 @@ def _stage(storage: Storage, items: list[HubItem], staging: str) -> str | None:
     for item in items:
         target = join(staging, item.name)
         if item.source is not None:
-            if pinned_copy(storage, item.source, target).outcome == "conflict":
+            proof = pinned_copy(storage, item.source, target)
+            if proof.outcome == "conflict":
                 return f"staging {item.name} did not verify"
+            changed = mismatch(item.preserved, proof.size, proof.crc32c, proof.md5) if item.preserved else None
+            if item.preserved is not None and changed is not None:
+                raise TamperedEvidence(f"{item.preserved.destination}: changed since it was preserved ({changed})")
         elif storage.write_if_absent(target, item.data or b"", "application/octet-stream") is WriteOutcome.conflict:
             return f"staging {item.name}"
     return None
@@ -408,6 +429,8 @@ def publish_to_hub(
             conflict = _stage(storage, hub_plan.items, staging)
         except SourceChangedError as exc:
             return refuse(Refusal.source_changed, str(exc), dest)
+        except TamperedEvidence as exc:
+            return refuse(Refusal.evidence_tampered, f"preserved evidence changed since it was sealed: {exc}", dest)
         if conflict:
             return refuse(Refusal.destination_conflict, conflict, dest)
         listed = {relative_to(o.uri, staging): o for o in storage.list(staging)}

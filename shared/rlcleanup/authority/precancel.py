@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rlcleanup.formats.weight_files import is_bulk_weight
+from rlcleanup.models.record import CompletionRecord
 from rlcleanup.parsing.attempt_logs import attempt_log_objects, scan_attempt
 from rlcleanup.ports.controllers import ControllerError, JobController
 from rlcleanup.ports.records import RunRecords
@@ -125,6 +126,22 @@ def reproducing_failures(storage: Storage, records: RunRecords, layout: RunLayou
 def unexplained(records: RunRecords, run_id: str, found: list[dict[str, Any]]) -> list[str]:
     """Signatures still without a cause, checked now (a cause may have been recorded since the capture)."""
     return [r["signature"] for r in found if records.get_doc(causes_collection(run_id), r["signature_id"]) is None]
+
+
+def run_has_ended(record: CompletionRecord | None) -> bool:
+    """Whether the run's end was observed: a terminal job event was classified (only an end is classified) or its
+    terminal state established. A cancel applies only to a live run, so a cancel grant for such a run is refused."""
+    return record is not None and (record.classification is not None or record.terminal_state is not None)
+
+
+def observed_signature_ids(captures: list[dict[str, Any]]) -> set[str]:
+    """The reproducing-failure signature ids the run's own pre-cancel captures saw: the only ids a cause may name."""
+    return {
+        sig["signature_id"]
+        for c in captures
+        for sig in c.get("reproducing", [])
+        if isinstance(sig, dict) and isinstance(sig.get("signature_id"), str)
+    }
 
 
 def clearance(

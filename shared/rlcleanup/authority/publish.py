@@ -28,6 +28,7 @@ from rlcleanup.authority.visibility import read_visibility
 from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
 from rlcleanup.ports.hub import is_hub
 from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage, WriteOutcome
+from rlcleanup.steps.evidence_check import changed_in_listing, mismatch
 from rlcleanup.steps.validate import reserved_names
 from rlcleanup.uris import is_local, join, relative_to, scheme, strip_file_scheme
 
@@ -42,6 +43,7 @@ MAX_FINDINGS_IN_RECORD = 10
 class Item:
     source: ObjectInfo
     name: str  # relative to the destination
+    preserved: PreservedObject | None = None  # a preserved object: what the manifest says it must still be
 
 
 def plan_items(storage: Storage, record: CompletionRecord, pinned: dict[str, ObjectInfo]) -> list[Item]:
@@ -49,9 +51,8 @@ def plan_items(storage: Storage, record: CompletionRecord, pinned: dict[str, Obj
     items = [Item(info, name) for name, info in sorted(pinned.items())]
     for obj in _preserved_logs(storage, record):
         root = record.preserved_locations[0]
-        items.append(
-            Item(storage.stat(obj.destination) or _info(obj), f"training_logs/{relative_to(obj.destination, root)}")
-        )
+        name = f"training_logs/{relative_to(obj.destination, root)}"
+        items.append(Item(storage.stat(obj.destination) or _info(obj), name, obj))
     return items
 
 
@@ -239,6 +240,9 @@ def plan_publish(
         )
 
     items = plan_items(storage, record, pinned.objects)
+    why_tampered = changed_in_listing((i.preserved, i.source) for i in items)
+    if why_tampered is not None:
+        return None, refuse(Refusal.evidence_tampered, why_tampered, dest)
     scanned = 0
     if not apply:  # a preview scans the sources; a publish scans the staged copy (the bytes it will publish)
         report = scan_objects(storage, [i.source for i in items])
@@ -362,6 +366,11 @@ def _carry_out(storage: Storage, record: CompletionRecord, grant: Grant, pinned:
                 return _refuse_and_clean(
                     storage, Refusal.destination_conflict, f"staging {item.name} did not verify", dest, staging=staging
                 )
+            sealed = item.preserved
+            changed = mismatch(sealed, proof.size, proof.crc32c, proof.md5) if sealed is not None else None
+            if sealed is not None and changed is not None:  # the bytes copied are not the evidence that was sealed
+                tamper = f"preserved evidence changed since it was sealed: {sealed.destination}: {changed}"
+                return _refuse_and_clean(storage, Refusal.evidence_tampered, tamper, dest, staging=staging)
             staged.append(proof)
     except SourceChangedError as exc:
         return _refuse_and_clean(storage, Refusal.source_changed, str(exc), dest, staging=staging)

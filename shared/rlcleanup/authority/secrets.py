@@ -37,12 +37,22 @@ _SKIPPED_PLUGINS = {"Base64HighEntropyString", "HexHighEntropyString", "IPPublic
 _BLOCK = 4 * 1024 * 1024
 _SNIFF = 8192
 _WINDOW, _OVERLAP = 8192, 2048  # long lines are scanned in windows this size, overlapping this much
+# The longest line the scan holds (a line is read whole; its windows are scanned one by one). Past it the file is
+# refused as unscannable, never published unscanned: time and memory per file stay bounded.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+# A PNG's compressed text chunks may inflate to at most this much in all, and no chunk more than this ratio
+# (beyond its first 64 KiB): a 0.5 MB PNG inflating to 512 MiB is refused, not scanned.
+PNG_TEXT_MAX_BYTES = 16 * 1024 * 1024
+PNG_MAX_INFLATION_RATIO = 100
 _PLUGIN_FILE = Path(__file__).with_name("secret_plugins.py")
 _SESSION_LOCK = threading.RLock()  # detect-secrets settings are process-global
 
 _B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
 _JSON_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\([\\/\"nrt])")
-_CONCAT = re.compile(r"""(["'])\s*(?:\+|\.\.|\\\n|\n)?\s*\1""")  # "ab" + "cd", "ab" "cd", 'ab' .. 'cd'
+# "ab" + "cd", "ab" "cd", 'ab' .. 'cd', across a line end too. Possessive: a quote before a long run of blanks
+# would otherwise backtrack through every split of the run (8,000 blanks took 0.8 s; now microseconds). A newline
+# needs no alternative of its own: it is a blank.
+_CONCAT = re.compile(r"""(["'])\s*+(?:\+|\.\.|\\\n)?\s*+\1""")
 _CONTINUATION = re.compile(r"\\\r?\n\s*")
 _NON_PRINTABLE = re.compile(r"[^\x20-\x7e\t\n]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -54,6 +64,10 @@ _TAIL = "[ \t'\"`,;).]*"
 _SPLIT_HEAD = re.compile(rf"(?<![A-Za-z0-9_])((?:{'|'.join(SPLIT_PREFIXES)})[A-Za-z0-9_]*){_TAIL}\Z")
 _SPLIT_LAST = re.compile(rf"([A-Za-z0-9_]+){_TAIL}\Z")
 _SPLIT_ASSIGNED = re.compile(r"[=:][ \t'\"`]*([A-Za-z0-9_]+)[^=:]*\Z")
+
+
+class ScanBoundExceeded(Exception):
+    """A file whose scan would pass a bound (a line's length, a PNG's inflated text): refused, never published."""
 
 
 @dataclass(frozen=True)
@@ -196,17 +210,24 @@ def _piece_views(piece: str) -> Iterator[str]:
         yield _unescape(decoded)
 
 
-def line_views(line: str, following: str | None) -> list[str]:
-    """Every string the rules are run on for one line: its windows, each as written, JSON-unescaped, with
-    concatenations joined and base64 runs decoded; and the line joined with the one after it (a backslash
-    continuation or a string concatenation across the line end). Both scan paths use exactly these."""
-    views = [v for piece in _windows(line) for v in _piece_views(piece)]
+def iter_line_views(line: str, following: str | None) -> Iterator[str]:
+    """Every string the rules are run on for one line, one at a time: its windows, each as written,
+    JSON-unescaped, with concatenations joined and base64 runs decoded; and the line's last window joined with
+    the next line's first (a backslash continuation or a string concatenation across the line end: any secret
+    it forms lies within a window of the end). Both scan paths use exactly these; no view is longer than two
+    windows, so the rules' work is linear in the line's length."""
+    for piece in _windows(line):
+        yield from _piece_views(piece)
     if following is not None:
-        joined = _joined(_unescape(line + "\n" + following))
+        joined = _joined(_unescape(line[-_WINDOW:] + "\n" + following[:_WINDOW]))
         if "\n" not in joined:
-            views.append(joined)
-        views.extend(_split_token_views(line, following))
-    return views
+            yield joined
+        # A token split across the line end with text before each half (its views are built from the two lines).
+        yield from _split_token_views(line, following)
+
+
+def line_views(line: str, following: str | None) -> list[str]:
+    return list(iter_line_views(line, following))
 
 
 def _split_token_views(line: str, following: str) -> list[str]:
@@ -263,19 +284,29 @@ def _candidates(buf: bytes) -> Iterator[tuple[int, int, int, bool]]:
         hits[start] = (start, end, hit or hits.get(start, (0, 0, False))[2])
         return end + 1
 
-    for search, hit in ((block_rx.search, True), (b64_rx.search, False)):
-        pos = 0
-        while pos <= len(buf) and (m := search(buf, pos)) is not None:
-            pos = mark(m.start(), hit)
+    pos = 0
+    while pos <= len(buf) and (m := block_rx.search(buf, pos)) is not None:
+        pos = mark(m.start(), True)
+    pos = 0
+    while pos <= len(buf) and (m := b64_rx.search(buf, pos)) is not None:
+        pos = mark(m.start(1), False)  # the run itself (the match may begin with the newline before it)
     # A line over _WINDOW bytes holds a whole aligned segment of half that without a newline: find those by
     # memchr over each segment instead of splitting the block into lines.
+    # Each line is looked at once: after a segment without a newline the loop jumps past that line's end, so the
+    # work is linear in the block however long its lines are (looking back to the line's start from every segment
+    # of it made a 32 MiB line cost 8192 scans of up to 32 MiB).
     step = _WINDOW // 2
-    for seg in range(0, len(buf), step):
-        if buf.find(b"\n", seg, seg + step) < 0 and seg + step <= len(buf):
-            start = buf.rfind(b"\n", 0, seg) + 1
-            end = buf.find(b"\n", seg)
-            if (len(buf) if end < 0 else end) - start > _WINDOW:
-                mark(seg, True)
+    seg = 0
+    while seg + step <= len(buf):
+        if buf.find(b"\n", seg, seg + step) >= 0:
+            seg += step
+            continue
+        start = buf.rfind(b"\n", 0, seg) + 1  # the segment before held a newline (or this is the first)
+        end = buf.find(b"\n", seg)
+        end = len(buf) if end < 0 else end
+        if end - start > _WINDOW:
+            mark(seg, True)
+        seg = max(seg + step, (end // step) * step)
     newline_before, counted_to = 0, 0
     for start in sorted(hits):
         newline_before += buf.count(b"\n", counted_to, start)
@@ -302,10 +333,16 @@ def _scan_buf(buf: bytes, uri: str, first_line: int = 1, lookahead: bool = False
             if i < last:
                 nxt = buf.find(b"\n", end + 1)
                 following = buf[end + 1 : len(buf) if nxt < 0 else nxt].decode("utf-8", errors="surrogatepass")
-            views = set(line_views(line, following))
+            views: Iterable[str] = iter_line_views(line, following)  # one at a time: a long line's windows
         else:  # no rule or trigger on the line, and it is one window: only its decoded base64 can differ
             views = {v for decoded in _b64_decoded(line) for v in (decoded, _unescape(decoded))}
+        seen: set[str] = set()  # a view repeated nearby (an unchanged decoding) is checked once
         for view in views:
+            if view in seen:
+                continue
+            if len(seen) >= 256:  # bounded: a long line's windows are not all held at once
+                seen.clear()
+            seen.add(view)
             if view_search(view.encode("utf-8", errors="surrogatepass")) is not None:
                 found |= {Finding(uri, first_line + i, rule) for rule in _line_findings(view)}
     return sorted(found, key=lambda f: (f.line, f.rule))
@@ -340,6 +377,11 @@ def _blocks(storage: Storage, info: ObjectInfo) -> Iterator[tuple[int, bytes, bo
         cut = data.rfind(b"\n")
         prev = data.rfind(b"\n", 0, cut) if cut > 0 else -1
         if prev < 0:  # fewer than two whole lines: read on
+            if len(data) - (cut + 1) > MAX_LINE_BYTES:
+                raise ScanBoundExceeded(
+                    f"line {line_no + (1 if cut >= 0 else 0)} is longer than the scan's bound of {MAX_LINE_BYTES} "
+                    "bytes without a line end"
+                )
             carry = data
             continue
         text = _normalised(data[: cut + 1])[:-1]  # whole lines; the last one is the look-ahead
@@ -371,13 +413,33 @@ _PNG = b"\x89PNG\r\n\x1a\n"
 _PNG_MAX = 64 * 1024 * 1024
 
 
+def _inflate(compressed: bytes, room: int, uri: str) -> bytes | None:
+    """A zlib stream inflated without ever holding more than the bounds allow: at most `room` bytes (what is left
+    of the PNG's text budget) and at most PNG_MAX_INFLATION_RATIO times its compressed size beyond 64 KiB. Past a
+    bound: ScanBoundExceeded (refused); not a zlib stream: None (a PNG that does not parse)."""
+    limit = min(room, 64 * 1024 + PNG_MAX_INFLATION_RATIO * len(compressed))
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(compressed, limit + 1)  # never more than the bound (+1 to see it passed)
+    except zlib.error:
+        return None
+    if len(out) > limit or (inflater.unconsumed_tail and not inflater.eof):
+        raise ScanBoundExceeded(
+            f"a compressed text chunk inflates past {limit} bytes ({len(compressed)} bytes compressed; bounds: "
+            f"{PNG_MAX_INFLATION_RATIO}x its size, {PNG_TEXT_MAX_BYTES} bytes of text per PNG)"
+        )
+    if not inflater.eof:
+        return None  # truncated stream
+    return out
+
+
 def _png_texts(storage: Storage, info: ObjectInfo) -> str | None:
     """Every text a PNG carries (tEXt, zTXt, iTXt, eXIf and any chunk that is not image data), one per line;
     None when the chunk structure does not parse to its end. Image data (IHDR/PLTE/IDAT/IEND) is the exemption."""
     if info.size > _PNG_MAX:
         return None
     data = storage.read_bytes(info.uri, _PNG_MAX)
-    pos, texts = len(_PNG), list[str]()
+    pos, texts, budget_used = len(_PNG), list[str](), 0
     while pos + 8 <= len(data):
         length = int.from_bytes(data[pos : pos + 4], "big")
         kind = data[pos + 4 : pos + 8]
@@ -392,18 +454,21 @@ def _png_texts(storage: Storage, info: ObjectInfo) -> str | None:
             continue
         if kind == b"zTXt" and b"\x00" in body:
             key, rest = body.split(b"\x00", 1)
-            try:
-                body = key + b" " + zlib.decompress(rest[1:])
-            except zlib.error:
+            inflated = _inflate(rest[1:], PNG_TEXT_MAX_BYTES - budget_used, info.uri)
+            if inflated is None:
                 return None
+            body = key + b" " + inflated
         elif kind == b"iTXt":
             parts = body.split(b"\x00", 2)
             if len(parts) == 3 and len(parts[1]) >= 1 and parts[1][:1] == b"\x01":
                 tail = parts[2][1:].split(b"\x00", 2)  # method, language, translated keyword, text
-                try:
-                    body = parts[0] + b" " + zlib.decompress(tail[-1])
-                except zlib.error:
+                inflated = _inflate(tail[-1], PNG_TEXT_MAX_BYTES - budget_used, info.uri)
+                if inflated is None:
                     return None
+                body = parts[0] + b" " + inflated
+        budget_used += len(body)
+        if budget_used > PNG_TEXT_MAX_BYTES:
+            raise ScanBoundExceeded(f"its text chunks hold more than {PNG_TEXT_MAX_BYTES} bytes")
         texts.append(body.replace(b"\x00", b" ").decode("utf-8", "replace"))
     return None  # no IEND: truncated or not a PNG
 
@@ -418,7 +483,11 @@ def scan_object(storage: Storage, info: ObjectInfo, report: ScanReport) -> None:
         return
     sniff = storage.read_range(info.uri, 0, min(_SNIFF, info.size)) if info.size else b""
     if sniff.startswith(_PNG):  # our own report images: their text chunks are scanned, pixels are not text
-        texts = _png_texts(storage, info)
+        try:
+            texts = _png_texts(storage, info)
+        except ScanBoundExceeded as exc:
+            report.refused.append(f"{info.uri}: a PNG past the scan's bounds: {exc}")
+            return
         if texts is None:
             report.refused.append(f"{info.uri}: a PNG whose chunks do not parse")
             return
@@ -429,7 +498,11 @@ def scan_object(storage: Storage, info: ObjectInfo, report: ScanReport) -> None:
     if b"\x00" in sniff:
         report.refused.append(f"{info.uri}: binary and not a parsed tensor file")
         return
-    found = scan_text(storage, info)
+    try:
+        found = scan_text(storage, info)
+    except ScanBoundExceeded as exc:
+        report.refused.append(f"{info.uri}: past the scan's bounds: {exc}")
+        return
     report.findings.extend(found)
     report.scanned.append(info.uri)
 

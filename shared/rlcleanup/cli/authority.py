@@ -19,18 +19,20 @@ import typer
 from rlcleanup.authority.grants import Action, Visibility
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
 from rlcleanup.cli.stores import OperatorError, not_found, open_store
+from rlcleanup.errors import PermanentError
 from rlcleanup.paths import default_preserve_root, keys_dir
 from rlcleanup.ports.hub import is_hub, repo_of
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.backends import OpenStore, StoreBackend, open_bus, open_storage
 from rlcleanup.settings import platform
+from rlcleanup.textsafe import neutralise
 from rlcleanup.uris import is_local, strip_file_scheme
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
 
 def _fail(message: str, code: int = 3) -> None:
-    typer.echo(f"rlcleanup: {message}", err=True)
+    typer.echo(neutralise(f"rlcleanup: {message}"), err=True)
     raise typer.Exit(code)
 
 
@@ -47,7 +49,7 @@ def _open(backend: str | None, db: Path | None, project: str | None, *, create: 
     try:
         return open_store(backend_name(backend), db_path(db), project, create=create)
     except OperatorError as exc:
-        typer.echo(f"rlcleanup: {exc}", err=True)
+        typer.echo(neutralise(f"rlcleanup: {exc}"), err=True)
         raise typer.Exit(exc.code) from exc
 
 
@@ -286,8 +288,16 @@ def grant(
     else:
         typer.echo(
             f"grant {g.grant_id}: {state}"
-            + (f" ({doc['refusal']}: {doc.get('detail')})" if doc.get("refusal") else "")
-            + (f"\n  {outcome['detail']}" if outcome.get("detail") and not doc.get("refusal") else "")
+            + (
+                f" ({doc['refusal']}: {neutralise(str(doc.get('detail')), keep_newlines=False)})"
+                if doc.get("refusal")
+                else ""
+            )
+            + (
+                f"\n  {neutralise(outcome['detail'], keep_newlines=False)}"
+                if outcome.get("detail") and not doc.get("refusal")
+                else ""
+            )
         )
         if after is not None:
             left = f"{len(after.remaining_work)} item(s) left" if after.remaining_work else "nothing left to do"
@@ -330,7 +340,7 @@ def _print_preview(record: Any, g: Any, now: datetime, as_json: bool, store: Any
     if as_json:
         typer.echo(json.dumps(preview, indent=2))
     else:
-        typer.echo(render_preview(preview))
+        typer.echo(neutralise(render_preview(preview)))  # paths and details in a preview are a run's data
     if preview["would"] == "refuse":
         raise typer.Exit(3)
 
@@ -415,10 +425,11 @@ def grants(
         if r["no_longer_applies"]:
             why = f"  (no longer applies: {r['no_longer_applies']})"
         step = "" if r["step"] is None else str(r["step"])
-        typer.echo(
+        line = (
             f"{r['grant_id'][:16]:16}  {r['action'] or '?':8} {r['state']:8} {result:12} {step:>5}  "
             f"{r['destination'] or ''}{why}"
         )
+        typer.echo(neutralise(line, keep_newlines=False))  # one grant, one line: a detail cannot add lines
 
 
 def cause(
@@ -433,7 +444,11 @@ def cause(
     from rlcleanup.runtime.embedded import EmbeddedStack
 
     stack = EmbeddedStack.create(db_path(db), str(default_preserve_root()))
-    typer.echo(record_cause(stack.ports, run_id, signature_id, note, by, datetime.now(UTC)))
+    try:
+        typer.echo(neutralise(record_cause(stack.ports, run_id, signature_id, note, by, datetime.now(UTC))))
+    except PermanentError as exc:  # a signature id no capture of this run observed: nothing recorded
+        typer.echo(neutralise(f"refused ({exc.code}): {exc}"), err=True)
+        raise typer.Exit(3) from None
     stack.bus.drain()
 
 

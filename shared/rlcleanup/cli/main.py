@@ -21,6 +21,7 @@ from rlcleanup.errors import PermanentError
 from rlcleanup.models.controller_states import MANUAL
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.settings import platform
+from rlcleanup.textsafe import neutralise
 
 # What `run --state` accepts: the verdicts an operator can state for a run (ENDED is the default, no verdict).
 MANUAL_STATES = tuple(sorted(set(MANUAL.states) - {"ENDED"}))
@@ -50,7 +51,7 @@ def _root(
 
 
 def _fail(message: str, code: int = 3) -> None:
-    typer.echo(f"rlcleanup: {message}", err=True)
+    typer.echo(neutralise(f"rlcleanup: {message}"), err=True)
     raise typer.Exit(code)
 
 
@@ -155,10 +156,7 @@ def run(
         return
     # Step claims make a second `run` a no-op: say so instead of passing an old verdict off as new.
     stored = record.updated_at.timestamp() < started
-    if as_json:
-        typer.echo(record.model_dump_json(indent=2))
-    else:
-        typer.echo(summary(record))
+    typer.echo(neutralise(record.model_dump_json(indent=2) if as_json else summary(record)))
     if stored:
         typer.echo(
             f"rlcleanup: {record.run_id} already had a record (last updated {record.updated_at:%Y-%m-%d %H:%M:%S} "
@@ -204,7 +202,7 @@ def show(
     from rlcleanup.cli.render import summary
 
     record = get_record(open_store(backend_name(backend), db_path(db), project), run_id)
-    typer.echo(record.model_dump_json(indent=2) if as_json else summary(record))
+    typer.echo(neutralise(record.model_dump_json(indent=2) if as_json else summary(record)))
 
 
 @app.command(epilog=EXIT_CODES)

@@ -36,6 +36,7 @@ from rlcleanup.cli.stores import (
 )
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import RecordStatus, TerminalState
+from rlcleanup.textsafe import neutralise
 
 EXIT_CODES = (
     "Exit codes: 0 ok, 1 not found (run or records), 2 usage, 3 failure (store unreachable, timeout, failed run)."
@@ -52,12 +53,12 @@ def operator_errors(fn: Callable[P, None]) -> Callable[P, None]:
         try:
             fn(*args, **kwargs)
         except OperatorError as exc:
-            typer.echo(f"rlcleanup: {exc}", err=True)
+            typer.echo(neutralise(f"rlcleanup: {exc}"), err=True)
             raise typer.Exit(exc.code) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
         except Exception as exc:  # e.g. the emulator went away mid-watch
-            typer.echo(f"rlcleanup: {type(exc).__name__}: {exc}", err=True)
+            typer.echo(neutralise(f"rlcleanup: {type(exc).__name__}: {exc}"), err=True)
             raise typer.Exit(EXIT_FAILURE) from None
 
     return wrapper
@@ -68,6 +69,13 @@ def _console() -> Any:
 
     # Piped output keeps long run ids on one line instead of rich's 80-column default.
     return Console(width=None if sys.stdout.isatty() else 200, highlight=False)
+
+
+def _cell(text: str) -> str:
+    """A run's string in a rich table: no control code reaches the terminal and no `[...]` is read as markup."""
+    from rich.markup import escape
+
+    return escape(neutralise(text, keep_newlines=False))
 
 
 def _selection(r: CompletionRecord) -> str:
@@ -131,10 +139,10 @@ def status(
     for r in records:
         tone = _TONE.get(r.status.value, "")
         table.add_row(
-            r.run_id,
+            _cell(r.run_id),
             f"[{tone}]{r.status.value}[/]" if tone else r.status.value,
             r.terminal_state.value if r.terminal_state else "—",
-            _selection(r),
+            _cell(_selection(r)),
             str(len(r.errors)) if r.errors else "",
             r.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
         )
@@ -149,14 +157,16 @@ def _stage_table(snap: dict[str, Any]) -> Any:
     from rich.progress_bar import ProgressBar
     from rich.table import Table
 
-    table = Table(title=f"{snap['run_id']}: {snap['status']}", title_justify="left", show_edge=False)
+    table = Table(title=_cell(f"{snap['run_id']}: {snap['status']}"), title_justify="left", show_edge=False)
     for col in ("stage", "done", "running", "progress"):
         table.add_column(col)
     for st in snap["stages"]:
         total = st["total"]
         bar = ProgressBar(total=float(total or 1), completed=float(st["done"] if total else 0), width=30)
-        table.add_row(st["name"], f"{st['done']}/{total if total is not None else '?'}", str(st["running"] or ""), bar)
-    footer = f"errors: {snap['errors']}" if snap["errors"] else ""
+        table.add_row(
+            _cell(st["name"]), f"{st['done']}/{total if total is not None else '?'}", str(st["running"] or ""), bar
+        )
+    footer = _cell(f"errors: {snap['errors']}") if snap["errors"] else ""
     return Group(table, footer) if footer else table
 
 
@@ -223,7 +233,7 @@ def watch(
         from rlcleanup.report.verdict import build_verdict
 
         final = opened.store.get(run_id) or record
-        typer.echo(f"\n{build_verdict(final).line}")
+        typer.echo(f"\n{neutralise(build_verdict(final).line, keep_newlines=False)}")
     if not snap["finished"]:
         raise OperatorError(f"run {run_id} not finished after {timeout:g}s (status {snap['status']})", EXIT_FAILURE)
     if snap["status"] == RecordStatus.failed.value:
@@ -264,11 +274,11 @@ def report(
     else:
         text = rendered.markdown(image)
     if out is None:
-        typer.echo(text, nl=not text.endswith("\n"))
+        typer.echo(neutralise(text), nl=not text.endswith("\n"))
         return
     out.mkdir(parents=True, exist_ok=True)
     target = out / f"report.{kind}"
-    target.write_text(text, encoding="utf-8")
+    target.write_text(neutralise(text), encoding="utf-8")
     typer.echo(str(target))
     if image and rendered.timeline is not None:
         (out / image).write_bytes(rendered.timeline.png)

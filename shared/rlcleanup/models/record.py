@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
 from rlcleanup.errors import redact_credentials
 from rlcleanup.models.vocab import (
@@ -16,6 +16,12 @@ from rlcleanup.models.vocab import (
     TerminalState,
     problem_code,
 )
+from rlcleanup.textsafe import neutralise
+
+# Free text a run wrote (log messages, reasons, config values): stored neutralised, so no surface that shows the
+# record (the Firestore console, the CLI, a report, a JSON consumer) receives a control sequence. Never a location:
+# URIs stay as they are, they are read back.
+RunText = Annotated[str, AfterValidator(neutralise)]
 
 
 def utcnow() -> datetime:
@@ -35,16 +41,16 @@ def _without(data: Any, derived: tuple[str, ...]) -> Any:
 
 class Classification(_Model):
     kind: ClassificationKind
-    evidence: list[str] = Field(default_factory=list, description="config keys (with values) that decided it")
+    evidence: list[RunText] = Field(default_factory=list, description="config keys (with values) that decided it")
 
 
 class FailureCause(_Model):
     attempt_id: str | None
     source_uri: str
     line: int = Field(description="1-based line of the first traceback line in source_uri")
-    error_type: str
-    message: str
-    traceback: str
+    error_type: RunText
+    message: RunText
+    traceback: RunText
     evidence_source: str = Field(
         default="driver_log",
         description="the evidence source that decided (steps/evidence_sources.py, most trusted first): "
@@ -66,7 +72,7 @@ class Attempt(_Model):
         "document); every one is listed in the manifest",
     )
     log_count: int = Field(default=0, description="how many logs the attempt has (all scanned, all preserved)")
-    failure: str | None = None
+    failure: RunText | None = None
 
 
 class ChainCoverage(_Model):
@@ -87,7 +93,7 @@ class StepSummary(_Model):
     executor_status: str | None = None
     state: str | None = Field(default=None, description="terminal.json or the last attempt's response.state")
     attempt_ids: list[str] = Field(default_factory=list)
-    failure: str | None = None
+    failure: RunText | None = None
 
 
 class ChainSummary(_Model):
@@ -145,8 +151,10 @@ class Candidate(_Model):
         "null when no registered format recognises its files",
     )
     valid: bool
-    problems: list[str] = Field(default_factory=list, description="'code: detail' strings; code from the vocabulary")
-    warnings: list[str] = Field(default_factory=list)
+    problems: list[RunText] = Field(
+        default_factory=list, description="'code: detail' strings; code from the vocabulary"
+    )
+    warnings: list[RunText] = Field(default_factory=list)
     parameter_count: int | None = None
     estimated_parameter_count: int | None = None
     size_label: str | None = None
@@ -190,7 +198,7 @@ class Candidate(_Model):
 class ResumeSafety(_Model):
     safe: bool
     from_step: int | None = None
-    reasons: list[str] = Field(default_factory=list)
+    reasons: list[RunText] = Field(default_factory=list)
 
 
 class Selection(_Model):
@@ -202,7 +210,7 @@ class Selection(_Model):
     chain_coverage: ChainCoverage | None = None
     candidates_considered: list[int] = Field(default_factory=list)
     scores: dict[str, float] = Field(default_factory=dict, description="step -> smoothed score")
-    reason: str | None = None
+    reason: RunText | None = None
 
 
 class PreservedObject(_Model):
@@ -228,7 +236,7 @@ class IncompleteEvidence(_Model):
 class RunError(_Model):
     step: str
     code: str
-    message: str
+    message: RunText
     at: datetime = Field(default_factory=utcnow)
 
     @field_validator("message")
@@ -252,7 +260,7 @@ class AuthorityAction(_Model):
     )
     verified_objects: int = 0
     refusal: str | None = None
-    detail: str | None = None
+    detail: RunText | None = None
     uri: str | None = None
     reclaimed_bytes: int = 0
     progress: dict[str, int] | None = Field(
@@ -288,8 +296,8 @@ class PreCancelCapture(_Model):
     ranks: int = 0
     min_mean_utilization: float | None = None
     copied_objects: int = 0
-    unexplained_reproducing: list[str] = Field(default_factory=list)
-    problems: list[str] = Field(default_factory=list)
+    unexplained_reproducing: list[RunText] = Field(default_factory=list)
+    problems: list[RunText] = Field(default_factory=list)
 
 
 # The run URI of a placeholder record: one filed for an error whose message named the run id but not its place.
@@ -315,7 +323,7 @@ class CompletionRecord(_Model):
     status: RecordStatus = RecordStatus.in_progress
     classification: Classification | None = None
     terminal_state: TerminalState | None = None
-    terminal_reasoning: list[str] = Field(default_factory=list)
+    terminal_reasoning: list[RunText] = Field(default_factory=list)
     controller_state: str | None = None
     step_budget: int | None = None
     last_trained_step: int | None = None
@@ -328,15 +336,15 @@ class CompletionRecord(_Model):
         default=None, description="the earliest teardown error, quoted when no causal error exists (never the cause)"
     )
     chain: ChainSummary = Field(default_factory=ChainSummary)
-    source_revision: dict[str, str] = Field(default_factory=dict)
-    base_model: str | None = None
+    source_revision: dict[str, RunText] = Field(default_factory=dict)
+    base_model: RunText | None = None
     temp_root: str | None = Field(
         default=None,
         description="the run's temp root (checkpoints, attempts) when it lies outside run_uri; with run_uri, what "
         "a reclaim inventories. Set at classification from the roots checked against the run buckets.",
     )
     resolved_config: ResolvedConfigRef | None = None
-    launch_command: str | None = None
+    launch_command: RunText | None = None
     preserved_locations: list[str] = Field(default_factory=list)
     manifest_uri: str | None = None
     metrics_uri: str | None = None
@@ -350,7 +358,7 @@ class CompletionRecord(_Model):
     candidates: list[Candidate] = Field(default_factory=list)
     resume_safety: ResumeSafety | None = None
     selection: Selection | None = None
-    registration: str | None = None
+    registration: RunText | None = None
     declared_registration: DeclaredRegistration | None = Field(
         default=None,
         description="the classified configuration's cleanup.registration (wrap-up); a register grant acts on this, "
@@ -367,7 +375,7 @@ class CompletionRecord(_Model):
     reclaimed_bytes: int = 0
     pre_cancel: PreCancelCapture | None = None
     not_applicable_evidence: list[str] = Field(default_factory=list)
-    remaining_work: list[str] = Field(default_factory=list)
+    remaining_work: list[RunText] = Field(default_factory=list)
     errors: list[RunError] = Field(default_factory=list)
     ended_at: datetime | None = Field(
         default=None,

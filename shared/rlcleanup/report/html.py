@@ -10,6 +10,7 @@ import re
 from html import escape
 
 from rlcleanup.report.document import Block, Bullets, Code, Document, Figure, Para, Table
+from rlcleanup.textsafe import neutralise
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -113,7 +114,7 @@ def render_html(doc: Document, *, svg: str | None = None, footer: str = "") -> s
         + "</section>"
         for s in doc.sections
     )
-    return (
+    return neutralise(  # every string in it may be a run's: data, never control (nor a bidi reordering)
         "<!doctype html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.parsing.metrics import StitchedMetrics
 from rlcleanup.ports.storage import Storage
-from rlcleanup.steps.metrics_store import load_metrics
+from rlcleanup.steps.evidence_check import EVIDENCE_TAMPERED, TamperedEvidence, manifest_objects, verified_bytes
 from rlcleanup.uris import join
 
 log = logging.getLogger(__name__)
@@ -53,22 +53,40 @@ def checkpoint_steps_from_listing(lines: list[str]) -> list[int]:
     return sorted(steps)
 
 
+_INPUT_MAX_BYTES = 256 * 1024 * 1024
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, TamperedEvidence):
+        return f"{EVIDENCE_TAMPERED}: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def load_inputs(storage: Storage, record: CompletionRecord) -> ReportInputs:
     inputs = ReportInputs(record=record)
     # Whatever fails here (a missing object, no credentials for gs://, bad JSON), the report still renders from the
     # record alone and says what it could not load.
+    # Both inputs are preserved evidence: once sealed, read back only as the manifest hashed them (a file
+    # rewritten since is named as tampered evidence and left out, never drawn as if it were the run's).
+    try:
+        sealed = manifest_objects(storage, record)
+    except Exception as exc:
+        inputs.notes.append(f"manifest {record.manifest_uri} not read: {type(exc).__name__}: {exc}")
+        return inputs
     if record.metrics_uri:
         try:
-            inputs.metrics = load_metrics(storage, record.metrics_uri)
+            data = verified_bytes(storage, record.metrics_uri, sealed, max_bytes=_INPUT_MAX_BYTES, require_listed=False)
+            inputs.metrics = StitchedMetrics.from_jsonl(data.decode("utf-8", errors="replace").splitlines())
         except Exception as exc:
-            inputs.notes.append(f"metrics not loaded from {record.metrics_uri}: {type(exc).__name__}: {exc}")
+            inputs.notes.append(f"metrics not loaded from {record.metrics_uri}: {_why(exc)}")
     if record.preserved_locations:
         uri = join(record.preserved_locations[0], "derived", CHECKPOINT_LISTING)
         try:
             if storage.stat(uri) is not None:
-                inputs.checkpoint_steps = checkpoint_steps_from_listing(list(storage.iter_lines(uri)))
+                listing = verified_bytes(storage, uri, sealed, max_bytes=_INPUT_MAX_BYTES, require_listed=False)
+                inputs.checkpoint_steps = checkpoint_steps_from_listing(listing.decode("utf-8", "replace").splitlines())
         except Exception as exc:
-            inputs.notes.append(f"checkpoint listing not loaded from {uri}: {type(exc).__name__}: {exc}")
+            inputs.notes.append(f"checkpoint listing not loaded from {uri}: {_why(exc)}")
     for note in inputs.notes:
         log.info("report for %s: %s", record.run_id, note, extra={"run_id": record.run_id})
     return inputs

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from rlcleanup.report.document import Block, Bullets, Code, Document, Figure, Para, Table
+from rlcleanup.textsafe import neutralise
 
 # Escape only what would change the rendering: emphasis at word edges, code spans, HTML, inline links.
 _EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
@@ -55,4 +56,4 @@ def render_markdown(doc: Document, *, image: str | None = None) -> str:
         out += [f'<a id="{section.anchor}"></a>', f"## {escape(section.title)}", ""]
         for block in section.blocks:
             out += [_block(block, image), ""]
-    return "\n".join(out).rstrip() + "\n"
+    return neutralise("\n".join(out).rstrip() + "\n")  # every string in it may be a run's: data, never control

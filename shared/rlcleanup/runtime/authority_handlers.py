@@ -91,7 +91,9 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
     record = p.records.get(run_id)
     capture: dict[str, Any] | None = None
     waiting, shown = None, GrantState.pending.value  # why the grant cannot run yet, and the state it waits in
-    if grant.action is Action.cancel:  # a cancel waits for the pre-cancel capture, not for the record
+    if grant.action is Action.cancel and precancel.run_has_ended(record):
+        pass  # no live run to cancel: carried out at once, where the action refuses it as run_ended
+    elif grant.action is Action.cancel:  # a cancel waits for the pre-cancel capture, not for the record
         captures = list(p.claims.results(run_id, "pre-cancel:").values())
         capture, why, shown = precancel.clearance(p.records, run_id, record.run_uri if record else None, captures)
         waiting = why if capture is None else None
@@ -186,6 +188,14 @@ def record_cause(p: Ports, run_id: str, sig_id: str, note: str, recorded_by: str
     """A person recorded why a reproducing failure happens: waiting cancel grants are retried (outside any delivery,
     as retry-waiting-grants would: its declared topics bound what the retry may publish)."""
     p = guarded_ports(p, load_topology().function("retry-waiting-grants"))
+    observed = precancel.observed_signature_ids(list(p.claims.results(run_id, "pre-cancel:").values()))
+    if sig_id not in observed:
+        known = ", ".join(sorted(observed)) or "none: no pre-cancel capture of this run saw a reproducing failure"
+        raise PermanentError(
+            "unknown_signature",
+            f"{sig_id!r} names no reproducing failure observed in run {run_id}'s pre-cancel captures "
+            f"(observed: {known}); nothing recorded",
+        )
     p.records.put_doc(
         precancel.causes_collection(run_id), sig_id, {"note": note, "recorded_by": recorded_by, "at": at.isoformat()}
     )

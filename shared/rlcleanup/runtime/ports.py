@@ -87,6 +87,7 @@ class Ports:
     readable_roots = _FromSettings[tuple[str, ...] | None]()  # RLCLEANUP_READABLE_ROOTS: widens the local default
     hub_job_threshold_bytes = _FromSettings[int]()
     capture_page_objects = _FromSettings[int]()  # objects one plan-capture page lists (bounded work per invocation)
+    max_run_objects = _FromSettings[int]()  # a run holding more is refused as run_too_large by the paged plans
     # The job-state controllers by name: each built from `settings` when the sweep polls it or a pre-cancel capture
     # asks it (runtime/source_handlers.py, runtime/authority_handlers.py); tests hand in a registry of their own.
     controllers: ControllerRegistry = BUILTIN_CONTROLLERS

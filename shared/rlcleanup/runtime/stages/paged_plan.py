@@ -49,6 +49,7 @@ def plan_page(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: str, page: in
     Pages are stored under `<member set>-page:<n>` ("capture-plan-page:0")."""
     fan = p.topology.fan_out(plan.fan_out)
     name, page_key = f"{fan.name} plan", f"{fan.member_set}-page"
+    _within_ceiling(p, run_id, name, page * p.capture_page_objects, more=True)  # the pages before were full
 
     def work() -> P:
         if page == 0 and first is not None:
@@ -57,6 +58,7 @@ def plan_page(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: str, page: in
         return plan.plan_page(p, scope, before.run, before, page)
 
     done = stored_page(p, run_id, scoped(scope, f"{page_key}:{page}"), work, plan.page_model)
+    _within_ceiling(p, run_id, name, page * p.capture_page_objects + done.listed, more=done.next is not None)
     if done.next is not None:
         nxt = plan.continuation(run_id=run_id, scope=scope, plan_page=page + 1)
         return queue_next(p, fan.topic, nxt, f"{name} page {page}", done)
@@ -66,6 +68,19 @@ def plan_page(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: str, page: in
 
     once(p, run_id, member_set_key(p, scope, plan.fan_out), whole, model=fan.set_model)
     return advance(p, run_id, scope, plan.fan_out)
+
+
+def _within_ceiling(p: Ports, run_id: str, plan: str, listed: int, *, more: bool) -> None:
+    """Refuse a run holding more objects than the deployment's ceiling, as soon as a plan has listed that many:
+    nothing further is planned, and no whole-run step (the listing join, the sealed manifest) ever holds them."""
+    if listed > p.max_run_objects or (more and listed >= p.max_run_objects):
+        raise PermanentError(
+            "run_too_large",
+            f"{run_id}: the {plan} listed {listed} objects{' and more remain' if more else ''}: over the "
+            f"deployment's ceiling of {p.max_run_objects} objects per run (RLCLEANUP_MAX_RUN_OBJECTS; Terraform "
+            "max_run_objects). Refused: nothing further is planned; raise the ceiling or remove the run's stray "
+            "files, then run it again",
+        )
 
 
 def page_before(p: Ports, run_id: str, scope: str, plan: str, key: str, page: int, model: type[P]) -> P:

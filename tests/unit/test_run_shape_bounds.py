@@ -1,0 +1,106 @@
+"""A hostile run shape is bounded (issue 37 item 3): many tiny files are paged through without re-listing the
+whole run per page, and a run past the deployment's ceiling of objects is refused with a clear error."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.ports.storage import ListsAfter, UnsafePathError, list_in_name_order
+from rlcleanup.runtime.embedded import run_embedded
+from rlcleanup.samples.generator import write_sample_run
+
+
+def _with_tiny_files(tmp_path: Path, count: int, where: str = "logs") -> Path:
+    root = write_sample_run(tmp_path / "src", "selection-policy")
+    target = sorted((tmp_path / "src").rglob(f"attempts/*/{where}"))[-1] / "many"
+    target.mkdir(parents=True)
+    for i in range(count):
+        (target / f"f{i:05d}.log").write_bytes(b"step %d ok\n" % i)
+    return root
+
+
+@pytest.mark.parametrize(("ceiling", "page"), [(50, 20), (50, 1000), (120, 7)])
+def test_a_run_over_the_object_ceiling_is_refused_as_run_too_large(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ceiling: int, page: int
+) -> None:
+    monkeypatch.setenv("RLCLEANUP_MAX_RUN_OBJECTS", str(ceiling))
+    monkeypatch.setenv("RLCLEANUP_CAPTURE_PAGE_OBJECTS", str(page))
+    root = _with_tiny_files(tmp_path, 300)
+    record = run_embedded(str(root), db_path=tmp_path / "r.db", preserve_root=str(tmp_path / "p"))
+    assert record is not None and record.status.value == "failed"
+    too_large = [e for e in record.errors if e.code == "run_too_large"]
+    assert too_large and "RLCLEANUP_MAX_RUN_OBJECTS" in too_large[0].message
+    assert f"ceiling of {ceiling} objects" in too_large[0].message
+    # Bounded: at most the pages up to the ceiling were planned, nothing was sealed as if complete.
+    assert record.preserved_object_count <= ceiling + page
+
+
+def test_many_tiny_files_under_the_ceiling_are_paged_and_every_one_preserved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLCLEANUP_CAPTURE_PAGE_OBJECTS", "100")
+    root = _with_tiny_files(tmp_path, 450)
+    record = run_embedded(str(root), db_path=tmp_path / "r.db", preserve_root=str(tmp_path / "p"))
+    assert record is not None and record.status.value == "awaiting_authority", record.errors
+    preserved = list((tmp_path / "p").rglob("many/f*.log"))
+    assert len(preserved) == 450
+
+
+def test_a_local_page_hashes_only_what_it_lists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resuming a local listing after a name neither re-hashes nor re-enters what sorts before it (it did: every
+    page listed and checksummed the whole tree, quadratic in the run's size)."""
+    import rlcleanup.adapters.local_storage as local
+
+    for d in range(20):
+        for f in range(50):
+            path = tmp_path / f"d{d:02d}" / f"f{f:02d}"
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(b"x")
+    hashed: list[Path] = []
+    real = local.file_checksums
+    monkeypatch.setattr(local, "file_checksums", lambda p: hashed.append(p) or real(p))
+    storage = LocalStorage()
+    assert isinstance(storage, ListsAfter)
+    cursor = str(tmp_path / "d17" / "f49")
+    page = [o.uri for _, o in zip(range(10), list_in_name_order(storage, str(tmp_path), cursor), strict=False)]
+    assert page[0].endswith("d18/f00") and len(page) == 10
+    assert len(hashed) <= 11  # this page (and the one look-ahead), not the 1,000 files of the tree
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.from_regex(r"[a-c.\-_0-9]{1,3}(/[a-c.\-_0-9]{1,3}){0,2}", fullmatch=True), min_size=1, max_size=25))
+def test_a_local_listing_after_any_name_is_exactly_the_sorted_tail(names: list[str]) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        made: list[str] = []
+        for name in names:
+            path = base / name
+            if any(p.exists() and p.is_file() for p in [*path.parents][: len(Path(name).parts) - 1]):
+                continue  # a file where a directory is wanted: skip (the run would not hold both)
+            if path.exists():
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"")
+            made.append(name)
+        storage = LocalStorage()
+        everything = sorted(o.uri for o in storage.list(tmp))
+        cursors = [None, *everything, *(random.Random(len(everything)).sample(everything, min(3, len(everything))))]
+        for cursor in cursors:
+            tail = [u for u in everything if cursor is None or u > cursor]
+            assert [o.uri for o in storage.list_after(tmp, cursor)] == tail
+
+
+def test_a_symlink_met_on_a_resumed_local_listing_is_still_refused(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"1")
+    (tmp_path / "z").symlink_to("/etc/hostname")
+    storage = LocalStorage()
+    with pytest.raises(UnsafePathError):
+        list(storage.list_after(str(tmp_path), str(tmp_path / "a")))
