@@ -96,7 +96,12 @@ def child(name: str) -> None:
     c2, w2 = cpu(), time.perf_counter()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out = {"case": name, "names": len(names), "checked": first.checked, "missing": len(first.missing)}
-    out |= {"unexpected": len(first.unexpected), "first_cpu_s": c1 - c0, "first_wall_s": w1 - w0}
+    out |= {
+        "unexpected": len(first.unexpected),
+        "experts": len(first.experts),
+        "first_cpu_s": c1 - c0,
+        "first_wall_s": w1 - w0,
+    }
     out |= {"cached_cpu_s": c2 - c1, "cached_wall_s": w2 - w1, "peak_rss_mb": rss}
     print(json.dumps(out))
 

@@ -217,8 +217,17 @@ def test_fused_moe_export_would_not_load(records: dict[str, CompletionRecord]) -
     r = records["fused-moe-export"]
     assert (r.terminal_state, _rule(r), r.step_budget) == (TerminalState.completed, "(1)", 20)
     # The dev env has the layout-check extra (Makefile), so the real check runs (test_tensor_layout.py covers the
-    # skipped path). Per-expert Qwen3-MoE tensors load (transformers 5 fuses them at load); fused w1/w2/w3 ones do not.
-    assert _candidates(r) == [(5, True, []), (10, True, []), (15, True, []), (20, False, ["tensor_layout_mismatch"])]
+    # skipped path). Per-expert Qwen3-MoE tensors load (transformers 5 fuses them at load); fused w1/w2/w3 ones do not,
+    # nor 8 experts named against the config's 4 (issue 34 item 6).
+    assert _candidates(r) == [
+        (5, True, []),
+        (10, False, ["tensor_layout_mismatch"]),
+        (15, True, []),
+        (20, False, ["tensor_layout_mismatch"]),
+    ]
+    (too_many,) = r.candidates[1].problems
+    assert "8 expert count mismatches with config.json, first: model.layers.0.mlp.experts.down_proj" in too_many
+    assert "experts 4-7 outside the 4 config.json declares" in too_many
     (problem,) = r.candidates[3].problems
     assert problem.startswith("tensor_layout_mismatch: Qwen3MoeForCausalLM from config.json would load with 4 missing")
     assert "first: model.layers.0.mlp.experts.down_proj" in problem

@@ -51,8 +51,9 @@ SCENARIOS_V2: dict[str, str] = {
     "without metadata.json (not resumable); completed at 20",
     "generation-only": "launch.yaml with runtime.entrypoint main_generate (training_type null): no budget, no "
     "checkpoints, no candidates; completed",
-    "fused-moe-export": "launch.yaml run of a tiny Qwen3-MoE: exports 5-15 carry per-expert tensors (load fine), "
-    "export 20 fused mlp.moe.experts.w1/w2/w3 ones (tensor_layout_mismatch)",
+    "fused-moe-export": "launch.yaml run of a tiny Qwen3-MoE: exports 5 and 15 carry per-expert tensors (load fine), "
+    "export 10 names 8 experts against num_experts=4 and export 20 fused mlp.moe.experts.w1/w2/w3 ones (both "
+    "tensor_layout_mismatch)",
 }
 
 # A tiny Qwen3-MoE (transformers `qwen3_moe`): 2 layers, 4 experts.
@@ -80,8 +81,10 @@ def moe_config() -> dict[str, Any]:
     }
 
 
-def moe_tensors(fused: bool) -> dict[str, list[int]]:
-    """Per-expert names as Qwen3-MoE checkpoints are published, or a fused w1/w2/w3 layout nothing loads."""
+def moe_tensors(fused: bool, experts_named: int = MOE_EXPERTS) -> dict[str, list[int]]:
+    """Per-expert names as Qwen3-MoE checkpoints are published, or a fused w1/w2/w3 layout nothing loads.
+    `experts_named` other than the config's 4: an export of a model trained with another expert count (its router
+    and its per-expert names say so; the names alone load, transformers 5 fuses them whatever the index)."""
     h, q, kv = MOE_HIDDEN, MOE_HEADS * MOE_HEAD_DIM, MOE_KV * MOE_HEAD_DIM
     out: dict[str, list[int]] = {"model.embed_tokens.weight": [MOE_VOCAB, h], "model.norm.weight": [h]}
     out["lm_head.weight"] = [MOE_VOCAB, h]
@@ -91,7 +94,7 @@ def moe_tensors(fused: bool) -> dict[str, list[int]]:
         out |= {p + "self_attn.q_proj.weight": [q, h], p + "self_attn.k_proj.weight": [kv, h]}
         out |= {p + "self_attn.v_proj.weight": [kv, h], p + "self_attn.o_proj.weight": [h, q]}
         out |= {p + "self_attn.q_norm.weight": [MOE_HEAD_DIM], p + "self_attn.k_norm.weight": [MOE_HEAD_DIM]}
-        out[p + "mlp.gate.weight"] = [MOE_EXPERTS, h]
+        out[p + "mlp.gate.weight"] = [experts_named, h]
         if fused:
             out |= {
                 p + "mlp.moe.experts.w1": [MOE_EXPERTS, MOE_FF, h],
@@ -99,14 +102,14 @@ def moe_tensors(fused: bool) -> dict[str, list[int]]:
             }
             out[p + "mlp.moe.experts.w2"] = [MOE_EXPERTS, h, MOE_FF]
         else:
-            for e in range(MOE_EXPERTS):
+            for e in range(experts_named):
                 out[f"{p}mlp.experts.{e}.gate_proj.weight"] = [MOE_FF, h]
                 out[f"{p}mlp.experts.{e}.up_proj.weight"] = [MOE_FF, h]
                 out[f"{p}mlp.experts.{e}.down_proj.weight"] = [h, MOE_FF]
     return out
 
 
-def write_moe_export(dest: Path, *, fused: bool) -> None:
+def write_moe_export(dest: Path, *, fused: bool, experts_named: int = MOE_EXPERTS) -> None:
     """One model.safetensors (BF16, zero data) plus config and tokenizer files."""
     from rlcleanup.samples.hf_export import write_tokenizer_files
 
@@ -115,7 +118,7 @@ def write_moe_export(dest: Path, *, fused: bool) -> None:
     write_tokenizer_files(dest)
     header: dict[str, Any] = {}
     offset = 0
-    for name, shape in sorted(moe_tensors(fused).items()):
+    for name, shape in sorted(moe_tensors(fused, experts_named).items()):
         n = 2
         for d in shape:
             n *= d
@@ -317,7 +320,8 @@ def _write_launch_run(dest: Path, scenario: str, *, generation: bool = False, mo
         for s in sorted(ctx.exports):
             policy = step.r / "exports" / f"global_step_{s}" / "policy"
             if moe:
-                write_moe_export(policy, fused=s == budget)
+                # Export 10 came from a model trained with 8 experts: names that load, experts that do not fit.
+                write_moe_export(policy, fused=s == budget, experts_named=8 if s == 10 else MOE_EXPERTS)
             else:
                 write_hf_export(policy)
         for s in ctx.kept:

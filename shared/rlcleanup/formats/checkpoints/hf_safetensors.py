@@ -236,8 +236,10 @@ def _check_shards(
 
 def _check_tensor_layout(config: dict[str, Any], good: dict[str, SafetensorsHeader], f: Findings) -> None:
     """Issue 14 item 9: the names `from_pretrained` would report missing / unexpected (formats.checkpoints.
-    tensor_layout, transformers' own rules on the meta device; skipped, and said so, without transformers)."""
-    layout = check_tensor_layout(config, {name for header in good.values() for name in header.tensors})
+    tensor_layout, transformers' own rules on the meta device; skipped, and said so, without transformers), and
+    experts counted against the config: per-expert indices by name, fused experts by their header shapes."""
+    shapes = {name: info.shape for header in good.values() for name, info in header.tensors.items()}
+    layout = check_tensor_layout(config, shapes)
     if layout.mismatch:
         f.add(CP.tensor_layout_mismatch, layout.detail())
     elif not layout.checked:

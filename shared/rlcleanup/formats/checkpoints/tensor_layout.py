@@ -10,12 +10,31 @@ transformers 5 fuses per-expert MoE weights at load (`mlp.experts.<e>.gate_proj.
 so per-expert Qwen3-MoE exports load with no missing or unexpected keys, while fused `mlp.moe.experts.w1/w2/w3`
 tensors load in neither transformers nor vLLM.
 
+Names alone do not say whether the experts fit: every `mlp.experts.<e>.gate_proj.weight` renames to the one fused
+`mlp.experts.gate_up_proj` whatever `<e>` is, so 8 experts named against `num_experts: 4`, a missing expert or an
+expert without its `up_proj` would pass a names-only check (and then fail in `from_pretrained` with a size mismatch,
+or load the wrong expert into a slot). So the experts are counted against the meta model, whose parameters the config
+sized (transformers 5: `Qwen3MoeExperts.gate_up_proj` is `[num_experts, 2 * moe_intermediate_size, hidden]`,
+models/qwen3_moe/modeling_qwen3_moe.py; Mixtral's `num_local_experts`, DeepSeek-V3's `n_routed_experts` alike;
+per-expert names stack along `MergeModulelist.dim` per conversion_mapping.py `qwen2_moe` / `mixtral`, upstream
+huggingface/transformers conversion_mapping.py @44bcb9df, read in the installed 5.25):
+- per-expert names stacked by a `MergeModulelist` converter: for each fused target and each source pattern
+  (`mlp.experts.*.gate_proj.weight`, `...up_proj...`), the `*` indices must be exactly 0..E-1, E the target's size
+  along the stacking dim; indices outside, and indices missing per projection, are reported;
+- a tensor named straight onto an experts parameter (an export already in the fused `mlp.experts.gate_up_proj`
+  layout, or a router `mlp.gate.weight`): its header shape's leading dim must be the `num_experts` of the module
+  that owns the parameter. Shapes come from the safetensors headers; no tensor byte is read.
+transformers 4.x models kept `nn.ModuleList` experts (huggingface/transformers
+src/transformers/models/qwen3_moe/modeling_qwen3_moe.py @00d4b3d2): there the meta names enumerate the experts, so the
+missing / unexpected comparison alone already catches them.
+
 Optional for a deployment: transformers (and torch) are imported lazily here only (the `layout-check` extra; the
 dev env installs it with the CPU torch build); without them the check is recorded as skipped. Cost
 (bench/bench_tensor_layout.py, torch 2.13 CPU, transformers 5.24, CPU time): the first candidate of a process ~5 s
 (the torch + transformers import and the meta model) and ~350 MB peak RSS; every further candidate with the same
-config.json reuses the cached meta model, <= 0.2 s even for 18,867 per-expert names. Nothing scales with tensor bytes:
-meta tensors have no storage, and only header names are read.
+config.json reuses the cached meta model: ~0.25 s CPU for 18,867 per-expert names (0.12 s before experts were
+counted), and the cached verdict after that. Nothing scales with tensor bytes: meta tensors have no storage, and only
+header names and shapes are read.
 """
 
 from __future__ import annotations
@@ -25,9 +44,10 @@ import re
 import threading
 import time
 import tracemalloc
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_NAMES_SHOWN = 5
 
@@ -38,13 +58,14 @@ class LayoutReport:
     architecture: str | None = None
     missing: list[str] = field(default_factory=list)  # model keys no export tensor fills
     unexpected: list[str] = field(default_factory=list)  # export tensors the model has no place for
+    experts: list[str] = field(default_factory=list)  # expert indices / expert dims that disagree with the config
     skipped_reason: str | None = None
     seconds: float = 0.0
     peak_bytes: int = 0
 
     @property
     def mismatch(self) -> bool:
-        return self.checked and bool(self.missing or self.unexpected)
+        return self.checked and bool(self.missing or self.unexpected or self.experts)
 
     def detail(self) -> str:
         def first(names: list[str]) -> str:
@@ -56,6 +77,8 @@ class LayoutReport:
             parts.append(f"{len(self.missing)} missing, first: {first(self.missing)}")
         if self.unexpected:
             parts.append(f"{len(self.unexpected)} unexpected, first: {first(self.unexpected)}")
+        if self.experts:
+            parts.append(f"{len(self.experts)} expert count mismatches with config.json, first: {first(self.experts)}")
         return f"{self.architecture} from config.json would load with " + "; ".join(parts)
 
 
@@ -115,26 +138,53 @@ def _meta_model(config_json: str) -> tuple[Any, Any, list[Any], list[Any], str]:
     return model, model.state_dict(), renamings, converters, built_as or type(model).__name__
 
 
+class _ExpertDim(NamedTuple):
+    """An export tensor named straight onto an experts parameter (fused experts, a router): the leading dim of its
+    header shape must be the `experts` the config gave the module that owns `target`."""
+
+    tensor: str
+    target: str
+    experts: int
+
+
+class _Verdict(NamedTuple):
+    architecture: str
+    missing: tuple[str, ...]
+    unexpected: tuple[str, ...]
+    expert_indices: tuple[str, ...]  # per-expert names outside 0..E-1 or absent, decided from names alone
+    expert_dims: tuple[_ExpertDim, ...]  # checked against header shapes outside the cache (shapes are not its key)
+
+
 @lru_cache(maxsize=4)
-def _verdict(config_json: str, tensor_names: frozenset[str]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    """(architecture, missing, unexpected) for one config and one set of header names. Cached: a run's candidates
-    share their architecture, so every export after the first costs one set comparison instead of renaming each
-    name again and walking the meta model (~10 ms per 70B candidate, bench/bench_validate_many.py). A few entries
-    only: a set of 18,867 names is ~2 MB."""
+def _verdict(config_json: str, tensor_names: frozenset[str]) -> _Verdict:
+    """Missing, unexpected and expert-index findings for one config and one set of header names. Cached: a run's
+    candidates share their architecture, so every export after the first costs one set comparison instead of renaming
+    each name again and walking the meta model (~10 ms per 70B candidate, bench/bench_validate_many.py). A few entries
+    only: a set of 18,867 names is ~2 MB. Keyed by names only: what depends on shapes is returned as `expert_dims`
+    and compared by the caller, a few tensors per layer."""
     model, meta, renamings, converters, arch = _meta_model(config_json)
     from transformers.core_model_loading import rename_source_key
 
+    stackers = _expert_stackers(converters)
     prefix = model.base_model_prefix
     found: set[str] = set()
     unexpected: list[str] = []
+    stacked: dict[str, dict[str, list[str]]] = {}  # fused target -> source pattern -> expert ids named
+    direct: list[_ExpertDim] = []
     for key in sorted(tensor_names):
-        renamed, _ = rename_source_key(key, renamings, converters, prefix, meta)
+        renamed, pattern = rename_source_key(key, renamings, converters, prefix, meta)
         if renamed not in meta and key in meta:  # as the loader: maybe only the prefix was needed
-            renamed, _ = rename_source_key(key, [], [], prefix, meta)
-        if renamed in meta:
-            found.add(renamed)
-        else:
+            renamed, pattern = rename_source_key(key, [], [], prefix, meta)
+        if renamed not in meta:
             unexpected.append(key)
+            continue
+        found.add(renamed)
+        if pattern in stackers:
+            expert_id = _expert_id(key, pattern, renamings)
+            if expert_id is not None:
+                stacked.setdefault(renamed, {}).setdefault(pattern, []).append(expert_id)
+        elif (experts := _experts_of(model, renamed, meta[renamed])) is not None:
+            direct.append(_ExpertDim(key, renamed, experts))
     missing = set(meta) - found
     # Tied weights: either side present ties the other (PreTrainedModel.tie_weights during from_pretrained).
     for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
@@ -153,23 +203,119 @@ def _verdict(config_json: str, tensor_names: frozenset[str]) -> tuple[str, tuple
     if ignore_unexpected:
         rx = re.compile("|".join(f"({p})" for p in ignore_unexpected))
         unexpected = [k for k in unexpected if rx.search(k) is None]
-    return arch, tuple(sorted(missing)), tuple(unexpected)
+    indices: list[str] = []
+    for target, by_pattern in sorted(stacked.items()):
+        dim, patterns = stackers[next(iter(by_pattern))]
+        count = meta[target].shape[dim] if meta[target].dim() > dim else 0
+        for pattern in patterns:  # every projection the converter stacks, also one named for no expert at all
+            indices.extend(_index_findings(target, pattern, by_pattern.get(pattern, []), count))
+    return _Verdict(arch, tuple(sorted(missing)), tuple(unexpected), tuple(indices), tuple(direct))
 
 
-def check_tensor_layout(config: dict[str, Any], tensor_names: set[str], *, trace_memory: bool = False) -> LayoutReport:
-    """`trace_memory` measures peak Python allocations (tracemalloc slows the import a lot: measurement only)."""
+def _expert_stackers(converters: list[Any]) -> dict[str, tuple[int, tuple[str, ...]]]:
+    """Source pattern -> (stacking dim, every source pattern of its converter), for the converters that stack
+    per-expert tensors (`MergeModulelist`, conversion_mapping.py `qwen2_moe` / `mixtral` / ...)."""
+    from transformers.core_model_loading import MergeModulelist
+
+    stackers: dict[str, tuple[int, tuple[str, ...]]] = {}
+    for converter in converters:
+        merge = next((op for op in converter.operations if isinstance(op, MergeModulelist)), None)
+        if merge is None:
+            continue
+        patterns = tuple(converter.source_patterns)
+        for pattern in patterns:
+            stackers.setdefault(pattern, (merge.dim, patterns))  # the first converter matching wins, as the loader's
+    return stackers
+
+
+@lru_cache(maxsize=64)
+def _star_rx(pattern: str) -> re.Pattern[str] | None:
+    """The pattern as transformers matches it (a regex whose `*` is any text), with the `*` captured: the expert id."""
+    head, star, tail = pattern.partition("*")
+    return re.compile(f"{head}(.*){tail}") if star and "*" not in tail else None
+
+
+def _expert_id(key: str, pattern: str, renamings: list[Any]) -> str | None:
+    from transformers.core_model_loading import apply_renamings
+
+    rx = _star_rx(pattern)
+    if rx is None:
+        return None
+    match = rx.search(apply_renamings(key, renamings)) or rx.search(key)
+    return match.group(1) if match else None
+
+
+def _experts_of(model: Any, target: str, parameter: Any) -> int | None:
+    """The expert count of the module owning `target`, when the parameter's leading dim is that count (the transformers
+    5 experts modules and routers all keep `num_experts`); else None: not an experts tensor."""
+    try:
+        owner = model.get_submodule(target.rpartition(".")[0])
+    except AttributeError:
+        return None
+    count = getattr(owner, "num_experts", None)
+    if isinstance(count, int) and parameter.dim() >= 1 and parameter.shape[0] == count:
+        return count
+    return None
+
+
+def _index_findings(target: str, pattern: str, named: list[str], count: int) -> list[str]:
+    in_range = {int(i) for i in named if i.isdigit() and i == str(int(i)) and int(i) < count}
+    outside = [i for i in named if not (i.isdigit() and i == str(int(i)) and int(i) < count)]
+    absent = [e for e in range(count) if e not in in_range]
+    findings = []
+    if outside:
+        numeric = sorted(int(i) for i in outside if i.isdigit())
+        ids = ", ".join(filter(None, [_spans(numeric), ", ".join(sorted(i for i in outside if not i.isdigit()))]))
+        findings.append(
+            f"{target} from {pattern}: {_experts(len(outside))} {ids} outside the {count} config.json declares"
+        )
+    if absent:
+        findings.append(f"{target} from {pattern}: {_experts(len(absent))} {_spans(absent)} of {count} missing")
+    return findings
+
+
+def _experts(n: int) -> str:
+    return "expert" if n == 1 else "experts"
+
+
+def _spans(numbers: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8": a missing half of 128 experts stays one line."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def check_tensor_layout(
+    config: dict[str, Any], tensors: Mapping[str, Sequence[int]] | Set[str], *, trace_memory: bool = False
+) -> LayoutReport:
+    """`tensors`: header names with their shapes (what the validator passes), or bare names, and then the expert
+    dims of fused tensors go unchecked. `trace_memory` measures peak Python allocations (tracemalloc slows the import
+    a lot: measurement only)."""
     started = time.perf_counter()
     tracing = trace_memory and not tracemalloc.is_tracing()
     if tracing:
         tracemalloc.start()
     try:
         try:
-            config_json, names = json.dumps(config, sort_keys=True), frozenset(tensor_names)
+            config_json, names = json.dumps(config, sort_keys=True), frozenset(tensors)
             with _VERDICT_LOCK:
-                arch, missing, unexpected = _verdict(config_json, names)
+                verdict = _verdict(config_json, names)
         except _Unavailable as exc:
             return LayoutReport(checked=False, skipped_reason=str(exc))
-        report = LayoutReport(checked=True, architecture=arch, missing=list(missing), unexpected=list(unexpected))
+        experts = list(verdict.expert_indices)
+        if isinstance(tensors, Mapping):
+            experts += _expert_dim_findings(verdict.expert_dims, tensors)
+        report = LayoutReport(
+            checked=True,
+            architecture=verdict.architecture,
+            missing=list(verdict.missing),
+            unexpected=list(verdict.unexpected),
+            experts=experts,
+        )
     finally:
         peak = tracemalloc.get_traced_memory()[1] if tracing else 0
         if tracing:
@@ -177,3 +323,16 @@ def check_tensor_layout(config: dict[str, Any], tensor_names: set[str], *, trace
     report.seconds = round(time.perf_counter() - started, 3)
     report.peak_bytes = peak
     return report
+
+
+def _expert_dim_findings(expert_dims: tuple[_ExpertDim, ...], shapes: Mapping[str, Sequence[int]]) -> list[str]:
+    findings = []
+    for tensor, target, experts in expert_dims:
+        shape = list(shapes[tensor])
+        if not shape or shape[0] != experts:
+            onto = "" if tensor == target else f" (loaded as {target})"
+            findings.append(
+                f"{tensor}{onto} has header shape {shape}, its leading dim is not the {experts} experts config.json "
+                "declares"
+            )
+    return findings
