@@ -32,7 +32,7 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         record = p.records.get(msg.run_id)
         if record is None:
             raise PermanentError("no_record", f"run {msg.run_id} has no record to finish")
-        fields = finish_record(p.storage, layout, record, candidates, resume)
+        fields = finish_record(p.storage, layout, record, candidates, resume, p.clock.now())
         p.records.update(msg.run_id, fields)
         finish_evidence(p, msg.run_id)  # report.md/.html beside the evidence, then manifest.json listing them
         ready = json.dumps({"run_id": msg.run_id, "status": fields["status"]}).encode()
