@@ -250,6 +250,9 @@ class Deadline(_Model):
     at: datetime
     source: str = Field(description="capture (temp evidence not preserved) | export (an owed export's checkpoint)")
     item: str = Field(description="the remaining-work item, `needs person by <at>: ...`")
+    checkpoint: str | None = Field(
+        default=None, description="export: the checkpoint whose `hf_export_request.json` the sweep re-reads"
+    )
 
 
 class RunError(_Model):

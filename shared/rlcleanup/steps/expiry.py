@@ -73,10 +73,10 @@ def has_deadline(items: Iterable[str]) -> bool:
     return any(item.startswith(DEADLINE_PREFIX) for item in items)
 
 
-def owed_export_deadlines(candidates: Iterable[Candidate], now: datetime) -> list[tuple[datetime, str]]:
-    """(deadline, item) for each owed export whose checkpoint dies within EXPORT_DEADLINE of `now` (or already
+def owed_export_deadlines(candidates: Iterable[Candidate], now: datetime) -> list[tuple[datetime, str, str]]:
+    """(deadline, item, checkpoint uri) for each owed export whose checkpoint dies within EXPORT_DEADLINE of `now` (or already
     died: then the item says so, and the deadline is past)."""
-    found: list[tuple[datetime, str]] = []
+    found: list[tuple[datetime, str, str]] = []
     for c in candidates:
         request = c.export_request
         if c.state is not CandidateState.convertible or request is None or request.status == COMPLETE:
@@ -89,7 +89,7 @@ def owed_export_deadlines(candidates: Iterable[Candidate], now: datetime) -> lis
             f"{stamp(c.expires_at)} (temp storage, tmp/ttl={ttl_days(c.uri)}d): convert it ({EXPORT_TOOL}) or copy "
             "the checkpoint to durable storage before then"
         )
-        found.append((c.expires_at, deadline_item(c.expires_at, what)))
+        found.append((c.expires_at, deadline_item(c.expires_at, what), c.uri))
     return sorted(found)
 
 

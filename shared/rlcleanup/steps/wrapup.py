@@ -102,7 +102,10 @@ def expiry_fields(
 ) -> dict[str, Any]:
     """The record's deadlines (capture's unpreserved evidence kept, owed exports re-derived at `now`), the first
     of them, and the temp evidence that was already gone (run-layout-v3.md §1; steps/expiry.py)."""
-    exports = [Deadline(at=at, source="export", item=item) for at, item in owed_export_deadlines(candidates, now)]
+    exports = [
+        Deadline(at=at, source="export", item=item, checkpoint=uri)
+        for at, item, uri in owed_export_deadlines(candidates, now)
+    ]
     deadlines = sorted([*(d for d in record.deadlines if d.source != "export"), *exports], key=lambda d: d.at)
     gone = expired_evidence(storage, layout, now)
     return {
