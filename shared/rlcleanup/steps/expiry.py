@@ -23,6 +23,7 @@ from rlcleanup.formats.export_request import COMPLETE, describe
 from rlcleanup.models.record import Candidate, ExpiredEvidence
 from rlcleanup.models.vocab import CandidateState
 from rlcleanup.ports.storage import ObjectInfo, Storage
+from rlcleanup.steps import layout_d
 from rlcleanup.steps.deferred_export import EXPORT_TOOL
 from rlcleanup.steps.layout_model import RunLayout
 
@@ -103,11 +104,43 @@ def unpreserved_deadline(part_id: str, count: int, reason: str, deadline: dateti
     return deadline_item(deadline, what)
 
 
+def configured_temp_root(layout: RunLayout) -> str | None:
+    """A Layout D run whose temp root lists nothing has none in its layout (discovery keeps a root only when it
+    holds objects): its temp root is then the storage policy's candidate for the durable root (steps/layout_d.py)
+    that the run's own resolved configuration names (trials_dir, trajectory output, checkpoint paths lie under
+    it). Only a computed candidate is ever returned; the configuration merely picks among them."""
+    pair = layout_d.roots(layout.config_root or layout.run_uri)
+    if pair is None:
+        return None
+    named = set(_strings(layout.config)) | set(_strings(layout.skyrl))
+    for candidate in pair.temp_candidates:
+        if any(value == candidate or value.startswith(candidate + "/") for value in named):
+            return candidate
+    return None
+
+
+def _listed_temp_root(layout: RunLayout) -> str | None:
+    """The layout's temp root when it lies on temp storage (a run without one has its run root there)."""
+    return layout.temp_root if layout.temp_root and ttl_days(layout.temp_root) is not None else None
+
+
+def _strings(value: object) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
 def _temp_places(layout: RunLayout) -> list[tuple[str, str]]:
     """(evidence class, prefix) the layout names on temp storage, each once, temp root first."""
     places: list[tuple[str, str]] = []
-    if layout.temp_root:
-        places.append(("temp root (checkpoints, trajectories, rendezvous)", layout.temp_root))
+    temp_root = _listed_temp_root(layout) or configured_temp_root(layout)
+    if temp_root:
+        places.append(("temp root (checkpoints, attempt logs, trajectories, rendezvous)", temp_root))
     places.append(("checkpoints", layout.checkpoints_root))
     places += [(f"logs of attempt {a.attempt_id}", a.log_prefix) for a in layout.attempts if a.log_prefix]
     places += [("rendezvous evidence", root.uri) for root in layout.evidence_roots]
@@ -123,8 +156,9 @@ def _temp_places(layout: RunLayout) -> list[tuple[str, str]]:
 
 
 def expired_evidence(storage: Storage, layout: RunLayout, now: datetime) -> list[ExpiredEvidence]:
-    """The temp places the layout names that list nothing, when an attempt's record names its logs in one of them:
-    evidence the lifecycle rule already deleted (a run that simply never wrote there names no logs there). One
+    """The temp places the layout names that list nothing, when the run's own records say it wrote there: an
+    attempt's record names its logs in one, or (Layout D) the resolved configuration names the temp root that
+    discovery found empty. That is evidence the lifecycle rule already deleted, never a run without evidence. One
     request per place (the first object or none). `expired_after` is the earliest it can have died: the run's
     durable configuration's creation + N days (everything on temp storage was written after the run started)."""
     empty = [(what, uri) for what, uri in _temp_places(layout) if next(iter(storage.list(uri)), None) is None]
@@ -132,7 +166,9 @@ def expired_evidence(storage: Storage, layout: RunLayout, now: datetime) -> list
         a.log_prefix and any(f"{a.log_prefix.rstrip('/')}/".startswith(uri + "/") for _, uri in empty)
         for a in layout.attempts
     )
-    if not logs_gone:
+    configured = None if _listed_temp_root(layout) else configured_temp_root(layout)
+    configured_gone = configured is not None and any(uri == configured for _, uri in empty)
+    if not (logs_gone or configured_gone):
         return []
     config = storage.stat(layout.config_uri) if layout.config_uri and ttl_days(layout.config_uri) is None else None
     born = (config.created or config.updated) if config is not None else None
@@ -146,6 +182,8 @@ def expired_evidence(storage: Storage, layout: RunLayout, now: datetime) -> list
 
 def expired_item(gone: ExpiredEvidence) -> str:
     since = f"expired after {stamp(gone.expired_after)}, " if gone.expired_after else ""
+    if gone.expired_after is not None and gone.expired_after > gone.found_gone_at:
+        since = f"before its lifecycle could delete it (not before {stamp(gone.expired_after)}): deleted otherwise, "
     return (
         f"evidence expired before rlcleanup could preserve it: {gone.what} at {gone.uri} (temp storage, "
         f"tmp/ttl={gone.ttl_days}d) is gone ({since}found gone at {stamp(gone.found_gone_at)}); what the durable "
