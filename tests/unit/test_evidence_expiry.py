@@ -17,14 +17,18 @@ import pytest
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.authority.ledger import is_ready
+from rlcleanup.errors import PermanentError
+from rlcleanup.models.parts import CapturePart
 from rlcleanup.models.record import CompletionRecord, ExportRequestState
 from rlcleanup.models.vocab import CandidateState, RecordStatus
+from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime import evidence
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.samples.v3 import TTL_DAYS
 from rlcleanup.sources.deadlines import recheck
-from rlcleanup.steps.capture import capture_roots, plan_capture, plan_capture_page
+from rlcleanup.steps import capture as capture_step
+from rlcleanup.steps.capture import PartResult, capture_roots, plan_capture, plan_capture_page
 from rlcleanup.steps.expiry import DEADLINE_PREFIX, expires_at, ttl_days
 from rlcleanup.steps.layout import discover
 
@@ -183,3 +187,27 @@ def test_a_temp_root_that_still_holds_its_objects_is_not_expired(tmp_path: Path)
     assert record.evidence_expired == []
     assert not any(item.startswith("evidence expired") for item in record.remaining_work)
     assert json.loads(record.model_dump_json())["evidence_expires_at"] is not None
+
+
+def test_temp_evidence_a_capture_part_could_not_preserve_is_a_deadline_when_it_dies_soon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    durable = write_sample_run(tmp_path / "runs", "layout-d")
+    _age(_temp_root(durable), T0)
+    original = capture_step.copy_part
+
+    def refuse_temp(storage: Storage, dest_root: str, part: CapturePart, **kwargs: int) -> PartResult:
+        if any(item.expires_at is not None for item in part.items):
+            raise PermanentError("unsafe_path", f"refused {part.items[0].source}")
+        return original(storage, dest_root, part, **kwargs)
+
+    monkeypatch.setattr(capture_step, "copy_part", refuse_temp)
+    early = _run(tmp_path, durable, T0 + timedelta(days=1), "early")  # six days left: an error, not a deadline
+    assert early.status is not RecordStatus.needs_person and not early.deadlines
+    assert any(e.code == "capture_part_failed" for e in early.errors)
+
+    late = _run(tmp_path, durable, T0 + TTL - timedelta(hours=24), "late")  # a day left: a person's deadline
+    assert late.status is RecordStatus.needs_person and late.evidence_deadline == T0 + TTL
+    assert late.deadlines and all(d.source == "capture" for d in late.deadlines)
+    items = [item for item in late.remaining_work if item.startswith(DEADLINE_PREFIX)]
+    assert items and all("could not preserve" in item and "unsafe_path" in item for item in items)

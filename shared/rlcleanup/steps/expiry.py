@@ -7,7 +7,7 @@ What this module decides:
 - an object's expiry, and the earliest of a group (a capture part, an evidence class, a candidate);
 - the deadlines a person must meet (`needs person by <time>: ...` remaining-work items): an owed export (a
   convertible candidate: its `hf_export_request.json` is not complete) whose checkpoint dies within
-  EXPORT_DEADLINE, and temp evidence a capture could not preserve before it dies;
+  DEADLINE_HORIZON, and temp evidence a capture part could not preserve that dies within it;
 - what was already gone when rlcleanup first looked: a `tmp/ttl=<N>d/` root the layout names (the temp root, its
   checkpoints, an attempt's logs) that lists nothing, said as expired evidence (what, since when), never as a run
   without evidence.
@@ -28,7 +28,9 @@ from rlcleanup.steps.deferred_export import EXPORT_TOOL
 from rlcleanup.steps.layout_model import RunLayout
 
 _TTL = re.compile(r"/tmp/ttl=(\d+)d(?:/|$)")
-EXPORT_DEADLINE = timedelta(hours=72)  # an owed export whose checkpoint dies sooner is a person's deadline
+# An owed export whose checkpoint dies sooner, or temp evidence a capture part could not preserve that dies sooner,
+# is a person's deadline (needs_person); later, it is ordinary remaining work or a recorded error.
+DEADLINE_HORIZON = timedelta(hours=72)
 DEADLINE_PREFIX = "needs person by "  # a remaining-work item with a deadline (steps/remaining.py: needs_person)
 
 
@@ -75,14 +77,14 @@ def has_deadline(items: Iterable[str]) -> bool:
 
 
 def owed_export_deadlines(candidates: Iterable[Candidate], now: datetime) -> list[tuple[datetime, str, str]]:
-    """(deadline, item, checkpoint uri) for each owed export whose checkpoint dies within EXPORT_DEADLINE of `now` (or already
+    """(deadline, item, checkpoint uri) for each owed export whose checkpoint dies within DEADLINE_HORIZON of `now` (or already
     died: then the item says so, and the deadline is past)."""
     found: list[tuple[datetime, str, str]] = []
     for c in candidates:
         request = c.export_request
         if c.state is not CandidateState.convertible or request is None or request.status == COMPLETE:
             continue
-        if c.expires_at is None or c.expires_at - now >= EXPORT_DEADLINE:
+        if c.expires_at is None or c.expires_at - now >= DEADLINE_HORIZON:
             continue
         dies = "expired" if c.expires_at <= now else "expires"
         what = (

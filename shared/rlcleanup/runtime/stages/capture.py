@@ -22,7 +22,7 @@ from rlcleanup.runtime.stages.common import publish, run_errors
 from rlcleanup.runtime.stages.validate import FAN_OUT as VALIDATION
 from rlcleanup.runtime.stages.validate import VALIDATION_TOPIC, validation_message
 from rlcleanup.steps import capture as capture_step
-from rlcleanup.steps.expiry import earliest, merge_by_class, stamp, unpreserved_deadline
+from rlcleanup.steps.expiry import DEADLINE_HORIZON, earliest, merge_by_class, stamp, unpreserved_deadline
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.sync_manifests import check_sync_manifests
 from rlcleanup.steps.validate import CANDIDATES_PER_BATCH
@@ -172,7 +172,8 @@ def _record_incomplete_evidence(p: Ports, run_id: str, layout: RunLayout) -> Non
 
 
 def _unpreserved_deadlines(p: Ports, outcomes: dict[str, CapturePartOutcome]) -> list[Deadline]:
-    """A failed part that held temp evidence: a person must get it preserved before the first of it dies."""
+    """A failed part whose temp evidence dies within DEADLINE_HORIZON: a person must get it preserved before then
+    (a later expiry stays the `capture_part_failed` error it is, with the class's expiry on the record)."""
     now = p.clock.now()
     return [
         Deadline(
@@ -187,7 +188,9 @@ def _unpreserved_deadlines(p: Ports, outcomes: dict[str, CapturePartOutcome]) ->
             ),
         )
         for pid, outcome in sorted(outcomes.items())
-        if not outcome.ok and outcome.unpreserved_expires_at is not None
+        if not outcome.ok
+        and outcome.unpreserved_expires_at is not None
+        and outcome.unpreserved_expires_at - now < DEADLINE_HORIZON
     ]
 
 
