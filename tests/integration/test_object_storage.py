@@ -174,3 +174,25 @@ def test_list_after_resumes_in_name_order_on_the_server(store: Store) -> None:
     if store.scheme == "gs":  # and through the stock client, as when the lean pool is off
         stock = GcsStorage(s.client, lean_reads=False)  # type: ignore[attr-defined]
         assert [o.uri for o in stock.list_after(store.uri("run"), uris[1])] == uris[2:]
+
+
+def test_listings_carry_creation_time_so_temp_objects_know_when_they_die(store: Store) -> None:
+    """GCS timeCreated, S3 Last-Modified: a `tmp/ttl=<N>d/` object dies created + N days (steps/expiry.py)."""
+    from datetime import UTC, datetime, timedelta
+
+    from rlcleanup.ports.storage import list_in_name_order
+    from rlcleanup.steps.expiry import expires_at
+
+    before = datetime.now(UTC) - timedelta(minutes=5)
+    store.put("tmp/ttl=3d/skyrl/users/a/job/checkpoints/latest_ckpt_global_step.txt", b"5")
+    store.put("users/a/skyrl/job/resolved-skyrl.json", b"{}")
+    listed = {o.uri: o for prefix in ("tmp", "users") for o in store.storage.list(store.uri(prefix))}
+    temp = listed[store.uri("tmp/ttl=3d/skyrl/users/a/job/checkpoints/latest_ckpt_global_step.txt")]
+    durable = listed[store.uri("users/a/skyrl/job/resolved-skyrl.json")]
+    assert temp.created is not None and temp.created >= before
+    dies = expires_at(temp)
+    assert dies is not None and dies == temp.created + timedelta(days=3)
+    assert expires_at(durable) is None
+    stat = store.storage.stat(temp.uri)
+    assert stat is not None and stat.created == temp.created
+    assert [o.created for o in list_in_name_order(store.storage, store.uri("tmp"))] == [temp.created]

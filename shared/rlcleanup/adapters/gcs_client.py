@@ -91,6 +91,7 @@ def info_from_blob(blob: Any) -> ObjectInfo:
         crc32c=blob.crc32c,
         md5=blob.md5_hash,
         updated=blob.updated,
+        created=blob.time_created,
         generation=blob.generation,
         fingerprint=f"gen:{blob.generation}" if blob.generation is not None else None,
     )
@@ -190,7 +191,10 @@ class RangeReader:
         listing is on its critical path (one listing, then one round of header reads)."""
         from google.api_core.exceptions import from_http_status
 
-        query = {"prefix": prefix, "fields": "items(name,size,crc32c,md5Hash,updated,generation),nextPageToken"}
+        query = {
+            "prefix": prefix,
+            "fields": "items(name,size,crc32c,md5Hash,updated,timeCreated,generation),nextPageToken",
+        }
         if start_after is not None:
             query["startOffset"] = start_after  # inclusive: the name itself is skipped below
         path = f"/b/{urllib.parse.quote(bucket, safe='')}/o"
@@ -238,12 +242,14 @@ def info_from_json(bucket: str, meta: dict[str, Any]) -> ObjectInfo:
 
     generation = int(meta["generation"]) if meta.get("generation") is not None else None
     updated = meta.get("updated")
+    created = meta.get("timeCreated")
     return ObjectInfo(
         uri=f"gs://{bucket}/{meta['name']}",
         size=int(meta.get("size") or 0),
         crc32c=meta.get("crc32c"),
         md5=meta.get("md5Hash"),
         updated=_rfc3339_nanos_to_datetime(updated) if updated is not None else None,
+        created=_rfc3339_nanos_to_datetime(created) if created is not None else None,
         generation=generation,
         fingerprint=f"gen:{generation}" if generation is not None else None,
     )

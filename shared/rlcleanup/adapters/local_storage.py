@@ -97,6 +97,7 @@ class LocalStorage:
             crc32c=crc,
             md5=md5,
             updated=datetime.fromtimestamp(st.st_mtime, UTC),
+            created=datetime.fromtimestamp(st.st_mtime, UTC),  # a local mirror has no creation time: its last write
             fingerprint=stat_fingerprint(st),
         )
 

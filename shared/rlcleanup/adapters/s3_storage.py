@@ -335,6 +335,7 @@ def _info(bucket: str, meta: Mapping[str, Any]) -> ObjectInfo:
         size=int(meta["size"]),
         md5=etag_md5(etag),
         updated=meta.get("last_modified"),
+        created=meta.get("last_modified"),  # S3 objects are immutable: a lifecycle rule counts from Last-Modified
         etag=etag.strip('"') if etag else None,
         version=meta.get("version"),
         fingerprint=fingerprint,

@@ -33,7 +33,12 @@ _REGISTERED = {"registered", "not_applicable"}
 
 
 def is_ready(record: CompletionRecord | None) -> bool:
-    return record is not None and record.status in READY
+    """Wrap-up has finished the record. A finished record with a deadline is `needs_person` (steps/remaining.py):
+    grants act on it too, since a grant may be exactly what meets the deadline; a record left to a person for any
+    other reason (an unknown classification) has no deadlines and stays out of reach."""
+    if record is None:
+        return False
+    return record.status in READY or (record.status is RecordStatus.needs_person and bool(record.deadlines))
 
 
 def grants_collection(run_id: str) -> str:
@@ -307,7 +312,7 @@ def _registration(action: AuthorityAction) -> str | None:
 def _remaining_fields(record: CompletionRecord | None, actions: list[AuthorityAction]) -> dict[str, Any]:
     """The record's remaining work without what the used grants closed; the status follows (a finished record
     closes). Layout-derived items wrap-up wrote (diagnose, expired checkpoints...) stay as they were."""
-    if record is None or record.status not in READY:  # still in progress, routed, failed: not ours to move
+    if record is None or not is_ready(record):  # still in progress, routed, failed: not ours to move
         return {}
     remaining = still_open(record.remaining_work, actions)
     return {"remaining_work": remaining.items, "status": remaining.status.value}

@@ -8,6 +8,8 @@ before `ok` existed read as ok=True).
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel, Field, field_validator
 
 from rlcleanup.errors import redact_credentials
@@ -41,6 +43,7 @@ class CapturePartOutcome(MemberOutcome):
     objects: int = 0
     bytes: int = 0
     unpreserved: list[str] = Field(default_factory=list)  # sources this part could not preserve
+    unpreserved_expires_at: datetime | None = None  # when the first of them dies (temp storage), else None
 
 
 class ValidationOutcome(MemberOutcome):

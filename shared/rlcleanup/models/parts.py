@@ -15,6 +15,7 @@ class CaptureItem(BaseModel):
     crc32c: str | None = None
     md5: str | None = None
     kind: str
+    expires_at: datetime | None = None  # source under `tmp/ttl=<N>d/`: creation + N days (steps/expiry.py)
 
 
 class CapturePart(BaseModel):

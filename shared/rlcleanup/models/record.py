@@ -155,6 +155,11 @@ class Candidate(_Model):
         default_factory=list, description="'code: detail' strings; code from the vocabulary"
     )
     warnings: list[RunText] = Field(default_factory=list)
+    expires_at: datetime | None = Field(
+        default=None,
+        description="when the first of its files dies: creation + N days under a `tmp/ttl=<N>d/` root; null when "
+        "it lies on durable storage",
+    )
     parameter_count: int | None = None
     estimated_parameter_count: int | None = None
     size_label: str | None = None
@@ -231,6 +236,31 @@ class IncompleteEvidence(_Model):
     status: str = Field(description="`missing` (listed as copied, absent) | `skipped` (the node did not copy it)")
     reason: str | None = Field(default=None, description="the manifest's reason for a skip ('budget', an error)")
     bytes: int | None = None
+
+
+class ExpiredEvidence(_Model):
+    """Evidence under a `tmp/ttl=<N>d/` root that was gone when rlcleanup looked (run-layout-v3.md §1): what it
+    was, where, and when it died (bounds: a lifecycle rule deletes N days after creation, so not before the run's
+    earliest durable object + N days, and by the time it was found missing)."""
+
+    what: str = Field(description="the evidence class: checkpoints, attempt logs, rendezvous evidence, ...")
+    uri: str
+    ttl_days: int
+    expired_after: datetime | None = Field(
+        default=None, description="the earliest it can have expired: the run's earliest durable object + N days"
+    )
+    found_gone_at: datetime = Field(description="when rlcleanup listed it and found nothing")
+
+
+class Deadline(_Model):
+    """A needs-person item with the time after which it can no longer be done (steps/expiry.py)."""
+
+    at: datetime
+    source: str = Field(description="capture (temp evidence not preserved) | export (an owed export's checkpoint)")
+    item: str = Field(description="the remaining-work item, `needs person by <at>: ...`")
+    checkpoint: str | None = Field(
+        default=None, description="export: the checkpoint whose `hf_export_request.json` the sweep re-reads"
+    )
 
 
 class RunError(_Model):
@@ -350,6 +380,27 @@ class CompletionRecord(_Model):
     metrics_uri: str | None = None
     preserved_object_count: int = 0
     preserved_bytes: int = 0
+    evidence_expires_at: datetime | None = Field(
+        default=None,
+        description="when the first of the run's evidence objects on temp storage (`tmp/ttl=<N>d/`) dies: creation "
+        "+ N days (console filter: runs whose evidence expires this week)",
+    )
+    evidence_expiry: dict[str, datetime] = Field(
+        default_factory=dict,
+        description="per evidence class (log, checkpoint_metadata, rendezvous_evidence, ...), its earliest expiry",
+    )
+    evidence_deadline: datetime | None = Field(
+        default=None,
+        description="the earliest deadline of a needs-person item: evidence that will die unpreserved, or an owed "
+        "export whose checkpoint expires within 72 h; null when nothing is due",
+    )
+    deadlines: list[Deadline] = Field(
+        default_factory=list, description="every needs-person item with a deadline; `evidence_deadline` is the first"
+    )
+    evidence_expired: list[ExpiredEvidence] = Field(
+        default_factory=list,
+        description="evidence on temp storage that was already gone when rlcleanup first looked: what, since when",
+    )
     incomplete_evidence: list[IncompleteEvidence] = Field(
         default_factory=list,
         description="rendezvous debug artifacts a node's sync-manifest.json lists as copied but that are missing, "

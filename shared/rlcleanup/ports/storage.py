@@ -25,6 +25,9 @@ class ObjectInfo:
     crc32c: str | None = None  # base64 big-endian, as GCS reports it
     md5: str | None = None  # base64, as GCS reports it
     updated: datetime | None = None
+    # When the object was created, as the listing says (GCS timeCreated, S3 Last-Modified, local mtime): a bucket
+    # lifecycle rule's age counts from it, so an object under `tmp/ttl=<N>d/` dies at created + N days.
+    created: datetime | None = None
     generation: int | None = None
     etag: str | None = None  # S3: the ETag as the server gave it (an MD5 only for single-part uploads)
     version: str | None = None  # S3: the object version id, when the bucket is versioned

@@ -17,16 +17,18 @@ from typing import Any, cast
 from pydantic import ValidationError
 
 from rlcleanup.errors import PermanentError
+from rlcleanup.formats.export_request import read_request
 from rlcleanup.models.events import JobEvent
-from rlcleanup.models.record import RunError
+from rlcleanup.models.record import ExportRequestState, RunError
 from rlcleanup.runtime.attempt_scope import PASS_PREFIX
 from rlcleanup.runtime.claims import once
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
-from rlcleanup.settings import DeploymentSettings, unconfigured
+from rlcleanup.settings import DeploymentSettings, in_run_buckets, unconfigured
 from rlcleanup.sources import gcs_notifications as gcsn
 from rlcleanup.sources import k8s
 from rlcleanup.sources import sweep as sweep_source
+from rlcleanup.sources.deadlines import deadline_records, recheck
 from rlcleanup.sources.sweep import (
     ChildLister,
     SweepConfig,
@@ -177,7 +179,25 @@ def _sweep_records(p: Ports, now: datetime, config: SweepConfig) -> str:
             stalled += 1
             p.records.add_errors(record.run_id, [RunError(step="sweep", code="stalled", message=message)])
             log.warning("sweep marked %s stalled: %s", record.run_id, message)
-    return f"records: {redriven} re-driven, {stalled} stalled"
+    rechecked = _recheck_deadlines(p, now, config)
+    return f"records: {redriven} re-driven, {stalled} stalled, {rechecked} deadline(s) changed"
+
+
+def _recheck_deadlines(p: Ports, now: datetime, config: SweepConfig) -> int:
+    """Runs waiting on a person against a deadline (sources/deadlines.py): re-read their owed exports' requests
+    (only inside the run buckets) and say a deadline that has passed."""
+
+    def read(checkpoint: str) -> ExportRequestState | None:
+        return read_request(p.storage, checkpoint) if in_run_buckets(checkpoint, p.run_buckets) else None
+
+    changed = 0
+    for record in deadline_records(p.records, config.record_scan_limit):
+        found = recheck(record, now, read)
+        if found.fields:
+            p.records.update(record.run_id, found.fields)
+            p.records.add_errors(record.run_id, found.errors)
+            changed += 1
+    return changed
 
 
 def _pass_text(scope: str) -> str:

@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from pydantic import BaseModel
 
@@ -19,6 +20,7 @@ from rlcleanup.models.parts import CaptureItem, CapturePart
 from rlcleanup.models.record import PreservedObject
 from rlcleanup.ports.storage import ObjectInfo, Storage, UnsafePathError, WriteOutcome, list_in_name_order
 from rlcleanup.steps.evidence_sources import capture_roots as evidence_capture_roots
+from rlcleanup.steps.expiry import earliest, expires_at, merge_by_class, ttl_days
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.manifest import CAPTURE_MANIFEST
 from rlcleanup.uris import join, relative_to
@@ -51,6 +53,8 @@ class CapturePlan(BaseModel):
     parts: list[CapturePart]
     listed_weights: int = 0
     errors: list[str] = []
+    # Per evidence class (CaptureItem.kind), the earliest expiry of what this plan copies from temp storage.
+    expiry_by_class: dict[str, datetime] = {}
 
 
 @dataclass
@@ -147,15 +151,34 @@ LISTING_NAMES = ("checkpoints", "exports")
 
 
 def capture_roots(layout: RunLayout) -> list[tuple[str, str]]:
-    """(label, root) of everything a capture lists, in a fixed order (a paged plan's cursor indexes it)."""
+    """(label, root) of everything a capture lists, in a fixed order (a paged plan's cursor indexes it): roots on
+    temp storage first, the shortest TTL first (their objects die first; pages are listed in this order)."""
     roots = [("run", layout.run_uri)]
     if layout.temp_root is not None:
         roots.append(("temp", layout.temp_root))
     elif not layout.checkpoints_root.startswith(layout.run_uri):
         roots.append(("checkpoints", layout.checkpoints_root))
     roots.extend(layout.extra_roots)  # run-layout-v2.md §3: both steps of a multi-step Marin run are evidence
-    roots.extend(evidence_capture_roots(layout))  # v3 §4: rendezvous and Ray-log roots, last (a cursor indexes)
-    return roots
+    roots.extend(evidence_capture_roots(layout))  # v3 §4: rendezvous and Ray-log roots (a cursor indexes)
+    return _soonest_dying_first(roots)
+
+
+def _soonest_dying_first(roots: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Roots under `tmp/ttl=<N>d/` first, shortest N first, the rest in their order. Only when no root moves past
+    one it nests with: which root an object is planned from (its `dest_rel` label) must not change."""
+    ordered = sorted(roots, key=lambda lr: (ttl_days(lr[1]) is None, ttl_days(lr[1]) or 0))
+    position = {root: i for i, root in enumerate(ordered)}
+    for i, a in enumerate(roots):
+        for b in roots[i + 1 :]:
+            nested = _nests(a[1], b[1])
+            if nested and position[a] > position[b]:
+                return roots
+    return ordered
+
+
+def _nests(a: str, b: str) -> bool:
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
 
 
 def plan_capture(
@@ -205,7 +228,10 @@ def plan_capture_page(
     else:
         next_cursor = None  # every root listed to its end
     prefix = f"p{page}-" if page else ""
-    parts = [part for group, items in sorted(groups.items()) for part in _chunks(f"{prefix}{group}", items)]
+    parts = [part for group, items in _soonest_groups(groups) for part in _chunks(f"{prefix}{group}", items)]
+    expiry_by_class = merge_by_class(
+        *({item.kind: item.expires_at} for part in parts for item in part.items if item.expires_at is not None)
+    )
     one_page = page == 0 and next_cursor is None
     for name, objs in listings.items():
         lines = "".join(_listing_line(o) for o in objs)
@@ -220,10 +246,24 @@ def plan_capture_page(
         parts=parts,
         listed_weights=listed_weights,
         errors=errors,
+        expiry_by_class=expiry_by_class,
         page=page,
         listed=listed,
         next=next_cursor,
     )
+
+
+def _soonest_groups(groups: dict[str, list[CaptureItem]]) -> list[tuple[str, list[CaptureItem]]]:
+    """The page's groups, the one holding the soonest-dying object first (durable ones last, by name), each with
+    its soonest-dying items first, so the parts that carry them are published, and copied, first. Part ids keep
+    naming their group and chunk: which objects a part holds is fixed by the listing, whatever the order."""
+    never = datetime.max.replace(tzinfo=UTC)
+
+    def dies(item: CaptureItem) -> tuple[datetime, str]:
+        return (item.expires_at or never, item.source)
+
+    ordered = {group: sorted(items, key=dies) for group, items in groups.items()}
+    return sorted(ordered.items(), key=lambda gi: (earliest(i.expires_at for i in gi[1]) or never, gi[0]))
 
 
 def _objects_from(
@@ -289,6 +329,7 @@ def _plan_object(
         crc32c=obj.crc32c,
         md5=obj.md5,
         kind=_object_kind(obj.uri, rel, layout),
+        expires_at=expires_at(obj),
     )
     group = f"attempt-{rel.split('/')[1]}" if rel.startswith("attempts/") and rel.count("/") >= 2 else label
     groups.setdefault(group, []).append(item)

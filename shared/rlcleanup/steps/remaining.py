@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from rlcleanup.models.record import AuthorityAction, Candidate, ResumeSafety
 from rlcleanup.models.vocab import RecordStatus, TerminalState
+from rlcleanup.steps.expiry import has_deadline
 
 # Outcome states (AuthorityAction.state) that mean the action was carried out.
 PUBLISHED = {"published", "handed_off"}
@@ -37,6 +38,10 @@ class Remaining:
 
     @property
     def status(self) -> RecordStatus:
+        """A deadline a person must meet (steps/expiry.py) comes first: `needs_person`, which grants still act on
+        (authority/ledger.py); then open authority work; else complete."""
+        if has_deadline(self.items):
+            return RecordStatus.needs_person
         return RecordStatus.awaiting_authority if self.authority_open else RecordStatus.complete
 
 

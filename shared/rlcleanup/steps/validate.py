@@ -40,6 +40,7 @@ from rlcleanup.models.vocab import CandidateState
 from rlcleanup.models.vocab import CheckpointProblem as KP
 from rlcleanup.ports.storage import ObjectInfo, Storage
 from rlcleanup.steps import deferred_export as deferred
+from rlcleanup.steps.expiry import earliest_of
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.receipts import checkpoint_against_receipt
 from rlcleanup.steps.runtime_commits import commit_change
@@ -139,7 +140,9 @@ def validate_candidate(
     if not listing.objects:
         staged = deferred.staging_listings(storage, layout, step)
         if staged:
-            return deferred.partial_candidate(layout, step, request, staged)
+            partial = deferred.partial_candidate(layout, step, request, staged)
+            dies = earliest_of(o for listing in staged for o in listing.objects.values())
+            return partial.model_copy(update={"expires_at": dies})
         if request is not None:
             return _owed_candidate(storage, layout, step, request, formats)
     detected = formats.detect(listing, FormatKind.export)
@@ -167,6 +170,7 @@ def validate_candidate(
         size_label=size_label(counted) if counted is not None else None,
         total_bytes=sum(o.size for o in listing.objects.values()),
         shard_count=report.shard_count,
+        expires_at=earliest_of(listing.objects.values()),
         digest=export_digest(fmt.digest_inputs(listing)),
         model_identity=identity,
     )
@@ -205,6 +209,7 @@ def _owed_candidate(
         problems=f.problems,
         warnings=f.warnings,
         total_bytes=sum(o.size for o in checkpoint.objects.values()),
+        expires_at=earliest_of(checkpoint.objects.values()),  # the checkpoint an owed export converts
         export_request=request,
     )
 

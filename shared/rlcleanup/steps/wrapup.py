@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from rlcleanup.formats.config import get
-from rlcleanup.models.record import Candidate, CompletionRecord, DeclaredRegistration, ResumeSafety
+from rlcleanup.models.record import (
+    Candidate,
+    CompletionRecord,
+    Deadline,
+    DeclaredRegistration,
+    ExpiredEvidence,
+    ResumeSafety,
+)
 from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.deferred_export import owed_exports
+from rlcleanup.steps.expiry import earliest, expired_evidence, expired_item, owed_export_deadlines
 from rlcleanup.steps.grant_binding import bind_grants
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.metrics_store import load_series
@@ -39,6 +48,7 @@ def finish_record(
     record: CompletionRecord,
     candidates: list[Candidate],
     resume: ResumeSafety | None,
+    now: datetime,
 ) -> dict[str, Any]:
     raw_policy, policy_error = declared_policy(layout.config, layout.skyrl)
     metric = str(raw_policy.get("metric", "")) if raw_policy else ""
@@ -63,6 +73,9 @@ def finish_record(
             "training receipt and resolved config are preserved, retrain or restore the checkpoint to export"
         )
     notes.extend(owed_exports(candidates))  # deferred HF exports not made yet, or stopped mid-write
+    expiry = expiry_fields(storage, layout, record, candidates, now)
+    notes.extend(d["item"] for d in expiry["deadlines"])
+    notes.extend(expired_item(ExpiredEvidence.model_validate(g)) for g in expiry["evidence_expired"])
     remaining = derive_remaining(
         terminal_state=record.terminal_state,
         selection_status=selection.status,
@@ -82,4 +95,23 @@ def finish_record(
         "declared_registration": declared.model_dump(mode="json") if declared else None,
         "remaining_work": remaining.items,
         "status": remaining.status.value,
+        **expiry,
+    }
+
+
+def expiry_fields(
+    storage: Storage, layout: RunLayout, record: CompletionRecord, candidates: list[Candidate], now: datetime
+) -> dict[str, Any]:
+    """The record's deadlines (capture's unpreserved evidence kept, owed exports re-derived at `now`), the first
+    of them, and the temp evidence that was already gone (run-layout-v3.md §1; steps/expiry.py)."""
+    exports = [
+        Deadline(at=at, source="export", item=item, checkpoint=uri)
+        for at, item, uri in owed_export_deadlines(candidates, now)
+    ]
+    deadlines = sorted([*(d for d in record.deadlines if d.source != "export"), *exports], key=lambda d: d.at)
+    gone = expired_evidence(storage, layout, now)
+    return {
+        "deadlines": [d.model_dump(mode="json") for d in deadlines],
+        "evidence_deadline": earliest(d.at for d in deadlines),
+        "evidence_expired": [g.model_dump(mode="json") for g in gone],
     }

@@ -4,10 +4,13 @@ manifest and fans out validation: one candidate-validation message per batch of 
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import CapturePartMessage, CapturePlanPageMessage, RunMessage
 from rlcleanup.models.outcomes import CapturePartOutcome, MemberError
 from rlcleanup.models.plans import CapturePlan, PlanPage, ValidationSet
+from rlcleanup.models.record import Deadline
 from rlcleanup.runtime.attempt_scope import pass_id
 from rlcleanup.runtime.claims import once
 from rlcleanup.runtime.envelope import decode
@@ -19,6 +22,7 @@ from rlcleanup.runtime.stages.common import publish, run_errors
 from rlcleanup.runtime.stages.validate import FAN_OUT as VALIDATION
 from rlcleanup.runtime.stages.validate import VALIDATION_TOPIC, validation_message
 from rlcleanup.steps import capture as capture_step
+from rlcleanup.steps.expiry import DEADLINE_HORIZON, earliest, merge_by_class, stamp, unpreserved_deadline
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.sync_manifests import check_sync_manifests
 from rlcleanup.steps.validate import CANDIDATES_PER_BATCH
@@ -43,13 +47,27 @@ def _plan_one_page(p: Ports, scope: str, msg: RunMessage, before: Page | None, p
         limit=p.capture_page_objects,
     )
     p.records.add_errors(msg.run_id, run_errors("capture", planned.errors))
-    for part in planned.parts:
+    _record_expiry(p, msg.run_id, planned.expiry_by_class)
+    for part in planned.parts:  # soonest-dying first (steps/capture.py): published, hence copied, first
         part_msg = CapturePartMessage(
             run_id=msg.run_id, scope=scope, run_uri=msg.run_uri, dest_root=planned.dest_root, part=part
         )
         publish(p, PARTS_TOPIC, part_msg)
     part_ids = [part.part_id for part in planned.parts]
     return paged_plan.new_page(Page, part_ids, planned.dest_root, msg, planned.listed, planned.next)
+
+
+def _record_expiry(p: Ports, run_id: str, by_class: dict[str, datetime]) -> None:
+    """The page's earliest expiry per evidence class, merged into the record's (pages are planned one after the
+    other, each by the page before it, so this read-modify-write never races another page of the run)."""
+    if not by_class:
+        return
+    record = p.records.get(run_id)
+    merged = merge_by_class(record.evidence_expiry if record else {}, by_class)
+    p.records.update(
+        run_id,
+        {"evidence_expiry": merged, "evidence_expires_at": earliest(merged.values())},
+    )
 
 
 def _join(p: Ports, last: Page, pages: list[Page]) -> CapturePlan:
@@ -78,7 +96,15 @@ def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     def work() -> CapturePartOutcome:
         result = capture_step.copy_part(p.storage, msg.dest_root, msg.part)
         errors = [f"write_once_conflict: {d} exists with different content; not overwritten" for d in result.conflicts]
-        errors += [f"source_vanished: {s} was listed but is gone" for s in result.missing]
+        now = p.clock.now()
+        dead = {i.source: i.expires_at for i in msg.part.items if i.expires_at is not None and i.expires_at <= now}
+        errors += [
+            f"evidence_expired: {s} was deleted by its temp storage lifecycle (expired {stamp(dead[s])}) before it "
+            "was copied"
+            if s in dead
+            else f"source_vanished: {s} was listed but is gone"
+            for s in result.missing
+        ]
         p.records.add_errors(msg.run_id, run_errors("capture", errors))
         return CapturePartOutcome(objects=len(result.objects), bytes=sum(o.size for o in result.objects))
 
@@ -101,9 +127,13 @@ def finish_capture(p: Ports, run_id: str, scope: str, gathered: Gathered) -> Val
     p.records.add_errors(run_id, run_errors("capture", _unpreserved(outcomes)))
     earlier = record if scope else None  # a later pass: the newest location first, keep the rest
     older = [loc for loc in (earlier.preserved_locations if earlier else []) if loc != plan.dest_root]
+    deadlines = _unpreserved_deadlines(p, outcomes)
+    kept = [d for d in (record.deadlines if record else []) if d.source != "capture"]
     p.records.update(
         run_id,
         {
+            "deadlines": [d.model_dump(mode="json") for d in sorted([*kept, *deadlines], key=lambda d: d.at)],
+            "evidence_deadline": earliest(d.at for d in [*kept, *deadlines]),
             "manifest_uri": summary.manifest_uri,
             "preserved_locations": [plan.dest_root, *older],
             "preserved_object_count": summary.object_count,
@@ -141,6 +171,29 @@ def _record_incomplete_evidence(p: Ports, run_id: str, layout: RunLayout) -> Non
     p.records.add_errors(run_id, run_errors("capture", errors))
 
 
+def _unpreserved_deadlines(p: Ports, outcomes: dict[str, CapturePartOutcome]) -> list[Deadline]:
+    """A failed part whose temp evidence dies within DEADLINE_HORIZON: a person must get it preserved before then
+    (a later expiry stays the `capture_part_failed` error it is, with the class's expiry on the record)."""
+    now = p.clock.now()
+    return [
+        Deadline(
+            at=outcome.unpreserved_expires_at,
+            source="capture",
+            item=unpreserved_deadline(
+                pid,
+                len(outcome.unpreserved),
+                outcome.error.code if outcome.error else "failed",
+                outcome.unpreserved_expires_at,
+                now,
+            ),
+        )
+        for pid, outcome in sorted(outcomes.items())
+        if not outcome.ok
+        and outcome.unpreserved_expires_at is not None
+        and outcome.unpreserved_expires_at - now < DEADLINE_HORIZON
+    ]
+
+
 def _unpreserved(outcomes: dict[str, CapturePartOutcome]) -> list[str]:
     return [
         f"capture_part_failed: part {pid} could not preserve {len(outcome.unpreserved)} objects"
@@ -154,4 +207,7 @@ def failed_copy(p: Ports, key: str, data: bytes, error: PermanentError) -> list[
     """What a capture part that failed stores: every source it was to preserve, unpreserved."""
     failure = MemberError(code=error.code, message=str(error)[:2000])
     copy = CapturePartMessage.model_validate_json(data)
-    return [(key, CapturePartOutcome(ok=False, error=failure, unpreserved=[item.source for item in copy.part.items]))]
+    unpreserved = [item.source for item in copy.part.items]
+    dies = earliest(item.expires_at for item in copy.part.items)
+    outcome = CapturePartOutcome(ok=False, error=failure, unpreserved=unpreserved, unpreserved_expires_at=dies)
+    return [(key, outcome)]

@@ -33,7 +33,7 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         record = p.records.get(msg.run_id)
         if record is None:
             raise PermanentError("no_record", f"run {msg.run_id} has no record to finish")
-        fields = finish_record(p.storage, layout, record, candidates, resume)
+        fields = finish_record(p.storage, layout, record, candidates, resume, p.clock.now())
         p.records.update(msg.run_id, fields)
         # The grants already used on this run (before a --rerun, on an earlier pass) are bound again to these
         # candidates: a grant whose digest no longer matches stops applying before anything reads the record.
