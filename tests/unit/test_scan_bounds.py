@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlcleanup.adapters.local_storage import LocalStorage
-from rlcleanup.authority import secret_prefilter, secrets
+from rlcleanup.authority import secret_prefilter, secret_views, secrets
 from rlcleanup.authority.secrets import ScanReport, scan_objects
 
 TOKEN = "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ012345678"  # pragma: allowlist secret
@@ -124,8 +124,8 @@ def test_a_concatenation_across_the_end_of_a_long_line_is_still_joined() -> None
 
 def test_no_view_of_a_line_is_longer_than_two_windows() -> None:
     line = '"' + "q" * 100_000 + '" + "' + "r" * 100_000
-    views = secrets.line_views(line, '"' + "s" * 100_000 + '"')
-    assert max(len(v) for v in views) <= 2 * secrets._WINDOW + 1
+    views = secret_views.line_views(line, '"' + "s" * 100_000 + '"')
+    assert max(len(v) for v in views) <= 2 * secret_views.WINDOW + 1
 
 
 # ------------------------------------------------------------------ linear time
@@ -144,7 +144,7 @@ def test_finding_the_candidate_lines_of_one_huge_line_is_one_pass() -> None:
 def test_the_concatenation_decoder_does_not_backtrack_through_blanks(blanks: int) -> None:
     text = ('"' + " " * blanks + "x") * 3
     started = time.perf_counter()
-    secrets._joined(text)
+    secret_views.join_pieces(text)
     assert time.perf_counter() - started < 0.5  # 8,000 blanks took 0.8 s, 20,000 would take 5 s
 
 
@@ -155,7 +155,7 @@ def test_concatenation_joins_are_unchanged_by_the_possessive_rewrite() -> None:
         text = "".join(
             rng.choice(["'", '"', " ", "\n", "+", "..", "\\\n", "a", "\t"]) for _ in range(rng.randint(0, 20))
         )
-        assert secrets._CONCAT.sub("", text) == old.sub("", text), repr(text)
+        assert secret_views._CONCAT.sub("", text) == old.sub("", text), repr(text)
 
 
 def _old_b64_regex() -> Any:

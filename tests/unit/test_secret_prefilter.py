@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.authority import secret_prefilter as F
+from rlcleanup.authority import secret_views as V
 from rlcleanup.authority import secrets as S
 
 with S.detect_secrets_session():
@@ -184,9 +185,9 @@ def test_a_line_over_one_mib_gives_the_same_findings() -> None:
     assert _fast(data, 256 * 1024) == slow
 
 
-@pytest.mark.parametrize("at", [0, 5, S._WINDOW - S._OVERLAP - 20, S._WINDOW - 20, 2 * S._WINDOW - 40, 3 * S._WINDOW])
+@pytest.mark.parametrize("at", [0, 5, V.WINDOW - V.OVERLAP - 20, V.WINDOW - 20, 2 * V.WINDOW - 40, 3 * V.WINDOW])
 def test_a_token_at_a_window_edge_of_a_long_line_gives_the_same_findings(at: int) -> None:
-    pad = "y." * (3 * S._WINDOW // 2 + 99)
+    pad = "y." * (3 * V.WINDOW // 2 + 99)
     line = pad[:at] + f" {HF} " + pad[at:]
     data = f"step 1\n{line}\n".encode()
     slow = S.reference_findings(S._decode(data))

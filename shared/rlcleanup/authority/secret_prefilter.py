@@ -203,7 +203,7 @@ def _compiled(block: bool, sources: tuple[str, ...]) -> Any:
     return re2.compile(("(?m)" if block else "") + "|".join(f"(?:{s})" for s in sources), options)
 
 
-# What makes a line's decoded views differ from the line itself (secrets.line_views): a backslash (JSON escapes,
+# What makes a line's decoded views differ from the line itself (secret_views.line_views): a backslash (JSON escapes,
 # continuations), a string concatenation on the line, or a quote left open at its end (a join with the next line).
 # `[ws]` is Python's \s on one line, widened to every non-ASCII character.
 _WS = r"[\t\x{b}\x{c}\r\x{1c}-\x{20}\x{80}-\x{d7ff}\x{e000}-\x{10ffff}]"
@@ -213,7 +213,7 @@ DECODER_TRIGGERS = (
     rf"'{_WS}*(?:\+|\.\.)?{_WS}*'",
     rf"[\"']{_WS}*(?:\+|\.\.)?{_WS}*$",
 )
-# A line ending in a token prefix's fragment (secrets._split_token_views joins it with the next line's half).
+# A line ending in a token prefix's fragment (secret_views._split_token_views joins it with the next line's half).
 SPLIT_TOKEN_TRIGGER = r"(?:hf_|api_org_|github_pat_|gh[pousr]_)[A-Za-z0-9_]*[ \t'\"`,;).]*$"
 _B64 = "[A-Za-z0-9+/_-]"
 
@@ -228,7 +228,7 @@ def block_regex() -> Any:
 @cache
 def b64_run_regex() -> Any:
     """Maximal base64 runs of 24 or more characters with an uppercase letter: a superset of the runs
-    secrets._b64_decoded decodes (those also hold a lowercase one). The run starts at a line start or after a
+    secret_views.b64_decoded decodes (those also hold a lowercase one). The run starts at a line start or after a
     character outside the alphabet (group 1 is the run), and is spelt by where its first uppercase letter is:
     `[^A-Z]{i}[A-Z]` then at least 23-i more characters. The DFA then tracks one count, not which of the last 24
     characters were uppercase: "24 windows, an uppercase letter somewhere" ran RE2's DFA out of memory on random

@@ -16,9 +16,6 @@ secret itself. The rule set is listed in docs/authority.md.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 import threading
 import zlib
 from collections.abc import Iterable, Iterator
@@ -29,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcleanup.authority import secret_prefilter as prefilter
+from rlcleanup.authority.secret_views import WINDOW, b64_decoded, iter_line_views, line_views, unescape
 from rlcleanup.formats.safetensors_header import CorruptHeaderError, read_header
 from rlcleanup.ports.storage import ObjectInfo, Storage
 
@@ -36,7 +34,6 @@ from rlcleanup.ports.storage import ObjectInfo, Storage
 _SKIPPED_PLUGINS = {"Base64HighEntropyString", "HexHighEntropyString", "IPPublicDetector"}
 _BLOCK = 4 * 1024 * 1024
 _SNIFF = 8192
-_WINDOW, _OVERLAP = 8192, 2048  # long lines are scanned in windows this size, overlapping this much
 # The longest line the scan holds (a line is read whole; its windows are scanned one by one). Past it the file is
 # refused as unscannable, never published unscanned: time and memory per file stay bounded.
 MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -46,24 +43,6 @@ PNG_TEXT_MAX_BYTES = 16 * 1024 * 1024
 PNG_MAX_INFLATION_RATIO = 100
 _PLUGIN_FILE = Path(__file__).with_name("secret_plugins.py")
 _SESSION_LOCK = threading.RLock()  # detect-secrets settings are process-global
-
-_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
-_JSON_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\([\\/\"nrt])")
-# "ab" + "cd", "ab" "cd", 'ab' .. 'cd', across a line end too. Possessive: a quote before a long run of blanks
-# would otherwise backtrack through every split of the run (8,000 blanks took 0.8 s; now microseconds). A newline
-# needs no alternative of its own: it is a blank.
-_CONCAT = re.compile(r"""(["'])\s*+(?:\+|\.\.|\\\n)?\s*+\1""")
-_CONTINUATION = re.compile(r"\\\r?\n\s*")
-_NON_PRINTABLE = re.compile(r"[^\x20-\x7e\t\n]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-# A token cut in two, each half after text of its own ("A=hf_abc" / "B=def"): a line that ends in a fragment
-# starting with a known token prefix is joined with the word after the next line's last `=`/`:` and with that
-# line's last word. The prefilter's trigger (secret_prefilter.SPLIT_TOKEN_TRIGGER) is a superset of this one.
-SPLIT_PREFIXES = ("hf_", "api_org_", "github_pat_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_")
-_TAIL = "[ \t'\"`,;).]*"
-_SPLIT_HEAD = re.compile(rf"(?<![A-Za-z0-9_])((?:{'|'.join(SPLIT_PREFIXES)})[A-Za-z0-9_]*){_TAIL}\Z")
-_SPLIT_LAST = re.compile(rf"([A-Za-z0-9_]+){_TAIL}\Z")
-_SPLIT_ASSIGNED = re.compile(r"[=:][ \t'\"`]*([A-Za-z0-9_]+)[^=:]*\Z")
 
 
 class ScanBoundExceeded(Exception):
@@ -142,105 +121,6 @@ def rules() -> list[str]:
     return [p["name"] for p in plugins_used()]
 
 
-# ---------------------------------------------------------------- decoded views of a line
-
-
-def _unescape(text: str) -> str:
-    def one(m: re.Match[str]) -> str:
-        if m.group(1):
-            return chr(int(m.group(1), 16))
-        return {"n": "\n", "r": "\r", "t": "\t"}.get(m.group(2), m.group(2))
-
-    decoded = _JSON_ESCAPE.sub(one, text)
-    if not _SURROGATE.search(decoded):
-        return decoded
-    # JSON writes a character beyond the BMP as an escaped surrogate pair ("\\ud83d\\ude00"): join the pairs as
-    # JSON decoders do, and make a lone surrogate U+FFFD, so every view is encodable text (detect-secrets hashes
-    # what it finds as UTF-8; a lone surrogate would crash the scan instead of scanning).
-    return decoded.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def _joined(text: str) -> str:
-    return _CONCAT.sub("", _CONTINUATION.sub("", text))
-
-
-def _mixed_case(run: str) -> bool:
-    return run.lower() != run and run.upper() != run  # C-speed: no per-character Python loop
-
-
-def _b64_decoded(line: str) -> Iterator[str]:
-    """Printable text encoded in base64 runs. Only runs with both cases count: base64 of text always has both
-    (and hex ids, lowercase paths and digits decode to nothing printable), which keeps the pre-filter narrow."""
-    for m in _B64_RUN.finditer(line):
-        run = m.group(0)
-        if not _mixed_case(run):
-            continue
-        for decode in (base64.b64decode, base64.urlsafe_b64decode):
-            try:
-                raw = decode(run + "=" * (-len(run) % 4))
-            except (binascii.Error, ValueError):
-                continue
-            text = raw.decode("utf-8", errors="ignore")
-            if len(text) >= 16 and len(_NON_PRINTABLE.findall(text)) <= 0.1 * len(text):
-                yield text
-                break
-
-
-def _windows(line: str) -> Iterator[str]:
-    """A long line in overlapping windows: every rule still sees any secret whole (none is longer than the
-    overlap), and no detector regex ever runs over a megabyte-long line."""
-    if len(line) <= _WINDOW:
-        yield line
-        return
-    step = _WINDOW - _OVERLAP
-    for start in range(0, len(line) - _OVERLAP, step):
-        yield line[start : start + _WINDOW]
-
-
-def _piece_views(piece: str) -> Iterator[str]:
-    yield piece
-    unescaped = _unescape(piece)
-    if unescaped != piece:
-        yield unescaped
-    joined = _joined(unescaped)
-    if joined != unescaped:
-        yield joined
-    for decoded in _b64_decoded(piece):
-        yield decoded
-        yield _unescape(decoded)
-
-
-def iter_line_views(line: str, following: str | None) -> Iterator[str]:
-    """Every string the rules are run on for one line, one at a time: its windows, each as written,
-    JSON-unescaped, with concatenations joined and base64 runs decoded; and the line's last window joined with
-    the next line's first (a backslash continuation or a string concatenation across the line end: any secret
-    it forms lies within a window of the end). Both scan paths use exactly these; no view is longer than two
-    windows, so the rules' work is linear in the line's length."""
-    for piece in _windows(line):
-        yield from _piece_views(piece)
-    if following is not None:
-        joined = _joined(_unescape(line[-_WINDOW:] + "\n" + following[:_WINDOW]))
-        if "\n" not in joined:
-            yield joined
-        # A token split across the line end with text before each half (its views are built from the two lines).
-        yield from _split_token_views(line, following)
-
-
-def line_views(line: str, following: str | None) -> list[str]:
-    return list(iter_line_views(line, following))
-
-
-def _split_token_views(line: str, following: str) -> list[str]:
-    """A token prefix's fragment ending this line joined with the next line's second half (its assigned value,
-    its last word): `A="hf_AbC..."` then `B="...xYz"` gives the whole token as a view of the first line."""
-    head = _SPLIT_HEAD.search(line[-_WINDOW:])
-    if head is None:
-        return []
-    tail = following[-_WINDOW:]
-    halves = {m.group(1) for m in (_SPLIT_LAST.search(tail), _SPLIT_ASSIGNED.search(tail)) if m is not None}
-    return sorted(head.group(1) + half for half in halves)
-
-
 # ---------------------------------------------------------------- the two scan paths over a text
 
 
@@ -290,12 +170,12 @@ def _candidates(buf: bytes) -> Iterator[tuple[int, int, int, bool]]:
     pos = 0
     while pos <= len(buf) and (m := b64_rx.search(buf, pos)) is not None:
         pos = mark(m.start(1), False)  # the run itself (the match may begin with the newline before it)
-    # A line over _WINDOW bytes holds a whole aligned segment of half that without a newline: find those by
+    # A line over WINDOW bytes holds a whole aligned segment of half that without a newline: find those by
     # memchr over each segment instead of splitting the block into lines.
     # Each line is looked at once: after a segment without a newline the loop jumps past that line's end, so the
     # work is linear in the block however long its lines are (looking back to the line's start from every segment
     # of it made a 32 MiB line cost 8192 scans of up to 32 MiB).
-    step = _WINDOW // 2
+    step = WINDOW // 2
     seg = 0
     while seg + step <= len(buf):
         if buf.find(b"\n", seg, seg + step) >= 0:
@@ -304,7 +184,7 @@ def _candidates(buf: bytes) -> Iterator[tuple[int, int, int, bool]]:
         start = buf.rfind(b"\n", 0, seg) + 1  # the segment before held a newline (or this is the first)
         end = buf.find(b"\n", seg)
         end = len(buf) if end < 0 else end
-        if end - start > _WINDOW:
+        if end - start > WINDOW:
             mark(seg, True)
         seg = max(seg + step, (end // step) * step)
     newline_before, counted_to = 0, 0
@@ -335,7 +215,7 @@ def _scan_buf(buf: bytes, uri: str, first_line: int = 1, lookahead: bool = False
                 following = buf[end + 1 : len(buf) if nxt < 0 else nxt].decode("utf-8", errors="surrogatepass")
             views: Iterable[str] = iter_line_views(line, following)  # one at a time: a long line's windows
         else:  # no rule or trigger on the line, and it is one window: only its decoded base64 can differ
-            views = {v for decoded in _b64_decoded(line) for v in (decoded, _unescape(decoded))}
+            views = {v for decoded in b64_decoded(line) for v in (decoded, unescape(decoded))}
         seen: set[str] = set()  # a view repeated nearby (an unchanged decoding) is checked once
         for view in views:
             if view in seen:
