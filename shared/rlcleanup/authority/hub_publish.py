@@ -38,7 +38,8 @@ from typing import Any
 from rlcleanup.authority.artifact import Pinned
 from rlcleanup.authority.grants import Action, Grant, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
-from rlcleanup.authority.pinning import pinned_copy, pinned_download
+from rlcleanup.authority.manifest_check import verify_staged_manifest
+from rlcleanup.authority.pinning import CopyProof, pinned_copy, pinned_download
 from rlcleanup.authority.publish import clean_prefix, name_clash, plan_preview, scan_refusal, staging_root
 from rlcleanup.authority.secrets import scan_objects, scan_string
 from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
@@ -340,17 +341,20 @@ def _shown(findings: list[str]) -> str:
     return "; ".join(findings[:MAX_FINDINGS_IN_RECORD]) + (f" (+{more} more)" if more > 0 else "")
 
 
-def _stage(storage: Storage, items: list[HubItem], staging: str) -> str | None:
+def _stage(storage: Storage, items: list[HubItem], staging: str) -> tuple[str | None, dict[str, CopyProof]]:
     """Every file to upload copied (pinned) into the private staging area, generated ones written there: what is
-    scanned and uploaded is this copy. Returns a conflict's description, or None."""
+    scanned and uploaded is this copy. Returns a conflict's description (or None) and the copies' proofs by name."""
+    proofs: dict[str, CopyProof] = {}
     for item in items:
         target = join(staging, item.name)
         if item.source is not None:
-            if pinned_copy(storage, item.source, target).outcome == "conflict":
-                return f"staging {item.name} did not verify"
+            proof = pinned_copy(storage, item.source, target)
+            if proof.outcome == "conflict":
+                return f"staging {item.name} did not verify", proofs
+            proofs[item.name] = proof
         elif storage.write_if_absent(target, item.data or b"", "application/octet-stream") is WriteOutcome.conflict:
-            return f"staging {item.name}"
-    return None
+            return f"staging {item.name}", proofs
+    return None, proofs
 
 
 def _staged_path(tmp: Path, name: str) -> Path:
@@ -405,18 +409,29 @@ def publish_to_hub(
     clean_prefix(storage, staging)  # a crashed attempt's leftovers: staged and scanned again, from the pins
     try:
         try:
-            conflict = _stage(storage, hub_plan.items, staging)
+            conflict, proofs = _stage(storage, hub_plan.items, staging)
         except SourceChangedError as exc:
             return refuse(Refusal.source_changed, str(exc), dest)
         if conflict:
             return refuse(Refusal.destination_conflict, conflict, dest)
+        # The upload streams every byte anyway, so a server-side staged copy is hashed too: checked before the repo.
+        exported = {name: proof for name, proof in proofs.items() if name in pinned.objects}
+        verdict = verify_staged_manifest(
+            storage, staging, exported, hub_plan.candidate.model_identity, stream_unhashed=True
+        )
+        if verdict is not None and verdict.mismatch is not None:
+            return refuse(Refusal.manifest_mismatch, verdict.mismatch, dest)
         listed = {relative_to(o.uri, staging): o for o in storage.list(staging)}
         report = scan_objects(storage, sorted(listed.values(), key=lambda o: o.uri))
         why = scan_refusal(report, staging)
         if why is not None:
             return refuse(Refusal.secret_found if report.findings else Refusal.unscannable, why, dest)
         batch = batch_files or BATCH_FILES
-        return _upload(storage, record, grant, hub, hub_plan, listed, len(report.scanned), progress, batch)
+        out = _upload(storage, record, grant, hub, hub_plan, listed, len(report.scanned), progress, batch)
+        if verdict is not None and not out.refused:  # what the staged copy proved against the model manifest
+            out.detail += f"; {verdict.statement()}"
+            out.extra["model_manifest"] = verdict.as_doc()
+        return out
     finally:
         clean_prefix(storage, staging)
 
