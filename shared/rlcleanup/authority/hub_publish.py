@@ -24,11 +24,8 @@ sha256 from the Hub's metadata must equal what we sent; a mismatch is refused an
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
-import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,8 +34,9 @@ from typing import Any
 
 from rlcleanup.authority.artifact import Pinned
 from rlcleanup.authority.grants import Action, Grant, Refusal
-from rlcleanup.authority.outcome import Outcome, refuse
+from rlcleanup.authority.hub_card import LOGS, PROVENANCE, metrics_csv, model_card
 from rlcleanup.authority.manifest_check import verify_staged_manifest
+from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.pinning import CopyProof, pinned_copy, pinned_download
 from rlcleanup.authority.publish import clean_prefix, name_clash, plan_preview, scan_refusal, staging_root
 from rlcleanup.authority.secrets import scan_objects, scan_string
@@ -49,8 +47,6 @@ from rlcleanup.uris import join, relative_to
 
 MARKER = "_PUBLISHED.json"
 CARD = "README.md"
-PROVENANCE = "provenance.json"
-LOGS = "training_logs"
 BATCH_FILES = 50  # files per commit: an interruption loses at most one batch of uploads
 BATCH_BYTES = 4 << 30  # ...and at most this much local disk holds a batch (a bigger single file still needs its size)
 SMALL_FILE = 10 << 20  # larger files are always LFS on the Hub (no git blob id to compare)
@@ -76,95 +72,6 @@ def _preserved(storage: Storage, record: CompletionRecord) -> list[PreservedObje
         return []
     manifest = json.loads(storage.read_bytes(record.manifest_uri))
     return [PreservedObject.model_validate(o) for o in manifest.get("objects", [])]
-
-
-def metrics_csv(storage: Storage, record: CompletionRecord) -> bytes | None:
-    """The stitched metrics (metrics.jsonl) as one CSV: step, kind, attempt, then every metric name."""
-    if not record.metrics_uri:
-        return None
-    try:
-        lines = list(storage.iter_lines(record.metrics_uri))
-    except FileNotFoundError:
-        return None
-    rows = [json.loads(line) for line in lines if line.strip()]
-    rows = [r for r in rows if r.get("kind") in ("train", "eval")]
-    names = sorted({k for r in rows for k in (r.get("metrics") or {})})
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["step", "kind", "attempt", *names])
-    for r in rows:
-        m = r.get("metrics") or {}
-        writer.writerow(
-            [r["step"], r["kind"], r.get("attempt", ""), *("" if m.get(n) is None else m[n] for n in names)]
-        )
-    return out.getvalue().encode()
-
-
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_MARKDOWN_SPECIAL = {"\\": "\\\\", "|": "\\|", "`": "\\`", "<": "&lt;", ">": "&gt;", "&": "&amp;"}
-
-
-def card_text(value: object) -> str:
-    """A value from a run as inert Markdown inline text: control characters (newlines included) escaped as
-    `\\n`/`\\xNN`, and the characters that could end a table cell, open code or HTML escaped. A config value
-    can then never add a row, a heading or front matter to the card."""
-    text = _CONTROL.sub(lambda m: json.dumps(m.group(0))[1:-1], str(value))
-    return "".join(_MARKDOWN_SPECIAL.get(ch, ch) for ch in text)
-
-
-def card_front_matter(base_model: str | None) -> list[str]:
-    """The card's YAML front matter from typed values: `base_model` only when it is a valid Hub repo id (what
-    the Hub's metadata means by it), written as a JSON string (a YAML double-quoted scalar); anything else a run
-    names as its base model (a path, a URL, text with newlines) stays out of the YAML and is shown in the table."""
-    lines = ["---", "library_name: transformers"]
-    if base_model and _is_repo_id(base_model):
-        lines.append(f"base_model: {json.dumps(base_model)}")
-    return [*lines, "tags:", "- rlcleanup", "- reinforcement-learning", "---"]
-
-
-def _is_repo_id(value: str) -> bool:
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(value)
-    except HFValidationError:
-        return False
-    return True
-
-
-def model_card(record: CompletionRecord, candidate: Candidate, grant: Grant, repo_id: str) -> bytes:
-    """The model card: every value from the run or the grant is escaped (`card_text`), the front matter holds
-    only typed, validated values (`card_front_matter`)."""
-    sel = record.selection
-    chosen = sel is not None and sel.step == candidate.step
-    rev = record.source_revision
-    facts = [
-        ("run id", record.run_id),
-        ("run", record.run_uri),
-        ("step", str(candidate.step)),
-        ("digest", candidate.digest or "-"),
-        ("parameters", f"{candidate.parameter_count:,}" if candidate.parameter_count else "-"),
-        ("base model", record.base_model or "-"),
-        ("source revision", ", ".join(f"{k} {v}" for k, v in sorted(rev.items()) if v) or "-"),
-        ("selection policy", (json.dumps(sel.policy, sort_keys=True) if sel.policy else sel.status) if sel else "-"),
-        (
-            "metric window",
-            json.dumps(sel.metric_window, sort_keys=True) if chosen and sel and sel.metric_window else "-",
-        ),
-        ("grant", f"{grant.grant_id} ({grant.action.value}) by {grant.granted_by}"),
-    ]
-    lines = [*card_front_matter(record.base_model), ""]
-    lines += [
-        f"# {card_text(repo_id.split('/')[-1])}",
-        "",
-        f"Published by rlcleanup from run {card_text(record.run_id)}.",
-        "",
-    ]
-    lines += ["| | |", "|---|---|", *(f"| {k} | {card_text(v)} |" for k, v in facts), ""]
-    lines += [
-        f"Training logs, stitched metrics and the cleanup report are in `{LOGS}/`; `{PROVENANCE}` lists every file."
-    ]
-    return ("\n".join(lines) + "\n").encode()
 
 
 def plan(storage: Storage, record: CompletionRecord, grant: Grant, repo_id: str, pinned: Pinned) -> list[HubItem]:
