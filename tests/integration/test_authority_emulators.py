@@ -30,6 +30,7 @@ from rlcleanup.runtime.handlers import resolve_run_id
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.samples.generator import write_sample_run
+from rlcleanup.samples.v3 import write_model_manifest
 from rlcleanup.settings import DeploymentSettings
 
 pytestmark = pytest.mark.integration
@@ -84,11 +85,27 @@ def _upload(gcs_client: Any, local_root: Path, bucket: str, uid: str) -> str:
 
 @pytest.fixture
 def world(stack: Any, gcs_client: Any, firestore_client: Any, uid: str, tmp_path: Path) -> SimpleNamespace:
+    return _world(stack, gcs_client, firestore_client, uid, tmp_path)
+
+
+@pytest.fixture
+def manifest_world(stack: Any, gcs_client: Any, firestore_client: Any, uid: str, tmp_path: Path) -> SimpleNamespace:
+    """The same run, its step-40 export carrying the model manifest MarinSkyRL writes (samples/v3.py)."""
+    return _world(stack, gcs_client, firestore_client, uid, tmp_path, manifest_step=40)
+
+
+def _world(
+    stack: Any, gcs_client: Any, firestore_client: Any, uid: str, tmp_path: Path, manifest_step: int | None = None
+) -> SimpleNamespace:
     runs, dest = f"auth-runs-{uid}", f"auth-dest-{uid}"
     gcs_client.create_bucket(runs)
     gcs_client.create_bucket(dest)
     local = tmp_path / "sample"
     run_root = write_sample_run(local, "selection-policy")
+    if manifest_step is not None:  # the export's files hold neither the local root nor the run name: uploaded as is
+        write_model_manifest(
+            next(run_root.glob(f"**/global_step_{manifest_step}/policy")), model_id="o/m", revision="r"
+        )
     gs_root = _upload(gcs_client, local, runs, uid)
     bus = InProcessBus()
     records, claims = firestore_stores(project=stack.project, client=firestore_client)
@@ -229,6 +246,34 @@ def test_gcs_publish_server_side_copy_verified_and_grant_in_firestore(
     _deliver(world, grant)  # replayed: refused and recorded, nothing copied again
     record = world.ports.records.get(world.run_id)
     assert [(a.state, a.refusal) for a in record.authority_actions] == [("published", None), ("refused", "replayed")]
+
+
+def test_gcs_publish_of_a_manifested_export_states_which_sha256_it_did_not_check(
+    manifest_world: SimpleNamespace, gcs_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34 item 7 on GCS: the generation-pinned server-side rewrite sees no byte, so no sha256 exists to hold
+    against the model manifest. The publish is not slowed to stream the export; the outcome says so explicitly:
+    the manifest's identity, each file whose sha256 was not checked, and that sizes and CRC32C matched."""
+    w = manifest_world
+    monkeypatch.setattr(
+        publish_mod,
+        "read_visibility",
+        lambda _storage, uri: bucket_visibility(uri, RecordedIam(gcs_client, PRIVATE_POLICY, "enforced")),
+    )
+    record = w.ports.records.get(w.run_id)
+    cand = next(c for c in record.candidates if c.step == 40)
+    assert cand.valid and cand.model_identity is not None, cand.problems
+    grant = _grant(w)
+    _deliver(w, grant)
+    doc = _doc(w, grant)
+    assert doc["state"] == "used" and doc["outcome"]["state"] == "published", doc
+    said = doc["outcome"]["model_manifest"]
+    assert said["identity"] == cand.model_identity and said["sha256_verified"] == []
+    assert "model-00001-of-00003.safetensors" in said["sha256_not_checked"] and len(said["sha256_not_checked"]) == 9
+    assert "sha256 not checked for 9 file(s)" in doc["outcome"]["detail"]
+    assert "sizes matched the manifest and CRC32C the pinned source" in doc["outcome"]["detail"]
+    bucket = gcs_client.bucket(w.dest)
+    assert bucket.get_blob("models/m40/_PUBLISHED.json") is not None
 
 
 def test_gcs_shard_rewritten_with_identical_bytes_after_approval_is_refused(

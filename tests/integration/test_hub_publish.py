@@ -26,8 +26,8 @@ from authority_support import World, make_world
 from rlcleanup.adapters.local_jobs import SubprocessJobLauncher
 from rlcleanup.authority import ledger
 from rlcleanup.authority.grants import Approver, Grant, GrantState, new_key, public_b64, register_approver, verify
+from rlcleanup.authority.hub_card import model_card
 from rlcleanup.authority.hub_publish import MARKER
-from rlcleanup.authority.model_card import model_card
 from rlcleanup.ports.hub import git_blob_sha
 from rlcleanup.runtime.ports import HUB_JOB_MODULE
 from rlcleanup.stack import procs

@@ -12,7 +12,7 @@ from authority_support import World, make_world
 
 from rlcleanup.adapters.hf_hub import _mapped
 from rlcleanup.authority.grants import Approver, new_key, public_b64, register_approver
-from rlcleanup.authority.model_card import model_card
+from rlcleanup.authority.hub_card import model_card
 from rlcleanup.ports.hub import repo_of
 from rlcleanup.ports.storage import StorageError
 

@@ -75,6 +75,7 @@ class Refusal(StrEnum):
     not_applicable = "not_applicable"
     record_not_eligible = "record_not_eligible"
     source_changed = "source_changed"  # an object is not the version the grant pinned (edited since validation)
+    manifest_mismatch = "manifest_mismatch"  # the copied bytes are not what the export's model manifest lists
     unscannable = "unscannable"  # bytes that would be published could not be scanned (binary, not parsed tensors)
     apply_failed = "apply_failed"  # carrying the grant out raised something no retry fixes; nothing left behind
     plan_rejected = "plan_rejected"  # a reclaim plan names an object outside the granted export, or evidence

@@ -24,9 +24,7 @@ sha256 from the Hub's metadata must equal what we sent; a mismatch is refused an
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import tempfile
 from collections.abc import Callable
@@ -36,9 +34,10 @@ from typing import Any
 
 from rlcleanup.authority.artifact import Pinned
 from rlcleanup.authority.grants import Action, Grant, Refusal
-from rlcleanup.authority.model_card import LOGS, PROVENANCE, model_card
+from rlcleanup.authority.hub_card import LOGS, PROVENANCE, metrics_csv, model_card
+from rlcleanup.authority.manifest_check import verify_staged_manifest
 from rlcleanup.authority.outcome import Outcome, refuse
-from rlcleanup.authority.pinning import pinned_copy, pinned_download
+from rlcleanup.authority.pinning import CopyProof, pinned_copy, pinned_download
 from rlcleanup.authority.publish import clean_prefix, name_clash, plan_preview, scan_refusal, staging_root
 from rlcleanup.authority.secrets import scan_objects, scan_string
 from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
@@ -47,9 +46,7 @@ from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage, Vis
 from rlcleanup.steps.evidence_check import (
     TamperedEvidence,
     changed_in_listing,
-    manifest_objects,
     mismatch,
-    verified_bytes,
 )
 from rlcleanup.uris import join, relative_to
 
@@ -81,30 +78,6 @@ def _preserved(storage: Storage, record: CompletionRecord) -> list[PreservedObje
         return []
     manifest = json.loads(storage.read_bytes(record.manifest_uri))
     return [PreservedObject.model_validate(o) for o in manifest.get("objects", [])]
-
-
-def metrics_csv(storage: Storage, record: CompletionRecord) -> bytes | None:
-    """The stitched metrics (metrics.jsonl) as one CSV: step, kind, attempt, then every metric name. The preserved
-    file is read back verified against the sealed manifest (TamperedEvidence when it changed)."""
-    if not record.metrics_uri:
-        return None
-    try:
-        data = verified_bytes(storage, record.metrics_uri, manifest_objects(storage, record))
-    except FileNotFoundError:
-        return None
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    rows = [json.loads(line) for line in lines if line.strip()]
-    rows = [r for r in rows if r.get("kind") in ("train", "eval")]
-    names = sorted({k for r in rows for k in (r.get("metrics") or {})})
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["step", "kind", "attempt", *names])
-    for r in rows:
-        m = r.get("metrics") or {}
-        writer.writerow(
-            [r["step"], r["kind"], r.get("attempt", ""), *("" if m.get(n) is None else m[n] for n in names)]
-        )
-    return out.getvalue().encode()
 
 
 def plan(storage: Storage, record: CompletionRecord, grant: Grant, repo_id: str, pinned: Pinned) -> list[HubItem]:
@@ -288,21 +261,23 @@ def _shown(findings: list[str]) -> str:
     return "; ".join(findings[:MAX_FINDINGS_IN_RECORD]) + (f" (+{more} more)" if more > 0 else "")
 
 
-def _stage(storage: Storage, items: list[HubItem], staging: str) -> str | None:
+def _stage(storage: Storage, items: list[HubItem], staging: str) -> tuple[str | None, dict[str, CopyProof]]:
     """Every file to upload copied (pinned) into the private staging area, generated ones written there: what is
-    scanned and uploaded is this copy. Returns a conflict's description, or None."""
+    scanned and uploaded is this copy. Returns a conflict's description (or None) and the copies' proofs by name."""
+    proofs: dict[str, CopyProof] = {}
     for item in items:
         target = join(staging, item.name)
         if item.source is not None:
             proof = pinned_copy(storage, item.source, target)
             if proof.outcome == "conflict":
-                return f"staging {item.name} did not verify"
+                return f"staging {item.name} did not verify", proofs
+            proofs[item.name] = proof
             changed = mismatch(item.preserved, proof.size, proof.crc32c, proof.md5) if item.preserved else None
             if item.preserved is not None and changed is not None:
                 raise TamperedEvidence(f"{item.preserved.destination}: changed since it was preserved ({changed})")
         elif storage.write_if_absent(target, item.data or b"", "application/octet-stream") is WriteOutcome.conflict:
-            return f"staging {item.name}"
-    return None
+            return f"staging {item.name}", proofs
+    return None, proofs
 
 
 def _staged_path(tmp: Path, name: str) -> Path:
@@ -357,20 +332,31 @@ def publish_to_hub(
     clean_prefix(storage, staging)  # a crashed attempt's leftovers: staged and scanned again, from the pins
     try:
         try:
-            conflict = _stage(storage, hub_plan.items, staging)
+            conflict, proofs = _stage(storage, hub_plan.items, staging)
         except SourceChangedError as exc:
             return refuse(Refusal.source_changed, str(exc), dest)
         except TamperedEvidence as exc:
             return refuse(Refusal.evidence_tampered, f"preserved evidence changed since it was sealed: {exc}", dest)
         if conflict:
             return refuse(Refusal.destination_conflict, conflict, dest)
+        # The upload streams every byte anyway, so a server-side staged copy is hashed too: checked before the repo.
+        exported = {name: proof for name, proof in proofs.items() if name in pinned.objects}
+        verdict = verify_staged_manifest(
+            storage, staging, exported, hub_plan.candidate.model_identity, stream_unhashed=True
+        )
+        if verdict is not None and verdict.mismatch is not None:
+            return refuse(Refusal.manifest_mismatch, verdict.mismatch, dest)
         listed = {relative_to(o.uri, staging): o for o in storage.list(staging)}
         report = scan_objects(storage, sorted(listed.values(), key=lambda o: o.uri))
         why = scan_refusal(report, staging)
         if why is not None:
             return refuse(Refusal.secret_found if report.findings else Refusal.unscannable, why, dest)
         batch = batch_files or BATCH_FILES
-        return _upload(storage, record, grant, hub, hub_plan, listed, len(report.scanned), progress, batch)
+        out = _upload(storage, record, grant, hub, hub_plan, listed, len(report.scanned), progress, batch)
+        if verdict is not None and not out.refused:  # what the staged copy proved against the model manifest
+            out.detail += f"; {verdict.statement()}"
+            out.extra["model_manifest"] = verdict.as_doc()
+        return out
     finally:
         clean_prefix(storage, staging)
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from rlcleanup.authority.artifact import Pinned
 from rlcleanup.authority.grants import Action, Grant, Refusal, Visibility
+from rlcleanup.authority.manifest_check import verify_staged_manifest
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.pinning import CopyProof, pinned_copy, sha256_of
 from rlcleanup.authority.secrets import ScanReport, scan_objects
@@ -374,6 +375,10 @@ def _carry_out(storage: Storage, record: CompletionRecord, grant: Grant, pinned:
             staged.append(proof)
     except SourceChangedError as exc:
         return _refuse_and_clean(storage, Refusal.source_changed, str(exc), dest, staging=staging)
+    exported = {i.name: p for i, p in zip(items, staged, strict=True) if i.name in pinned.objects}
+    verdict = verify_staged_manifest(storage, staging, exported, candidate.model_identity, stream_unhashed=False)
+    if verdict is not None and verdict.mismatch is not None:
+        return _refuse_and_clean(storage, Refusal.manifest_mismatch, verdict.mismatch, dest, staging=staging)
 
     manifest = [
         {
@@ -451,6 +456,9 @@ def _carry_out(storage: Storage, record: CompletionRecord, grant: Grant, pinned:
     # destination twin against them, never against files an approver's bucket could hold.
     out = _published(grant, plan, len(items), len(report.scanned))
     out.extra["twins"] = _twins(items, staged, proofs, dest)
+    if verdict is not None:  # what the copy proved against the export's model manifest, said on the outcome
+        out.detail += f"; {verdict.statement()}"
+        out.extra["model_manifest"] = verdict.as_doc()
     return out
 
 

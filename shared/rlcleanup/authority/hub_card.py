@@ -1,17 +1,45 @@
-"""The model card a Hub hand-off writes (README.md): every value from the run or the grant is data (escaped by
-`card_text`), and the YAML front matter holds only typed, validated values (`card_front_matter`): a config value
-can never add a row, a heading or front matter (docs/authority.md §8 P15)."""
+"""The files a Hub hand-off generates from the record: the model card (every value from a run escaped, the front
+matter typed) and the stitched metrics as CSV. Split from authority/hub_publish.py, which plans and uploads them."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 
 from rlcleanup.authority.grants import Grant
 from rlcleanup.models.record import Candidate, CompletionRecord
+from rlcleanup.ports.storage import Storage
+from rlcleanup.steps.evidence_check import manifest_objects, verified_bytes
 
-LOGS = "training_logs"
 PROVENANCE = "provenance.json"
+LOGS = "training_logs"
+
+
+def metrics_csv(storage: Storage, record: CompletionRecord) -> bytes | None:
+    """The stitched metrics (metrics.jsonl) as one CSV: step, kind, attempt, then every metric name. The preserved
+    file is read back verified against the sealed manifest (TamperedEvidence when it changed)."""
+    if not record.metrics_uri:
+        return None
+    try:
+        data = verified_bytes(storage, record.metrics_uri, manifest_objects(storage, record))
+    except FileNotFoundError:
+        return None
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
+    rows = [r for r in rows if r.get("kind") in ("train", "eval")]
+    names = sorted({k for r in rows for k in (r.get("metrics") or {})})
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["step", "kind", "attempt", *names])
+    for r in rows:
+        m = r.get("metrics") or {}
+        writer.writerow(
+            [r["step"], r["kind"], r.get("attempt", ""), *("" if m.get(n) is None else m[n] for n in names)]
+        )
+    return out.getvalue().encode()
+
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _MARKDOWN_SPECIAL = {"\\": "\\\\", "|": "\\|", "`": "\\`", "<": "&lt;", ">": "&gt;", "&": "&amp;"}
