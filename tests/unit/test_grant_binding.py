@@ -135,7 +135,9 @@ def test_a_later_pass_with_other_candidates_reopens_what_its_grants_closed(
     assert PUBLISH_ITEM not in record.remaining_work
     candidates = [c.model_copy(update={"digest": "b" * 64}) if c.step == 20 else c for c in record.candidates]
     layout = run_layout(w.stack.ports, w.run_id, w.run_uri)
-    fields = finish_record(w.stack.ports.storage, layout, record, candidates, record.resume_safety)
+    fields = finish_record(
+        w.stack.ports.storage, layout, record, candidates, record.resume_safety, w.stack.ports.clock.now()
+    )
     assert PUBLISH_ITEM in fields["remaining_work"]  # wrap-up itself no longer counts the grant
     w.stack.ports.records.update(w.run_id, fields)
     ledger.sync_record(w.stack.ports.records, w.run_id)
