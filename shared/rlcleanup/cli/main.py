@@ -258,6 +258,7 @@ def emit(
 
     from pydantic import ValidationError
 
+    from rlcleanup.runtime.backends import BusUnreachable
     from rlcleanup.stack.emit import job_event, publish_event
 
     try:
@@ -289,6 +290,9 @@ def emit(
     emulator = platform().pubsub_emulator_host
     try:
         message_id = publish_event(event, project, topic)
+    except BusUnreachable as exc:  # checked before publishing: its message is the fix
+        _fail(str(exc))
+        return
     except Exception as exc:
         _fail(f"could not publish to {topic}: {type(exc).__name__}: {exc}")
         return
@@ -346,16 +350,21 @@ def stack_up(
         typer.echo(
             f"# S3 (SeaweedFS) at {state.env.get('AWS_ENDPOINT_URL')}: runs bucket s3://{state.buckets['s3-runs']}"
         )
-    down = "rlcleanup stack down" + ("" if state_dir is None else f" --state-dir {where}")
+    down = 'eval "$(rlcleanup stack down' + ("" if state_dir is None else f" --state-dir {where}") + ')"'
     typer.echo(f"# {len(state.pgids)} servers; logs and state in {where}; stop from any directory with: {down}")
 
 
 @stack_app.command("down", epilog=EXIT_CODES)
 def stack_down(state_dir: StateDirOption = None) -> None:
-    """Stop every server of the stack by process group (from any directory)."""
-    from rlcleanup.stack import StackError, down
+    """Stop every server of the stack by process group (from any directory); print the `unset` line.
+
+    Use as `eval "$(rlcleanup stack down)"`: the shell forgets the variables `stack up` exported, so no command
+    goes on reaching for a stopped emulator. Everything else it says goes to stderr."""
+    from rlcleanup.stack import StackError, StackState, down
+    from rlcleanup.stack.state import unset_line
 
     where = _stack_dir(state_dir)
+    typer.echo(unset_line(StackState.load(where)))  # first: a shell forgets the stack even if stopping fails
     try:
         stopped = down(where)
     except StackError as exc:
