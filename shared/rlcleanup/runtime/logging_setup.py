@@ -88,14 +88,24 @@ _HANDLER_FLAG = "_rlcleanup_json"
 
 
 def configure_logging(level: int | str | None = None, stream: IO[str] | None = None) -> logging.Handler:
-    """Install the JSON handler on the root logger once (idempotent); console handlers others added to stdout/
-    stderr (functions-framework's plain ones) are removed so every record is written exactly once, as JSON."""
+    """Install the JSON handler on the root logger once (idempotent) and remove every other console handler on it,
+    on every call, so each record is written exactly once, as JSON.
+
+    A console handler is a plain `logging.StreamHandler` (a file or a test's capture handler is a subclass, kept),
+    whatever its stream: functions-framework's are not only on sys.stdout/stderr. With LOG_EXECUTION_ID=true (as
+    Terraform deploys the functions) it installs a root "wsgi" handler writing through a proxy of the request's
+    `wsgi.errors` (stderr under gunicorn), which printed every line a second time as `{"message": ...}` (issue 38).
+    It is configured before our module loads, so it is already there on the first delivery; checking on every call
+    also removes one added after ours."""
     root = logging.getLogger()
+    ours: logging.Handler | None = None
     for handler in list(root.handlers):
         if getattr(handler, _HANDLER_FLAG, False):
-            return handler
-        if type(handler) is logging.StreamHandler and getattr(handler, "stream", None) in (sys.stdout, sys.stderr):
+            ours = ours or handler
+        elif type(handler) is logging.StreamHandler:
             root.removeHandler(handler)
+    if ours is not None:
+        return ours
     labels = {k: v for k, v in {"service": platform().service, "revision": platform().revision}.items() if v}
     handler = logging.StreamHandler(stream or sys.stdout)
     handler.setFormatter(CloudLoggingFormatter(platform().project, labels))
