@@ -151,6 +151,19 @@ def test_markdown_is_not_html_escaped(runs: dict[str, CompletionRecord]) -> None
     assert escape("</details><script>") == "\\</details>\\<script>"
 
 
+def test_report_and_show_word_the_terminal_reasoning_alike(runs: dict[str, CompletionRecord]) -> None:
+    """Issue 38: `show` said "no failure" where the report said "No causal error was found" (one function now)."""
+    from rlcleanup.cli.render import summary
+    from rlcleanup.report.reasons import NO_FAILURE
+
+    r = runs["completed-resumed"]
+    assert any(x.startswith("No causal error was found") for x in r.terminal_reasoning)  # the record keeps it
+    md, html, shown = _render(r).markdown(), _render(r).html(), summary(r)
+    for surface in (md, html, shown):
+        assert "No causal error was found" not in surface
+    assert f"- {NO_FAILURE}" in md and NO_FAILURE in html and f"  - {NO_FAILURE}" in shown
+
+
 # ------------------------------------------------------------------ HTML is self-contained
 
 
