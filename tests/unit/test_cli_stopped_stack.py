@@ -75,7 +75,9 @@ def test_authority_commands_fail_fast_when_the_stack_is_stopped(stopped_stack: s
     assert f"Firestore emulator at {stopped_stack} (FIRESTORE_EMULATOR_HOST)" in err
     _fails_fast_with_the_fix("grants", RUN)
     dest = str(tmp_path / "models" / "m")
-    _fails_fast_with_the_fix("grant", RUN, "--action", "publish", "--step", "20", "--key", "alice", "--destination", dest)
+    _fails_fast_with_the_fix(
+        "grant", RUN, "--action", "publish", "--step", "20", "--key", "alice", "--destination", dest
+    )
     _fails_fast_with_the_fix("show", RUN)  # as show always did, in the same words
 
 

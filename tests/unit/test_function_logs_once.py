@@ -12,8 +12,6 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 from rlcleanup.runtime import functions
 from rlcleanup.runtime.logging_setup import configure_logging
 

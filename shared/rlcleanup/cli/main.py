@@ -15,7 +15,15 @@ import typer
 from rlcleanup.cli.authority import register as register_authority_commands
 from rlcleanup.cli.operator import operator_errors
 from rlcleanup.cli.operator import register as register_operator_commands
-from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
+from rlcleanup.cli.options import (
+    BackendOption,
+    DbOption,
+    JsonOption,
+    ProjectOption,
+    backend_name,
+    db_path,
+    run_id_argument,
+)
 from rlcleanup.cli.stores import EXIT_NOT_FOUND, EXIT_USAGE, get_record, open_store
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.controller_states import MANUAL
@@ -26,7 +34,9 @@ from rlcleanup.settings import platform
 MANUAL_STATES = tuple(sorted(set(MANUAL.states) - {"ENDED"}))
 EXIT_CODES = "Exit codes: 0 ok, 1 not found, 2 usage (bad option, or a path that is not a run), 3 failure."
 
-app = typer.Typer(add_completion=True, no_args_is_help=True, help=__doc__, epilog=EXIT_CODES)
+# `-h` as well as `--help`, on every command: click's sub-contexts inherit help_option_names from this one.
+HELP = {"help_option_names": ["-h", "--help"]}
+app = typer.Typer(add_completion=True, no_args_is_help=True, help=__doc__, epilog=EXIT_CODES, context_settings=HELP)
 
 
 def _version(value: bool) -> None:
@@ -194,7 +204,7 @@ def _prepare_rerun(uri: str, db_file: Path) -> str | None:
 @app.command(epilog=EXIT_CODES)
 @operator_errors
 def show(
-    run_id: str,
+    run_id: Annotated[str, run_id_argument("the run to print")],
     db: DbOption = None,
     backend: BackendOption = None,
     project: ProjectOption = None,
@@ -210,7 +220,7 @@ def show(
 @app.command(epilog=EXIT_CODES)
 @operator_errors
 def forget(
-    run_id: str,
+    run_id: Annotated[str, run_id_argument("the run whose record to remove")],
     yes: Annotated[bool, typer.Option("--yes", help="do it (without it, only say what would be removed)")] = False,
     db: DbOption = None,
     backend: BackendOption = None,
