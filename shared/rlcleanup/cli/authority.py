@@ -17,15 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from rlcleanup.authority.grants import Action, Visibility
-from rlcleanup.cli.options import (
-    BackendOption,
-    DbOption,
-    JsonOption,
-    ProjectOption,
-    backend_name,
-    db_path,
-    run_id_argument,
-)
+from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
 from rlcleanup.cli.stores import OperatorError, not_found, open_bus, open_store
 from rlcleanup.paths import default_preserve_root, keys_dir
 from rlcleanup.ports.bus import Bus
@@ -186,7 +178,7 @@ def _gcs_credentials_problem(destination: str | None) -> str | None:
 
 
 def grant(
-    run_id: Annotated[str, run_id_argument("the run the grant is for")],
+    run_id: RunIdArg,
     action: Annotated[Action, typer.Option(help="what the grant authorizes")],
     key: Annotated[
         str, typer.Option("--key", help="approver private key: a PEM file, or an approver id from `keygen --id`")
@@ -388,7 +380,7 @@ def _object_facts(row: dict[str, Any]) -> str:
 
 
 def grants(
-    run_id: Annotated[str, run_id_argument("the run whose grants to list")],
+    run_id: RunIdArg,
     db: DbOption = None,
     backend: BackendOption = None,
     project: ProjectOption = None,
@@ -436,7 +428,7 @@ def grants(
 
 
 def cause(
-    run_id: Annotated[str, run_id_argument("the run whose failure cause to record")],
+    run_id: RunIdArg,
     signature_id: Annotated[str, typer.Argument(help="from the pre-cancel capture.json `reproducing` list")],
     note: Annotated[str, typer.Option(help="the recorded cause")],
     by: Annotated[str, typer.Option(help="who recorded it")] = (platform().user or "operator"),

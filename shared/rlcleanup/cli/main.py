@@ -15,15 +15,7 @@ import typer
 from rlcleanup.cli.authority import register as register_authority_commands
 from rlcleanup.cli.operator import operator_errors
 from rlcleanup.cli.operator import register as register_operator_commands
-from rlcleanup.cli.options import (
-    BackendOption,
-    DbOption,
-    JsonOption,
-    ProjectOption,
-    backend_name,
-    db_path,
-    run_id_argument,
-)
+from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
 from rlcleanup.cli.stores import EXIT_NOT_FOUND, EXIT_USAGE, get_record, open_store
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.controller_states import MANUAL
@@ -204,7 +196,7 @@ def _prepare_rerun(uri: str, db_file: Path) -> str | None:
 @app.command(epilog=EXIT_CODES)
 @operator_errors
 def show(
-    run_id: Annotated[str, run_id_argument("the run to print")],
+    run_id: RunIdArg,
     db: DbOption = None,
     backend: BackendOption = None,
     project: ProjectOption = None,
@@ -220,7 +212,7 @@ def show(
 @app.command(epilog=EXIT_CODES)
 @operator_errors
 def forget(
-    run_id: Annotated[str, run_id_argument("the run whose record to remove")],
+    run_id: RunIdArg,
     yes: Annotated[bool, typer.Option("--yes", help="do it (without it, only say what would be removed)")] = False,
     db: DbOption = None,
     backend: BackendOption = None,

@@ -63,3 +63,7 @@ def complete_run_id(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]
 def run_id_argument(help_text: str, **extra: Any) -> Any:
     """A RUN_ID argument that completes from the record store (`complete_run_id`)."""
     return typer.Argument(help=help_text, autocompletion=complete_run_id, **extra)
+
+
+# The RUN_ID most commands take: one argument, one completion.
+RunIdArg = Annotated[str, run_id_argument("the run id (Tab completes it from the record store)")]
