@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from rlcleanup.stack.state import CLIENT_ENV_NAMES
+
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 
@@ -138,8 +140,11 @@ def test_demo_then_authority_block_closes_the_record(user_env: dict[str, str], t
 def test_local_stack_block_runs_and_leaves_no_server_behind(user_env: dict[str, str], tmp_path: Path) -> None:
     stack_dir = tmp_path / "cache" / "rlcleanup" / "stack"
     try:
-        done = _run(_block(STACK), user_env, timeout=900)
+        # Then, in the same shell: which of the stack's variables are still set (issue 38: none may outlive it).
+        left = "\n".join(f'[ -n "${{{name}+x}}" ] && echo "STILL SET: {name}" || true' for name in CLIENT_ENV_NAMES)
+        done = _run(_block(STACK) + "\n" + left, user_env, timeout=900)
         assert "stopped " in done.stderr and f"of the stack in {stack_dir}" in done.stderr
+        assert "STILL SET" not in done.stdout, done.stdout
         assert "awaiting_authority" in done.stdout or "nothing needs a person" in done.stdout
     finally:
         # Whatever happened above, never leave the servers up (`down` signals only its own marked groups).

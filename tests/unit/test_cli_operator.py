@@ -113,7 +113,9 @@ def test_unreachable_emulator_names_stack_up(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", "127.0.0.1:9")  # discard port: nothing listens
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "p")
     code, _, err = _invoke("status", "--json")
-    assert code == 3 and "not reachable" in err and "`rlcleanup stack up`" in err
+    # Both fixes: start the stack, or forget its variables (issue 38: they outlive `stack down` unless eval'd).
+    assert code == 3 and "not reachable" in err and 'eval "$(rlcleanup stack up)"' in err
+    assert 'eval "$(rlcleanup stack down)"' in err
 
 
 def test_missing_credentials_name_the_env_var(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -138,6 +138,32 @@ def test_unreadable_metrics_are_noted_not_fatal(runs: dict[str, CompletionRecord
     assert re.search(r"^- metrics not loaded from .*gone\.jsonl: FileNotFoundError", rendered.markdown(), re.M)
 
 
+def test_markdown_is_not_html_escaped(runs: dict[str, CompletionRecord]) -> None:
+    """Issue 38: report.md said `FAILED -&gt; failed`. Markdown escapes with backslashes, only where it must."""
+    md = _render(runs["failed-first-link"]).markdown()
+    assert ".executor_status: FAILED -> failed" in md
+    assert not re.search(r"&(?:gt|lt|amp|quot);", md)
+    from rlcleanup.report.markdown import escape
+
+    assert escape("a -> b, 1 < 2") == "a -> b, 1 < 2"  # nothing that renders differently
+    assert escape("<frozen importlib._bootstrap>") == "\\<frozen importlib.\\_bootstrap>"  # never a tag
+    assert escape("> quoted\n  > again") == "\\> quoted\n  \\> again"  # never a block quote
+    assert escape("</details><script>") == "\\</details>\\<script>"
+
+
+def test_report_and_show_word_the_terminal_reasoning_alike(runs: dict[str, CompletionRecord]) -> None:
+    """Issue 38: `show` said "no failure" where the report said "No causal error was found" (one function now)."""
+    from rlcleanup.cli.render import summary
+    from rlcleanup.report.reasons import NO_FAILURE
+
+    r = runs["completed-resumed"]
+    assert any(x.startswith("No causal error was found") for x in r.terminal_reasoning)  # the record keeps it
+    md, html, shown = _render(r).markdown(), _render(r).html(), summary(r)
+    for surface in (md, html, shown):
+        assert "No causal error was found" not in surface
+    assert f"- {NO_FAILURE}" in md and NO_FAILURE in html and f"  - {NO_FAILURE}" in shown
+
+
 # ------------------------------------------------------------------ HTML is self-contained
 
 

@@ -17,13 +17,14 @@ from typing import Annotated, Any
 import typer
 
 from rlcleanup.authority.grants import Action, Visibility
-from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
-from rlcleanup.cli.stores import OperatorError, not_found, open_store
+from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
+from rlcleanup.cli.stores import OperatorError, not_found, open_bus, open_store
 from rlcleanup.errors import PermanentError
 from rlcleanup.paths import default_preserve_root, keys_dir
+from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.hub import is_hub, repo_of
 from rlcleanup.ports.records import RunRecords
-from rlcleanup.runtime.backends import OpenStore, StoreBackend, open_bus, open_storage
+from rlcleanup.runtime.backends import OpenStore, StoreBackend, open_storage
 from rlcleanup.settings import platform
 from rlcleanup.textsafe import neutralise
 from rlcleanup.uris import is_local, strip_file_scheme
@@ -50,6 +51,16 @@ def _open(backend: str | None, db: Path | None, project: str | None, *, create: 
         return open_store(backend_name(backend), db_path(db), project, create=create)
     except OperatorError as exc:
         typer.echo(neutralise(f"rlcleanup: {exc}"), err=True)
+        raise typer.Exit(exc.code) from exc
+
+
+def _bus(project: str | None) -> Bus:
+    """The Pub/Sub bus a grant is published on, checked before anything is signed (a dead emulator: exit 3 now,
+    not a 30 s publish timeout after the work)."""
+    try:
+        return open_bus(project)
+    except OperatorError as exc:
+        typer.echo(f"rlcleanup: {exc}", err=True)
         raise typer.Exit(exc.code) from exc
 
 
@@ -169,7 +180,7 @@ def _gcs_credentials_problem(destination: str | None) -> str | None:
 
 
 def grant(
-    run_id: Annotated[str, typer.Argument(help="the run the grant is for")],
+    run_id: RunIdArg,
     action: Annotated[Action, typer.Option(help="what the grant authorizes")],
     key: Annotated[
         str, typer.Option("--key", help="approver private key: a PEM file, or an approver id from `keygen --id`")
@@ -220,6 +231,7 @@ def grant(
     chosen_backend = backend_name(backend)
     cloud = bool(platform().pubsub_emulator_host or (project and chosen_backend != StoreBackend.sqlite))
     opened = _open(chosen_backend or (StoreBackend.firestore if cloud else None), db, project)
+    bus = _bus(project) if cloud and not dry_run else None  # a dry run publishes nothing
     store = opened.store
     record = store.get(run_id)
     if record is None:
@@ -262,8 +274,8 @@ def grant(
                 3,
             )
     data = json.dumps(sign(g, private)).encode()
-    if cloud:
-        message_id = open_bus(project).publish("authority-grants", data, {"run_id": run_id})
+    if bus is not None:
+        message_id = bus.publish("authority-grants", data, {"run_id": run_id})
         if as_json:
             typer.echo(json.dumps({"grant_id": g.grant_id, "state": "published", "message_id": message_id}))
         else:
@@ -378,7 +390,7 @@ def _object_facts(row: dict[str, Any]) -> str:
 
 
 def grants(
-    run_id: str,
+    run_id: RunIdArg,
     db: DbOption = None,
     backend: BackendOption = None,
     project: ProjectOption = None,
@@ -433,7 +445,7 @@ def grants(
 
 
 def cause(
-    run_id: str,
+    run_id: RunIdArg,
     signature_id: Annotated[str, typer.Argument(help="from the pre-cancel capture.json `reproducing` list")],
     note: Annotated[str, typer.Option(help="the recorded cause")],
     by: Annotated[str, typer.Option(help="who recorded it")] = (platform().user or "operator"),

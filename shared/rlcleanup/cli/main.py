@@ -15,7 +15,7 @@ import typer
 from rlcleanup.cli.authority import register as register_authority_commands
 from rlcleanup.cli.operator import operator_errors
 from rlcleanup.cli.operator import register as register_operator_commands
-from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
+from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
 from rlcleanup.cli.stores import EXIT_NOT_FOUND, EXIT_USAGE, get_record, open_store
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.controller_states import MANUAL
@@ -27,7 +27,9 @@ from rlcleanup.textsafe import neutralise
 MANUAL_STATES = tuple(sorted(set(MANUAL.states) - {"ENDED"}))
 EXIT_CODES = "Exit codes: 0 ok, 1 not found, 2 usage (bad option, or a path that is not a run), 3 failure."
 
-app = typer.Typer(add_completion=True, no_args_is_help=True, help=__doc__, epilog=EXIT_CODES)
+# `-h` as well as `--help`, on every command: click's sub-contexts inherit help_option_names from this one.
+HELP = {"help_option_names": ["-h", "--help"]}
+app = typer.Typer(add_completion=True, no_args_is_help=True, help=__doc__, epilog=EXIT_CODES, context_settings=HELP)
 
 
 def _version(value: bool) -> None:
@@ -192,7 +194,7 @@ def _prepare_rerun(uri: str, db_file: Path) -> str | None:
 @app.command(epilog=EXIT_CODES)
 @operator_errors
 def show(
-    run_id: str,
+    run_id: RunIdArg,
     db: DbOption = None,
     backend: BackendOption = None,
     project: ProjectOption = None,
@@ -208,7 +210,7 @@ def show(
 @app.command(epilog=EXIT_CODES)
 @operator_errors
 def forget(
-    run_id: str,
+    run_id: RunIdArg,
     yes: Annotated[bool, typer.Option("--yes", help="do it (without it, only say what would be removed)")] = False,
     db: DbOption = None,
     backend: BackendOption = None,
@@ -256,6 +258,7 @@ def emit(
 
     from pydantic import ValidationError
 
+    from rlcleanup.runtime.backends import BusUnreachable
     from rlcleanup.stack.emit import job_event, publish_event
 
     try:
@@ -287,6 +290,9 @@ def emit(
     emulator = platform().pubsub_emulator_host
     try:
         message_id = publish_event(event, project, topic)
+    except BusUnreachable as exc:  # checked before publishing: its message is the fix
+        _fail(str(exc))
+        return
     except Exception as exc:
         _fail(f"could not publish to {topic}: {type(exc).__name__}: {exc}")
         return
@@ -344,16 +350,21 @@ def stack_up(
         typer.echo(
             f"# S3 (SeaweedFS) at {state.env.get('AWS_ENDPOINT_URL')}: runs bucket s3://{state.buckets['s3-runs']}"
         )
-    down = "rlcleanup stack down" + ("" if state_dir is None else f" --state-dir {where}")
+    down = 'eval "$(rlcleanup stack down' + ("" if state_dir is None else f" --state-dir {where}") + ')"'
     typer.echo(f"# {len(state.pgids)} servers; logs and state in {where}; stop from any directory with: {down}")
 
 
 @stack_app.command("down", epilog=EXIT_CODES)
 def stack_down(state_dir: StateDirOption = None) -> None:
-    """Stop every server of the stack by process group (from any directory)."""
-    from rlcleanup.stack import StackError, down
+    """Stop every server of the stack by process group (from any directory); print the `unset` line.
+
+    Use as `eval "$(rlcleanup stack down)"`: the shell forgets the variables `stack up` exported, so no command
+    goes on reaching for a stopped emulator. Everything else it says goes to stderr."""
+    from rlcleanup.stack import StackError, StackState, down
+    from rlcleanup.stack.state import unset_line
 
     where = _stack_dir(state_dir)
+    typer.echo(unset_line(StackState.load(where)))  # first: a shell forgets the stack even if stopping fails
     try:
         stopped = down(where)
     except StackError as exc:

@@ -24,6 +24,7 @@ from rlcleanup.cli.options import (
     ReportFormat,
     backend_name,
     db_path,
+    run_id_argument,
 )
 from rlcleanup.cli.stores import (
     EXIT_FAILURE,
@@ -103,7 +104,7 @@ _TONE = {"complete": "green", "awaiting_authority": "yellow", "failed": "red", "
 
 
 def status(
-    run_id: Annotated[str | None, typer.Argument(help="one run (default: every run, newest first)")] = None,
+    run_id: Annotated[str | None, run_id_argument("one run (default: every run, newest first)")] = None,
     state: Annotated[
         list[str] | None,
         typer.Option(
@@ -171,7 +172,7 @@ def _stage_table(snap: dict[str, Any]) -> Any:
 
 
 def watch(
-    run_id: Annotated[str, typer.Argument(help="the run to follow")],
+    run_id: Annotated[str, run_id_argument("the run to follow")],
     interval: Annotated[float, typer.Option(min=0.05, help="seconds between polls")] = 1.0,
     timeout: Annotated[float, typer.Option(min=0, help="give up (exit 3) after this many seconds")] = 1800.0,
     db: DbOption = None,
@@ -243,7 +244,7 @@ def watch(
 
 
 def report(
-    run_id: Annotated[str, typer.Argument(help="the run to report on")],
+    run_id: Annotated[str, run_id_argument("the run to report on")],
     fmt: Annotated[ReportFormat, typer.Option("--format", help="output format")] = ReportFormat.md,
     out: Annotated[
         Path | None, typer.Option("--out", help="write report.<ext> (+ timeline.png) into this directory")

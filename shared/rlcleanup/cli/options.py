@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -43,3 +43,27 @@ def db_path(db: Path | None) -> Path:
 
 def backend_name(backend: StoreBackend | str | None) -> str | None:
     return None if backend is None else str(backend.value if isinstance(backend, StoreBackend) else backend)
+
+
+def complete_run_id(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    """Shell completion for a RUN_ID: the run ids in the record store this command would open (the --db,
+    --backend and --project typed so far, else the defaults), newest first, each with its status. Completion
+    never fails and never waits: no store, an unreachable one (its probe is short) or any error completes nothing."""
+    from rlcleanup.cli.stores import open_store
+
+    params = ctx.params or {}
+    try:
+        opened = open_store(backend_name(params.get("backend")), db_path(params.get("db")), params.get("project"))
+        runs = list(opened.store.list_runs(limit=1000))
+    except Exception:  # a completion that raises prints a traceback into the user's prompt
+        return []
+    return [(r.run_id, r.status.value) for r in runs if r.run_id.startswith(incomplete)]
+
+
+def run_id_argument(help_text: str, **extra: Any) -> Any:
+    """A RUN_ID argument that completes from the record store (`complete_run_id`)."""
+    return typer.Argument(help=help_text, autocompletion=complete_run_id, **extra)
+
+
+# The RUN_ID most commands take: one argument, one completion.
+RunIdArg = Annotated[str, run_id_argument("the run id (Tab completes it from the record store)")]

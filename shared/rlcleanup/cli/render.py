@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlcleanup.models.record import CompletionRecord
-from rlcleanup.models.vocab import TerminalState
+from rlcleanup.report.reasons import terminal_reasons
 from rlcleanup.report.verdict import build_verdict
 
 
@@ -40,20 +40,6 @@ def _steps(first: int | None, last: int | None) -> str:
     return f"steps {first}..{last}" if first is not None and last is not None else "no steps logged"
 
 
-def _reasons(r: CompletionRecord) -> list[str]:
-    """The terminal reasoning as a reader needs it: the first cause once (its own line below says it in full),
-    and "no failure" for a completed run instead of the teardown noise no causal error was found behind."""
-    out: list[str] = []
-    for reason in r.terminal_reasoning:
-        if r.first_failure_cause is not None and reason.startswith("First causal error:"):
-            continue
-        if r.terminal_state is TerminalState.completed and reason.startswith("No causal error was found"):
-            out.append("no failure: the run completed (restarts and preemptions are listed in the chain below)")
-            continue
-        out.append(reason)
-    return out
-
-
 def summary(r: CompletionRecord) -> str:
     lines = [verdict_line(r), ""]
     add = lines.append
@@ -66,7 +52,7 @@ def summary(r: CompletionRecord) -> str:
             f"terminal state {r.terminal_state.value} (budget {r.step_budget}, last trained {r.last_trained_step}, "
             f"last saved {r.last_saved_step})"
         )
-        for reason in _reasons(r):
+        for reason in terminal_reasons(r):
             add(f"  - {_short_text(reason, r)}")
     if r.first_failure_cause:
         c = r.first_failure_cause

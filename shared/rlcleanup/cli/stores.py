@@ -1,4 +1,5 @@
-"""The record store as commands open it (the wiring's `open_store`, its errors mapped to exit codes); run look-up
+"""The record store and bus as commands open them (the wiring's `open_store`/`open_bus`, their errors mapped to exit
+codes); run look-up
 with close matches; and the per-step claim states `watch` polls (SQLite claims table, or Firestore
 `runs/{id}/steps`)."""
 
@@ -12,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.ports.bus import Bus
 from rlcleanup.runtime import backends
 from rlcleanup.runtime.backends import (
+    BusUnreachable,
     NoRecordsDatabase,
     OpenStore,
     StoreBackend,
@@ -43,6 +46,14 @@ def open_store(backend: str | None, db: Path, project: str | None, *, create: bo
         return backends.open_store(backend, db, project, create=create)
     except StoreSetupError as exc:
         raise OperatorError(str(exc), _SETUP_EXIT.get(type(exc), EXIT_FAILURE)) from exc
+
+
+def open_bus(project: str | None) -> Bus:
+    """The wiring's Pub/Sub bus, checked reachable when an emulator is named (exit 3 with the fix, at once)."""
+    try:
+        return backends.open_bus(project)
+    except BusUnreachable as exc:
+        raise OperatorError(str(exc), EXIT_FAILURE) from exc
 
 
 def close_matches(wanted: str, known: Iterable[str], n: int = 3) -> list[str]:

@@ -9,6 +9,7 @@ from rlcleanup.models.record import Attempt, Candidate, CompletionRecord
 from rlcleanup.models.vocab import CandidateKind
 from rlcleanup.report.document import BAD, GOOD, WARN, Block, Bullets, Code, Document, Figure, Para, Section, Table
 from rlcleanup.report.inputs import ReportInputs
+from rlcleanup.report.reasons import terminal_reasons
 from rlcleanup.report.verdict import build_verdict
 
 
@@ -49,8 +50,7 @@ def _terminal(r: CompletionRecord) -> Section:
         ],
     )
     blocks: list[Block] = [facts]
-    # The first cause is said once, in its own section below; its reasoning line would repeat it in full.
-    reasons = [x for x in r.terminal_reasoning if not (r.first_failure_cause and x.startswith("First causal error:"))]
+    reasons = terminal_reasons(r)  # as `show` words them; the first cause has its own section below
     if reasons:
         blocks.append(Bullets(reasons))
     return Section("Terminal state", "terminal", blocks)

@@ -7,13 +7,18 @@ import re
 from rlcleanup.report.document import Block, Bullets, Code, Document, Figure, Para, Table
 from rlcleanup.textsafe import neutralise
 
-# Escape only what would change the rendering: emphasis at word edges, code spans, HTML, inline links.
+# Escape only what would change the rendering: emphasis at word edges, code spans, HTML, inline links, quotes.
+# With Markdown's own backslash escapes, never HTML entities: the file is read raw too, where `&gt;` is noise
+# (`a -> b` stays `a -> b`). A `<` is escaped only where it could open a tag or an autolink, a `>` only where it
+# would start a block quote.
 _EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
+_QUOTE_START = re.compile(r"^(\s*)>", re.M)
 
 
 def escape(text: str) -> str:
     text = text.replace("\\", "\\\\").replace("`", "\\`").replace("*", "\\*").replace("](", "]\\(")
-    text = text.replace("<", "&lt;").replace(">", "&gt;")
+    text = _QUOTE_START.sub(r"\1\\>", _TAG_OPEN.sub(r"\\<", text))
     return _EDGE_UNDERSCORE.sub(r"\\_", text)
 
 

@@ -53,6 +53,25 @@ class StoreUnreachable(StoreSetupError):
         super().__init__("store_unreachable", message)
 
 
+class BusUnreachable(PermanentError):
+    """PUBSUB_EMULATOR_HOST names an emulator nobody answers at (a stopped stack whose variables stayed set)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("bus_unreachable", message)
+
+
+# The fix for an emulator variable that outlived its stack: `stack down` prints the `unset` line for the shell.
+STACK_FIX = (
+    'start the stack (`eval "$(rlcleanup stack up)"`) or, if you stopped it, clear its variables '
+    '(`eval "$(rlcleanup stack down)"`)'
+)
+
+
+def emulator_down(service: str, variable: str, host: str, without: str) -> str:
+    """One wording for every emulator a command found dead: where, which variable, and the fix."""
+    return f"the {service} emulator at {host} ({variable}) is not reachable: {STACK_FIX} to {without}"
+
+
 class StoreBackend(StrEnum):
     """The record stores a face can open: the CLI's `--backend` choices."""
 
@@ -78,7 +97,8 @@ def chosen_backend(backend: str | None) -> str:
 
 
 def _emulator_reachable(host: str, timeout: float = 1.5) -> bool:
-    name, _, port = host.rpartition(":")
+    """A TCP connect within `timeout`: a client library would retry a dead emulator for 30 s and more."""
+    name, _, port = host.removeprefix("http://").removeprefix("https://").rstrip("/").rpartition(":")
     try:
         with socket.create_connection((name or "localhost", int(port or 8080)), timeout=timeout):
             return True
@@ -122,8 +142,7 @@ def open_store(backend: str | None, db: Path, project: str | None, *, create: bo
     if emulator:
         if not _emulator_reachable(emulator):
             raise StoreUnreachable(
-                f"the Firestore emulator at {emulator} (FIRESTORE_EMULATOR_HOST) is not reachable: start it with "
-                "`rlcleanup stack up`, or unset FIRESTORE_EMULATOR_HOST to read the SQLite records"
+                emulator_down("Firestore", "FIRESTORE_EMULATOR_HOST", emulator, "read the SQLite records")
             )
         where = f"Firestore project {project} (emulator {emulator})"
     else:
@@ -155,7 +174,12 @@ def check_scheme(uri: str) -> None:
 
 
 def open_bus(project: str | None = None) -> Bus:
-    """Pub/Sub in `project` (else GOOGLE_CLOUD_PROJECT, else the local stack's); PUBSUB_EMULATOR_HOST honoured."""
+    """Pub/Sub in `project` (else GOOGLE_CLOUD_PROJECT, else the local stack's); PUBSUB_EMULATOR_HOST honoured and
+    checked reachable first (BusUnreachable), as `open_store` checks Firestore's."""
     from rlcleanup.adapters.pubsub_bus import PubSubBus
+
+    emulator = platform().pubsub_emulator_host
+    if emulator and not _emulator_reachable(emulator):
+        raise BusUnreachable(emulator_down("Pub/Sub", "PUBSUB_EMULATOR_HOST", emulator, "work without the stack"))
 
     return PubSubBus(project=project or platform().project or DEFAULT_PROJECT)

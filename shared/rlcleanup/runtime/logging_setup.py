@@ -87,15 +87,33 @@ class CloudLoggingFormatter(logging.Formatter):
 _HANDLER_FLAG = "_rlcleanup_json"
 
 
+def _console(stream: object) -> bool:
+    """A stream that reaches the process's console: stdout/stderr (also as replaced by a framework at the time),
+    or functions-framework's execution-id stream (a proxy of the request's `wsgi.errors`, stderr under gunicorn).
+    Compared by identity: the framework's proxy would resolve an `==` against the current request."""
+    framework = sys.modules.get("functions_framework.execution_id")
+    consoles = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__, getattr(framework, "logging_stream", None))
+    return any(stream is console for console in consoles if console is not None)
+
+
 def configure_logging(level: int | str | None = None, stream: IO[str] | None = None) -> logging.Handler:
-    """Install the JSON handler on the root logger once (idempotent); console handlers others added to stdout/
-    stderr (functions-framework's plain ones) are removed so every record is written exactly once, as JSON."""
+    """Install the JSON handler on the root logger once (idempotent) and remove the other console handlers on it,
+    on every call, so each record is written exactly once, as JSON.
+
+    A console handler is a plain `logging.StreamHandler` writing to the console (`_console`); one writing anywhere
+    else, and every subclass (a file, a test's capture handler), is kept. With LOG_EXECUTION_ID=true (as Terraform
+    deploys the functions) functions-framework configures a root "wsgi" handler on its execution-id stream before
+    our module loads, which printed every line a second time as `{"message": ...}` (issue 38); checking on every
+    call also removes one added after ours."""
     root = logging.getLogger()
+    ours: logging.Handler | None = None
     for handler in list(root.handlers):
         if getattr(handler, _HANDLER_FLAG, False):
-            return handler
-        if type(handler) is logging.StreamHandler and getattr(handler, "stream", None) in (sys.stdout, sys.stderr):
+            ours = ours or handler
+        elif type(handler) is logging.StreamHandler and _console(getattr(handler, "stream", None)):
             root.removeHandler(handler)
+    if ours is not None:
+        return ours
     labels = {k: v for k, v in {"service": platform().service, "revision": platform().revision}.items() if v}
     handler = logging.StreamHandler(stream or sys.stdout)
     handler.setFormatter(CloudLoggingFormatter(platform().project, labels))

@@ -30,7 +30,7 @@ from rlcleanup.runtime.topology import load_topology
 from rlcleanup.stack import procs, s3_server
 from rlcleanup.stack.procs import StackError
 from rlcleanup.stack.provision import function_env, provision
-from rlcleanup.stack.state import HOST, StackState
+from rlcleanup.stack.state import HOST, StackState, client_env
 from rlcleanup.stack.tools import (
     emulator_scripts,
     fake_gcs_binary,
@@ -118,15 +118,7 @@ def _up_once(
     state.leftovers = [str(path) for path in s3_server.socket_paths(s3_ports)]
     s3_endpoint = f"http://{HOST}:{s3_ports['s3']}"
     state.functions = {fn.name: f"http://{HOST}:{allocated[f'fn-{fn.name}']}" for fn in served}
-    state.env = {
-        "PUBSUB_EMULATOR_HOST": f"{HOST}:{allocated['pubsub']}",
-        "FIRESTORE_EMULATOR_HOST": f"{HOST}:{allocated['firestore']}",
-        "STORAGE_EMULATOR_HOST": f"http://{HOST}:{allocated['gcs']}",
-        "GOOGLE_CLOUD_PROJECT": project,
-        "RLCLEANUP_PRESERVE_ROOT": f"gs://{state.buckets['preserve']}",
-        "RLCLEANUP_RUNS_BUCKET": state.buckets["watched-runs"],
-        **s3_server.client_env(s3_endpoint),  # the S3 server (SeaweedFS) stands in for CoreWeave object storage
-    }
+    state.env = client_env(project, allocated, state.buckets, s3_server.client_env(s3_endpoint))
     base_env = {**os.environ, **state.env, MARKER_VAR: state.stack_id}
     base_env.pop("GOOGLE_APPLICATION_CREDENTIALS", None)  # never reach a real project from the local stack
     fn_env = {

@@ -12,6 +12,43 @@ from pathlib import Path
 
 HOST = "127.0.0.1"  # every server of the stack listens here only
 
+# Every variable `stack up` prints for a shell to export (`client_env` builds them; a unit test holds the two
+# together): `stack down` prints `unset` for all of them, so a shell that evals it keeps no dead emulator's address
+# even when the stack's state is already gone.
+CLIENT_ENV_NAMES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+    "AWS_S3_ADDRESSING_STYLE",
+    "AWS_SECRET_ACCESS_KEY",
+    "FIRESTORE_EMULATOR_HOST",
+    "GOOGLE_CLOUD_PROJECT",
+    "PUBSUB_EMULATOR_HOST",
+    "RLCLEANUP_PRESERVE_ROOT",
+    "RLCLEANUP_RUNS_BUCKET",
+    "STORAGE_EMULATOR_HOST",
+)
+
+
+def client_env(project: str, ports: dict[str, int], buckets: dict[str, str], s3_env: dict[str, str]) -> dict[str, str]:
+    """What a client exports to use the stack: the emulators' addresses, the project, the buckets, the S3 server's
+    endpoint and keys (`s3_env`)."""
+    return {
+        "PUBSUB_EMULATOR_HOST": f"{HOST}:{ports['pubsub']}",
+        "FIRESTORE_EMULATOR_HOST": f"{HOST}:{ports['firestore']}",
+        "STORAGE_EMULATOR_HOST": f"http://{HOST}:{ports['gcs']}",
+        "GOOGLE_CLOUD_PROJECT": project,
+        "RLCLEANUP_PRESERVE_ROOT": f"gs://{buckets['preserve']}",
+        "RLCLEANUP_RUNS_BUCKET": buckets["watched-runs"],
+        **s3_env,  # the S3 server (SeaweedFS) stands in for CoreWeave object storage
+    }
+
+
+def unset_line(state: StackState | None) -> str:
+    """The shell line that forgets the stack's variables (`eval "$(rlcleanup stack down)"`)."""
+    names = set(CLIENT_ENV_NAMES) | set(state.env if state else ())
+    return "unset " + " ".join(sorted(names))
+
 
 @dataclass
 class StackState:
