@@ -14,7 +14,7 @@ from rlcleanup.authority import publish as publish_mod
 from rlcleanup.authority.actions import ACTIONS, GrantTask, carry_out
 from rlcleanup.authority.grants import Action
 from rlcleanup.authority.outcome import Outcome
-from rlcleanup.authority.publish import STAGING
+from rlcleanup.authority.staging import STAGING
 from rlcleanup.errors import TransientError
 
 

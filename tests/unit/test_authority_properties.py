@@ -24,8 +24,8 @@ from rlcleanup.adapters.storage_router import RoutingStorage
 from rlcleanup.authority import pinning
 from rlcleanup.authority.grants import Approver, prefix_too_broad, public_b64, register_approver
 from rlcleanup.authority.pinning import pinned_copy
-from rlcleanup.authority.publish import STAGING
 from rlcleanup.authority.secrets import scan_objects, scan_string
+from rlcleanup.authority.staging import STAGING
 from rlcleanup.ports.storage import SourceChangedError, StorageError
 
 TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345"

@@ -15,7 +15,8 @@ from rlcleanup.authority.artifact import Pinned, pin
 from rlcleanup.authority.grants import Approver, Grant, new_key, public_b64, register_approver
 from rlcleanup.authority.hub_publish import MARKER, publish_to_hub
 from rlcleanup.authority.outcome import Outcome
-from rlcleanup.authority.publish import STAGING, publish
+from rlcleanup.authority.publish import publish
+from rlcleanup.authority.staging import STAGING
 from rlcleanup.runtime.embedded import manual_event
 from rlcleanup.steps.validate import reserved_names
 

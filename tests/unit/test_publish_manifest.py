@@ -18,7 +18,7 @@ from rlcleanup.authority.grants import Approver, new_key, public_b64, register_a
 from rlcleanup.authority.hub_publish import publish_to_hub
 from rlcleanup.authority.manifest_check import verify_staged_manifest
 from rlcleanup.authority.pinning import CopyProof
-from rlcleanup.authority.publish import STAGING
+from rlcleanup.authority.staging import STAGING
 from rlcleanup.formats.model_manifest import MANIFEST_NAME
 from rlcleanup.runtime.embedded import manual_event
 

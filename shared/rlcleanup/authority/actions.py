@@ -19,9 +19,10 @@ from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal
 from rlcleanup.authority.hub_publish import publish_to_hub
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.precancel import run_has_ended
-from rlcleanup.authority.publish import discard_staging, publish
+from rlcleanup.authority.publish import publish
 from rlcleanup.authority.reclaim import ReclaimPlan, reclaim
 from rlcleanup.authority.register import register
+from rlcleanup.authority.staging import discard_staging
 from rlcleanup.errors import TransientError
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.bus import Bus

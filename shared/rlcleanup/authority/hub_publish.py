@@ -38,8 +38,9 @@ from rlcleanup.authority.hub_card import LOGS, PROVENANCE, metrics_csv, model_ca
 from rlcleanup.authority.manifest_check import verify_staged_manifest
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.pinning import CopyProof, pinned_copy, pinned_download
-from rlcleanup.authority.publish import clean_prefix, name_clash, plan_preview, scan_refusal, staging_root
+from rlcleanup.authority.publish import name_clash, plan_preview, scan_refusal
 from rlcleanup.authority.secrets import scan_objects, scan_string
+from rlcleanup.authority.staging import clean_prefix, staging_root
 from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
 from rlcleanup.ports.hub import ModelHub, RemoteFile, git_blob_sha, repo_of
 from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage, VisibilityReading, WriteOutcome

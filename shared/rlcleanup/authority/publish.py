@@ -25,6 +25,7 @@ from rlcleanup.authority.manifest_check import verify_staged_manifest
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.pinning import CopyProof, pinned_copy, sha256_of
 from rlcleanup.authority.secrets import ScanReport, scan_objects
+from rlcleanup.authority.staging import clean_prefix, staging_root
 from rlcleanup.authority.visibility import read_visibility
 from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
 from rlcleanup.ports.hub import is_hub
@@ -254,32 +255,6 @@ def plan_publish(
     created = [str(d) for d in missing]
     plan = PublishPlan(dest, candidate, items, _manifest(items), seen_visibility.value, seen_evidence, created, scanned)
     return plan, None
-
-
-STAGING = "authority/staging"
-
-
-def staging_root(record: CompletionRecord, grant: Grant) -> str:
-    """Where a publish is assembled before anything reaches the destination: inside the run's preserved location
-    (the deployment's evidence store, private to rlcleanup), never under the destination, so bytes that fail a
-    check are never readable by the destination's audience."""
-    return join(record.preserved_locations[0], STAGING, grant.grant_id)
-
-
-def clean_prefix(storage: Storage, prefix: str) -> None:
-    for info in list(storage.list(prefix)):
-        storage.delete(info.uri)
-
-
-def discard_staging(storage: Storage, record: CompletionRecord, grant: Grant) -> None:
-    """After an attempt failed: remove what this grant staged. Best effort (logged, never raised): the failure
-    being filed matters more, and a later attempt empties the staging area before it stages anything."""
-    if not record.preserved_locations:
-        return
-    try:
-        clean_prefix(storage, staging_root(record, grant))
-    except Exception:
-        log.warning("could not empty the staging area of grant %s", grant.grant_id, exc_info=True)
 
 
 def _refuse_and_clean(
