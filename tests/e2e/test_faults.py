@@ -244,10 +244,17 @@ def test_poison_through_push_is_dead_lettered_once(stack: StackState, firestore_
     log = Path(stack.state_dir, "fn-on-job-event.log").read_text(errors="replace")
     assert log.count(uid) >= 3
     assert log.count(f"poison-unknown-{uid}") >= 1
-    record = firestore_client.collection("runs").document(f"poison-inv-{uid}-v1").get().to_dict()
-    assert record is not None and [e["code"] for e in record["errors"]] == ["invalid_message"]
-    unknown_record = firestore_client.collection("runs").document(f"poison-unknown-{uid}-v1").get().to_dict()
-    assert unknown_record is not None and len(unknown_record["errors"]) == 1, unknown_record
+    # A schema-invalid event binds nothing (docs/authority.md §8 P11): no record under the id it names, the refusal
+    # filed under poison_messages. A run in the run buckets without a readable config is recorded failed under
+    # its own location's hashed id, never the readable id a real run could declare.
+    assert firestore_client.collection("runs").document(f"poison-inv-{uid}-v1").get().to_dict() is None
+    filed = [d.to_dict() for d in firestore_client.collection("poison_messages").stream()]
+    assert [d["code"] for d in filed if d.get("named_run_id") == f"poison-inv-{uid}-v1"] == ["invalid_message"]
+    unknown_records = [
+        d.to_dict() for d in firestore_client.collection("runs").where("run_uri", "==", unknown_uri).stream()
+    ]
+    assert len(unknown_records) == 1 and unknown_records[0]["run_id"].startswith(f"poison-unknown-{uid}-v1-")
+    assert len(unknown_records[0]["errors"]) == 1, unknown_records
 
 
 def _log_tail(stack: StackState, name: str, lines: int = 15) -> str:

@@ -34,7 +34,9 @@ def _readme_command() -> str:
     return block.strip()
 
 
-def test_the_readme_s3_command_runs_in_virtual_hosted_style(stack: StackState, gcs_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_readme_s3_command_runs_in_virtual_hosted_style(  # type: ignore[no-untyped-def]
+    stack: StackState, gcs_client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     command = _readme_command()
     run_uri = command.split("rlcleanup run ", 1)[1].split()[0]
     preserve = command.split("--preserve-to ", 1)[1].split()[0]
@@ -46,15 +48,16 @@ def test_the_readme_s3_command_runs_in_virtual_hosted_style(stack: StackState, g
     if gcs_client.lookup_bucket(preserve.removeprefix("gs://")) is None:
         gcs_client.create_bucket(preserve.removeprefix("gs://"))
     write_sample_run(tmp_path / "sample", "completed-resumed")
-    setup_env = {"AWS_ENDPOINT_URL": path_style, "AWS_ACCESS_KEY_ID": ADMIN_KEY, "AWS_SECRET_ACCESS_KEY": ADMIN_SECRET}
-    os.environ.update(setup_env)
-    try:
-        uploaded = upload_sample_run_to(
-            S3Storage(), tmp_path / "sample", run_uri.removesuffix("/durable/math-rl/2026.11.30"), rename="math-rl"
-        )
-    finally:
-        for name in setup_env:
-            os.environ.pop(name, None)
+    # Setup writes in path style with the admin keys; monkeypatch restores the session's own S3 variables after.
+    for name, value in (
+        ("AWS_ENDPOINT_URL", path_style),
+        ("AWS_ACCESS_KEY_ID", ADMIN_KEY),
+        ("AWS_SECRET_ACCESS_KEY", ADMIN_SECRET),
+    ):
+        monkeypatch.setenv(name, value)
+    uploaded = upload_sample_run_to(
+        S3Storage(), tmp_path / "sample", run_uri.removesuffix("/durable/math-rl/2026.11.30"), rename="math-rl"
+    )
     assert uploaded == run_uri
 
     port = path_style.rsplit(":", 1)[1]

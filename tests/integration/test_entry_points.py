@@ -166,13 +166,15 @@ def test_cloud_event_without_a_message_is_recorded_and_dead_lettered(client, sta
     assert doc is not None and doc["code"] == "undecodable"
 
 
-def test_schema_invalid_message_is_recorded_on_the_run(client, stack: StackState, uid: str) -> None:  # type: ignore[no-untyped-def]
+def test_schema_invalid_message_is_filed_never_on_the_run_it_names(client, stack: StackState, uid: str) -> None:  # type: ignore[no-untyped-def]
+    """A schema-invalid event binds nothing (docs/authority.md §8 P11): filed with its error and dead-lettered, and
+    no record is created under the run id it names."""
     payload = json.dumps({"run_uri": f"gs://somewhere/durable/inv-{uid}/v1", "state": "SUCCEEDED"}).encode()
     resp = _push(client, stack, payload)
     assert resp.status_code == 200
-    record = FirestoreRunRecords(project=stack.project).get(f"inv-{uid}-v1")
-    assert record is not None
-    assert [(e.step, e.code) for e in record.errors] == [("on_job_event", "invalid_message")]
+    assert FirestoreRunRecords(project=stack.project).get(f"inv-{uid}-v1") is None
+    doc = _poison(stack, payload)
+    assert doc is not None and (doc["step"], doc["code"]) == ("on_job_event", "invalid_message")
     parked = _pull_dlq(stack, lambda m: m.data == payload)
     assert parked is not None and parked.attributes["rlcleanup_error"] == "invalid_message"
 

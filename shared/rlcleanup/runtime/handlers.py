@@ -94,7 +94,10 @@ def record_poison(
             },
         )
     p.bus.publish(dead_letter_topic, data, {**attributes, "rlcleanup_error": error.code, "rlcleanup_step": step})
-    log.warning("permanent error in %s for run %s: %s: %s", step, run_id or "?", error.code, message)
+    # The log names the run the payload names (as data) when the error went on no record: an operator searching
+    # the function's log for a run finds its refusals too.
+    who = run_id or (f"? (the message names {named_id})" if named_id else "?")
+    log.warning("permanent error in %s for run %s: %s: %s", step, who, error.code, message)
 
 
 def poison_key(data: bytes) -> str:
