@@ -18,6 +18,15 @@ from rlcleanup.models.events import JobEvent
 from rlcleanup.runtime.authority_handlers import record_cause
 from rlcleanup.runtime.embedded import manual_event
 
+
+@pytest.fixture(autouse=True)
+def _sqlite_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI picks Firestore when an emulator variable is set (another test's stack in this worker): these
+    tests read the SQLite file they name."""
+    for var in ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "RLCLEANUP_DB"):
+        monkeypatch.delenv(var, raising=False)
+
+
 TRACEBACK = """Traceback (most recent call last):
   File "/app/skyrl-train/skyrl_train/trainer.py", line 412, in train
     rewards = self.reward_fn(batch)

@@ -155,7 +155,10 @@ def test_a_report_leaves_out_an_input_changed_after_sealing_and_says_so(tmp_path
         assert inputs.checkpoint_steps == []
 
 
-def test_the_report_command_names_the_tampered_input(tmp_path: Path) -> None:
+def test_the_report_command_names_the_tampered_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CLI picks Firestore when an emulator variable is set (another test's stack in this worker): not here.
+    for var in ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "RLCLEANUP_DB"):
+        monkeypatch.delenv(var, raising=False)
     w = make_world(tmp_path)
     _append(Path(w.record.metrics_uri or ""))
     result = CliRunner().invoke(app, ["report", w.run_id, "--format", "md", "--db", str(tmp_path / "records.db")])

@@ -25,6 +25,15 @@ from rlcleanup.runtime.embedded import run_embedded
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.textsafe import is_neutral, neutralise
 
+
+@pytest.fixture(autouse=True)
+def _sqlite_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI picks Firestore when an emulator variable is set (another test's stack in this worker): these
+    tests read the SQLite file they name."""
+    for var in ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "RLCLEANUP_DB"):
+        monkeypatch.delenv(var, raising=False)
+
+
 CORPUS = {
     "osc_retitle": "\x1b]0;pwned\x07",
     "osc_hyperlink": "\x1b]8;;https://evil.example/\x1b\\click me\x1b]8;;\x1b\\",
