@@ -2,15 +2,17 @@
 
 Records and evidence go to the default locations (`$XDG_STATE_HOME/rlcleanup`), so `rlcleanup status`, `show`,
 `report` and the README's Authority block work on them afterwards from any directory. A second `make demo` writes
-fresh sample runs and re-runs them (`run --rerun`: the earlier records are kept as history).
+the sample runs afresh in the same place and re-runs them (`run --rerun`: the earlier records are kept as
+history). The same place, because a run's id is bound to where it lives (runtime/admission.py): samples at a new
+path each time would be other runs claiming the same ids.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from rlcleanup.paths import default_db, default_preserve_root, state_home
@@ -22,8 +24,10 @@ def main() -> int:
     bin_dir = Path(sys.executable).parent
     rlcleanup = str(bin_dir / "rlcleanup")
     # Sample runs stay on disk (not in /tmp): a grant publishes from them and a reclaim deletes from them later.
-    (state_home() / "demo-runs").mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="run-", dir=state_home() / "demo-runs"))
+    # Written afresh each time (a reclaim may have deleted from the last ones), at the same path.
+    work = state_home() / "demo-runs" / "samples"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
     run_ids = []
     for scenario in SCENARIOS:
         run_root = subprocess.run(

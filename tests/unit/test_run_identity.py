@@ -84,6 +84,22 @@ def test_a_declared_id_held_by_another_root_is_the_second_runs_error_with_the_fi
     assert code == 3 and "run_id_conflict" in err
 
 
+def test_forget_frees_the_id_the_conflict_names(tmp_path: Path, _xdg: Path) -> None:  # noqa: F811
+    """The conflict's other fix, `forget`, really frees the id: the record goes and so does the id's binding to the
+    first root, so the second root can then be admitted under it."""
+    first = write_sample_run(tmp_path / "old", "completed-resumed")
+    second = write_sample_run(tmp_path / "new", "completed-resumed")
+    _json("run", str(first))
+    code, _, err = _invoke("run", str(second), "--json")
+    assert code == 3 and f"rlcleanup forget {COMPLETED}" in err
+    code, _, err = _invoke("forget", COMPLETED, "--yes")
+    assert code == 0, err
+    taken = _json("run", str(second))
+    assert (taken["run_id"], taken["run_uri"]) == (COMPLETED, str(second))
+    code, _, err = _invoke("run", str(first), "--json")  # the first root now meets the id as another's
+    assert code == 3 and "run_id_conflict" in err
+
+
 @pytest.fixture
 def local_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
     """Run buckets given as local directories (settings.in_run_buckets reads bucket names; the local readable

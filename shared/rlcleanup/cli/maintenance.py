@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.runtime.admission import RUN_IDS, RUN_LOCATIONS, location_key
 from rlcleanup.runtime.backends import OpenStore, StoreBackend
 
 
@@ -49,17 +50,27 @@ def reset_for_rerun(opened: OpenStore, run_id: str) -> None:
 
 
 def forget(opened: OpenStore, run_id: str) -> None:
-    """Remove the record and everything filed under it (claims, events, grants, history)."""
+    """Remove the record and everything filed under it (claims, events, grants, history), and the id's binding to
+    its location (`run_ids`, `run_locations`: runtime/admission.py), so the id is free for the run that should hold
+    it, as the `run_id_conflict` message's fix says. The ended-grant ledger stays (a grant is used once)."""
+    bound = opened.store.get_doc(RUN_IDS, run_id)
+    location = location_key(bound["run_uri"]) if bound and isinstance(bound.get("run_uri"), str) else None
     if opened.backend == StoreBackend.sqlite and opened.db_path is not None:
         with _sqlite(opened.db_path) as conn:
             for table in ("records", "claims", "claim_versions", "events"):
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             conn.execute("DELETE FROM docs WHERE collection LIKE ? ESCAPE '\\'", (_like_prefix(f"runs/{run_id}/"),))
+            conn.execute("DELETE FROM docs WHERE collection = ? AND doc_id = ?", (RUN_IDS, run_id))
+            if location is not None:
+                conn.execute("DELETE FROM docs WHERE collection = ? AND doc_id = ?", (RUN_LOCATIONS, location))
         return
     db = getattr(opened.store, "db", None)
     if db is None:
         raise ValueError(f"forget is not supported on {opened.where}")
     db.recursive_delete(db.collection("runs").document(run_id))
+    db.collection(RUN_IDS).document(run_id).delete()
+    if location is not None:
+        db.collection(RUN_LOCATIONS).document(location).delete()
 
 
 def _like_prefix(prefix: str) -> str:
