@@ -89,9 +89,12 @@ def test_a_revoked_approvers_unused_grants_are_refused_and_its_used_ones_stay(tm
     assert _json("approver", "list")[0]["revoked_by"] == "security-team"  # the first revocation stays
 
 
-def test_revoking_an_unknown_approver_exits_1_and_an_empty_list_says_how_to_add_one(_xdg: Path) -> None:
+def test_revoking_an_unknown_approver_exits_1_and_list_shows_active_ones(_xdg: Path) -> None:
+    public = _key("bob")
+    assert invoke("approver", "add", "bob", "--public-key", public, "--prefix", str(_xdg / "models"))[0] == 0
     code, _, err = invoke("approver", "revoke", "nobody")
     assert code == 1 and "no approver 'nobody'" in err
-    assert _json("approver", "list") == []
+    listed = _json("approver", "list")
+    assert [(a["approver_id"], a["public_key"], a["revoked_at"]) for a in listed] == [("bob", public, None)]
     code, out, _ = invoke("approver", "list")
-    assert code == 0 and "approver add" in out
+    assert code == 0 and out.startswith("bob  active")
