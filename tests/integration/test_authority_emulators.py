@@ -396,5 +396,5 @@ def test_a_revoked_approver_on_firestore_keeps_its_used_grant_and_loses_its_pend
     ]
     assert all("sec" in r["approver_revoked"] for r in rows)
     record = world.ports.records.get(world.run_id)
-    assert [(a.action, a.state) for a in record.authority_actions][0] == ("publish", "published")
+    assert (record.authority_actions[0].action, record.authority_actions[0].state) == ("publish", "published")
     assert gcs_client.bucket(world.dest).get_blob("models/m40/_PUBLISHED.json") is not None
