@@ -360,11 +360,8 @@ def test_a_revoked_approver_on_firestore_keeps_its_used_grant_and_loses_its_pend
 
     from rlcleanup.cli.main import app
 
-    monkeypatch.setattr(
-        publish_mod,
-        "read_visibility",
-        lambda _storage, uri: bucket_visibility(uri, RecordedIam(gcs_client, PRIVATE_POLICY, "enforced")),
-    )
+    private = RecordedIam(gcs_client, PRIVATE_POLICY, "enforced")
+    monkeypatch.setattr(publish_mod, "read_visibility", lambda _storage, uri: bucket_visibility(uri, private))
     cli = CliRunner()
     used = _grant(world)
     _deliver(world, used)
