@@ -175,7 +175,7 @@ def _selection(r: CompletionRecord) -> Section | None:
         return None
     head = state.text
     if state.state == "selected":
-        head += f" (runner-up {_v(s.runner_up)}, metric window {s.metric_window})"
+        head = f"selected: step {s.step} (runner-up {_v(s.runner_up)}, metric window {s.metric_window})"
     blocks: list[Block] = [Para(head, GOOD if state.state in {"selected", "chosen"} else WARN)]
     if s.reason:
         blocks.append(Para(s.reason))
