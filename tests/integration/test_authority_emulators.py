@@ -350,3 +350,48 @@ def test_every_preview_renders_on_a_gcs_run(
     _deliver(world, _grant(world))
     preview = rendered_preview(world.ports.storage, world.ports.records, record, _grant(world, "reclaim"))
     assert preview["delete"] and all(d["uri"].startswith(f"gs://{world.runs}/") for d in preview["delete"])
+
+
+def test_a_revoked_approver_on_firestore_keeps_its_used_grant_and_loses_its_pending_one(
+    world: SimpleNamespace, gcs_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """P37 on Firestore, through the CLI (`approver revoke`, `approver list`, `grants` with --json)."""
+    from typer.testing import CliRunner
+
+    from rlcleanup.cli.main import app
+
+    private = RecordedIam(gcs_client, PRIVATE_POLICY, "enforced")
+    monkeypatch.setattr(publish_mod, "read_visibility", lambda _storage, uri: bucket_visibility(uri, private))
+    cli = CliRunner()
+    used = _grant(world)
+    _deliver(world, used)
+    assert _doc(world, used)["outcome"]["state"] == "published"
+    world.ports.records.update(world.run_id, {"status": "in_progress"})  # the next grant waits for its record
+    waiting = _grant(world, action="reclaim")
+    _deliver(world, waiting)
+    assert _doc(world, waiting)["state"] == "pending"
+
+    result = cli.invoke(app, ["approver", "revoke", world.approver, "--by", "sec", "--reason", "key leaked", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["revoked_by"] == "sec"
+    listed = json.loads(cli.invoke(app, ["approver", "list", "--json"]).stdout)
+    (mine,) = [a for a in listed if a["approver_id"] == world.approver]
+    assert mine["revoked_by"] == "sec" and mine["revoked_reason"] == "key leaked" and mine["revoked_at"]
+
+    world.ports.records.update(world.run_id, {"status": "awaiting_authority"})
+    world.emb.bus.publish("record-ready", json.dumps({"run_id": world.run_id}).encode(), {"run_id": world.run_id})
+    world.emb.bus.drain()
+    assert (_doc(world, waiting)["state"], _doc(world, waiting)["refusal"]) == ("refused", "approver_revoked")
+    fresh = _grant(world, action="reclaim")  # signed anew with the revoked key: refused on arrival
+    _deliver(world, fresh)
+    assert _doc(world, fresh)["refusal"] == "approver_revoked"
+    rows = json.loads(cli.invoke(app, ["grants", world.run_id, "--json"]).stdout)
+    assert [(r["grant_id"], r["state"], r["refusal"]) for r in rows] == [
+        (used.grant_id, "used", None),
+        (waiting.grant_id, "refused", "approver_revoked"),
+        (fresh.grant_id, "refused", "approver_revoked"),
+    ]
+    assert all("sec" in r["approver_revoked"] for r in rows)
+    record = world.ports.records.get(world.run_id)
+    assert (record.authority_actions[0].action, record.authority_actions[0].state) == ("publish", "published")
+    assert gcs_client.bucket(world.dest).get_blob("models/m40/_PUBLISHED.json") is not None

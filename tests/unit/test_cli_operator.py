@@ -52,7 +52,8 @@ def test_status_json_lists_every_run(db: Path) -> None:
     assert code == 0
     rows = {row["run_id"]: row for row in json.loads(out)}
     assert set(rows) == {SELECTED, FAILED}
-    assert rows[SELECTED] | {"updated_at": None, "run_uri": None} == {
+    assert rows[SELECTED]["verdict"].startswith(f"{SELECTED}: completed · selected step 30")  # report/verdict.py's
+    assert rows[SELECTED] | {"updated_at": None, "run_uri": None, "verdict": None} == {
         "run_id": SELECTED,
         "status": "awaiting_authority",
         "terminal_state": "completed",
@@ -62,6 +63,7 @@ def test_status_json_lists_every_run(db: Path) -> None:
         "remaining_work": 3,
         "updated_at": None,
         "run_uri": None,
+        "verdict": None,
     }
     assert rows[FAILED]["terminal_state"] == "failed" and rows[FAILED]["selected_step"] is None
 

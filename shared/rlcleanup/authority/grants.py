@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import os
 import secrets
@@ -30,6 +31,9 @@ from rlcleanup.settings import GrantLimits, read, within
 from rlcleanup.uris import LOCAL_SCHEME, scheme, strip_file_scheme
 
 APPROVERS = "approvers"
+# Every revoked public key, by its fingerprint, outside `approvers/`: re-adding an approver (or another id) with a
+# revoked key never brings it back (authority/approvers.py writes it; P37).
+REVOKED_KEYS = "revoked_keys"
 _ID = r"^[A-Za-z0-9._=-]{1,200}$"
 
 
@@ -83,6 +87,7 @@ class Refusal(StrEnum):
     lifetime_too_long = "lifetime_too_long"  # expires_at - granted_at over the deployment's maximum
     evidence_tampered = "evidence_tampered"  # a preserved object no longer matches the sealed manifest's hashes
     run_ended = "run_ended"  # a cancel for a run whose end was already observed: there is no live job to cancel
+    approver_revoked = "approver_revoked"  # signed by an approver (or a key) revoked since: never applied (P37)
 
 
 class Grant(BaseModel):
@@ -151,6 +156,11 @@ class Approver(BaseModel):
     approver_id: str = Field(pattern=_ID)
     public_key: str  # base64 of the 32 raw Ed25519 bytes
     allowed_prefixes: list[str] = Field(default_factory=list)
+    # Set once by `approver revoke` (authority/approvers.py): who revoked it, when and why. A revoked approver's
+    # grants that were not used yet are refused as `approver_revoked`; its used grants stay on their records.
+    revoked_at: datetime | None = None
+    revoked_by: str | None = None
+    revoked_reason: str = ""
 
     def verify_key(self) -> Ed25519PublicKey:
         raw = base64.b64decode(self.public_key, validate=True)
@@ -196,17 +206,51 @@ def prefix_too_broad(prefix: str) -> str | None:
     return None
 
 
+def key_fingerprint(public_key: str) -> str:
+    """A public key's document id in `revoked_keys/`: SHA-256 of its raw bytes (base64 spellings cannot differ)."""
+    return hashlib.sha256(base64.b64decode(public_key, validate=True)).hexdigest()
+
+
+def key_revocation(records: RunRecords, public_key: str) -> dict[str, Any] | None:
+    """The revocation of this key (who, when, which approver), or None."""
+    try:
+        return records.get_doc(REVOKED_KEYS, key_fingerprint(public_key))
+    except (binascii.Error, ValueError):
+        return None  # a key that does not decode verifies nothing anyway
+
+
 def register_approver(records: RunRecords, approver: Approver) -> None:
     approver.verify_key()  # refuse to store a key that could never verify anything
     for prefix in approver.allowed_prefixes:
         if why := prefix_too_broad(prefix):
             raise ValueError(f"refusing prefix {prefix!r}: {why}")
-    records.put_doc(APPROVERS, approver.approver_id, approver.model_dump(exclude={"approver_id"}))
+    revoked = key_revocation(records, approver.public_key)
+    if revoked is not None:
+        raise ValueError(
+            f"this public key was revoked at {revoked.get('revoked_at')} by {revoked.get('revoked_by')} "
+            f"(approver {revoked.get('approver_id')}): a revoked key is never registered again; `rlcleanup keygen` "
+            "makes a new one"
+        )
+    doc = approver.model_dump(mode="json", exclude={"approver_id", "revoked_at", "revoked_by", "revoked_reason"})
+    records.put_doc(APPROVERS, approver.approver_id, doc)
 
 
 def get_approver(records: RunRecords, approver_id: str) -> Approver | None:
     doc = records.get_doc(APPROVERS, approver_id)
     return Approver.model_validate({**doc, "approver_id": approver_id}) if doc else None
+
+
+def revocation(records: RunRecords, approver: Approver) -> str | None:
+    """Why the approver's grants no longer count (revoked id or revoked key), or None."""
+    if approver.revoked_at is not None:
+        return (
+            f"approver {approver.approver_id} was revoked at {approver.revoked_at.isoformat()} by "
+            f"{approver.revoked_by}" + (f" ({approver.revoked_reason})" if approver.revoked_reason else "")
+        )
+    key = key_revocation(records, approver.public_key)
+    if key is not None:
+        return f"{approver.approver_id}'s key was revoked at {key.get('revoked_at')} by {key.get('revoked_by')}"
+    return None
 
 
 # ---------------------------------------------------------------- verification
@@ -282,6 +326,9 @@ def verify(
     except (InvalidSignature, binascii.Error, ValueError):
         detail = f"signature does not verify with {grant.granted_by}'s key"
         return Verdict(grant, Refusal.bad_signature, detail, raw=raw, signature=signature)
+    revoked = revocation(records, approver)
+    if revoked is not None:  # authentic (filed under its own id), and never applied: P37
+        return Verdict(grant, Refusal.approver_revoked, revoked, authentic=True, raw=raw, signature=signature)
     verdict = check_scope(
         grant,
         approver,

@@ -97,6 +97,8 @@ def set_state(
     )
     if outcome is not None:
         doc["outcome"] = _redacted(outcome)
+    elif refusal is not None:  # refused while it waited: the wait's shown state ("pending") must not outlive it
+        doc.pop("outcome", None)
     records.put_doc(grants_collection(run_id), gid, doc)
 
 

@@ -1,4 +1,4 @@
-"""Authority commands: keygen, approver add, grant, grants, cause. Registered onto the main app by `register(app)`.
+"""Authority commands: keygen, grant, grants, cause (and `approver`, from cli/approvers.py). Registered onto the main app by `register(app)`.
 
 Records: SQLite (--db, the embedded default) or Firestore (--backend firestore, or FIRESTORE_EMULATOR_HOST set).
 `grant` applies the grant directly through the embedded stack, or publishes it to `authority-grants` when
@@ -107,36 +107,6 @@ def keygen(
         if out == keys_dir() / f"{approver_id}.pem"
         else f"sign grants with: --key {out}"
     )
-
-
-approver_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Approvers whose signed grants count.")
-
-
-@approver_app.command("add")
-def approver_add(
-    approver_id: Annotated[str, typer.Argument(help="approver id; grants name it in granted_by")],
-    public_key: Annotated[str, typer.Option("--public-key", help="base64 raw Ed25519 public key (from keygen)")],
-    prefix: Annotated[
-        list[str],
-        typer.Option("--prefix", help="allowed destination prefix: gs://bucket/path or a local directory (repeatable)"),
-    ],
-    db: DbOption = None,
-    backend: BackendOption = None,
-    project: ProjectOption = None,
-) -> None:
-    """Register (or replace) an approver: its public key and the destination prefixes it may grant."""
-    from pydantic import ValidationError
-
-    from rlcleanup.authority.grants import Approver, register_approver
-
-    # A local prefix is stored absolute: grants name absolute destinations (`~/x` and `./x` alike).
-    prefix = [_absolute_if_local(p) for p in prefix]
-    try:
-        approver = Approver(approver_id=approver_id, public_key=public_key, allowed_prefixes=prefix)
-        register_approver(_open(backend, db, project, create=True).store, approver)
-    except (ValidationError, ValueError) as exc:
-        _fail(f"invalid approver: {exc}", 2)
-    typer.echo(f"approver {approver_id} may grant under: {', '.join(prefix)}")
 
 
 def _digest(store: RunRecords, run_id: str, step: int) -> str:
@@ -406,6 +376,7 @@ def grants(
     # In the order they arrived (ids are random), as the record's authority_actions list them.
     docs = sorted(store.list_docs(f"runs/{run_id}/grants"), key=lambda kv: (kv[1].get("received_at") or "", kv[0]))
     rows: list[dict[str, Any]] = []
+    revoked = _revocations(store, {str((doc.get("grant") or {}).get("granted_by")) for _, doc in docs})
     for gid, doc in docs:
         g = doc.get("grant") or {}
         out = doc.get("outcome") or {}
@@ -418,6 +389,9 @@ def grants(
                 "progress": doc.get("progress"),  # a Hub upload job's files/bytes done
                 # Used on an earlier record (before a rerun, another pass) for bytes the run no longer holds.
                 "applies": gid not in superseded, "no_longer_applies": superseded.get(gid),
+                # Its approver was revoked since: a grant not used yet is refused (approver_revoked), a used one
+                # stays what it did.
+                "approver_revoked": revoked.get(str(g.get("granted_by"))),
             }
         )  # fmt: skip
     if as_json:
@@ -436,12 +410,30 @@ def grants(
             why = f"  ({up['files_done']}/{up['files_total']} files, {up['bytes_done']}/{up['bytes_total']} bytes)"
         if r["no_longer_applies"]:
             why = f"  (no longer applies: {r['no_longer_applies']})"
+        elif r["approver_revoked"] and r["state"] in {"pending", "applying"}:
+            why = f"  (will be refused: {r['approver_revoked']})"
+        elif r["approver_revoked"]:
+            why += f"  (approver revoked since: {r['approver_revoked']})"
         step = "" if r["step"] is None else str(r["step"])
         line = (
             f"{r['grant_id'][:16]:16}  {r['action'] or '?':8} {r['state']:8} {result:12} {step:>5}  "
             f"{r['destination'] or ''}{why}"
         )
         typer.echo(neutralise(line, keep_newlines=False))  # one grant, one line: a detail cannot add lines
+
+
+def _revocations(store: RunRecords, approver_ids: set[str]) -> dict[str, str]:
+    """approver id -> why its grants no longer count, for the revoked ones among these."""
+    from rlcleanup.authority.grants import get_approver, revocation
+
+    out: dict[str, str] = {}
+    for approver_id in approver_ids:
+        # A refused forgery's `granted_by` is whatever was sent: only a well-formed id is looked up.
+        approver = get_approver(store, approver_id) if re.fullmatch(r"[A-Za-z0-9._=-]{1,200}", approver_id) else None
+        why = revocation(store, approver) if approver is not None else None
+        if why:
+            out[approver_id] = why
+    return out
 
 
 def cause(
@@ -466,6 +458,8 @@ def cause(
 
 def register(app: typer.Typer) -> None:
     app.command()(keygen)
+    from rlcleanup.cli.approvers import approver_app  # it uses this module's helpers: imported once both exist
+
     app.add_typer(approver_app, name="approver")
     app.command()(grant)
     app.command()(grants)

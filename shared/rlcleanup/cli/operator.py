@@ -80,18 +80,26 @@ def _cell(text: str) -> str:
 
 
 def _selection(r: CompletionRecord) -> str:
-    if r.selection is None:
+    from rlcleanup.report.verdict import selection_state
+
+    state = selection_state(r)
+    if state is None:
         return "—"
-    return f"step {r.selection.step}" if r.selection.step is not None else r.selection.status
+    return f"step {', '.join(map(str, state.steps))} ({state.state})" if state.steps else state.state
 
 
 def status_row(r: CompletionRecord) -> dict[str, Any]:
+    """One run as `status --json` lists it; selection and verdict from report/verdict.py, as every surface."""
+    from rlcleanup.report.verdict import build_verdict, selection_state
+
+    state = selection_state(r)
     return {
         "run_id": r.run_id,
         "status": r.status.value,
         "terminal_state": r.terminal_state.value if r.terminal_state else None,
-        "selection": r.selection.status if r.selection else None,
-        "selected_step": r.selection.step if r.selection else None,
+        "selection": state.state if state else None,  # selected | chosen (by a publish grant) | unresolved | none
+        "selected_step": state.step if state else None,
+        "verdict": build_verdict(r).line,
         "errors": len(r.errors),
         "remaining_work": len(r.remaining_work),
         "updated_at": r.updated_at.isoformat(),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.report.reasons import terminal_reasons
-from rlcleanup.report.verdict import build_verdict
+from rlcleanup.report.verdict import authority_lines, build_verdict, selection_state
 
 
 def verdict_line(r: CompletionRecord) -> str:
@@ -90,16 +90,23 @@ def summary(r: CompletionRecord) -> str:
             add(f"    ! {warning}")
     if r.resume_safety:
         add(f"resume         {'safe' if r.resume_safety.safe else 'unsafe'}: {'; '.join(r.resume_safety.reasons)}")
-    if r.selection:
+    chosen = selection_state(r)
+    if r.selection and chosen:
         s = r.selection
         add(
-            f"selection      {s.status}"
+            f"selection      {chosen.text}"
             + (
-                f" step {s.step} (runner-up {s.runner_up}, window {s.metric_window})"
-                if s.step is not None
+                f" (runner-up {s.runner_up}, window {s.metric_window})"
+                if chosen.state == "selected"
                 else f": {s.reason}"
+                if chosen.state != "chosen"
+                else f" (no declared policy: {s.reason})"
             )
         )
+    for done in authority_lines(r):
+        add(f"authority      {done}")
+    if r.report_uri:
+        add(f"report         {r.report_uri}")
     if r.registration:
         add(f"registration   {r.registration}")
     if r.not_applicable_evidence:

@@ -427,6 +427,12 @@ class CompletionRecord(_Model):
     pre_cancel: PreCancelCapture | None = None
     not_applicable_evidence: list[str] = Field(default_factory=list)
     remaining_work: list[RunText] = Field(default_factory=list)
+    report_uri: str | None = Field(
+        default=None,
+        description="the newest report.html rendered from this record: derived/report.html when the pipeline "
+        "finished, then derived/report-<sha12>.html after every later change (a grant applied, a deadline): "
+        "evidence is write-once, so earlier reports stay beside it; `rlcleanup report` renders the record as it is",
+    )
     errors: list[RunError] = Field(default_factory=list)
     ended_at: datetime | None = Field(
         default=None,

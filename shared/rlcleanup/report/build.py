@@ -10,7 +10,7 @@ from rlcleanup.models.vocab import CandidateKind
 from rlcleanup.report.document import BAD, GOOD, WARN, Block, Bullets, Code, Document, Figure, Para, Section, Table
 from rlcleanup.report.inputs import ReportInputs
 from rlcleanup.report.reasons import terminal_reasons
-from rlcleanup.report.verdict import build_verdict
+from rlcleanup.report.verdict import authority_lines, build_verdict, selection_state
 
 
 def _v(value: object) -> str:
@@ -163,18 +163,20 @@ def _candidates(r: CompletionRecord) -> Section:
     return Section("Candidates", "candidates", blocks)
 
 
+def _authority(r: CompletionRecord) -> Section | None:
+    """What the used grants did: where the model went, what was registered and reclaimed."""
+    done = authority_lines(r)
+    return Section("Authority: what was done", "authority", [Bullets(done, GOOD)]) if done else None
+
+
 def _selection(r: CompletionRecord) -> Section | None:
-    s = r.selection
-    if s is None:
+    s, state = r.selection, selection_state(r)
+    if s is None or state is None:
         return None
-    blocks: list[Block] = [
-        Para(
-            f"{s.status}: step {s.step} (runner-up {_v(s.runner_up)}, metric window {s.metric_window})"
-            if s.step is not None
-            else s.status,
-            GOOD if s.step is not None else WARN,
-        )
-    ]
+    head = state.text
+    if state.state == "selected":
+        head = f"selected: step {s.step} (runner-up {_v(s.runner_up)}, metric window {s.metric_window})"
+    blocks: list[Block] = [Para(head, GOOD if state.state in {"selected", "chosen"} else WARN)]
     if s.reason:
         blocks.append(Para(s.reason))
     blocks.append(Para("Policy: " + (json.dumps(s.policy, sort_keys=True) if s.policy else "none declared")))
@@ -230,6 +232,7 @@ def build_document(inputs: ReportInputs, *, with_figure: bool = True) -> Documen
     r = inputs.record
     sections = [
         _person(r),
+        _authority(r),
         _chain(inputs, with_figure),
         _terminal(r),
         _cause(r),

@@ -114,4 +114,5 @@ def publish_report(
         return {}
     if written:
         log.info("report for %s written to %s", run_id, written.get("html"), extra={"run_id": run_id})
+        records.update(run_id, {"report_uri": written["html"]})  # the newest report, for `show` and the console
     return written

@@ -3,6 +3,8 @@ person."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState
 from rlcleanup.report.document import BAD, GOOD, NEUTRAL, WARN, Verdict, VerdictPart
@@ -42,22 +44,66 @@ def _cause(r: CompletionRecord) -> VerdictPart | None:
     return None
 
 
-def _selection(r: CompletionRecord) -> VerdictPart | None:
-    valid = [c.step for c in r.candidates if c.valid]
+@dataclass(frozen=True)
+class SelectionState:
+    """Where selection stands now, for every surface (verdict, `status`, `show`, the report): `selected` by the
+    declared policy, `chosen` by a used publish/hand-off grant (no policy decided), `unresolved`, or `none` (no
+    valid candidate); `steps` the step(s) it names."""
+
+    state: str
+    steps: list[int]
+    text: str
+
+    @property
+    def step(self) -> int | None:
+        return self.steps[0] if len(self.steps) == 1 else None
+
+
+def selection_state(r: CompletionRecord) -> SelectionState | None:
+    """The one derivation of the selection a person reads; None before selection ran."""
     s = r.selection
     if s is None:
         return None
     if s.status == "selected" and s.step is not None:
-        return VerdictPart("selection", f"selected step {s.step}", GOOD)
+        return SelectionState("selected", [s.step], f"selected step {s.step}")
     chosen = sorted({a.step for a in r.authority_actions if a.state in PUBLISHED and a.step is not None})
     if chosen:  # no declared policy, but an approver chose by publishing
-        return VerdictPart("selection", f"step {_steps(chosen)} chosen by a publish grant", GOOD)
+        return SelectionState("chosen", chosen, f"step {_steps(chosen)} chosen by a publish grant")
+    valid = [c.step for c in r.candidates if c.valid]
     if not valid:
-        return VerdictPart("selection", "no valid candidate to select", BAD)
+        return SelectionState("none", [], "no valid candidate to select")
     plural = "s" if len(valid) > 1 else ""
-    return VerdictPart(
-        "selection", f"selection unresolved among {len(valid)} valid candidate{plural} ({_steps(valid)})", WARN
+    return SelectionState(
+        "unresolved", [], f"selection unresolved among {len(valid)} valid candidate{plural} ({_steps(valid)})"
     )
+
+
+_SELECTION_TONE = {"selected": GOOD, "chosen": GOOD, "none": BAD, "unresolved": WARN}
+
+
+def _selection(r: CompletionRecord) -> VerdictPart | None:
+    state = selection_state(r)
+    return VerdictPart("selection", state.text, _SELECTION_TONE[state.state]) if state else None
+
+
+def authority_lines(r: CompletionRecord) -> list[str]:
+    """What the used grants did, one line each: where the model went, what was registered, reclaimed, cleared.
+    Refused and pending grants are `rlcleanup grants`' business; this is what changed the run."""
+    lines: list[str] = []
+    for a in r.authority_actions:
+        if a.refusal is not None:
+            continue
+        where = f" to {a.destination}" if a.destination else ""
+        if a.state in PUBLISHED:
+            verb = "handed off" if a.state == "handed_off" else "published"
+            lines.append(f"step {a.step} {verb}{where} ({a.verified_objects} objects verified)")
+        elif a.state == "reclaimed":
+            lines.append(f"reclaimed {a.reclaimed_bytes} bytes of step {a.step}'s export (its copy{where} verified)")
+        elif a.state == "registered":
+            lines.append(f"step {a.step} registered: {a.uri or a.detail or ''}".rstrip(": "))
+        elif a.state == "cleared":
+            lines.append("cancellation cleared (pre-cancel capture done)")
+    return lines
 
 
 def _invalid(r: CompletionRecord) -> VerdictPart | None:

@@ -24,6 +24,7 @@ from rlcleanup.ports.controllers import JobController
 from rlcleanup.runtime import admission
 from rlcleanup.runtime.claims import once as _once
 from rlcleanup.runtime.envelope import decode
+from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
@@ -36,7 +37,15 @@ from rlcleanup.uris import join
 
 
 def apply_grant(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    """Verify, file on arrival (authority/ledger.py decides refused / replayed / pending), then apply."""
+    """Verify, file on arrival (authority/ledger.py decides refused / replayed / pending), then apply; the run's
+    report is re-rendered from the record the grant changed (runtime/evidence.py)."""
+    answer, run_id = _apply_grant(p, data, attributes)
+    if run_id is not None:
+        refresh_report(p, run_id)
+    return answer
+
+
+def _apply_grant(p: Ports, data: bytes, attributes: dict[str, str]) -> tuple[str, str | None]:
     now = p.clock.now()
     verdict = verify(
         p.records,
@@ -50,8 +59,8 @@ def apply_grant(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         raise PermanentError("invalid_grant", verdict.detail)
     admission = ledger.admit(p.records, verdict, data, attributes.get("run_id"), now)
     if admission.answer is not None:
-        return admission.answer
-    return _try_apply(p, verdict.grant, admission.gid)
+        return admission.answer, verdict.grant.run_id
+    return _try_apply(p, verdict.grant, admission.gid), verdict.grant.run_id
 
 
 def _message(doc: dict[str, Any]) -> bytes:
@@ -83,6 +92,7 @@ def _retry(p: Ports, run_id: str) -> str:
             continue
         outcomes.append(f"{gid}: {_try_apply(p, verdict.grant, gid)}")
     ledger.sync_record(p.records, run_id)
+    refresh_report(p, run_id)
     return "; ".join(outcomes) or "no waiting grants"
 
 

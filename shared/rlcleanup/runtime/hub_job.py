@@ -31,6 +31,7 @@ from rlcleanup.authority.grants import GrantState, Refusal, verify
 from rlcleanup.authority.hub_publish import UploadProgress, publish_to_hub
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.errors import PermanentError, TransientError
+from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.settings import HubSettings, platform, read
 
@@ -88,6 +89,7 @@ def run_job(p: Ports, run_id: str, gid: str, *, last_attempt: bool = True, batch
             outcome.destination = verdict.grant.destination
     ledger.file_outcome(p.records, run_id, gid, outcome, p.clock.now())
     ledger.sync_record(p.records, run_id)
+    refresh_report(p, run_id)  # the report says where the model went (runtime/evidence.py)
     return outcome
 
 

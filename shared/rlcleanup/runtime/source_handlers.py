@@ -22,6 +22,7 @@ from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import ExportRequestState, RunError
 from rlcleanup.runtime.attempt_scope import PASS_PREFIX
 from rlcleanup.runtime.claims import once
+from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.settings import DeploymentSettings, in_run_buckets, unconfigured
@@ -177,6 +178,7 @@ def _sweep_records(p: Ports, now: datetime, config: SweepConfig) -> str:
             else:
                 p.records.update(record.run_id, stalled_fields(plan.missing, now))
             stalled += 1
+            refresh_report(p, record.run_id)  # a finished record's later pass stalled: no-op while in progress
             p.records.add_errors(record.run_id, [RunError(step="sweep", code="stalled", message=message)])
             log.warning("sweep marked %s stalled: %s", record.run_id, message)
     rechecked = _recheck_deadlines(p, now, config)
@@ -196,6 +198,7 @@ def _recheck_deadlines(p: Ports, now: datetime, config: SweepConfig) -> int:
         if found.fields:
             p.records.update(record.run_id, found.fields)
             p.records.add_errors(record.run_id, found.errors)
+            refresh_report(p, record.run_id)  # a deadline passed: the report says so too
             changed += 1
     return changed
 

@@ -1,0 +1,110 @@
+"""`rlcleanup approver add | list | revoke`: the approvers whose signed grants count (authority/approvers.py).
+
+Records: SQLite (--db) or Firestore (--backend firestore, or FIRESTORE_EMULATOR_HOST set), as every command.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+
+from rlcleanup.cli.authority import _absolute_if_local, _fail, _open
+from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption
+from rlcleanup.settings import platform
+from rlcleanup.textsafe import neutralise
+
+approver_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Approvers whose signed grants count.")
+
+
+@approver_app.command("add")
+def approver_add(
+    approver_id: Annotated[str, typer.Argument(help="approver id; grants name it in granted_by")],
+    public_key: Annotated[str, typer.Option("--public-key", help="base64 raw Ed25519 public key (from keygen)")],
+    prefix: Annotated[
+        list[str],
+        typer.Option("--prefix", help="allowed destination prefix: gs://bucket/path or a local directory (repeatable)"),
+    ],
+    db: DbOption = None,
+    backend: BackendOption = None,
+    project: ProjectOption = None,
+) -> None:
+    """Register (or replace) an approver: its public key and the destination prefixes it may grant."""
+    from pydantic import ValidationError
+
+    from rlcleanup.authority.grants import Approver, register_approver
+
+    # A local prefix is stored absolute: grants name absolute destinations (`~/x` and `./x` alike).
+    prefix = [_absolute_if_local(p) for p in prefix]
+    try:
+        approver = Approver(approver_id=approver_id, public_key=public_key, allowed_prefixes=prefix)
+        register_approver(_open(backend, db, project, create=True).store, approver)
+    except (ValidationError, ValueError) as exc:
+        _fail(f"invalid approver: {exc}", 2)
+    typer.echo(f"approver {approver_id} may grant under: {', '.join(prefix)}")
+
+
+@approver_app.command("list")
+def approver_list(
+    db: DbOption = None,
+    backend: BackendOption = None,
+    project: ProjectOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Every registered approver: id, key, prefixes, and who revoked it when (revoked ones stay listed)."""
+    from rlcleanup.authority.approvers import list_approvers
+
+    approvers = list_approvers(_open(backend, db, project).store)
+    if as_json:
+        typer.echo(json.dumps([a.model_dump(mode="json") for a in approvers], indent=2))
+        return
+    if not approvers:
+        typer.echo("no approvers: `rlcleanup keygen --id NAME` then `rlcleanup approver add NAME ...`")
+        return
+    for a in approvers:
+        state = (
+            f"REVOKED {a.revoked_at.isoformat(timespec='seconds')} by {a.revoked_by}"
+            + (f" ({a.revoked_reason})" if a.revoked_reason else "")
+            if a.revoked_at
+            else "active"
+        )
+        line = f"{a.approver_id}  {state}  key {a.public_key}  prefixes {', '.join(a.allowed_prefixes)}"
+        typer.echo(neutralise(line, keep_newlines=False))
+
+
+@approver_app.command("revoke")
+def approver_revoke(
+    approver_id: Annotated[str, typer.Argument(help="the approver to revoke")],
+    reason: Annotated[str, typer.Option(help="why (kept with the revocation)")] = "",
+    by: Annotated[str, typer.Option(help="who revokes it (kept with the revocation)")] = (
+        platform().user or "operator"
+    ),
+    db: DbOption = None,
+    backend: BackendOption = None,
+    project: ProjectOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Revoke an approver and its key: grants it signed that were not used yet are refused as `approver_revoked`
+    (pending ones too); its used grants stay on their records. Recorded with who, when and why."""
+    from rlcleanup.authority.approvers import UnknownApprover, revoke_approver
+
+    try:
+        revoked = revoke_approver(
+            _open(backend, db, project).store, approver_id, by=by, reason=reason, now=datetime.now(UTC)
+        )
+    except UnknownApprover:
+        _fail(f"no approver {approver_id!r} is registered (`rlcleanup approver list`)", 1)
+        return
+    if as_json:
+        typer.echo(json.dumps(revoked.model_dump(mode="json"), indent=2))
+        return
+    assert revoked.revoked_at is not None
+    typer.echo(
+        neutralise(
+            f"approver {approver_id} revoked at {revoked.revoked_at.isoformat(timespec='seconds')} by "
+            f"{revoked.revoked_by}: grants it signed and not yet used are refused (approver_revoked)",
+            keep_newlines=False,
+        )
+    )
