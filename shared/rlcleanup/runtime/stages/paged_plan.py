@@ -9,6 +9,7 @@ number; that page reads where to resume from the page before it in the claim sto
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -22,10 +23,11 @@ from rlcleanup.runtime.attempt_scope import scoped
 from rlcleanup.runtime.claims import once, stored
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.ports import Ports
-from rlcleanup.runtime.stages.barrier import advance, member_set_key
+from rlcleanup.runtime.stages.barrier import advance, member_key, member_prefix, member_set_key
 
 P = TypeVar("P", bound=PlanPage[Any])
 S = TypeVar("S", bound=MemberSet)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -36,8 +38,9 @@ class PagedPlan(Generic[P, S]):
     fan_out: str  # topology.yaml fan_outs[].name: the whole plan is its member set, its parts go on its topic
     continuation: type[CapturePlanPageMessage]  # a page that names only the next page number (on the same topic)
     page_model: type[P]
-    # (ports, run, the page before this one or None for the first, page number) -> this page, its parts published
-    plan_page: Callable[[Ports, str, RunMessage, P | None, int], P]
+    # (ports, run, the page before this one or None for the first, page number, only) -> this page, its parts
+    # published (`only`: publish just the parts with these ids, record nothing else: a re-drive of lost members)
+    plan_page: Callable[[Ports, str, RunMessage, P | None, int, frozenset[str] | None], P]
     # (ports, the last page, every page in order) -> the member set
     join: Callable[[Ports, P, list[P]], S]
 
@@ -51,13 +54,19 @@ def plan_page(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: str, page: in
     name, page_key = f"{fan.name} plan", f"{fan.member_set}-page"
     _within_ceiling(p, run_id, name, page * p.capture_page_objects, more=True)  # the pages before were full
 
+    planned_now = False
+
     def work() -> P:
+        nonlocal planned_now
+        planned_now = True
         if page == 0 and first is not None:
-            return plan.plan_page(p, scope, first, None, page)
+            return plan.plan_page(p, scope, first, None, page, None)
         before = page_before(p, run_id, scope, name, page_key, page, plan.page_model)
-        return plan.plan_page(p, scope, before.run, before, page)
+        return plan.plan_page(p, scope, before.run, before, page, None)
 
     done = stored_page(p, run_id, scoped(scope, f"{page_key}:{page}"), work, plan.page_model)
+    if not planned_now:  # a redelivery, or a re-drive (a re-emitted event, the sweep): members may have been lost
+        republish_lost_members(p, plan, run_id, scope, page, done)
     _within_ceiling(p, run_id, name, page * p.capture_page_objects + done.listed, more=done.next is not None)
     if done.next is not None:
         nxt = plan.continuation(run_id=run_id, scope=scope, plan_page=page + 1)
@@ -68,6 +77,33 @@ def plan_page(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: str, page: in
 
     once(p, run_id, member_set_key(p, scope, plan.fan_out), whole, model=fan.set_model)
     return advance(p, run_id, scope, plan.fan_out)
+
+
+def republish_lost_members(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: str, page: int, done: P) -> int:
+    """Publish again the parts of a planned page that have no outcome stored yet. A part message can be lost for
+    good (Pub/Sub dead-letters it after `max_delivery_attempts`, e.g. while its function was down), and a part's
+    file list travels only in its message: the page is listed again from its stored cursor (a terminal run's
+    objects do not change) and only the parts still missing are published. A part that is merely slow is
+    harmless to publish twice: its claim makes the copy run once. Returns how many were published."""
+    outcomes = p.claims.results(run_id, member_prefix(p, scope, plan.fan_out))
+    ids = [part if isinstance(part, str) else str(getattr(part, "part_id", "")) for part in done.parts]
+    lost = frozenset(i for i in ids if i and member_key(p, scope, plan.fan_out, i) not in outcomes)
+    if not lost:
+        return 0
+    before = None
+    if page > 0:
+        name, page_key = f"{plan.fan_out} plan", f"{p.topology.fan_out(plan.fan_out).member_set}-page"
+        before = page_before(p, run_id, scope, name, page_key, page, plan.page_model)
+    plan.plan_page(p, scope, done.run, before, page, lost)
+    log.warning(
+        "re-published %d %s part(s) of %s page %d with no outcome: %s",
+        len(lost),
+        plan.fan_out,
+        run_id,
+        page,
+        sorted(lost)[:10],
+    )
+    return len(lost)
 
 
 def _within_ceiling(p: Ports, run_id: str, plan: str, listed: int, *, more: bool) -> None:
