@@ -1,21 +1,23 @@
 """A dead function server must not strand runs (issue 36 item 5).
 
-Ten runs are in flight when a function's server is SIGKILLed (its whole process group, as a crash would), at the
-moment it takes its first delivery of one of them. Then either
+Ten runs are put in flight at once; then each function of their pipeline, in the order the runs reach it, is
+SIGKILLed (its whole process group, as a crash would) at the moment it takes its first delivery of one of them,
+while the others are still on their way. Then either
 - `immediate`: nobody touches it; the stack's supervisor (stack/supervisor.py) starts a new instance behind the
-  same port, as Cloud Run replaces a crashed instance; or
+  same port, as Cloud Run replaces a crashed instance (every function, one batch of 10 runs); or
 - `late`: it stays down for LATE_SECONDS (held), then is started explicitly (`start_server`), the restart the
   issue reports (`restart_function` 6.5 s after the kill left all 10 runs `in_progress` 13 minutes later).
-Every run must finish: a complete record within RECOVERY_SECONDS of the restart, every capture part captured or
-settled with its reason, no record error, and no message dead-lettered.
+Every run must finish: a complete record within RECOVERY_SECONDS of the first kill, every capture part captured
+or settled with its reason, no record error, and no message of these runs dead-lettered.
 
-What the base did: with no server on the port the Pub/Sub emulator retried each push at once and counted every
-refused connection as a delivery attempt, so within a second or two every message queued for the function reached
-`max_delivery_attempts` and was dead-lettered; no outcome was ever stored for those members and their fan-ins
-waited for ever. Re-emitting a job event found the run classified and did nothing (the sweep's stall deadline,
-2 x 540 s, had not even come). The supervisor holds each function's listening socket across instances, so a push
-made while no instance runs waits in the backlog instead of being refused; the deliveries the dead instance had
-accepted fail once and are redelivered, and the same message takes its own claim's lease over at once.
+What the base did (reproduced: 10 runs, capture-part killed on its first delivery and restarted on its port 6.5 s
+later; 60 s on, 0-2 of each run's 4 capture parts done and nothing dead-lettered yet): with no server on the port
+the Pub/Sub emulator refuses each push, counts it as a delivery attempt and backs the message off exponentially
+(10 s doubling to the 600 s maximum), so the parts queued for the dead function came back only minutes later, one
+long backoff at a time, or were dead-lettered after `max_delivery_attempts` with no outcome stored, and their
+fan-ins waited. The supervisor holds each function's listening socket across instances, so a push made while no
+instance runs waits in the socket's backlog instead of being refused; only the deliveries the dead instance had
+accepted fail (once) and are redelivered, and the same message takes its own claim's lease over at once.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ from rlcleanup.stack.supervisor import restarts
 
 pytestmark = pytest.mark.e2e
 RUNS = 10
-LATE_SECONDS = 8.0  # longer than the base's fatal 6.5 s gap
-RECOVERY_SECONDS = 180.0  # every record complete within this after the kill (typically ~30-60 s on 2 cores)
-# Each function of a run's pipeline, in the order a run reaches them; each is killed once with 10 runs in flight.
+LATE_SECONDS = 8.0  # longer than the issue's fatal 6.5 s gap
+RECOVERY_SECONDS = 240.0  # every record complete within this after the first kill (~60-120 s on 2 busy cores)
+# Each function of a run's pipeline, in the order a run reaches them.
 PIPELINE = (
     "on-job-event",
     "establish-terminal-state",
@@ -47,7 +49,7 @@ PIPELINE = (
     "validate-candidate",
     "select-candidate",
 )
-CASES = [(fn, "immediate") for fn in PIPELINE] + [("capture-part", "late"), ("plan-capture", "late")]
+LATE = ("plan-capture", "capture-part")  # the planner and the member whose parts were stranded
 
 
 def _upload_runs(stack: StackState, gcs_client: Any, tmp: Path, tag: str) -> list[tuple[str, str]]:
@@ -72,51 +74,56 @@ def _wait_first_delivery(log: Path, offset: int, tag: str, timeout: float = 120.
     raise AssertionError(f"{log.name} never took a delivery of {tag} within {timeout} s")
 
 
-def _dead_letters(stack: StackState, function: str) -> list[Any]:
+def _dead_letters(stack: StackState, function: str, tag: str) -> list[Any]:
     from google.cloud import pubsub_v1
 
     subscriber = pubsub_v1.SubscriberClient()
     try:
         sub = subscriber.subscription_path(stack.project, f"{function}-dlq-sub")
-        resp = subscriber.pull(request={"subscription": sub, "max_messages": 100}, timeout=10)
-        if resp.received_messages:
-            subscriber.acknowledge(request={"subscription": sub, "ack_ids": [m.ack_id for m in resp.received_messages]})
-        return [m.message for m in resp.received_messages]
+        resp = subscriber.pull(request={"subscription": sub, "max_messages": 1000}, timeout=10)
+        mine = [m for m in resp.received_messages if tag.encode() in m.message.data]
+        if mine:
+            subscriber.acknowledge(request={"subscription": sub, "ack_ids": [m.ack_id for m in mine]})
+        return [m.message for m in mine]
     finally:
         subscriber.close()
 
 
-@pytest.mark.parametrize(("function", "restart"), CASES, ids=[f"{f}-{r}" for f, r in CASES])
-def test_killed_function_server_strands_no_run(
-    stack: StackState, gcs_client: Any, tmp_path: Path, uid: str, function: str, restart: str
+def _kill_through_pipeline(
+    stack: StackState, gcs_client: Any, tmp: Path, uid: str, functions: tuple[str, ...], *, late: bool
 ) -> None:
     tag = f"k9{uid}"
-    name = f"fn-{function}"
     state_dir = Path(stack.state_dir)
-    runs = _upload_runs(stack, gcs_client, tmp_path, tag)
-    log = state_dir / f"{name}.log"
-    offset = log.stat().st_size
-    restarted_before = restarts(state_dir, name)
+    runs = _upload_runs(stack, gcs_client, tmp, tag)
+    logs = {fn: state_dir / f"fn-{fn}.log" for fn in functions}
+    offsets = {fn: log.stat().st_size for fn, log in logs.items()}
+    store, claims = firestore_stores(project=stack.project)
     for run_uri, _ in runs:
         publish_event(job_event(run_uri, "SUCCEEDED"), stack.project)
-    _wait_first_delivery(log, offset, tag)
-    killed_at = time.monotonic()
-    try:
-        kill_server(stack, name, hold=restart == "late")
-        if restart == "late":
-            time.sleep(LATE_SECONDS)
-    finally:
-        if restart == "late":
-            start_server(stack, name)
-    if restart == "immediate":  # the supervisor starts it again by itself, within its poll and a start-up
-        deadline = time.monotonic() + 30
-        while restarts(state_dir, name) == restarted_before and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert restarts(state_dir, name) == restarted_before + 1, f"{name} was not restarted"
+    first_kill = None
+    for fn in functions:
+        name = f"fn-{fn}"
+        restarted_before = restarts(state_dir, name)
+        _wait_first_delivery(logs[fn], offsets[fn], tag)
+        first_kill = first_kill or time.monotonic()
+        try:
+            kill_server(stack, name, hold=late)
+            unfinished = [rid for _, rid in runs if (r := store.get(rid)) is None or r.status.value == "in_progress"]
+            assert unfinished, f"every run had finished before {name} was killed: not mid-run"
+            if late:
+                time.sleep(LATE_SECONDS)
+        finally:
+            if late:
+                start_server(stack, name)
+        if not late:  # the supervisor starts it again by itself, within its poll and a start-up
+            deadline = time.monotonic() + 30
+            while restarts(state_dir, name) == restarted_before and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert restarts(state_dir, name) == restarted_before + 1, f"{name} was not restarted"
 
-    _, claims = firestore_stores(project=stack.project)
+    assert first_kill is not None
     for _, run_id in runs:
-        left = RECOVERY_SECONDS - (time.monotonic() - killed_at)
+        left = RECOVERY_SECONDS - (time.monotonic() - first_kill)
         record = wait_record(stack.project, run_id, timeout=max(left, 1.0))
         assert record.status.value == "awaiting_authority", (run_id, record.errors)
         assert record.terminal_state is not None and record.terminal_state.value == "completed"
@@ -128,5 +135,17 @@ def test_killed_function_server_strands_no_run(
             outcome = claims.result(run_id, f"capture-part:{part}")
             assert outcome is not None, (run_id, part)
             assert outcome["ok"] or outcome.get("error"), (run_id, part, outcome)
-    mine = [m for fn in PIPELINE for m in _dead_letters(stack, fn) if tag.encode() in m.data]
-    assert mine == [], [(m.data[:120], dict(m.attributes)) for m in mine]
+    lost = [m for fn in PIPELINE for m in _dead_letters(stack, fn, tag)]
+    assert lost == [], [(m.data[:120], dict(m.attributes)) for m in lost]
+
+
+def test_each_function_killed_mid_run_is_restarted_by_the_supervisor(
+    stack: StackState, gcs_client: Any, tmp_path: Path, uid: str
+) -> None:
+    _kill_through_pipeline(stack, gcs_client, tmp_path, uid, PIPELINE, late=False)
+
+
+def test_killed_function_restarted_late_strands_no_run(
+    stack: StackState, gcs_client: Any, tmp_path: Path, uid: str
+) -> None:
+    _kill_through_pipeline(stack, gcs_client, tmp_path, uid, LATE, late=True)

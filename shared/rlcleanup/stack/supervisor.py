@@ -148,4 +148,3 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, supervisor.stop)
     supervisor.run()
     return 0
-
