@@ -96,7 +96,7 @@ plan_capture = paged_plan.first_page_handler(PLAN)  # the planner's handler (run
 
 def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     if paged_plan.is_plan_page(data):  # a paged capture plan's continuation shares the capture-parts topic
-        return paged_plan.plan_later_page(p, PLAN, data)
+        return paged_plan.plan_later_page(p, PLAN, data, attributes)
     msg = decode(CapturePartMessage, data)
 
     def work() -> CapturePartOutcome:

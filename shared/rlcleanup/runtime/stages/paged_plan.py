@@ -45,7 +45,18 @@ class PagedPlan(Generic[P, S]):
     join: Callable[[Ports, P, list[P]], S]
 
 
-def plan_page(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: str, page: int, first: RunMessage | None) -> str:
+REDRIVE = "redrive"  # the attribute a re-drive's messages carry (the sweep's, a re-emitted job event's)
+
+
+def plan_page(
+    p: Ports,
+    plan: PagedPlan[P, S],
+    run_id: str,
+    scope: str,
+    page: int,
+    first: RunMessage | None,
+    redrive: str | None = None,
+) -> str:
     """One page of `plan`: planned once (a redelivery reads the stored page). A page that stops short queues the
     next (after its own result is stored, so the next page always finds its cursor); the last page joins every
     page into the member set the barrier waits for, then tries the barrier (the plan may be the last piece).
@@ -65,12 +76,12 @@ def plan_page(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: str, page: in
         return plan.plan_page(p, scope, before.run, before, page, None)
 
     done = stored_page(p, run_id, scoped(scope, f"{page_key}:{page}"), work, plan.page_model)
-    if not planned_now:  # a redelivery, or a re-drive (a re-emitted event, the sweep): members may have been lost
+    if redrive and not planned_now:  # a re-drive (the sweep, a re-emitted event): members may have been lost
         republish_lost_members(p, plan, run_id, scope, page, done)
     _within_ceiling(p, run_id, name, page * p.capture_page_objects + done.listed, more=done.next is not None)
     if done.next is not None:
         nxt = plan.continuation(run_id=run_id, scope=scope, plan_page=page + 1)
-        return queue_next(p, fan.topic, nxt, f"{name} page {page}", done)
+        return queue_next(p, fan.topic, nxt, f"{name} page {page}", done, redrive)
 
     def whole() -> S:
         return plan.join(p, done, every_page(p, run_id, scope, name, page_key, page, plan.page_model))
@@ -80,7 +91,8 @@ def plan_page(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: str, page: in
 
 
 def republish_lost_members(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: str, page: int, done: P) -> int:
-    """Publish again the parts of a planned page that have no outcome stored yet. A part message can be lost for
+    """Publish again the parts of a planned page that have no outcome stored yet (on a re-drive only: an ordinary
+    redelivery is no sign of loss, and its parts may just be queued). A part message can be lost for
     good (Pub/Sub dead-letters it after `max_delivery_attempts`, e.g. while its function was down), and a part's
     file list travels only in its message: the page is listed again from its stored cursor (a terminal run's
     objects do not change) and only the parts still missing are published. A part that is merely slow is
@@ -149,9 +161,10 @@ def new_page(
     return model(parts=parts, dest_root=dest_root, run=msg, listed=listed, next=cursor)
 
 
-def queue_next(p: Ports, topic: str, nxt: BaseModel, page: str, done: PlanPage[Any]) -> str:
-    """Queue the next page. Republished on a redelivery: the next page's claim makes it run once."""
-    p.bus.publish(topic, nxt.model_dump_json().encode(), {})
+def queue_next(p: Ports, topic: str, nxt: BaseModel, page: str, done: PlanPage[Any], redrive: str | None) -> str:
+    """Queue the next page. Republished on a redelivery: the next page's claim makes it run once. A re-drive
+    travels on, so every page of the plan re-publishes its lost members."""
+    p.bus.publish(topic, nxt.model_dump_json().encode(), {REDRIVE: redrive} if redrive else {})
     return f"{page}: {len(done.parts)} parts from {done.listed} objects; next page queued"
 
 
@@ -179,12 +192,12 @@ def first_page_handler(plan: PagedPlan[P, S]) -> Callable[[Ports, bytes, dict[st
 
     def plan_first_page(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         msg = decode(RunMessage, data)
-        return plan_page(p, plan, msg.run_id, msg.scope, 0, msg)
+        return plan_page(p, plan, msg.run_id, msg.scope, 0, msg, attributes.get(REDRIVE))
 
     return plan_first_page
 
 
-def plan_later_page(p: Ports, plan: PagedPlan[P, S], data: bytes) -> str:
+def plan_later_page(p: Ports, plan: PagedPlan[P, S], data: bytes, attributes: dict[str, str]) -> str:
     """A continuation on the parts topic: plan the page it names (where to resume comes from the page before)."""
     page = decode(plan.continuation, data)
-    return plan_page(p, plan, page.run_id, page.scope, page.plan_page, None)
+    return plan_page(p, plan, page.run_id, page.scope, page.plan_page, None, attributes.get(REDRIVE))

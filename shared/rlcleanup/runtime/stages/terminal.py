@@ -59,7 +59,7 @@ establish_terminal_state = paged_plan.first_page_handler(PLAN)  # the planner's 
 
 def scan_log_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     if paged_plan.is_plan_page(data):  # a paged log-scan plan's continuation shares the log-scan-parts topic
-        return paged_plan.plan_later_page(p, PLAN, data)
+        return paged_plan.plan_later_page(p, PLAN, data, attributes)
     msg = decode(LogScanPartMessage, data)
 
     def work() -> LogScanOutcome:
