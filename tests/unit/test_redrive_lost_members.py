@@ -11,35 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_sweep import DroppingBus, _Clock  # the sweep suite's lossy bus and clock (tests/unit is on sys.path)
 
-from rlcleanup.adapters.inprocess_bus import InProcessBus
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
 from rlcleanup.samples.generator import VERSION, write_sample_run
 
 RUN_ID = f"math-rl-completed-resumed-{VERSION}"
-
-
-class _Clock:
-    def __init__(self, now: datetime) -> None:
-        self.value = now
-
-    def now(self) -> datetime:
-        return self.value
-
-
-class DroppingBus(InProcessBus):
-    """Loses the first `drop` messages published to `topic` (a delivery dead-lettered with no outcome)."""
-
-    def __init__(self, topic: str, drop: int) -> None:
-        super().__init__()
-        self.topic, self.drop = topic, drop
-
-    def publish(self, topic: str, data: bytes, attributes: dict[str, str] | None = None) -> str:
-        if topic == self.topic and self.drop > 0:
-            self.drop -= 1
-            return "dropped"
-        return super().publish(topic, data, attributes)
 
 
 def _stuck_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drop: int) -> tuple[EmbeddedStack, str, list[str]]:
