@@ -294,7 +294,11 @@ def test_a_later_pass_that_cannot_be_redriven_is_reported_beside_the_finished_ou
     stack = _later_pass_with_a_lost("capture-parts", tmp_path, monkeypatch)
     before = stack.ports.records.get(RUN_ID)
     assert before is not None
-    for hours in (2, 4):  # reported once, however many sweeps see it
+    # The first sweep re-drives the lost part once (its plan publishes it again: issue 36); lost again here, so the
+    # next sweeps report it.
+    assert isinstance(stack.bus, _LosingBus)
+    stack.bus.lose = 1
+    for hours in (2, 4, 6):  # reported once, however many sweeps see it
         _sweep_at(stack, datetime.now(UTC) + timedelta(hours=hours))
     after = stack.ports.records.get(RUN_ID)
     assert after is not None and after.status is before.status  # the finished outcome is not regressed

@@ -156,20 +156,26 @@ def test_a_stall_that_cannot_be_redriven_is_marked_with_what_is_missing(
     monkeypatch.delenv("RLCLEANUP_SWEEP_ROOTS", raising=False)
     write_sample_run(tmp_path / "run", "completed-resumed")
     run_uri = str(next((tmp_path / "run" / "durable").glob("*/*")))
-    stack = _stack(tmp_path, DroppingBus("capture-parts", drop=1))  # a capture part's message is lost
+    # A capture part's message is lost, and again when the sweep's re-drive has its plan publish it once more
+    # (issue 36: the sweep used to mark it stalled at once, telling a person to re-emit an event that did nothing).
+    bus = DroppingBus("capture-parts", drop=1)
+    stack = _stack(tmp_path, bus)
     stack.emit(manual_event(run_uri, "SUCCEEDED"))
     run_id = f"math-rl-completed-resumed-{VERSION}"
     plan: dict[str, Any] = stack.ports.claims.result(run_id, "capture-plan") or {}
     lost = [pid for pid in plan["parts"] if stack.ports.claims.result(run_id, f"capture-part:{pid}") is None]
     assert len(lost) == 1
 
-    _tick(stack, LATER)
+    bus.drop = 1
+    _tick(stack, LATER)  # re-driven once: the plan publishes the lost part again (lost again here)
+    assert stack.ports.records.get(run_id).status is RecordStatus.in_progress  # type: ignore[union-attr]
+    _tick(stack, LATER + timedelta(minutes=5))  # still missing after its re-drive: marked, with what is missing
     record = stack.ports.records.get(run_id)
     assert record is not None and record.status is RecordStatus.stalled
     assert record.remaining_work and f"capture part {lost[0]}" in record.remaining_work[0]
     errors = [e for e in record.errors if e.code == "stalled"]
     assert len(errors) == 1 and errors[0].message == f"stalled: missing capture part {lost[0]}"
-    assert not [m for m in stack.bus.published if m.attributes.get("redrive") == "sweep"]
+    assert [m.topic for m in stack.bus.published if m.attributes.get("redrive") == "sweep"] == ["run-classified"]
 
 
 def test_a_malformed_continuation_is_dead_lettered(tmp_path: Path) -> None:

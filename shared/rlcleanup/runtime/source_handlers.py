@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, cast
 
@@ -159,12 +160,20 @@ def _sweep_records(p: Ports, now: datetime, config: SweepConfig) -> str:
     for found in stalled_records(p.records, p.claims, now, config, keys):
         record, scope = found.record, found.scope
         plan = plan_redrive(p.claims, record, p.preserve_root, keys, scope)
+        if (
+            plan.missing
+            and plan.republish
+            and not p.records.put_doc(
+                SEEN, f"redrive:{record.run_id}:{scope.rstrip('/')}", {"source": "sweep"}, only_if_absent=True
+            )
+        ):
+            plan = replace(plan, republish=[])  # re-driven once already and still missing: marked below
         for topic, payload in plan.republish:
             p.bus.publish(topic, json.dumps(payload).encode(), {"run_id": record.run_id, "redrive": "sweep"})
         if plan.republish:
             redriven += 1
             log.info("sweep re-drove %s%s: %s", record.run_id, _pass_text(scope), [t for t, _ in plan.republish])
-        if plan.missing:
+        if plan.missing and not plan.republish:
             message = f"stalled{_pass_text(scope)}: missing {', '.join(plan.missing)}"[:2000]
             if scope:
                 # A later pass keeps the finished record's outcome (it never regresses): its stall is reported

@@ -299,7 +299,9 @@ SEEN = "source_seen"  # hints already given (runtime/source_handlers.py keeps co
 
 @dataclass(frozen=True)
 class Redrive:
-    """What to do about one stalled run: messages to republish (topic, payload), or what is missing for good."""
+    """What to do about one stalled run: messages to republish (topic, payload), and what is missing. Both: lost
+    fan-out members, which the republished message asks their planner to publish again (once; a run still
+    missing them at the next sweep is marked stalled). Only `missing`: nothing can redo it."""
 
     run_id: str
     republish: list[tuple[str, dict[str, Any]]]
@@ -377,8 +379,11 @@ def plan_redrive(
         ]
     if capture_plan is not None and keys.capture_fan_in not in done:
         missing += [f"capture part {pid}" for pid in capture_plan["parts"] if f"{keys.capture_member}{pid}" not in done]
-    if missing:  # their messages carry file lists nobody stored: only a re-emitted event can redo them
-        return Redrive(run_id, [], missing)
+    if missing:
+        # Their messages carry file lists nobody stored, but each plan lists its page again from the stored cursor
+        # and re-publishes the parts with no outcome when its run message comes again (stages/paged_plan.py):
+        # a republished run-classified redoes them. `missing` says what to mark if that does not help.
+        return Redrive(run_id, [("run-classified", run_msg)], missing)
     if plan is None or capture_plan is None or keys.capture_fan_in not in done:
         # Each stage re-checks its own claim; a republished run-classified also re-tries both fan-ins.
         return Redrive(run_id, [("run-classified", run_msg)], [])

@@ -15,6 +15,7 @@ unrelated process. Finding the tools is stack/tools.py's; provisioning from the 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -27,7 +28,7 @@ from typing import Any
 
 from rlcleanup.paths import stack_dir
 from rlcleanup.runtime.topology import load_topology
-from rlcleanup.stack import procs, s3_server
+from rlcleanup.stack import procs, s3_server, supervisor
 from rlcleanup.stack.procs import StackError
 from rlcleanup.stack.provision import function_env, provision
 from rlcleanup.stack.state import HOST, StackState, client_env
@@ -43,10 +44,12 @@ from rlcleanup.stack.tools import (
 DEFAULT_PROJECT = "rlcleanup-local"
 DEFAULT_STATE_DIR = stack_dir()  # at import; up/down/status resolve it again per call (env may change)
 MARKER_VAR = "RLCLEANUP_STACK_ID"
+SUPERVISOR = "supervisor"  # the server that runs the functions' instances (stack/supervisor.py)
 STORAGE_EVENTS_TOPIC = "storage-events"  # the topology's topic for Cloud Storage notifications
 _REPO = Path(__file__).resolve().parents[3]  # shared/rlcleanup/stack/local.py -> repo root
 
 
+_SUPERVISOR_MAIN = "import sys; from rlcleanup.stack.supervisor import main; sys.exit(main(sys.argv))"
 PORT_ATTEMPTS = 3  # a lost choose-then-bind race is rare; three fresh port sets make a stuck start vanishingly rare
 
 
@@ -169,22 +172,31 @@ def _up_once(
                 "",
             ),
         ]
-        specs += [
-            (
-                f"fn-{fn.name}",
-                functions_framework_command(fn, source, p[f"fn-{fn.name}"]),
-                {**function_env(fn, state), **fn_env},
-                "/",
-            )
-            for fn in served
-        ]
+        # The functions run under the supervisor (stack/supervisor.py): it holds their ports and restarts a dead
+        # instance behind the same URL, as Cloud Run does.
+        plan = supervisor.SupervisorPlan(
+            servers={
+                f"fn-{fn.name}": supervisor.Supervised(
+                    argv=functions_framework_command(fn, source, p[f"fn-{fn.name}"]),
+                    host=HOST,
+                    port=p[f"fn-{fn.name}"],
+                    env={**function_env(fn, state), **(extra_env or {})},
+                )
+                for fn in served
+            }
+        )
+        (state_dir / supervisor.PLAN_FILE).write_text(plan.model_dump_json(indent=1))
+        for name in plan.servers:  # a state dir used before holds no stale instruction
+            for stale in (supervisor.hold_file(state_dir, name), supervisor.env_file(state_dir, name)):
+                stale.unlink(missing_ok=True)
+        specs.append((SUPERVISOR, [sys.executable, "-c", _SUPERVISOR_MAIN, str(state_dir)], fn_env, ""))
         probes: dict[str, str] = {}
         launches: dict[str, tuple[list[str], dict[str, str], str]] = {}
         for name, argv, env, path in specs:
             server = procs.start(name, argv, state_dir=state_dir, env=env, cwd=state_dir)
             servers.append(server)
             state.pgids[name] = server.pid
-            probes[name] = f"http://{HOST}:{p[name]}{path}"
+            probes[name] = f"http://{HOST}:{p[name]}{path}" if name in p else ""
             launches[name] = (argv, env, probes[name])
             state.save()  # so `down` can stop a half-started stack
         t0 = time.monotonic()
@@ -199,13 +211,26 @@ def _up_once(
                 return status == 200 if emulator else status is not None
 
             remaining = max(1.0, timeout - (time.monotonic() - t0))
-            port = p[server.name]
-            procs.wait_ready(server, probe, remaining, hint=f" on port {port}", port=port)
+            if server.name == SUPERVISOR:  # ready when every function it serves answers (its group holds the ports)
+                urls = [f"{url}/" for url in state.functions.values()]
+
+                def all_answer(urls: list[str] = urls) -> bool:
+                    return all(procs.http_status(u) is not None for u in urls)
+
+                first = next(iter(plan.servers.values())).port
+                procs.wait_ready(server, all_answer, remaining, hint=f" on port {first}", port=first)
+                for name in plan.servers:
+                    state.pgids[name] = supervisor.current_pgid(state_dir, name) or 0
+            else:
+                port = p[server.name]
+                procs.wait_ready(server, probe, remaining, hint=f" on port {port}", port=port)
             state.startup_seconds[server.name] = round(time.monotonic() - t0, 2)
         provision(state, topology, served)
         state.save()
     except BaseException:
-        procs.stop_groups([(s.pid, s.popen) for s in servers], grace=3.0)
+        instances = [supervisor.current_pgid(state_dir, f"fn-{fn}") for fn in state.functions]
+        groups = [(s.pid, s.popen) for s in servers] + [(g, None) for g in instances if g and procs.group_alive(g)]
+        procs.stop_groups(groups, grace=3.0)
         s3_server.remove_sockets([Path(p) for p in state.leftovers])
         with contextlib.suppress(OSError):
             state.path.unlink()
@@ -219,9 +244,25 @@ _popens: dict[str, dict[str, procs.Server]] = {}  # servers started by this proc
 _launches: dict[str, dict[str, tuple[list[str], dict[str, str], str]]] = {}  # argv, env, probe URL per server
 
 
-def kill_server(state: StackState, name: str, sig: int = signal.SIGKILL) -> None:
-    """Signal one server's process group (default SIGKILL, as a crash would); only if it carries our marker."""
-    pgid = state.pgids[name]
+def _supervised(state: StackState, name: str) -> bool:
+    return name.startswith("fn-") and name.removeprefix("fn-") in state.functions and SUPERVISOR in state.pgids
+
+
+def _pgid(state: StackState, name: str) -> int:
+    """A server's process group now: a function's instance is the one the supervisor last started."""
+    if _supervised(state, name):
+        state.pgids[name] = supervisor.current_pgid(Path(state.state_dir), name) or state.pgids.get(name, 0)
+    return state.pgids[name]
+
+
+def kill_server(state: StackState, name: str, sig: int = signal.SIGKILL, *, hold: bool = True) -> None:
+    """Signal one server's process group (default SIGKILL, as a crash would); only if it carries our marker.
+
+    A function's instance killed with `hold` (the default) stays down until `start_server`; without it, the
+    supervisor starts it again at once behind the same port, as Cloud Run replaces a crashed instance."""
+    if _supervised(state, name) and hold and sig in (signal.SIGKILL, signal.SIGTERM):
+        supervisor.hold_file(Path(state.state_dir), name).touch()
+    pgid = _pgid(state, name)
     server = _popens.get(state.stack_id, {}).get(name)
     if _owned(pgid, state.stack_id):
         if pgid <= 1 or pgid == os.getpgrp():
@@ -242,12 +283,15 @@ def start_server(
 ) -> float:
     """(Re)start one server of a stack this process brought up, on the same port (push subscriptions and
     clients keep reaching it), with `extra_env` over its original environment; returns seconds until ready.
-    An emulator restarted this way starts empty (its state was in memory)."""
+    An emulator restarted this way starts empty (its state was in memory). A function is started by its
+    supervisor (from any process): its hold is lifted, with `extra_env` for this and every later instance."""
+    if _owned(_pgid(state, name), state.stack_id):
+        raise StackError(f"{name} is still running (pgid {state.pgids[name]}); kill_server it first")
+    if _supervised(state, name):
+        return _release_hold(state, name, extra_env or {}, timeout)
     launch = _launches.get(state.stack_id, {}).get(name)
     if launch is None:
         raise StackError(f"{name}: not started by this process (only `up` in this process can restart it)")
-    if _owned(state.pgids[name], state.stack_id):
-        raise StackError(f"{name} is still running (pgid {state.pgids[name]}); kill_server it first")
     argv, env, probe_url = launch
     state_dir = Path(state.state_dir)
     server = procs.start(name, argv, state_dir=state_dir, env={**env, **(extra_env or {})}, cwd=state_dir)
@@ -262,6 +306,26 @@ def start_server(
 
     port = state.ports[name]
     return procs.wait_ready(server, probe, timeout, hint=f" on port {port}", port=port)
+
+
+def _release_hold(state: StackState, name: str, extra_env: dict[str, str], timeout: float) -> float:
+    state_dir = Path(state.state_dir)
+    before = state.pgids[name]
+    tmp = supervisor.env_file(state_dir, name).with_suffix(".tmp")
+    tmp.write_text(json.dumps(extra_env))
+    tmp.replace(supervisor.env_file(state_dir, name))
+    supervisor.hold_file(state_dir, name).unlink(missing_ok=True)
+    url = f"{state.functions[name.removeprefix('fn-')]}/"
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        pgid = _pgid(state, name)
+        if pgid != before and _owned(pgid, state.stack_id) and procs.http_status(url) is not None:
+            state.save()
+            return time.monotonic() - t0
+        if not _owned(state.pgids[SUPERVISOR], state.stack_id):
+            raise StackError(f"{name}: the stack's supervisor is not running; see {state_dir / 'supervisor.log'}")
+        time.sleep(0.05)
+    raise StackError(f"{name} did not come back within {timeout:.0f} s; see {state_dir / f'{name}.log'}")
 
 
 def restart_function(
@@ -293,6 +357,10 @@ def down(state_dir: Path | None = None, *, grace: float = 8.0) -> list[str]:
     if state is None:
         return []
     started_here = _popens.pop(state.stack_id, {})
+    for name in state.pgids:
+        if _supervised(state, name):  # the supervisor must not start what `down` stops
+            supervisor.hold_file(state_dir, name).touch()
+            _pgid(state, name)
     stopped, groups = [], []
     for name, pgid in state.pgids.items():
         server = started_here.get(name)
@@ -306,8 +374,8 @@ def down(state_dir: Path | None = None, *, grace: float = 8.0) -> list[str]:
     s3_server.remove_sockets([Path(p) for p in state.leftovers])
     with contextlib.suppress(OSError):
         state.path.unlink()
-    for pidfile in state_dir.glob("*.pid"):
-        pidfile.unlink()
+    for leftover in (*state_dir.glob("*.pid"), *state_dir.glob("*.hold"), *state_dir.glob("*.env.json")):
+        leftover.unlink()
     return stopped
 
 
@@ -315,7 +383,7 @@ def status(state_dir: Path | None = None) -> dict[str, Any]:
     state = StackState.load(Path(state_dir or stack_dir()).resolve())
     if state is None:
         return {}
-    return {name: _owned(pgid, state.stack_id) for name, pgid in state.pgids.items()}
+    return {name: _owned(_pgid(state, name), state.stack_id) for name in list(state.pgids)}
 
 
 def reset_firestore(state: StackState) -> None:

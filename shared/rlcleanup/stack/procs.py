@@ -65,10 +65,19 @@ class Server:
     popen: subprocess.Popen[bytes] | None = None  # set only in the process that started it
 
 
-def start(name: str, argv: Sequence[str], *, state_dir: Path, env: dict[str, str], cwd: Path | None = None) -> Server:
-    """Start argv in a new session (own process group); stdout+stderr go to <state_dir>/<name>.log."""
+def start(
+    name: str,
+    argv: Sequence[str],
+    *,
+    state_dir: Path,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    pass_fds: Sequence[int] = (),
+) -> Server:
+    """Start argv in a new session (own process group); stdout+stderr go to <state_dir>/<name>.log (appended:
+    a restarted server's log keeps what the one before it wrote). `pass_fds`: descriptors it inherits."""
     log = state_dir / f"{name}.log"
-    with open(log, "wb") as out:
+    with open(log, "ab") as out:
         try:
             proc = subprocess.Popen(
                 list(argv),
@@ -78,6 +87,7 @@ def start(name: str, argv: Sequence[str], *, state_dir: Path, env: dict[str, str
                 env=env,
                 cwd=str(cwd) if cwd else None,
                 start_new_session=True,
+                pass_fds=tuple(pass_fds),
             )
         except FileNotFoundError as exc:
             raise StackError(f"{name}: cannot execute {argv[0]!r}: {exc.strerror}") from exc

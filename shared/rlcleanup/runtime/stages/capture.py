@@ -32,8 +32,11 @@ PARTS_TOPIC = "capture-parts"
 Page = PlanPage[str]
 
 
-def _plan_one_page(p: Ports, scope: str, msg: RunMessage, before: Page | None, page: int) -> Page:
-    """At most `p.capture_page_objects` objects listed from the cursor of the page before, their parts published."""
+def _plan_one_page(
+    p: Ports, scope: str, msg: RunMessage, before: Page | None, page: int, only: frozenset[str] | None
+) -> Page:
+    """At most `p.capture_page_objects` objects listed from the cursor of the page before, their parts published
+    (`only`: just those parts, and nothing recorded: the page was planned before, paged_plan.republish_lost_members)."""
     cursor = capture_step.PageCursor.model_validate(before.next) if before is not None else None
     layout = run_layout(p, msg.run_id, msg.run_uri, scope)
     planned = capture_step.plan_capture_page(
@@ -46,9 +49,12 @@ def _plan_one_page(p: Ports, scope: str, msg: RunMessage, before: Page | None, p
         cursor=cursor,
         limit=p.capture_page_objects,
     )
-    p.records.add_errors(msg.run_id, run_errors("capture", planned.errors))
-    _record_expiry(p, msg.run_id, planned.expiry_by_class)
+    if only is None:
+        p.records.add_errors(msg.run_id, run_errors("capture", planned.errors))
+        _record_expiry(p, msg.run_id, planned.expiry_by_class)
     for part in planned.parts:  # soonest-dying first (steps/capture.py): published, hence copied, first
+        if only is not None and part.part_id not in only:
+            continue
         part_msg = CapturePartMessage(
             run_id=msg.run_id, scope=scope, run_uri=msg.run_uri, dest_root=planned.dest_root, part=part
         )
@@ -90,7 +96,7 @@ plan_capture = paged_plan.first_page_handler(PLAN)  # the planner's handler (run
 
 def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     if paged_plan.is_plan_page(data):  # a paged capture plan's continuation shares the capture-parts topic
-        return paged_plan.plan_later_page(p, PLAN, data)
+        return paged_plan.plan_later_page(p, PLAN, data, attributes)
     msg = decode(CapturePartMessage, data)
 
     def work() -> CapturePartOutcome:

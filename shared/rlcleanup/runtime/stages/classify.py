@@ -4,6 +4,8 @@ snapshot every later hop reads), agentic runs away, unknown ones to a person."""
 
 from __future__ import annotations
 
+import json
+
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent, RunMessage
 from rlcleanup.models.plans import Classified
@@ -17,6 +19,7 @@ from rlcleanup.runtime.layouts import snapshot_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages.barrier import own_claim
 from rlcleanup.runtime.stages.common import publish
+from rlcleanup.sources.sweep import open_later_pass, plan_redrive
 from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps.classify import classify
 from rlcleanup.steps.facts import run_facts, safe_run_id
@@ -60,7 +63,8 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         p.claims, run_id, marks, confirm=lambda: attempt_scope.end_marks(p.storage, discover(p.storage, layout.run_uri))
     )
     if scope is None:
-        return f"duplicate: {run_id} already classified (no new end: {_marks_text(marks)})"
+        moved = move_unfinished_pass(p, run_id, preserve_root)
+        return moved or f"duplicate: {run_id} already classified (no new end: {_marks_text(marks)})"
 
     def work() -> Classified:
         classification = classify(p.storage, layout)
@@ -114,7 +118,39 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
 
     result = once(p, run_id, own_claim(p, scope, "on-job-event"), work, model=Classified)
     which = f" (new end, pass {pass_id(scope)})" if scope else ""
-    return f"classified {run_id}{which}: {result.kind}" if result else f"duplicate: {run_id} already classified"
+    if result is None:
+        return move_unfinished_pass(p, run_id, preserve_root) or f"duplicate: {run_id} already classified"
+    return f"classified {run_id}{which}: {result.kind}"
+
+
+def move_unfinished_pass(p: Ports, run_id: str, preserve_root: str | None) -> str | None:
+    """A job event re-emitted for a run already classified whose pass stopped short (its record `in_progress` and
+    unchanged for a lease, RLCLEANUP_LEASE_SECONDS, or a later pass without a selection): publish `run-classified` again when what is missing hangs off it (a plan,
+    lost fan-out members, which each plan publishes again (stages/paged_plan.py), a fan-in), so the re-emitted
+    event moves the run; every stage re-checks its claim, so done work is not redone. Otherwise say why not (the
+    stage it waits on is after capture: the sweep re-drives that). None: the run's passes are all finished."""
+    record = p.records.get(run_id)
+    if record is None:
+        return None
+    quiet = (p.clock.now() - record.updated_at).total_seconds()
+    if record.status is RecordStatus.in_progress and quiet < p.lease_seconds:
+        # The end's other hints (storage notifications, the sweep, a controller) arrive while it is moving.
+        return f"duplicate: {run_id} already classified and moving (its record changed {quiet:.0f} s ago)"
+    keys = p.topology.pipeline_keys(attempt_scope.PASS_PREFIX)
+    scope = "" if record.status is RecordStatus.in_progress else open_later_pass(p.claims, run_id, keys)
+    if scope is None:
+        return None
+    plan = plan_redrive(p.claims, record, preserve_root, keys, scope)
+    moved = [payload for topic, payload in plan.republish if topic == "run-classified"]
+    for payload in moved:
+        p.bus.publish("run-classified", json.dumps(payload).encode(), {"run_id": run_id, "redrive": "job-event"})
+    if moved:
+        return f"re-driven: {run_id} was classified but its pass stopped short; run-classified published again"
+    waits = ", ".join(topic for topic, _ in plan.republish) or "; ".join(plan.missing)
+    return (
+        f"duplicate: {run_id} already classified; its pass waits on {waits}, which a job event cannot redo: "
+        "the sweep re-drives it after its stall deadline"
+    )
 
 
 _CLASSIFY_FIELDS = {

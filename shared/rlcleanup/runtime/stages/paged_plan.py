@@ -9,6 +9,7 @@ number; that page reads where to resume from the page before it in the claim sto
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -22,10 +23,11 @@ from rlcleanup.runtime.attempt_scope import scoped
 from rlcleanup.runtime.claims import once, stored
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.ports import Ports
-from rlcleanup.runtime.stages.barrier import advance, member_set_key
+from rlcleanup.runtime.stages.barrier import advance, member_key, member_prefix, member_set_key
 
 P = TypeVar("P", bound=PlanPage[Any])
 S = TypeVar("S", bound=MemberSet)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -36,13 +38,25 @@ class PagedPlan(Generic[P, S]):
     fan_out: str  # topology.yaml fan_outs[].name: the whole plan is its member set, its parts go on its topic
     continuation: type[CapturePlanPageMessage]  # a page that names only the next page number (on the same topic)
     page_model: type[P]
-    # (ports, run, the page before this one or None for the first, page number) -> this page, its parts published
-    plan_page: Callable[[Ports, str, RunMessage, P | None, int], P]
+    # (ports, run, the page before this one or None for the first, page number, only) -> this page, its parts
+    # published (`only`: publish just the parts with these ids, record nothing else: a re-drive of lost members)
+    plan_page: Callable[[Ports, str, RunMessage, P | None, int, frozenset[str] | None], P]
     # (ports, the last page, every page in order) -> the member set
     join: Callable[[Ports, P, list[P]], S]
 
 
-def plan_page(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: str, page: int, first: RunMessage | None) -> str:
+REDRIVE = "redrive"  # the attribute a re-drive's messages carry (the sweep's, a re-emitted job event's)
+
+
+def plan_page(
+    p: Ports,
+    plan: PagedPlan[P, S],
+    run_id: str,
+    scope: str,
+    page: int,
+    first: RunMessage | None,
+    redrive: str | None = None,
+) -> str:
     """One page of `plan`: planned once (a redelivery reads the stored page). A page that stops short queues the
     next (after its own result is stored, so the next page always finds its cursor); the last page joins every
     page into the member set the barrier waits for, then tries the barrier (the plan may be the last piece).
@@ -51,23 +65,57 @@ def plan_page(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: str, page: in
     name, page_key = f"{fan.name} plan", f"{fan.member_set}-page"
     _within_ceiling(p, run_id, name, page * p.capture_page_objects, more=True)  # the pages before were full
 
+    planned_now = False
+
     def work() -> P:
+        nonlocal planned_now
+        planned_now = True
         if page == 0 and first is not None:
-            return plan.plan_page(p, scope, first, None, page)
+            return plan.plan_page(p, scope, first, None, page, None)
         before = page_before(p, run_id, scope, name, page_key, page, plan.page_model)
-        return plan.plan_page(p, scope, before.run, before, page)
+        return plan.plan_page(p, scope, before.run, before, page, None)
 
     done = stored_page(p, run_id, scoped(scope, f"{page_key}:{page}"), work, plan.page_model)
+    if redrive and not planned_now:  # a re-drive (the sweep, a re-emitted event): members may have been lost
+        republish_lost_members(p, plan, run_id, scope, page, done)
     _within_ceiling(p, run_id, name, page * p.capture_page_objects + done.listed, more=done.next is not None)
     if done.next is not None:
         nxt = plan.continuation(run_id=run_id, scope=scope, plan_page=page + 1)
-        return queue_next(p, fan.topic, nxt, f"{name} page {page}", done)
+        return queue_next(p, fan.topic, nxt, f"{name} page {page}", done, redrive)
 
     def whole() -> S:
         return plan.join(p, done, every_page(p, run_id, scope, name, page_key, page, plan.page_model))
 
     once(p, run_id, member_set_key(p, scope, plan.fan_out), whole, model=fan.set_model)
     return advance(p, run_id, scope, plan.fan_out)
+
+
+def republish_lost_members(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: str, page: int, done: P) -> int:
+    """Publish again the parts of a planned page that have no outcome stored yet (on a re-drive only: an ordinary
+    redelivery is no sign of loss, and its parts may just be queued). A part message can be lost for
+    good (Pub/Sub dead-letters it after `max_delivery_attempts`, e.g. while its function was down), and a part's
+    file list travels only in its message: the page is listed again from its stored cursor (a terminal run's
+    objects do not change) and only the parts still missing are published. A part that is merely slow is
+    harmless to publish twice: its claim makes the copy run once. Returns how many were published."""
+    outcomes = p.claims.results(run_id, member_prefix(p, scope, plan.fan_out))
+    ids = [part if isinstance(part, str) else str(getattr(part, "part_id", "")) for part in done.parts]
+    lost = frozenset(i for i in ids if i and member_key(p, scope, plan.fan_out, i) not in outcomes)
+    if not lost:
+        return 0
+    before = None
+    if page > 0:
+        name, page_key = f"{plan.fan_out} plan", f"{p.topology.fan_out(plan.fan_out).member_set}-page"
+        before = page_before(p, run_id, scope, name, page_key, page, plan.page_model)
+    plan.plan_page(p, scope, done.run, before, page, lost)
+    log.warning(
+        "re-published %d %s part(s) of %s page %d with no outcome: %s",
+        len(lost),
+        plan.fan_out,
+        run_id,
+        page,
+        sorted(lost)[:10],
+    )
+    return len(lost)
 
 
 def _within_ceiling(p: Ports, run_id: str, plan: str, listed: int, *, more: bool) -> None:
@@ -113,9 +161,10 @@ def new_page(
     return model(parts=parts, dest_root=dest_root, run=msg, listed=listed, next=cursor)
 
 
-def queue_next(p: Ports, topic: str, nxt: BaseModel, page: str, done: PlanPage[Any]) -> str:
-    """Queue the next page. Republished on a redelivery: the next page's claim makes it run once."""
-    p.bus.publish(topic, nxt.model_dump_json().encode(), {})
+def queue_next(p: Ports, topic: str, nxt: BaseModel, page: str, done: PlanPage[Any], redrive: str | None) -> str:
+    """Queue the next page. Republished on a redelivery: the next page's claim makes it run once. A re-drive
+    travels on, so every page of the plan re-publishes its lost members."""
+    p.bus.publish(topic, nxt.model_dump_json().encode(), {REDRIVE: redrive} if redrive else {})
     return f"{page}: {len(done.parts)} parts from {done.listed} objects; next page queued"
 
 
@@ -143,12 +192,12 @@ def first_page_handler(plan: PagedPlan[P, S]) -> Callable[[Ports, bytes, dict[st
 
     def plan_first_page(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         msg = decode(RunMessage, data)
-        return plan_page(p, plan, msg.run_id, msg.scope, 0, msg)
+        return plan_page(p, plan, msg.run_id, msg.scope, 0, msg, attributes.get(REDRIVE))
 
     return plan_first_page
 
 
-def plan_later_page(p: Ports, plan: PagedPlan[P, S], data: bytes) -> str:
+def plan_later_page(p: Ports, plan: PagedPlan[P, S], data: bytes, attributes: dict[str, str]) -> str:
     """A continuation on the parts topic: plan the page it names (where to resume comes from the page before)."""
     page = decode(plan.continuation, data)
-    return plan_page(p, plan, page.run_id, page.scope, page.plan_page, None)
+    return plan_page(p, plan, page.run_id, page.scope, page.plan_page, None, attributes.get(REDRIVE))

@@ -26,10 +26,14 @@ PARTS_TOPIC = "log-scan-parts"
 Page = PlanPage[LogScanPlanEntry]
 
 
-def _plan_one_page(p: Ports, scope: str, msg: RunMessage, before: Page | None, page: int) -> Page:
+def _plan_one_page(
+    p: Ports, scope: str, msg: RunMessage, before: Page | None, page: int, only: frozenset[str] | None
+) -> Page:
     """At most `p.capture_page_objects` log objects listed from the cursor of the page before, their parts
     published. Part ids and attempt ids only are stored (as maps: Firestore has no nested arrays); the file lists
-    travel in the messages, so a page stays small however many logs the run has."""
+    travel in the messages, so a page stays small however many logs the run has. `only`: publish just those parts
+    (a re-drive of lost members); a cut file's later segment carries the scan state of the one before it, so only
+    a first segment can be published again (a lost later one is left to the sweep, which names it)."""
     if before is None:
         dest_root, cursor = capture_step.preserved_root(msg.preserve_root, msg.run_id, pass_id(scope)), None
     else:
@@ -37,6 +41,8 @@ def _plan_one_page(p: Ports, scope: str, msg: RunMessage, before: Page | None, p
     layout = run_layout(p, msg.run_id, msg.run_uri, scope)
     planned = logscan.plan_log_scan_page(p.storage, layout, cursor, p.capture_page_objects)
     for part in logscan.first_parts(planned.parts):  # a cut file's later segments: each published by the one before
+        if only is not None and part.part_id not in only:
+            continue
         publish(p, PARTS_TOPIC, LogScanPartMessage(run_id=msg.run_id, scope=scope, dest_root=dest_root, part=part))
     parts = [LogScanPlanEntry(part_id=part.part_id, attempt_id=part.attempt_id) for part in planned.parts]
     return paged_plan.new_page(Page, parts, dest_root, msg, planned.listed, planned.next)
@@ -53,7 +59,7 @@ establish_terminal_state = paged_plan.first_page_handler(PLAN)  # the planner's 
 
 def scan_log_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     if paged_plan.is_plan_page(data):  # a paged log-scan plan's continuation shares the log-scan-parts topic
-        return paged_plan.plan_later_page(p, PLAN, data)
+        return paged_plan.plan_later_page(p, PLAN, data, attributes)
     msg = decode(LogScanPartMessage, data)
 
     def work() -> LogScanOutcome:
