@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
+
+from authority_support import make_world
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.authority.precancel_sync import wait_for_final_sync
+from rlcleanup.models.events import JobEvent
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.steps.layout import discover
 
@@ -65,3 +69,26 @@ def test_the_wait_runs_out_and_the_capture_says_what_was_not_synced(tmp_path: Pa
     assert "rank1-gke-h100-b/flight_recorder/nccl_fr_rank_1: missing (listed as copied (periodic) but absent)" in (
         waited.not_synced
     )
+
+
+def test_the_pre_cancel_capture_puts_what_was_not_synced_on_the_record(tmp_path: Path) -> None:
+    w = make_world(tmp_path, "rendezvous-rank-cause", run=False)  # a live run
+    manifest = next((tmp_path / "runs").rglob("sync-manifest.json"))
+    doc = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps(doc | {"reason": "periodic"}))
+    ports = w.stack.ports
+    ports.settings = ports.settings.model_copy(update={"precancel_sync_wait_seconds": 0.0})  # no real wait here
+    event = JobEvent(
+        source="manual",
+        job_id="j1",
+        run_uri=w.run_uri,
+        state="RUNNING",
+        observed_at=datetime.now(UTC),
+        intent="pre_cancel",
+    )
+    w.stack.emit(event)
+    pre = w.record.pre_cancel
+    assert pre is not None and pre.final_sync is False
+    assert any("rank1-gke-h100-b: no final sync-manifest.json" in n for n in pre.not_synced)
+    assert any("flight_recorder/nccl_fr_rank_1: missing" in n for n in pre.not_synced)
+    assert any("the final sync did not arrive within 0s" in p for p in pre.problems)
