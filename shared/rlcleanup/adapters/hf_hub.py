@@ -24,6 +24,7 @@ from rlcleanup.ports.storage import StorageAccessError, StorageError, Visibility
 from rlcleanup.settings import HubSettings, read
 
 _PATHS_INFO_CHUNK = 200  # paths per paths-info request (form-encoded body)
+READ_TIMEOUT_SECONDS = 30  # the audit's reads: a Hub that hangs is unreachable, retried, then recorded
 
 
 def _mapped(exc: BaseException, what: str) -> BaseException:
@@ -110,7 +111,7 @@ class HubReadOnly(_HubClient):
         super().__init__(endpoint or configured.endpoint, token or configured.audit_token)
 
     def file_names(self, repo_id: str, revision: str) -> list[str]:
-        info = self._call("model_info", self.api.model_info, repo_id, revision=revision)
+        info = self._call("model_info", self.api.model_info, repo_id, revision=revision, timeout=READ_TIMEOUT_SECONDS)
         return sorted(s.rfilename for s in (info.siblings or []))
 
     def read_small(self, repo_id: str, path: str, revision: str, max_bytes: int) -> bytes | None:
@@ -121,7 +122,9 @@ class HubReadOnly(_HubClient):
         headers = build_hf_headers(token=self.token or False)
 
         def fetch() -> bytes | None:
-            with get_session().stream("GET", url, headers=headers, follow_redirects=True, timeout=30) as resp:
+            with get_session().stream(
+                "GET", url, headers=headers, follow_redirects=True, timeout=READ_TIMEOUT_SECONDS
+            ) as resp:
                 hf_raise_for_status(resp)
                 data = b""
                 for chunk in resp.iter_bytes():
