@@ -5,28 +5,23 @@ a write request, which the stand-in's counters show."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
-import os
 import socket
-import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hub_support import TOKEN, Standin, serve_standin
 
 from rlcleanup.adapters.hf_hub import HubReadOnly
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.authority.hub_audit import HubTarget, audit, remaining_items
 from rlcleanup.formats.model_manifest import MANIFEST_NAME, ManifestFile, manifest_identity
-from rlcleanup.stack import procs
 from rlcleanup.steps.remaining import Remaining
 
 pytestmark = pytest.mark.integration
-TOKEN = "hf_standin_audit_token"
 HF = "hf_" + "q" * 8 + "Z1x2C3v4B5n6M7a8S9d0F1g2"  # the secret tests' Hugging Face token shape
 WRITES = ("POST /api/repos/create", "POST /api/models/{repo}/commit", "POST /api/models/{repo}/preupload")
 
@@ -60,40 +55,9 @@ def _export(root: Path, files: dict[str, bytes]) -> str:
     return str(root)
 
 
-class Standin:
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def call(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        req = urllib.request.Request(
-            f"{self.url}{path}",
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"},
-            method="POST" if body is not None else "GET",
-        )
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read() or b"null")
-
-    def seed(self, repo: str, private: bool, files: dict[str, bytes]) -> None:
-        b64 = {k: base64.b64encode(v).decode() for k, v in files.items()}
-        self.call("/__standin/seed", {"repo": repo, "private": private, "files": b64})
-
-
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
-    state = tmp_path_factory.mktemp("hub")
-    script = Path(__file__).resolve().parents[1] / "servers" / "hub_standin.py"
-    server, port = procs.start_listening(
-        "hub-standin",
-        lambda port: [sys.executable, str(script), "--port", str(port), "--token", TOKEN],
-        lambda port: procs.http_status(f"http://127.0.0.1:{port}/__standin/stats") == 200,
-        state_dir=state,
-        env=dict(os.environ),
-    )
-    try:
-        yield Standin(f"http://127.0.0.1:{port}")
-    finally:
-        procs.stop_group(server.pid, popen=server.popen, grace=2)
+    yield from serve_standin(tmp_path_factory)
 
 
 def _audit(hub: Standin, tmp_path: Path, repo: str, published: dict[str, bytes], *, private: bool = True) -> Any:

@@ -410,12 +410,7 @@ variable "hub_audit" {
 variable "precancel_sync_wait_seconds" {
   description = "How long a pre-cancel capture waits for every node's final sync-manifest.json before it records what was not synced (RLCLEANUP_PRECANCEL_SYNC_WAIT_SECONDS)."
   type        = number
-  default     = 60
-
-  validation {
-    condition     = var.precancel_sync_wait_seconds >= 0 && var.precancel_sync_wait_seconds <= 600
-    error_message = "precancel_sync_wait_seconds must be between 0 and 600."
-  }
+  default     = 60 # 0..600: the function refuses anything else when it reads its settings
 }
 
 variable "hub_job_threshold_bytes" {

@@ -360,14 +360,10 @@ class PreCancelCapture(_Model):
     copied_objects: int = 0
     unexplained_reproducing: list[RunText] = Field(default_factory=list)
     problems: list[RunText] = Field(default_factory=list)
-    final_sync: bool | None = Field(
-        default=None,
-        description="every node's last sync-manifest.json was final before the capture (false: the bounded wait "
-        "ran out; null: the run has no rendezvous debug artifacts)",
-    )
-    not_synced: list[RunText] = Field(
-        default_factory=list, description="what the cancel destroys unsynced: nodes without a final sync, files lost"
-    )
+    # Whether every node's last sync-manifest.json was final before the capture (false: the bounded wait ran out;
+    # null: the run has no rendezvous debug artifacts), and what the cancel destroys unsynced.
+    final_sync: bool | None = None
+    not_synced: list[RunText] = Field(default_factory=list)
 
 
 # The run URI of a placeholder record: one filed for an error whose message named the run id but not its place.
