@@ -252,6 +252,18 @@ variable "capture_page_objects" {
   default     = 5000
 }
 
+variable "hub_audit" {
+  description = "Read back the Hub repos a run's own export job published to (see the module)."
+  type        = bool
+  default     = false
+}
+
+variable "precancel_sync_wait_seconds" {
+  description = "Pre-cancel capture's bounded wait for the final sync manifests (see the module)."
+  type        = number
+  default     = 60
+}
+
 variable "hub_job_threshold_bytes" {
   description = "Hand-offs to the Hub larger than this are uploaded by the Hub upload job (see the module)."
   type        = number

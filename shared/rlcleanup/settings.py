@@ -110,6 +110,11 @@ class DeploymentSettings(BaseSettings):
     # entry point as a child process on this machine: embedded and emulator stacks). Unset: always inline.
     hub_upload_job: str | None = None
     hub_job_threshold_bytes: int = Field(default=1 << 30, ge=0)
+    # Read back the Hub repos a run's own export job published to (authority/hub_audit.py, docs/hub.md), on
+    # HF_ENDPOINT. Off: the record says the repo was not checked.
+    hub_audit: bool = False
+    # Pre-cancel capture waits this long for every node's final sync-manifest.json (authority/precancel.py).
+    precancel_sync_wait_seconds: float = Field(default=60.0, ge=0, le=600)
     # Objects one plan-capture invocation lists; a larger run is planned in pages, each a continuation message.
     capture_page_objects: int = Field(default=5000, ge=1)
     # The most objects a run may hold (its logs counted by the log-scan plan, everything by the capture plan): a
@@ -231,8 +236,11 @@ class HubSettings(BaseSettings):
     endpoint: str = Field(default="https://huggingface.co", validation_alias="HF_ENDPOINT", pattern=r"^https?://")
     run_id: str | None = Field(default=None, validation_alias="RLCLEANUP_HUB_RUN_ID")
     grant_id: str | None = Field(default=None, validation_alias="RLCLEANUP_HUB_GRANT_ID")
+    # A read-only token for the audit of what a run's export job published (authority/hub_audit.py): never
+    # HF_TOKEN, which may write. Unset: the audit reads anonymously (a private repo then reads as not found).
+    audit_token: str | None = Field(default=None, validation_alias="RLCLEANUP_HUB_AUDIT_TOKEN")
 
-    @field_validator("token", "run_id", "grant_id", mode="before")
+    @field_validator("token", "run_id", "grant_id", "audit_token", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return _unset_if_empty(value)

@@ -12,9 +12,7 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))  # the authority tests' world builder
 from authority_support import World, make_world
+from hub_support import TOKEN, Standin, serve_standin
 
 from rlcleanup.adapters.local_jobs import SubprocessJobLauncher
 from rlcleanup.authority import ledger
@@ -30,58 +29,13 @@ from rlcleanup.authority.hub_card import model_card
 from rlcleanup.authority.hub_publish import MARKER
 from rlcleanup.ports.hub import git_blob_sha
 from rlcleanup.runtime.ports import HUB_JOB_MODULE
-from rlcleanup.stack import procs
 
 pytestmark = pytest.mark.integration
-TOKEN = "hf_standin_write_token"
-
-
-@dataclass
-class Standin:
-    url: str
-
-    def call(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        req = urllib.request.Request(
-            f"{self.url}{path}",
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"},
-            method="POST" if body is not None else "GET",
-        )
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read() or b"null")
-
-    def stats(self) -> dict[str, int]:
-        stats: dict[str, int] = self.call("/__standin/stats")
-        return stats
-
-    def files(self, repo: str) -> dict[str, dict[str, Any]]:
-        info = self.call(f"/api/models/{repo}")
-        paths = [s["rfilename"] for s in info["siblings"]]
-        form = urllib.parse.urlencode([("paths", p) for p in paths] + [("expand", "false")]).encode()
-        req = urllib.request.Request(
-            f"{self.url}/api/models/{repo}/paths-info/main",
-            data=form,
-            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-www-form-urlencoded"},
-        )
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return {row["path"]: row for row in json.loads(resp.read())}
 
 
 @pytest.fixture(scope="module")
 def hub_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
-    state = tmp_path_factory.mktemp("hub")
-    script = Path(__file__).resolve().parents[1] / "servers" / "hub_standin.py"
-    server, port = procs.start_listening(
-        "hub-standin",
-        lambda port: [sys.executable, str(script), "--port", str(port), "--token", TOKEN],
-        lambda port: procs.http_status(f"http://127.0.0.1:{port}/__standin/stats") == 200,
-        state_dir=state,
-        env=dict(os.environ),
-    )
-    try:
-        yield Standin(f"http://127.0.0.1:{port}")
-    finally:
-        procs.stop_group(server.pid, popen=server.popen, grace=2)
+    yield from serve_standin(tmp_path_factory)
 
 
 @pytest.fixture

@@ -14,6 +14,8 @@ and lfs.py) calls on our publish path, with the JSON shapes it parses:
     POST /__lfs/{oid}/verify                      {oid, size}
     POST /api/models/{repo}/commit/{rev}          NDJSON header / file / lfsFile / deletedFile -> {commitUrl, commitOid}
     POST /api/models/{repo}/paths-info/{rev}      form paths=...&expand= -> [{type, path, size, oid, lfs{oid, size, pointerSize}}]
+    GET  /{ns}/{name}/resolve/{rev}/{path}        the file's bytes (hf_hub_url's shape; the audit reads small files
+                                                  with huggingface_hub's session: authority/hub_audit.py)
 
 Uploads go through the LFS protocol (our client sets HF_HUB_DISABLE_XET: Xet needs a CAS server). Upload mode is
 decided as the Hub does it in spirit: LFS for binary suffixes (.safetensors, .bin, .png, ...) or files over 10 MiB.
@@ -166,6 +168,9 @@ def make_handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                     return
                 if not self._authorized():
                     return
+                if "/resolve/" in path:
+                    self._resolve(path)
+                    return
                 if path.startswith("/api/models/"):
                     parts = path[len("/api/models/") :].split("/")
                     repo = self._repo("/".join(parts[:2]))
@@ -184,6 +189,19 @@ def make_handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                     )
                     return
             self._send(404, {"error": f"no route GET {path}"})
+
+        def _resolve(self, path: str) -> None:
+            head, rest = path[1:].split("/resolve/", 1)
+            repo = self._repo(urllib.parse.unquote(head))
+            if repo is None:
+                return
+            name = urllib.parse.unquote(rest.split("/", 1)[1]) if "/" in rest else ""
+            entry = repo.files.get(name)
+            if entry is None:
+                self._send(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"})
+                return
+            data = hub.lfs.get((repo.repo_id, entry.sha256), b"") if entry.lfs else entry.content
+            self._send(200, data, {"X-Repo-Commit": repo.sha, "ETag": f'"{entry.oid()}"'})
 
         def do_PUT(self) -> None:
             split = urllib.parse.urlsplit(self.path)
@@ -337,6 +355,8 @@ def _route(path: str) -> str:
         return "/__lfs/{oid}/verify" if path.endswith("/verify") else "/__lfs/{oid}"
     if path.endswith(".git/info/lfs/objects/batch"):
         return "/{repo}.git/info/lfs/objects/batch"
+    if "/resolve/" in path:
+        return "/{repo}/resolve/{rev}/{path}"
     if path.startswith("/api/models/"):
         parts = path.split("/")
         return "/api/models/{repo}" + (f"/{parts[5]}" if len(parts) > 5 else "")

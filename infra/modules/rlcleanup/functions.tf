@@ -61,6 +61,10 @@ resource "google_cloudfunctions2_function" "fn" {
       # Hub hand-offs above the threshold are uploaded by the Cloud Run job (hub.tf); "" = always inline.
       RLCLEANUP_HUB_UPLOAD_JOB          = var.enable_hub_destination ? google_cloud_run_v2_job.hub_upload[0].id : ""
       RLCLEANUP_HUB_JOB_THRESHOLD_BYTES = tostring(var.hub_job_threshold_bytes)
+      # Wrap-up reads back the Hub repos a run's own export job published to (docs/hub.md).
+      RLCLEANUP_HUB_AUDIT = tostring(var.hub_audit)
+      # Pre-cancel capture waits at most this long for every node's final sync-manifest.json.
+      RLCLEANUP_PRECANCEL_SYNC_WAIT_SECONDS = tostring(var.precancel_sync_wait_seconds)
       # A run over this many objects is capture-planned in pages (bounded work per invocation).
       RLCLEANUP_CAPTURE_PAGE_OBJECTS = tostring(var.capture_page_objects)
       # A run holding more objects than this is refused (run_too_large): work per run stays bounded.

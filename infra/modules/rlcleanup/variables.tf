@@ -401,6 +401,18 @@ variable "capture_page_objects" {
   }
 }
 
+variable "hub_audit" {
+  description = "Read back (never write) the Hub repos a run's own export job published to, at wrap-up (RLCLEANUP_HUB_AUDIT; docs/hub.md)."
+  type        = bool
+  default     = false
+}
+
+variable "precancel_sync_wait_seconds" {
+  description = "How long a pre-cancel capture waits for every node's final sync-manifest.json before it records what was not synced (RLCLEANUP_PRECANCEL_SYNC_WAIT_SECONDS)."
+  type        = number
+  default     = 60 # 0..600: the function refuses anything else when it reads its settings
+}
+
 variable "hub_job_threshold_bytes" {
   description = "Hand-offs to the Hub whose export is larger than this (bytes) are uploaded by the Cloud Run job apply-grant starts (RLCLEANUP_HUB_JOB_THRESHOLD_BYTES); smaller ones inline in apply-grant."
   type        = number

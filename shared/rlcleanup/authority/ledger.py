@@ -35,10 +35,12 @@ _REGISTERED = {"registered", "not_applicable"}
 def is_ready(record: CompletionRecord | None) -> bool:
     """Wrap-up has finished the record. A finished record with a deadline is `needs_person` (steps/remaining.py):
     grants act on it too, since a grant may be exactly what meets the deadline; a record left to a person for any
-    other reason (an unknown classification) has no deadlines and stays out of reach."""
+    other reason (an unknown classification) has no deadlines and stays out of reach. So does one whose own Hub
+    publish the audit flagged (authority/hub_audit.py): that concerns the run's repo, not what a grant does."""
     if record is None:
         return False
-    return record.status in READY or (record.status is RecordStatus.needs_person and bool(record.deadlines))
+    person = bool(record.deadlines) or any(a.problems for a in record.hub_audits)
+    return record.status in READY or (record.status is RecordStatus.needs_person and person)
 
 
 def grants_collection(run_id: str) -> str:

@@ -3,6 +3,8 @@
 - controller job/task state (the `JobController` port's snapshot, read-only) and its driver log tail;
 - per-rank device utilization from `T/attempts/<id>/telemetry/*.jsonl`, normalized to a 0..1 fraction per rank;
 - in-flight outputs: checkpoint dirs newer than the commit marker (partial saves) and the latest attempt's log tails;
+- the run's last sync (authority/precancel_sync.py): a bounded wait for every node's final `sync-manifest.json`,
+  then what was not synced;
 - reproducing failures: the same error signature in >= 2 attempts. Without a recorded cause
   (`runs/{run_id}/causes/{signature_id}`) the cancel clearance is withheld.
 """
@@ -12,9 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rlcleanup.authority.precancel_sync import wait_for_final_sync
 from rlcleanup.formats.weight_files import is_bulk_weight
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.parsing.attempt_logs import attempt_log_objects, scan_attempt
@@ -62,6 +67,8 @@ class CaptureResult:
     listed_weights: int = 0
     reproducing: list[Reproducing] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    final_sync: bool | None = None  # every node's last sync-manifest.json is final (None: no rendezvous artifacts)
+    not_synced: list[str] = field(default_factory=list)  # what the bounded wait left unsynced
 
     def to_doc(self) -> dict[str, Any]:
         return asdict(self)
@@ -196,9 +203,22 @@ def capture(
     dest: str,
     controller: JobController | None,
     job_id: str,
+    sync_wait_seconds: float = 0.0,
+    sync_clock: tuple[Callable[[], float], Callable[[float], None]] | None = None,
 ) -> CaptureResult:
-    """Copy live state into `dest` (write-once) and write `capture.json` there last."""
+    """Copy live state into `dest` (write-once) and write `capture.json` there last. First, wait (at most
+    `sync_wait_seconds`; `sync_clock` = (monotonic, sleep) for tests) for every node's final sync manifest."""
     result = CaptureResult(capture_uri=join(dest, "capture.json"))
+    if layout is not None:
+        monotonic, sleep = sync_clock or (time.monotonic, time.sleep)
+        waited = wait_for_final_sync(storage, layout, sync_wait_seconds, monotonic=monotonic, sleep=sleep)
+        result.final_sync, result.not_synced = waited.final, waited.not_synced
+        result.problems += waited.problems
+        if waited.final is False:
+            result.problems.append(
+                f"the final sync did not arrive within {sync_wait_seconds:.0f}s: {len(waited.not_synced)} "
+                "item(s) not synced (not_synced)"
+            )
     if controller is None:
         result.problems.append("no controller adapter configured for this source: state from files only")
     else:

@@ -72,6 +72,9 @@ def parse_request(uri: str, payload: dict[str, Any] | None, why: str | None = No
         timeout_seconds=_int(timeout),
         hub_repo_id=_text(payload.get("hf_hub_repo_id")),
         export_path=_text(payload.get("export_path")),
+        hub_private=payload["hf_hub_private"] if isinstance(payload.get("hf_hub_private"), bool) else None,
+        hub_revision=_text(payload.get("hf_hub_revision")),
+        hub_upload_mode=_text(payload.get("hf_upload_mode")),
         unreadable="; ".join(problems) or None,
     )
 

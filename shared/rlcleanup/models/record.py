@@ -128,6 +128,10 @@ class ExportRequestState(_Model):
     )
     export_path: str | None = Field(default=None, description="the export root the request names")
     unreadable: str | None = Field(default=None, description="why the request could not be read, when it could not")
+    # What the export job was asked to publish (authority/hub_audit.py reads the repo back against it).
+    hub_private: bool | None = Field(default=None, description="hf_hub_private: whether the repo was to be private")
+    hub_revision: str | None = Field(default=None, description="hf_hub_revision (upstream default main)")
+    hub_upload_mode: str | None = Field(default=None, description="hf_upload_mode: latest | all")
 
 
 class Candidate(_Model):
@@ -320,6 +324,34 @@ class SupersededGrant(_Model):
     reason: str = Field(description="why it no longer applies, one line")
 
 
+# ---------------------------------------------------------------- Hub audit (authority/hub_audit.py)
+
+
+class HubAudit(_Model):
+    """A Hub repo the run's own export job published to, read back read-only (never written): its visibility
+    against what was requested, its files against the export's model manifest, a secret scan of its small text
+    files and whether it loads with `from_pretrained`. `status`: checked (no problem) | problems | unreachable
+    (the Hub did not answer after retries: not a pass) | not_configured (the deployment enables no audit)."""
+
+    repo_id: RunText
+    named_by: str = Field(description="where the repo was named: an export request's URI, or the training config key")
+    step: int | None = Field(default=None, description="the export step whose files the repo root should hold")
+    revision: RunText = "main"
+    endpoint: str | None = Field(default=None, description="the Hub the deployment configures (never the run's)")
+    status: str
+    expected_private: bool | None = None
+    visibility: str | None = Field(default=None, description="private | public as the Hub says now")
+    files_checked: int = 0
+    text_files_scanned: int = 0
+    problems: list[RunText] = Field(default_factory=list, description="`<code>: <detail>`, hub_* codes")
+    problem_codes: list[str] = Field(default_factory=list, description="the hub_* codes of `problems`, sorted, once")
+    attempts: int = Field(default=0, description="read attempts (transient Hub failures are retried)")
+    checked_at: datetime = Field(default_factory=utcnow)
+
+
+# ---------------------------------------------------------------- end of the Hub audit block
+
+
 class PreCancelCapture(_Model):
     capture_uri: str
     controller_state: str | None = None
@@ -328,6 +360,10 @@ class PreCancelCapture(_Model):
     copied_objects: int = 0
     unexplained_reproducing: list[RunText] = Field(default_factory=list)
     problems: list[RunText] = Field(default_factory=list)
+    # Whether every node's last sync-manifest.json was final before the capture (false: the bounded wait ran out;
+    # null: the run has no rendezvous debug artifacts), and what the cancel destroys unsynced.
+    final_sync: bool | None = None
+    not_synced: list[RunText] = Field(default_factory=list)
 
 
 # The run URI of a placeholder record: one filed for an error whose message named the run id but not its place.
@@ -425,6 +461,10 @@ class CompletionRecord(_Model):
     )
     reclaimed_bytes: int = 0
     pre_cancel: PreCancelCapture | None = None
+    hub_audits: list[HubAudit] = Field(
+        default_factory=list,
+        description="Hub repos the run's own export job published to, read back (authority/hub_audit.py)",
+    )
     not_applicable_evidence: list[str] = Field(default_factory=list)
     remaining_work: list[RunText] = Field(default_factory=list)
     report_uri: str | None = Field(

@@ -108,7 +108,20 @@ class CheckpointProblem(StrEnum):
     runtime_commit_changed = "runtime_commit_changed"
 
 
-PROBLEM_CODES: frozenset[str] = frozenset(c.value for c in (*CandidateProblem, *CheckpointProblem))
+class HubAuditProblem(StrEnum):
+    """What reading back a Hub repo the run's own export job published to found (authority/hub_audit.py)."""
+
+    hub_repo_invalid = "hub_repo_invalid"  # the repo id the run names is not one huggingface_hub accepts
+    hub_repo_not_found = "hub_repo_not_found"  # the Hub has no such repo (or hides it from the audit's token)
+    hub_visibility_mismatch = "hub_visibility_mismatch"  # public where private was requested, or the reverse
+    hub_file_missing = "hub_file_missing"  # a file the export's model manifest lists is not on the Hub
+    hub_sha256_mismatch = "hub_sha256_mismatch"  # the Hub's sha256 (LFS oid, or the bytes read) differs
+    hub_secret_found = "hub_secret_found"  # a secret rule matched a published text file
+    hub_layout_unloadable = "hub_layout_unloadable"  # config/tokenizer/weights would not load with from_pretrained
+    hub_unreachable = "hub_unreachable"  # the Hub did not answer after the retries: nothing was checked
+
+
+PROBLEM_CODES: frozenset[str] = frozenset(c.value for c in (*CandidateProblem, *CheckpointProblem, *HubAuditProblem))
 
 
 class UnknownProblemCode(ValueError):

@@ -71,3 +71,26 @@ class ModelHub(Protocol):
 
 
 HubFactory = Callable[[], ModelHub]
+
+
+class HubReader(Protocol):
+    """Read-only view of one repo host, for the audit of what a run published itself (authority/hub_audit.py).
+    It has no write call at all. Errors: as `ModelHub`; a malformed repo id is a ValueError before any request."""
+
+    endpoint: str
+    requests: int
+
+    def visibility(self, repo_id: str) -> VisibilityReading | None:
+        """What the host says now; None when no such repo exists (or the token cannot see it)."""
+
+    def file_names(self, repo_id: str, revision: str) -> list[str]:
+        """Every file path the repo holds at `revision`."""
+
+    def remote_files(self, repo_id: str, paths: Iterable[str], revision: str = "main") -> dict[str, RemoteFile]:
+        """Size and ids of those of `paths` the repo holds."""
+
+    def read_small(self, repo_id: str, path: str, revision: str, max_bytes: int) -> bytes | None:
+        """The file's bytes, or None when it is larger than `max_bytes` (never read past it)."""
+
+
+HubReaderFactory = Callable[[], HubReader]

@@ -160,7 +160,14 @@ def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str
     def work() -> dict[str, Any]:
         p.records.create_if_absent(CompletionRecord(run_id=run_id, run_uri=event.run_uri))
         result = precancel.capture(
-            p.storage, p.records, layout, run_id, dest, _controller(p, event.source), event.job_id
+            p.storage,
+            p.records,
+            layout,
+            run_id,
+            dest,
+            _controller(p, event.source),
+            event.job_id,
+            sync_wait_seconds=p.settings.precancel_sync_wait_seconds,
         )
         means = [r.mean for r in result.ranks]
         summary = PreCancelCapture(
@@ -171,6 +178,8 @@ def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str
             copied_objects=len(result.copied),
             unexplained_reproducing=[r.signature for r in result.reproducing if not r.cause_recorded],
             problems=result.problems[:20],
+            final_sync=result.final_sync,
+            not_synced=result.not_synced[:100],
         )
         p.records.update(run_id, {"pre_cancel": summary.model_dump(mode="json")})
         doc = result.to_doc()

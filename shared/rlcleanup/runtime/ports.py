@@ -9,7 +9,7 @@ from rlcleanup.adapters.controllers.registry import BUILTIN as BUILTIN_CONTROLLE
 from rlcleanup.adapters.controllers.registry import ControllerRegistry
 from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.clock import Clock, SystemClock
-from rlcleanup.ports.hub import HubFactory, ModelHub
+from rlcleanup.ports.hub import HubFactory, HubReader, HubReaderFactory, ModelHub
 from rlcleanup.ports.jobs import JobLauncher
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import Storage
@@ -26,6 +26,14 @@ def hugging_face_hub() -> ModelHub:
     from rlcleanup.adapters.hf_hub import HubDestination
 
     return HubDestination()
+
+
+def hugging_face_reader() -> HubReader:
+    """The read-only Hub client of the audit (HF_ENDPOINT, RLCLEANUP_HUB_AUDIT_TOKEN): made only when the
+    deployment enables the audit (RLCLEANUP_HUB_AUDIT) and a run names a repo its export job published to."""
+    from rlcleanup.adapters.hf_hub import HubReadOnly
+
+    return HubReadOnly()
 
 
 class _FromSettings(Generic[T]):
@@ -70,6 +78,7 @@ class Ports:
     # claims pass it as their lease owner explicitly (never read from the logging context).
     delivery_id: str | None = None
     model_hub: HubFactory = hugging_face_hub  # the `hf://` destination's client, made on first use
+    hub_reader: HubReaderFactory = hugging_face_reader  # the audit's read-only Hub client, made on first use
     # Hand-offs to the Hub larger than settings.hub_job_threshold_bytes are uploaded by this job (None: inline).
     hub_upload_job: JobLauncher | None = None
     # The pipeline graph the handlers run in (claim keys, fan-outs, barriers): the packaged topology.yaml, or the

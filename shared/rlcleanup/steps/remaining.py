@@ -25,6 +25,7 @@ PUBLISH_ITEM = "hand off / publish: needs an explicit publish or handoff grant (
 REGISTER_ITEM = "register: needs a register grant for the selected artifact"
 RECLAIM_ITEM = "reclaim: needs a separate reclaim grant, only after the destination is verified"
 SELECTION_PREFIX = "selection unresolved:"
+NEEDS_PERSON_PREFIX = "needs person: "  # a person item without a deadline that still makes the record needs_person
 AUTHORITY_ITEMS = (PUBLISH_ITEM, REGISTER_ITEM, RECLAIM_ITEM)
 
 
@@ -38,9 +39,10 @@ class Remaining:
 
     @property
     def status(self) -> RecordStatus:
-        """A deadline a person must meet (steps/expiry.py) comes first: `needs_person`, which grants still act on
+        """A deadline a person must meet (steps/expiry.py), or a `needs person:` item (a Hub repo the run published
+        itself with problems: authority/hub_audit.py) comes first: `needs_person`, which grants still act on
         (authority/ledger.py); then open authority work; else complete."""
-        if has_deadline(self.items):
+        if has_deadline(self.items) or any(i.startswith(NEEDS_PERSON_PREFIX) for i in self.items):
             return RecordStatus.needs_person
         return RecordStatus.awaiting_authority if self.authority_open else RecordStatus.complete
 

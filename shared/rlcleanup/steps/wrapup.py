@@ -49,7 +49,9 @@ def finish_record(
     candidates: list[Candidate],
     resume: ResumeSafety | None,
     now: datetime,
+    person_items: list[str] | None = None,
 ) -> dict[str, Any]:
+    """`person_items`: what policy above the steps found for a person (the Hub audit's, authority/hub_audit.py)."""
     raw_policy, policy_error = declared_policy(layout.config, layout.skyrl)
     metric = str(raw_policy.get("metric", "")) if raw_policy else ""
     series = load_series(storage, record.metrics_uri, metric) if raw_policy and record.metrics_uri else {}
@@ -76,6 +78,7 @@ def finish_record(
     expiry = expiry_fields(storage, layout, record, candidates, now)
     notes.extend(d["item"] for d in expiry["deadlines"])
     notes.extend(expired_item(ExpiredEvidence.model_validate(g)) for g in expiry["evidence_expired"])
+    notes.extend(person_items or ())
     remaining = derive_remaining(
         terminal_state=record.terminal_state,
         selection_status=selection.status,

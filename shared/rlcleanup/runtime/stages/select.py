@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 
-from rlcleanup.authority import ledger
+from rlcleanup.authority import hub_audit, ledger
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import RunMessage
 from rlcleanup.models.outcomes import ValidationOutcome
 from rlcleanup.models.plans import RecordFinished
+from rlcleanup.models.record import Candidate, HubAudit
 from rlcleanup.runtime.claims import once, stored_under
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.evidence import finish_evidence
@@ -17,9 +18,21 @@ from rlcleanup.runtime.layouts import run_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages.barrier import member_prefix, own_claim
 from rlcleanup.runtime.stages.validate import FAN_OUT as VALIDATION
+from rlcleanup.steps.layout_model import RunLayout
 from rlcleanup.steps.wrapup import finish_record
 
 READY_TOPIC = "record-ready"
+
+
+def audit_hub(p: Ports, layout: RunLayout, candidates: list[Candidate]) -> list[HubAudit]:
+    """The Hub repos the run's own export job published to, read back when the deployment enables the audit."""
+    found = hub_audit.targets(layout, candidates)
+    if not found:
+        return []
+    if not p.settings.hub_audit:
+        return [hub_audit.not_configured(t) for t in found]
+    reader = p.hub_reader()
+    return [hub_audit.audit(p.storage, reader, t) for t in found]
 
 
 def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
@@ -33,7 +46,11 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         record = p.records.get(msg.run_id)
         if record is None:
             raise PermanentError("no_record", f"run {msg.run_id} has no record to finish")
-        fields = finish_record(p.storage, layout, record, candidates, resume, p.clock.now())
+        audits = audit_hub(p, layout, candidates)
+        fields = finish_record(
+            p.storage, layout, record, candidates, resume, p.clock.now(), hub_audit.remaining_items(audits)
+        )
+        fields["hub_audits"] = [a.model_dump(mode="json") for a in audits]
         p.records.update(msg.run_id, fields)
         # The grants already used on this run (before a --rerun, on an earlier pass) are bound again to these
         # candidates: a grant whose digest no longer matches stops applying before anything reads the record.
