@@ -252,6 +252,19 @@ class GrantLimits(BaseSettings):
     clock_skew_seconds: float = Field(default=120, ge=0)
 
 
+class QuarantineSettings(BaseSettings):
+    """Where a reclaim puts what it removes, and for how long (authority/quarantine.py). The prefix is the
+    deployment's, never a run's: every object goes to `<its bucket>/<prefix>/<run>/<grant>/<its key>` (for local
+    files the run root's parent directory stands for the bucket). Terraform's `quarantine_days` sets the bucket
+    lifecycle rule on the prefix and this variable together; the local expiry (`rlcleanup quarantine-expire`) uses
+    the same number."""
+
+    model_config = SettingsConfigDict(env_prefix="RLCLEANUP_QUARANTINE_", extra="ignore", frozen=True)
+
+    prefix: str = Field(default="_rlcleanup-quarantine", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._=-]{0,100}$")
+    days: int = Field(default=7, ge=1, le=3650)
+
+
 class S3Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLCLEANUP_S3_", extra="ignore", frozen=True)
 

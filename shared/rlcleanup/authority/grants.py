@@ -39,6 +39,7 @@ class Action(StrEnum):
     register = "register"
     reclaim = "reclaim"
     cancel = "cancel"
+    purge = "purge"  # delete what a reclaim quarantined before its expiry (authority/quarantine.py)
 
 
 class GrantState(StrEnum):

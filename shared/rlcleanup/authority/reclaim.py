@@ -23,14 +23,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlcleanup.authority import artifact, ledger
+from rlcleanup.authority import artifact, ledger, quarantine, retention
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.pinning import CopyProof, twin_mismatch
 from rlcleanup.authority.publish import read_marker
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.records import RunRecords
-from rlcleanup.ports.storage import SourceChangedError, Storage, versions_of
+from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage
+from rlcleanup.settings import QuarantineSettings, read
 
 MAX_KEEP_LISTED = 500  # the store's documents are bounded; the count of everything kept is always exact
 
@@ -70,11 +71,18 @@ class ReclaimPlan(BaseModel):
     delete_bytes: int
     keep: list[KeepEntry]
     keep_count: int
+    step: int | None = None
+    digest: str | None = None
+    refused: list[KeepEntry] = Field(default_factory=list)  # objects the retention plan would not let go, with why
+    retention: list[str] = Field(default_factory=list)  # the retention plan in words (authority/retention.py)
+    quarantine: str | None = None  # where the moved objects go (the deployment's prefix) and for how long
+    protection: str | None = None  # which mechanism protects what is removed (quarantine, a bucket's soft delete)
 
 
 class PlanResult(BaseModel):
     deleted: list[str] = Field(default_factory=list)
     kept_changed: list[str] = Field(default_factory=list)
+    quarantined: list[str] = Field(default_factory=list)  # where each moved object is now, until expiry
     reclaimed_bytes: int = 0
     stopped: str | None = None  # why execution stopped before the end (a twin failed re-verification)
 
@@ -170,25 +178,26 @@ def make_plan(
                 twin=proof,
             )
         )
+    listed = _listed(storage, record)
+    kept_by = retention.make_retention(
+        record, retention.checkpoint_steps(listed, record), retention.declared_max_ckpts(storage, record)
+    )
+    refused: list[KeepEntry] = []
+    for entry in list(delete):
+        why = retention.protection(entry.uri, kept_by, record, grant.step)
+        if why.blocks_reclaim:  # a "best" never evicts the resume point, an owed export, evidence
+            refused.append(KeepEntry(uri=entry.uri, reason=f"refused: {why.reason}"))
+            delete.remove(entry)
     planned = {d.uri for d in delete}
     keep: list[KeepEntry] = []
     count = 0
-    preserved = [p.rstrip("/") for p in record.preserved_locations]
-    seen: set[str] = set()
-    # The roots classification checked (the record's), listed now: what is kept is what the run holds today.
-    for root in [record.run_uri, *([record.temp_root] if record.temp_root else [])]:
-        for info in storage.list(root):
-            if info.uri in planned or info.uri in seen:
-                continue
-            seen.add(info.uri)
-            count += 1
-            if len(keep) < MAX_KEEP_LISTED:
-                why = (
-                    "preserved evidence: never deleted"
-                    if any(_under(info.uri, p) for p in preserved)
-                    else f"outside the granted artifact (step {grant.step})"
-                )
-                keep.append(KeepEntry(uri=info.uri, reason=why))
+    for info in listed:
+        if info.uri in planned:
+            continue
+        count += 1
+        if len(keep) < MAX_KEEP_LISTED:
+            keep.append(KeepEntry(uri=info.uri, reason=retention.protection(info.uri, kept_by, record, None).reason))
+    settings = read(QuarantineSettings)
     return ReclaimPlan(
         run_id=record.run_id,
         grant_id=grant.grant_id,
@@ -200,26 +209,47 @@ def make_plan(
         delete_bytes=sum(d.size for d in delete),
         keep=keep,
         keep_count=count,
+        step=grant.step,
+        digest=grant.digest,
+        refused=refused,
+        retention=kept_by.reasons(),
+        quarantine=f"{quarantine.quarantine_root(candidate.uri, record.run_uri, settings)}/{record.run_id}/"
+        f"{grant.grant_id}/ for {settings.days} days",
+        protection=quarantine.protection(candidate.uri),
     )
 
 
-def _delete_pinned(storage: Storage, entry: PlanEntry) -> bool:
-    versions = versions_of(storage, entry.uri)
-    if versions is not None and entry.source_generation is not None:
-        return versions.delete_version(entry.uri, entry.source_generation)
-    return storage.delete(entry.uri)
+def _listed(storage: Storage, record: CompletionRecord) -> list[ObjectInfo]:
+    """The roots classification checked (the record's), listed now: what is kept is what the run holds today."""
+    seen: dict[str, ObjectInfo] = {}
+    for root in [record.run_uri, *([record.temp_root] if record.temp_root else [])]:
+        for info in storage.list(root):
+            seen.setdefault(info.uri, info)
+    return list(seen.values())
 
 
-def execute(storage: Storage, plan: ReclaimPlan) -> PlanResult:
-    """Each object: re-verify its twin now, then delete it if it is still the pinned version. Safe to re-run."""
+def execute(
+    storage: Storage,
+    plan: ReclaimPlan,
+    *,
+    records: RunRecords,
+    record: CompletionRecord,
+    now: datetime,
+    settings: QuarantineSettings | None = None,
+) -> PlanResult:
+    """Each object: re-verify its twin now, then move it into quarantine if it is still the pinned version (the
+    move re-checks the pin at the copy and again right before the source's delete). Safe to re-run."""
+    settings = settings or read(QuarantineSettings)
     result = PlanResult()
     for entry in plan.delete:
         info = storage.stat(entry.uri)
-        if info is None:  # deleted by an earlier attempt
+        if info is None:  # moved by an earlier attempt
             result.deleted.append(entry.uri)
             result.reclaimed_bytes += entry.size
             continue
-        if info.fingerprint != entry.source_fingerprint:
+        if info.fingerprint != entry.source_fingerprint or (
+            entry.source_generation is not None and info.generation != entry.source_generation
+        ):
             result.kept_changed.append(entry.uri)  # rewritten after the plan: not the bytes that were published
             continue
         problem = twin_mismatch(storage, entry.twin)
@@ -227,11 +257,14 @@ def execute(storage: Storage, plan: ReclaimPlan) -> PlanResult:
             result.stopped = f"{entry.name}: destination twin failed re-verification: {problem}"
             return result
         try:
-            _delete_pinned(storage, entry)
+            moved = quarantine.move(
+                storage, records, record, plan.grant_id, info, now, settings, step=plan.step, digest=plan.digest
+            )
         except SourceChangedError:
             result.kept_changed.append(entry.uri)
             continue
         result.deleted.append(entry.uri)
+        result.quarantined.append(moved.quarantine)
         result.reclaimed_bytes += entry.size
     return result
 
@@ -268,10 +301,12 @@ def reclaim(
         return refuse(Refusal.plan_rejected, problem, grant.destination)
     plan_ref = f"{collection}/{grant.grant_id}"
     on_plan(plan_ref, plan)
-    result = execute(storage, plan)
+    result = execute(storage, plan, records=records, record=record, now=now)
     records.put_doc(f"{collection}/{grant.grant_id}/results", now.isoformat(), result.model_dump(mode="json"))
     summary = (
-        f"deleted {len(result.deleted)} of {len(plan.delete)} planned objects; kept {plan.keep_count}"
+        f"deleted {len(result.deleted)} of {len(plan.delete)} planned objects (moved to quarantine "
+        f"{plan.quarantine}: `rlcleanup restore {record.run_id}` puts them back); kept {plan.keep_count}"
+        + (f"; refused {len(plan.refused)} the retention plan keeps" if plan.refused else "")
         + (f"; {len(result.kept_changed)} changed after the plan and were kept" if result.kept_changed else "")
         + f"; plan {plan_ref}"
     )
@@ -287,5 +322,10 @@ def reclaim(
         uri=plan_ref,
         reclaimed_bytes=result.reclaimed_bytes,
         detail=summary,
-        extra={"deleted": result.deleted, "kept_changed": result.kept_changed},
+        extra={
+            "deleted": result.deleted,
+            "kept_changed": result.kept_changed,
+            "quarantined": result.quarantined,
+            "refused_objects": [r.model_dump() for r in plan.refused],
+        },
     )
