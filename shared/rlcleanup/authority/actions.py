@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rlcleanup.authority import ledger, quarantine
+from rlcleanup.authority import ledger, quarantine, storage_ledger
 from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal
 from rlcleanup.authority.hub_publish import publish_to_hub
@@ -142,7 +142,12 @@ def _reclaim(p: GrantPorts, task: GrantTask) -> Outcome:
         ledger.sync_record(p.records, grant.run_id)
 
     # Fresh state on purpose: reclaim lists the record's roots now and re-pins the export, days after classification.
-    return reclaim(p.storage, p.records, _needs_record(task), grant, p.clock.now(), on_plan, p.preserve_root)
+    record = _needs_record(task)
+    storage_ledger.measure_and_record(p.storage, p.records, record, f"before reclaim {task.gid}", p.clock.now())
+    outcome = reclaim(p.storage, p.records, record, grant, p.clock.now(), on_plan, p.preserve_root)
+    after = p.records.get(grant.run_id) or record
+    storage_ledger.measure_and_record(p.storage, p.records, after, f"after reclaim {task.gid}", p.clock.now())
+    return outcome
 
 
 def _purge(p: GrantPorts, task: GrantTask) -> Outcome:
@@ -155,7 +160,9 @@ def _purge(p: GrantPorts, task: GrantTask) -> Outcome:
     if not purged and not refused:
         why = f"nothing of step {grant.step} ({grant.digest}) is in quarantine for this run"
         return refuse(Refusal.not_applicable, why, grant.destination)
-    detail = f"purged {len(purged)} quarantined object(s)" + (f"; refused {len(refused)}: {refused[:5]}" if refused else "")
+    detail = f"purged {len(purged)} quarantined object(s)" + (
+        f"; refused {len(refused)}: {refused[:5]}" if refused else ""
+    )
     return Outcome(state="purged", destination=grant.destination, detail=detail, extra={"purged": purged})
 
 

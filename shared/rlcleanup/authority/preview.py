@@ -117,6 +117,7 @@ def preview_grant(
             "retention": deletion.retention,
             "quarantine": deletion.quarantine,
             "protection": deletion.protection,
+            "incomplete_uploads": [u.model_dump(mode="json") for u in deletion.incomplete_uploads],
         }
     if grant.action is Action.purge:
         return preview_purge(records, record, grant)

@@ -30,7 +30,7 @@ from rlcleanup.authority.pinning import CopyProof, twin_mismatch
 from rlcleanup.authority.publish import read_marker
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.records import RunRecords
-from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage
+from rlcleanup.ports.storage import ListsIncompleteUploads, ObjectInfo, SourceChangedError, Storage
 from rlcleanup.settings import QuarantineSettings, read
 
 MAX_KEEP_LISTED = 500  # the store's documents are bounded; the count of everything kept is always exact
@@ -58,6 +58,17 @@ class KeepEntry(BaseModel):
     reason: str
 
 
+class UploadEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key_uri: str
+    upload_id: str
+    bytes: int = 0
+    parts: int = 0
+    initiated: datetime | None = None
+    abort: bool = False  # under the granted export: aborted by this reclaim
+
+
 class ReclaimPlan(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -75,6 +86,9 @@ class ReclaimPlan(BaseModel):
     digest: str | None = None
     refused: list[KeepEntry] = Field(default_factory=list)  # objects the retention plan would not let go, with why
     retention: list[str] = Field(default_factory=list)  # the retention plan in words (authority/retention.py)
+    # Incomplete multipart uploads under the run's roots (invisible to listings): shown; those under the granted
+    # export (an interrupted upload of its files) are aborted by this reclaim, the rest only listed.
+    incomplete_uploads: list[UploadEntry] = Field(default_factory=list)
     quarantine: str | None = None  # where the moved objects go (the deployment's prefix) and for how long
     protection: str | None = None  # which mechanism protects what is removed (quarantine, a bucket's soft delete)
 
@@ -83,6 +97,7 @@ class PlanResult(BaseModel):
     deleted: list[str] = Field(default_factory=list)
     kept_changed: list[str] = Field(default_factory=list)
     quarantined: list[str] = Field(default_factory=list)  # where each moved object is now, until expiry
+    aborted_uploads: list[str] = Field(default_factory=list)  # incomplete multipart uploads aborted (their ids)
     reclaimed_bytes: int = 0
     stopped: str | None = None  # why execution stopped before the end (a twin failed re-verification)
 
@@ -182,11 +197,11 @@ def make_plan(
     kept_by = retention.make_retention(
         record, retention.checkpoint_steps(listed, record), retention.declared_max_ckpts(storage, record)
     )
-    refused: list[KeepEntry] = []
+    held_back: list[KeepEntry] = []
     for entry in list(delete):
         why = retention.protection(entry.uri, kept_by, record, grant.step)
         if why.blocks_reclaim:  # a "best" never evicts the resume point, an owed export, evidence
-            refused.append(KeepEntry(uri=entry.uri, reason=f"refused: {why.reason}"))
+            held_back.append(KeepEntry(uri=entry.uri, reason=f"refused: {why.reason}"))
             delete.remove(entry)
     planned = {d.uri for d in delete}
     keep: list[KeepEntry] = []
@@ -198,7 +213,20 @@ def make_plan(
         if len(keep) < MAX_KEEP_LISTED:
             keep.append(KeepEntry(uri=info.uri, reason=retention.protection(info.uri, kept_by, record, None).reason))
     settings = read(QuarantineSettings)
+    uploads = [
+        UploadEntry(
+            key_uri=u.key_uri,
+            upload_id=u.upload_id,
+            bytes=u.bytes,
+            parts=u.parts,
+            initiated=u.initiated,
+            abort=_under(u.key_uri, candidate.uri),
+        )
+        for root in [record.run_uri, *([record.temp_root] if record.temp_root else [])]
+        for u in (storage.incomplete_uploads(root) if isinstance(storage, ListsIncompleteUploads) else [])
+    ][:MAX_KEEP_LISTED]
     return ReclaimPlan(
+        incomplete_uploads=uploads,
         run_id=record.run_id,
         grant_id=grant.grant_id,
         publish_grant_id=publish_gid,
@@ -211,7 +239,7 @@ def make_plan(
         keep_count=count,
         step=grant.step,
         digest=grant.digest,
-        refused=refused,
+        refused=held_back,
         retention=kept_by.reasons(),
         quarantine=f"{quarantine.quarantine_root(candidate.uri, record.run_uri, settings)}/{record.run_id}/"
         f"{grant.grant_id}/ for {settings.days} days",
@@ -266,6 +294,15 @@ def execute(
         result.deleted.append(entry.uri)
         result.quarantined.append(moved.quarantine)
         result.reclaimed_bytes += entry.size
+    for upload in plan.incomplete_uploads:
+        # Parts of an upload never completed hold no object to quarantine: aborting is the only reclaim there is,
+        # and only for uploads under the export this grant names (re-checked here against the plan's export).
+        ours = upload.abort and _under(upload.key_uri, plan.export)
+        if ours and isinstance(storage, ListsIncompleteUploads) and storage.abort_incomplete_upload(
+            upload.key_uri, upload.upload_id
+        ):
+            result.aborted_uploads.append(upload.upload_id)
+            result.reclaimed_bytes += upload.bytes
     return result
 
 

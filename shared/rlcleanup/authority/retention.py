@@ -57,7 +57,9 @@ class RetentionPlan:
         out = []
         if self.resume_steps:
             declared = f", max_ckpts_to_keep={self.max_ckpts_to_keep}" if self.max_ckpts_to_keep else ""
-            out.append(f"resume point: checkpoint steps {self.resume_steps} (latest committed {self.resume_step}{declared})")
+            out.append(
+                f"resume point: checkpoint steps {self.resume_steps} (latest committed {self.resume_step}{declared})"
+            )
         elif self.resume_step is None:
             out.append("resume point unknown: every checkpoint is kept")
         if self.selection is not None:
@@ -65,7 +67,9 @@ class RetentionPlan:
         if self.runner_up is not None:
             out.append(f"runner-up: step {self.runner_up}")
         if self.published_steps:
-            out.append(f"published or handed off (kept until a reclaim verifies the destination): {self.published_steps}")
+            out.append(
+                f"published or handed off (kept until a reclaim verifies the destination): {self.published_steps}"
+            )
         if self.owed_steps:
             out.append(f"export owed (hf_export_request.json not complete): steps {self.owed_steps}")
         out += [f"excluded from selection, listed: step {s}: {why}" for s, why in sorted(self.excluded.items())]

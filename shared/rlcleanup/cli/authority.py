@@ -365,6 +365,11 @@ def _retention_lines(preview: dict[str, Any]) -> list[str]:
     lines += [f"  refused {r['uri']}: {r['reason']}" for r in preview.get("refused") or []]
     lines += [f"  retention: {reason}" for reason in preview.get("retention") or []]
     lines += [f"  keeps {n}: {reason}" for reason, n in (preview.get("keep_reasons") or {}).items()]
+    for u in preview.get("incomplete_uploads") or []:
+        verb = "aborts" if u.get("abort") else "lists"
+        lines.append(
+            f"  {verb} incomplete upload {u['key_uri']} ({u['parts']} parts, {u['bytes']} B, started {u['initiated']})"
+        )
     return lines
 
 
