@@ -298,8 +298,10 @@ def execute(
         # Parts of an upload never completed hold no object to quarantine: aborting is the only reclaim there is,
         # and only for uploads under the export this grant names (re-checked here against the plan's export).
         ours = upload.abort and _under(upload.key_uri, plan.export)
-        if ours and isinstance(storage, ListsIncompleteUploads) and storage.abort_incomplete_upload(
-            upload.key_uri, upload.upload_id
+        if (
+            ours
+            and isinstance(storage, ListsIncompleteUploads)
+            and storage.abort_incomplete_upload(upload.key_uri, upload.upload_id)
         ):
             result.aborted_uploads.append(upload.upload_id)
             result.reclaimed_bytes += upload.bytes
