@@ -76,7 +76,7 @@ def test_restore_after_reclaim_gives_back_every_object_byte_exact_and_never_over
 
 
 def test_restore_refuses_another_runs_objects_and_a_location_outside_the_deployments_prefix(tmp_path: Path) -> None:
-    w, export, gid = _reclaimed(tmp_path)
+    w, export, _ = _reclaimed(tmp_path)
     records = w.stack.ports.records
     coll = quarantine.collection(w.run_id)
     docs = records.list_docs(coll)
@@ -88,7 +88,10 @@ def test_restore_refuses_another_runs_objects_and_a_location_outside_the_deploym
         "forged-prefix": {
             **first,
             "quarantine": first["quarantine"].replace("_rlcleanup-quarantine", "injected"),
-            "proof": {**first["proof"], "destination": first["quarantine"].replace("_rlcleanup-quarantine", "injected")},
+            "proof": {
+                **first["proof"],
+                "destination": first["quarantine"].replace("_rlcleanup-quarantine", "injected"),
+            },
         },
     }
     for doc_id, doc in forged.items():
@@ -121,7 +124,9 @@ def test_a_quarantine_prefix_named_by_a_run_file_is_never_used(tmp_path: Path) -
     assert not injected.exists() and not (tmp_path / "dest" / "stolen").exists()
 
 
-def test_bytes_swapped_after_the_preview_or_between_copy_and_delete_stay_in_the_run(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_bytes_swapped_after_the_preview_or_between_copy_and_delete_stay_in_the_run(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     from authority_support import rendered_preview
 
     w = make_world(tmp_path)
@@ -178,7 +183,11 @@ def test_purge_needs_its_own_grant(tmp_path: Path) -> None:
     # a purge signed by a key no approver holds is refused
     forged = w.grant("purge")
     w.deliver(w.message(forged, key=new_key()))
-    filed = [d for _g, d in ledger.list_grants(w.stack.ports.records, w.run_id) if d["grant"].get("grant_id") == forged.grant_id]
+    filed = [
+        d
+        for _g, d in ledger.list_grants(w.stack.ports.records, w.run_id)
+        if d["grant"].get("grant_id") == forged.grant_id
+    ]
     assert [d["refusal"] for d in filed] in (["unknown_approver"], ["bad_signature"]), filed
     assert _held(tmp_path) == held
     # the approver's purge grant deletes exactly the quarantined objects, and a restore then has nothing to do
