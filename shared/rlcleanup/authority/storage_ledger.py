@@ -121,7 +121,8 @@ def measure(storage: Storage, record: CompletionRecord, label: str, now: datetim
     roots = [record.run_uri, *([record.temp_root] if record.temp_root else [])]
     for root in roots:
         run_objects += [o for o in counting.list(root) if o.uri not in {r.uri for r in run_objects}]
-    plan = retention.make_retention(record, retention.checkpoint_steps(run_objects, record), None)
+    declared = retention.declared_max_ckpts(storage, record)  # one read of the resolved config, hash-checked
+    plan = retention.make_retention(record, retention.checkpoint_steps(run_objects, record), declared)
     for info in run_objects:
         cls = classify(info, record, plan)
         add(cls, info, next(r for r in roots if _under(strip_file_scheme(info.uri), r)), expires_at(info))
