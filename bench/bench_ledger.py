@@ -32,7 +32,8 @@ def _record(root: Path, dest: Path) -> CompletionRecord:
         run_uri=str(root),
         temp_root=str(ckpts.parent),
         candidates=[
-            Candidate(step=s, uri=str(p), state=CandidateState.valid, valid=True) for s, p in zip(steps, exports)
+            Candidate(step=s, uri=str(p), state=CandidateState.valid, valid=True)
+            for s, p in zip(steps, exports, strict=True)
         ],
         resume_safety=ResumeSafety(safe=True, from_step=max(steps)),
     )
