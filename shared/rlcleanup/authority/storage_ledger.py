@@ -117,10 +117,12 @@ def measure(storage: Storage, record: CompletionRecord, label: str, now: datetim
         seen.add(info.uri)
         acc[cls].add(where, info.size, monthly_usd(info.uri, info.size), expiry)
 
-    run_objects: list[ObjectInfo] = []
+    listed: dict[str, ObjectInfo] = {}
     roots = [record.run_uri, *([record.temp_root] if record.temp_root else [])]
     for root in roots:
-        run_objects += [o for o in counting.list(root) if o.uri not in {r.uri for r in run_objects}]
+        for o in counting.list(root):
+            listed.setdefault(o.uri, o)
+    run_objects = list(listed.values())
     declared = retention.declared_max_ckpts(storage, record)  # one read of the resolved config, hash-checked
     plan = retention.make_retention(record, retention.checkpoint_steps(run_objects, record), declared)
     for info in run_objects:
