@@ -49,4 +49,6 @@ module "rlcleanup" {
   precancel_sync_wait_seconds      = var.precancel_sync_wait_seconds
   capture_page_objects             = var.capture_page_objects
   max_run_objects                  = var.max_run_objects
+  quarantine_prefix                = var.quarantine_prefix
+  quarantine_days                  = var.quarantine_days
 }

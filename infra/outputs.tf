@@ -37,3 +37,8 @@ output "firestore_database" {
   description = "Firestore database holding the records."
   value       = module.rlcleanup.firestore_database
 }
+
+output "quarantine_lifecycle_rule" {
+  description = "Lifecycle rule to merge into each run bucket (the reclaim quarantine's expiry); see the module."
+  value       = module.rlcleanup.quarantine_lifecycle_rule
+}

@@ -269,3 +269,15 @@ variable "hub_job_threshold_bytes" {
   type        = number
   default     = 1073741824
 }
+
+variable "quarantine_prefix" {
+  description = "Prefix of each run bucket where a reclaim moves what it removes (see the module)."
+  type        = string
+  default     = "_rlcleanup-quarantine"
+}
+
+variable "quarantine_days" {
+  description = "Days a reclaimed object stays restorable in quarantine (see the module)."
+  type        = number
+  default     = 7
+}

@@ -75,6 +75,19 @@ class RaySettings(BaseSettings):
         return _unset_if_empty(value)
 
 
+class QuarantineSettings(BaseSettings):
+    """Where a reclaim puts what it removes, and for how long (authority/quarantine.py). The prefix is the
+    deployment's, never a run's: every object goes to `<its bucket>/<prefix>/<run>/<grant>/<its key>` (for local
+    files the run root's parent directory stands for the bucket). Terraform's `quarantine_days` sets the bucket
+    lifecycle rule on the prefix and this variable together; the local expiry (`rlcleanup quarantine-expire`) uses
+    the same number."""
+
+    model_config = SettingsConfigDict(env_prefix="RLCLEANUP_QUARANTINE_", extra="ignore", frozen=True)
+
+    prefix: str = Field(default="_rlcleanup-quarantine", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._=-]{0,100}$")
+    days: int = Field(default=7, ge=1, le=3650)
+
+
 class DeploymentSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
@@ -97,6 +110,8 @@ class DeploymentSettings(BaseSettings):
     # prefixes, so the variable names stay RLCLEANUP_IRIS_* and RLCLEANUP_RAY_DASHBOARD.
     iris: IrisSettings = Field(default_factory=lambda: IrisSettings())
     ray: RaySettings = Field(default_factory=lambda: RaySettings())
+    # Where a reclaim quarantines what it removes, and for how long (RLCLEANUP_QUARANTINE_PREFIX / _DAYS).
+    quarantine: QuarantineSettings = Field(default_factory=lambda: QuarantineSettings())
     # Event sources (sources/, docs/events.md). The sweep's run roots: a JSON list of {"uri", "depth"} or
     # comma-separated URIs; its tunables (0 = the sweep's default); the k8s adapter.
     sweep_roots: str = ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 from authority_support import World, files_under, make_world
@@ -42,7 +43,11 @@ def test_reclaim_deletes_exactly_the_plan(tmp_path: Path) -> None:
         temp_root and not temp_root.startswith(w.run_uri) and any(k["uri"].startswith(temp_root) for k in plan["keep"])
     )
     after = {str(p) for p in files_under(tmp_path / "runs")}
-    assert after == before - planned
+    quarantined = {p for p in after if "/_rlcleanup-quarantine/" in p}
+    assert after - quarantined == before - planned  # issue 40: removed from the run, held in quarantine
+    assert {q.split(f"/{grant.grant_id}/", 1)[1] for q in quarantined} == {
+        u.split("/math-rl-selection-policy/", 1)[1] for u in planned
+    }
     assert w.record.reclaimed_bytes == plan["delete_bytes"] == sum(d["size"] for d in plan["delete"])
     assert files_under(Path(w.record.preserved_locations[0]))  # preserved evidence untouched
     assert (w.dest_root / "model" / "_PUBLISHED.json").exists()
@@ -87,10 +92,11 @@ def test_objects_written_after_the_plan_are_kept_and_rerun_is_idempotent(tmp_pat
     export[0].write_text("rewritten after the plan")
     late = export[0].parent / "written-later.json"
     late.write_text("{}")
-    result = execute(storage, plan)
+    run = {"records": w.stack.ports.records, "record": w.record, "now": datetime.now(UTC)}
+    result = execute(storage, plan, **run)
     assert result.kept_changed == [str(export[0])] and export[0].exists() and late.exists()
     assert set(result.deleted) == {str(p) for p in export[1:]}
-    again = execute(storage, plan)  # idempotent: gone objects count once more as deleted, nothing else happens
+    again = execute(storage, plan, **run)  # idempotent: gone objects count once more as deleted, nothing else happens
     assert set(again.deleted) == set(result.deleted) and again.reclaimed_bytes == result.reclaimed_bytes
 
 

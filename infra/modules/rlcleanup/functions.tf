@@ -69,6 +69,10 @@ resource "google_cloudfunctions2_function" "fn" {
       RLCLEANUP_CAPTURE_PAGE_OBJECTS = tostring(var.capture_page_objects)
       # A run holding more objects than this is refused (run_too_large): work per run stays bounded.
       RLCLEANUP_MAX_RUN_OBJECTS = tostring(var.max_run_objects)
+      # A reclaim moves what it removes to <bucket>/<prefix>/ for this many days (the run buckets' lifecycle rule,
+      # output quarantine_lifecycle_rule, deletes it then; `rlcleanup restore` puts it back before).
+      RLCLEANUP_QUARANTINE_PREFIX = var.quarantine_prefix
+      RLCLEANUP_QUARANTINE_DAYS   = tostring(var.quarantine_days)
     }
 
     # The Iris bearer token (Secret Manager), for the sweep only and only when configured.

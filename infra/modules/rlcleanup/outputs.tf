@@ -37,3 +37,18 @@ output "firestore_database" {
   description = "Firestore database holding the records."
   value       = google_firestore_database.records.id
 }
+
+# The run buckets exist outside this module (it only grants access on them), so their lifecycle configuration is
+# theirs to hold: this is the rule to merge into each run bucket's (GCS: `gcloud storage buckets update
+# gs://<bucket> --lifecycle-file=<this as JSON>`; S3: the same prefix and days as an Expiration rule, plus
+# AbortIncompleteMultipartUpload). It deletes only objects under the quarantine prefix, N days after the move
+# created them there.
+output "quarantine_lifecycle_rule" {
+  description = "Lifecycle rule for each run bucket: delete quarantined objects quarantine_days after the reclaim moved them."
+  value = {
+    rule = [{
+      action    = { type = "Delete" }
+      condition = { age = var.quarantine_days, matchesPrefix = ["${var.quarantine_prefix}/"] }
+    }]
+  }
+}

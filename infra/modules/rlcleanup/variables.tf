@@ -434,3 +434,25 @@ variable "hub_upload_timeout_seconds" {
     error_message = "hub_upload_timeout_seconds must be between 600 and 604800 (7 days, Cloud Run's limit)."
   }
 }
+
+variable "quarantine_prefix" {
+  description = "Prefix of each run bucket where a reclaim moves what it removes (RLCLEANUP_QUARANTINE_PREFIX); never taken from a run."
+  type        = string
+  default     = "_rlcleanup-quarantine"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_][A-Za-z0-9._=-]{0,100}$", var.quarantine_prefix))
+    error_message = "quarantine_prefix must be one path segment of letters, digits, '_', '.', '=', '-'."
+  }
+}
+
+variable "quarantine_days" {
+  description = "Days a reclaimed object stays restorable in quarantine before the lifecycle rule on the prefix deletes it (RLCLEANUP_QUARANTINE_DAYS)."
+  type        = number
+  default     = 7
+
+  validation {
+    condition     = var.quarantine_days >= 1 && var.quarantine_days <= 3650 && floor(var.quarantine_days) == var.quarantine_days
+    error_message = "quarantine_days must be a whole number of days between 1 and 3650."
+  }
+}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import hashlib
 import io
 import re
@@ -32,6 +33,7 @@ from rlcleanup.adapters.s3_client import (
 from rlcleanup.ports.lines import bounded_lines
 from rlcleanup.ports.storage import (
     ChildPage,
+    IncompleteUpload,
     ObjectInfo,
     StorageAccessError,
     StorageError,
@@ -273,6 +275,17 @@ class S3Storage(RemoteObjects):
             raise FileNotFoundError(src_uri)
         same = src.size == dst.size and (src.etag or "x") == (dst.etag or "y")
         return WriteOutcome.identical if same else WriteOutcome.conflict
+
+    def incomplete_uploads(self, prefix_uri: str) -> builtins.list[IncompleteUpload]:
+        """Multipart uploads never completed under the prefix (adapters/s3_uploads.py)."""
+        from rlcleanup.adapters import s3_uploads
+
+        return s3_uploads.list_incomplete(self.endpoint_for(object_key(prefix_uri)[0]), prefix_uri)
+
+    def abort_incomplete_upload(self, key_uri: str, upload_id: str) -> bool:
+        from rlcleanup.adapters import s3_uploads
+
+        return s3_uploads.abort(self.endpoint_for(object_key(key_uri)[0]), key_uri, upload_id)
 
     def delete(self, uri: str) -> bool:
         import obstore

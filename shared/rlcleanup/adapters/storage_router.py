@@ -6,12 +6,15 @@ UnknownSchemeError (never a local path). Copies between two backends stream thro
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from rlcleanup.adapters.storage_registry import BUILTIN, StorageRegistry
 from rlcleanup.ports.storage import (
     ChildPage,
+    IncompleteUpload,
+    ListsIncompleteUploads,
     NoObjectVersionsError,
     ObjectInfo,
     Storage,
@@ -111,6 +114,15 @@ class RoutingStorage:
             return dst.fill_if_absent(dst_uri, lambda tmp: src.download_to(src_uri, tmp))
         data = src.read_bytes(src_uri, max_bytes=1 << 62)  # test doubles without streaming: the whole object
         return dst.write_if_absent(dst_uri, data)
+
+    def incomplete_uploads(self, prefix_uri: str) -> builtins.list[IncompleteUpload]:
+        """The backend's incomplete multipart uploads under the prefix; none where it has no such thing."""
+        backend = self._for(prefix_uri)
+        return backend.incomplete_uploads(prefix_uri) if isinstance(backend, ListsIncompleteUploads) else []
+
+    def abort_incomplete_upload(self, key_uri: str, upload_id: str) -> bool:
+        backend = self._for(key_uri)
+        return isinstance(backend, ListsIncompleteUploads) and backend.abort_incomplete_upload(key_uri, upload_id)
 
     def delete(self, uri: str) -> bool:
         return self._for(uri).delete(uri)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rlcleanup.authority import ledger
+from rlcleanup.authority import ledger, quarantine, storage_ledger
 from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal
 from rlcleanup.authority.hub_publish import publish_to_hub
@@ -31,6 +31,7 @@ from rlcleanup.ports.hub import HubFactory, is_hub
 from rlcleanup.ports.jobs import JobLauncher
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
+from rlcleanup.settings import QuarantineSettings, read
 
 # The upload job's overrides (runtime/hub_job.py reads them back to find its grant).
 HUB_JOB_RUN_VAR, HUB_JOB_GRANT_VAR = "RLCLEANUP_HUB_RUN_ID", "RLCLEANUP_HUB_GRANT_ID"
@@ -141,7 +142,28 @@ def _reclaim(p: GrantPorts, task: GrantTask) -> Outcome:
         ledger.sync_record(p.records, grant.run_id)
 
     # Fresh state on purpose: reclaim lists the record's roots now and re-pins the export, days after classification.
-    return reclaim(p.storage, p.records, _needs_record(task), grant, p.clock.now(), on_plan, p.preserve_root)
+    record = _needs_record(task)
+    storage_ledger.measure_and_record(p.storage, p.records, record, f"before reclaim {task.gid}", p.clock.now())
+    outcome = reclaim(p.storage, p.records, record, grant, p.clock.now(), on_plan, p.preserve_root)
+    after = p.records.get(grant.run_id) or record
+    storage_ledger.measure_and_record(p.storage, p.records, after, f"after reclaim {task.gid}", p.clock.now())
+    return outcome
+
+
+def _purge(p: GrantPorts, task: GrantTask) -> Outcome:
+    """Delete, before their expiry, the objects this run's reclaims of the granted step and digest quarantined:
+    only under a grant of its own (a reclaim grant never purges), only the slots the record store names."""
+    record, grant = _needs_record(task), task.grant
+    purged, refused = quarantine.purge(
+        p.storage, p.records, record, p.clock.now(), read(QuarantineSettings), step=grant.step, digest=grant.digest
+    )
+    if not purged and not refused:
+        why = f"nothing of step {grant.step} ({grant.digest}) is in quarantine for this run"
+        return refuse(Refusal.not_applicable, why, grant.destination)
+    detail = f"purged {len(purged)} quarantined object(s)" + (
+        f"; refused {len(refused)}: {refused[:5]}" if refused else ""
+    )
+    return Outcome(state="purged", destination=grant.destination, detail=detail, extra={"purged": purged})
 
 
 def _hand_off(p: GrantPorts, task: GrantTask) -> Applied:
@@ -176,6 +198,7 @@ ACTIONS: dict[Action, ActionHandler] = {
     Action.cancel: _clear_cancel,
     Action.register: _register,
     Action.reclaim: _reclaim,
+    Action.purge: _purge,
     Action.publish: _hand_off,
     Action.handoff: _hand_off,
 }

@@ -43,6 +43,7 @@ class Action(StrEnum):
     register = "register"
     reclaim = "reclaim"
     cancel = "cancel"
+    purge = "purge"  # delete what a reclaim quarantined before its expiry (authority/quarantine.py)
 
 
 class GrantState(StrEnum):

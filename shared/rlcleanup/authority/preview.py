@@ -10,12 +10,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from rlcleanup.authority import quarantine
 from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.grants import Action, Grant, Refusal
 from rlcleanup.authority.hub_publish import plan_hub
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.publish import plan_publish
-from rlcleanup.authority.reclaim import make_plan
+from rlcleanup.authority.reclaim import KeepEntry, make_plan
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.hub import HubFactory, is_hub
 from rlcleanup.ports.records import RunRecords
@@ -48,6 +49,34 @@ def _preview_hub(storage: Storage, record: CompletionRecord, grant: Grant, hub: 
         return _refused(grant, refused)
     assert plan is not None
     return {"action": grant.action.value, "would": grant.action.value, **plan.preview()}
+
+
+def _reason_counts(keep: list[KeepEntry]) -> dict[str, int]:
+    """How many listed kept objects each reason holds (the plan lists at most MAX_KEEP_LISTED of them)."""
+    counts: dict[str, int] = {}
+    for entry in keep:
+        counts[entry.reason] = counts.get(entry.reason, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def preview_purge(records: RunRecords, record: CompletionRecord, grant: Grant) -> dict[str, Any]:
+    """What a purge grant would delete: the quarantined objects of this run's reclaims of (step, digest)."""
+    held = [
+        e
+        for _doc, e, _raw in quarantine.entries(records, record.run_id)
+        if e is not None and e.state == "quarantined" and e.step == grant.step and e.digest == grant.digest
+    ]
+    return {
+        "action": grant.action.value,
+        "would": "purge",
+        "destination": grant.destination,
+        "step": grant.step,
+        "digest": grant.digest,
+        "delete": [{"uri": e.quarantine, "size": e.size, "expires_at": e.expires_at.isoformat()} for e in held],
+        "delete_count": len(held),
+        "delete_bytes": sum(e.size for e in held),
+        "detail": "quarantined objects are deleted before their expiry: no restore after this",
+    }
 
 
 def preview_grant(
@@ -83,7 +112,15 @@ def preview_grant(
             "delete_count": len(deletion.delete),
             "delete_bytes": deletion.delete_bytes,
             "keep_count": deletion.keep_count,
+            "keep_reasons": _reason_counts(deletion.keep),
+            "refused": [r.model_dump() for r in deletion.refused],
+            "retention": deletion.retention,
+            "quarantine": deletion.quarantine,
+            "protection": deletion.protection,
+            "incomplete_uploads": [u.model_dump(mode="json") for u in deletion.incomplete_uploads],
         }
+    if grant.action is Action.purge:
+        return preview_purge(records, record, grant)
     return {
         "action": grant.action.value,
         "would": grant.action.value,

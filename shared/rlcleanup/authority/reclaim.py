@@ -23,14 +23,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlcleanup.authority import artifact, ledger
+from rlcleanup.authority import artifact, ledger, quarantine, retention
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.pinning import CopyProof, twin_mismatch
 from rlcleanup.authority.publish import read_marker
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.records import RunRecords
-from rlcleanup.ports.storage import SourceChangedError, Storage, versions_of
+from rlcleanup.ports.storage import ListsIncompleteUploads, ObjectInfo, SourceChangedError, Storage
+from rlcleanup.settings import QuarantineSettings, read
 
 MAX_KEEP_LISTED = 500  # the store's documents are bounded; the count of everything kept is always exact
 
@@ -57,6 +58,17 @@ class KeepEntry(BaseModel):
     reason: str
 
 
+class UploadEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key_uri: str
+    upload_id: str
+    bytes: int = 0
+    parts: int = 0
+    initiated: datetime | None = None
+    abort: bool = False  # under the granted export: aborted by this reclaim
+
+
 class ReclaimPlan(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -70,11 +82,22 @@ class ReclaimPlan(BaseModel):
     delete_bytes: int
     keep: list[KeepEntry]
     keep_count: int
+    step: int | None = None
+    digest: str | None = None
+    refused: list[KeepEntry] = Field(default_factory=list)  # objects the retention plan would not let go, with why
+    retention: list[str] = Field(default_factory=list)  # the retention plan in words (authority/retention.py)
+    # Incomplete multipart uploads under the run's roots (invisible to listings): shown; those under the granted
+    # export (an interrupted upload of its files) are aborted by this reclaim, the rest only listed.
+    incomplete_uploads: list[UploadEntry] = Field(default_factory=list)
+    quarantine: str | None = None  # where the moved objects go (the deployment's prefix) and for how long
+    protection: str | None = None  # which mechanism protects what is removed (quarantine, a bucket's soft delete)
 
 
 class PlanResult(BaseModel):
     deleted: list[str] = Field(default_factory=list)
     kept_changed: list[str] = Field(default_factory=list)
+    quarantined: list[str] = Field(default_factory=list)  # where each moved object is now, until expiry
+    aborted_uploads: list[str] = Field(default_factory=list)  # incomplete multipart uploads aborted (their ids)
     reclaimed_bytes: int = 0
     stopped: str | None = None  # why execution stopped before the end (a twin failed re-verification)
 
@@ -170,26 +193,40 @@ def make_plan(
                 twin=proof,
             )
         )
+    listed = _listed(storage, record)
+    kept_by = retention.make_retention(
+        record, retention.checkpoint_steps(listed, record), retention.declared_max_ckpts(storage, record)
+    )
+    held_back: list[KeepEntry] = []
+    for entry in list(delete):
+        why = retention.protection(entry.uri, kept_by, record, grant.step)
+        if why.blocks_reclaim:  # a "best" never evicts the resume point, an owed export, evidence
+            held_back.append(KeepEntry(uri=entry.uri, reason=f"refused: {why.reason}"))
+            delete.remove(entry)
     planned = {d.uri for d in delete}
     keep: list[KeepEntry] = []
     count = 0
-    preserved = [p.rstrip("/") for p in record.preserved_locations]
-    seen: set[str] = set()
-    # The roots classification checked (the record's), listed now: what is kept is what the run holds today.
-    for root in [record.run_uri, *([record.temp_root] if record.temp_root else [])]:
-        for info in storage.list(root):
-            if info.uri in planned or info.uri in seen:
-                continue
-            seen.add(info.uri)
-            count += 1
-            if len(keep) < MAX_KEEP_LISTED:
-                why = (
-                    "preserved evidence: never deleted"
-                    if any(_under(info.uri, p) for p in preserved)
-                    else f"outside the granted artifact (step {grant.step})"
-                )
-                keep.append(KeepEntry(uri=info.uri, reason=why))
+    for info in listed:
+        if info.uri in planned:
+            continue
+        count += 1
+        if len(keep) < MAX_KEEP_LISTED:
+            keep.append(KeepEntry(uri=info.uri, reason=retention.protection(info.uri, kept_by, record, None).reason))
+    settings = read(QuarantineSettings)
+    uploads = [
+        UploadEntry(
+            key_uri=u.key_uri,
+            upload_id=u.upload_id,
+            bytes=u.bytes,
+            parts=u.parts,
+            initiated=u.initiated,
+            abort=_under(u.key_uri, candidate.uri),
+        )
+        for root in [record.run_uri, *([record.temp_root] if record.temp_root else [])]
+        for u in (storage.incomplete_uploads(root) if isinstance(storage, ListsIncompleteUploads) else [])
+    ][:MAX_KEEP_LISTED]
     return ReclaimPlan(
+        incomplete_uploads=uploads,
         run_id=record.run_id,
         grant_id=grant.grant_id,
         publish_grant_id=publish_gid,
@@ -200,26 +237,47 @@ def make_plan(
         delete_bytes=sum(d.size for d in delete),
         keep=keep,
         keep_count=count,
+        step=grant.step,
+        digest=grant.digest,
+        refused=held_back,
+        retention=kept_by.reasons(),
+        quarantine=f"{quarantine.quarantine_root(candidate.uri, record.run_uri, settings)}/{record.run_id}/"
+        f"{grant.grant_id}/ for {settings.days} days",
+        protection=quarantine.protection(candidate.uri),
     )
 
 
-def _delete_pinned(storage: Storage, entry: PlanEntry) -> bool:
-    versions = versions_of(storage, entry.uri)
-    if versions is not None and entry.source_generation is not None:
-        return versions.delete_version(entry.uri, entry.source_generation)
-    return storage.delete(entry.uri)
+def _listed(storage: Storage, record: CompletionRecord) -> list[ObjectInfo]:
+    """The roots classification checked (the record's), listed now: what is kept is what the run holds today."""
+    seen: dict[str, ObjectInfo] = {}
+    for root in [record.run_uri, *([record.temp_root] if record.temp_root else [])]:
+        for info in storage.list(root):
+            seen.setdefault(info.uri, info)
+    return list(seen.values())
 
 
-def execute(storage: Storage, plan: ReclaimPlan) -> PlanResult:
-    """Each object: re-verify its twin now, then delete it if it is still the pinned version. Safe to re-run."""
+def execute(
+    storage: Storage,
+    plan: ReclaimPlan,
+    *,
+    records: RunRecords,
+    record: CompletionRecord,
+    now: datetime,
+    settings: QuarantineSettings | None = None,
+) -> PlanResult:
+    """Each object: re-verify its twin now, then move it into quarantine if it is still the pinned version (the
+    move re-checks the pin at the copy and again right before the source's delete). Safe to re-run."""
+    settings = settings or read(QuarantineSettings)
     result = PlanResult()
     for entry in plan.delete:
         info = storage.stat(entry.uri)
-        if info is None:  # deleted by an earlier attempt
+        if info is None:  # moved by an earlier attempt
             result.deleted.append(entry.uri)
             result.reclaimed_bytes += entry.size
             continue
-        if info.fingerprint != entry.source_fingerprint:
+        if info.fingerprint != entry.source_fingerprint or (
+            entry.source_generation is not None and info.generation != entry.source_generation
+        ):
             result.kept_changed.append(entry.uri)  # rewritten after the plan: not the bytes that were published
             continue
         problem = twin_mismatch(storage, entry.twin)
@@ -227,12 +285,26 @@ def execute(storage: Storage, plan: ReclaimPlan) -> PlanResult:
             result.stopped = f"{entry.name}: destination twin failed re-verification: {problem}"
             return result
         try:
-            _delete_pinned(storage, entry)
+            moved = quarantine.move(
+                storage, records, record, plan.grant_id, info, now, settings, step=plan.step, digest=plan.digest
+            )
         except SourceChangedError:
             result.kept_changed.append(entry.uri)
             continue
         result.deleted.append(entry.uri)
+        result.quarantined.append(moved.quarantine)
         result.reclaimed_bytes += entry.size
+    for upload in plan.incomplete_uploads:
+        # Parts of an upload never completed hold no object to quarantine: aborting is the only reclaim there is,
+        # and only for uploads under the export this grant names (re-checked here against the plan's export).
+        ours = upload.abort and _under(upload.key_uri, plan.export)
+        if (
+            ours
+            and isinstance(storage, ListsIncompleteUploads)
+            and storage.abort_incomplete_upload(upload.key_uri, upload.upload_id)
+        ):
+            result.aborted_uploads.append(upload.upload_id)
+            result.reclaimed_bytes += upload.bytes
     return result
 
 
@@ -268,10 +340,12 @@ def reclaim(
         return refuse(Refusal.plan_rejected, problem, grant.destination)
     plan_ref = f"{collection}/{grant.grant_id}"
     on_plan(plan_ref, plan)
-    result = execute(storage, plan)
+    result = execute(storage, plan, records=records, record=record, now=now)
     records.put_doc(f"{collection}/{grant.grant_id}/results", now.isoformat(), result.model_dump(mode="json"))
     summary = (
-        f"deleted {len(result.deleted)} of {len(plan.delete)} planned objects; kept {plan.keep_count}"
+        f"deleted {len(result.deleted)} of {len(plan.delete)} planned objects (moved to quarantine "
+        f"{plan.quarantine}: `rlcleanup restore {record.run_id}` puts them back); kept {plan.keep_count}"
+        + (f"; refused {len(plan.refused)} the retention plan keeps" if plan.refused else "")
         + (f"; {len(result.kept_changed)} changed after the plan and were kept" if result.kept_changed else "")
         + f"; plan {plan_ref}"
     )
@@ -287,5 +361,10 @@ def reclaim(
         uri=plan_ref,
         reclaimed_bytes=result.reclaimed_bytes,
         detail=summary,
-        extra={"deleted": result.deleted, "kept_changed": result.kept_changed},
+        extra={
+            "deleted": result.deleted,
+            "kept_changed": result.kept_changed,
+            "quarantined": result.quarantined,
+            "refused_objects": [r.model_dump() for r in plan.refused],
+        },
     )

@@ -327,6 +327,22 @@ def _print_preview(record: Any, g: Any, now: datetime, as_json: bool, store: Any
         raise typer.Exit(3)
 
 
+def _retention_lines(preview: dict[str, Any]) -> list[str]:
+    """The reclaim plan's retention (issue 40): where removed objects go, what is refused and why, what is kept."""
+    lines = []
+    if preview.get("quarantine"):
+        lines.append(f"  moved to quarantine {preview['quarantine']} ({preview.get('protection')})")
+    lines += [f"  refused {r['uri']}: {r['reason']}" for r in preview.get("refused") or []]
+    lines += [f"  retention: {reason}" for reason in preview.get("retention") or []]
+    lines += [f"  keeps {n}: {reason}" for reason, n in (preview.get("keep_reasons") or {}).items()]
+    for u in preview.get("incomplete_uploads") or []:
+        verb = "aborts" if u.get("abort") else "lists"
+        lines.append(
+            f"  {verb} incomplete upload {u['key_uri']} ({u['parts']} parts, {u['bytes']} B, started {u['initiated']})"
+        )
+    return lines
+
+
 def render_preview(preview: dict[str, Any]) -> str:
     """The dry-run in words: what, how much, where, and who could read it."""
     action, dest = preview["action"], preview.get("destination")
@@ -336,6 +352,14 @@ def render_preview(preview: dict[str, Any]) -> str:
         lines = [
             f"dry run: reclaim step {preview['step']} would delete {preview['delete_count']} object(s), "
             f"{preview['delete_bytes']} bytes (keeps {preview['keep_count']}); destination {dest} verified"
+        ]
+        lines += [f"  delete {d['uri']}  {_object_facts(d)}" for d in preview["delete"]]
+        lines += _retention_lines(preview)
+        return "\n".join(lines)
+    if action == "purge":
+        lines = [
+            f"dry run: purge step {preview['step']} would delete {preview['delete_count']} quarantined object(s), "
+            f"{preview['delete_bytes']} bytes, before their expiry (no restore after this)"
         ]
         lines += [f"  delete {d['uri']}  {_object_facts(d)}" for d in preview["delete"]]
         return "\n".join(lines)

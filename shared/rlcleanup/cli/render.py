@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.report.reasons import terminal_reasons
+from rlcleanup.report.storage import ledger_lines
 from rlcleanup.report.verdict import authority_lines, build_verdict, selection_state
 
 
@@ -77,6 +78,7 @@ def summary(r: CompletionRecord) -> str:
     if r.manifest_uri:
         add(f"preserved      {r.preserved_object_count} evidence objects, {r.preserved_bytes} bytes")
         add(f"manifest       {r.manifest_uri} (every file there, hashed)")
+    lines += ledger_lines(r)  # the storage ledger (report/storage.py), when one was measured
     for cand in r.candidates:
         state = "valid" if cand.valid else cand.state.value.upper()
         mark = state if cand.valid else f"{state} ({', '.join(problem_codes(cand.problems)) or 'no problem code'})"

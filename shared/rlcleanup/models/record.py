@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
 from rlcleanup.errors import redact_credentials
+from rlcleanup.models.storage_ledger import LedgerTotals, StorageLedger
 from rlcleanup.models.vocab import (
     CandidateKind,
     CandidateState,
@@ -460,6 +461,16 @@ class CompletionRecord(_Model):
         "or is gone: they no longer apply, and their effects are not this record's",
     )
     reclaimed_bytes: int = 0
+    # --- storage ledger (issue 40): what the run holds, by class; latest in full, earlier ones as totals
+    storage_ledger: StorageLedger | None = Field(
+        default=None, description="the run's storage by class, where, expiry and monthly list-price cost"
+    )
+    storage_bytes: int = Field(default=0, description="the latest ledger's total bytes (console filter)")
+    storage_monthly_usd: float = Field(default=0.0, description="the latest ledger's monthly cost at list prices")
+    storage_ledger_history: list[LedgerTotals] = Field(
+        default_factory=list, description="totals of every ledger measured before the latest (before/after reclaims)"
+    )
+    # --- end storage ledger
     pre_cancel: PreCancelCapture | None = None
     hub_audits: list[HubAudit] = Field(
         default_factory=list,

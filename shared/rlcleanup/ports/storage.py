@@ -287,3 +287,24 @@ def versions_of(storage: Storage, uri: str) -> VersionedStorage | None:
     if isinstance(storage, SchemeAwareStorage) and storage.capabilities(uri).object_version:
         return storage.versioned(uri)
     return None
+
+
+@dataclass(frozen=True)
+class IncompleteUpload:
+    """A multipart upload started and never completed or aborted (S3 ListMultipartUploads): its parts are billed
+    bytes no object listing shows (issue 36 item 3, issue 40 item 4)."""
+
+    key_uri: str  # the object it would have become
+    upload_id: str
+    initiated: datetime | None
+    parts: int
+    bytes: int
+
+
+@runtime_checkable
+class ListsIncompleteUploads(Protocol):
+    """A backend with multipart uploads (S3): list them under a prefix, and abort one (a reclaim grant only)."""
+
+    def incomplete_uploads(self, prefix_uri: str) -> list[IncompleteUpload]: ...
+
+    def abort_incomplete_upload(self, key_uri: str, upload_id: str) -> bool: ...

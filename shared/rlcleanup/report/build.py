@@ -10,6 +10,7 @@ from rlcleanup.models.vocab import CandidateKind
 from rlcleanup.report.document import BAD, GOOD, WARN, Block, Bullets, Code, Document, Figure, Para, Section, Table
 from rlcleanup.report.inputs import ReportInputs
 from rlcleanup.report.reasons import terminal_reasons
+from rlcleanup.report.storage import storage_section
 from rlcleanup.report.verdict import authority_lines, build_verdict, selection_state
 
 
@@ -240,6 +241,7 @@ def build_document(inputs: ReportInputs, *, with_figure: bool = True) -> Documen
         _selection(r),
         _resume(r),
         _preserved(r),
+        storage_section(r),  # report/storage.py
         _config(r),
         _errors(r),
     ]

@@ -1,0 +1,198 @@
+"""The storage ledger per run (issue 40 item 1): bytes and object counts by class, where each lives, its expiry,
+and a monthly cost at list prices.
+
+What is listed: the record's roots (`run_uri`, `temp_root`: the roots classification checked), its preserved
+locations, the destinations of its publishes and hand-offs (object stores and local paths; a Hub repo is not
+storage the run pays for here), its quarantine (`<bucket>/<prefix>/<run>/`), and, where the backend has them,
+the incomplete multipart uploads under the run's roots (`ports.storage.ListsIncompleteUploads`). Each object goes
+to one class (models/storage_ledger.LEDGER_CLASSES); the resume checkpoints are the retention plan's
+(authority/retention.py). Expiry is `steps/expiry.expires_at` (a `tmp/ttl=<N>d/` root), or the quarantine's.
+
+Prices: `PRICES` below, list prices per GiB-month of standard storage; the figure is an estimate of holding the
+bytes, not a bill (no free tier, no discounts, no operations).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from rlcleanup.authority import quarantine, retention
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.models.storage_ledger import LEDGER_CLASSES, LedgerClass, LedgerTotals, StorageLedger
+from rlcleanup.ports.hub import is_hub
+from rlcleanup.ports.records import RunRecords
+from rlcleanup.ports.storage import ListsIncompleteUploads, ObjectInfo, Storage
+from rlcleanup.settings import QuarantineSettings, read
+from rlcleanup.steps.expiry import expires_at
+from rlcleanup.uris import LOCAL_SCHEME, scheme, strip_file_scheme
+
+# USD per GiB-month, standard class. Sources (list prices, as of 2026-12-03, the date of bench/prices.json):
+# GCS https://cloud.google.com/storage/pricing (Standard, regional us-central1: $0.020/GB-month);
+# S3 https://aws.amazon.com/s3/pricing/ (S3 Standard, first 50 TB, us-east-1: $0.023/GB-month).
+PRICES = {"gs": 0.020, "s3": 0.023, LOCAL_SCHEME: 0.0}
+PRICE_SOURCE = "list prices per GB-month as of 2026-12-03: GCS Standard regional $0.020, S3 Standard $0.023, local 0"
+HISTORY_KEPT = 50  # the record holds at most this many earlier totals
+
+_LOGS = re.compile(r"/logs?/|\.log$|\.log\.\d+$|/stdout|/stderr")
+_DEBUG = re.compile(r"/debug_artifacts/|/debug/|/outcomes/|termination|\.exception\.json$|/crash|/core\.")
+_RAY_SPILL = re.compile(r"/(?:ray_spilled_objects|ray[-_]spill|spill)/")
+
+
+def monthly_usd(uri: str, size: int) -> float:
+    return size / 2**30 * PRICES.get(scheme(uri), PRICES["s3"])
+
+
+@dataclass
+class _Acc:
+    bytes: int = 0
+    objects: int = 0
+    where: set[str] = field(default_factory=set)
+    expires: datetime | None = None
+    usd: float = 0.0
+
+    def add(self, where: str, size: int, usd: float, expiry: datetime | None) -> None:
+        self.bytes += size
+        self.objects += 1
+        self.usd += usd
+        if len(self.where) < 5:
+            self.where.add(where)
+        if expiry is not None and (self.expires is None or expiry < self.expires):
+            self.expires = expiry
+
+
+class _Counting:
+    """Counts the listing calls the ledger makes (the bench's figure)."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.listings = 0
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        self.listings += 1
+        yield from self.storage.list(prefix)
+
+
+def _under(path: str, root: str) -> bool:
+    root = strip_file_scheme(root).rstrip("/")
+    return path == root or path.startswith(root + "/")
+
+
+def classify(info: ObjectInfo, record: CompletionRecord, plan: retention.RetentionPlan) -> str:
+    """One object of the run's roots → its ledger class."""
+    path = strip_file_scheme(info.uri)
+    if any(_under(path, p) for p in record.preserved_locations):
+        return "preserved_evidence"
+    if retention.STAGING.search(path):
+        return "export_staging"
+    if _RAY_SPILL.search(path):
+        return "ray_spill"
+    step_of_export = next(
+        (c.step for c in record.candidates if _under(path, c.uri.rstrip("/").removesuffix("/policy"))), None
+    )
+    if step_of_export is not None:
+        return "exports"
+    if _DEBUG.search(path):
+        return "debug_artifacts"
+    if _LOGS.search(path):
+        return "logs"
+    found = re.findall(r"/global_step_(\d+)/", path)
+    if found:
+        return "resume_checkpoints" if int(found[-1]) in plan.resume_steps else "checkpoints"
+    return "other"
+
+
+def measure(storage: Storage, record: CompletionRecord, label: str, now: datetime) -> StorageLedger:
+    """List what the run holds now and sum it by class."""
+    counting = _Counting(storage)
+    settings = read(QuarantineSettings)
+    acc = {name: _Acc() for name in LEDGER_CLASSES}
+    seen: set[str] = set()
+
+    def add(cls: str, info: ObjectInfo, where: str, expiry: datetime | None) -> None:
+        if info.uri in seen:
+            return
+        seen.add(info.uri)
+        acc[cls].add(where, info.size, monthly_usd(info.uri, info.size), expiry)
+
+    listed: dict[str, ObjectInfo] = {}
+    roots = [record.run_uri, *([record.temp_root] if record.temp_root else [])]
+    for root in roots:
+        for o in counting.list(root):
+            listed.setdefault(o.uri, o)
+    run_objects = list(listed.values())
+    declared = retention.declared_max_ckpts(storage, record)  # one read of the resolved config, hash-checked
+    plan = retention.make_retention(record, retention.checkpoint_steps(run_objects, record), declared)
+    for info in run_objects:
+        cls = classify(info, record, plan)
+        add(cls, info, next(r for r in roots if _under(strip_file_scheme(info.uri), r)), expires_at(info))
+    for location in record.preserved_locations:
+        for info in counting.list(location):
+            add("preserved_evidence", info, location, expires_at(info))
+    for dest in sorted({a.destination for a in record.authority_actions if a.state in {"published", "handed_off"}
+                        and a.destination and not is_hub(a.destination)}):  # fmt: skip
+        for info in counting.list(dest):
+            add("published_copies", info, dest, None)
+    for root in sorted({quarantine.quarantine_root(r, record.run_uri, settings) for r in roots}):
+        held = f"{root}/{record.run_id}"
+        for info in counting.list(held):
+            born = info.created or info.updated
+            add("quarantine", info, held, born + timedelta(days=settings.days) if born else None)
+    if isinstance(storage, ListsIncompleteUploads):
+        for root in roots:
+            for upload in storage.incomplete_uploads(root):
+                if upload.key_uri in seen:
+                    continue
+                acc["incomplete_uploads"].add(root, upload.bytes, monthly_usd(upload.key_uri, upload.bytes), None)
+    classes = [
+        LedgerClass(
+            name=name,
+            bytes=a.bytes,
+            objects=a.objects,
+            where=sorted(a.where),
+            expires_at=a.expires,
+            monthly_usd=round(a.usd, 6),
+        )
+        for name, a in acc.items()
+        if a.objects
+    ]
+    return StorageLedger(
+        label=label,
+        measured_at=now,
+        bytes=sum(c.bytes for c in classes),
+        objects=sum(c.objects for c in classes),
+        monthly_usd=round(sum(c.monthly_usd for c in classes), 6),
+        classes=sorted(classes, key=lambda c: -c.bytes),
+        listings=counting.listings,
+        prices=PRICE_SOURCE,
+    )
+
+
+def record_ledger(records: RunRecords, run_id: str, ledger: StorageLedger) -> None:
+    """Put `ledger` on the record as the latest; the one it replaces joins the history as totals."""
+    record = records.get(run_id)
+    if record is None:
+        return
+    history = list(record.storage_ledger_history)
+    if record.storage_ledger is not None:
+        history.append(LedgerTotals.model_validate(record.storage_ledger.model_dump(exclude={"classes", "listings",
+                                                                                              "prices"})))  # fmt: skip
+    records.update(
+        run_id,
+        {
+            "storage_ledger": ledger.model_dump(mode="json"),
+            "storage_bytes": ledger.bytes,
+            "storage_monthly_usd": ledger.monthly_usd,
+            "storage_ledger_history": [h.model_dump(mode="json") for h in history[-HISTORY_KEPT:]],
+        },
+    )
+
+
+def measure_and_record(
+    storage: Storage, records: RunRecords, record: CompletionRecord, label: str, now: datetime
+) -> StorageLedger:
+    ledger = measure(storage, record, label, now)
+    record_ledger(records, record.run_id, ledger)
+    return ledger

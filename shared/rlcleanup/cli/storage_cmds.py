@@ -1,0 +1,121 @@
+"""`rlcleanup storage`, `restore` and `quarantine-expire` (issue 40): what runs hold, putting a reclaim back, and
+the quarantine's expiry where no bucket lifecycle rule does it (local files, the emulator stack)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+
+from rlcleanup.cli.operator import operator_errors
+from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
+from rlcleanup.cli.stores import EXIT_FAILURE, get_record, open_store
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.textsafe import neutralise
+
+
+def storage_rows(records: list[CompletionRecord]) -> list[dict[str, Any]]:
+    """One row per run with a ledger, largest first."""
+    rows = [
+        {
+            "run_id": r.run_id,
+            "bytes": r.storage_ledger.bytes,
+            "objects": r.storage_ledger.objects,
+            "monthly_usd": r.storage_ledger.monthly_usd,
+            "measured_at": r.storage_ledger.measured_at.isoformat(),
+            "label": r.storage_ledger.label,
+            "classes": {c.name: c.bytes for c in r.storage_ledger.classes},
+        }
+        for r in records
+        if r.storage_ledger is not None
+    ]
+    return sorted(rows, key=lambda row: (-row["bytes"], row["run_id"]))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @operator_errors
+    def storage(
+        run_id: Annotated[str | None, typer.Argument(help="one run (default: every run)")] = None,
+        refresh: Annotated[bool, typer.Option("--refresh", help="list the runs' storage now and record it")] = False,
+        limit: Annotated[int, typer.Option(help="runs to read at most")] = 1000,
+        db: DbOption = None,
+        backend: BackendOption = None,
+        project: ProjectOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """What each run holds, by class (resume checkpoints, exports, logs, ... quarantine), largest first."""
+        from rlcleanup.authority.storage_ledger import measure_and_record
+        from rlcleanup.runtime.backends import open_storage
+
+        opened = open_store(backend_name(backend), db_path(db), project)
+        records = [get_record(opened, run_id)] if run_id else list(opened.store.list_runs(limit=limit))
+        if refresh:
+            blobs = open_storage()
+            now = datetime.now(UTC)
+            for r in records:
+                measure_and_record(blobs, opened.store, r, "refreshed", now)
+            records = [opened.store.get(r.run_id) or r for r in records]
+        rows = storage_rows(records)
+        if as_json:
+            typer.echo(json.dumps(rows, indent=2))
+            return
+        if not rows:
+            typer.echo("no run has a storage ledger yet: `rlcleanup storage --refresh` measures them")
+            return
+        for row in rows:
+            classes = ", ".join(f"{k} {v}" for k, v in sorted(row["classes"].items(), key=lambda kv: -kv[1]))
+            typer.echo(
+                neutralise(
+                    f"{row['run_id']}  {row['bytes']} B  {row['objects']} objects  ${row['monthly_usd']:.4f}/month  "
+                    f"({classes})"
+                )
+            )
+
+    @app.command()
+    @operator_errors
+    def restore(
+        run_id: RunIdArg,
+        db: DbOption = None,
+        backend: BackendOption = None,
+        project: ProjectOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Put back, byte-exact, every object a reclaim of RUN_ID moved into quarantine (until its expiry)."""
+        from rlcleanup.authority.quarantine import restore as restore_run
+        from rlcleanup.authority.storage_ledger import measure_and_record
+        from rlcleanup.runtime.backends import open_storage
+        from rlcleanup.settings import QuarantineSettings, read
+
+        opened = open_store(backend_name(backend), db_path(db), project)
+        record = get_record(opened, run_id)
+        blobs = open_storage()
+        now = datetime.now(UTC)
+        result = restore_run(blobs, opened.store, record, now, read(QuarantineSettings))
+        if result.restored:
+            measure_and_record(blobs, opened.store, record, "after restore", now)
+        if as_json:
+            typer.echo(json.dumps(result.model_dump(), indent=2))
+        else:
+            typer.echo(f"restored {len(result.restored)} object(s) of {run_id}")
+            for line in [*(f"  refused {r}" for r in result.refused), *(f"  expired {e}" for e in result.expired)]:
+                typer.echo(neutralise(line))
+        if result.refused:
+            raise typer.Exit(EXIT_FAILURE)
+
+    @app.command("quarantine-expire")
+    @operator_errors
+    def quarantine_expire(
+        root: Annotated[str, typer.Argument(help="the bucket (gs://b, s3://b) or local directory holding the prefix")],
+        as_json: JsonOption = False,
+    ) -> None:
+        """Delete quarantined objects older than RLCLEANUP_QUARANTINE_DAYS under ROOT/<prefix>/, nothing else (the
+        lifecycle rule's work where the bucket has none)."""
+        from rlcleanup.authority.quarantine import expire
+        from rlcleanup.runtime.backends import open_storage
+        from rlcleanup.settings import QuarantineSettings, read
+
+        gone = expire(open_storage(), root, read(QuarantineSettings), datetime.now(UTC))
+        typer.echo(json.dumps({"deleted": gone}, indent=2) if as_json else f"expired {len(gone)} quarantined object(s)")
