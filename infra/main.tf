@@ -47,4 +47,5 @@ module "rlcleanup" {
   hub_job_threshold_bytes          = var.hub_job_threshold_bytes
   capture_page_objects             = var.capture_page_objects
   max_run_objects                  = var.max_run_objects
+  notifications                    = var.notifications
 }

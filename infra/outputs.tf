@@ -37,3 +37,8 @@ output "firestore_database" {
   description = "Firestore database holding the records."
   value       = module.rlcleanup.firestore_database
 }
+
+output "notify_webhook_secret" {
+  description = "Secret Manager secret to hold the chat webhook URL: printf %s \"$URL\" | gcloud secrets versions add <it> --data-file=-"
+  value       = module.rlcleanup.notify_webhook_secret
+}

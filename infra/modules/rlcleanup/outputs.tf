@@ -37,3 +37,8 @@ output "firestore_database" {
   description = "Firestore database holding the records."
   value       = google_firestore_database.records.id
 }
+
+output "notify_webhook_secret" {
+  description = "Secret Manager secret to hold the chat webhook URL (add its value with gcloud); null when notifications.webhook is off."
+  value       = var.notifications.webhook ? google_secret_manager_secret.notify_webhook[0].secret_id : null
+}
