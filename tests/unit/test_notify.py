@@ -13,8 +13,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from tests.servers.webhook_standin import GOOGLE_CHAT_PATH, SLACK_PATH
-from tests.unit.notify_support import control, mails, messages, smtp_standin, webhook_standin
 
 from rlcleanup.models.record import CompletionRecord, Deadline, RunError
 from rlcleanup.models.vocab import RecordStatus
@@ -26,6 +24,8 @@ from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.settings import NotifySettings, unconfigured
 from rlcleanup.sources.sweep import SweepRecords
 from rlcleanup.textsafe import is_neutral, neutralise
+from servers.notify_support import control, mails, messages, smtp_standin, webhook_standin
+from servers.webhook_standin import GOOGLE_CHAT_PATH, SLACK_PATH
 
 T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 TTL14 = timedelta(days=14)

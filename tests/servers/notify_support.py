@@ -1,4 +1,5 @@
-"""The stand-in webhook and SMTP relay (tests/servers/), each started on a free port in its own process group."""
+"""Start the stand-in webhook and SMTP relay (this directory) on a free port, each in its own process group, and read
+what they received."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from rlcleanup.stack import procs
 
-SERVERS = Path(__file__).resolve().parents[1] / "servers"
+SERVERS = Path(__file__).resolve().parent
 
 
 @contextmanager
