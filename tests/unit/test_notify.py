@@ -7,6 +7,7 @@ is fixed; the sweep's deadline re-check moves it."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -257,3 +258,60 @@ def test_a_bad_webhook_url_is_named_without_its_value(monkeypatch: pytest.Monkey
     with pytest.raises(SettingsError) as caught:
         load_settings()
     assert "RLCLEANUP_NOTIFY_WEBHOOK_URL" in str(caught.value) and "sekret" not in str(caught.value)
+
+
+def test_the_webhook_token_never_reaches_a_log_line_even_at_debug(
+    webhook: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rlcleanup.adapters.notify_webhook import WebhookChannel
+    from rlcleanup.models.notifications import Notice
+
+    caplog.set_level(logging.DEBUG)
+    WebhookChannel(webhook + SLACK_PATH, "slack").send(Notice(run_id="r", digest="0" * 16, subject="s", text="t"))
+    assert len(messages(webhook)) == 1
+    assert "POST /[REDACTED]" in caplog.text  # urllib3's wire line is there, without the path
+    assert "standinwebhooktoken" not in caplog.text and SLACK_PATH not in caplog.text
+
+
+def test_an_unexplained_failure_before_a_cancel_tells_a_person_the_cause_command(tmp_path: Path, webhook: str) -> None:
+    from authority_support import make_world
+
+    from rlcleanup.authority.precancel import signature_id
+    from rlcleanup.models.events import JobEvent
+
+    w = make_world(tmp_path, "completed-resumed", run=False)
+    w.stack.ports.settings = w.stack.ports.settings.model_copy(
+        update={"notify": NotifySettings(webhook_url=webhook + SLACK_PATH)}
+    )
+    for row, log in enumerate(sorted((w.tmp / "runs").rglob("attempts/*/logs/finelog.log"))[:2]):
+        log.write_text(
+            log.read_text() + 'Traceback (most recent call last):\n  File "/app/t.py", line 4, in train\n'
+            f"ValueError: reward function returned NaN for row {1000 + row}\n"
+        )
+    event = JobEvent(
+        source="manual",
+        job_id="job-1",
+        run_uri=w.run_uri,
+        state="RUNNING",
+        observed_at=datetime.now(UTC),
+        intent="pre_cancel",
+    )
+    w.stack.bus.publish("pre-cancel", event.model_dump_json().encode(), {})
+    w.stack.bus.drain()
+    record = w.record
+    assert record.pre_cancel is not None and record.pre_cancel.unexplained_reproducing
+    [text] = _posted(webhook, w.run_id)
+    signature = record.pre_cancel.unexplained_reproducing[0]
+    assert f"needed: explain reproducing failure {signature} before the cancel proceeds" in text
+    assert f'command: rlcleanup cause {w.run_id} {signature_id(signature)} --note "<why it fails>"' in text
+
+
+def test_a_failed_run_points_at_show_first() -> None:
+    record = CompletionRecord(
+        run_id="r-2",
+        run_uri="gs://b/r",
+        status=RecordStatus.awaiting_authority,
+        remaining_work=["diagnose the first causal error before any relaunch", "reclaim: needs a separate reclaim"],
+    )
+    notice = build_notice(record, T0, warning=HOUR)
+    assert notice is not None and notice.text.splitlines()[-1] == "command: rlcleanup show r-2"

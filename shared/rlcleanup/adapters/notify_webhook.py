@@ -8,6 +8,7 @@ error, a log line or the record; errors name the host only. A connection error, 
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import urlsplit
 
 import requests
@@ -16,6 +17,33 @@ from rlcleanup.models.notifications import Notice
 from rlcleanup.ports.notifier import NotificationRefused, NotificationUndelivered
 
 RETRYABLE = {408, 429}
+# urllib3 logs each request's path and query at DEBUG ("POST /services/T/B/<token> HTTP/1.1" 200): with
+# RLCLEANUP_LOG_LEVEL=DEBUG that line would carry the token, so its logger hides every webhook's path and query.
+_WIRE_LOGGER = "urllib3.connectionpool"
+
+
+class _HideWebhook(logging.Filter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        hidden = message
+        for secret in self.secrets:
+            hidden = hidden.replace(secret, "/[REDACTED]")
+        if hidden != message:
+            record.msg, record.args = hidden, ()
+        return True
+
+
+_HIDE = _HideWebhook()
+logging.getLogger(_WIRE_LOGGER).addFilter(_HIDE)
+
+
+def _path_and_query(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
 class WebhookChannel:
@@ -25,6 +53,8 @@ class WebhookChannel:
         self.host = urlsplit(url).hostname or "?"
         self._timeout = timeout
         self._session = session or requests.Session()
+        if len(_path_and_query(url)) > 1:
+            _HIDE.secrets.add(_path_and_query(url))
 
     @property
     def name(self) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from rlcleanup.models.notifications import MAX_NOTICE_CHARS, Notice
@@ -48,21 +49,22 @@ def _unexplained(record: CompletionRecord) -> list[str]:
     return list(record.pre_cancel.unexplained_reproducing) if record.pre_cancel else []
 
 
-def _command(record: CompletionRecord) -> str:
-    """The one command that moves the first open need (a dry run where a grant is needed: it signs nothing)."""
+def _command(record: CompletionRecord, signature_id: Callable[[str], str]) -> str:
+    """The command for the first need (a dry run where a grant is needed: it signs nothing); `show` for a need
+    only a person's judgement meets (a failure to diagnose, a deadline)."""
     run = record.run_id
     unexplained = _unexplained(record)
     if unexplained:
-        return f'rlcleanup cause {run} {unexplained[0]} --note "<why it fails>"'
-    items = record.remaining_work
+        return f'rlcleanup cause {run} {signature_id(unexplained[0])} --note "<why it fails>"'
     valid = [c.step for c in record.candidates if c.valid]
     selected = record.selection.step if record.selection and record.selection.status == "selected" else None
     step = selected if selected is not None else (valid[-1] if valid else None)
-    if step is not None and any(i == PUBLISH_ITEM or i.startswith(SELECTION_PREFIX) for i in items):
+    first = record.remaining_work[0] if record.remaining_work else ""
+    if step is not None and (first == PUBLISH_ITEM or first.startswith(SELECTION_PREFIX)):
         return f"rlcleanup grant {run} --action publish --step {step} --destination <DEST> --key <KEY> --dry-run"
-    if REGISTER_ITEM in items:
+    if first == REGISTER_ITEM:
         return f"rlcleanup grant {run} --action register --key <KEY> --dry-run"
-    if RECLAIM_ITEM in items:
+    if first == RECLAIM_ITEM:
         return f"rlcleanup grant {run} --action reclaim --key <KEY> --dry-run"
     return f"rlcleanup show {run}"
 
@@ -83,10 +85,16 @@ def state_digest(record: CompletionRecord, verdict: str, how_urgent: str) -> str
 
 
 def build_notice(
-    record: CompletionRecord, now: datetime, *, warning: timedelta, on_complete: bool = False
+    record: CompletionRecord,
+    now: datetime,
+    *,
+    warning: timedelta,
+    on_complete: bool = False,
+    signature_id: Callable[[str], str] = lambda signature: "<SIGNATURE_ID>",
 ) -> Notice | None:
-    """The message for the record's state, or None when nobody needs to be told."""
-    if record.status in QUIET:
+    """The message for the record's state, or None when nobody needs to be told. `signature_id`: the id
+    `rlcleanup cause` takes for a reproducing failure (authority/precancel.py's, handed in by the wiring)."""
+    if record.status in QUIET and not _unexplained(record):  # a live run's pre-cancel capture still speaks
         return None
     needs = _needs(record)
     if not needs and not on_complete:
@@ -108,7 +116,7 @@ def build_notice(
         shown = [one_line(n, 300) for n in needs[:NEEDS_SHOWN]]
         more = f" (+{len(needs) - NEEDS_SHOWN} more)" if len(needs) > NEEDS_SHOWN else ""
         lines = [subject, one_line(verdict), "needed: " + "; ".join(shown) + more, _by(record, now, how_urgent)]
-        lines.append("command: " + one_line(_command(record), 300))
+        lines.append("command: " + one_line(_command(record, signature_id), 300))
     text = "\n".join(lines)
     if len(text) > MAX_NOTICE_CHARS:
         text = text[: MAX_NOTICE_CHARS - 1] + "…"

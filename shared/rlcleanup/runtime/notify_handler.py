@@ -16,6 +16,7 @@ import logging
 from datetime import timedelta
 from functools import cache
 
+from rlcleanup.authority import precancel
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.notifications import Notice, NotificationSent
 from rlcleanup.models.record import RunError
@@ -75,7 +76,9 @@ def notify(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     if record is None:
         return f"no record {run_id}: nothing to tell"
     warning = timedelta(hours=conf.deadline_warning_hours)
-    notice = build_notice(record, p.clock.now(), warning=warning, on_complete=conf.on_complete)
+    notice = build_notice(
+        record, p.clock.now(), warning=warning, on_complete=conf.on_complete, signature_id=precancel.signature_id
+    )
     if notice is None:
         return f"{run_id}: nothing for a person"
     outcomes = []
