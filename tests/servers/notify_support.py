@@ -4,8 +4,6 @@ what they received."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -13,25 +11,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlcleanup.stack import procs
-
-SERVERS = Path(__file__).resolve().parent
+from rlcleanup.stack.procs import http_status
+from servers.standin_process import running
 
 
 @contextmanager
 def webhook_standin(state_dir: Path) -> Iterator[str]:
     """The stand-in's base URL (http://127.0.0.1:<port>)."""
-    server, port = procs.start_listening(
-        "webhook-standin",
-        lambda port: [sys.executable, str(SERVERS / "webhook_standin.py"), "--port", str(port)],
-        lambda port: procs.http_status(f"http://127.0.0.1:{port}/__standin/messages") == 200,
-        state_dir=state_dir,
-        env=dict(os.environ),
-    )
-    try:
+
+    def answers(port: int) -> bool:
+        return http_status(f"http://127.0.0.1:{port}/__standin/messages") == 200
+
+    with running("webhook_standin.py", lambda port: [], answers, state_dir) as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        procs.stop_group(server.pid, popen=server.popen, grace=2)
 
 
 @contextmanager
@@ -40,17 +32,8 @@ def smtp_standin(state_dir: Path, fail: int = 0) -> Iterator[tuple[int, Path]]:
     state_dir.mkdir(parents=True, exist_ok=True)
     out = state_dir / "mail.jsonl"
     out.touch()
-
-    def argv(port: int) -> list[str]:
-        return [sys.executable, str(SERVERS / "smtp_standin.py"), "--port", str(port), "--out", str(out)]
-
-    server, port = procs.start_listening(
-        "smtp-standin", lambda p: [*argv(p), "--fail", str(fail)], _answers, state_dir=state_dir, env=dict(os.environ)
-    )
-    try:
+    with running("smtp_standin.py", lambda port: ["--out", str(out), "--fail", str(fail)], _answers, state_dir) as port:
         yield port, out
-    finally:
-        procs.stop_group(server.pid, popen=server.popen, grace=2)
 
 
 def _answers(port: int) -> bool:

@@ -105,10 +105,9 @@ def make_handler(state: State) -> type[JsonHandler]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
-    args = parser.parse_args()
-    ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(State())).serve_forever()
+    port = argparse.ArgumentParser()
+    port.add_argument("--port", type=int, required=True)
+    ThreadingHTTPServer(("127.0.0.1", port.parse_args().port), make_handler(State())).serve_forever()
 
 
 if __name__ == "__main__":
