@@ -51,4 +51,5 @@ module "rlcleanup" {
   max_run_objects                  = var.max_run_objects
   quarantine_prefix                = var.quarantine_prefix
   quarantine_days                  = var.quarantine_days
+  notifications                    = var.notifications
 }

@@ -42,3 +42,8 @@ output "quarantine_lifecycle_rule" {
   description = "Lifecycle rule to merge into each run bucket (the reclaim quarantine's expiry); see the module."
   value       = module.rlcleanup.quarantine_lifecycle_rule
 }
+
+output "notify_webhook_secret" {
+  description = "Secret Manager secret to hold the chat webhook URL: printf %s \"$URL\" | gcloud secrets versions add <it> --data-file=-"
+  value       = module.rlcleanup.notify_webhook_secret
+}

@@ -281,3 +281,19 @@ variable "quarantine_days" {
   type        = number
   default     = 7
 }
+
+variable "notifications" {
+  description = "Chat webhook (URL in Secret Manager) and/or e-mail for runs that need a person (see the module; docs/operator.md)."
+  type = object({
+    webhook                = optional(bool, false)
+    webhook_kind           = optional(string, "slack")
+    smtp_host              = optional(string, "")
+    smtp_port              = optional(number, 25)
+    smtp_starttls          = optional(bool, false)
+    smtp_from              = optional(string, "")
+    smtp_to                = optional(list(string), [])
+    on_complete            = optional(bool, false)
+    deadline_warning_hours = optional(number, 24)
+  })
+  default = {}
+}

@@ -88,6 +88,43 @@ class QuarantineSettings(BaseSettings):
     days: int = Field(default=7, ge=1, le=3650)
 
 
+class NotifySettings(BaseSettings):
+    """Who is told when a run needs a person (runtime/notify_handler.py): a chat webhook and/or e-mail. The webhook
+    URL holds a token: on GCP it lives in Secret Manager and `webhook_secret` names its version resource (the notify
+    function reads it at run time); locally `webhook_url` holds it. Nothing here comes from a run."""
+
+    model_config = SettingsConfigDict(env_prefix="RLCLEANUP_NOTIFY_", extra="ignore", frozen=True)
+
+    webhook_url: str | None = Field(default=None, pattern=r"^https?://[^/\s]+")  # local: the URL itself (a secret)
+    webhook_secret: str | None = Field(default=None, pattern=r"^projects/[^/\s]+/secrets/[^/\s]+/versions/[^/\s]+$")
+    webhook_kind: Literal["slack", "google_chat"] = "slack"  # both take {"text": ...}; the kind names the format
+    smtp_host: str | None = None  # a relay; unset: no e-mail
+    smtp_port: int = Field(default=25, ge=1, le=65535)
+    smtp_starttls: bool = False
+    smtp_from: str | None = None
+    smtp_to: CsvList = None
+    on_complete: bool = False  # also post one plain line when a run completes with nothing for a person
+    deadline_warning_hours: float = Field(default=24.0, gt=0)  # the sweep re-posts a deadline this close
+    max_attempts: int = Field(default=3, ge=1, le=10)  # deliveries of one message before it is recorded as failed
+    timeout_seconds: float = Field(default=10.0, gt=0, le=60)
+
+    @field_validator("smtp_to", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("webhook_url", "webhook_secret", "smtp_host", "smtp_from", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return _unset_if_empty(value)
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.webhook_url or self.webhook_secret or (self.smtp_host and self.smtp_to))
+
+
 class DeploymentSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
@@ -112,6 +149,7 @@ class DeploymentSettings(BaseSettings):
     ray: RaySettings = Field(default_factory=lambda: RaySettings())
     # Where a reclaim quarantines what it removes, and for how long (RLCLEANUP_QUARANTINE_PREFIX / _DAYS).
     quarantine: QuarantineSettings = Field(default_factory=lambda: QuarantineSettings())
+    notify: NotifySettings = Field(default_factory=lambda: NotifySettings())  # RLCLEANUP_NOTIFY_*
     # Event sources (sources/, docs/events.md). The sweep's run roots: a JSON list of {"uri", "depth"} or
     # comma-separated URIs; its tunables (0 = the sweep's default); the k8s adapter.
     sweep_roots: str = ""
@@ -214,6 +252,8 @@ def load_settings() -> DeploymentSettings:
 
 
 _S = TypeVar("_S", bound=BaseSettings)
+# Variables whose value is a credential even inside a deployment group: an error names them, never their value.
+SECRET_VARIABLES = frozenset({"RLCLEANUP_NOTIFY_WEBHOOK_URL"})
 _LABELS = {"DeploymentSettings": "deployment"}
 
 
@@ -229,7 +269,7 @@ def read(kind: type[_S], *, secret: bool = False) -> _S:
         for error in exc.errors():
             field = str(error["loc"][0]) if error["loc"] else ""
             name = _env_name(named, field) if field in named.model_fields else field
-            shown = "" if secret else f"={os.environ.get(name, '')!r}"
+            shown = "" if secret or name in SECRET_VARIABLES else f"={os.environ.get(name, '')!r}"
             problems.append(f"{name}{shown}: {error['msg']}")
         raise SettingsError(
             f"bad {_LABELS.get(kind.__name__, kind.__name__)} configuration: " + "; ".join(problems)
@@ -355,7 +395,9 @@ class Platform(BaseSettings):
 def unconfigured() -> DeploymentSettings:
     """The defaults without reading the environment (tests, stacks built by hand)."""
     # Each group explicitly: left out, its default factory would read (and validate) the environment.
-    return DeploymentSettings.model_construct(iris=IrisSettings.model_construct(), ray=RaySettings.model_construct())
+    return DeploymentSettings.model_construct(
+        iris=IrisSettings.model_construct(), ray=RaySettings.model_construct(), notify=NotifySettings.model_construct()
+    )
 
 
 def within(uri: str, prefixes: tuple[str, ...] | None) -> bool:

@@ -618,3 +618,29 @@ def test_every_documented_console_query_has_its_composite_index(parsed: dict[str
     docs = (ROOT / "docs" / "firestore-console.md").read_text(encoding="utf-8")
     for q in CONSOLE_QUERIES:
         assert q.console_text() in docs, f"docs/firestore-console.md does not list {q.console_text()}"
+
+
+# --- notifications (issue 38 item 7) ------------------------------------------------------------------------------
+
+
+def test_notify_webhook_url_is_a_secret_only_the_notify_function_reads(parsed: dict[str, dict[str, Any]]) -> None:
+    """The webhook URL holds a token: a Secret Manager secret without a value in Terraform, secretAccessor on that one
+    secret for the notify function's own service account only, and the function is handed the secret's version
+    resource (never the URL) as a plain variable, on the notify function alone."""
+    assert _locals(parsed)["event_sources"]["notify"] in {f.name for f in load_topology().functions}
+    secret = _resource(parsed, "google_secret_manager_secret", "notify_webhook")
+    assert secret["count"] == "${var.notifications.webhook ? 1 : 0}"
+    assert not [n for t, n, _ in _resources(parsed) if t == "google_secret_manager_secret_version"], "no value in state"
+    reader = _resource(parsed, "google_secret_manager_secret_iam_member", "notify_webhook_reader")
+    assert reader["role"] == "roles/secretmanager.secretAccessor"
+    assert reader["secret_id"] == "${google_secret_manager_secret.notify_webhook[0].id}"
+    assert reader["member"] == "${google_service_account.runtime[local.event_sources.notify].member}"
+    readers = [b for t, _, b in _resources(parsed) if t.startswith("google_secret_manager_secret_iam")]
+    assert sum("notify_webhook" in json.dumps(b) for b in readers) == 1
+    assert not [t for t, _, _ in _resources(parsed) if t.startswith("google_project_iam") and "secretmanager" in t]
+    env = _block(_resource(parsed, "google_cloudfunctions2_function", "fn"), "service_config")["environment_variables"]
+    assert env["RLCLEANUP_NOTIFY_WEBHOOK_URL"] == ""
+    assert env["RLCLEANUP_NOTIFY_WEBHOOK_SECRET"] == (
+        "${var.notifications.webhook && each.key == local.event_sources.notify ? "
+        '"${google_secret_manager_secret.notify_webhook[0].id}/versions/latest" : ""}'
+    )

@@ -73,6 +73,20 @@ resource "google_cloudfunctions2_function" "fn" {
       # output quarantine_lifecycle_rule, deletes it then; `rlcleanup restore` puts it back before).
       RLCLEANUP_QUARANTINE_PREFIX = var.quarantine_prefix
       RLCLEANUP_QUARANTINE_DAYS   = tostring(var.quarantine_days)
+      # Notifications (notify.tf): the webhook URL is a secret, never a plain variable: the notify function reads
+      # the Secret Manager version RLCLEANUP_NOTIFY_WEBHOOK_SECRET names at run time; WEBHOOK_URL stays empty here.
+      RLCLEANUP_NOTIFY_WEBHOOK_URL            = ""
+      RLCLEANUP_NOTIFY_WEBHOOK_SECRET         = var.notifications.webhook && each.key == local.event_sources.notify ? "${google_secret_manager_secret.notify_webhook[0].id}/versions/latest" : ""
+      RLCLEANUP_NOTIFY_WEBHOOK_KIND           = var.notifications.webhook_kind
+      RLCLEANUP_NOTIFY_SMTP_HOST              = var.notifications.smtp_host
+      RLCLEANUP_NOTIFY_SMTP_PORT              = tostring(var.notifications.smtp_port)
+      RLCLEANUP_NOTIFY_SMTP_STARTTLS          = tostring(var.notifications.smtp_starttls)
+      RLCLEANUP_NOTIFY_SMTP_FROM              = var.notifications.smtp_from
+      RLCLEANUP_NOTIFY_SMTP_TO                = join(",", var.notifications.smtp_to)
+      RLCLEANUP_NOTIFY_ON_COMPLETE            = tostring(var.notifications.on_complete)
+      RLCLEANUP_NOTIFY_DEADLINE_WARNING_HOURS = tostring(var.notifications.deadline_warning_hours)
+      RLCLEANUP_NOTIFY_MAX_ATTEMPTS           = "3"
+      RLCLEANUP_NOTIFY_TIMEOUT_SECONDS        = "10"
     }
 
     # The Iris bearer token (Secret Manager), for the sweep only and only when configured.
@@ -114,5 +128,6 @@ resource "google_cloudfunctions2_function" "fn" {
     google_storage_bucket_iam_member.builder_source_reader,
     google_secret_manager_secret_iam_member.s3_endpoint_reader,
     google_secret_manager_secret_iam_member.hf_token_reader,
+    google_secret_manager_secret_iam_member.notify_webhook_reader,
   ]
 }

@@ -4,13 +4,15 @@
 locals {
   grants_topic = "authority-grants"
 
-  # The event sources' endpoints in the topology (modules/rlcleanup/events.tf; tests/unit/test_infra.py checks they exist).
+  # The event sources' endpoints in the topology (modules/rlcleanup/events.tf; tests/unit/test_infra.py checks they exist),
+  # and the function that reads the notification webhook's secret (notify.tf).
   event_sources = {
     storage_events = "storage-events"
     sweep          = "sweep"
     sweep_function = "sweep"
     k8s_job_events = "k8s-job-events"
     job_events     = "job-events"
+    notify         = "notify"
   }
 
   # What each function touches beyond Firestore and its own `publishes` topics. Keys must equal the topology's
@@ -36,6 +38,7 @@ locals {
     "retry-waiting-grants"     = { read_runs = true, delete_in_runs = true, read_evidence = true, write_evidence = true, write_destinations = true }
     "on-storage-event"         = { read_runs = true, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
     "sweep"                    = { read_runs = true, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
+    "notify"                   = { read_runs = false, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
     "on-k8s-log-entry"         = { read_runs = false, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
   }
 

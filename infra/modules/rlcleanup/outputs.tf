@@ -52,3 +52,8 @@ output "quarantine_lifecycle_rule" {
     }]
   }
 }
+
+output "notify_webhook_secret" {
+  description = "Secret Manager secret to hold the chat webhook URL (add its value with gcloud); null when notifications.webhook is off."
+  value       = var.notifications.webhook ? google_secret_manager_secret.notify_webhook[0].secret_id : null
+}

@@ -456,3 +456,29 @@ variable "quarantine_days" {
     error_message = "quarantine_days must be a whole number of days between 1 and 3650."
   }
 }
+
+variable "notifications" {
+  description = "Who is told when a run needs a person (the notify function, docs/operator.md): webhook = true creates the Secret Manager secret that holds the chat webhook URL (its value is added with gcloud, never here), readable by the notify function only; webhook_kind = slack | google_chat; smtp_* an SMTP relay and recipients (empty smtp_host: no e-mail); on_complete also posts one line for a run that needs nobody; deadline_warning_hours: how close a deadline is before the sweep has notify say it again."
+  type = object({
+    webhook                = optional(bool, false)
+    webhook_kind           = optional(string, "slack")
+    smtp_host              = optional(string, "")
+    smtp_port              = optional(number, 25)
+    smtp_starttls          = optional(bool, false)
+    smtp_from              = optional(string, "")
+    smtp_to                = optional(list(string), [])
+    on_complete            = optional(bool, false)
+    deadline_warning_hours = optional(number, 24)
+  })
+  default = {}
+
+  validation {
+    condition     = contains(["slack", "google_chat"], var.notifications.webhook_kind)
+    error_message = "notifications.webhook_kind must be slack or google_chat (both take {\"text\": ...})."
+  }
+
+  validation {
+    condition     = var.notifications.smtp_host == "" || length(var.notifications.smtp_to) > 0
+    error_message = "notifications.smtp_host needs at least one address in notifications.smtp_to."
+  }
+}

@@ -33,6 +33,8 @@ from rlcleanup.steps.facts import location_run_id
 from rlcleanup.steps.layout import RunLayout, discover
 from rlcleanup.uris import join
 
+READY_TOPIC = "record-ready"  # notify (and retry-waiting-grants) take it: runtime/stages/select.py publishes it too
+
 # ---------------------------------------------------------------- apply
 
 
@@ -194,8 +196,20 @@ def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str
         }
 
     done = _once(p, run_id, f"pre-cancel:{event.event_key}", work)
+    if done is not None:
+        _tell_if_unexplained(p, run_id)
     retried = _retry(p, run_id)  # a cancel grant may be waiting for exactly this capture
     return f"{'captured' if done else 'already captured'} {run_id}; grants: {retried}"
+
+
+def _tell_if_unexplained(p: Ports, run_id: str) -> None:
+    """A capture that saw a reproducing failure nobody explained holds a cancel until a person records its cause:
+    record-ready, so notify tells one (runtime/notify_handler.py; its claim dedupes a repeat)."""
+    record = p.records.get(run_id)
+    if record is None or record.pre_cancel is None or not record.pre_cancel.unexplained_reproducing:
+        return
+    ready = json.dumps({"run_id": run_id, "status": record.status.value, "reason": "pre_cancel"}).encode()
+    p.bus.publish(READY_TOPIC, ready, {"run_id": run_id, "reason": "pre_cancel"})
 
 
 def _controller(p: Ports, source: str) -> JobController | None:

@@ -9,10 +9,11 @@ record-store call.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -20,7 +21,8 @@ from pydantic import ValidationError
 from rlcleanup.errors import PermanentError
 from rlcleanup.formats.export_request import read_request
 from rlcleanup.models.events import JobEvent
-from rlcleanup.models.record import ExportRequestState, RunError
+from rlcleanup.models.record import CompletionRecord, ExportRequestState, RunError
+from rlcleanup.report.notice import urgency
 from rlcleanup.runtime.attempt_scope import PASS_PREFIX
 from rlcleanup.runtime.claims import once
 from rlcleanup.runtime.evidence import refresh_report
@@ -48,6 +50,7 @@ from rlcleanup.uris import basename, parent
 
 log = logging.getLogger(__name__)
 JOB_EVENTS = "job-events"
+READY_TOPIC = "record-ready"  # runtime/stages/select.py says a finished record is ready on it too
 
 
 def publish_job_event(p: Ports, event: JobEvent) -> None:
@@ -202,6 +205,7 @@ def _recheck_deadlines(p: Ports, now: datetime, config: SweepConfig) -> int:
         return read_request(p.storage, checkpoint) if in_run_buckets(checkpoint, p.run_buckets) else None
 
     changed = 0
+    warning = timedelta(hours=settings(p).notify.deadline_warning_hours)
     for record in deadline_records(p.records, config.record_scan_limit):
         found = recheck(record, now, read)
         if found.fields:
@@ -209,7 +213,27 @@ def _recheck_deadlines(p: Ports, now: datetime, config: SweepConfig) -> int:
             p.records.add_errors(record.run_id, found.errors)
             refresh_report(p, record.run_id)  # a deadline passed: the report says so too
             changed += 1
+        _deadline_notice(p, p.records.get(record.run_id) if found.fields else record, now, warning)
     return changed
+
+
+def _deadline_notice(p: Ports, record: CompletionRecord | None, now: datetime, warning: timedelta) -> None:
+    """A deadline that is now close or passed (or changed) is a new state for a person: record-ready once per
+    run, deadlines and urgency (notify posts it once more; its own claim dedupes a repeat)."""
+    if record is None or not record.deadlines:
+        return
+    how_urgent = urgency(record, now, warning)
+    if how_urgent not in ("due_soon", "passed"):
+        return
+    state = hashlib.sha256(
+        json.dumps([how_urgent, *sorted(f"{d.at.isoformat()} {d.item}" for d in record.deadlines)]).encode()
+    ).hexdigest()[:16]
+    seen = f"deadline-notice:{record.run_id}:{state}"
+    if p.records.get_doc(SEEN, seen) is not None:
+        return
+    ready = {"run_id": record.run_id, "status": record.status.value, "deadline": how_urgent}
+    p.bus.publish(READY_TOPIC, json.dumps(ready).encode(), {"run_id": record.run_id, "reason": "deadline"})
+    p.records.put_doc(SEEN, seen, {"source": "sweep"}, only_if_absent=True)  # after: a crash in between says it again
 
 
 def _pass_text(scope: str) -> str:

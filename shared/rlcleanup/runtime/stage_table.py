@@ -19,13 +19,14 @@ from functools import cache
 from pydantic import BaseModel
 
 from rlcleanup.models.events import CandidateMessage, CapturePartMessage, JobEvent, LogScanPartMessage, RunMessage
+from rlcleanup.models.notifications import NotificationSent
 from rlcleanup.models.plans import (
     CapturePlan,
     Classified,
     LogScanPlan,
     RecordFinished,
 )
-from rlcleanup.runtime import authority_handlers, source_handlers
+from rlcleanup.runtime import authority_handlers, notify_handler, source_handlers
 from rlcleanup.runtime.failures import FailedMember, FailureRoute
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages import barrier, capture, classify, select, terminal, validate
@@ -58,6 +59,7 @@ ROWS: tuple[StageRow, ...] = (
     StageRow("apply_grant", authority_handlers.apply_grant, None),
     StageRow("capture_pre_cancel", authority_handlers.capture_pre_cancel, JobEvent),
     StageRow("retry_waiting_grants", authority_handlers.retry_waiting_grants, None),
+    StageRow("notify", notify_handler.notify, None, NotificationSent),  # record-ready: {"run_id", "status"}
     StageRow("on_storage_event", source_handlers.on_storage_event, None),
     StageRow("sweep", source_handlers.sweep, None),
     StageRow("on_k8s_log_entry", source_handlers.on_k8s_log_entry, None),
