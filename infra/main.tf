@@ -46,6 +46,7 @@ module "rlcleanup" {
   hub_upload_timeout_seconds       = var.hub_upload_timeout_seconds
   hub_job_threshold_bytes          = var.hub_job_threshold_bytes
   hub_audit                        = var.hub_audit
+  hub_audit_token_secret           = var.hub_audit_token_secret
   precancel_sync_wait_seconds      = var.precancel_sync_wait_seconds
   capture_page_objects             = var.capture_page_objects
   max_run_objects                  = var.max_run_objects

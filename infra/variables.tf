@@ -255,7 +255,13 @@ variable "capture_page_objects" {
 variable "hub_audit" {
   description = "Read back the Hub repos a run's own export job published to (see the module)."
   type        = bool
-  default     = false
+  default     = true
+}
+
+variable "hub_audit_token_secret" {
+  description = "Secret Manager secret ID holding a read-only HF token for the Hub audit (see the module); empty: anonymous reads."
+  type        = string
+  default     = ""
 }
 
 variable "precancel_sync_wait_seconds" {

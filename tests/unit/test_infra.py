@@ -644,3 +644,27 @@ def test_notify_webhook_url_is_a_secret_only_the_notify_function_reads(parsed: d
         "${var.notifications.webhook && each.key == local.event_sources.notify ? "
         '"${google_secret_manager_secret.notify_webhook[0].id}/versions/latest" : ""}'
     )
+
+
+def test_the_hub_audit_is_on_and_only_its_function_reads_its_read_only_token(parsed: dict[str, dict[str, Any]]) -> None:
+    """The Hub audit (issue 35 item 3) is on by default in a deployment; its optional token is a separate, read-only
+    secret mounted as RLCLEANUP_HUB_AUDIT_TOKEN on the one function whose handler runs the audit (select-candidate's
+    wrap-up), with secretAccessor for that function's account alone; the write token (HF_TOKEN) never reaches it."""
+    from rlcleanup.runtime.stage_table import stage_table
+
+    function = _locals(parsed)["hub_audit_function"]
+    assert stage_table().row(function.replace("-", "_")).handler.__module__ == "rlcleanup.runtime.stages.select"
+    variables = {
+        name: body for doc in parsed.values() for block in doc.get("variable", []) for name, body in block.items()
+    }
+    assert variables["hub_audit"]["default"] is True
+    assert variables["hub_audit_token_secret"]["default"] == ""
+    reader = _resource(parsed, "google_secret_manager_secret_iam_member", "hub_audit_token_reader")
+    assert reader["count"] == '${var.hub_audit && var.hub_audit_token_secret != "" ? 1 : 0}'
+    assert reader["secret_id"] == "${var.hub_audit_token_secret}"
+    assert reader["member"] == "${google_service_account.runtime[local.hub_audit_function].member}"
+    assert reader["role"] == "roles/secretmanager.secretAccessor"
+    functions = (MODULE / "functions.tf").read_text()
+    mount = functions[functions.index('key        = "RLCLEANUP_HUB_AUDIT_TOKEN"') - 400 :]
+    assert "each.key == local.hub_audit_function ? [var.hub_audit_token_secret] : []" in mount.split("content")[0]
+    assert "HF_TOKEN" not in mount.split("}")[0]

@@ -111,6 +111,16 @@ resource "google_cloudfunctions2_function" "fn" {
         version    = "latest"
       }
     }
+    # The Hub audit's read-only token (hub.tf), on the function that runs the audit at wrap-up only.
+    dynamic "secret_environment_variables" {
+      for_each = var.hub_audit && var.hub_audit_token_secret != "" && each.key == local.hub_audit_function ? [var.hub_audit_token_secret] : []
+      content {
+        key        = "RLCLEANUP_HUB_AUDIT_TOKEN"
+        project_id = var.project_id
+        secret     = secret_environment_variables.value
+        version    = "latest"
+      }
+    }
     dynamic "secret_environment_variables" {
       for_each = var.enable_hub_destination && contains(local.grant_appliers, each.key) ? [google_secret_manager_secret.hf_token[0].secret_id] : []
       content {

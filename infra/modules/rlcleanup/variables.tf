@@ -402,9 +402,15 @@ variable "capture_page_objects" {
 }
 
 variable "hub_audit" {
-  description = "Read back (never write) the Hub repos a run's own export job published to, at wrap-up (RLCLEANUP_HUB_AUDIT; docs/hub.md)."
+  description = "Read back (never write) the Hub repos a run's own export job published to, at wrap-up (RLCLEANUP_HUB_AUDIT; docs/hub.md). On by default: a run that published to the Hub is checked; anonymous reads see public repos only (see hub_audit_token_secret)."
   type        = bool
-  default     = false
+  default     = true
+}
+
+variable "hub_audit_token_secret" {
+  description = "Secret Manager secret ID (in var.project_id) holding a READ-ONLY Hugging Face token for the Hub audit, so private repos can be read back; select-candidate alone reads it, as RLCLEANUP_HUB_AUDIT_TOKEN. Never the write token (hf_token). Empty: the audit reads anonymously and a private repo reads as not found."
+  type        = string
+  default     = ""
 }
 
 variable "precancel_sync_wait_seconds" {
