@@ -182,9 +182,11 @@ class ServerSideCopier:
             self._abort(d, state.upload_id)  # made for another version of the source: its parts are not ours
             state = None
         if state is not None:
-            done = self._parts(d, state.upload_id)
-            if done is None:  # the upload is gone (aborted, or completed by a copy that then died)
+            held = self._parts(d, state.upload_id)
+            if held is None:  # the upload is gone (aborted, or completed by a copy that then died)
                 state = None
+            else:
+                done = held
         if state is None:
             upload_id = self._create(src, d)
             state = MultipartCopyState(
@@ -197,7 +199,7 @@ class ServerSideCopier:
             self.client.put_object(Bucket=d[0], Key=state_key, Body=state.model_dump_json().encode())
             done = {}
         try:
-            etags = self._copy_parts(src, s, d, state, done or {})
+            etags = self._copy_parts(src, s, d, state, done)
             self._complete(src, d, state.upload_id, etags)
         except (Precondition, SourceChangedError, StorageAccessError, FileNotFoundError):
             self._abort(d, state.upload_id)  # refused for good: no incomplete upload keeps the bytes
