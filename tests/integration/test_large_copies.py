@@ -22,12 +22,10 @@ import pytest
 from rlcleanup.adapters.gcs_storage import GcsStorage
 from rlcleanup.adapters.s3_copy import part_ranges, part_size
 from rlcleanup.adapters.s3_storage import S3Storage
-from rlcleanup.ports.storage import WriteOutcome
+from rlcleanup.ports.storage import StorageError, WriteOutcome
 from rlcleanup.settings import GIB, MIB, CopySettings
 from rlcleanup.stack import procs, s3_server
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))
-from gcs_rewrite_standin import RewriteStandin  # noqa: E402
+from servers.gcs_rewrite_standin import RewriteStandin
 
 pytestmark = pytest.mark.integration
 _SMALL_COPIES = {
@@ -125,6 +123,40 @@ def test_s3_multipart_copy_killed_half_way_resumes_server_side(
     assert storage.copy_if_absent(src, dst) is WriteOutcome.identical
     s3_admin.put_object(Bucket=bucket, Key="ckpt/other.bin", Body=os.urandom(7 * MIB))
     assert storage.copy_if_absent(f"s3://{bucket}/ckpt/other.bin", dst) is WriteOutcome.conflict
+
+
+def test_s3_multipart_copy_of_a_source_overwritten_mid_copy_is_aborted(
+    s3_admin, counting_proxy: str, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Every part is pinned to the source's ETag: an overwrite half way fails the copy (transient: the retry copies
+    the new version), the upload is aborted (no incomplete upload keeps bytes) and nothing looks whole."""
+    import threading
+
+    bucket = f"s3-changed-{uid}"
+    s3_admin.create_bucket(Bucket=bucket)
+    s3_admin.put_object(Bucket=bucket, Key="ckpt/shard.bin", Body=os.urandom(23 * MIB))
+    src, dst = f"s3://{bucket}/ckpt/shard.bin", f"s3://{bucket}/preserved/shard.bin"
+    for name, value in {**s3_server.client_env(counting_proxy), **_SMALL_COPIES}.items():
+        monkeypatch.setenv(name, value)
+    newer = os.urandom(17 * MIB)
+
+    def overwrite_after_two_parts() -> None:
+        deadline = time.monotonic() + 60
+        while len(_stats(counting_proxy)["part_copies"]) < 2 and time.monotonic() < deadline:  # type: ignore[arg-type]
+            time.sleep(0.05)
+        s3_admin.put_object(Bucket=bucket, Key="ckpt/shard.bin", Body=newer)
+
+    writer = threading.Thread(target=overwrite_after_two_parts)
+    writer.start()
+    storage = S3Storage.from_env(os.environ)
+    with pytest.raises(StorageError, match="changed while it was being copied"):
+        storage.copy_if_absent(src, dst)
+    writer.join()
+    assert not s3_admin.list_multipart_uploads(Bucket=bucket).get("Uploads")  # aborted
+    assert "Contents" not in s3_admin.list_objects_v2(Bucket=bucket, Prefix="preserved/")
+    assert "Contents" not in s3_admin.list_objects_v2(Bucket=bucket, Prefix="_rlcleanup/")
+    assert storage.copy_if_absent(src, dst) is WriteOutcome.created  # the redelivery copies the new version
+    assert s3_admin.get_object(Bucket=bucket, Key="preserved/shard.bin")["Body"].read() == newer
 
 
 def test_s3_copy_between_buckets_is_server_side(

@@ -59,7 +59,8 @@ class RewriteStandin:
                 token = query.pop("rewriteToken", [None])[0]
                 per_call = int(query.pop("maxBytesRewrittenPerCall", ["0"])[0]) or None
                 source = url.path.split("/rewriteTo/", 1)[0]  # /storage/v1/b/<bucket>/o/<name>
-                status, meta, _ = forward("GET", source, b"", headers)
+                auth = {k: v for k, v in headers.items() if k.lower() == "authorization"}
+                status, meta, _ = forward("GET", source, b"", auth)
                 if status != 200:
                     return None  # fake-gcs-server answers the rewrite itself (404 ...)
                 size = int(json.loads(meta)["size"])

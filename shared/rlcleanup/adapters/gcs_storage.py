@@ -193,10 +193,11 @@ class GcsStorage(RemoteObjects):
     def _copy(self, src_uri: str, dst_uri: str, source_generation: int | None) -> WriteOutcome:
         """copy_if_absent, pinned to `source_generation` unless None.
 
-        Two requests for a new object (stat the destination, rewrite with ifGenerationMatch=0); the source is
-        only stat'ed when the destination exists (identical or conflict?) or the rewrite finds no source. The
-        destination stat is what keeps emulators write-once: they do not enforce copy preconditions. Both go
-        through the lean pool (capture's hot path: the Blob path cost ~3x the client CPU per copy).
+        Three requests for a new object that GCS copies in one call (stat the destination, look for an unfinished
+        rewrite's state: a 404 Class B GET, then rewrite with ifGenerationMatch=0); the source is only stat'ed when
+        the destination exists (identical or conflict?) or the rewrite finds no source. The destination stat is
+        what keeps emulators write-once: they do not enforce copy preconditions. All go through the lean pool
+        (capture's hot path: the Blob path cost ~3x the client CPU per copy).
         """
         lean = self._range_reader()
         if lean is None:

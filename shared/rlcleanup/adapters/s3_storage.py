@@ -34,6 +34,7 @@ from rlcleanup.ports.lines import bounded_lines
 from rlcleanup.ports.storage import (
     ChildPage,
     ObjectInfo,
+    SourceChangedError,
     StorageAccessError,
     StorageError,
     UnsafePathError,
@@ -245,6 +246,8 @@ class S3Storage(RemoteObjects):
             return self._compare(src_uri, dst)
         except FileNotFoundError:
             raise FileNotFoundError(src_uri) from None
+        except SourceChangedError as exc:  # overwritten mid-copy (a live run): the retry copies the new version
+            raise StorageError(f"copy {src_uri} -> {dst_uri}: {exc}") from exc
         return WriteOutcome.created
 
     def _copier(self, bucket: str) -> ServerSideCopier:
