@@ -24,6 +24,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "shared"))
 
@@ -35,23 +36,24 @@ MIB = 1024 * 1024
 _COPY = "import os, sys\nfrom rlcleanup.adapters.s3_storage import S3Storage\nS3Storage.from_env(os.environ).copy_if_absent(sys.argv[1], sys.argv[2])\n"
 
 
-def _stats(url: str) -> dict[str, object]:
+def _stats(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{url}/__proxy/stats", timeout=5) as resp:
-        stats: dict[str, object] = json.loads(resp.read())
+        stats: dict[str, Any] = json.loads(resp.read())
         return stats
 
 
-def _upload(client: object, bucket: str, key: str, size: int) -> None:
+def _upload(client: Any, bucket: str, key: str, size: int) -> None:
     block = os.urandom(64 * MIB)
-    up = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]  # type: ignore[attr-defined]
-    parts, offset = [], 0
+    up = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    parts: list[dict[str, Any]] = []
+    offset = 0
     while offset < size:
         n = len(parts) + 1
         body = block[: min(len(block), size - offset)]
-        etag = client.upload_part(Bucket=bucket, Key=key, UploadId=up, PartNumber=n, Body=body)["ETag"]  # type: ignore[attr-defined]
+        etag = client.upload_part(Bucket=bucket, Key=key, UploadId=up, PartNumber=n, Body=body)["ETag"]
         parts.append({"PartNumber": n, "ETag": etag})
         offset += len(body)
-    client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up, MultipartUpload={"Parts": parts})  # type: ignore[attr-defined]
+    client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up, MultipartUpload={"Parts": parts})
 
 
 def main() -> None:
@@ -121,7 +123,7 @@ def main() -> None:
             assert int(head["ContentLength"]) == size
             used = shutil.disk_usage(s3.data_dir).used
             du = subprocess.run(["du", "-sb", str(s3.data_dir)], capture_output=True, text=True, check=True).stdout
-            resumed = after["part_copies"][len(before["part_copies"]) :]  # type: ignore[index]
+            resumed = after["part_copies"][len(before["part_copies"]) :]
             print(
                 f"object: {size:,} bytes (5 GiB + 1 MiB at --gib 5); upload {upload_s:.0f} s (direct, not measured as the copy)"
             )

@@ -14,8 +14,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,18 +56,18 @@ def counting_proxy(s3_endpoint: str, tmp_path: Path) -> Iterator[str]:
         procs.stop_group(server.pid, popen=server.popen, grace=2)
 
 
-def _stats(url: str) -> dict[str, object]:
+def _stats(url: str) -> dict[str, Any]:
     import json
     import urllib.request
 
     with urllib.request.urlopen(f"{url}/__proxy/stats", timeout=5) as resp:
-        stats: dict[str, object] = json.loads(resp.read())
+        stats: dict[str, Any] = json.loads(resp.read())
         return stats
 
 
-def _kill_when(proc: subprocess.Popen[bytes], ready: object, timeout: float = 60) -> None:
+def _kill_when(proc: subprocess.Popen[bytes], ready: Callable[[], bool], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
-    while not ready():  # type: ignore[operator]
+    while not ready():
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else proc.returncode
         assert time.monotonic() < deadline, "the copy never got half way"
         time.sleep(0.05)
@@ -82,8 +83,8 @@ def _child(module: str, cls: str, src: str, dst: str, env: dict[str, str]) -> su
 
 
 def test_s3_multipart_copy_killed_half_way_resumes_server_side(
-    s3_admin, counting_proxy: str, uid: str, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+    s3_admin: Any, counting_proxy: str, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bucket = f"s3-copy-{uid}"
     s3_admin.create_bucket(Bucket=bucket)
     data = os.urandom(23 * MIB)  # 5 parts of 5 MiB (the last 3 MiB)
@@ -113,7 +114,7 @@ def test_s3_multipart_copy_killed_half_way_resumes_server_side(
     after = _stats(counting_proxy)
 
     assert after["creates"] == 1  # resumed the same upload, never started another
-    resumed = after["part_copies"][len(before["part_copies"]) :]  # type: ignore[index]
+    resumed = after["part_copies"][len(before["part_copies"]) :]
     assert sorted(resumed) == list(range(held + 1, 6))  # only the parts not done; done parts never copied again
     assert after["body_bytes"] < 64 * 1024  # XML only: 0 of the 23 MiB through either process
     assert s3_admin.get_object(Bucket=bucket, Key="preserved/shard.bin")["Body"].read() == data
@@ -126,8 +127,8 @@ def test_s3_multipart_copy_killed_half_way_resumes_server_side(
 
 
 def test_s3_multipart_copy_of_a_source_overwritten_mid_copy_is_aborted(
-    s3_admin, counting_proxy: str, uid: str, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+    s3_admin: Any, counting_proxy: str, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every part is pinned to the source's ETag: an overwrite half way fails the copy (transient: the retry copies
     the new version), the upload is aborted (no incomplete upload keeps bytes) and nothing looks whole."""
     import threading
@@ -142,7 +143,7 @@ def test_s3_multipart_copy_of_a_source_overwritten_mid_copy_is_aborted(
 
     def overwrite_after_two_parts() -> None:
         deadline = time.monotonic() + 60
-        while len(_stats(counting_proxy)["part_copies"]) < 2 and time.monotonic() < deadline:  # type: ignore[arg-type]
+        while len(_stats(counting_proxy)["part_copies"]) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         s3_admin.put_object(Bucket=bucket, Key="ckpt/shard.bin", Body=newer)
 
@@ -160,8 +161,8 @@ def test_s3_multipart_copy_of_a_source_overwritten_mid_copy_is_aborted(
 
 
 def test_s3_copy_between_buckets_is_server_side(
-    s3_admin, counting_proxy: str, uid: str, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+    s3_admin: Any, counting_proxy: str, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two buckets of one endpoint: one CopyObject (small) or a multipart copy (large), never streamed."""
     a, b = f"s3-from-{uid}", f"s3-to-{uid}"
     s3_admin.create_bucket(Bucket=a)
@@ -180,8 +181,8 @@ def test_s3_copy_between_buckets_is_server_side(
 
 
 def test_gcs_rewrite_across_classes_killed_half_way_resumes_from_its_token(
-    gcs_client, uid: str, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+    gcs_client: Any, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
