@@ -5,7 +5,8 @@ parts the server lists; GCS: the recorded token), the destination never exists b
 the object passes through the process (counted by the proxy / stand-in in front of the server).
 
 The S3 threshold is lowered by its setting (RLCLEANUP_COPY_S3_MULTIPART_THRESHOLD) so the multipart path runs on
-a 23 MiB object; test_s3_copy_over_5_gib_is_multipart copies a real 5 GiB + 1 MiB object at the real threshold."""
+a 23 MiB object; tests/unit/test_copy_plan.py holds the real threshold's decision and bench/bench_large_copy.py
+copies a real 5 GiB + 1 MiB object at it (bench/RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,9 @@ from typing import Any
 import pytest
 
 from rlcleanup.adapters.gcs_storage import GcsStorage
-from rlcleanup.adapters.s3_copy import part_ranges, part_size
 from rlcleanup.adapters.s3_storage import S3Storage
 from rlcleanup.ports.storage import StorageError, WriteOutcome
-from rlcleanup.settings import GIB, MIB, CopySettings
+from rlcleanup.settings import MIB
 from rlcleanup.stack import procs, s3_server
 from servers.gcs_rewrite_standin import RewriteStandin
 
@@ -226,14 +226,3 @@ def test_gcs_rewrite_across_classes_killed_half_way_resumes_from_its_token(
         assert not list(gcs_client.list_blobs(nearline, prefix="_rlcleanup/"))  # the token's state deleted
     finally:
         standin.close()
-
-
-def test_real_threshold_decides_multipart_only_past_5_gib() -> None:
-    settings = CopySettings()
-    assert settings.s3_multipart_threshold == 5 * GIB  # S3's CopyObject limit, the default
-    with pytest.raises(ValueError):
-        CopySettings(s3_multipart_threshold=5 * GIB + 1)  # never past what S3 accepts in one CopyObject
-    size = 5 * 1024 * GIB  # 5 TiB, S3's largest object: within 10,000 parts
-    assert len(part_ranges(size, part_size(size, settings.s3_part_bytes))) <= 10_000
-    ranges = part_ranges(5 * GIB + 1, settings.s3_part_bytes)
-    assert ranges[0] == (1, 0, settings.s3_part_bytes - 1) and ranges[-1][2] == 5 * GIB
