@@ -82,7 +82,16 @@ def main() -> None:
         target = s3.endpoint.removeprefix("http://")
         proxy, port = procs.start_listening(
             "s3-counting-proxy",
-            lambda port: [sys.executable, str(script), "--port", str(port), "--target", target],
+            lambda port: [
+                sys.executable,
+                str(script),
+                "--port",
+                str(port),
+                "--target",
+                target,
+                "--upstream-timeout",
+                "900",
+            ],
             lambda port: procs.http_status(f"http://127.0.0.1:{port}/__proxy/stats") == 200,
             state_dir=Path(tmp),
             env=dict(os.environ),

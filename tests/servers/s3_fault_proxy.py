@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--slowdown", type=int, default=0)
     ap.add_argument("--other-region", default="")
     ap.add_argument("--delay-part-copy", type=float, default=0.0)  # seconds before each UploadPartCopy
+    ap.add_argument("--upstream-timeout", type=float, default=60.0)  # a 512 MiB part copy can take longer
     args = ap.parse_args()
     host, port = args.target.rsplit(":", 1)
     lock = threading.Lock()
@@ -85,7 +86,7 @@ def main() -> None:
             if args.other_region and self.path.lstrip("/").split("/", 1)[0].split("?", 1)[0] == args.other_region:
                 self._reply(301, _REDIRECT, {"x-amz-bucket-region": "eu-west-1"})
                 return
-            conn = http.client.HTTPConnection(host, int(port), timeout=60)
+            conn = http.client.HTTPConnection(host, int(port), timeout=args.upstream_timeout)
             try:
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
                 conn.request(self.command, self.path, body=body or None, headers=headers)
