@@ -25,7 +25,8 @@ from rlcleanup.adapters.gcs_storage import GcsStorage
 from rlcleanup.adapters.s3_storage import S3Storage
 from rlcleanup.ports.storage import StorageError, WriteOutcome
 from rlcleanup.settings import MIB
-from rlcleanup.stack import procs, s3_server
+from rlcleanup.stack import s3_server
+from servers import s3_fault_proxy
 from servers.gcs_rewrite_standin import RewriteStandin
 
 pytestmark = pytest.mark.integration
@@ -41,28 +42,11 @@ _COPY = "import os, sys\nfrom rlcleanup.adapters.{module} import {cls}\n{cls}.fr
 @pytest.fixture
 def counting_proxy(s3_endpoint: str, tmp_path: Path) -> Iterator[str]:
     """The S3 fault proxy, counting body bytes and part copies, each part copy held 0.4 s (time to kill)."""
-    script = Path(__file__).resolve().parents[1] / "servers" / "s3_fault_proxy.py"
-    target = s3_endpoint.removeprefix("http://")
-    server, port = procs.start_listening(
-        "s3-counting-proxy",
-        lambda port: [sys.executable, str(script), "--port", str(port), "--target", target, "--delay-part-copy", "0.4"],
-        lambda port: procs.http_status(f"http://127.0.0.1:{port}/__proxy/stats") == 200,
-        state_dir=tmp_path,
-        env=dict(os.environ),
-    )
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        procs.stop_group(server.pid, popen=server.popen, grace=2)
+    with s3_fault_proxy.running(s3_endpoint, tmp_path, "--delay-part-copy", "0.4") as url:
+        yield url
 
 
-def _stats(url: str) -> dict[str, Any]:
-    import json
-    import urllib.request
-
-    with urllib.request.urlopen(f"{url}/__proxy/stats", timeout=5) as resp:
-        stats: dict[str, Any] = json.loads(resp.read())
-        return stats
+_stats = s3_fault_proxy.stats
 
 
 def _kill_when(proc: subprocess.Popen[bytes], ready: Callable[[], bool], timeout: float = 60) -> None:

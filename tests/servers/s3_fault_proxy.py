@@ -13,12 +13,18 @@ process group and stopped by group.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
+import os
+import sys
 import threading
 import time
 import urllib.parse
+import urllib.request
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 _SLOWDOWN = (
@@ -29,6 +35,31 @@ _REDIRECT = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>PermanentRedirect</Code><Message>The bucket you are '
     b"attempting to access must be addressed using the specified endpoint.</Message></Error>"
 )
+
+
+@contextlib.contextmanager
+def running(s3_endpoint: str, state_dir: Path, *extra: str) -> Iterator[str]:
+    """This proxy in front of `s3_endpoint`, in its own process group (for tests); yields its URL."""
+    from rlcleanup.stack import procs
+
+    target = s3_endpoint.removeprefix("http://")
+    server, port = procs.start_listening(
+        "s3-fault-proxy",
+        lambda port: [sys.executable, __file__, "--port", str(port), "--target", target, *extra],
+        lambda port: procs.http_status(f"http://127.0.0.1:{port}/__proxy/stats") == 200,
+        state_dir=state_dir,
+        env=dict(os.environ),
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        procs.stop_group(server.pid, popen=server.popen, grace=2)
+
+
+def stats(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{url}/__proxy/stats", timeout=5) as resp:
+        answer: dict[str, Any] = json.loads(resp.read())
+        return answer
 
 
 def main() -> None:
