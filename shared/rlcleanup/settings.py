@@ -7,7 +7,7 @@ so a bad value stops the revision before it takes traffic) and when an embedded 
 Terraform sets each of these on every function (infra/modules/rlcleanup/functions.tf) and a test checks both sides
 name the same set. Beside them, smaller groups read the same way (`read(...)`, errors naming the variable):
 `IrisSettings` and `RaySettings` (one group per job-state controller, each a field of the deployment settings:
-adapters/controllers/), `HubSettings` (the Hub client and the upload job's overrides), `GrantLimits`, `S3Settings` and
+adapters/controllers/), `HubSettings` (the Hub client and the upload job's overrides), `GrantLimits`, `CopySettings`, `S3Settings` and
 `s3_endpoint_specs()` (credentials as secret environment variables), `LocalPaths` (the CLI's and embedded stack's
 places) and `Platform` (what the cloud, the shell and the emulators set). The AWS_* variables are read by botocore
 itself (adapters/s3_client.py builds its default endpoint from the same names, commented there); the
@@ -325,6 +325,29 @@ class S3Settings(BaseSettings):
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return _unset_if_empty(value)
+
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+class CopySettings(BaseSettings):
+    """Server-side copies of any size (adapters/s3_copy.py, adapters/gcs_storage.py; docs/s3.md, "Large copies").
+
+    S3's CopyObject stops at 5 GiB: a larger object is copied as a multipart upload of ranged UploadPartCopy parts.
+    The threshold is a setting so tests can drive the multipart path with small objects; it can be lowered, never
+    raised past S3's limit. GCS rewrites send `maxBytesRewrittenPerCall`, so every call is bounded and its token
+    is recorded before the next. A copy that needs more than one request keeps a small state object (S3: the
+    upload id; GCS: the rewrite token) under `state_prefix` in the destination's bucket, named by a hash of the
+    destination: never a place an input chooses, and deleted when the copy completes."""
+
+    model_config = SettingsConfigDict(env_prefix="RLCLEANUP_COPY_", extra="ignore", frozen=True)
+
+    s3_multipart_threshold: int = Field(default=5 * GIB, ge=1, le=5 * GIB)
+    s3_part_bytes: int = Field(default=512 * MIB, ge=5 * MIB, le=5 * GIB)  # S3: 5 MiB..5 GiB per part
+    s3_workers: int = Field(default=8, ge=1, le=64)  # parts copied at once
+    gcs_rewrite_bytes_per_call: int = Field(default=GIB, ge=MIB, multiple_of=MIB)  # the API wants whole MiB
+    state_prefix: str = Field(default="_rlcleanup/copies", pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
 
 
 S3_ENDPOINT_PREFIX = "RLCLEANUP_S3_ENDPOINT_"

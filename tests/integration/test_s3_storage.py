@@ -9,9 +9,7 @@ import datetime as dt
 import hashlib
 import json
 import os
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from rlcleanup.adapters.s3_storage import S3Storage, etag_md5
 from rlcleanup.errors import ErrorKind, error_kind
 from rlcleanup.ports.storage import StorageAccessError, StorageError, WriteOutcome
 from rlcleanup.stack import procs, s3_server
+from servers import s3_fault_proxy
 
 pytestmark = pytest.mark.integration
 _FAST_RETRY = {"max_retries": 3, "backoff": {"init_backoff": dt.timedelta(milliseconds=20)}}
@@ -44,26 +43,11 @@ def _endpoint(
 def fault_proxy(s3_endpoint: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     """The fault proxy in its own process group; its arguments come from the test's `faults` marker."""
     marker = request.node.get_closest_marker("faults")
-    extra = list(marker.args) if marker else []
-    script = Path(__file__).resolve().parents[1] / "servers" / "s3_fault_proxy.py"
-    target = s3_endpoint.removeprefix("http://")
-    server, port = procs.start_listening(
-        "s3-fault-proxy",
-        lambda port: [sys.executable, str(script), "--port", str(port), "--target", target, *extra],
-        lambda port: procs.http_status(f"http://127.0.0.1:{port}/__proxy/stats") == 200,
-        state_dir=tmp_path,
-        env=dict(os.environ),
-    )
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        procs.stop_group(server.pid, popen=server.popen, grace=2)
+    with s3_fault_proxy.running(s3_endpoint, tmp_path, *(list(marker.args) if marker else [])) as url:
+        yield url
 
 
-def _stats(url: str) -> dict[str, int]:
-    with urllib.request.urlopen(f"{url}/__proxy/stats", timeout=5) as resp:
-        stats: dict[str, int] = json.loads(resp.read())
-        return stats
+_stats = s3_fault_proxy.stats
 
 
 def test_etag_kinds() -> None:
@@ -178,7 +162,7 @@ def test_throttling_is_retried_with_backoff(fault_proxy: str, s3_admin, bucket: 
     storage = S3Storage([], _endpoint(fault_proxy), retry=_FAST_RETRY)
     assert storage.read_range(f"s3://{bucket}/t", 2, 3) == b"234"
     stats = _stats(fault_proxy)
-    assert stats == {"requests": 3, "throttled": 2}  # two 503 SlowDown, then the retry that got through
+    assert (stats["requests"], stats["throttled"]) == (3, 2)  # two 503 SlowDown, then the retry that got through
 
 
 @pytest.mark.faults("--slowdown", "1000")

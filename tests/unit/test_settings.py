@@ -16,6 +16,7 @@ from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
 from rlcleanup.runtime.handlers import resolve_run_id
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.settings import (
+    CopySettings,
     GrantLimits,
     HubSettings,
     S3Settings,
@@ -163,6 +164,9 @@ def test_a_destination_outside_the_deployment_prefixes_is_refused(tmp_path: Path
         (GrantLimits, "RLCLEANUP_GRANT_CLOCK_SKEW_SECONDS", "-1"),
         (HubSettings, "HF_ENDPOINT", "huggingface.co"),
         (S3Settings, "RLCLEANUP_S3_ADDRESSING_STYLE", "sideways"),
+        (CopySettings, "RLCLEANUP_COPY_S3_MULTIPART_THRESHOLD", "6442450944"),  # past S3's 5 GiB CopyObject limit
+        (CopySettings, "RLCLEANUP_COPY_GCS_REWRITE_BYTES_PER_CALL", "1000"),  # not whole MiB
+        (CopySettings, "RLCLEANUP_COPY_STATE_PREFIX", "../elsewhere"),
     ],
 )
 def test_every_settings_group_names_a_bad_variable(

@@ -15,7 +15,7 @@ import json
 import threading
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -175,7 +175,7 @@ class RangeReader:
         except urllib3.exceptions.HTTPError as exc:
             raise StorageError(f"{method} {url}: {exc}") from exc
         status = int(resp.status)
-        if status in (404, 412):
+        if status in (404, 412) or (status in (400, 410) and "rewriteToken" in query):
             return status, {}
         if status >= 300:
             raise from_http_status(status, f"{method} {url}: {resp.data[:300]!r}")
@@ -211,17 +211,32 @@ class RangeReader:
                 return
             query["pageToken"] = token
 
-    def rewrite(self, src: tuple[str, str], dst: tuple[str, str], pins: dict[str, Any]) -> int:
-        """Server-side copy, following rewrite tokens until done (GCS returns one per ~1 GiB, or per call across
-        locations and storage classes). The HTTP status: 200 done, 404 no source (or bucket), 412 a precondition
-        failed. Bytes never pass through this process."""
+    def rewrite(
+        self,
+        src: tuple[str, str],
+        dst: tuple[str, str],
+        pins: dict[str, Any],
+        *,
+        token: str | None = None,
+        on_token: Callable[[str], None] | None = None,
+    ) -> int:
+        """Server-side copy, following rewrite tokens until done: GCS answers a rewrite across locations or storage
+        classes (or of a large object) a part per call, at most `maxBytesRewrittenPerCall` when `pins` sends it.
+        `token` resumes an interrupted rewrite where it stopped; `on_token` records each token before the next
+        call, so a process killed between calls is resumed from its last token, never from zero. The HTTP status:
+        200 done, 404 no source (or bucket), 412 a precondition failed, 400/410 a token the server refuses. Bytes
+        never pass through this process."""
         path = f"{_object_path(*src)}/rewriteTo{_object_path(*dst)}"
         query = dict(pins)
+        if token is not None:
+            query["rewriteToken"] = token
         while True:
             status, resp = self._json("POST", path, query)
             if status != 200 or resp.get("done", True):
                 return status
             query["rewriteToken"] = resp["rewriteToken"]
+            if on_token is not None:
+                on_token(str(resp["rewriteToken"]))
 
 
 def _warmers() -> ThreadPoolExecutor:

@@ -7,11 +7,14 @@ copies and deletes pinned to a generation).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
 
 from rlcleanup.adapters.gcs_client import RangeReader, count_requests, default_client, info_from_blob, proxied
 from rlcleanup.adapters.local_storage import file_checksums
@@ -19,6 +22,7 @@ from rlcleanup.adapters.object_store import RemoteObjects
 from rlcleanup.errors import ObjectTooLarge
 from rlcleanup.ports.lines import bounded_lines
 from rlcleanup.ports.storage import ChildPage, ObjectInfo, SourceChangedError, StorageError, WriteOutcome
+from rlcleanup.settings import CopySettings, read
 from rlcleanup.uris import split_bucket
 
 if TYPE_CHECKING:
@@ -26,6 +30,19 @@ if TYPE_CHECKING:
 
 _READ_CHUNK = 4 * 1024 * 1024
 _UPLOAD_CHUNK = 4 * 1024 * 1024  # a multiple of 256 KiB, as resumable uploads require; ~3 chunks held at most
+
+
+class RewriteState(BaseModel):
+    """An unfinished rewrite: the token of its next call, and what it was started with (the token is only valid
+    with the same request)."""
+
+    source: str
+    pins: dict[str, Any]
+    token: str
+
+
+def _gs(bucket: str, key: str) -> str:
+    return f"gs://{bucket}/{key}"
 
 
 class GcsStorage(RemoteObjects):
@@ -36,6 +53,7 @@ class GcsStorage(RemoteObjects):
         self._lean_reads = lean_reads  # False: ranged reads through blob.download_as_bytes (the bench compares)
         self._ranges: RangeReader | None = None
         self._ranges_lock = threading.Lock()
+        self._copies = read(CopySettings)
 
     @property
     def client(self) -> storage.Client:
@@ -175,10 +193,11 @@ class GcsStorage(RemoteObjects):
     def _copy(self, src_uri: str, dst_uri: str, source_generation: int | None) -> WriteOutcome:
         """copy_if_absent, pinned to `source_generation` unless None.
 
-        Two requests for a new object (stat the destination, rewrite with ifGenerationMatch=0); the source is
-        only stat'ed when the destination exists (identical or conflict?) or the rewrite finds no source. The
-        destination stat is what keeps emulators write-once: they do not enforce copy preconditions. Both go
-        through the lean pool (capture's hot path: the Blob path cost ~3x the client CPU per copy).
+        Three requests for a new object that GCS copies in one call (stat the destination, look for an unfinished
+        rewrite's state: a 404 Class B GET, then rewrite with ifGenerationMatch=0); the source is only stat'ed when
+        the destination exists (identical or conflict?) or the rewrite finds no source. The destination stat is
+        what keeps emulators write-once: they do not enforce copy preconditions. All go through the lean pool
+        (capture's hot path: the Blob path cost ~3x the client CPU per copy).
         """
         lean = self._range_reader()
         if lean is None:
@@ -187,10 +206,13 @@ class GcsStorage(RemoteObjects):
         dst = lean.stat(*dst_name)
         if dst is not None:
             return self._compare(src_uri, dst)
-        pins: dict[str, Any] = {"ifGenerationMatch": 0}
+        pins: dict[str, Any] = {
+            "ifGenerationMatch": 0,
+            "maxBytesRewrittenPerCall": self._copies.gcs_rewrite_bytes_per_call,
+        }
         if source_generation is not None:
             pins["ifSourceGenerationMatch"] = source_generation
-        status = lean.rewrite(src, dst_name, pins)
+        status = self._rewrite(lean, src, dst_name, pins)
         if status == 412:
             return self._precondition_failed(src_uri, dst_uri, source_generation)
         if status == 404:
@@ -198,6 +220,37 @@ class GcsStorage(RemoteObjects):
                 raise FileNotFoundError(src_uri)
             raise StorageError(f"copy {src_uri} -> {dst_uri}: 404 (no destination bucket?)")
         return WriteOutcome.created
+
+    def _rewrite(self, lean: RangeReader, src: tuple[str, str], dst: tuple[str, str], pins: dict[str, Any]) -> int:
+        """The rewrite loop, resumable: a rewrite that needs more than one call records its token in a small state
+        object (`<state_prefix>/<sha256 of the destination>.json` in the destination's bucket: the deployment's
+        prefix, never a place an input chooses) before the next call, so a copy killed half way is resumed from
+        its last token by the retried delivery, never from zero. A state made for another source or other pins
+        (another generation), or a token the server refuses, starts the rewrite afresh; the state is deleted once
+        the rewrite ends either way."""
+        state_name = (dst[0], f"{self._copies.state_prefix}/{hashlib.sha256(_gs(*dst).encode()).hexdigest()}.json")
+        try:
+            raw = lean.read(*state_name, 0, 64 * 1024)
+            state = RewriteState.model_validate_json(raw) if raw else None
+        except (FileNotFoundError, ValueError):
+            state = None
+        if state is not None and (state.source, state.pins) != (_gs(*src), pins):
+            state = None
+        wrote = False
+
+        def record(token: str) -> None:
+            nonlocal wrote
+            body = RewriteState(source=_gs(*src), pins=pins, token=token).model_dump_json().encode()
+            blob = self.client.bucket(state_name[0]).blob(state_name[1])
+            blob.upload_from_string(body, content_type="application/json")
+            wrote = True
+
+        status = lean.rewrite(src, dst, pins, token=state.token if state else None, on_token=record)
+        if state is not None and status in (400, 410):  # the server no longer knows the token: from the start
+            status = lean.rewrite(src, dst, pins, on_token=record)
+        if wrote or state is not None:
+            self._delete(_gs(*state_name), None)
+        return status
 
     def _precondition_failed(self, src_uri: str, dst_uri: str, source_generation: int | None) -> WriteOutcome:
         """Someone created the destination meanwhile, or the source is another generation now."""
@@ -210,7 +263,9 @@ class GcsStorage(RemoteObjects):
         return self._compare(src_uri, dst)
 
     def _copy_blob(self, src_uri: str, dst_uri: str, source_generation: int | None) -> WriteOutcome:
-        """copy_if_absent through google-cloud-storage (an HTTP proxy in the environment: only requests honours it)."""
+        """copy_if_absent through google-cloud-storage (an HTTP proxy in the environment: only requests honours it).
+        Blob.rewrite sends no maxBytesRewrittenPerCall and keeps its tokens in memory: only the lean path
+        resumes an interrupted rewrite."""
         from google.api_core.exceptions import NotFound, PreconditionFailed
 
         dst = self.stat(dst_uri)

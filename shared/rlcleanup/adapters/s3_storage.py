@@ -30,16 +30,19 @@ from rlcleanup.adapters.s3_client import (
     named_endpoints,
     object_key,
 )
+from rlcleanup.adapters.s3_copy import Precondition, ServerSideCopier, botocore_client
 from rlcleanup.ports.lines import bounded_lines
 from rlcleanup.ports.storage import (
     ChildPage,
     IncompleteUpload,
     ObjectInfo,
+    SourceChangedError,
     StorageAccessError,
     StorageError,
     UnsafePathError,
     WriteOutcome,
 )
+from rlcleanup.settings import CopySettings, read
 
 if TYPE_CHECKING:
     from obstore.store import RetryConfig, S3Store
@@ -72,6 +75,8 @@ class S3Storage(RemoteObjects):
         self.endpoints = named_endpoints() if endpoints is None else endpoints
         self._retry = retry
         self._stores: dict[str, S3Store] = {}
+        self._copiers: dict[str, ServerSideCopier] = {}
+        self._copies = read(CopySettings)
         self._lock = threading.Lock()
 
     @classmethod
@@ -218,24 +223,45 @@ class S3Storage(RemoteObjects):
             return WriteOutcome.identical if existing == data else WriteOutcome.conflict
 
     def copy_if_absent(self, src_uri: str, dst_uri: str) -> WriteOutcome:
-        """Server-side CopyObject within one bucket's store (If-None-Match: *), destination checked first."""
+        """Server-side and write-once, whatever the size: CopyObject (If-None-Match: *) within a bucket up to the
+        multipart threshold; a multipart copy of ranged UploadPartCopy parts above it, and any copy between two
+        buckets of one endpoint, through adapters/s3_copy.py. Only buckets behind different endpoints stream."""
         sb, sk = object_key(src_uri)
         db, dk = object_key(dst_uri)
         dst = self.stat(dst_uri)
         if dst is not None:
             return self._compare(src_uri, dst)
-        if sb != db:  # an S3Store is bound to one bucket: stream across buckets, still write-once
+        if self.endpoint_for(sb) != self.endpoint_for(db):  # no server can copy between two endpoints
             return self.fill_if_absent(dst_uri, lambda tmp: self.download_to(src_uri, tmp))
+        src = self.stat(src_uri)  # its size decides between one CopyObject and a multipart copy
+        if src is None:
+            raise FileNotFoundError(src_uri)
         try:
-            self._call(dst_uri, sb, _copy_create, sk, dk)
-        except _Exists:
+            if sb == db and src.size <= self._copies.s3_multipart_threshold:
+                self._call(dst_uri, sb, _copy_create, sk, dk)
+            else:
+                self._copier(db).copy(src, dst_uri, split=object_key)
+        except (_Exists, Precondition):
             dst = self.stat(dst_uri)
             if dst is None:
                 raise StorageError(f"copy {src_uri} -> {dst_uri}: precondition failed but no object") from None
             return self._compare(src_uri, dst)
         except FileNotFoundError:
             raise FileNotFoundError(src_uri) from None
+        except SourceChangedError as exc:  # overwritten mid-copy (a live run): the retry copies the new version
+            raise StorageError(f"copy {src_uri} -> {dst_uri}: {exc}") from exc
         return WriteOutcome.created
+
+    def _copier(self, bucket: str) -> ServerSideCopier:
+        """The botocore copier for `bucket`'s endpoint, built on the first copy that needs it (obstore has no
+        UploadPartCopy and no cross-bucket copy)."""
+        ep = self.endpoint_for(bucket)
+        with self._lock:
+            copier = self._copiers.get(ep.name)
+            if copier is None:
+                client = botocore_client(ep, self._copies.s3_workers)
+                copier = self._copiers[ep.name] = ServerSideCopier(client, self._copies)
+            return copier
 
     # ------------------------------------------------------------------ StreamingStorage (cross-backend copies)
 
@@ -274,6 +300,9 @@ class S3Storage(RemoteObjects):
         if src is None:
             raise FileNotFoundError(src_uri)
         same = src.size == dst.size and (src.etag or "x") == (dst.etag or "y")
+        if not same and src.size == dst.size and src.etag and dst.etag != src.etag and "-" in (dst.etag or ""):
+            # A multipart copy's ETag is never the source's: the copy recorded the source's ETag on it.
+            same = self._copier(object_key(dst.uri)[0]).source_etag(dst.uri, object_key) == src.etag
         return WriteOutcome.identical if same else WriteOutcome.conflict
 
     def incomplete_uploads(self, prefix_uri: str) -> builtins.list[IncompleteUpload]:

@@ -1,0 +1,323 @@
+"""Server-side S3 copies beyond one CopyObject: objects over the multipart threshold (S3 stops CopyObject at
+5 GiB) and copies between two buckets of one endpoint. No byte of the object passes through this process.
+
+A large object is copied as a multipart upload (CreateMultipartUpload, then ranged UploadPartCopy parts, several
+at once, then CompleteMultipartUpload). Until that last call the destination does not exist: a copy interrupted
+half way never leaves a partial object that looks whole. Every part copy is pinned to the source's ETag
+(`x-amz-copy-source-if-match`), so a source overwritten meanwhile fails the copy instead of mixing two versions.
+
+Resume: the upload id is recorded in a small state object the copy owns (`<state_prefix>/<sha256 of the
+destination>.json` in the destination's bucket: the deployment's prefix, never a place an input chooses), and the
+server records the parts already done. A retried copy reads the state, lists those parts (ListParts), checks each
+one's size, and copies only the rest. A state made for another source version, or a refusal (access denied, the
+source changed, the destination created meanwhile), aborts the upload, so no incomplete upload is left holding
+bytes.
+
+Verification: each part's ETag as the copy returned it must be the one ListParts reports before completing, the
+completed object's ETag must be the multipart ETag of exactly those parts, and its size the source's. The source's
+ETag is kept on the destination (`x-amz-meta-rlcleanup-source-etag`), so a replayed copy compares the two objects
+by it (a multipart ETag never equals a single-part source's).
+
+Client: botocore (obstore has neither UploadPartCopy nor cross-bucket copies); built once per endpoint, only
+when such a copy happens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic import BaseModel
+
+from rlcleanup.adapters.s3_client import S3Endpoint
+from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, StorageAccessError, StorageError, WriteOutcome
+from rlcleanup.settings import CopySettings
+
+SOURCE_ETAG_META = "rlcleanup-source-etag"
+MAX_PARTS = 10_000  # S3's limit on parts per upload
+_MIB = 1024 * 1024
+_MD5 = re.compile(r"^[0-9a-fA-F]{32}$")
+
+
+class MultipartCopyState(BaseModel):
+    """What a resumed copy needs besides the server's own list of finished parts."""
+
+    source: str
+    source_etag: str
+    size: int
+    part_bytes: int
+    upload_id: str
+
+
+def part_size(size: int, wanted: int) -> int:
+    """`wanted`, or larger (in whole MiB) when the object would need more than S3's 10,000 parts."""
+    least = -(-size // MAX_PARTS)
+    return max(wanted, -(-least // _MIB) * _MIB)
+
+
+def part_ranges(size: int, part_bytes: int) -> list[tuple[int, int, int]]:
+    """(part number, first byte, last byte) of every part."""
+    return [(n + 1, start, min(start + part_bytes, size) - 1) for n, start in enumerate(range(0, size, part_bytes))]
+
+
+def multipart_etag(part_etags: list[str]) -> str | None:
+    """The ETag S3 gives a completed multipart upload: the MD5 of the parts' binary MD5s, then `-<parts>`; None
+    when a part's ETag is not a plain MD5 (a server's own scheme: only the part count can be checked)."""
+    if not all(_MD5.match(e.strip('"')) for e in part_etags):
+        return None
+    digest = hashlib.md5(b"".join(bytes.fromhex(e.strip('"')) for e in part_etags), usedforsecurity=False)
+    return f"{digest.hexdigest()}-{len(part_etags)}"
+
+
+def botocore_client(ep: S3Endpoint, workers: int) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.Session(profile_name=ep.profile) if ep.profile and not ep.access_key_id else boto3.Session()
+    return session.client(
+        "s3",
+        endpoint_url=ep.endpoint_url,
+        region_name=ep.region,
+        aws_access_key_id=ep.access_key_id,
+        aws_secret_access_key=ep.secret_access_key,
+        aws_session_token=ep.session_token,
+        config=Config(
+            s3={"addressing_style": "path" if ep.path_style else "virtual"},
+            retries={"max_attempts": 5, "mode": "standard"},
+            max_pool_connections=workers + 4,
+            connect_timeout=10,
+            read_timeout=900,  # one part copy of a few GiB is one request the server answers when done
+        ),
+    )
+
+
+def _code(exc: BaseException) -> tuple[str, int]:
+    response = getattr(exc, "response", None) or {}
+    error = response.get("Error", {})
+    return str(error.get("Code", "")), int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
+def _mapped(exc: BaseException, what: str) -> BaseException:
+    code, status = _code(exc)
+    if code in ("NoSuchKey", "404", "NotFound"):
+        return FileNotFoundError(what)
+    if status == 403 or code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+        return StorageAccessError(f"access denied for {what}: {code}")
+    return StorageError(f"{what}: {code or type(exc).__name__} {str(exc)[:300]}")
+
+
+class ServerSideCopier:
+    """Copies within one endpoint, server-side, write-once. `client` is a botocore S3 client for that endpoint."""
+
+    def __init__(self, client: Any, settings: CopySettings) -> None:
+        self.client = client
+        self.settings = settings
+
+    # ------------------------------------------------------------------ entry
+
+    def copy(self, src: ObjectInfo, dst_uri: str, *, split: Callable[[str], tuple[str, str]]) -> WriteOutcome:
+        """`src` (stat'ed) to the absent `dst_uri`: one CopyObject up to the threshold, else a multipart copy."""
+        sb, sk = split(src.uri)
+        db, dk = split(dst_uri)
+        if src.size <= self.settings.s3_multipart_threshold:
+            return self._copy_object(src, (sb, sk), (db, dk))
+        return self._multipart(src, (sb, sk), (db, dk))
+
+    def source_etag(self, uri: str, split: Callable[[str], tuple[str, str]]) -> str | None:
+        """The source ETag a server-side copy recorded on the object (None: not one of ours)."""
+        bucket, key = split(uri)
+        try:
+            head = self.client.head_object(Bucket=bucket, Key=key)
+        except Exception as exc:
+            raise _mapped(exc, uri) from exc
+        value = head.get("Metadata", {}).get(SOURCE_ETAG_META)
+        return str(value) if value else None
+
+    # ------------------------------------------------------------------ one request
+
+    def _copy_object(self, src: ObjectInfo, s: tuple[str, str], d: tuple[str, str]) -> WriteOutcome:
+        try:
+            self.client.copy_object(
+                Bucket=d[0],
+                Key=d[1],
+                CopySource={"Bucket": s[0], "Key": s[1]},
+                CopySourceIfMatch=f'"{src.etag}"',
+                IfNoneMatch="*",
+                MetadataDirective="REPLACE",
+                Metadata={SOURCE_ETAG_META: src.etag or ""},
+            )
+        except Exception as exc:
+            code, status = _code(exc)
+            if status == 412 or code == "PreconditionFailed":
+                raise Precondition() from exc
+            raise _mapped(exc, f"copy {src.uri} -> s3://{d[0]}/{d[1]}") from exc
+        return WriteOutcome.created
+
+    # ------------------------------------------------------------------ multipart
+
+    def state_key(self, dst_uri: str) -> str:
+        return f"{self.settings.state_prefix}/{hashlib.sha256(dst_uri.encode()).hexdigest()}.json"
+
+    def _read_state(self, bucket: str, key: str) -> MultipartCopyState | None:
+        try:
+            body = self.client.get_object(Bucket=bucket, Key=key)["Body"].read(64 * 1024)
+        except Exception as exc:
+            if _code(exc)[0] in ("NoSuchKey", "404"):
+                return None
+            raise _mapped(exc, f"s3://{bucket}/{key}") from exc
+        try:
+            return MultipartCopyState.model_validate_json(body)
+        except ValueError:
+            return None  # not a state this code wrote: start afresh (the upload it named, if any, stays aborted)
+
+    def _multipart(self, src: ObjectInfo, s: tuple[str, str], d: tuple[str, str]) -> WriteOutcome:
+        dst_uri = f"s3://{d[0]}/{d[1]}"
+        state_key = self.state_key(dst_uri)
+        state = self._read_state(d[0], state_key)
+        done: dict[int, tuple[str, int]] = {}
+        if state is not None and (state.source, state.source_etag, state.size) != (src.uri, src.etag, src.size):
+            self._abort(d, state.upload_id)  # made for another version of the source: its parts are not ours
+            state = None
+        if state is not None:
+            held = self._parts(d, state.upload_id)
+            if held is None:  # the upload is gone (aborted, or completed by a copy that then died)
+                state = None
+            else:
+                done = held
+        if state is None:
+            upload_id = self._create(src, d)
+            state = MultipartCopyState(
+                source=src.uri,
+                source_etag=src.etag or "",
+                size=src.size,
+                part_bytes=part_size(src.size, self.settings.s3_part_bytes),
+                upload_id=upload_id,
+            )
+            self.client.put_object(Bucket=d[0], Key=state_key, Body=state.model_dump_json().encode())
+            done = {}
+        try:
+            etags = self._copy_parts(src, s, d, state, done)
+            self._complete(src, d, state.upload_id, etags)
+        except (Precondition, SourceChangedError, StorageAccessError, FileNotFoundError):
+            self._abort(d, state.upload_id)  # refused for good: no incomplete upload keeps the bytes
+            self._delete_state(d[0], state_key)
+            raise
+        self._delete_state(d[0], state_key)
+        return WriteOutcome.created
+
+    def _create(self, src: ObjectInfo, d: tuple[str, str]) -> str:
+        try:
+            made = self.client.create_multipart_upload(
+                Bucket=d[0], Key=d[1], Metadata={SOURCE_ETAG_META: src.etag or ""}
+            )
+        except Exception as exc:
+            raise _mapped(exc, f"start copy to s3://{d[0]}/{d[1]}") from exc
+        return str(made["UploadId"])
+
+    def _parts(self, d: tuple[str, str], upload_id: str) -> dict[int, tuple[str, int]] | None:
+        """{part number: (ETag, size)} the server holds for the upload; None when the upload is gone."""
+        out: dict[int, tuple[str, int]] = {}
+        marker = 0
+        while True:
+            try:
+                page = self.client.list_parts(Bucket=d[0], Key=d[1], UploadId=upload_id, PartNumberMarker=marker)
+            except Exception as exc:
+                if _code(exc)[0] == "NoSuchUpload" or _code(exc)[1] == 404:
+                    return None
+                raise _mapped(exc, f"list parts of s3://{d[0]}/{d[1]}") from exc
+            for part in page.get("Parts", []):
+                out[int(part["PartNumber"])] = (str(part["ETag"]).strip('"'), int(part["Size"]))
+            if not page.get("IsTruncated"):
+                return out
+            marker = int(page["NextPartNumberMarker"])
+
+    def _copy_parts(
+        self,
+        src: ObjectInfo,
+        s: tuple[str, str],
+        d: tuple[str, str],
+        state: MultipartCopyState,
+        done: dict[int, tuple[str, int]],
+    ) -> list[str]:
+        ranges = part_ranges(src.size, state.part_bytes)
+        etags: dict[int, str] = {}
+        todo = []
+        for number, first, last in ranges:
+            have = done.get(number)
+            if have is not None and have[1] == last - first + 1:  # a finished part of the right size: kept
+                etags[number] = have[0]
+            else:
+                todo.append((number, first, last))
+
+        def one(part: tuple[int, int, int]) -> tuple[int, str]:
+            number, first, last = part
+            try:
+                result = self.client.upload_part_copy(
+                    Bucket=d[0],
+                    Key=d[1],
+                    UploadId=state.upload_id,
+                    PartNumber=number,
+                    CopySource={"Bucket": s[0], "Key": s[1]},
+                    CopySourceRange=f"bytes={first}-{last}",
+                    CopySourceIfMatch=f'"{state.source_etag}"',
+                )
+            except Exception as exc:
+                code, status = _code(exc)
+                if status == 412 or code == "PreconditionFailed":
+                    raise SourceChangedError(f"{src.uri}: changed while it was being copied") from exc
+                raise _mapped(exc, f"copy part {number} of {src.uri}") from exc
+            etag = str(result.get("CopyPartResult", {}).get("ETag", "")).strip('"')
+            if not etag:
+                raise StorageError(f"copy part {number} of {src.uri}: the server returned no ETag")
+            return number, etag
+
+        with ThreadPoolExecutor(max_workers=self.settings.s3_workers, thread_name_prefix="s3-part-copy") as pool:
+            for number, etag in pool.map(one, todo):
+                etags[number] = etag
+        # Verified part by part: what the server holds is what each copy returned, at each part's size.
+        listed = self._parts(d, state.upload_id) or {}
+        for number, first, last in ranges:
+            held = listed.get(number)
+            if held is None or held != (etags[number], last - first + 1):
+                raise StorageError(f"copy of {src.uri}: part {number} is {held}, expected {etags[number]}")
+        return [etags[n] for n, _, _ in ranges]
+
+    def _complete(self, src: ObjectInfo, d: tuple[str, str], upload_id: str, etags: list[str]) -> None:
+        parts = [{"PartNumber": n, "ETag": f'"{e}"'} for n, e in enumerate(etags, start=1)]
+        try:
+            self.client.complete_multipart_upload(
+                Bucket=d[0], Key=d[1], UploadId=upload_id, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
+            )
+        except Exception as exc:
+            code, status = _code(exc)
+            if status == 412 or code == "PreconditionFailed":
+                raise Precondition() from exc
+            raise _mapped(exc, f"complete copy to s3://{d[0]}/{d[1]}") from exc
+        head = self.client.head_object(Bucket=d[0], Key=d[1])
+        size, etag = int(head["ContentLength"]), str(head.get("ETag", "")).strip('"')
+        expected = multipart_etag(etags) or f"-{len(etags)}"
+        if size != src.size or not etag.endswith(expected):
+            raise StorageError(
+                f"copy of {src.uri}: the completed object has {size} bytes and ETag {etag}, expected "
+                f"{src.size} bytes and an ETag ending {expected}"
+            )
+
+    def _abort(self, d: tuple[str, str], upload_id: str) -> None:
+        try:
+            self.client.abort_multipart_upload(Bucket=d[0], Key=d[1], UploadId=upload_id)
+        except Exception as exc:
+            if _code(exc)[0] != "NoSuchUpload":
+                raise _mapped(exc, f"abort copy to s3://{d[0]}/{d[1]}") from exc
+
+    def _delete_state(self, bucket: str, key: str) -> None:
+        try:
+            self.client.delete_object(Bucket=bucket, Key=key)
+        except Exception as exc:
+            raise _mapped(exc, f"s3://{bucket}/{key}") from exc
+
+
+class Precondition(Exception):
+    """The destination was created meanwhile (If-None-Match), or the source is another version (If-Match)."""
