@@ -3,7 +3,9 @@ whole run per page, and a run past the deployment's ceiling of objects is refuse
 
 from __future__ import annotations
 
+import itertools
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlcleanup.adapters.local_storage import LocalStorage
-from rlcleanup.ports.storage import ListsAfter, UnsafePathError, list_in_name_order
+from rlcleanup.ports.storage import ListsAfter, ListsInAnyOrder, ObjectInfo, UnsafePathError, list_in_name_order
 from rlcleanup.runtime.embedded import run_embedded
 from rlcleanup.samples.generator import write_sample_run
 
@@ -106,3 +108,50 @@ def test_a_symlink_met_on_a_resumed_local_listing_is_still_refused(tmp_path: Pat
     storage = LocalStorage()
     with pytest.raises(UnsafePathError):
         list(storage.list_after(str(tmp_path), str(tmp_path / "a")))
+
+
+class _ServerOrderedListing:
+    """A backend that lists in an order of its own and cannot resume after a name (S3 as SeaweedFS orders it);
+    records how many objects each pass has produced and the most any consumer could hold at once."""
+
+    def __init__(self, names: list[str], seed: int) -> None:
+        self.infos = [ObjectInfo(uri=f"s3://b/run/{n}", size=1) for n in names]
+        random.Random(seed).shuffle(self.infos)
+        self.passes = 0
+
+    def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:  # the port's name order (unused by the paged path)
+        return iter(sorted(self.infos, key=lambda o: o.uri))
+
+    def list_any_order(self, prefix_uri: str) -> Iterator[ObjectInfo]:
+        self.passes += 1
+        yield from self.infos
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    names=st.lists(st.text(alphabet="ab./-0", min_size=1, max_size=6), min_size=0, max_size=60, unique=True),
+    chunk=st.integers(min_value=1, max_value=8),
+    seed=st.integers(min_value=0, max_value=1000),
+    cut=st.integers(min_value=0, max_value=60),
+)
+def test_a_server_ordered_listing_resumes_in_name_order_in_bounded_passes(
+    names: list[str], chunk: int, seed: int, cut: int
+) -> None:
+    """S3 (issue 37 item 3): the paged plans' listing after a cursor is exactly the sorted tail, produced in passes
+    that each keep at most `chunk` objects, one pass per chunk (never the whole listing held and sorted)."""
+    store = _ServerOrderedListing(names, seed)
+    assert isinstance(store, ListsInAnyOrder) and not isinstance(store, ListsAfter)
+    everything = sorted(o.uri for o in store.infos)
+    cursor = everything[cut] if cut < len(everything) else None
+    tail = [u for u in everything if cursor is None or u > cursor]
+    got = [o.uri for o in list_in_name_order(store, "s3://b/run", cursor, chunk=chunk)]  # type: ignore[arg-type]
+    assert got == tail
+    assert store.passes == max(1, -(-len(tail) // chunk))  # one pass per chunk of the tail
+
+
+def test_a_page_of_a_server_ordered_listing_stops_after_its_passes() -> None:
+    """A consumer that takes one page stops the listing: 25,000 objects, a page of 5,000, one pass of requests."""
+    store = _ServerOrderedListing([f"f{i:06d}" for i in range(25_000)], seed=7)
+    page = list(itertools.islice(list_in_name_order(store, "s3://b/run", None), 5_000))  # type: ignore[arg-type]
+    assert [o.uri for o in page] == [f"s3://b/run/f{i:06d}" for i in range(5_000)]
+    assert store.passes == 1

@@ -117,30 +117,35 @@ class S3Storage(RemoteObjects):
         return _info(bucket, meta)
 
     def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
+        # The port's name order: S3 servers differ (SeaweedFS lists by its directory tree, so `a/b.txt` comes before
+        # `a.txt`), hence the sort. A paged plan does not come here: it lists in bounded passes
+        # (ports.storage.list_in_name_order over list_any_order), never holding a whole listing.
+        return iter(sorted(self.list_any_order(prefix_uri), key=lambda o: o.uri))
+
+    def list_any_order(self, prefix_uri: str) -> Iterator[ObjectInfo]:
+        """ports.storage.ListsInAnyOrder: the listing streamed in the server's order, 1,000 keys per request."""
         import obstore
 
         bucket, key = object_key(prefix_uri.rstrip("/"))
         prefix = key.rstrip("/") or None  # object_store prefixes are whole path segments: `run` never lists `runner/`
         try:
             stream = self._call(prefix_uri, bucket, obstore.list, prefix=prefix, chunk_size=1000)
-            rows = []
             for batch in stream:
-                rows.extend(batch)
+                for meta in batch:
+                    # Folder placeholders ("dir/", 0 bytes) are not objects of the run, but object_store lists
+                    # them with the slash stripped, like an empty file "dir". Only a HEAD tells them apart (the
+                    # placeholder's key is "dir/"): one extra request per empty object, which runs have few of.
+                    if meta["path"].endswith("/") or (
+                        int(meta["size"]) == 0 and self.stat(f"s3://{bucket}/{meta['path']}") is None
+                    ):
+                        continue
+                    yield _info(bucket, meta)
         except FileNotFoundError:
             return
         except (StorageAccessError, StorageError):
             raise
         except Exception as exc:
             raise map_error(exc, prefix_uri, self.endpoint_for(bucket)) from exc
-        for meta in sorted(rows, key=lambda m: m["path"]):
-            # Folder placeholders ("dir/", 0 bytes) are not objects of the run, but object_store lists them with
-            # the slash stripped, like an empty file "dir". Only a HEAD tells them apart (the placeholder's key
-            # is "dir/"): one extra request per empty object, which runs have few of (markers).
-            if meta["path"].endswith("/") or (
-                int(meta["size"]) == 0 and self.stat(f"s3://{bucket}/{meta['path']}") is None
-            ):
-                continue
-            yield _info(bucket, meta)
 
     def list_children(self, prefix_uri: str, page_token: str | None = None, page_size: int = 200) -> ChildPage:
         """One page of a prefix's immediate children (what the sweep walks run roots with).

@@ -6,6 +6,7 @@ business (adapters/storage_registry.py). Steps talk only to this port and to `St
 
 from __future__ import annotations
 
+import heapq
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -231,16 +232,50 @@ class ListsAfter(Protocol):
         ...
 
 
-def list_in_name_order(storage: Storage, prefix_uri: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
+@runtime_checkable
+class ListsInAnyOrder(Protocol):
+    """A backend whose server lists in an order of its own (S3 servers differ: see S3Storage), streamed a page of
+    requests at a time; its `list` sorts the whole listing to keep the port's name order, this does not."""
+
+    def list_any_order(self, prefix_uri: str) -> Iterator[ObjectInfo]:
+        """Every object under prefix_uri (recursive), in the server's order, without holding the listing."""
+        ...
+
+
+# Names a listing pass keeps at most, for a backend that cannot resume in name order (below): memory per pass.
+NAME_ORDER_CHUNK = 10_000
+
+
+def list_in_name_order(
+    storage: Storage, prefix_uri: str, start_after: str | None = None, *, chunk: int = NAME_ORDER_CHUNK
+) -> Iterator[ObjectInfo]:
     """The objects under prefix_uri in name order, strictly after `start_after`: what a paged listing resumes from.
-    A backend without ListsAfter (a local directory walks files before subdirectories) is listed and sorted here;
-    that is whole-listing work per page, which only local runs pay."""
+
+    A backend without ListsAfter (S3: SeaweedFS orders `start-after` by its directory tree, so a server-side resume
+    could skip objects; see S3Storage) is listed here in passes: each pass streams the whole listing and keeps only
+    the `chunk` smallest names after the cursor (a bounded heap), yields them in order, and the next pass resumes
+    after the last. Memory per invocation is one chunk whatever the run's size (issue 37 item 3, §8 P24); requests
+    are one listing per chunk, and a page of a paged plan (RLCLEANUP_CAPTURE_PAGE_OBJECTS, 5,000) fits one chunk."""
     if isinstance(storage, ListsAfter):
         yield from storage.list_after(prefix_uri, start_after)
         return
-    for info in sorted(storage.list(prefix_uri), key=lambda o: o.uri):
-        if start_after is None or info.uri > start_after:
-            yield info
+    cursor = start_after
+    while True:
+        seen = 0
+
+        def after_cursor(bound: str | None) -> Iterator[ObjectInfo]:
+            nonlocal seen
+            listing = storage.list_any_order if isinstance(storage, ListsInAnyOrder) else storage.list
+            for info in listing(prefix_uri):
+                if bound is None or info.uri > bound:
+                    seen += 1
+                    yield info
+
+        smallest = heapq.nsmallest(chunk, after_cursor(cursor), key=lambda o: o.uri)  # a heap of `chunk` at most
+        yield from smallest
+        if seen <= chunk:
+            return
+        cursor = smallest[-1].uri
 
 
 @runtime_checkable
