@@ -83,7 +83,12 @@ def _block(block: Block, svg: str | None) -> str:
     if isinstance(block, Para):
         return f'<p class="{block.tone}">{escape(block.text)}</p>'
     if isinstance(block, Bullets):
-        items = "".join(f"<li>{escape(item)}</li>" for item in block.items)
+        items = "".join(
+            f"<li><details><summary>{escape(item)}</summary><p>{escape(full)}</p></details></li>"
+            if full
+            else f"<li>{escape(item)}</li>"
+            for item, full in block.folded()
+        )
         return f'<ul class="{block.tone}">{items}</ul>'
     if isinstance(block, Code):
         pre = f"<pre><code>{escape(block.text)}</code></pre>"
