@@ -8,8 +8,8 @@ from datetime import datetime
 from rlcleanup.models.record import Attempt, Candidate, CompletionRecord
 from rlcleanup.models.vocab import CandidateKind
 from rlcleanup.report.document import BAD, GOOD, WARN, Block, Bullets, Code, Document, Figure, Para, Section, Table
-from rlcleanup.report.inputs import ReportInputs
 from rlcleanup.report.fold import headline
+from rlcleanup.report.inputs import ReportInputs
 from rlcleanup.report.reasons import terminal_reasons
 from rlcleanup.report.verdict import build_verdict
 

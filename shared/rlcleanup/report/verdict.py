@@ -4,11 +4,12 @@ person."""
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState
-from rlcleanup.report.fold import clip
 from rlcleanup.report.document import BAD, GOOD, NEUTRAL, WARN, Verdict, VerdictPart
+from rlcleanup.report.fold import clip
 from rlcleanup.steps.remaining import PUBLISHED
 
 _TERMINAL_TONE = {
@@ -35,7 +36,7 @@ def summarise_steps(steps: list[int]) -> str:
     ordered = sorted(set(steps))
     if len(ordered) <= LISTED_STEPS:
         return ", ".join(str(s) for s in ordered)
-    stride = min(b - a for a, b in zip(ordered, ordered[1:], strict=False))
+    stride = min(b - a for a, b in pairwise(ordered))
     runs: list[list[int]] = [[ordered[0]]]
     for step in ordered[1:]:
         if step - runs[-1][-1] == stride:
