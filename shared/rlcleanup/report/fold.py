@@ -5,6 +5,8 @@ One function for every surface, so the report and the CLI cut the same way."""
 
 from __future__ import annotations
 
+import re
+
 ELLIPSIS = "…"
 # A reasoning bullet's headline: one line of the report's card at 390 px is ~45 characters, at 1280 px ~130; a
 # terminal line is 80. The headline fits one terminal line beside its "  - " bullet.
@@ -34,6 +36,20 @@ def shorten_paths(text: str, run_uri: str) -> str:
     return text
 
 
+# A path or URI in a sentence (after shortening to the run, `…/` marks a dropped base).
+_PATH = re.compile(r"(?:…/|/|[a-z][a-z0-9+.-]*://)[^\s;,()']+")
+_PATH_CHARS = 40
+
+
+def _last_segments(match: re.Match[str]) -> str:
+    path = match.group()
+    if len(path) <= _PATH_CHARS:
+        return path
+    tail = path.rstrip("/").rsplit("/", 2)[-2:]
+    return "…/" + "/".join(tail)
+
+
 def headline(reason: str, run_uri: str, width: int = HEADLINE_CHARS) -> str:
-    """A finding's one line: its paths shortened to the run, then clipped at a word boundary."""
-    return clip(shorten_paths(reason, run_uri), width)
+    """A finding's one line: its paths shortened to the run, a path still long cut to its last two segments (the
+    full one is behind the headline), then clipped at a word boundary."""
+    return clip(_PATH.sub(_last_segments, shorten_paths(reason, run_uri)), width)
