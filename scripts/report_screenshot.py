@@ -32,9 +32,9 @@ def main() -> None:
         html = Path(record.preserved_locations[0]) / "derived" / "report.html"
         out.parent.mkdir(parents=True, exist_ok=True)
         flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars"]
+        where = [f"--user-data-dir={base / 'profile'}", f"--screenshot={out.resolve()}", "--window-size=1280,1500"]
         subprocess.run(
-            [chromium, *flags, f"--user-data-dir={base / 'profile'}", f"--screenshot={out.resolve()}"]
-            + ["--window-size=1280,1500", html.as_uri()],
+            [chromium, *flags, *where, html.as_uri()],
             check=True,
             capture_output=True,
             timeout=120,
