@@ -14,12 +14,22 @@ STAMP := $(VENV)/.installed
 # the package index is a CUDA build of several GB. Elsewhere, pass a CPU wheel: `make setup TORCH_SPEC=...`.
 TORCH_SPEC ?= torch==2.13.0
 
+# The install takes minutes behind `pip -q`: each stage is announced on stderr as it starts, when stderr is a
+# terminal and QUIET is unset (`make demo QUIET=1`); pip's own output stays quiet.
+step = if [ -t 2 ] && [ -z "$(QUIET)" ]; then printf 'make: %s\n' "$(1)" >&2; fi
+
 $(STAMP): pyproject.toml functions/requirements.lock
+	@$(call step,[1/5] creating $(VENV))
 	$(PY) -m venv $(VENV)
+	@$(call step,[2/5] upgrading pip)
 	$(BIN)/pip install -q --upgrade pip
+	@$(call step,[3/5] installing the functions' pinned packages (functions/requirements.lock))
 	$(BIN)/pip install -q --require-hashes -r functions/requirements.lock
+	@$(call step,[4/5] installing $(TORCH_SPEC) (CPU build: the largest download))
 	$(BIN)/pip install -q '$(TORCH_SPEC)'
+	@$(call step,[5/5] installing rlcleanup with its dev and layout-check extras)
 	$(BIN)/pip install -q -e '.[dev,layout-check]'
+	@$(call step,installed: $(VENV) is ready)
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -116,19 +116,19 @@ parent.document.body.setAttribute("data-measure", JSON.stringify({
 </script>"""
 
 
-def _framed(html: Path, width: int, *, measure: bool) -> Path:
+def _framed(html: Path, width: int, *, measure: bool, script: str = MEASURE) -> Path:
     """A page holding the report in an iframe `width` px wide: a real viewport of that width."""
     page = html.read_text(encoding="utf-8")
     if measure:
         page = page.replace(CSP, CSP.replace("default-src 'none'", "default-src 'none'; script-src 'unsafe-inline'"))
-        page = page.replace("</body>", MEASURE + "</body>")
+        page = page.replace("</body>", script + "</body>")
     frame = f'<iframe style="border:0;width:{width}px;height:2000px" srcdoc="{escape(page, quote=True)}"></iframe>'
     probe = html.with_name(f"framed-{width}-{'measure' if measure else 'shot'}.html")
     probe.write_text(f'<!doctype html><html><body style="margin:0">{frame}</body></html>', encoding="utf-8")
     return probe
 
 
-def _measure(html: Path, width: int, profile: Path) -> dict[str, Any]:
+def _measure(html: Path, width: int, profile: Path, script: str = MEASURE) -> dict[str, Any]:
     assert CHROMIUM is not None
     out = subprocess.run(
         [
@@ -140,7 +140,7 @@ def _measure(html: Path, width: int, profile: Path) -> dict[str, Any]:
             f"--user-data-dir={profile}",
             "--window-size=1400,2000",
             "--dump-dom",
-            _framed(html, width, measure=True).as_uri(),
+            _framed(html, width, measure=True, script=script).as_uri(),
         ],
         check=True,
         capture_output=True,
@@ -183,3 +183,56 @@ def test_report_reads_at_desktop_and_phone_width(tmp_path: Path, width: int) -> 
     visible = re.sub(r"<details>.*?</details>", "", page, flags=re.S)
     assert visible.count(message) == 1, visible.count(message)
     assert re.search(r"<details><summary>traceback \(\d+ lines\)</summary><pre>", page)
+
+
+# Issue 38 item 11: nothing runs past its card or the page. The page is no wider than the viewport, no card
+# (section, the verdict banner) is wider than its box; a table or the chart wider than its card scrolls inside its own
+# wrapper (div.table, figure), which is the one place horizontal scrolling is allowed. Also measured: how many lines
+# each reasoning headline takes and the numbers in the banner.
+OVERFLOW = """<script>
+const scrollers = "div.table, figure";
+const cards = [...document.querySelectorAll("section, header.verdict, nav, footer")]
+  .filter(e => e.scrollWidth > e.clientWidth).map(e => [e.id || e.tagName, e.scrollWidth, e.clientWidth]);
+const escaped = [...document.querySelectorAll("body *")]
+  .filter(e => !e.closest(scrollers) && e.getBoundingClientRect().right > window.innerWidth + 0.5)
+  .map(e => e.tagName + ":" + (e.textContent || "").slice(0, 60));
+const headlines = [...document.querySelectorAll("#terminal li")].map(li => {
+  const line = li.querySelector("summary") || li;
+  const range = document.createRange(); range.selectNodeContents(line);
+  return new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top))).size;
+});
+const svg = document.querySelector("figure svg");
+parent.document.body.setAttribute("data-measure", JSON.stringify({
+  viewport: window.innerWidth, pageWidth: document.documentElement.scrollWidth, cards, escaped, headlines,
+  folded: document.querySelectorAll("#terminal li details").length,
+  banner: document.getElementById("verdict").textContent,
+  chart: svg ? svg.getBoundingClientRect().width : null,
+}));
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (`make chromium`)")
+@pytest.mark.parametrize("scenario", ["many-candidates", "failed-first-link"])
+@pytest.mark.parametrize("width", [1280, 390])
+def test_report_stays_inside_the_page_at_scale(tmp_path: Path, scenario: str, width: int) -> None:
+    """A 40-candidate run and a failed run at 1280 px and 390 px: no horizontal overflow of the page or of any card,
+    a banner that summarises (no wall of step numbers), one line per reasoning headline on a desktop, and a chart
+    that keeps a legible size on a phone (it scrolls in its card instead)."""
+    root = write_sample_run(tmp_path / "src", scenario)
+    record = run_embedded(str(root), db_path=tmp_path / "r.db", preserve_root=str(tmp_path / "p"))
+    assert record is not None
+    html = Path(record.preserved_locations[0]) / "derived" / "report.html"
+    shot = tmp_path / f"shot-{width}.png"
+    _screenshot(_framed(html, width, measure=False), shot, tmp_path / "profile-shot", width=width)
+    assert Image.open(shot).size == (width, 2000)
+
+    m = _measure(html, width, tmp_path / "profile-measure", script=OVERFLOW)
+    assert m["viewport"] == width
+    assert m["pageWidth"] <= width, m
+    assert m["cards"] == [], f"cards wider than their box at {width} px: {m['cards']}"
+    assert m["escaped"] == [], f"elements past the viewport at {width} px: {m['escaped'][:5]}"
+    assert len(re.findall(r"\d+", m["banner"].split(":", 1)[1])) <= 12, m["banner"]
+    assert m["folded"] >= 1 and m["headlines"]  # long findings are folded behind one-line headlines
+    if width == 1280:
+        assert set(m["headlines"]) == {1}, m["headlines"]
+    assert m["chart"] is not None and m["chart"] >= 700, m["chart"]  # never squeezed to the phone's width

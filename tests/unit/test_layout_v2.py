@@ -474,7 +474,7 @@ def test_precedence_rules(kw: dict[str, Any], state: TerminalState, rule: str) -
     decision = decide(_inputs(**kw))
     assert (decision.state, decision.rule) == (state, rule)
     assert decision.reasons[0].startswith("Sources read: ")
-    assert decision.reasons[-1].startswith(f"Rule {rule} of run-layout-v2.md §6 decided")
+    assert decision.reasons[-1].startswith(f"Rule {rule} of the terminal-state rules in docs/run-layouts.md decided")
 
 
 def test_success_below_budget_is_named() -> None:

@@ -40,6 +40,7 @@ EXPECTED = {  # scenario -> (marker, export steps, attempts)
     "launch-yaml": (20, [5, 10, 15, 20], 1),
     "unknown": (20, [5, 10, 15, 20], 1),
     "partial-checkpoint": (20, [5, 10, 15, 20], 1),
+    "many-candidates": (200, list(range(5, 201, 5)), 1),
 }
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -63,7 +63,9 @@ def test_novasky_head_budget_terminal_and_selection(records: dict[str, Completio
     )
     assert "as the config says (trainer.max_training_steps = 20" in _budget_line(r)
     rule = _rule(r)
-    assert rule.startswith("Rule (1) of run-layout-v2.md §6 decided: the budget 20 was reached in valid artifacts (")
+    assert rule.startswith(
+        "Rule (1) of the terminal-state rules in docs/run-layouts.md decided: the budget 20 was reached in valid artifacts ("
+    )
     assert "latest_ckpt_global_step.txt reads 20; the trainer's stop-at-budget line at " in rule
     # The console tracker printed every float as '%.4f' text: the declared policy scores them all.
     sel = r.selection
@@ -77,7 +79,9 @@ def test_novasky_head_lora_terminal_state_and_budget(records: dict[str, Completi
     # The adapter's candidate kind is another item of issue 34; the run's verdict comes from the same rule.
     r = records["novasky-head-lora"]
     assert (r.terminal_state, r.step_budget, r.last_saved_step) == (TerminalState.completed, 20, 20)
-    assert _rule(r).startswith("Rule (1) of run-layout-v2.md §6 decided: the budget 20 was reached")
+    assert _rule(r).startswith(
+        "Rule (1) of the terminal-state rules in docs/run-layouts.md decided: the budget 20 was reached"
+    )
 
 
 def test_budget_stated_only_by_the_log_decides_once(records: dict[str, CompletionRecord]) -> None:
@@ -104,7 +108,9 @@ def test_novasky_head_megatron_distributed_export_completes(records: dict[str, C
         20,
         20,
     )
-    assert _rule(r).startswith("Rule (1) of run-layout-v2.md §6 decided: the budget 20 was reached in valid artifacts")
+    assert _rule(r).startswith(
+        "Rule (1) of the terminal-state rules in docs/run-layouts.md decided: the budget 20 was reached in valid artifacts"
+    )
     assert [(c.step, c.kind, c.format, c.state, c.shard_count, c.problems) for c in r.candidates] == [
         (step, CandidateKind.full, "hf-safetensors", CandidateState.valid, 3, []) for step in (5, 10, 15, 20)
     ]

@@ -140,7 +140,7 @@ def test_metrics_mode_has_no_checkpoints_by_design(records: dict[str, Completion
     )
     assert r.remaining_work == [
         "no export candidates by design: completion_mode=metrics keeps no checkpoint (ckpt_interval=-1), so the run "
-        "is not resumable (run-layout-v2.md §1, §3)"
+        'is not resumable (docs/run-layouts.md, "Marin steps")'
     ]
     assert _steps(r) == [("math-rl-metrics-mode-metrics", "metrics", "SUCCESS", "succeeded")]
     assert r.errors == []

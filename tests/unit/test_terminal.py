@@ -403,7 +403,7 @@ def test_cancelled_and_killed_after_a_causal_error(tmp_path: Path) -> None:
     )
     # run-layout-v2.md §6 rule (2): a stop wins over the error before it; the error is still reported.
     assert v2.terminal_state == TerminalState.cancelled
-    assert said(v2, "Rule (2) of run-layout-v2.md §6 decided")
+    assert said(v2, "Rule (2) of the terminal-state rules in docs/run-layouts.md decided")
     assert v2.first_failure_cause is not None and v2.first_failure_cause.error_type == "torch.OutOfMemoryError"
 
     # A causal error a later attempt trained past does not turn a later kill into a failure.
@@ -483,7 +483,7 @@ def test_a_failed_attempt_record_decides_rule_4_as_a_source(tmp_path: Path) -> N
     att = Att("a00000000001", "2025-03-01T00:00:00Z", finelog=[mirror(1)], response={"state": "failed"})
     v = verdict(build(tmp_path, [att], trainer={"max_steps": 9}, marker=1))
     assert (v.terminal_state, v.decided_by) == (TerminalState.failed, "(4)")
-    decided = _reason(v, "Rule (4) of run-layout-v2.md §6 decided: ")
+    decided = _reason(v, "Rule (4) of the terminal-state rules in docs/run-layouts.md decided: ")
     assert decided.endswith(" attempt a00000000001 response.state: failed -> failed.")  # after the step's name
     assert v.controller_state == "failed (attempt a00000000001 response.state: failed)"
 

@@ -15,7 +15,16 @@ import typer
 from rlcleanup.cli.authority import register as register_authority_commands
 from rlcleanup.cli.operator import operator_errors
 from rlcleanup.cli.operator import register as register_operator_commands
-from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
+from rlcleanup.cli.options import (
+    BackendOption,
+    DbOption,
+    JsonOption,
+    ProjectOption,
+    QuietOption,
+    RunIdArg,
+    backend_name,
+    db_path,
+)
 from rlcleanup.cli.storage_cmds import register as register_storage_commands
 from rlcleanup.cli.stores import EXIT_NOT_FOUND, EXIT_USAGE, get_record, open_store
 from rlcleanup.errors import PermanentError
@@ -96,6 +105,7 @@ def run(
         ),
     ] = None,
     as_json: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Run the whole cleanup pipeline on one run (embedded: local files, GCS or S3, SQLite records).
 
@@ -103,6 +113,7 @@ def run(
     After fixing the run (e.g. a missing shard) use --rerun. A run's id is the one it declares, else its
     `<experiment>-<version>` (plus 8 hex of its location's hash when another root already holds that): two roots
     never share a record."""
+    from rlcleanup.cli.progress import StderrProgress, follow_run
     from rlcleanup.cli.render import summary
     from rlcleanup.cli.runroots import has_run_config
     from rlcleanup.ports.storage import UnknownSchemeError
@@ -138,7 +149,18 @@ def run(
             base = preserve or str(default_preserve_root())
             preserve = join(base, "reruns", kept.rsplit("/", 3)[-3], kept.rsplit("/", 1)[-1])
         started = time.time()
-        record = run_embedded(uri, db_path=db_file, preserve_root=preserve, state=state, run_id=run_id)
+        progress = StderrProgress(quiet=quiet)
+        try:
+            record = run_embedded(
+                uri,
+                db_path=db_file,
+                preserve_root=preserve,
+                state=state,
+                run_id=run_id,
+                after_each=follow_run(uri, progress),
+            )
+        finally:
+            progress.close()
     except typer.Exit:
         raise
     except PermanentError as exc:  # refused before the run had a record of its own (e.g. its id is another's)
@@ -329,18 +351,30 @@ def stack_up(
     state_dir: StateDirOption = None,
     project: Annotated[str, typer.Option(help="emulator project id")] = "rlcleanup-local",
     timeout: Annotated[float, typer.Option(help="seconds to wait for every server")] = 90.0,
+    quiet: QuietOption = False,
 ) -> None:
     """Start the emulators and one functions-framework per function; print the env vars to export.
 
-    Use as `eval "$(rlcleanup stack up)"`. Every server runs in its own process group on a free port."""
+    Use as `eval "$(rlcleanup stack up)"`. Every server runs in its own process group on a free port. While it
+    starts, a terminal's stderr shows the servers as they answer (stdout carries only what `eval` reads)."""
+    from rlcleanup.cli.progress import StderrProgress
     from rlcleanup.stack import StackError, up
 
     where = _stack_dir(state_dir)
+    progress = StderrProgress(quiet=quiet, prefix="rlcleanup stack")
+
+    def ready(name: str, done: int, total: int) -> None:
+        progress.bar(f"servers ready ({name})", done, total)
+        if done == total:
+            progress.stage(f"{total} servers ready")
+
     try:
-        state = up(where, project=project, timeout=timeout)
+        state = up(where, project=project, timeout=timeout, on_ready=ready)
     except StackError as exc:
+        progress.close()
         _fail(str(exc))
         return
+    progress.stage("topics, subscriptions and buckets provisioned")
     typer.echo(state.exports())
     typer.echo(f"# runs bucket gs://{state.buckets['runs']}, preserve bucket gs://{state.buckets['preserve']}")
     typer.echo(

@@ -140,25 +140,49 @@ def status(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
+    console = _console()
+    console.print(status_table(records, f"runs in {opened.where}", console.width))
+    if not records:
+        console.print("no runs match" if state else "no runs yet: `rlcleanup run RUN_ROOT` processes one")
+
+
+# Below this many columns the table drops "updated" and shortens headers, so every key column (status, terminal
+# state, selection) stays whole on an 80-column terminal; the run id wraps (folds), it is never cut.
+_WIDE = 110
+
+
+def status_table(records: list[CompletionRecord], title: str, width: int) -> Any:
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"runs in {opened.where}", title_justify="left")
-    for col in ("run id", "status", "terminal state", "selection", "errors", "updated"):
-        table.add_column(col, no_wrap=col == "run id")
+    wide = width >= _WIDE
+    table = Table(
+        title=_cell(title),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column("run id", overflow="fold", min_width=12)
+    for col in ("status", "terminal state" if wide else "terminal", "selection"):
+        table.add_column(col, no_wrap=True)  # vocabulary words: whole or not at all
+    errors = wide or any(r.errors for r in records)  # narrow: the column only when some run has errors
+    if errors:
+        table.add_column("errors" if wide else "err", no_wrap=True, justify="right")
+    if wide:
+        table.add_column("updated", no_wrap=True)
     for r in records:
         tone = _TONE.get(r.status.value, "")
-        table.add_row(
+        row = [
             _cell(r.run_id),
             f"[{tone}]{r.status.value}[/]" if tone else r.status.value,
             r.terminal_state.value if r.terminal_state else "—",
             _cell(_selection(r)),
-            str(len(r.errors)) if r.errors else "",
-            r.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
-        )
-    console = _console()
-    console.print(table)
-    if not records:
-        console.print("no runs match" if state else "no runs yet: `rlcleanup run RUN_ROOT` processes one")
+            *([str(len(r.errors)) if r.errors else ""] if errors else []),
+        ]
+        table.add_row(*row, *([r.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC")] if wide else []))
+    return table
 
 
 def _stage_table(snap: dict[str, Any]) -> Any:

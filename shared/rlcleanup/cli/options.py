@@ -35,6 +35,12 @@ BackendOption = Annotated[
 ]
 ProjectOption = Annotated[str | None, typer.Option(help="Firestore / Pub/Sub project (default: $GOOGLE_CLOUD_PROJECT)")]
 JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
+QuietOption = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="no progress on stderr (it is shown only when stderr is a terminal; stdout never has it)"
+    ),
+]
 
 
 def db_path(db: Path | None) -> Path:

@@ -1,13 +1,20 @@
-"""The pipeline's stages as `watch` shows them, computed from the run's step claims (pure: easy to test)."""
+"""The pipeline's stages as `watch` shows them, computed from the run's step claims (pure: easy to test), and the
+progress a long command shows a person on stderr while it works (`run`, `stack up`; issue 38 item 10)."""
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime.topology import Topology, load_topology
+
+if TYPE_CHECKING:
+    from rlcleanup.runtime.ports import Ports
 
 # (label, claim key or member key prefix ending in ':'), in pipeline order: declared once, in topology.yaml.
 STAGES = load_topology().progress()
@@ -66,3 +73,81 @@ def snapshot(record: CompletionRecord, states: dict[str, dict[str, Any]]) -> dic
         "errors": len(record.errors),
         "stages": [asdict(s) for s in staged],
     }
+
+
+class StderrProgress:
+    """Progress for a person at a terminal: each stage once, as it finishes ("  ✓ classify (0.4 s)"), and a bar
+    redrawn in place while countable work runs (candidates validated, servers ready). Only on stderr, never stdout
+    (`eval "$(rlcleanup stack up)"` and `run --json` read stdout), and silent when stderr is not a terminal (a pipe,
+    a log file, CI) or with --quiet."""
+
+    BAR_WIDTH = 24
+
+    def __init__(self, *, quiet: bool = False, stream: TextIO | None = None, prefix: str = "rlcleanup") -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = not quiet and self.stream.isatty()
+        self.prefix = prefix
+        self._started = time.monotonic()
+        self._finished: set[str] = set()
+        self._bar_shown = False
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+    def _clear_bar(self) -> None:
+        if self._bar_shown:
+            self._write("\r\x1b[2K")  # back to the line's start, erase it: the next line replaces the bar
+            self._bar_shown = False
+
+    def stage(self, text: str) -> None:
+        """One finished stage, on its own line, with the time since the command started."""
+        if not self.enabled:
+            return
+        self._clear_bar()
+        self._write(f"{self.prefix}: ✓ {text} ({time.monotonic() - self._started:.1f} s)\n")
+
+    def bar(self, label: str, done: int, total: int) -> None:
+        """Countable work: `label [#####.......] done/total`, redrawn in place."""
+        if not self.enabled or total <= 0:
+            return
+        filled = min(self.BAR_WIDTH, round(self.BAR_WIDTH * done / total))
+        self._write(f"\r\x1b[2K{self.prefix}: {label} [{'#' * filled}{'.' * (self.BAR_WIDTH - filled)}] {done}/{total}")
+        self._bar_shown = True
+
+    def stages(self, staged: list[Stage]) -> None:
+        """The pipeline's stages: each that finished since the last call on its own line, then a bar for the first
+        fan-out still under way."""
+        for st in staged:
+            if st.total is not None and st.done >= st.total and st.name not in self._finished:
+                self._finished.add(st.name)
+                self.stage(st.name if st.total == 1 else f"{st.name} {st.done}/{st.total}")
+        under_way = [s for s in staged if s.total and s.total > 1 and s.name not in self._finished and s.done]
+        if under_way:
+            self.bar(under_way[0].name, under_way[0].done, under_way[0].total or 0)
+
+    def close(self) -> None:
+        self._clear_bar()
+
+
+def follow_run(run_uri: str, progress: StderrProgress) -> Callable[[Ports], None]:
+    """An `after_each` for the embedded stack: after every handled message, the run's stages from its claims. The
+    run's id is known once classification admitted it (its location's binding)."""
+    from rlcleanup.runtime import admission
+
+    bound: list[str] = []
+
+    def after_each(ports: Ports) -> None:
+        if not progress.enabled:
+            return
+        if not bound:
+            run_id = admission.bound_run_id(ports, run_uri)
+            if run_id is None:
+                return
+            bound.append(run_id)
+        states = {
+            key: {"state": "done", "result": result} for key, result in ports.claims.results(bound[0], "").items()
+        }
+        progress.stages(stages(states))
+
+    return after_each

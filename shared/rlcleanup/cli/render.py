@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.report.fold import clip, headline, shorten_paths
 from rlcleanup.report.reasons import terminal_reasons
 from rlcleanup.report.storage import ledger_lines
 from rlcleanup.report.verdict import authority_lines, build_verdict, selection_state
@@ -27,14 +28,7 @@ def _short(uri: str | None, root: str) -> str:
 
 
 def _short_text(text: str, r: CompletionRecord) -> str:
-    """Paths inside a reason: under the run root relative to it; beside it (the temp root shares the run's base,
-    `<base>/durable/...` and `<base>/tmp/...`) from that base, marked `…/`."""
-    root = r.run_uri.rstrip("/")
-    text = text.replace(root + "/", "")
-    if "/durable/" in root:
-        base = root.rsplit("/durable/", 1)[0]
-        text = text.replace(base + "/", "…/")
-    return text
+    return shorten_paths(text, r.run_uri)
 
 
 def _steps(first: int | None, last: int | None) -> str:
@@ -53,11 +47,11 @@ def summary(r: CompletionRecord) -> str:
             f"terminal state {r.terminal_state.value} (budget {r.step_budget}, last trained {r.last_trained_step}, "
             f"last saved {r.last_saved_step})"
         )
-        for reason in terminal_reasons(r):
-            add(f"  - {_short_text(reason, r)}")
+        for reason in terminal_reasons(r):  # one line each; `show --json` and the report have them in full
+            add(f"  - {headline(reason, r.run_uri)}")
     if r.first_failure_cause:
         c = r.first_failure_cause
-        add(f"first cause    {c.error_type}: {' '.join(c.message.split())[:300]}")
+        add("first cause    " + clip(f"{c.error_type}: {c.message}", 300))
         add(f"               attempt {c.attempt_id} at {_short_text(c.source_uri, r)}:{c.line}")
     if r.chain.attempts:
         cov = r.chain.coverage
@@ -67,7 +61,7 @@ def summary(r: CompletionRecord) -> str:
         )
         for a in r.chain.attempts:
             # A preemption is a chain event (the next link resumed), not an error of the run.
-            event = f" ({' '.join(a.failure.split())[:120]})" if a.failure else ""
+            event = f" ({clip(a.failure, 120)})" if a.failure else ""
             if r.first_failure_cause and r.first_failure_cause.attempt_id == a.attempt_id:
                 event = f" (first cause: {r.first_failure_cause.error_type}, above)"  # said once, on its own line
             add(f"  - {a.attempt_id} {a.state or '?'} {_steps(a.first_step, a.last_step)}{event}")

@@ -8,6 +8,7 @@ from datetime import datetime
 from rlcleanup.models.record import Attempt, Candidate, CompletionRecord
 from rlcleanup.models.vocab import CandidateKind
 from rlcleanup.report.document import BAD, GOOD, WARN, Block, Bullets, Code, Document, Figure, Para, Section, Table
+from rlcleanup.report.fold import headline
 from rlcleanup.report.inputs import ReportInputs
 from rlcleanup.report.reasons import terminal_reasons
 from rlcleanup.report.storage import storage_section
@@ -52,8 +53,8 @@ def _terminal(r: CompletionRecord) -> Section:
     )
     blocks: list[Block] = [facts]
     reasons = terminal_reasons(r)  # as `show` words them; the first cause has its own section below
-    if reasons:
-        blocks.append(Bullets(reasons))
+    if reasons:  # one line each, the full finding folded behind it
+        blocks.append(Bullets([headline(x, r.run_uri) for x in reasons], details=reasons))
     return Section("Terminal state", "terminal", blocks)
 
 
@@ -194,7 +195,14 @@ def _resume(r: CompletionRecord) -> Section | None:
     if rs is None:
         return None
     head = f"safe from step {rs.from_step}" if rs.safe else "UNSAFE"
-    return Section("Resume safety", "resume", [Para(head, GOOD if rs.safe else BAD), Bullets(rs.reasons)])
+    return Section(
+        "Resume safety",
+        "resume",
+        [
+            Para(head, GOOD if rs.safe else BAD),
+            Bullets([headline(x, r.run_uri) for x in rs.reasons], details=rs.reasons),
+        ],
+    )
 
 
 def _preserved(r: CompletionRecord) -> Section:

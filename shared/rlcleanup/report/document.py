@@ -41,6 +41,17 @@ class Para:
 class Bullets:
     items: list[str]
     tone: str = NEUTRAL
+    # set: items are one-line headlines and details[i] the full text behind item i (HTML <details>), shown only
+    # where it says more than its headline
+    details: list[str] | None = None
+
+    def folded(self) -> list[tuple[str, str | None]]:
+        """(headline, the full text when the headline cut it short, else None) per item."""
+        full = self.details or self.items
+        return [
+            (item, text if " ".join(text.split()) != item else None)
+            for item, text in zip(self.items, full, strict=True)
+        ]
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,9 @@ section { background: #fff; border: 1px solid var(--rule); border-radius: 8px; p
 h2 { font-size: 17px; margin: 14px 0 10px; }
 p.good { color: var(--good); } p.warn { color: var(--warn); } p.bad { color: var(--bad); font-weight: 600; }
 ul.bad li { color: var(--bad); } ul.warn li { color: var(--warn); }
-.table { overflow-x: auto; margin: 6px 0; }
+/* A table wider than its card scrolls inside the card, never past it; `position: relative` makes the wrapper the
+   containing block of the hidden URI roots below (absolutely placed, they escaped the scroller and widened the page). */
+.table { overflow-x: auto; margin: 6px 0; position: relative; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--rule); vertical-align: top;
   overflow-wrap: normal; word-break: normal; hyphens: none; }
@@ -49,7 +51,16 @@ code.uri .root { position: absolute; width: 1px; height: 1px; overflow: hidden; 
 details { margin: 6px 0; } summary { cursor: pointer; color: var(--muted); font-size: 13px; }
 pre { background: #f6f8fa; border: 1px solid var(--rule); border-radius: 6px; padding: 10px; overflow-x: auto;
   font-size: 12px; white-space: pre-wrap; overflow-wrap: anywhere; }
-figure { margin: 8px 0; } figure svg { width: 100%; height: auto; display: block; }
+/* The chart keeps a legible size on a phone (720 px: its labels at 3/4 of their size) and scrolls in its card. */
+figure { margin: 8px 0; overflow-x: auto; } figure svg { width: 100%; min-width: 720px; height: auto; display: block; }
+/* Prose (a cause, a reason, a log path) breaks a long token rather than push past its card; table cells do not. */
+p, li, summary { overflow-wrap: anywhere; }
+@media (max-width: 600px) {
+  main, header, nav, footer { padding: 0 8px; }
+  header.verdict { margin-top: 8px; padding: 10px 12px; border-left-width: 5px; }
+  .line { font-size: 16px; } .sep { display: none; } .part { display: block; }
+  section { padding: 2px 10px 10px; }
+}
 figcaption { font-size: 12px; color: var(--muted); }
 footer { color: var(--muted); font-size: 12px; padding-bottom: 32px; }
 """
@@ -83,7 +94,12 @@ def _block(block: Block, svg: str | None) -> str:
     if isinstance(block, Para):
         return f'<p class="{block.tone}">{escape(block.text)}</p>'
     if isinstance(block, Bullets):
-        items = "".join(f"<li>{escape(item)}</li>" for item in block.items)
+        items = "".join(
+            f"<li><details><summary>{escape(item)}</summary><p>{escape(full)}</p></details></li>"
+            if full
+            else f"<li>{escape(item)}</li>"
+            for item, full in block.folded()
+        )
         return f'<ul class="{block.tone}">{items}</ul>'
     if isinstance(block, Code):
         pre = f"<pre><code>{escape(block.text)}</code></pre>"

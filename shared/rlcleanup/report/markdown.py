@@ -36,7 +36,12 @@ def _block(block: Block, image: str | None) -> str:
     if isinstance(block, Para):
         return escape(block.text)
     if isinstance(block, Bullets):
-        return "\n".join(f"- {escape(' '.join(item.split()))}" for item in block.items)
+        return "\n".join(
+            f"- <details><summary>{escape(item)}</summary>{escape(' '.join(full.split()))}</details>"
+            if full
+            else f"- {escape(' '.join(item.split()))}"
+            for item, full in block.folded()
+        )
     if isinstance(block, Code):
         if block.summary:  # collapsed where Markdown renders HTML (GitHub, most viewers); a plain fence elsewhere
             return f"<details><summary>{escape(block.summary)}</summary>\n\n{_fence(block.text)}\n\n</details>"

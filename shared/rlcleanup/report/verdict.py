@@ -3,11 +3,14 @@ person."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from itertools import pairwise
 
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState
 from rlcleanup.report.document import BAD, GOOD, NEUTRAL, WARN, Verdict, VerdictPart
+from rlcleanup.report.fold import clip
 from rlcleanup.steps.remaining import PUBLISHED
 
 _TERMINAL_TONE = {
@@ -19,7 +22,45 @@ _TERMINAL_TONE = {
 
 
 def _steps(steps: list[int]) -> str:
-    return ", ".join(str(s) for s in steps)
+    return summarise_steps(steps)
+
+
+# Steps are listed one by one up to this many; more are summarised as ranges (issue 38 item 11: 40 candidates made
+# a 600-character verdict line).
+LISTED_STEPS = 6
+_STEP_LIST = re.compile(r"\[(\d+(?:, \d+)+)\]")
+
+
+def summarise_steps(steps: list[int]) -> str:
+    """Steps for a one-line verdict: a few are listed ("5, 10, 15"); more are runs of one stride, "5-200" (one
+    run, every 5) or "5-50, 60-200" (a gap), at most 3 runs, else the span with the count ("5-200 (40 steps)")."""
+    ordered = sorted(set(steps))
+    if len(ordered) <= LISTED_STEPS:
+        return ", ".join(str(s) for s in ordered)
+    stride = min(b - a for a, b in pairwise(ordered))
+    runs: list[list[int]] = [[ordered[0]]]
+    for step in ordered[1:]:
+        if step - runs[-1][-1] == stride:
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    if len(runs) > 3:
+        return f"{ordered[0]}-{ordered[-1]} ({len(ordered)} steps)"
+    every = f" every {stride}" if stride > 1 else ""
+    return ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs) + every
+
+
+def summarise_work(items: list[str]) -> str:
+    """The first remaining-work item for the verdict line: its topic (the words before its first ": "; the report's
+    "What a person must do" and `show` say the rest), step lists summarised, then how many more there are."""
+    first = items[0].split(": ", 1)[0] if ": " in items[0] else items[0]
+    more = f" (+{len(items) - 1} more)" if len(items) > 1 else ""
+    return clip(summarise_step_lists(first), 80) + more
+
+
+def summarise_step_lists(text: str) -> str:
+    """A sentence (a remaining-work item) with every bracketed step list in it summarised as `summarise_steps`."""
+    return _STEP_LIST.sub(lambda m: "(" + summarise_steps([int(x) for x in m.group(1).split(", ")]) + ")", text)
 
 
 def _terminal(r: CompletionRecord) -> VerdictPart:
@@ -128,8 +169,7 @@ def _person(r: CompletionRecord) -> VerdictPart:
         if r.status is RecordStatus.in_progress:
             return VerdictPart("person", "still in progress", NEUTRAL)
         return VerdictPart("person", "nothing needs a person", GOOD)
-    more = f" (+{len(r.remaining_work) - 1} more)" if len(r.remaining_work) > 1 else ""
-    return VerdictPart("person", f"a person must: {r.remaining_work[0]}{more}", WARN)
+    return VerdictPart("person", f"a person must: {summarise_work(r.remaining_work)}", WARN)
 
 
 def build_verdict(r: CompletionRecord) -> Verdict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +34,8 @@ __all__ = ["EmbeddedStack", "RunNotAdmitted", "bound_run_id_of", "manual_event",
 class EmbeddedStack:
     ports: Ports
     bus: InProcessBus
+    # called after every handled message (`run`'s progress on stderr reads the run's claims there)
+    after_each: Callable[[Ports], None] | None = None
 
     @classmethod
     def create(
@@ -67,6 +70,8 @@ class EmbeddedStack:
                 self.ports, fn.entry_point, fn.dead_letter_topic, data, attributes, message_id=message_id
             )
             log.debug("%s: %s", fn.name, outcome)
+            if self.after_each is not None:
+                self.after_each(self.ports)
 
         return handle
 
@@ -112,13 +117,16 @@ def run_embedded(
     preserve_root: str | None = None,
     state: str | None = None,
     run_id: str | None = None,
+    after_each: Callable[[Ports], None] | None = None,
 ) -> CompletionRecord | None:
     """Defaults: the records file and preserve root under $XDG_STATE_HOME/rlcleanup (see rlcleanup.paths).
     `run_id`: the id a person chose for this root (`run --run-id`), bound through the same admission as an event's
     run before the event is handled. Returns the record bound to this root, never another run's; raises
-    RunNotAdmitted with the refusal when the run was refused before it had one."""
+    RunNotAdmitted with the refusal when the run was refused before it had one. `after_each`: called after every
+    handled message (`run` shows its progress from it)."""
     preserve = preserve_root or str(default_preserve_root())
     stack = EmbeddedStack.create(db_path or default_db(), preserve)
+    stack.after_each = after_each
     if run_id is not None:
         admission.admit_run(stack.ports, discover(stack.ports.storage, run_uri), requested=run_id)
     event = manual_event(run_uri, state)

@@ -49,6 +49,7 @@ SCENARIOS: dict[str, str] = {
     "launch-yaml": "newer launch.yaml envelope (SkyRL config under `skyrl`), standard run with Marin-injected keys",
     "unknown": "config with no entrypoint, environment or data kind: neither standard nor agentic",
     "partial-checkpoint": "marker 20 but global_step_20 misses model_world_size_2_rank_1.pt; stray global_step_30",
+    "many-candidates": "budget 200, exports every 5 (40 valid candidates, no declared policy): a report read at scale",
     **SCENARIOS_V2,
     **SCENARIOS_HEAD,
     **SCENARIOS_EXPORTS_V3,
@@ -140,6 +141,7 @@ _SPECS: dict[str, _Spec] = {
     "launch-yaml": _Spec(_done(), layout="yaml"),
     "unknown": _Spec(_done(), config="unknown", name="scratch-rl"),
     "partial-checkpoint": _Spec(_done(), ckpt_missing=("policy/model_world_size_2_rank_1.pt",), stray_ckpt=30),
+    "many-candidates": _Spec(_done(200), budget=200),
     # run-layout-v3 export shapes: the exports the training run did not write are dropped, then samples/exports_v3.py
     "deferred-export": _Spec(_done(), drop_exports=DEFERRED_DROPPED),
     "lora": _Spec(_done(), drop_exports=LORA_STEPS),

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,13 +61,17 @@ def up(
     timeout: float = 60.0,
     ports: dict[str, int] | None = None,
     extra_env: dict[str, str] | None = None,
+    on_ready: Callable[[str, int, int], None] | None = None,
 ) -> StackState:
     """Start everything, wait until each server answers on a port its own process group holds, provision
     from the topology. On failure, stop all; when a port was taken between choosing and binding it (another
-    process got it first), start again on fresh ports, up to PORT_ATTEMPTS times."""
+    process got it first), start again on fresh ports, up to PORT_ATTEMPTS times. `on_ready(name, ready, total)`
+    is called as each server answers (`stack up`'s progress)."""
     for attempt in range(1, PORT_ATTEMPTS + 1):
         try:
-            return _up_once(state_dir, project=project, timeout=timeout, ports=ports, extra_env=extra_env)
+            return _up_once(
+                state_dir, project=project, timeout=timeout, ports=ports, extra_env=extra_env, on_ready=on_ready
+            )
         except procs.PortTaken as exc:
             if attempt == PORT_ATTEMPTS:
                 raise StackError(f"ports kept being taken while the stack started ({attempt} tries): {exc}") from exc
@@ -81,6 +86,7 @@ def _up_once(
     timeout: float,
     ports: dict[str, int] | None,
     extra_env: dict[str, str] | None,
+    on_ready: Callable[[str, int, int], None] | None = None,
 ) -> StackState:
     state_dir = Path(state_dir or stack_dir()).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -225,6 +231,8 @@ def _up_once(
                 port = p[server.name]
                 procs.wait_ready(server, probe, remaining, hint=f" on port {port}", port=port)
             state.startup_seconds[server.name] = round(time.monotonic() - t0, 2)
+            if on_ready is not None:
+                on_ready(server.name, len(state.startup_seconds), len(servers))
         provision(state, topology, served)
         state.save()
     except BaseException:

@@ -233,11 +233,11 @@ def _discover_a(
     )
     ttl = get(terminal or {}, "request.checkpoint_retention_days")
     temp_guess = layout_d.find_temp_root(storage, config_root)
-    temp_rule = "the storage policy's temp root (run-layout-v3.md §1, Layout D)"
+    temp_rule = "the storage policy's temp root (Layout D in docs/run-layouts.md)"
     if temp_guess is None:
         days = ttl if isinstance(ttl, int) and ttl > 0 else 14
         temp_guess = marin.find_temp_root(storage, config_root, days)
-        temp_rule = "Marin's temp area (run-layout-v2.md §3 T(n))"
+        temp_rule = 'Marin\'s temp area (docs/run-layouts.md, "Marin steps")'
     if checkpoints_root is None:
         if temp_guess is not None:
             checkpoints_root = join(temp_guess, "checkpoints")

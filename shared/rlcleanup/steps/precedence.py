@@ -97,7 +97,7 @@ def decide(inp: Inputs) -> Decision:
     terminal_seen = [s for s in current if s.state in ("succeeded", "failed", "cancelled")]
 
     def done(state: TerminalState, rule: str, why: str, *, cause: bool) -> Decision:
-        reasons.append(f"Rule {rule} of run-layout-v2.md §6 decided: {why}")
+        reasons.append(f"Rule {rule} of the terminal-state rules in docs/run-layouts.md decided: {why}")
         return Decision(state, rule, reasons, cause)
 
     if inp.generation_only and (succeeded or inp.success_record):

@@ -213,4 +213,6 @@ def _export_facts(storage: Storage, layout: RunLayout, export: StepState, facts:
         else:
             facts.notes.append(f"The export step failed: {facts.export_failure}.")
     if layout.training_step is not None and layout.training_step.role is StepRole.metrics:
-        facts.notes.append("Metrics mode: no checkpoints, exports or candidates are expected (run-layout-v2.md §3).")
+        facts.notes.append(
+            'Metrics mode: no checkpoints, exports or candidates are expected (docs/run-layouts.md, "Marin steps").'
+        )

@@ -71,7 +71,7 @@ def derive_remaining(
         if valid:
             items.append(f"{SELECTION_PREFIX} choose among valid candidates {valid} (no declared policy applied)")
         elif by_design is not None:
-            items.append(f"no export candidates by design: {by_design} (run-layout-v2.md §1, §3)")
+            items.append(f'no export candidates by design: {by_design} (docs/run-layouts.md, "Marin steps")')
         else:
             items.append("no valid export candidate: nothing can be handed off")
     if resume is not None and not resume.safe and by_design is None:

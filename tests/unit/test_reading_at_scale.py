@@ -1,0 +1,148 @@
+"""Issue 38 item 11, reading at scale: a 40-candidate run's verdict line summarises its steps as ranges, reasoning
+is one line per finding with the rest folded, cuts fall at word boundaries with "…", the record cites only docs that
+ship in this repo, and `status` fits an 80-column terminal without cutting a key column."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from rlcleanup.cli.operator import status_table
+from rlcleanup.cli.render import summary
+from rlcleanup.models.record import CompletionRecord
+from rlcleanup.report.build import build_document
+from rlcleanup.report.document import Bullets
+from rlcleanup.report.fold import ELLIPSIS, HEADLINE_CHARS, clip
+from rlcleanup.report.html import render_html
+from rlcleanup.report.inputs import ReportInputs
+from rlcleanup.report.verdict import build_verdict, summarise_step_lists, summarise_steps
+from rlcleanup.runtime.embedded import run_embedded
+from rlcleanup.samples.generator import write_sample_run
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = ("many-candidates", "failed-first-link", "metrics-mode", "layout-d")
+
+
+@pytest.fixture(autouse=True)
+def _sqlite_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FIRESTORE_EMULATOR_HOST", raising=False)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CompletionRecord]:
+    base = tmp_path_factory.mktemp("scale")
+    out = {}
+    for scenario in SCENARIOS:
+        record = run_embedded(
+            str(write_sample_run(base / "src", scenario)), db_path=base / "r.db", preserve_root=str(base / "p")
+        )
+        assert record is not None
+        out[scenario] = record
+    return out
+
+
+# ------------------------------------------------------------------ step ranges
+
+
+def test_steps_are_listed_when_few_and_summarised_as_ranges_when_many() -> None:
+    assert summarise_steps([15, 5, 10]) == "5, 10, 15"
+    assert summarise_steps(list(range(5, 201, 5))) == "5-200 every 5"
+    assert summarise_steps([5, 10, 15, 20, 25, 30, 40, 45, 50]) == "5-30, 40-50 every 5"
+    assert summarise_steps([1, 2, 3, 4, 5, 6, 7, 9]) == "1-7, 9"
+    assert summarise_steps([1, 3, 4, 8, 20, 33, 40, 41]) == "1-41 (8 steps)"  # no pattern: the span and the count
+    assert summarise_step_lists("choose among valid candidates [5, 10, 15, 20, 25, 30, 35] (x)") == (
+        "choose among valid candidates (5-35 every 5) (x)"
+    )
+
+
+def test_a_40_candidate_verdict_line_names_each_step_at_most_once(runs: dict[str, CompletionRecord]) -> None:
+    r = runs["many-candidates"]
+    assert sum(c.valid for c in r.candidates) == 40
+    line = build_verdict(r).line
+    assert "40 valid candidates (5-200 every 5)" in line
+    assert len(line.removeprefix(f"{r.run_id}: ")) <= 160, line  # was ~600: every step twice
+    assert "95" not in line and line.count("5-200") == 1
+    assert summary(r).splitlines()[0] == line  # `run` and `show` print the same line
+
+
+# ------------------------------------------------------------------ cutting text
+
+
+def test_clip_cuts_at_a_word_boundary_with_an_ellipsis() -> None:
+    text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert clip(text, 200) == text
+    assert clip(text, 40) == "torch.OutOfMemoryError: CUDA out of…"
+    assert clip("a\n  b", 10) == "a b"  # one line
+    assert clip("x" * 50, 10) == "x" * 9 + ELLIPSIS  # one word longer than the line: still marked
+    for width in range(len("torch.OutOfMemoryError: ") + 1, len(text)):  # past the first word
+        cut = clip(text, width)
+        assert len(cut) <= width and cut.endswith(ELLIPSIS)
+        assert text.startswith(cut[:-1].rstrip(" ,;:.-("))
+        assert text[len(cut[:-1].rstrip(" ,;:.-(")) :][:1] in (" ", ".", ":", ",", ""), (width, cut)
+
+
+def test_show_never_cuts_a_cause_or_failure_mid_word(runs: dict[str, CompletionRecord]) -> None:
+    r = runs["failed-first-link"]
+    text = summary(r)
+    cause = next(line for line in text.splitlines() if line.startswith("first cause"))
+    assert cause.endswith(ELLIPSIS) and len(cause) <= len("first cause    ") + 300
+    words = set(re.findall(r"\S+", r.first_failure_cause.message if r.first_failure_cause else ""))
+    assert cause.removesuffix(ELLIPSIS).split()[-1] in words  # the last word shown is a whole word of the message
+
+
+# ------------------------------------------------------------------ reasoning
+
+
+@pytest.mark.parametrize("scenario", ["many-candidates", "failed-first-link"])
+def test_reasoning_is_one_line_per_finding_with_the_rest_folded(
+    runs: dict[str, CompletionRecord], scenario: str
+) -> None:
+    r = runs[scenario]
+    assert max(len(x) for x in r.terminal_reasoning) > 300  # the record keeps every finding whole
+    doc = build_document(ReportInputs(r))
+    (bullets,) = [b for s in doc.sections if s.anchor == "terminal" for b in s.blocks if isinstance(b, Bullets)]
+    assert all(len(item) <= HEADLINE_CHARS and "\n" not in item for item in bullets.items)
+    folded = [full for _, full in bullets.folded() if full]
+    assert folded and all(len(full) > HEADLINE_CHARS for full in folded)
+    html = render_html(doc)
+    assert html.count("<li><details><summary>") >= len(folded)
+    reasons = [line for line in summary(r).splitlines() if line.startswith("  - ")]
+    assert reasons and all(len(line) <= 4 + HEADLINE_CHARS for line in reasons)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_record_cites_only_docs_that_ship(runs: dict[str, CompletionRecord], scenario: str) -> None:
+    """A reader has docs/*.md, not the design references the code was written from (`run-layout-v2.md §6`)."""
+    r = runs[scenario]
+    candidates = [n for c in r.candidates for n in c.problems + c.warnings]
+    resume = r.resume_safety.reasons if r.resume_safety else []
+    text = "\n".join([*r.terminal_reasoning, *r.remaining_work, *candidates, *resume, build_verdict(r).line])
+    cited = set(re.findall(r"[\w./-]+\.md\b", text))
+    assert all(c.startswith("docs/") and (REPO / c).is_file() for c in cited), cited
+    if scenario == "many-candidates":
+        assert "docs/run-layouts.md" in cited  # the terminal-state rule says where it is written down
+
+
+# ------------------------------------------------------------------ status at 80 columns
+
+
+def test_status_fits_80_columns_without_cutting_a_key_column(runs: dict[str, CompletionRecord]) -> None:
+    records = list(runs.values())
+    console = Console(width=80, record=True, color_system=None, highlight=False)
+    console.print(status_table(records, "runs in SQLite r.db", console.width))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert ELLIPSIS not in "\n".join(lines)  # rich's cut: never in this table
+    header = next(line for line in lines if line.startswith("run id"))
+    id_width = header.index("status")
+    body = lines[lines.index(header) + 2 :]
+    ids = "".join(line[:id_width].strip() for line in body)  # a long run id folds onto the next line, whole
+    assert ids == "".join(r.run_id for r in records)
+    cells = " ".join(line[id_width:] for line in body).split()
+    for r in records:
+        assert r.status.value in cells
+        assert (r.terminal_state.value if r.terminal_state else "—") in cells
+    assert "unresolved" in cells
