@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
 from rlcleanup.errors import redact_credentials
+from rlcleanup.models.failures import FailureClass, FailureEvidence, SignatureBasis, SimilarRun
 from rlcleanup.models.vocab import (
     CandidateKind,
     CandidateState,
@@ -428,6 +429,29 @@ class CompletionRecord(_Model):
     not_applicable_evidence: list[str] = Field(default_factory=list)
     remaining_work: list[RunText] = Field(default_factory=list)
     errors: list[RunError] = Field(default_factory=list)
+    # --- learning across runs (issue 39; models/failures.py, steps/history.py, docs/failures.md)
+    failure_class: FailureClass | None = Field(
+        default=None,
+        description="infrastructure | configuration | training | unknown; null for a run that did not fail "
+        "(console filter: every infrastructure failure this week)",
+    )
+    failure_evidence: FailureEvidence | None = Field(
+        default=None, description="the rule, rank, host and evidence file that decided failure_class"
+    )
+    signature: str | None = Field(
+        default=None,
+        description="fingerprint of the first cause (sig1:<16 hex>): the same failure on another day, rank or run "
+        "has the same one (console filter: runs that failed the same way)",
+    )
+    signature_basis: SignatureBasis | None = Field(default=None, description="what the signature hashes")
+    experiment: str | None = Field(
+        default=None, description="the experiment the run belongs to, across its runs (steps/history.py)"
+    )
+    similar_runs: list[SimilarRun] = Field(
+        default_factory=list,
+        description="earlier runs with the same signature, newest first (at most 20), with what fixed them",
+    )
+    # --- end of learning across runs
     ended_at: datetime | None = Field(
         default=None,
         description="when the run ended: its last attempt's end (attempt record, else its last log timestamp); "

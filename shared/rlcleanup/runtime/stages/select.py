@@ -17,6 +17,7 @@ from rlcleanup.runtime.layouts import run_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages.barrier import member_prefix, own_claim
 from rlcleanup.runtime.stages.validate import FAN_OUT as VALIDATION
+from rlcleanup.steps.history import record_history
 from rlcleanup.steps.wrapup import finish_record
 
 READY_TOPIC = "record-ready"
@@ -35,6 +36,9 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
             raise PermanentError("no_record", f"run {msg.run_id} has no record to finish")
         fields = finish_record(p.storage, layout, record, candidates, resume, p.clock.now())
         p.records.update(msg.run_id, fields)
+        # Learning across runs (steps/history.py): keep this run's configuration, then list the earlier runs that
+        # failed the same way and what fixed them, through the store's indexed lookups.
+        p.records.update(msg.run_id, record_history(p.records, msg.run_id, layout.skyrl))
         # The grants already used on this run (before a --rerun, on an earlier pass) are bound again to these
         # candidates: a grant whose digest no longer matches stops applying before anything reads the record.
         ledger.sync_record(p.records, msg.run_id)
