@@ -16,6 +16,7 @@ from rlcleanup.cli.authority import register as register_authority_commands
 from rlcleanup.cli.operator import operator_errors
 from rlcleanup.cli.operator import register as register_operator_commands
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
+from rlcleanup.cli.similar import register as register_similar_command
 from rlcleanup.cli.stores import EXIT_NOT_FOUND, EXIT_USAGE, get_record, open_store
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.controller_states import MANUAL
@@ -461,6 +462,7 @@ def schema() -> None:
 
 register_operator_commands(app)  # status, watch, report: cli/operator.py
 register_authority_commands(app)  # keygen, approver add, grant, grants, cause: cli/authority.py
+register_similar_command(app)  # similar: cli/similar.py (learning across runs)
 
 
 def main() -> None:

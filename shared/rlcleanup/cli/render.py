@@ -5,6 +5,7 @@ from __future__ import annotations
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.report.reasons import terminal_reasons
 from rlcleanup.report.verdict import build_verdict
+from rlcleanup.steps.history import history_lines
 
 
 def verdict_line(r: CompletionRecord) -> str:
@@ -40,6 +41,15 @@ def _steps(first: int | None, last: int | None) -> str:
     return f"steps {first}..{last}" if first is not None and last is not None else "no steps logged"
 
 
+def failure_section(r: CompletionRecord) -> list[str]:
+    """Learning across runs (steps/history.py): the failure class, the signature, the earlier runs and their fixes;
+    nothing for a run that did not fail."""
+    if r.failure_class is None:
+        return []
+    first, *rest = history_lines(r)
+    return [f"failure        {first}", *(f"               {line}" for line in rest)]
+
+
 def summary(r: CompletionRecord) -> str:
     lines = [verdict_line(r), ""]
     add = lines.append
@@ -58,6 +68,7 @@ def summary(r: CompletionRecord) -> str:
         c = r.first_failure_cause
         add(f"first cause    {c.error_type}: {' '.join(c.message.split())[:300]}")
         add(f"               attempt {c.attempt_id} at {_short_text(c.source_uri, r)}:{c.line}")
+    lines.extend(failure_section(r))
     if r.chain.attempts:
         cov = r.chain.coverage
         add(
