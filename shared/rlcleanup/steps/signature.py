@@ -27,16 +27,19 @@ _SUBSTITUTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     # goes (NVIDIA driver wording `NVRM: Xid (PCI:0000:3b:00): 79, pid=...`).
     (re.compile(r"\bXid \(PCI:[^)]*\):\s*(?=\d)"), "Xid "),
     (re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.I), "<uri>"),
-    (re.compile(r"(?<![\w.])(?:~|\.{1,2})?/(?:[\w.@+=,-]+/?)+"), "<path>"),
+    (re.compile(r"(?<![\w.])(?:~|\.{1,2})?/(?:[\w.@+=-]+/?)+"), "<path>"),
     (re.compile(r"\b0x[0-9a-f]+\b", re.I), "<addr>"),
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<id>"),
     (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"), "<ip>"),
     (re.compile(r"\[?\b(?:[0-9a-f]{1,4}:){3,7}[0-9a-f]{1,4}\b\]?", re.I), "<ip>"),
-    (re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{4,}\b", re.I), "<id>"),
-    # Host names: dotted names (node.cluster.internal) and kebab names of 3+ parts with a digit (gke-h100-b,
-    # nid004012 is a word with digits and becomes `nid<n>` below).
-    (re.compile(r"\b[a-z][a-z0-9-]*(?:\.[a-z0-9-]+){2,}\b", re.I), "<host>"),
+    # Host names before hex ids (a GKE node name holds one): names whose first label has a digit
+    # (node-17.cluster.internal), names under a network suffix, and kebab names of 3+ parts with a digit
+    # (gke-h100-b, gke-marin-pool-5f1c2a3b-x9kq). Dotted module paths (torch.cuda.X) are not hosts.
+    (re.compile(r"\b[a-z][a-z-]*\d[a-z0-9-]*(?:\.[a-z0-9-]+)+\b", re.I), "<host>"),
+    (re.compile(r"\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:internal|local|lan|com|net|org|io)\b", re.I), "<host>"),
     (re.compile(r"\b(?=[a-z0-9-]*\d)[a-z0-9]+(?:-[a-z0-9]+){2,}\b", re.I), "<host>"),
+    (re.compile(r"\b[a-z]{2,}\d{3,}\b", re.I), "<host>"),  # numbered nodes: nid004012, gpu001
+    (re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{4,}\b", re.I), "<id>"),
     (re.compile(r"\b(?:global_)?rank\s*[=:]?\s*\d+", re.I), "rank <n>"),
     # Numbers, except the codes that name a fault: an Xid and an errno (28: no space, 2: no such file).
     (re.compile(r"(?<!Xid )(?<!Errno )(?<!\d)\d+(?:\.\d+)?(?:e[-+]?\d+)?", re.I), "<n>"),
