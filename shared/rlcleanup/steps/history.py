@@ -68,16 +68,33 @@ def failure_fields(
     }
 
 
-def keep_config(records: RunRecords, run_id: str, config: Mapping[str, Any]) -> None:
-    """Keep the run's resolved configuration flattened (`run_configs/{run_id}`), bounded in size."""
+def own_locations(flat: Mapping[str, str], roots: tuple[str | None, ...]) -> dict[str, str]:
+    """Values with the run's own locations (its run root, its temp root, its version's path segment) replaced by
+    a token: every run writes its checkpoints under its own root, and that is no change a person made."""
+    version = basename(roots[0] or "")
+    out = {}
+    for key, value in flat.items():
+        for root in (r.rstrip("/") for r in roots if r):
+            value = value.replace(root, "<run root>")
+        if version and "/" in value:
+            value = value.replace(f"/{version}/", "/<version>/").replace(f'/{version}"', '/<version>"')
+        out[key] = value
+    return out
+
+
+def keep_config(records: RunRecords, record: CompletionRecord, config: Mapping[str, Any]) -> None:
+    """Keep the run's resolved configuration flattened (`run_configs/{run_id}`), its own locations tokenised,
+    bounded in size."""
+    flat = own_locations(flatten_config(config), (record.run_uri, record.temp_root))
     keys: list[dict[str, str]] = []
     used = 0
-    for key, value in flatten_config(config).items():
+    for key, value in flat.items():
         used += len(key) + len(value)
         if used > MAX_CONFIG_CHARS:
             break
         keys.append({"key": key, "value": value})
-    records.put_doc(CONFIG_COLLECTION, run_id, {"run_id": run_id, "keys": keys, "truncated": used > MAX_CONFIG_CHARS})
+    doc = {"run_id": record.run_id, "keys": keys, "truncated": used > MAX_CONFIG_CHARS}
+    records.put_doc(CONFIG_COLLECTION, record.run_id, doc)
 
 
 def kept_config(records: RunRecords, run_id: str) -> dict[str, str] | None:
@@ -139,10 +156,11 @@ def similar_runs(records: RunRecords, record: CompletionRecord, limit: int = SIM
 def record_history(records: RunRecords, run_id: str, config: Mapping[str, Any]) -> dict[str, Any]:
     """Wrap-up's history step: keep the configuration, then the record's `similar_runs` (the record's signature
     and end are already stored)."""
-    keep_config(records, run_id, config)
     record = records.get(run_id)
-    found = similar_runs(records, record) if record is not None else []
-    return {"similar_runs": [s.model_dump(mode="json") for s in found]}
+    if record is None:
+        return {}
+    keep_config(records, record, config)
+    return {"similar_runs": [s.model_dump(mode="json") for s in similar_runs(records, record)]}
 
 
 def _value(text: str | None) -> str:
