@@ -15,9 +15,7 @@ RDV = "gs://marin-us-central2/tmp/ttl=14d/skyrl/math-rl/2026.11.30/rendezvous/a1
 
 
 def _cause(error_type: str, message: str, uri: str = "gs://b/run/attempts/a1/logs/driver.log") -> FailureCause:
-    return FailureCause(
-        attempt_id="a1", source_uri=uri, line=12, error_type=error_type, message=message, traceback=""
-    )
+    return FailureCause(attempt_id="a1", source_uri=uri, line=12, error_type=error_type, message=message, traceback="")
 
 
 # (rule, class, error type, message): the wording each rule reads, as the upstream named in the table prints it.
@@ -161,9 +159,14 @@ def test_the_controller_decides_when_the_cause_matches_no_rule() -> None:
     failure_class, evidence = classify_failure(
         TerminalState.failed, None, [("preempted", None), ("Iris job failed: task 0 exited with code 1", None)]
     )
-    assert failure_class is INFRA and evidence is not None and (evidence.rule, evidence.evidence) == (
-        "preemption",
-        "controller",
+    assert (
+        failure_class is INFRA
+        and evidence is not None
+        and (evidence.rule, evidence.evidence)
+        == (
+            "preemption",
+            "controller",
+        )
     )
 
 
@@ -201,7 +204,12 @@ def test_an_nccl_stall_symptom_decides_when_nothing_else_does() -> None:
     )
     failure_class, evidence = classify_failure(TerminalState.failed, None, [], symptom)
     assert failure_class is INFRA and evidence is not None
-    assert (evidence.rule, evidence.evidence, evidence.rank, evidence.host) == ("nccl_stall", "symptom", 1, "gke-h100-b")
+    assert (evidence.rule, evidence.evidence, evidence.rank, evidence.host) == (
+        "nccl_stall",
+        "symptom",
+        1,
+        "gke-h100-b",
+    )
 
 
 @pytest.mark.parametrize(

@@ -74,7 +74,12 @@ def test_each_sample_failure_has_its_class_and_deciding_evidence(
 @pytest.mark.parametrize("scenario", NOT_FAILED)
 def test_a_run_that_did_not_fail_has_no_class(runs: tuple[Path, dict[str, CompletionRecord]], scenario: str) -> None:
     record = runs[1][scenario]
-    assert (record.failure_class, record.failure_evidence, record.signature, record.similar_runs) == (None, None, None, [])
+    assert (record.failure_class, record.failure_evidence, record.signature, record.similar_runs) == (
+        None,
+        None,
+        None,
+        [],
+    )
 
 
 def test_wrapup_lists_the_earlier_run_that_died_the_same_way(runs: tuple[Path, dict[str, CompletionRecord]]) -> None:

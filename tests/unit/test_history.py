@@ -19,7 +19,9 @@ FIX = (
     "run math-rl-qwen-v1 failed the same way; the next run that completed (math-rl-qwen-v2) changed "
     "`trainer.micro_train_batch_size_per_gpu` 8 → 4"
 )
-NOTHING = "run grpo-llama-v1 failed the same way; no later run of its experiment has completed: nothing known about a fix"
+NOTHING = (
+    "run grpo-llama-v1 failed the same way; no later run of its experiment has completed: nothing known about a fix"
+)
 
 
 def check_history(records: RunRecords, history: SampleHistory) -> None:
@@ -91,11 +93,15 @@ def test_a_run_without_a_signature_matches_nothing(store: SqliteRunRecords) -> N
 
 def test_the_lookup_uses_the_sqlite_index(store: SqliteRunRecords) -> None:
     """The query plan searches the expression index (records_by_signature), never scans the table."""
-    plan = store._conn().execute(
-        "EXPLAIN QUERY PLAN SELECT doc FROM records WHERE json_extract(doc, '$.signature') = ? AND "
-        "json_extract(doc, '$.ended_at') < ? ORDER BY json_extract(doc, '$.ended_at') DESC LIMIT 21",
-        ("sig1:x", "2026-12-01"),
-    ).fetchall()
+    plan = (
+        store._conn()
+        .execute(
+            "EXPLAIN QUERY PLAN SELECT doc FROM records WHERE json_extract(doc, '$.signature') = ? AND "
+            "json_extract(doc, '$.ended_at') < ? ORDER BY json_extract(doc, '$.ended_at') DESC LIMIT 21",
+            ("sig1:x", "2026-12-01"),
+        )
+        .fetchall()
+    )
     detail = " ".join(str(row[-1]) for row in plan)
     assert "USING INDEX records_by_signature" in detail and "SCAN records" not in detail
 
@@ -120,3 +126,17 @@ def test_the_config_diff_is_by_key_and_resolves_interpolations() -> None:
 def test_similar_run_model_round_trips() -> None:
     run = SimilarRun(run_id="r", failure_class=FailureClass.infrastructure)
     assert SimilarRun.model_validate_json(run.model_dump_json()) == run
+
+
+def test_forget_removes_the_kept_configuration(tmp_path: Path) -> None:
+    from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore
+    from rlcleanup.cli import maintenance
+    from rlcleanup.runtime.backends import OpenStore, StoreBackend
+
+    db = tmp_path / "records.db"
+    store = SqliteRunRecords(db)
+    history = write_history(store)
+    opened = OpenStore(store, SqliteIdempotencyStore(db), "SQLite", StoreBackend.sqlite, db)
+    maintenance.forget(opened, history.current)
+    assert store.get(history.current) is None and store.get_doc("run_configs", history.current) is None
+    assert store.get_doc("run_configs", history.fixed_by) is not None

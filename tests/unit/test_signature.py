@@ -166,7 +166,9 @@ def test_the_generated_failures_differ_in_each_part_the_signature_reads() -> Non
     assert bases[1].frames != bases[2].frames  # and the innermost frame
 
 
-_FIXED = Occurrence(datetime(2026, 11, 30, 8, 6, 58), 1, "gke-h100-b", "10.0.3.14", 0x7F3A2C, 5521, "r/1", "/app/s", (1, 2, 3))
+_FIXED = Occurrence(
+    datetime(2026, 11, 30, 8, 6, 58), 1, "gke-h100-b", "10.0.3.14", 0x7F3A2C, 5521, "r/1", "/app/s", (1, 2, 3)
+)
 
 
 def test_normalisation_keeps_the_words_and_drops_what_varies() -> None:
