@@ -53,7 +53,8 @@ def reset_for_rerun(opened: OpenStore, run_id: str) -> None:
 def forget(opened: OpenStore, run_id: str) -> None:
     """Remove the record and everything filed under it (claims, events, grants, history, its kept configuration),
     and the id's binding to its location (`run_ids`, `run_locations`: runtime/admission.py), so the id is free for
-    the run that should hold it, as the `run_id_conflict` message's fix says. The ended-grant ledger stays (a grant is used once)."""
+    the run that should hold it, as the `run_id_conflict` message's fix says. The ended-grant ledger stays (a grant
+    is used once)."""
     bound = opened.store.get_doc(RUN_IDS, run_id)
     location = location_key(bound["run_uri"]) if bound and isinstance(bound.get("run_uri"), str) else None
     if opened.backend == StoreBackend.sqlite and opened.db_path is not None:
