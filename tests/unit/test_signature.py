@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from rlcleanup.models.record import FailureCause
 from rlcleanup.parsing.log_scanner import scan_lines
+from rlcleanup.steps.first_cause import FirstError
 from rlcleanup.steps.signature import SIGNATURE_PREFIX, failing_collective, normalise_message, our_frames, signature
 
 
@@ -125,14 +126,7 @@ def log_of(failure: Failure, o: Occurrence) -> list[str]:
 def cause_of(failure: Failure, o: Occurrence) -> FailureCause:
     scan = scan_lines(log_of(failure, o), f"gs://marin-us-central2/{o.run}/logs/worker.err", "a1")
     first = next(e for e in scan.errors if e.causal)
-    return FailureCause(
-        attempt_id=first.attempt_id,
-        source_uri=first.source_uri,
-        line=first.line,
-        error_type=first.error_type,
-        message=first.message,
-        traceback=first.traceback,
-    )
+    return FirstError(first, 0, True).cause()  # quoted as the record quotes a first cause
 
 
 @settings(max_examples=150, deadline=None)

@@ -33,27 +33,28 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
+# The artifact's sections as task_runtime.py writes them (header, then `--- <what> ---` and its output).
+_XID_SECTIONS = {
+    "df -h /tmp /dev/shm": [
+        "Filesystem      Size  Used Avail Use% Mounted on",
+        "overlay         512G   41G  471G   8% /tmp",
+    ],
+    "nvidia-smi (VRAM OOM cause)": ["Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error"],
+    "top RSS procs (host-RAM OOM cause)": ["    PID   RSS COMMAND", "   4410 91234512 ray::PolicyWork"],
+    "dmesg OOM/kill tail": [
+        "[ 3907.551201] NVRM: GPU at PCI:0000:3b:00: GPU-6c1e0f7a-1d2b-4c3e-9f4a-2b7d8e9c0a11",
+        "[ 3907.551214] NVRM: Xid (PCI:0000:3b:00): 79, pid=4410, name=ray::PolicyWork, GPU has fallen off the bus.",
+        "[ 3907.551230] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
+    ],
+}
+
+
 def _gpu_xid(rdv: Path) -> None:
     ts = int((_T0 + timedelta(minutes=7)).timestamp())
-    text = "\n".join(
-        [
-            f"=== TERMINATION ARTIFACT task=/marin/job/0 ts={ts} reason=signal 15 (worker rank 0) ===",
-            "--- df -h /tmp /dev/shm ---",
-            "Filesystem      Size  Used Avail Use% Mounted on",
-            "overlay         512G   41G  471G   8% /tmp",
-            "--- nvidia-smi (VRAM OOM cause) ---",
-            "Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error",
-            "--- top RSS procs (host-RAM OOM cause) ---",
-            "    PID   RSS COMMAND",
-            "   4410 91234512 ray::PolicyWork",
-            "--- dmesg OOM/kill tail ---",
-            "[ 3907.551201] NVRM: GPU at PCI:0000:3b:00: GPU-6c1e0f7a-1d2b-4c3e-9f4a-2b7d8e9c0a11",
-            "[ 3907.551214] NVRM: Xid (PCI:0000:3b:00): 79, pid=4410, name=ray::PolicyWork, GPU has fallen off the "
-            "bus.",
-            "[ 3907.551230] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
-        ]
-    )
-    _write(rdv / "term_artifacts" / f"_marin_job_0_{ts}.txt", text + "\n")
+    out = [f"=== TERMINATION ARTIFACT task=/marin/job/0 ts={ts} reason=signal 15 (worker rank 0) ==="]
+    for section, lines in _XID_SECTIONS.items():
+        out += [f"--- {section} ---", *lines]
+    _write(rdv / "term_artifacts" / f"_marin_job_0_{ts}.txt", "\n".join(out) + "\n")
 
 
 def _config_key_error(rdv: Path) -> None:

@@ -35,20 +35,24 @@ _OOM = (
     "CUDA out of memory. Tried to allocate {gib} GiB. GPU {gpu} has a total capacity of 79.10 GiB of which {free} "
     "GiB is free. Process {pid} has 77.31 GiB memory in use."
 )
-_TRAINER_FRAMES = (
+Frames = tuple[tuple[str, str], ...]
+_TRAINER_FRAMES: Frames = (
     ("skyrl_train/trainer.py", "train"),
     ("skyrl_train/workers/worker.py", "training_step"),
     ("skyrl_train/utils/torch_utils.py", "logprobs_from_logits"),
 )
-_GENERATOR_FRAMES = (("skyrl_train/trainer.py", "train"), ("skyrl_train/generators/skyrl_gym_generator.py", "generate"))
+_GENERATOR_FRAMES: Frames = (
+    ("skyrl_train/trainer.py", "train"),
+    ("skyrl_train/generators/skyrl_gym_generator.py", "generate"),
+)
 
 
-def _traceback(root: str, frames: tuple[tuple[str, str], ...], line: str) -> str:
+def _traceback(root: str, frames: Frames, line: str) -> str:
     body = [f'  File "{root}/{path}", line {100 + 7 * i}, in {func}\n    pass' for i, (path, func) in enumerate(frames)]
     return "\n".join(["Traceback (most recent call last):", *body, line])
 
 
-def _cause(uri: str, error_type: str, message: str, frames: tuple[tuple[str, str], ...]) -> FailureCause:
+def _cause(uri: str, error_type: str, message: str, frames: Frames) -> FailureCause:
     return FailureCause(
         attempt_id="a1",
         source_uri=uri,
@@ -64,7 +68,7 @@ def _rank_log(run_uri: str, rank: int, host: str) -> str:
     return f"{run_uri}/rendezvous/a1/ray_session_logs/rank{rank}-{host}/session_1/logs/worker-{rank:04x}.err"
 
 
-def oom_cause(run_uri: str, rank: int, host: str, gib: str, frames: tuple[tuple[str, str], ...]) -> FailureCause:
+def oom_cause(run_uri: str, rank: int, host: str, gib: str, frames: Frames) -> FailureCause:
     message = _OOM.format(gib=gib, gpu=rank % 8, free=f"0.{rank + 1}2", pid=4000 + 17 * rank)
     return _cause(_rank_log(run_uri, rank, host), "torch.OutOfMemoryError", message, frames)
 
@@ -138,37 +142,20 @@ def write_history(records: RunRecords) -> SampleHistory:
 
     day = timedelta(days=1)
     qwen, llama = "math-rl-qwen", "grpo-llama"
-    qwen1 = put(
-        record_of(qwen, "v1", _T0, oom_cause(f"{BUCKET}/{qwen}/v1", 3, "gke-h100-d", "2.00", _TRAINER_FRAMES)),
-        micro_train_batch_size_per_gpu=8,
-    )
+
+    def oom(experiment: str, version: str, days: int, where: tuple[int, str], frames: Frames, batch: int) -> str:
+        """A run that died of the CUDA OOM on `where` (rank, host), `days` after the first, at micro batch `batch`."""
+        cause = oom_cause(f"{BUCKET}/{experiment}/{version}", *where, f"{1 + days / 4:.2f}", frames)
+        return put(record_of(experiment, version, _T0 + days * day, cause), micro_train_batch_size_per_gpu=batch)
+
+    qwen1 = oom(qwen, "v1", 0, (3, "gke-h100-d"), _TRAINER_FRAMES, 8)
     fixed = put(record_of(qwen, "v2", _T0 + 1 * day), micro_train_batch_size_per_gpu=4)
     put(record_of(qwen, "v3", _T0 + 3 * day), micro_train_batch_size_per_gpu=2, eval_interval=10)
-    llama1 = put(
-        record_of(
-            llama, "v1", _T0 + 8 * day, oom_cause(f"{BUCKET}/{llama}/v1", 0, "nid004012", "3.50", _TRAINER_FRAMES)
-        ),
-        micro_train_batch_size_per_gpu=16,
-    )
-    near = put(
-        record_of(
-            llama, "v2", _T0 + 10 * day, oom_cause(f"{BUCKET}/{llama}/v2", 1, "gke-h100-a", "3.50", _GENERATOR_FRAMES)
-        ),
-        micro_train_batch_size_per_gpu=8,
-    )
+    llama1 = oom(llama, "v1", 8, (0, "nid004012"), _TRAINER_FRAMES, 16)
+    near = oom(llama, "v2", 10, (1, "gke-h100-a"), _GENERATOR_FRAMES, 8)
     other = put(record_of("math-rl-nccl", "v1", _T0 + 11 * day, nccl_cause(f"{BUCKET}/math-rl-nccl/v1")))
-    current = put(
-        record_of(
-            qwen, "v4", _T0 + 18 * day, oom_cause(f"{BUCKET}/{qwen}/v4", 5, "gke-h100-f", "1.25", _TRAINER_FRAMES)
-        ),
-        micro_train_batch_size_per_gpu=8,
-    )
-    later = put(
-        record_of(
-            qwen, "v5", _T0 + 20 * day, oom_cause(f"{BUCKET}/{qwen}/v5", 6, "gke-h100-g", "2.75", _TRAINER_FRAMES)
-        ),
-        micro_train_batch_size_per_gpu=8,
-    )
+    current = oom(qwen, "v4", 18, (5, "gke-h100-f"), _TRAINER_FRAMES, 8)
+    later = oom(qwen, "v5", 20, (6, "gke-h100-g"), _TRAINER_FRAMES, 8)
     return SampleHistory(current, (llama1, qwen1), fixed, near, other, later)
 
 
