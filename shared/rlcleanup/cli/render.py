@@ -46,7 +46,7 @@ def failure_section(r: CompletionRecord) -> list[str]:
     nothing for a run that did not fail."""
     if r.failure_class is None:
         return []
-    first, *rest = history_lines(r)
+    first, *rest = (_short_text(line, r) for line in history_lines(r))  # paths as the rest of the summary shows them
     return [f"failure        {first}", *(f"               {line}" for line in rest)]
 
 
