@@ -30,6 +30,7 @@ CI: list[list[str]] = [
     ["bench_big_run.py"],
     ["bench_event_sources.py", "--runs", "10", "--sweep-runs", "1000"],
     ["bench_tensor_layout.py"],
+    ["bench_similar.py", "--sizes", "1000", "5000", "10000"],
 ]
 FULL: list[list[str]] = [
     ["bench_import.py"],
@@ -44,6 +45,7 @@ FULL: list[list[str]] = [
     ["bench_big_run.py", "--full"],
     ["bench_event_sources.py", "--runs", "10", "--sweep-runs", "1000"],
     ["bench_tensor_layout.py"],
+    ["bench_similar.py", "--sizes", "1000", "5000", "10000"],
 ]
 
 

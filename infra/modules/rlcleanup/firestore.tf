@@ -76,6 +76,53 @@ resource "google_firestore_index" "runs_by_error_code" {
   }
 }
 
+# Learning across runs (docs/failures.md): the console's failure-class filter, and the lookups of earlier runs
+# with the same signature and of an experiment's later runs (FirestoreRunRecords.runs_where).
+resource "google_firestore_index" "runs_by_failure_class" {
+  database    = google_firestore_database.records.name
+  collection  = "runs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "failure_class"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "ended_at"
+    order      = "DESCENDING"
+  }
+}
+
+resource "google_firestore_index" "runs_by_signature" {
+  database    = google_firestore_database.records.name
+  collection  = "runs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "signature"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "ended_at"
+    order      = "DESCENDING"
+  }
+}
+
+resource "google_firestore_index" "runs_by_experiment" {
+  database    = google_firestore_database.records.name
+  collection  = "runs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "experiment"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "ended_at"
+    order      = "DESCENDING"
+  }
+}
+
 # The fan-ins' query over a run's claims: state == "done" and a key range (ports/records.py done_count/results).
 resource "google_firestore_index" "steps_done_by_key" {
   database    = google_firestore_database.records.name

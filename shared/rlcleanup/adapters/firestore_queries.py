@@ -48,4 +48,14 @@ CONSOLE_QUERIES = (
     ConsoleQuery("which agentic runs were routed away?", "classification.kind", "==", "agentic"),
     ConsoleQuery("which runs have an export with a missing shard?", "problem_codes", "array-contains", "missing_shard"),
     ConsoleQuery("which runs hit a write-once conflict?", "error_codes", "array-contains", "write_once_conflict"),
+    # Learning across runs (docs/failures.md). "This week": add `ended_at >= <Monday>` to the first; the same
+    # index serves it. The next two are also the lookups `runs_where` makes (steps/history.py), with a run's own
+    # signature or experiment in place of the example value.
+    ConsoleQuery(
+        "every infrastructure failure (this week: add ended_at >= Monday)", "failure_class", "==", "infrastructure"
+    ),
+    ConsoleQuery(
+        "which runs failed the same way as this one (its signature)?", "signature", "==", "sig1:0123456789abcdef"
+    ),
+    ConsoleQuery("which runs belong to this experiment?", "experiment", "==", "math-rl-qwen"),
 )

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from rlcleanup.adapters.firestore_claims import FirestoreIdempotencyStore
 from rlcleanup.adapters.firestore_client import FirestoreConnection, check_size, plain
+from rlcleanup.adapters.firestore_queries import ORDER_FIELD
 from rlcleanup.models.record import DERIVED_FROM, CompletionRecord, RunError, utcnow
+from rlcleanup.ports.records import IndexedField, check_indexed
 
 MAX_INLINE_ERRORS = 20
 
@@ -151,6 +154,25 @@ class FirestoreRunRecords(FirestoreConnection):
             snaps = list(query.stream(**self.stream_rpc))
         for snap in snaps:
             yield CompletionRecord.model_validate(_decode(snap.to_dict()))
+
+    def runs_where(
+        self, field: IndexedField, value: str, *, ended_before: datetime | None = None, limit: int = 20
+    ) -> list[CompletionRecord]:
+        """One query on a composite index (`field` ==, ended_at descending; firestore_queries.CONSOLE_QUERIES
+        declares it, infra/modules/rlcleanup/firestore.tf creates it)."""
+        from google.cloud import firestore
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        bounded = check_indexed(field, limit)
+        if bounded == 0:
+            return []
+        query = self.db.collection("runs").where(filter=FieldFilter(field, "==", value))
+        if ended_before is not None:
+            query = query.where(filter=FieldFilter(ORDER_FIELD, "<", ended_before))
+        query = query.order_by(ORDER_FIELD, direction=firestore.Query.DESCENDING).limit(bounded)
+        with self.guard(f"look up runs by {field}"):
+            snaps = list(query.stream(**self.stream_rpc))
+        return [CompletionRecord.model_validate(_decode(snap.to_dict())) for snap in snaps]
 
     def record_event(self, run_id: str, event_id: str, outcome: dict[str, Any]) -> bool:
         from google.api_core.exceptions import AlreadyExists

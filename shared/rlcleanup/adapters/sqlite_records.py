@@ -16,8 +16,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from rlcleanup.models.record import CompletionRecord, RunError, utcnow
-from rlcleanup.ports.records import IdempotencyStore, StepDoc, check_document_value
+from rlcleanup.ports.records import (
+    INDEXED_FIELDS,
+    IdempotencyStore,
+    IndexedField,
+    StepDoc,
+    check_document_value,
+    check_indexed,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (run_id TEXT PRIMARY KEY, doc TEXT NOT NULL, updated_at TEXT NOT NULL);
@@ -31,6 +40,14 @@ CREATE TABLE IF NOT EXISTS events (run_id TEXT NOT NULL, event_id TEXT NOT NULL,
 CREATE TABLE IF NOT EXISTS docs (collection TEXT NOT NULL, doc_id TEXT NOT NULL, data TEXT NOT NULL,
   PRIMARY KEY (collection, doc_id));
 """
+# One expression index per looked-up record field (ports.records.INDEXED_FIELDS), ordered by the run's end: a
+# lookup (`runs_where`) is an index range scan, its cost independent of how many records the file holds. Created
+# on open, so a file written before them gains them.
+_LOOKUP_INDEXES = "".join(
+    f"CREATE INDEX IF NOT EXISTS records_by_{name} ON records "
+    f"(json_extract(doc, '$.{name}'), json_extract(doc, '$.ended_at'));\n"
+    for name in INDEXED_FIELDS
+)
 
 
 def _owner_only(path: Path) -> None:
@@ -57,6 +74,11 @@ def _owner_only(path: Path) -> None:
             os.chmod(side, 0o600)
 
 
+def _json_time(at: datetime) -> str:
+    """A time as the record's JSON spells it (pydantic: ISO 8601, `Z` for UTC), so stored ends compare as text."""
+    return str(TypeAdapter(datetime).dump_python(at, mode="json"))
+
+
 class _SqliteFile:
     """One SQLite file, one connection per thread, BEGIN IMMEDIATE transactions."""
 
@@ -66,7 +88,7 @@ class _SqliteFile:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             _owner_only(Path(self.path))
         self._local = threading.local()
-        self._conn().executescript(_SCHEMA)
+        self._conn().executescript(_SCHEMA + _LOOKUP_INDEXES)
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -148,6 +170,20 @@ class SqliteRunRecords(_SqliteFile):
         rows = self._conn().execute("SELECT doc FROM records ORDER BY updated_at DESC LIMIT ?", (limit,)).fetchall()
         for (doc,) in rows:
             yield CompletionRecord.model_validate_json(doc)
+
+    def runs_where(
+        self, field: IndexedField, value: str, *, ended_before: datetime | None = None, limit: int = 20
+    ) -> list[CompletionRecord]:
+        bounded = check_indexed(field, limit)
+        # The same expressions as the index (records_by_<field>), so SQLite's planner uses it.
+        where = f"json_extract(doc, '$.{field}') = ?"
+        args: list[Any] = [value]
+        if ended_before is not None:
+            where += " AND json_extract(doc, '$.ended_at') < ?"
+            args.append(_json_time(ended_before))
+        sql = f"SELECT doc FROM records WHERE {where} ORDER BY json_extract(doc, '$.ended_at') DESC LIMIT ?"
+        rows = self._conn().execute(sql, (*args, bounded)).fetchall()
+        return [CompletionRecord.model_validate_json(doc) for (doc,) in rows]
 
     def record_event(self, run_id: str, event_id: str, outcome: dict[str, Any]) -> bool:
         check_document_value(outcome, f"runs/{run_id}/events/{event_id}")

@@ -25,6 +25,7 @@ from rlcleanup.cli.options import (
     backend_name,
     db_path,
 )
+from rlcleanup.cli.similar import register as register_similar_command
 from rlcleanup.cli.storage_cmds import register as register_storage_commands
 from rlcleanup.cli.stores import EXIT_NOT_FOUND, EXIT_USAGE, get_record, open_store
 from rlcleanup.errors import PermanentError
@@ -497,6 +498,7 @@ def schema() -> None:
 register_operator_commands(app)  # status, watch, report: cli/operator.py
 register_authority_commands(app)  # keygen, approver add, grant, grants, cause: cli/authority.py
 register_storage_commands(app)  # storage, restore, quarantine-expire: cli/storage_cmds.py
+register_similar_command(app)  # similar: cli/similar.py (learning across runs)
 
 
 def main() -> None:

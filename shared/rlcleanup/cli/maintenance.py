@@ -15,6 +15,7 @@ from typing import Any
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.runtime.admission import RUN_IDS, RUN_LOCATIONS, location_key
 from rlcleanup.runtime.backends import OpenStore, StoreBackend
+from rlcleanup.steps.history import CONFIG_COLLECTION
 
 
 def history_collection(run_id: str) -> str:
@@ -50,9 +51,10 @@ def reset_for_rerun(opened: OpenStore, run_id: str) -> None:
 
 
 def forget(opened: OpenStore, run_id: str) -> None:
-    """Remove the record and everything filed under it (claims, events, grants, history), and the id's binding to
-    its location (`run_ids`, `run_locations`: runtime/admission.py), so the id is free for the run that should hold
-    it, as the `run_id_conflict` message's fix says. The ended-grant ledger stays (a grant is used once)."""
+    """Remove the record and everything filed under it (claims, events, grants, history, its kept configuration),
+    and the id's binding to its location (`run_ids`, `run_locations`: runtime/admission.py), so the id is free for
+    the run that should hold it, as the `run_id_conflict` message's fix says. The ended-grant ledger stays (a grant
+    is used once)."""
     bound = opened.store.get_doc(RUN_IDS, run_id)
     location = location_key(bound["run_uri"]) if bound and isinstance(bound.get("run_uri"), str) else None
     if opened.backend == StoreBackend.sqlite and opened.db_path is not None:
@@ -61,6 +63,7 @@ def forget(opened: OpenStore, run_id: str) -> None:
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             conn.execute("DELETE FROM docs WHERE collection LIKE ? ESCAPE '\\'", (_like_prefix(f"runs/{run_id}/"),))
             conn.execute("DELETE FROM docs WHERE collection = ? AND doc_id = ?", (RUN_IDS, run_id))
+            conn.execute("DELETE FROM docs WHERE collection = ? AND doc_id = ?", (CONFIG_COLLECTION, run_id))
             if location is not None:
                 conn.execute("DELETE FROM docs WHERE collection = ? AND doc_id = ?", (RUN_LOCATIONS, location))
         return
@@ -69,6 +72,7 @@ def forget(opened: OpenStore, run_id: str) -> None:
         raise ValueError(f"forget is not supported on {opened.where}")
     db.recursive_delete(db.collection("runs").document(run_id))
     db.collection(RUN_IDS).document(run_id).delete()
+    db.collection(CONFIG_COLLECTION).document(run_id).delete()  # its kept configuration (steps/history.py)
     if location is not None:
         db.collection(RUN_LOCATIONS).document(location).delete()
 

@@ -7,6 +7,7 @@ from rlcleanup.report.fold import clip, headline, shorten_paths
 from rlcleanup.report.reasons import terminal_reasons
 from rlcleanup.report.storage import ledger_lines
 from rlcleanup.report.verdict import authority_lines, build_verdict, selection_state
+from rlcleanup.steps.history import history_lines
 
 
 def verdict_line(r: CompletionRecord) -> str:
@@ -35,6 +36,15 @@ def _steps(first: int | None, last: int | None) -> str:
     return f"steps {first}..{last}" if first is not None and last is not None else "no steps logged"
 
 
+def failure_section(r: CompletionRecord) -> list[str]:
+    """Learning across runs (steps/history.py): the failure class, the signature, the earlier runs and their fixes;
+    nothing for a run that did not fail."""
+    if r.failure_class is None:
+        return []
+    first, *rest = (_short_text(line, r) for line in history_lines(r))  # paths as the rest of the summary shows them
+    return [f"failure        {first}", *(f"               {line}" for line in rest)]
+
+
 def summary(r: CompletionRecord) -> str:
     lines = [verdict_line(r), ""]
     add = lines.append
@@ -53,6 +63,7 @@ def summary(r: CompletionRecord) -> str:
         c = r.first_failure_cause
         add("first cause    " + clip(f"{c.error_type}: {c.message}", 300))
         add(f"               attempt {c.attempt_id} at {_short_text(c.source_uri, r)}:{c.line}")
+    lines.extend(failure_section(r))
     if r.chain.attempts:
         cov = r.chain.coverage
         add(

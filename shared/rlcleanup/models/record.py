@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
+from pydantic import Field, computed_field, field_validator, model_validator
 
 from rlcleanup.errors import redact_credentials
+from rlcleanup.models.failures import FailureClass, FailureEvidence, SignatureBasis, SimilarRun
+from rlcleanup.models.record_base import RunText as RunText
+from rlcleanup.models.record_base import _Model, _without
+from rlcleanup.models.record_base import utcnow as utcnow
+from rlcleanup.models.record_evidence import (
+    Deadline as Deadline,
+)
+from rlcleanup.models.record_evidence import (
+    ExpiredEvidence as ExpiredEvidence,
+)
+from rlcleanup.models.record_evidence import (
+    HubAudit as HubAudit,
+)
+from rlcleanup.models.record_evidence import (
+    IncompleteEvidence as IncompleteEvidence,
+)
+from rlcleanup.models.record_evidence import (
+    PreCancelCapture as PreCancelCapture,
+)
+from rlcleanup.models.record_evidence import (
+    PreservedObject as PreservedObject,
+)
 from rlcleanup.models.storage_ledger import LedgerTotals, StorageLedger
 from rlcleanup.models.vocab import (
     CandidateKind,
@@ -17,27 +39,6 @@ from rlcleanup.models.vocab import (
     TerminalState,
     problem_code,
 )
-from rlcleanup.textsafe import neutralise
-
-# Free text a run wrote (log messages, reasons, config values): stored neutralised, so no surface that shows the
-# record (the Firestore console, the CLI, a report, a JSON consumer) receives a control sequence. Never a location:
-# URIs stay as they are, they are read back.
-RunText = Annotated[str, AfterValidator(neutralise)]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_enum_values=False)
-
-
-def _without(data: Any, derived: tuple[str, ...]) -> Any:
-    """Derived (computed) fields are written with a record and recomputed on reading it back, never taken as input."""
-    if isinstance(data, dict) and any(k in data for k in derived):
-        return {k: v for k, v in data.items() if k not in derived}
-    return data
 
 
 class Classification(_Model):
@@ -223,51 +224,6 @@ class Selection(_Model):
     reason: RunText | None = None
 
 
-class PreservedObject(_Model):
-    source: str
-    destination: str
-    size: int
-    crc32c: str | None = None
-    md5: str | None = None
-    kind: str = "object"
-
-
-class IncompleteEvidence(_Model):
-    """A file a node's `sync-manifest.json` accounts for but the rendezvous does not hold (run-layout-v3.md §4)."""
-
-    node_id: str | None = None
-    manifest_uri: str
-    path: str = Field(description="as the manifest names it, relative to the node's debug_artifacts/<node_id>/")
-    status: str = Field(description="`missing` (listed as copied, absent) | `skipped` (the node did not copy it)")
-    reason: str | None = Field(default=None, description="the manifest's reason for a skip ('budget', an error)")
-    bytes: int | None = None
-
-
-class ExpiredEvidence(_Model):
-    """Evidence under a `tmp/ttl=<N>d/` root that was gone when rlcleanup looked (run-layout-v3.md §1): what it
-    was, where, and when it died (bounds: a lifecycle rule deletes N days after creation, so not before the run's
-    earliest durable object + N days, and by the time it was found missing)."""
-
-    what: str = Field(description="the evidence class: checkpoints, attempt logs, rendezvous evidence, ...")
-    uri: str
-    ttl_days: int
-    expired_after: datetime | None = Field(
-        default=None, description="the earliest it can have expired: the run's earliest durable object + N days"
-    )
-    found_gone_at: datetime = Field(description="when rlcleanup listed it and found nothing")
-
-
-class Deadline(_Model):
-    """A needs-person item with the time after which it can no longer be done (steps/expiry.py)."""
-
-    at: datetime
-    source: str = Field(description="capture (temp evidence not preserved) | export (an owed export's checkpoint)")
-    item: str = Field(description="the remaining-work item, `needs person by <at>: ...`")
-    checkpoint: str | None = Field(
-        default=None, description="export: the checkpoint whose `hf_export_request.json` the sweep re-reads"
-    )
-
-
 class RunError(_Model):
     step: str
     code: str
@@ -326,45 +282,6 @@ class SupersededGrant(_Model):
 
 
 # ---------------------------------------------------------------- Hub audit (authority/hub_audit.py)
-
-
-class HubAudit(_Model):
-    """A Hub repo the run's own export job published to, read back read-only (never written): its visibility
-    against what was requested, its files against the export's model manifest, a secret scan of its small text
-    files and whether it loads with `from_pretrained`. `status`: checked (no problem) | problems | unreachable
-    (the Hub did not answer after retries: not a pass) | not_configured (the deployment enables no audit)."""
-
-    repo_id: RunText
-    named_by: str = Field(description="where the repo was named: an export request's URI, or the training config key")
-    step: int | None = Field(default=None, description="the export step whose files the repo root should hold")
-    revision: RunText = "main"
-    endpoint: str | None = Field(default=None, description="the Hub the deployment configures (never the run's)")
-    status: str
-    expected_private: bool | None = None
-    visibility: str | None = Field(default=None, description="private | public as the Hub says now")
-    files_checked: int = 0
-    text_files_scanned: int = 0
-    problems: list[RunText] = Field(default_factory=list, description="`<code>: <detail>`, hub_* codes")
-    problem_codes: list[str] = Field(default_factory=list, description="the hub_* codes of `problems`, sorted, once")
-    attempts: int = Field(default=0, description="read attempts (transient Hub failures are retried)")
-    checked_at: datetime = Field(default_factory=utcnow)
-
-
-# ---------------------------------------------------------------- end of the Hub audit block
-
-
-class PreCancelCapture(_Model):
-    capture_uri: str
-    controller_state: str | None = None
-    ranks: int = 0
-    min_mean_utilization: float | None = None
-    copied_objects: int = 0
-    unexplained_reproducing: list[RunText] = Field(default_factory=list)
-    problems: list[RunText] = Field(default_factory=list)
-    # Whether every node's last sync-manifest.json was final before the capture (false: the bounded wait ran out;
-    # null: the run has no rendezvous debug artifacts), and what the cancel destroys unsynced.
-    final_sync: bool | None = None
-    not_synced: list[RunText] = Field(default_factory=list)
 
 
 # The run URI of a placeholder record: one filed for an error whose message named the run id but not its place.
@@ -485,6 +402,29 @@ class CompletionRecord(_Model):
         "evidence is write-once, so earlier reports stay beside it; `rlcleanup report` renders the record as it is",
     )
     errors: list[RunError] = Field(default_factory=list)
+    # --- learning across runs (issue 39; models/failures.py, steps/history.py, docs/failures.md)
+    failure_class: FailureClass | None = Field(
+        default=None,
+        description="infrastructure | configuration | training | unknown; null for a run that did not fail "
+        "(console filter: every infrastructure failure this week)",
+    )
+    failure_evidence: FailureEvidence | None = Field(
+        default=None, description="the rule, rank, host and evidence file that decided failure_class"
+    )
+    signature: str | None = Field(
+        default=None,
+        description="fingerprint of the first cause (sig1:<16 hex>): the same failure on another day, rank or run "
+        "has the same one (console filter: runs that failed the same way)",
+    )
+    signature_basis: SignatureBasis | None = Field(default=None, description="what the signature hashes")
+    experiment: str | None = Field(
+        default=None, description="the experiment the run belongs to, across its runs (steps/history.py)"
+    )
+    similar_runs: list[SimilarRun] = Field(
+        default_factory=list,
+        description="earlier runs with the same signature, newest first (at most 20), with what fixed them",
+    )
+    # --- end of learning across runs
     ended_at: datetime | None = Field(
         default=None,
         description="when the run ended: its last attempt's end (attempt record, else its last log timestamp); "

@@ -94,6 +94,9 @@ FATAL_LINES: tuple[tuple[re.Pattern[str], str], ...] = (
     # capture_termination_artifacts greps `oom|killed process|out of memory|Xid`).
     (re.compile(r"Memory cgroup out of memory: (Killed process .*)"), "CgroupOOMKill"),
     (re.compile(r"Out of memory: (Killed process .*)"), "OOMKill"),
+    # A GPU fault the NVIDIA driver logs to the kernel ring (`NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has
+    # fallen off the bus.`), in the same dmesg tail: the code names the fault (docs.nvidia.com/deploy/xid-errors).
+    (re.compile(r"NVRM: (Xid \(PCI:[^)]*\): \d+.*)"), "NVRM.Xid"),
 )
 MAX_MATCH_CHARS = 16 * 1024  # events, fatal lines and noise are matched on this much of a line
 # Cheap substring gates: most lines are throughput chatter and skip the regex tables entirely.
@@ -123,6 +126,7 @@ FATAL_HINTS = (
     "out_of_memory",
     "out of memory",
     "low on memory",
+    "xid",
 )
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from rlcleanup.errors import RetryLater
 from rlcleanup.models.record import CompletionRecord, RunError
@@ -49,6 +49,20 @@ def check_document_value(value: Any, where: str, *, in_array: bool = False) -> N
             check_document_value(item, f"{where}[{index}]", in_array=True)
 
 
+# The record fields a store can look runs up by, newest end first (steps/history.py): each is indexed on every
+# backend (SQLite: an expression index; Firestore: a composite index with ended_at, infra/modules/rlcleanup/firestore.tf).
+IndexedField = Literal["signature", "experiment", "failure_class"]
+INDEXED_FIELDS: tuple[str, ...] = get_args(IndexedField)
+MAX_LOOKUP = 100  # no lookup reads more records than this, whatever it asks
+
+
+def check_indexed(field: str, limit: int) -> int:
+    """Refuse a field no backend indexes (a lookup by it would scan every record); the limit, bounded."""
+    if field not in INDEXED_FIELDS:
+        raise ValueError(f"records are not indexed by {field!r}; indexed: {', '.join(INDEXED_FIELDS)}")
+    return max(0, min(limit, MAX_LOOKUP))
+
+
 class RunRecords(Protocol):
     """The run-record repository."""
 
@@ -65,6 +79,13 @@ class RunRecords(Protocol):
     def add_errors(self, run_id: str, errors: list[RunError]) -> None: ...
 
     def list_runs(self, limit: int = 100) -> Iterator[CompletionRecord]: ...
+
+    def runs_where(
+        self, field: IndexedField, value: str, *, ended_before: datetime | None = None, limit: int = 20
+    ) -> list[CompletionRecord]:
+        """Records whose indexed `field` equals `value` and that ended before `ended_before` (when given), newest
+        end first, at most `limit` (and MAX_LOOKUP): one indexed query, its cost independent of the store's size."""
+        ...
 
     def record_event(self, run_id: str, event_id: str, outcome: dict[str, Any]) -> bool:
         """Ledger of events seen; False when this event id was recorded before."""

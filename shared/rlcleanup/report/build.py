@@ -8,6 +8,7 @@ from datetime import datetime
 from rlcleanup.models.record import Attempt, Candidate, CompletionRecord
 from rlcleanup.models.vocab import CandidateKind
 from rlcleanup.report.document import BAD, GOOD, WARN, Block, Bullets, Code, Document, Figure, Para, Section, Table
+from rlcleanup.report.failures import failure_section
 from rlcleanup.report.fold import headline
 from rlcleanup.report.inputs import ReportInputs
 from rlcleanup.report.reasons import terminal_reasons
@@ -245,6 +246,7 @@ def build_document(inputs: ReportInputs, *, with_figure: bool = True) -> Documen
         _chain(inputs, with_figure),
         _terminal(r),
         _cause(r),
+        failure_section(r),
         _candidates(r),
         _selection(r),
         _resume(r),

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from rlcleanup.samples.failure_samples import FAILURE_DECORATE, SCENARIOS_FAILURES
+
 SCENARIOS_RDV: dict[str, str] = {
     "rendezvous-rank-cause": "driver log shows teardown only; rank 1's Ray worker log under the rendezvous holds the "
     "failure; a node's sync-manifest.json lists a flight-recorder dump that is missing and one it skipped (budget)",
@@ -28,6 +30,7 @@ SCENARIOS_RDV: dict[str, str] = {
     "rotated-pod-logs": "the cause survives only in a kubelet-rotated, gzipped CRI pod log with partial (P) lines",
     "failure-receipts": "a failure receipt (outcomes/*.exception.json) records the first cause; the logs show later "
     "errors only",
+    **SCENARIOS_FAILURES,  # one per failure class the scenarios above do not cover (samples/failure_samples.py)
 }
 
 _T0 = datetime(2026, 11, 30, 8, 0, 0)
@@ -178,6 +181,7 @@ def _failure_receipt(rdv: Path) -> None:
 
 
 _DECORATE: dict[str, Callable[[Path, Path], None]] = {
+    **FAILURE_DECORATE,
     "rendezvous-rank-cause": lambda rdv, logs: _rank_cause(rdv),
     "termination-oom": lambda rdv, logs: _termination_oom(rdv),
     "ray-node-oom": lambda rdv, logs: _ray_node_oom(rdv),

@@ -14,10 +14,13 @@ from rlcleanup.models.record import (
     ExpiredEvidence,
     ResumeSafety,
 )
+from rlcleanup.models.vocab import TerminalState
 from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.deferred_export import owed_exports
 from rlcleanup.steps.expiry import earliest, expired_evidence, expired_item, owed_export_deadlines
+from rlcleanup.steps.failure_rules import REWARD_METRIC
 from rlcleanup.steps.grant_binding import bind_grants
+from rlcleanup.steps.history import failure_fields
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.metrics_store import load_series
 from rlcleanup.steps.receipts import protocol_facts
@@ -99,7 +102,15 @@ def finish_record(
         "remaining_work": remaining.items,
         "status": remaining.status.value,
         **expiry,
+        **failure_fields(record, layout, _rewards_without_cause(storage, record)),
     }
+
+
+def _rewards_without_cause(storage: Storage, record: CompletionRecord) -> dict[int, float] | None:
+    """The reward curve, read only for a failed run without any exception (the reward-collapse rule's input)."""
+    if record.terminal_state is not TerminalState.failed or record.first_failure_cause or not record.metrics_uri:
+        return None
+    return load_series(storage, record.metrics_uri, REWARD_METRIC)
 
 
 def expiry_fields(

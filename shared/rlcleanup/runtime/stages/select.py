@@ -18,6 +18,7 @@ from rlcleanup.runtime.layouts import run_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages.barrier import member_prefix, own_claim
 from rlcleanup.runtime.stages.validate import FAN_OUT as VALIDATION
+from rlcleanup.steps.history import record_history
 from rlcleanup.steps.layout_model import RunLayout
 from rlcleanup.steps.wrapup import finish_record
 
@@ -52,6 +53,9 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         )
         fields["hub_audits"] = [a.model_dump(mode="json") for a in audits]
         p.records.update(msg.run_id, fields)
+        # Learning across runs (steps/history.py): keep this run's configuration, then list the earlier runs that
+        # failed the same way and what fixed them, through the store's indexed lookups.
+        p.records.update(msg.run_id, record_history(p.records, msg.run_id, layout.skyrl))
         # The grants already used on this run (before a --rerun, on an earlier pass) are bound again to these
         # candidates: a grant whose digest no longer matches stops applying before anything reads the record.
         ledger.sync_record(p.records, msg.run_id)

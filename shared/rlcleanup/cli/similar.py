@@ -1,0 +1,49 @@
+"""`rlcleanup similar RUN_ID`: the earlier runs that failed the way this one did, and what fixed them.
+
+Computed live from the record store (the run's signature, then the store's indexed lookups: steps/history.py), so
+runs recorded after this one finished, and fixes that came later, are included. The record's own `similar_runs` is
+the same lookup as it stood at wrap-up.
+"""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from rlcleanup.cli.operator import EXIT_CODES, operator_errors
+from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
+from rlcleanup.cli.stores import get_record, open_store
+from rlcleanup.steps.history import history_lines, similar_runs
+from rlcleanup.textsafe import neutralise
+
+
+def similar(
+    run_id: RunIdArg,
+    db: DbOption = None,
+    backend: BackendOption = None,
+    project: ProjectOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The run's failure class and signature, the earlier runs with the same signature (newest first, at most 20)
+    and, for each, what the next completed run of its experiment changed in its configuration."""
+    opened = open_store(backend_name(backend), db_path(db), project)
+    record = get_record(opened, run_id)
+    found = similar_runs(opened.store, record)
+    if as_json:
+        payload = {
+            "run_id": record.run_id,
+            "failure_class": record.failure_class.value if record.failure_class else None,
+            "failure_evidence": record.failure_evidence.model_dump(mode="json") if record.failure_evidence else None,
+            "signature": record.signature,
+            "signature_basis": record.signature_basis.model_dump(mode="json") if record.signature_basis else None,
+            "experiment": record.experiment,
+            "similar_runs": [s.model_dump(mode="json") for s in found],
+        }
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    typer.echo(neutralise("\n".join([f"run {record.run_id}", *history_lines(record, found)])))
+
+
+def register(app: typer.Typer) -> None:
+    app.command(epilog=EXIT_CODES)(operator_errors(similar))
