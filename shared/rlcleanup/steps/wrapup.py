@@ -15,6 +15,7 @@ from rlcleanup.models.record import (
     ResumeSafety,
 )
 from rlcleanup.ports.storage import Storage
+from rlcleanup.steps.candidate_metrics import candidate_metrics, metric_policy
 from rlcleanup.steps.deferred_export import owed_exports
 from rlcleanup.steps.expiry import earliest, expired_evidence, expired_item, owed_export_deadlines
 from rlcleanup.steps.grant_binding import bind_grants
@@ -51,8 +52,10 @@ def finish_record(
     now: datetime,
 ) -> dict[str, Any]:
     raw_policy, policy_error = declared_policy(layout.config, layout.skyrl)
-    metric = str(raw_policy.get("metric", "")) if raw_policy else ""
-    series = load_series(storage, record.metrics_uri, metric) if raw_policy and record.metrics_uri else {}
+    # One series for both: a valid declared policy's metric, else the reference policy's (an invalid policy
+    # selects nothing, so `select` never reads a series of another metric).
+    scoring, basis = metric_policy(raw_policy)
+    series = load_series(storage, record.metrics_uri, scoring.metric) if record.metrics_uri else {}
     selection = select(
         raw_policy,
         candidates,
@@ -62,6 +65,7 @@ def finish_record(
     )
     if policy_error:
         selection.reason = policy_error
+    selection.candidate_metrics = candidate_metrics(scoring, basis, candidates, series)
     declared = declared_registration(layout)
     by_design = resume_not_applicable(layout)  # generation-only / metrics mode: no candidates, not a fault
     protocol = protocol_facts(storage, layout)
@@ -79,6 +83,8 @@ def finish_record(
     remaining = derive_remaining(
         terminal_state=record.terminal_state,
         selection_status=selection.status,
+        run_id=record.run_id,
+        suggested_step=selection.candidate_metrics.best,
         candidates=candidates,
         resume=resume,
         registers=declared is not None,
