@@ -5,6 +5,7 @@ from __future__ import annotations
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.report.reasons import terminal_reasons
 from rlcleanup.report.verdict import authority_lines, build_verdict, selection_state
+from rlcleanup.report.which import which_lines
 
 
 def verdict_line(r: CompletionRecord) -> str:
@@ -103,6 +104,7 @@ def summary(r: CompletionRecord) -> str:
                 else f" (no declared policy: {s.reason})"
             )
         )
+    lines.extend(which_lines(r))  # every valid candidate's metric and coverage (report/which.py)
     for done in authority_lines(r):
         add(f"authority      {done}")
     if r.report_uri:
