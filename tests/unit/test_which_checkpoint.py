@@ -10,7 +10,6 @@ from pathlib import Path
 from test_cli_operator_day import COMPLETED, _approver, _invoke, _json, _sample, _xdg  # noqa: F401 - fixture
 
 from rlcleanup.models.record import Candidate
-from rlcleanup.models.vocab import CandidateState
 from rlcleanup.steps.candidate_metrics import REFERENCE_POLICY, candidate_metrics
 from rlcleanup.steps.remaining import DESTINATION_PLACEHOLDER, KEY_PLACEHOLDER, PREVIEW_PREFIX
 from rlcleanup.steps.select import SelectionPolicy, select
@@ -19,7 +18,7 @@ LATE = "math-rl-metrics-late-2026.11.30"
 
 
 def _candidate(step: int) -> Candidate:
-    return Candidate(step=step, uri=f"/r/exports/global_step_{step}/policy", state=CandidateState.valid)
+    return Candidate(step=step, uri=f"/r/exports/global_step_{step}/policy", valid=True)
 
 
 def _metrics(run_id: str) -> dict[str, dict[str, object]]:
