@@ -40,7 +40,10 @@ def test_no_policy_run_shows_each_candidates_metric_and_coverage(tmp_path: Path,
     assert code == 0
     assert "which          reward/avg_raw_reward per valid candidate, by the reference policy (none declared)" in text
     assert "  step 20     0.6705   20/20 steps 1..20  <- best by metric: a suggestion, not a selection" in text
-    report = Path(_json("show", COMPLETED)["report_uri"]).with_name("report.md").read_text()
+    report_uri = Path(_json("show", COMPLETED)["report_uri"])
+    html = report_uri.with_name("report.html").read_text()
+    assert '<section id="which"><h2>Which checkpoint?</h2>' in html and "<td>20/20 steps 1..20</td>" in html
+    report = report_uri.with_name("report.md").read_text()
     assert "## Which checkpoint?" in report
     assert "| 15 | 0.6103 | 15/15 steps 1..15 |  |" in report
     assert "| 20 | 0.6705 | 20/20 steps 1..20 | best by metric: a suggestion, not a selection |" in report
