@@ -62,7 +62,7 @@ def test_verdict_line_of_a_failed_run(runs: dict[str, CompletionRecord]) -> None
     assert line == (
         f"{r.run_id}: failed · first cause torch.OutOfMemoryError in attempt {r.first_failure_cause.attempt_id} · "
         "selection unresolved among 1 valid candidate (5) · resume safe from step 5 · "
-        "a person must: diagnose the first causal error before any relaunch (+3 more)"
+        "a person must: diagnose the first causal error before any relaunch (+4 more)"
     )
     assert _render(r).document.verdict.tone == "bad"
 

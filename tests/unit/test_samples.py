@@ -28,6 +28,7 @@ BROKEN = {
 }
 EXPECTED = {  # scenario -> (marker, export steps, attempts)
     "completed-resumed": (20, [5, 10, 15, 20], 2),
+    "metrics-late": (20, [5, 10, 15, 20], 2),
     "failed-first-link": (5, [5], 3),
     "completed-budget-plus-one": (21, [5, 10, 15, 20, 21], 2),
     "missing-shard": (20, [5, 10, 15, 20], 1),

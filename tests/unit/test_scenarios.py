@@ -17,6 +17,7 @@ from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalSta
 from rlcleanup.runtime import evidence
 from rlcleanup.runtime.embedded import run_embedded
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
+from rlcleanup.steps.remaining import publish_preview_item
 
 STANDARD_EVIDENCE = [
     "entrypoint=skyrl_train.entrypoints.main_base",
@@ -44,8 +45,13 @@ PARAMS = 133_440
 ESTIMATE = 131_072
 
 
-def _unresolved(valid: list[int]) -> list[str]:
-    return [f"selection unresolved: choose among valid candidates {valid} (no declared policy applied)"]
+def _unresolved(valid: list[int], run_id: str) -> list[str]:
+    """No policy: the choice, then the exact preview command (issue 38 #8) for the best by metric: on these rising
+    reward curves the last valid step (a tie goes to the later step)."""
+    return [
+        f"selection unresolved: choose among valid candidates {valid} (no declared policy applied)",
+        publish_preview_item(run_id, valid[-1]),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +154,7 @@ def test_completed_resumed(records: dict[str, CompletionRecord]) -> None:
     assert all((c.shard_count, _findings(c.warnings)) == (3, []) for c in r.candidates)
     assert r.resume_safety is not None and (r.resume_safety.safe, r.resume_safety.from_step) == (True, 20)
     assert r.registration == NO_REGISTRATION and r.declared_registration is None
-    assert r.remaining_work == [*_unresolved([5, 10, 15, 20]), HANDOFF, RECLAIM]
+    assert r.remaining_work == [*_unresolved([5, 10, 15, 20], r.run_id), HANDOFF, RECLAIM]
 
 
 def test_failed_first_link(records: dict[str, CompletionRecord]) -> None:
@@ -179,7 +185,7 @@ def test_failed_first_link(records: dict[str, CompletionRecord]) -> None:
     assert r.selection is not None and r.selection.candidates_considered == [5]
     assert r.remaining_work == [
         "diagnose the first causal error before any relaunch",
-        *_unresolved([5]),
+        *_unresolved([5], r.run_id),
         HANDOFF,
         RECLAIM,
     ]
@@ -195,7 +201,7 @@ def test_completed_budget_plus_one(records: dict[str, CompletionRecord]) -> None
     # The final save labelled 21 has no metric row by design: still a valid candidate (21 <= marker 21).
     assert _candidates(r) == {s: (True, []) for s in (5, 10, 15, 20, 21)}
     assert r.resume_safety is not None and (r.resume_safety.safe, r.resume_safety.from_step) == (True, 21)
-    assert r.remaining_work == [*_unresolved([5, 10, 15, 20, 21]), HANDOFF, RECLAIM]
+    assert r.remaining_work == [*_unresolved([5, 10, 15, 20, 21], r.run_id), HANDOFF, RECLAIM]
 
 
 BROKEN: dict[str, tuple[int, str, int]] = {
@@ -219,7 +225,7 @@ def test_broken_export_scenarios(records: dict[str, CompletionRecord], name: str
     valid = [s for s in (5, 10, 15, 20) if s != step]
     assert r.selection is not None and r.selection.status == "unresolved"
     assert r.selection.candidates_considered == valid
-    assert r.remaining_work == [*_unresolved(valid), HANDOFF, RECLAIM]
+    assert r.remaining_work == [*_unresolved(valid, r.run_id), HANDOFF, RECLAIM]
 
 
 def test_broken_export_details(records: dict[str, CompletionRecord]) -> None:
@@ -257,7 +263,7 @@ def test_legacy_metrics_layout_c(records: dict[str, CompletionRecord]) -> None:
     assert (r.chain.coverage.first_step, r.chain.coverage.last_step, r.chain.coverage.gaps) == (1, 20, [])
     assert _candidates(r) == {s: (True, []) for s in (5, 10, 15, 20)}
     assert r.not_applicable_evidence == NOT_APPLICABLE
-    assert r.remaining_work == [*_unresolved([5, 10, 15, 20]), HANDOFF, RECLAIM]
+    assert r.remaining_work == [*_unresolved([5, 10, 15, 20], r.run_id), HANDOFF, RECLAIM]
 
 
 def test_agentic_is_routed(records: dict[str, CompletionRecord]) -> None:
@@ -355,7 +361,7 @@ def test_launch_yaml(records: dict[str, CompletionRecord]) -> None:
     assert r.first_failure_cause is None
     assert _attempts(r) == [("3ae6be4925ab", "succeeded", 1, 20)]
     assert _candidates(r) == {s: (True, []) for s in (5, 10, 15, 20)}
-    assert r.remaining_work == [*_unresolved([5, 10, 15, 20]), HANDOFF, RECLAIM]
+    assert r.remaining_work == [*_unresolved([5, 10, 15, 20], r.run_id), HANDOFF, RECLAIM]
 
 
 def test_partial_checkpoint_is_unsafe_to_resume(records: dict[str, CompletionRecord]) -> None:
@@ -373,7 +379,7 @@ def test_partial_checkpoint_is_unsafe_to_resume(records: dict[str, CompletionRec
     # The exports are intact: the partial resume point does not spoil them.
     assert _candidates(r) == {s: (True, []) for s in (5, 10, 15, 20)}
     assert r.remaining_work == [
-        *_unresolved([5, 10, 15, 20]),
+        *_unresolved([5, 10, 15, 20], r.run_id),
         "resume is unsafe from the latest checkpoint: " + "; ".join(safety.reasons),
         HANDOFF,
         RECLAIM,

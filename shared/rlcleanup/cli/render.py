@@ -7,6 +7,7 @@ from rlcleanup.report.fold import clip, headline, shorten_paths
 from rlcleanup.report.reasons import terminal_reasons
 from rlcleanup.report.storage import ledger_lines
 from rlcleanup.report.verdict import authority_lines, build_verdict, selection_state
+from rlcleanup.report.which import which_lines
 from rlcleanup.steps.history import history_lines
 
 
@@ -110,6 +111,7 @@ def summary(r: CompletionRecord) -> str:
                 else f" (no declared policy: {s.reason})"
             )
         )
+    lines.extend(which_lines(r))  # every valid candidate's metric and coverage (report/which.py)
     for done in authority_lines(r):
         add(f"authority      {done}")
     if r.report_uri:

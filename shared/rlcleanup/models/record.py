@@ -212,6 +212,30 @@ class ResumeSafety(_Model):
     reasons: list[RunText] = Field(default_factory=list)
 
 
+# ---- "Which checkpoint?": every valid candidate's metric, by the selection policy's computation (issue 38 #8)
+class CandidateMetric(_Model):
+    """One valid candidate's score as the policy computes it (steps/select.py `score_at`), or why it has none."""
+
+    step: int
+    value: float | None = Field(default=None, description="the smoothed score; None when the metric is missing")
+    window: list[int] | None = Field(default=None, description="[first_step, last_step] of the rows the score used")
+    window_steps: int = Field(default=0, description="steps the window spans (last - first + 1)")
+    rows: int = Field(default=0, description="steps of the window that had a metric row (coverage)")
+    missing: str | None = Field(default=None, description="why there is no score (too few rows, none preserved)")
+
+
+class CandidateMetrics(_Model):
+    """What a person needs to choose a checkpoint: the metric per valid candidate, with its window and coverage."""
+
+    metric: str
+    basis: str = Field(description="`declared` (cleanup.selection) | `reference` (no valid policy declared)")
+    computation: str = Field(description="how the score is computed, e.g. 'trailing-5 EMA (alpha 0.3333), max'")
+    candidates: list[CandidateMetric] = Field(default_factory=list)
+    best: int | None = Field(
+        default=None, description="best step by this metric: a suggestion for a person, never a selection"
+    )
+
+
 class Selection(_Model):
     status: str = Field(description="selected | unresolved")
     policy: dict[str, object] | None = None
@@ -222,6 +246,7 @@ class Selection(_Model):
     candidates_considered: list[int] = Field(default_factory=list)
     scores: dict[str, float] = Field(default_factory=dict, description="step -> smoothed score")
     reason: RunText | None = None
+    candidate_metrics: CandidateMetrics | None = None
 
 
 class RunError(_Model):

@@ -14,6 +14,7 @@ from rlcleanup.report.inputs import ReportInputs
 from rlcleanup.report.reasons import terminal_reasons
 from rlcleanup.report.storage import storage_section
 from rlcleanup.report.verdict import authority_lines, build_verdict, selection_state
+from rlcleanup.report.which import which_table
 
 
 def _v(value: object) -> str:
@@ -191,6 +192,17 @@ def _selection(r: CompletionRecord) -> Section | None:
     return Section("Selection", "selection", blocks)
 
 
+def _which(r: CompletionRecord) -> Section | None:
+    """Which checkpoint? Every valid candidate's metric and coverage (report/which.py), the best marked."""
+    table = which_table(r)
+    if table is None:
+        return None
+    blocks: list[Block] = [Para(table.title), Table(table.headers, table.rows)]
+    if table.missing:
+        blocks.append(Para(f"{table.missing} candidate(s) have no score: see the coverage column.", WARN))
+    return Section("Which checkpoint?", "which", blocks)
+
+
 def _resume(r: CompletionRecord) -> Section | None:
     rs = r.resume_safety
     if rs is None:
@@ -249,6 +261,7 @@ def build_document(inputs: ReportInputs, *, with_figure: bool = True) -> Documen
         failure_section(r),
         _candidates(r),
         _selection(r),
+        _which(r),
         _resume(r),
         _preserved(r),
         storage_section(r),  # report/storage.py

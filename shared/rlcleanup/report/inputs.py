@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.parsing.metrics import StitchedMetrics
 from rlcleanup.ports.storage import Storage
+from rlcleanup.steps.candidate_metrics import REFERENCE_POLICY
 from rlcleanup.steps.evidence_check import EVIDENCE_TAMPERED, TamperedEvidence, manifest_objects, verified_bytes
 from rlcleanup.uris import join
 
 log = logging.getLogger(__name__)
-DEFAULT_METRIC = "reward/avg_raw_reward"
+DEFAULT_METRIC = REFERENCE_POLICY.metric  # the reference selection policy's, as the which-checkpoint table
 CHECKPOINT_LISTING = "checkpoints-listing.jsonl"
 _STEP_DIR = re.compile(r"global_step_(\d+)(?:/|$)")
 

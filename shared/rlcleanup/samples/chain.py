@@ -26,6 +26,7 @@ class Link:
     failure: str | None = None
     stream: int = 0  # noise stream: a re-logged step gets different values in a later link
     notice: tuple[str, ...] = ()  # controller lines printed before a SIGTERM (preemption, Slurm time limit)
+    silent: bool = False  # trains and saves but logs no metric rows (its metrics sink was not up)
 
 
 @dataclass
@@ -114,11 +115,8 @@ class _Render:
         self.log(f"Saved HF model to {self.ctx.export_dir(step)}", "skyrl_train.trainer:save_models:1080")
         self.ctx.exports.add(step)
 
-    def step(self, s: int) -> None:
+    def metric_rows(self, s: int) -> None:
         ctx, link = self.ctx, self.link
-        self.log("Started: 'step'", "skyrl_train.utils.utils:__enter__:61")
-        self.t += STEP_TIME
-        self.log("Finished: 'generate', time cost: 121.34s", "skyrl_train.utils.utils:__exit__:66")
         reward = ctx.reward(s, link.stream)
         metrics = train_metrics(s, reward, link.stream)
         if ctx.legacy:
@@ -132,6 +130,14 @@ class _Render:
                 self.driver += [lt.ray_prefix(self.pid, line) for line in lt.legacy_dict(ev)]
             else:
                 self.raw(lt.wandb_mirror("eval", s, ev))
+
+    def step(self, s: int) -> None:
+        ctx, link = self.ctx, self.link
+        self.log("Started: 'step'", "skyrl_train.utils.utils:__enter__:61")
+        self.t += STEP_TIME
+        self.log("Finished: 'generate', time cost: 121.34s", "skyrl_train.utils.utils:__exit__:66")
+        if not link.silent:
+            self.metric_rows(s)
         if s % ctx.interval == 0:
             self.save(s)
         if ctx.hf_interval > 0 and s % ctx.hf_interval == 0:

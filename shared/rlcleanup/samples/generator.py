@@ -37,6 +37,7 @@ from rlcleanup.samples.v3 import SCENARIOS_V3, write_v3_run
 
 SCENARIOS: dict[str, str] = {
     "completed-resumed": "budget 20; link 1 steps 1-12 then preempted (SIGTERM); link 2 resumes from 10, re-logs 11-12, finishes",
+    "metrics-late": "the completed-resumed run whose link 1 logged no metric rows (its sink was not up): exports 5 and 10 have no reward to score; no declared policy",
     "failed-first-link": "3 links; CUDA OOM in link 1 (worker .err) after step 7; links 2-3 resume from 5 and die in teardown noise",
     "completed-budget-plus-one": "budget 20, final save labelled global_step_21 (marker 21); redundant tail link exits 0",
     "missing-shard": "completed at 20; export 10 lacks model-00002-of-00003.safetensors",
@@ -102,6 +103,12 @@ _SPECS: dict[str, _Spec] = {
     "completed-resumed": _Spec(
         (
             Link(1, 12, None, "sigterm", notice=(_PREEMPT,), **_failed("preempted", "WORKER_FAILED")),
+            Link(11, 20, 10, "done", stream=1),
+        )
+    ),
+    "metrics-late": _Spec(
+        (
+            Link(1, 12, None, "sigterm", notice=(_PREEMPT,), silent=True, **_failed("preempted", "WORKER_FAILED")),
             Link(11, 20, 10, "done", stream=1),
         )
     ),

@@ -9,6 +9,7 @@ reclaim) is what `awaiting_authority` waits for, and each item closes when a gra
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -26,6 +27,8 @@ REGISTER_ITEM = "register: needs a register grant for the selected artifact"
 RECLAIM_ITEM = "reclaim: needs a separate reclaim grant, only after the destination is verified"
 SELECTION_PREFIX = "selection unresolved:"
 NEEDS_PERSON_PREFIX = "needs person: "  # a person item without a deadline that still makes the record needs_person
+PREVIEW_PREFIX = "preview a publish:"  # the exact command for the person who chooses; a used publish closes it
+DESTINATION_PLACEHOLDER, KEY_PLACEHOLDER = "<destination>", "<key id>"
 AUTHORITY_ITEMS = (PUBLISH_ITEM, REGISTER_ITEM, RECLAIM_ITEM)
 
 
@@ -57,6 +60,8 @@ def derive_remaining(
     actions: Iterable[AuthorityAction] = (),
     by_design: str | None = None,
     notes: Iterable[str] = (),
+    run_id: str | None = None,
+    suggested_step: int | None = None,
 ) -> Remaining:
     """Wrap-up's full list. `by_design`: why a run has no export candidates on purpose (generation-only,
     metrics mode); `notes`: further person items wrap-up found in the layout (e.g. expired checkpoints)."""
@@ -70,6 +75,8 @@ def derive_remaining(
     if selection_status != "selected":
         if valid:
             items.append(f"{SELECTION_PREFIX} choose among valid candidates {valid} (no declared policy applied)")
+            if run_id is not None:
+                items.append(publish_preview_item(run_id, suggested_step if suggested_step in valid else valid[-1]))
         elif by_design is not None:
             items.append(f'no export candidates by design: {by_design} (docs/run-layouts.md, "Marin steps")')
         else:
@@ -84,6 +91,23 @@ def derive_remaining(
     return still_open(items, actions)
 
 
+def publish_preview_command(run_id: str, step: int) -> str:
+    """The `grant` dry run a person pastes (cli/authority.py `grant`): nothing is signed or copied by it."""
+    return (
+        f"rlcleanup grant {shlex.quote(run_id)} --action publish --step {step} "
+        f"--destination {DESTINATION_PLACEHOLDER} --key {KEY_PLACEHOLDER} --dry-run"
+    )
+
+
+def publish_preview_item(run_id: str, step: int) -> str:
+    """No approver or destination is known when wrap-up runs: the command names them as placeholders."""
+    return (
+        f"{PREVIEW_PREFIX} `{publish_preview_command(run_id, step)}` (fill in {DESTINATION_PLACEHOLDER}, a path under "
+        f"your approver prefix, and {KEY_PLACEHOLDER}, your approver id; step {step} is the best by metric, a "
+        "suggestion)"
+    )
+
+
 def still_open(items: Iterable[str], actions: Iterable[AuthorityAction]) -> Remaining:
     """The items no used grant has closed. A used publish/hand-off names its step: the person chose, so it also
     closes an unresolved selection."""
@@ -96,4 +120,5 @@ def still_open(items: Iterable[str], actions: Iterable[AuthorityAction]) -> Rema
     if done & RECLAIMED:
         closed.add(RECLAIM_ITEM)
     published = bool(done & PUBLISHED)
-    return Remaining([i for i in items if i not in closed and not (published and i.startswith(SELECTION_PREFIX))])
+    chose = (SELECTION_PREFIX, PREVIEW_PREFIX)
+    return Remaining([i for i in items if i not in closed and not (published and i.startswith(chose))])

@@ -65,6 +65,28 @@ def smoothed(series: Mapping[int, float], smoothing: Smoothing | None) -> dict[i
     return out
 
 
+def score_at(
+    policy: SelectionPolicy, ema: Mapping[int, float], metric_steps: list[int], step: int
+) -> tuple[float, list[int]] | None:
+    """The policy's score of `step` and its window [first_step, last_step] of metric rows, or None when fewer
+    than `trailing` rows precede it. `ema` is `smoothed(series, policy.smoothing)`, `metric_steps` its sorted keys.
+    The one computation: `select` ranks with it, and steps/candidate_metrics.py shows it for every candidate."""
+    history = [m for m in metric_steps if m <= step]
+    if len(history) < policy.trailing:
+        return None
+    if policy.smoothing is not None and policy.smoothing.kind == "ema":
+        # The EMA already carries the whole history: its window starts at the seed row.
+        return ema[history[-1]], [history[0], history[-1]]
+    window = history[-policy.trailing :]
+    return sum(ema[m] for m in window) / len(window), [window[0], window[-1]]
+
+
+def ranked_steps(scores: Mapping[int, float], mode: str) -> list[int]:
+    """Best first by the policy's mode; ties go to the later step: more training for the same score."""
+    sign = 1 if mode == "max" else -1
+    return sorted(scores, key=lambda s: (sign * scores[s], s), reverse=True)
+
+
 def select(
     raw_policy: dict[str, Any] | None,
     candidates: list[Candidate],
@@ -102,18 +124,11 @@ def select(
     metric_steps = sorted(ema)
     scores: dict[int, float] = {}
     windows: dict[int, list[int]] = {}
-    use_ema = policy.smoothing is not None and policy.smoothing.kind == "ema"
     for step in eligible:
-        history = [m for m in metric_steps if m <= step]
-        if len(history) < policy.trailing:
+        scored = score_at(policy, ema, metric_steps, step)
+        if scored is None:
             continue  # not enough history to score this step honestly
-        if use_ema:  # the EMA already carries the whole history: its window starts at the seed row
-            scores[step] = ema[history[-1]]
-            windows[step] = [history[0], history[-1]]
-        else:
-            window = history[-policy.trailing :]
-            scores[step] = sum(ema[m] for m in window) / len(window)
-            windows[step] = [window[0], window[-1]]
+        scores[step], windows[step] = scored
     base = Selection(
         status="unresolved",
         policy=raw_policy,
@@ -128,9 +143,7 @@ def select(
             else "no valid candidate meets the policy's eligibility (every / min_step / <= last saved step)"
         )
         return base
-    sign = 1 if policy.mode == "max" else -1
-    # Ties go to the later step: more training for the same score.
-    ranked = sorted(scores, key=lambda s: (sign * scores[s], s), reverse=True)
+    ranked = ranked_steps(scores, policy.mode)
     base.status = "selected"
     base.step = ranked[0]
     base.runner_up = ranked[1] if len(ranked) > 1 else None

@@ -16,6 +16,7 @@ from rlcleanup.models.record import (
 )
 from rlcleanup.models.vocab import TerminalState
 from rlcleanup.ports.storage import Storage
+from rlcleanup.steps.candidate_metrics import candidate_metrics, metric_policy
 from rlcleanup.steps.deferred_export import owed_exports
 from rlcleanup.steps.expiry import earliest, expired_evidence, expired_item, owed_export_deadlines
 from rlcleanup.steps.failure_rules import REWARD_METRIC
@@ -56,8 +57,10 @@ def finish_record(
 ) -> dict[str, Any]:
     """`person_items`: what policy above the steps found for a person (the Hub audit's, authority/hub_audit.py)."""
     raw_policy, policy_error = declared_policy(layout.config, layout.skyrl)
-    metric = str(raw_policy.get("metric", "")) if raw_policy else ""
-    series = load_series(storage, record.metrics_uri, metric) if raw_policy and record.metrics_uri else {}
+    # One series for both: a valid declared policy's metric, else the reference policy's (an invalid policy
+    # selects nothing, so `select` never reads a series of another metric).
+    scoring, basis = metric_policy(raw_policy)
+    series = load_series(storage, record.metrics_uri, scoring.metric) if record.metrics_uri else {}
     selection = select(
         raw_policy,
         candidates,
@@ -67,6 +70,7 @@ def finish_record(
     )
     if policy_error:
         selection.reason = policy_error
+    selection.candidate_metrics = candidate_metrics(scoring, basis, candidates, series)
     declared = declared_registration(layout)
     by_design = resume_not_applicable(layout)  # generation-only / metrics mode: no candidates, not a fault
     protocol = protocol_facts(storage, layout)
@@ -85,6 +89,8 @@ def finish_record(
     remaining = derive_remaining(
         terminal_state=record.terminal_state,
         selection_status=selection.status,
+        run_id=record.run_id,
+        suggested_step=selection.candidate_metrics.best,
         candidates=candidates,
         resume=resume,
         registers=declared is not None,
