@@ -26,8 +26,10 @@ from rlcleanup.cli.options import (
     db_path,
 )
 from rlcleanup.cli.similar import register as register_similar_command
+from rlcleanup.cli.stack_cmds import register as register_stack_commands
 from rlcleanup.cli.storage_cmds import register as register_storage_commands
-from rlcleanup.cli.stores import EXIT_NOT_FOUND, EXIT_USAGE, get_record, open_store
+from rlcleanup.cli.stores import EXIT_CODES, EXIT_USAGE, get_record, open_store
+from rlcleanup.cli.stores import fail as _fail
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.controller_states import MANUAL
 from rlcleanup.models.vocab import RecordStatus
@@ -36,7 +38,6 @@ from rlcleanup.textsafe import neutralise
 
 # What `run --state` accepts: the verdicts an operator can state for a run (ENDED is the default, no verdict).
 MANUAL_STATES = tuple(sorted(set(MANUAL.states) - {"ENDED"}))
-EXIT_CODES = "Exit codes: 0 ok, 1 not found, 2 usage (bad option, or a path that is not a run), 3 failure."
 
 # `-h` as well as `--help`, on every command: click's sub-contexts inherit help_option_names from this one.
 HELP = {"help_option_names": ["-h", "--help"]}
@@ -61,11 +62,6 @@ def _root(
     ] = False,
 ) -> None:
     """rlcleanup: cleanup of standard RL runs (see README.md)."""
-
-
-def _fail(message: str, code: int = 3) -> None:
-    typer.echo(neutralise(f"rlcleanup: {message}"), err=True)
-    raise typer.Exit(code)
 
 
 def _not_a_run(run_uri: str, local: bool) -> str:
@@ -328,113 +324,6 @@ def emit(
     typer.echo(f"sent {event.source} {event.state} for {event.run_uri} to {where}: message {message_id}")
 
 
-stack_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Local stack on real emulators.")
-app.add_typer(stack_app, name="stack")
-StateDirOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--state-dir",
-        help="where pids, logs and state.json live (default: $RLCLEANUP_STACK_DIR, else "
-        "$XDG_CACHE_HOME/rlcleanup/stack: one stack per user, found from any directory)",
-        show_default=False,
-    ),
-]
-
-
-def _stack_dir(state_dir: Path | None) -> Path:
-    from rlcleanup.paths import stack_dir
-
-    return (state_dir or stack_dir()).resolve()
-
-
-@stack_app.command("up", epilog=EXIT_CODES)
-def stack_up(
-    state_dir: StateDirOption = None,
-    project: Annotated[str, typer.Option(help="emulator project id")] = "rlcleanup-local",
-    timeout: Annotated[float, typer.Option(help="seconds to wait for every server")] = 90.0,
-    quiet: QuietOption = False,
-) -> None:
-    """Start the emulators and one functions-framework per function; print the env vars to export.
-
-    Use as `eval "$(rlcleanup stack up)"`. Every server runs in its own process group on a free port. While it
-    starts, a terminal's stderr shows the servers as they answer (stdout carries only what `eval` reads)."""
-    from rlcleanup.cli.progress import StderrProgress
-    from rlcleanup.stack import StackError, up
-
-    where = _stack_dir(state_dir)
-    progress = StderrProgress(quiet=quiet, prefix="rlcleanup stack")
-
-    def ready(name: str, done: int, total: int) -> None:
-        progress.bar(f"servers ready ({name})", done, total)
-        if done == total:
-            progress.stage(f"{total} servers ready")
-
-    try:
-        state = up(where, project=project, timeout=timeout, on_ready=ready)
-    except StackError as exc:
-        progress.close()
-        _fail(str(exc))
-        return
-    progress.stage("topics, subscriptions and buckets provisioned")
-    typer.echo(state.exports())
-    typer.echo(f"# runs bucket gs://{state.buckets['runs']}, preserve bucket gs://{state.buckets['preserve']}")
-    typer.echo(
-        f"# watched runs bucket gs://{state.buckets['watched-runs']} ($RLCLEANUP_RUNS_BUCKET): a run uploaded there"
-        " (status file last) is cleaned up with no emit"
-    )
-    if "s3-runs" in state.buckets:
-        typer.echo(
-            f"# S3 (SeaweedFS) at {state.env.get('AWS_ENDPOINT_URL')}: runs bucket s3://{state.buckets['s3-runs']}"
-        )
-    down = 'eval "$(rlcleanup stack down' + ("" if state_dir is None else f" --state-dir {where}") + ')"'
-    typer.echo(f"# {len(state.pgids)} servers; logs and state in {where}; stop from any directory with: {down}")
-
-
-@stack_app.command("down", epilog=EXIT_CODES)
-def stack_down(state_dir: StateDirOption = None) -> None:
-    """Stop every server of the stack by process group (from any directory); print the `unset` line.
-
-    Use as `eval "$(rlcleanup stack down)"`: the shell forgets the variables `stack up` exported, so no command
-    goes on reaching for a stopped emulator. Everything else it says goes to stderr."""
-    from rlcleanup.stack import StackError, StackState, down
-    from rlcleanup.stack.state import unset_line
-
-    where = _stack_dir(state_dir)
-    typer.echo(unset_line(StackState.load(where)))  # first: a shell forgets the stack even if stopping fails
-    try:
-        stopped = down(where)
-    except StackError as exc:
-        _fail(str(exc))
-        return
-    if stopped:
-        typer.echo(f"stopped {len(stopped)} server(s) of the stack in {where}", err=True)
-    else:
-        typer.echo(f"no stack running (no live server recorded in {where})", err=True)
-
-
-@stack_app.command("status", epilog=EXIT_CODES)
-def stack_status(state_dir: StateDirOption = None, as_json: JsonOption = False) -> None:
-    """Which servers of the stack are running (the same state `down` stops). Exit 1 when no stack is recorded."""
-    from rlcleanup.stack import status
-
-    where = _stack_dir(state_dir)
-    states = status(where)
-    if as_json:
-        rows = {
-            "state_dir": str(where),
-            "servers": {name: "running" if alive else "stopped" for name, alive in states.items()},
-        }
-        typer.echo(json.dumps(rows, indent=2, sort_keys=True))
-        if not states:
-            raise typer.Exit(EXIT_NOT_FOUND)
-        return
-    if not states:
-        _fail(f"no stack recorded in {where} (start one with `rlcleanup stack up`)", EXIT_NOT_FOUND)
-    typer.echo(f"stack in {where}: {sum(states.values())} of {len(states)} server(s) running")
-    for name, alive in sorted(states.items()):
-        typer.echo(f"{name:32} {'running' if alive else 'stopped'}")
-
-
 class Scale(StrEnum):
     ci = "ci"
     medium = "medium"
@@ -499,6 +388,7 @@ register_operator_commands(app)  # status, watch, report: cli/operator.py
 register_authority_commands(app)  # keygen, approver add, grant, grants, cause: cli/authority.py
 register_storage_commands(app)  # storage, restore, quarantine-expire: cli/storage_cmds.py
 register_similar_command(app)  # similar: cli/similar.py (learning across runs)
+register_stack_commands(app)  # stack up, down, status: cli/stack_cmds.py
 
 
 def main() -> None:

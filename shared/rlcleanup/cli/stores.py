@@ -10,7 +10,7 @@ import json
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.bus import Bus
@@ -26,6 +26,19 @@ from rlcleanup.runtime.backends import (
 )
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_FAILURE = 0, 1, 2, 3
+
+
+def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
+    """One neutralised line on stderr, then the exit code (every command's refusal)."""
+    import typer
+
+    from rlcleanup.textsafe import neutralise
+
+    typer.echo(neutralise(f"rlcleanup: {message}"), err=True)
+    raise typer.Exit(code)
+
+
+EXIT_CODES = "Exit codes: 0 ok, 1 not found, 2 usage (bad option, or a path that is not a run), 3 failure."
 
 
 class OperatorError(Exception):

@@ -1,0 +1,122 @@
+"""`rlcleanup stack up|down|status`: the local stack on real emulators (shared/rlcleanup/stack/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rlcleanup.cli.options import JsonOption, QuietOption
+from rlcleanup.cli.stores import EXIT_CODES, EXIT_NOT_FOUND
+from rlcleanup.cli.stores import fail as _fail
+
+stack_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Local stack on real emulators.")
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="where pids, logs and state.json live (default: $RLCLEANUP_STACK_DIR, else "
+        "$XDG_CACHE_HOME/rlcleanup/stack: one stack per user, found from any directory)",
+        show_default=False,
+    ),
+]
+
+
+def _stack_dir(state_dir: Path | None) -> Path:
+    from rlcleanup.paths import stack_dir
+
+    return (state_dir or stack_dir()).resolve()
+
+
+@stack_app.command("up", epilog=EXIT_CODES)
+def stack_up(
+    state_dir: StateDirOption = None,
+    project: Annotated[str, typer.Option(help="emulator project id")] = "rlcleanup-local",
+    timeout: Annotated[float, typer.Option(help="seconds to wait for every server")] = 90.0,
+    quiet: QuietOption = False,
+) -> None:
+    """Start the emulators and one functions-framework per function; print the env vars to export.
+
+    Use as `eval "$(rlcleanup stack up)"`. Every server runs in its own process group on a free port. While it
+    starts, a terminal's stderr shows the servers as they answer (stdout carries only what `eval` reads)."""
+    from rlcleanup.cli.progress import StderrProgress
+    from rlcleanup.stack import StackError, up
+
+    where = _stack_dir(state_dir)
+    progress = StderrProgress(quiet=quiet, prefix="rlcleanup stack")
+
+    def ready(name: str, done: int, total: int) -> None:
+        progress.bar(f"servers ready ({name})", done, total)
+        if done == total:
+            progress.stage(f"{total} servers ready")
+
+    try:
+        state = up(where, project=project, timeout=timeout, on_ready=ready)
+    except StackError as exc:
+        progress.close()
+        _fail(str(exc))
+        return
+    progress.stage("topics, subscriptions and buckets provisioned")
+    typer.echo(state.exports())
+    typer.echo(f"# runs bucket gs://{state.buckets['runs']}, preserve bucket gs://{state.buckets['preserve']}")
+    typer.echo(
+        f"# watched runs bucket gs://{state.buckets['watched-runs']} ($RLCLEANUP_RUNS_BUCKET): a run uploaded there"
+        " (status file last) is cleaned up with no emit"
+    )
+    if "s3-runs" in state.buckets:
+        typer.echo(
+            f"# S3 (SeaweedFS) at {state.env.get('AWS_ENDPOINT_URL')}: runs bucket s3://{state.buckets['s3-runs']}"
+        )
+    down = 'eval "$(rlcleanup stack down' + ("" if state_dir is None else f" --state-dir {where}") + ')"'
+    typer.echo(f"# {len(state.pgids)} servers; logs and state in {where}; stop from any directory with: {down}")
+
+
+@stack_app.command("down", epilog=EXIT_CODES)
+def stack_down(state_dir: StateDirOption = None) -> None:
+    """Stop every server of the stack by process group (from any directory); print the `unset` line.
+
+    Use as `eval "$(rlcleanup stack down)"`: the shell forgets the variables `stack up` exported, so no command
+    goes on reaching for a stopped emulator. Everything else it says goes to stderr."""
+    from rlcleanup.stack import StackError, StackState, down
+    from rlcleanup.stack.state import unset_line
+
+    where = _stack_dir(state_dir)
+    typer.echo(unset_line(StackState.load(where)))  # first: a shell forgets the stack even if stopping fails
+    try:
+        stopped = down(where)
+    except StackError as exc:
+        _fail(str(exc))
+        return
+    if stopped:
+        typer.echo(f"stopped {len(stopped)} server(s) of the stack in {where}", err=True)
+    else:
+        typer.echo(f"no stack running (no live server recorded in {where})", err=True)
+
+
+@stack_app.command("status", epilog=EXIT_CODES)
+def stack_status(state_dir: StateDirOption = None, as_json: JsonOption = False) -> None:
+    """Which servers of the stack are running (the same state `down` stops). Exit 1 when no stack is recorded."""
+    from rlcleanup.stack import status
+
+    where = _stack_dir(state_dir)
+    states = status(where)
+    if as_json:
+        rows = {
+            "state_dir": str(where),
+            "servers": {name: "running" if alive else "stopped" for name, alive in states.items()},
+        }
+        typer.echo(json.dumps(rows, indent=2, sort_keys=True))
+        if not states:
+            raise typer.Exit(EXIT_NOT_FOUND)
+        return
+    if not states:
+        _fail(f"no stack recorded in {where} (start one with `rlcleanup stack up`)", EXIT_NOT_FOUND)
+    typer.echo(f"stack in {where}: {sum(states.values())} of {len(states)} server(s) running")
+    for name, alive in sorted(states.items()):
+        typer.echo(f"{name:32} {'running' if alive else 'stopped'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(stack_app, name="stack")
