@@ -290,10 +290,11 @@ def test_functions_run_as_their_own_service_account(parsed: dict[str, dict[str, 
         secrets = {
             d["content"][0]["key"] for d in svc.get("dynamic", []) for d in [d.get("secret_environment_variables")] if d
         }
-        # Credentials the adapters read themselves (issue 15): each S3 endpoint's JSON, the Hub token.
+        # Credentials the adapters read themselves (issue 15): each S3 endpoint's JSON, the Hub token, the Hub audit's read-only token.
         credentials = {
             'RLCLEANUP_S3_ENDPOINT_${upper(replace(secret_environment_variables.key, "-", "_"))}',
             "HF_TOKEN",
+            "RLCLEANUP_HUB_AUDIT_TOKEN",
         }
         assert set(env) - FRAMEWORK_VARIABLES | (secrets - credentials) == env_names()
         assert secrets == {"RLCLEANUP_IRIS_TOKEN", *credentials}
@@ -652,7 +653,7 @@ def test_the_hub_audit_is_on_and_only_its_function_reads_its_read_only_token(par
     wrap-up), with secretAccessor for that function's account alone; the write token (HF_TOKEN) never reaches it."""
     from rlcleanup.runtime.stage_table import stage_table
 
-    function = _locals(parsed)["hub_audit_function"]
+    function = _locals(parsed)["event_sources"]["hub_audit"]
     assert stage_table().row(function.replace("-", "_")).handler.__module__ == "rlcleanup.runtime.stages.select"
     variables = {
         name: body for doc in parsed.values() for block in doc.get("variable", []) for name, body in block.items()
@@ -662,9 +663,9 @@ def test_the_hub_audit_is_on_and_only_its_function_reads_its_read_only_token(par
     reader = _resource(parsed, "google_secret_manager_secret_iam_member", "hub_audit_token_reader")
     assert reader["count"] == '${var.hub_audit && var.hub_audit_token_secret != "" ? 1 : 0}'
     assert reader["secret_id"] == "${var.hub_audit_token_secret}"
-    assert reader["member"] == "${google_service_account.runtime[local.hub_audit_function].member}"
+    assert reader["member"] == "${google_service_account.runtime[local.event_sources.hub_audit].member}"
     assert reader["role"] == "roles/secretmanager.secretAccessor"
     functions = (MODULE / "functions.tf").read_text()
     mount = functions[functions.index('key        = "RLCLEANUP_HUB_AUDIT_TOKEN"') - 400 :]
-    assert "each.key == local.hub_audit_function ? [var.hub_audit_token_secret] : []" in mount.split("content")[0]
+    assert "each.key == local.event_sources.hub_audit ? [var.hub_audit_token_secret] : []" in mount.split("content")[0]
     assert "HF_TOKEN" not in mount.split("}")[0]

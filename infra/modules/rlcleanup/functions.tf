@@ -113,7 +113,7 @@ resource "google_cloudfunctions2_function" "fn" {
     }
     # The Hub audit's read-only token (hub.tf), on the function that runs the audit at wrap-up only.
     dynamic "secret_environment_variables" {
-      for_each = var.hub_audit && var.hub_audit_token_secret != "" && each.key == local.hub_audit_function ? [var.hub_audit_token_secret] : []
+      for_each = var.hub_audit && var.hub_audit_token_secret != "" && each.key == local.event_sources.hub_audit ? [var.hub_audit_token_secret] : []
       content {
         key        = "RLCLEANUP_HUB_AUDIT_TOKEN"
         project_id = var.project_id

@@ -161,15 +161,11 @@ resource "google_project_iam_member" "hub_upload_firestore" {
 
 # The Hub audit (authority/hub_audit.py) runs in select-candidate's wrap-up and only reads: its token, if the
 # deployment gives one, is a separate read-only secret that select-candidate alone may access (never hf_token).
-locals {
-  hub_audit_function = "select-candidate"
-}
-
 resource "google_secret_manager_secret_iam_member" "hub_audit_token_reader" {
   count = var.hub_audit && var.hub_audit_token_secret != "" ? 1 : 0
 
   project   = var.project_id
   secret_id = var.hub_audit_token_secret
   role      = "roles/secretmanager.secretAccessor"
-  member    = google_service_account.runtime[local.hub_audit_function].member
+  member    = google_service_account.runtime[local.event_sources.hub_audit].member
 }

@@ -5,7 +5,7 @@ locals {
   grants_topic = "authority-grants"
 
   # The event sources' endpoints in the topology (modules/rlcleanup/events.tf; tests/unit/test_infra.py checks they exist),
-  # and the function that reads the notification webhook's secret (notify.tf).
+  # the function that reads the notification webhook's secret (notify.tf), and the one that runs the Hub audit.
   event_sources = {
     storage_events = "storage-events"
     sweep          = "sweep"
@@ -13,6 +13,7 @@ locals {
     k8s_job_events = "k8s-job-events"
     job_events     = "job-events"
     notify         = "notify"
+    hub_audit      = "select-candidate" # runs the Hub audit at wrap-up; reads its read-only token (hub.tf)
   }
 
   # What each function touches beyond Firestore and its own `publishes` topics. Keys must equal the topology's
