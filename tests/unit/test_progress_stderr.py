@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from rlcleanup.cli import main as cli_main
+from rlcleanup.cli import stack_cmds
 from rlcleanup.cli.progress import Stage, StderrProgress
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.stack.state import StackState
@@ -117,7 +117,7 @@ def test_stack_up_progress_goes_to_stderr_and_eval_reads_only_exports(
     out, err = _Terminal(), _Terminal()
     monkeypatch.setattr(sys, "stdout", out)
     monkeypatch.setattr(sys, "stderr", err)
-    cli_main.stack_up(state_dir=tmp_path, project="p", timeout=1.0, quiet=quiet)
+    stack_cmds.stack_up(state_dir=tmp_path, project="p", timeout=1.0, quiet=quiet)
     stdout = out.getvalue()
     assert stdout.startswith(state.exports()) and MARK not in stdout and "\r" not in stdout
     assert all(line.startswith(("export ", "#", "unset ")) or not line for line in stdout.splitlines())
