@@ -71,6 +71,9 @@ class StorageCapabilities:
     visibility_readback: bool  # who can read a destination can be read back from the backend itself
     object_version: bool  # objects carry a version (GCS generation) usable as a write/delete precondition
     strong_checksum: bool  # every listing reports a content checksum without reading the bytes
+    # A server-side copy conditioned on the source's ETag (S3 CopySourceIfMatch, and x-amz-copy-source-if-match
+    # on every UploadPartCopy): how a grant's pinned copy stays server-side without object versions (P36).
+    etag_pinned_copy: bool = False
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,40 @@ class VersionedStorage(Storage, Protocol):
         """Delete the object only while it is that version (False: already gone); raises SourceChangedError when
         it is another version now, which then stays."""
         ...
+
+
+@runtime_checkable
+class EtagPinnedStorage(Storage, Protocol):
+    """A backend with the `etag_pinned_copy` capability (S3): a grant's pinned copy made by the server, conditioned
+    on the pinned source's ETag, so no byte passes through this process and bytes changed since the pin are
+    refused by the server (authority/pinning.py, docs/authority.md P36)."""
+
+    def server_side_between(self, src_uri: str, dst_uri: str) -> bool:
+        """Whether one server can copy src to dst (S3: both buckets behind one endpoint)."""
+        ...
+
+    def copy_etag_if_absent(self, src: ObjectInfo, dst_uri: str) -> WriteOutcome:
+        """Server-side copy of `src` (as pinned: its `etag` and `size`) to `dst_uri`, write-once like
+        copy_if_absent (identical: the destination already holds a copy of that ETag); raises SourceChangedError
+        when the source's ETag is another now, leaving nothing at the destination."""
+        ...
+
+
+@runtime_checkable
+class RoutesEtagPins(Protocol):
+    """A storage that routes by scheme (the router) and hands out the ETag-pinning backend for a pair of URIs."""
+
+    def etag_pinned(self, src_uri: str, dst_uri: str) -> EtagPinnedStorage | None: ...
+
+
+def etag_pins_of(storage: Storage, src_uri: str, dst_uri: str) -> EtagPinnedStorage | None:
+    """The backend that copies src to dst server-side pinned to the source's ETag, or None (another backend at
+    either end, two endpoints, a backend without the capability): the caller then pins as before."""
+    if isinstance(storage, RoutesEtagPins):
+        return storage.etag_pinned(src_uri, dst_uri)
+    if isinstance(storage, EtagPinnedStorage) and storage.server_side_between(src_uri, dst_uri):
+        return storage
+    return None
 
 
 @runtime_checkable
