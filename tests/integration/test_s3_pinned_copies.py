@@ -111,7 +111,7 @@ def _publish(w: World, published: str) -> tuple[dict[str, Any], str]:
 def test_an_s3_to_s3_publish_moves_no_shard_byte_through_the_process(
     s3_admin: Any, proxy: str, tmp_path: Path, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    w, bucket, published = _world(tmp_path, s3_admin, uid, monkeypatch)
+    w, _, published = _world(tmp_path, s3_admin, uid, monkeypatch)
     cand = w.candidate()
     storage = S3Storage()
     shards = _shards(storage, cand.uri)
@@ -179,17 +179,17 @@ _MULTIPART = {"RLCLEANUP_COPY_S3_MULTIPART_THRESHOLD": str(64 * 1024), "RLCLEANU
 def test_a_large_publish_goes_through_the_multipart_copy_pinned(
     s3_admin: Any, proxy: str, tmp_path: Path, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Shards over the (lowered) threshold: every pinned copy is an ETag-pinned UploadPartCopy, no shard byte
-    passes through the process, and an overwrite after the pin aborts the upload with nothing left."""
+    """Shards over the (lowered) threshold: every pinned copy of them is an ETag-pinned UploadPartCopy (the proxy
+    counts them) and no shard byte passes through the process."""
     for name, value in _MULTIPART.items():
         monkeypatch.setenv(name, value)
-    w, bucket, published = _world(tmp_path, s3_admin, uid, monkeypatch)
+    w, _, published = _world(tmp_path, s3_admin, uid, monkeypatch)
     shards = _shards(S3Storage(), w.candidate().uri)
     large = {n for n, o in shards.items() if o.size > 64 * 1024}
     assert len(large) == 2  # 134 KiB and 99 KiB; the 32 KiB one stays one CopyObject
     stats = _stats(proxy)
 
-    action, destination = _publish(w, published)
+    action, _ = _publish(w, published)
 
     assert action["state"] == "published", action
     after = _stats(proxy)
@@ -207,6 +207,8 @@ def test_a_large_publish_goes_through_the_multipart_copy_pinned(
 def test_the_multipart_copy_of_a_source_overwritten_after_the_pin_is_refused(
     s3_admin: Any, proxy: str, tmp_path: Path, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Over the threshold, the pin is each UploadPartCopy's x-amz-copy-source-if-match: the upload is aborted,
+    its resume state deleted, nothing at the destination, no byte of the object read."""
     for name, value in _MULTIPART.items():
         monkeypatch.setenv(name, value)
     bucket = f"s3-pinmp-{uid}"
