@@ -117,8 +117,8 @@ class SourceChangedError(Exception):
 
 class NoObjectVersionsError(PermanentError, ValueError):
     """A version-pinned copy or delete asked of a backend whose objects carry no version usable as a precondition
-    (local disk; S3 here, see adapters/storage_registry.py). Callers check `object_version` first and pin by
-    streaming instead; reaching this is asking the wrong backend."""
+    (local disk; S3 here, see adapters/storage_registry.py). Callers check `object_version` first and pin
+    otherwise (S3: the ETag, EtagPinnedStorage; else by streaming); reaching this is asking the wrong backend."""
 
     code = "no_object_versions"
 
@@ -319,8 +319,9 @@ class SchemeAwareStorage(Storage, Protocol):
 
 def versions_of(storage: Storage, uri: str) -> VersionedStorage | None:
     """Where `uri`'s backend enforces object versions (GCS generations), its VersionedStorage; None for every
-    other backend (local disk, S3) and for a storage that does not route by scheme: the caller then pins by
-    streaming and comparing fingerprints, or deletes unconditionally after its own check."""
+    other backend (local disk, S3) and for a storage that does not route by scheme: the caller then pins by the
+    ETag (`etag_pins_of`, S3) or by streaming and comparing fingerprints, or deletes unconditionally after its own
+    check."""
     if isinstance(storage, SchemeAwareStorage) and storage.capabilities(uri).object_version:
         return storage.versioned(uri)
     return None
