@@ -271,7 +271,9 @@ def test_gcs_publish_of_a_manifested_export_states_which_sha256_it_did_not_check
     assert said["identity"] == cand.model_identity and said["sha256_verified"] == []
     assert "model-00001-of-00003.safetensors" in said["sha256_not_checked"] and len(said["sha256_not_checked"]) == 9
     assert "sha256 not checked for 9 file(s)" in doc["outcome"]["detail"]
-    assert "sizes matched the manifest and CRC32C the pinned source" in doc["outcome"]["detail"]
+    assert (
+        "sizes matched the manifest and the server copied exactly the pinned source version" in doc["outcome"]["detail"]
+    )
     bucket = gcs_client.bucket(w.dest)
     assert bucket.get_blob("models/m40/_PUBLISHED.json") is not None
 

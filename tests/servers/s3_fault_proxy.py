@@ -5,7 +5,8 @@ Host header included, so SigV4 signatures made for the proxy's address verify at
 
     python tests/servers/s3_fault_proxy.py --port P --target 127.0.0.1:PORT [--slowdown N] [--other-region BUCKET]
 
-`GET /__proxy/stats` answers {"requests": n, "throttled": n, "body_bytes": n, "part_copies": [...], "creates": n}
+`GET /__proxy/stats` answers {"requests": n, "throttled": n, "body_bytes": n, "part_copies": [...], "creates": n,
+"object_bodies": {"/bucket/key": n}}
 (not forwarded): what a test counts to show a copy moved no object byte through the client. Started by the tests in its own
 process group and stopped by group.
 """
@@ -74,8 +75,12 @@ def main() -> None:
     host, port = args.target.rsplit(":", 1)
     lock = threading.Lock()
     # body_bytes: every request and response body through the proxy (a server-side copy sends only XML);
-    # part_copies: the part numbers of UploadPartCopy requests; creates: CreateMultipartUpload requests.
-    stats: dict[str, Any] = {"requests": 0, "throttled": 0, "body_bytes": 0, "part_copies": [], "creates": 0}
+    # part_copies: the part numbers of UploadPartCopy requests; creates: CreateMultipartUpload requests;
+    # object_bodies: per object path, the body bytes of its plain GETs and PUTs (no query, no copy source): what
+    # a test reads to show which objects' bytes went through the client, and how many.
+    stats: dict[str, Any] = {
+        "requests": 0, "throttled": 0, "body_bytes": 0, "part_copies": [], "creates": 0, "object_bodies": {}
+    }  # fmt: skip
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -100,9 +105,13 @@ def main() -> None:
                 return
             query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query, keep_blank_values=True)
             part_copy = "partNumber" in query and "x-amz-copy-source" in self.headers
+            plain = self.command in ("GET", "PUT") and not query and "x-amz-copy-source" not in self.headers
+            path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
             with lock:
                 stats["requests"] += 1
                 stats["body_bytes"] += len(body)
+                if plain and body:
+                    stats["object_bodies"][path] = stats["object_bodies"].get(path, 0) + len(body)
                 stats["creates"] += int(self.command == "POST" and "uploads" in query)
                 if part_copy:
                     stats["part_copies"].append(int(query["partNumber"][0]))
@@ -125,6 +134,8 @@ def main() -> None:
                 data = resp.read()
                 with lock:
                     stats["body_bytes"] += len(data)
+                    if plain and data and resp.status < 300:
+                        stats["object_bodies"][path] = stats["object_bodies"].get(path, 0) + len(data)
                 self.send_response(resp.status)
                 head = self.command == "HEAD"  # a HEAD keeps the object's Content-Length (its size)
                 for k, v in resp.getheaders():

@@ -150,7 +150,7 @@ def test_a_copy_that_saw_no_byte_says_which_sha256_were_not_checked(tmp_path: Pa
     assert said is not None and said.mismatch is None
     assert (said.verified, said.not_checked) == (["model.safetensors.index.json"], ["model-00001-of-00001.safetensors"])
     assert "sha256 not checked for 1 file(s) ['model-00001-of-00001.safetensors']" in said.statement()
-    assert "sizes matched the manifest and CRC32C the pinned source" in said.statement()
+    assert "sizes matched the manifest and the server copied exactly the pinned source version" in said.statement()
     streamed = verify_staged_manifest(storage, staging, proofs, identity, stream_unhashed=True)
     assert streamed is not None and streamed.not_checked == [] and len(streamed.verified) == 2
     stale = verify_staged_manifest(storage, staging, proofs, "sha256:" + "0" * 64, stream_unhashed=False)

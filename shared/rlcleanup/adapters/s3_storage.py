@@ -257,6 +257,45 @@ class S3Storage(RemoteObjects):
             raise StorageError(f"copy {src_uri} -> {dst_uri}: {exc}") from exc
         return WriteOutcome.created
 
+    # ------------------------------------------------------------------ EtagPinnedStorage (a grant's copies)
+
+    def server_side_between(self, src_uri: str, dst_uri: str) -> bool:
+        return self.endpoint_for(object_key(src_uri)[0]) == self.endpoint_for(object_key(dst_uri)[0])
+
+    def copy_etag_if_absent(self, src: ObjectInfo, dst_uri: str) -> WriteOutcome:
+        """ports.storage.EtagPinnedStorage: the copy a grant makes of the pinned `src`, server-side at any size
+        and conditioned on its ETag (CopySourceIfMatch on CopyObject, x-amz-copy-source-if-match on every
+        UploadPartCopy: adapters/s3_copy.py), never through obstore's unconditioned copy. A source whose ETag
+        moved fails the copy with SourceChangedError and nothing at the destination (a multipart copy's upload
+        is aborted); an existing destination is identical only when it holds a copy of exactly that ETag."""
+        if not src.etag:
+            raise SourceChangedError(f"{src.uri}: no ETag was pinned, so a server-side copy cannot be held to it")
+        if not self.server_side_between(src.uri, dst_uri):
+            raise ValueError(f"{src.uri} -> {dst_uri}: two endpoints, no server-side copy")
+        dst = self.stat(dst_uri)
+        if dst is not None:
+            return self._compare_pinned(src, dst)
+        try:
+            self._copier(object_key(dst_uri)[0]).copy(src, dst_uri, split=object_key)
+        except Precondition:  # If-None-Match (the destination appeared) or CopySourceIfMatch (the source moved)
+            dst = self.stat(dst_uri)
+            if dst is None:
+                raise SourceChangedError(f"{src.uri}: its ETag is no longer the pinned {src.etag}") from None
+            return self._compare_pinned(src, dst)
+        except FileNotFoundError:
+            raise SourceChangedError(f"{src.uri}: gone since it was pinned") from None
+        return WriteOutcome.created
+
+    def _compare_pinned(self, src: ObjectInfo, dst: ObjectInfo) -> WriteOutcome:
+        """An existing destination against the pinned source (not the source as it is now)."""
+        if dst.size != src.size:
+            return WriteOutcome.conflict
+        if dst.etag == src.etag:
+            return WriteOutcome.identical
+        # A multipart copy's ETag is never the source's: the copy recorded the source's ETag on it.
+        copied_from = self._copier(object_key(dst.uri)[0]).source_etag(dst.uri, object_key)
+        return WriteOutcome.identical if copied_from == src.etag else WriteOutcome.conflict
+
     def _copier(self, bucket: str) -> ServerSideCopier:
         """The botocore copier for `bucket`'s endpoint, built on the first copy that needs it (obstore has no
         UploadPartCopy and no cross-bucket copy)."""

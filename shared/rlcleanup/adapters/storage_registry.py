@@ -116,11 +116,12 @@ S3 = StorageBackend(
     capabilities=StorageCapabilities(
         ranged_read=True,
         listing=True,
-        server_side_copy=True,  # CopyObject within a bucket; across buckets it streams
+        server_side_copy=True,  # CopyObject / UploadPartCopy within one endpoint; across endpoints it streams
         streaming_copy=True,
         visibility_readback=False,  # bucket policies/ACLs differ per provider: an s3:// destination reads unknown
         object_version=False,  # version ids exist only on versioned buckets; nothing may rely on them
         strong_checksum=False,  # an ETag is an MD5 only for single-part uploads (ObjectInfo.etag says which)
+        etag_pinned_copy=True,  # CopySourceIfMatch / x-amz-copy-source-if-match: grants copy server-side (P36)
     ),
     make=_s3,
 )

@@ -13,6 +13,7 @@ from pathlib import Path
 from rlcleanup.adapters.storage_registry import BUILTIN, StorageRegistry
 from rlcleanup.ports.storage import (
     ChildPage,
+    EtagPinnedStorage,
     IncompleteUpload,
     ListsIncompleteUploads,
     NoObjectVersionsError,
@@ -135,6 +136,17 @@ class RoutingStorage:
         if not entry.capabilities.object_version or not isinstance(backend, VersionedStorage):
             raise NoObjectVersionsError(uri)
         return backend
+
+    def etag_pinned(self, src_uri: str, dst_uri: str) -> EtagPinnedStorage | None:
+        """ports.storage.RoutesEtagPins: the one backend of both URIs when its scheme is registered with
+        `etag_pinned_copy`, the adapter implements it and its server can copy between the two; else None."""
+        src_entry, dst_entry = self.registry.for_uri(src_uri), self.registry.for_uri(dst_uri)
+        if src_entry.scheme != dst_entry.scheme or not src_entry.capabilities.etag_pinned_copy:
+            return None
+        backend = self.backend(src_entry.scheme)
+        if isinstance(backend, EtagPinnedStorage) and backend.server_side_between(src_uri, dst_uri):
+            return backend
+        return None
 
     def local_file(self, uri: str) -> Path | None:
         """The object as a local file when its backend keeps it as one (copies then read it in place)."""

@@ -6,10 +6,12 @@ checked here, where a grant copies the bytes anyway: every pinned copy that stre
 backends) hashes every byte while copying (`authority/pinning.py`), so each file the manifest lists is held to its
 sha256 at no extra read. A mismatch refuses the grant (`manifest_mismatch`) before anything reaches the destination.
 
-A GCS same-backend publish copies by generation-pinned server-side rewrite: no byte passes through rlcleanup, so no
-sha256 exists. That publish is *not* slowed down to stream the export (gigabytes through a function) just for the
-manifest: the outcome says explicitly which files' sha256 was not checked, and that their size (against the
-manifest) and CRC32C (against the pinned source) matched. A Hub hand-off streams every byte on upload anyway, so
+A GCS same-backend publish copies by generation-pinned server-side rewrite, an S3 one (both ends behind one
+endpoint) by ETag-pinned CopyObject / UploadPartCopy (P36): no byte passes through rlcleanup, so no sha256 exists.
+That publish is *not* slowed down to stream the export (gigabytes through a function) just for the manifest: the
+outcome says explicitly which files' sha256 was not checked, and that their size matched the manifest and the
+server copied exactly the pinned source version (GCS: its generation, and the CRC32C matched; S3: its ETag, and
+the MD5 matched where the ETag is one). A Hub hand-off streams every byte on upload anyway, so
 there (`stream_unhashed=True`) a staged copy without a sha256 is hashed from staging before the repo is touched.
 """
 
@@ -43,8 +45,9 @@ class ManifestVerdict:
             return said
         return (
             f"{said}; sha256 not checked for {len(self.not_checked)} file(s) {_shown(self.not_checked)}: "
-            "copied server-side (no byte seen), their sizes matched the manifest and CRC32C the pinned source "
-            "(validation hashed the small non-weight files)"
+            "copied server-side (no byte seen), their sizes matched the manifest and the server copied exactly "
+            "the pinned source version (GCS generation and CRC32C; S3 ETag) (validation hashed the small "
+            "non-weight files)"
         )
 
     def as_doc(self) -> dict[str, Any]:

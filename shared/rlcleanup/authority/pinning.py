@@ -7,11 +7,19 @@ pin is enforced while the bytes move:
 - backends with `object_version` (GCS, through ports.storage.VersionedStorage), same backend: a server-side copy
   with `if_source_generation_match`, then the destination's size/CRC32C/MD5 must equal the pinned source's, and
   its generation is recorded;
-- everything else (local disk, S3, across backends): the bytes are streamed once, SHA-256 (and CRC32C/MD5)
-  computed over every byte while copying, and the source's fingerprint is checked before and after (a local file
-  through one open descriptor, fstat'ed at both ends): any change refuses the copy.
+- backends with `etag_pinned_copy` (S3, through ports.storage.EtagPinnedStorage), both ends behind one server:
+  the fingerprint is checked, then a server-side copy conditioned on the pinned ETag (CopySourceIfMatch; above
+  the multipart threshold every UploadPartCopy carries x-amz-copy-source-if-match), so bytes changed since the
+  pin fail the copy at the server and nothing is left at the destination; the destination's size (and MD5, for
+  a single-part ETag) must match the pinned source's, and its fingerprint (server-set ETag and Last-Modified) is
+  recorded (P36). A shard of any size is copied without a byte through this process;
+- everything else (local disk, across backends or endpoints): the bytes are streamed once, SHA-256 (and
+  CRC32C/MD5) computed over every byte while copying, and the source's fingerprint is checked before and after
+  (a local file through one open descriptor, fstat'ed at both ends): any change refuses the copy.
 
-The proof (sizes, checksums, SHA-256, destination version) is what reclaim later re-verifies a twin against.
+The proof (sizes, checksums, SHA-256 where streamed, destination version) is what reclaim later re-verifies a
+twin against: by generation (GCS), by fingerprint (an ETag-pinned S3 copy: any overwrite moves the server's
+Last-Modified), else by re-hashing the bytes.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from rlcleanup.ports.storage import (
     SourceChangedError,
     Storage,
     WriteOutcome,
+    etag_pins_of,
     stat_fingerprint,
     versions_of,
 )
@@ -51,7 +60,8 @@ class CopyProof(BaseModel):
     size: int
     crc32c: str | None = None
     md5: str | None = None
-    sha256: str | None = None  # of every byte copied (streamed copies); None for server-side generation copies
+    sha256: str | None = None  # of every byte copied (streamed copies); None for server-side pinned copies
+    source_etag: str | None = None  # the ETag a server-side S3 copy was conditioned on (CopySourceIfMatch)
     destination_generation: int | None = None
     destination_fingerprint: str | None = None
     outcome: str  # created | identical
@@ -170,6 +180,17 @@ def pinned_copy(storage: Storage, src: ObjectInfo, dst_uri: str) -> CopyProof:
             )
         got = storage.stat(dst_uri)
         return _verified(src, pin, dst_uri, got, outcome, crc32c=src.crc32c, md5=src.md5, sha256=None)
+    etag_pins = etag_pins_of(storage, src.uri, dst_uri) if src.etag else None
+    if etag_pins is not None:
+        still_pinned(storage, src)  # the grant's whole pin (ETag, Last-Modified, version); the server holds the ETag
+        outcome = etag_pins.copy_etag_if_absent(src, dst_uri)
+        if outcome is WriteOutcome.conflict:
+            return CopyProof(
+                source=src.uri, source_fingerprint=pin, destination=dst_uri, size=src.size, outcome="conflict"
+            )
+        got = storage.stat(dst_uri)
+        proof = _verified(src, pin, dst_uri, got, outcome, crc32c=None, md5=src.md5, sha256=None)
+        return proof.model_copy(update={"source_etag": src.etag})
     if not isinstance(storage, _Files):
         raise TypeError(f"{type(storage).__name__} cannot stream a pinned copy")
     with tempfile.TemporaryDirectory(prefix="rlcleanup-pinned-") as tmp_dir:
@@ -263,6 +284,12 @@ def twin_mismatch(storage: Storage, proof: CopyProof) -> str | None:
         return f"{proof.destination}: crc32c differs"
     if proof.md5 and got.md5 and got.md5 != proof.md5:
         return f"{proof.destination}: md5 differs"
+    if proof.destination_generation is None and proof.sha256 is None and proof.source_etag is not None:
+        # An ETag-pinned server-side copy (S3, P36): no byte was hashed; the destination must still be the object
+        # the copy made (any overwrite moves the server-set Last-Modified, any other bytes the ETag).
+        if proof.destination_fingerprint is None or got.fingerprint != proof.destination_fingerprint:
+            return f"{proof.destination}: version {got.fingerprint} != {proof.destination_fingerprint} at publish"
+        return None
     # No server-enforced version: the bytes themselves (a local dir anyone with access could edit).
     unversioned = proof.destination_generation is None
     if unversioned and (proof.sha256 is None or sha256_of(storage, got) != proof.sha256):

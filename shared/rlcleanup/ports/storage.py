@@ -72,6 +72,9 @@ class StorageCapabilities:
     visibility_readback: bool  # who can read a destination can be read back from the backend itself
     object_version: bool  # objects carry a version (GCS generation) usable as a write/delete precondition
     strong_checksum: bool  # every listing reports a content checksum without reading the bytes
+    # A server-side copy conditioned on the source's ETag (S3 CopySourceIfMatch, and x-amz-copy-source-if-match
+    # on every UploadPartCopy): how a grant's pinned copy stays server-side without object versions (P36).
+    etag_pinned_copy: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,8 +118,8 @@ class SourceChangedError(Exception):
 
 class NoObjectVersionsError(PermanentError, ValueError):
     """A version-pinned copy or delete asked of a backend whose objects carry no version usable as a precondition
-    (local disk; S3 here, see adapters/storage_registry.py). Callers check `object_version` first and pin by
-    streaming instead; reaching this is asking the wrong backend."""
+    (local disk; S3 here, see adapters/storage_registry.py). Callers check `object_version` first and pin
+    otherwise (S3: the ETag, EtagPinnedStorage; else by streaming); reaching this is asking the wrong backend."""
 
     code = "no_object_versions"
 
@@ -175,6 +178,40 @@ class VersionedStorage(Storage, Protocol):
         """Delete the object only while it is that version (False: already gone); raises SourceChangedError when
         it is another version now, which then stays."""
         ...
+
+
+@runtime_checkable
+class EtagPinnedStorage(Storage, Protocol):
+    """A backend with the `etag_pinned_copy` capability (S3): a grant's pinned copy made by the server, conditioned
+    on the pinned source's ETag, so no byte passes through this process and bytes changed since the pin are
+    refused by the server (authority/pinning.py, docs/authority.md P36)."""
+
+    def server_side_between(self, src_uri: str, dst_uri: str) -> bool:
+        """Whether one server can copy src to dst (S3: both buckets behind one endpoint)."""
+        ...
+
+    def copy_etag_if_absent(self, src: ObjectInfo, dst_uri: str) -> WriteOutcome:
+        """Server-side copy of `src` (as pinned: its `etag` and `size`) to `dst_uri`, write-once like
+        copy_if_absent (identical: the destination already holds a copy of that ETag); raises SourceChangedError
+        when the source's ETag is another now, leaving nothing at the destination."""
+        ...
+
+
+@runtime_checkable
+class RoutesEtagPins(Protocol):
+    """A storage that routes by scheme (the router) and hands out the ETag-pinning backend for a pair of URIs."""
+
+    def etag_pinned(self, src_uri: str, dst_uri: str) -> EtagPinnedStorage | None: ...
+
+
+def etag_pins_of(storage: Storage, src_uri: str, dst_uri: str) -> EtagPinnedStorage | None:
+    """The backend that copies src to dst server-side pinned to the source's ETag, or None (another backend at
+    either end, two endpoints, a backend without the capability): the caller then pins as before."""
+    if isinstance(storage, RoutesEtagPins):
+        return storage.etag_pinned(src_uri, dst_uri)
+    if isinstance(storage, EtagPinnedStorage) and storage.server_side_between(src_uri, dst_uri):
+        return storage
+    return None
 
 
 @runtime_checkable
@@ -317,8 +354,9 @@ class SchemeAwareStorage(Storage, Protocol):
 
 def versions_of(storage: Storage, uri: str) -> VersionedStorage | None:
     """Where `uri`'s backend enforces object versions (GCS generations), its VersionedStorage; None for every
-    other backend (local disk, S3) and for a storage that does not route by scheme: the caller then pins by
-    streaming and comparing fingerprints, or deletes unconditionally after its own check."""
+    other backend (local disk, S3) and for a storage that does not route by scheme: the caller then pins by the
+    ETag (`etag_pins_of`, S3) or by streaming and comparing fingerprints, or deletes unconditionally after its own
+    check."""
     if isinstance(storage, SchemeAwareStorage) and storage.capabilities(uri).object_version:
         return storage.versioned(uri)
     return None
