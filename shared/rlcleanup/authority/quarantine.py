@@ -4,8 +4,9 @@ prefix of the same bucket, recorded object by object, and can be restored byte-e
 - Where: `<bucket>/<prefix>/<run_id>/<grant_id>/<key>`; the prefix and the expiry are the deployment's
   (`QuarantineSettings`: RLCLEANUP_QUARANTINE_PREFIX, RLCLEANUP_QUARANTINE_DAYS, Terraform `quarantine_days`),
   never a run's. For local files the run root's parent directory stands for the bucket.
-- The move is `pinning.pinned_copy` (a generation-pinned rewrite on GCS; elsewhere one stream hashed while it is
-  copied, the source's fingerprint checked at both ends), then the source is deleted only while it is still the
+- The move is `pinning.pinned_copy` (a generation-pinned rewrite on GCS; on S3 a server-side copy held to the
+  pinned ETag, `CopySourceIfMatch`, §8 P36; elsewhere one stream hashed while it is copied, the source's fingerprint
+  checked at both ends), then the source is deleted only while it is still the
   pinned version (GCS `if_generation_match`). A copy whose bytes are not the pinned version's is removed again and
   the source kept.
 - The record of each move lives in the record store (`runs/{run}/quarantine/{doc}`), never in a bucket: a restore
