@@ -176,7 +176,8 @@ def model(args: argparse.Namespace, slice_: dict[str, float]) -> None:
         f"capture: {cap_parts} parts / {cap.max_instances} instances = {cap_waves} waves x {cap_part_s:.1f} s "
         f"({MAX_PART_ITEMS} objects, {COPY_WORKERS} in flight, {per_copy_s * 1000:.0f} ms per copy measured)": cap_waves
         * cap_part_s,
-        f"validate: {shards} shard headers + 2 reads, {rank_files:,} rank files listed": val_s,
+        f"validate: {shards} shard headers + 2 reads (one 64 KiB header read per shard: "
+        f"{fmt_bytes(shards * 64 * 1024)} of headers, 0 tensor bytes), {rank_files:,} rank files listed": val_s,
     }
     total = sum(phases.values())
     print(
