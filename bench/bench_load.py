@@ -15,6 +15,8 @@ Writes and claims are traced inside the function servers by bench/fs_trace_site.
 `sitecustomize` (the bench reads the trace lines after the burst; the pipeline code is unchanged).
 Per run: invocations (the servers' accounting lines), CPU-s of every function server from /proc, Firestore writes:
 the inputs of the 1,000-run-ends-an-hour arithmetic in docs/runtime.md.
+Most of the wall time is the upload before the clock starts (fake-gcs-server took ~20 min for 200 x 84 objects at
+load 19); then the burst. Not in bench/run_all.py for that reason.
 Run: .venv/bin/python bench/bench_load.py [--runs 200] [--scenario completed-resumed] [--timeout 3600]
 """
 
