@@ -29,18 +29,16 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _common import figure
+from _common import figure, sample_uploader
 from cpu_sidecar import group_cpu
-from rlcleanup.cli.upload import upload_sample_run
 from rlcleanup.runtime.functions import parse_accounting
-from rlcleanup.samples.generator import VERSION, write_sample_run
+from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.stack import down, up
 from rlcleanup.stack.emit import job_event, publish_event
 
@@ -140,12 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         records = FirestoreRunRecords(project=state.project)
         local = tmp / "sample"
         write_sample_run(local, args.scenario)
-        tag = uuid.uuid4().hex[:6]
-
-        def upload(i: int) -> tuple[str, str]:
-            name = f"load-{tag}-{i}"
-            uri = upload_sample_run(gcs, local, state.buckets["runs"], f"bench/{name}", rename=name)
-            return uri, f"{name}-{VERSION}"
+        upload = sample_uploader(gcs, local, state.buckets["runs"], "load")
 
         t = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
