@@ -174,3 +174,21 @@ def figure(name: str, value: str, goal: str = "") -> None:
     """One of the issue's figures, printed so `python -m bench` (bench/run_all.py) can gather them into its summary
     with the load at the time: `FIGURE | name | value | goal`."""
     print(f"{FIGURE_MARK} | {name} | {value} | {goal}", flush=True)
+
+
+def sample_uploader(gcs: Any, local: Path, bucket: str, prefix: str) -> Any:
+    """upload(i) -> (run uri, run id): the sample run at `local` uploaded again under a fresh name each call
+    (`<prefix>-<random tag>-<i>`), so every copy is its own run end."""
+    import uuid
+
+    from rlcleanup.cli.upload import upload_sample_run
+    from rlcleanup.samples.generator import VERSION
+
+    tag = uuid.uuid4().hex[:6]
+
+    def upload(i: int) -> tuple[str, str]:
+        name = f"{prefix}-{tag}-{i}"
+        uri = upload_sample_run(gcs, local, bucket, f"bench/{name}", rename=name)
+        return uri, f"{name}-{VERSION}"
+
+    return upload

@@ -17,13 +17,12 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rlcleanup.cli.upload import upload_sample_run
-from rlcleanup.samples.generator import VERSION, write_sample_run
+from _common import sample_uploader
+from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.stack import down, up
 from rlcleanup.stack.emit import job_event, publish_event
 
@@ -59,12 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         records = FirestoreRunRecords(project=stack.project)
         local = Path(tempfile.mkdtemp(prefix="rlcleanup-bench-sample-"))
         write_sample_run(local, args.scenario)
-        tag = uuid.uuid4().hex[:6]
-
-        def upload(i: int) -> tuple[str, str]:
-            name = f"lat-{tag}-{i}"
-            uri = upload_sample_run(gcs, local, stack.buckets["runs"], f"bench/{name}", rename=name)
-            return uri, f"{name}-{VERSION}"
+        upload = sample_uploader(gcs, local, stack.buckets["runs"], "lat")
 
         def wait(run_ids: list[str], started: dict[str, datetime]) -> dict[str, tuple[float, str]]:
             out: dict[str, tuple[float, str]] = {}

@@ -31,6 +31,7 @@ CI: list[list[str]] = [
     ["bench_event_sources.py", "--runs", "10", "--sweep-runs", "1000"],
     ["bench_tensor_layout.py"],
     ["bench_similar.py", "--sizes", "1000", "5000", "10000"],
+    ["bench_trillion.py"],
 ]
 FULL: list[list[str]] = [
     ["bench_import.py"],
@@ -46,7 +47,10 @@ FULL: list[list[str]] = [
     ["bench_event_sources.py", "--runs", "10", "--sweep-runs", "1000"],
     ["bench_tensor_layout.py"],
     ["bench_similar.py", "--sizes", "1000", "5000", "10000"],
+    ["bench_trillion.py", "--slice-ranks", "128"],
 ]
+# Not here: bench_load.py (200 run ends on the emulator stack: ~20-40 min on 2 shared cores). Run it on its own:
+#   .venv/bin/python bench/bench_load.py --runs 200
 
 
 def _uptime() -> str:

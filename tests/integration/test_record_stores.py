@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from rlcleanup.models.record import CompletionRecord, RunError
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.records import Claim, IdempotencyStore, RunRecords
 from rlcleanup.settings import DeploymentSettings
+from rlcleanup.stack import StackState
 
 pytestmark = pytest.mark.integration
 
@@ -285,3 +287,32 @@ def test_firestore_documents_are_counted(stack, uid: str) -> None:  # type: igno
     assert delta(lambda: records.list_docs(coll)) == {usage.FIRESTORE_READS: 2}
     assert delta(lambda: records.list_docs(f"empty_{uid}")) == {usage.FIRESTORE_READS: 1}
     assert delta(lambda: records.db.collection(coll).document("b").delete()) == {usage.FIRESTORE_DELETES: 1}
+
+
+def test_add_errors_writes_the_run_document_once_per_call(
+    stack: StackState, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A capture part that lost 200 objects records 200 errors: one commit, one write of the run document (every
+    part of a run writes that document; one write per error made it the hottest document of a big run). A replay
+    of some of them adds only the new ones, counted once."""
+    from google.cloud.firestore_v1.base_batch import BaseWriteBatch
+
+    store, _ = firestore_stores(project=stack.project)
+    run_id = f"hot-{uid}"
+    store.create_if_absent(_record(run_id))
+    writes: list[str] = []
+    update = BaseWriteBatch.update
+
+    def counted(self: BaseWriteBatch, reference: Any, *args: Any, **kwargs: Any) -> Any:
+        writes.append(reference.path)
+        return update(self, reference, *args, **kwargs)
+
+    monkeypatch.setattr(BaseWriteBatch, "update", counted)
+    lost = [RunError(step="capture", code="source_vanished", message=f"gs://b/run/logs/{i}.log") for i in range(200)]
+    store.add_errors(run_id, lost)
+    assert writes.count(f"runs/{run_id}") == 1
+    store.add_errors(run_id, [*lost[:10], RunError(step="capture", code="other", message="new")])
+    assert writes.count(f"runs/{run_id}") == 2
+    got = store.get(run_id)
+    assert got is not None and len(got.errors) == 201
+    assert sorted({e.code for e in got.errors}) == ["other", "source_vanished"]

@@ -26,6 +26,11 @@ from rlcleanup.models.record import DERIVED_FROM, CompletionRecord, RunError, ut
 from rlcleanup.ports.records import IndexedField, check_indexed
 
 MAX_INLINE_ERRORS = 20
+ERROR_BATCH = 400  # error documents per commit (Firestore allows 500 writes per batch; +1 for the run document)
+
+
+def _error_key(err: RunError) -> str:
+    return hashlib.sha256(f"{err.step}|{err.code}|{err.message}".encode()).hexdigest()[:32]
 
 
 def _encode(fields: dict[str, Any]) -> dict[str, Any]:
@@ -116,35 +121,58 @@ class FirestoreRunRecords(FirestoreConnection):
             raise KeyError(f"no record for run {run_id!r}") from exc
 
     def add_errors(self, run_id: str, errors: list[RunError]) -> None:
-        """Each error once (keyed by step|code|message); error doc + run counter commit atomically."""
-        from google.api_core.exceptions import AlreadyExists, NotFound
-        from google.cloud import firestore
+        """Each error once (keyed by step|code|message). One commit per call (per ERROR_BATCH errors): the new error
+        documents and ONE update of the run document (counter, codes, inline errors) together. The run document
+        is the one every part of a run writes; a write per error (a capture part of 200 vanished objects: 200) made
+        it the hottest document of a big run, past Firestore's ~1 write/s sustained per document."""
+        from google.api_core.exceptions import AlreadyExists
 
         ref = self.run_doc(run_id)
-        for err in errors:
-            key = hashlib.sha256(f"{err.step}|{err.code}|{err.message}".encode()).hexdigest()[:32]
-            with self.guard("add error", run_id):
-                snap = ref.get(field_paths=["error_count"], **self.rpc)
+        unique = {_error_key(err): err for err in errors}
+        keys = list(unique)
+        for start in range(0, len(keys), ERROR_BATCH):
+            chunk = keys[start : start + ERROR_BATCH]
+            for attempt in range(3):  # a concurrent replay created one of them between our read and commit
+                try:
+                    self._commit_errors(ref, run_id, {k: unique[k] for k in chunk})
+                    break
+                except AlreadyExists:
+                    if attempt == 2:
+                        raise
+
+    def _commit_errors(self, ref: Any, run_id: str, errors: dict[str, RunError]) -> None:
+        from google.api_core.exceptions import NotFound
+        from google.cloud import firestore
+
+        with self.guard("add error", run_id):
+            snap = ref.get(field_paths=["error_count"], **self.rpc)
             if not snap.exists:
                 raise KeyError(f"no record for run {run_id!r}")
-            count = (snap.to_dict() or {}).get("error_count", 0)
-            update: dict[str, Any] = {
-                "error_count": firestore.Increment(1),
-                "error_codes": firestore.ArrayUnion([err.code]),
-                "updated_at": utcnow(),
-            }
-            if count < MAX_INLINE_ERRORS:
-                update["errors"] = firestore.ArrayUnion([err.model_dump(mode="python")])
-            batch = self.db.batch()
+            existing = self.db.get_all(
+                [ref.collection("errors").document(k) for k in errors], field_paths=["code"], **self.rpc
+            )
+            known = {doc.id for doc in existing if doc.exists}
+        new = [(k, err) for k, err in errors.items() if k not in known]
+        if not new:
+            return  # a replay of the same failures: recorded once
+        count = (snap.to_dict() or {}).get("error_count", 0)
+        update: dict[str, Any] = {
+            "error_count": firestore.Increment(len(new)),
+            "error_codes": firestore.ArrayUnion(sorted({err.code for _, err in new})),
+            "updated_at": utcnow(),
+        }
+        inline = [err.model_dump(mode="python") for _, err in new[: max(0, MAX_INLINE_ERRORS - count)]]
+        if inline:
+            update["errors"] = firestore.ArrayUnion(inline)
+        batch = self.db.batch()
+        for key, err in new:
             batch.create(ref.collection("errors").document(key), err.model_dump(mode="python"))
-            batch.update(ref, update)
-            try:
-                with self.guard("add error", run_id):
-                    batch.commit(**self.rpc)
-            except AlreadyExists:
-                continue  # a replay of the same failure: recorded once
-            except NotFound as exc:
-                raise KeyError(f"no record for run {run_id!r}") from exc
+        batch.update(ref, update)
+        try:
+            with self.guard("add error", run_id):
+                batch.commit(**self.rpc)
+        except NotFound as exc:
+            raise KeyError(f"no record for run {run_id!r}") from exc
 
     def list_runs(self, limit: int = 100) -> Iterator[CompletionRecord]:
         from google.cloud import firestore
