@@ -93,7 +93,7 @@ def run_job(p: Ports, run_id: str, gid: str, *, last_attempt: bool = True, batch
     return outcome
 
 
-def _local_ports(db: str, preserve_root: str | None) -> Ports:
+def local_ports(db: str, preserve_root: str | None) -> Ports:
     """The embedded stack's stores, opened again by this process (the launcher passed where they are)."""
     from rlcleanup.adapters.inprocess_bus import InProcessBus
     from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{RUN_VAR} and {GRANT_VAR} must be set (job overrides)", file=sys.stderr)
         return 2
     if args.sqlite:
-        p = _local_ports(args.sqlite, args.preserve_root)
+        p = local_ports(args.sqlite, args.preserve_root)
     else:
         from rlcleanup.runtime.ports import cloud_ports
         from rlcleanup.settings import load_settings
