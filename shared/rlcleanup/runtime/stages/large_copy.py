@@ -3,11 +3,12 @@
 
 capture-part estimates the part's copy before any of it starts (the bytes its plan lists). Over
 `copy_job_threshold_bytes`, and with a large-copy job configured, it hands the part off instead of copying it:
-  1. the part's message is filed as the job's ticket (claim `<member key>/job-ticket`), with the task count
+  1. the part's message is filed as the job's ticket (claim `large-copy/<member key>/job-ticket`: the job's claims
+     live outside the fan-out's member prefix, which the barrier counts), with the task count
      (about one task per threshold's worth of bytes, at most `copy_job_max_tasks`, at most one per object);
-  2. one execution is started, once (claim `<member key>/job-start`, whose result names the execution);
+  2. one execution is started, once (claim `large-copy/<member key>/job-start`, whose result names the execution);
   3. each task copies its slice of the part's objects (objects balanced by bytes over the tasks, by
-     CLOUD_RUN_TASK_INDEX / CLOUD_RUN_TASK_COUNT) and files the slice's result (claim `<member key>/task-<i>-of-<n>`);
+     CLOUD_RUN_TASK_INDEX / CLOUD_RUN_TASK_COUNT) and files the slice's result (claim `large-copy/<member key>/task-<i>-of-<n>`);
      a retried task redoes only what is not stored: write-once copies already done are seen as done, and the
      adapters resume a copy interrupted half way (adapters/s3_copy.py's recorded parts, GCS rewrite tokens);
   4. the task that finds every slice filed files the part's outcome under the member key itself, as the inline
@@ -35,6 +36,7 @@ from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps.expiry import stamp
 
 PARTS_TOPIC = "capture-parts"
+JOB_CLAIMS = "large-copy/"  # the prefix of the job's own claims (never under a fan-out's member prefix)
 COPY_RUN_VAR, COPY_TICKET_VAR = "RLCLEANUP_COPY_RUN_ID", "RLCLEANUP_COPY_TICKET"  # settings.CopyJobSettings
 
 
@@ -92,7 +94,7 @@ def hand_off(p: Ports, msg: CapturePartMessage, key: str) -> str:
     """File the ticket and start the job, each once; returns what the capture-part delivery reports."""
     assert p.large_copy_job is not None
     launcher = p.large_copy_job
-    ticket_key = f"{key}/job-ticket"
+    ticket_key = f"{JOB_CLAIMS}{key}/job-ticket"
     tasks = task_count(p, msg.part)
     once(
         p, msg.run_id, ticket_key, lambda: CopyJobTicket(member_key=key, tasks=tasks, message=msg), model=CopyJobTicket
@@ -104,8 +106,8 @@ def hand_off(p: Ports, msg: CapturePartMessage, key: str) -> str:
         env = {COPY_RUN_VAR: msg.run_id, COPY_TICKET_VAR: ticket_key}
         return CopyJobStart(execution=launcher.start(env, tasks=ticket.tasks))
 
-    once(p, msg.run_id, f"{key}/job-start", start, model=CopyJobStart)
-    started = stored(p, msg.run_id, f"{key}/job-start", CopyJobStart)
+    once(p, msg.run_id, f"{JOB_CLAIMS}{key}/job-start", start, model=CopyJobStart)
+    started = stored(p, msg.run_id, f"{JOB_CLAIMS}{key}/job-start", CopyJobStart)
     execution = started.execution if started else "starting"
     size = planned_bytes(msg.part)
     return f"capture part {msg.part.part_id} ({size} bytes) handed to the large-copy job: {execution}"
@@ -146,13 +148,13 @@ def run_task(p: Ports, run_id: str, ticket_key: str, index: int, count: int, *, 
             return CopySlice(failed=[item.source for item in items], cause=cause)
         return CopySlice(objects=done.objects, conflicts=done.conflicts, missing=done.missing)
 
-    once(p, run_id, f"{ticket.member_key}/task-{index}-of-{count}", copy, model=CopySlice)
+    once(p, run_id, f"{JOB_CLAIMS}{ticket.member_key}/task-{index}-of-{count}", copy, model=CopySlice)
     return finish(p, ticket, count)
 
 
 def finish(p: Ports, ticket: CopyJobTicket, count: int) -> str:
     msg, run_id = ticket.message, ticket.message.run_id
-    slices = stored_under(p, run_id, f"{ticket.member_key}/task-", CopySlice)
+    slices = stored_under(p, run_id, f"{JOB_CLAIMS}{ticket.member_key}/task-", CopySlice)
     if len(slices) < count:
         return f"slice filed; {len(slices)} of {count} tasks done"
 
