@@ -303,3 +303,51 @@ variable "notifications" {
   })
   default = {}
 }
+
+variable "large_copy_image" {
+  description = "Container image of the large-copy job; empty: every capture part is copied inline (see the module)."
+  type        = string
+  default     = ""
+}
+
+variable "copy_job_threshold_bytes" {
+  description = "Capture parts planned to copy more than this go to the large-copy job (see the module)."
+  type        = number
+  default     = 53687091200
+}
+
+variable "copy_job_max_tasks" {
+  description = "The most tasks one large-copy execution is split into (see the module)."
+  type        = number
+  default     = 16
+}
+
+variable "copy_job_parallelism" {
+  description = "How many tasks of one large-copy execution copy at once (see the module)."
+  type        = number
+  default     = 8
+}
+
+variable "copy_job_timeout_seconds" {
+  description = "Timeout of one large-copy task (see the module)."
+  type        = number
+  default     = 86400
+}
+
+variable "copy_job_max_retries" {
+  description = "Retries of a failed large-copy task (see the module)."
+  type        = number
+  default     = 3
+}
+
+variable "copy_job_cpu" {
+  description = "CPU limit of a large-copy task (see the module)."
+  type        = string
+  default     = "1"
+}
+
+variable "copy_job_memory" {
+  description = "Memory limit of a large-copy task (see the module)."
+  type        = string
+  default     = "1Gi"
+}

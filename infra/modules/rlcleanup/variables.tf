@@ -488,3 +488,81 @@ variable "notifications" {
     error_message = "notifications.smtp_host needs at least one address in notifications.smtp_to."
   }
 }
+
+variable "large_copy_image" {
+  description = "Container image of the large-copy job (the rlcleanup package, as hub_upload_image). Empty: no job; every capture part is copied inline by capture-part."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = var.large_copy_image == "" || can(regex("^[a-z0-9.-]+(:[0-9]+)?/\\S+$", var.large_copy_image))
+    error_message = "large_copy_image must be an image reference such as us-docker.pkg.dev/PROJECT/REPO/rlcleanup:TAG."
+  }
+}
+
+variable "copy_job_threshold_bytes" {
+  description = "A capture part planned to copy more than this (bytes) goes to the large-copy job (RLCLEANUP_COPY_JOB_THRESHOLD_BYTES), about one task per this many bytes; smaller parts are copied inline."
+  type        = number
+  default     = 53687091200 # 50 GiB: about half capture-part's 540 s at a server-side copy's ~200 MB/s
+
+  validation {
+    condition     = var.copy_job_threshold_bytes >= 0 && floor(var.copy_job_threshold_bytes) == var.copy_job_threshold_bytes
+    error_message = "copy_job_threshold_bytes must be a whole number of bytes, 0 or more."
+  }
+}
+
+variable "copy_job_max_tasks" {
+  description = "The most tasks one large-copy execution is split into (RLCLEANUP_COPY_JOB_MAX_TASKS)."
+  type        = number
+  default     = 16
+
+  validation {
+    condition     = var.copy_job_max_tasks >= 1 && var.copy_job_max_tasks <= 10000 && floor(var.copy_job_max_tasks) == var.copy_job_max_tasks
+    error_message = "copy_job_max_tasks must be a whole number between 1 and 10000 (Cloud Run's task limit)."
+  }
+}
+
+variable "copy_job_parallelism" {
+  description = "How many tasks of one large-copy execution copy at once."
+  type        = number
+  default     = 8
+
+  validation {
+    condition     = var.copy_job_parallelism >= 1 && var.copy_job_parallelism <= 100
+    error_message = "copy_job_parallelism must be between 1 and 100."
+  }
+}
+
+variable "copy_job_timeout_seconds" {
+  description = "Timeout of one large-copy task (each retry resumes where the last stopped)."
+  type        = number
+  default     = 86400
+
+  validation {
+    condition     = var.copy_job_timeout_seconds >= 600 && var.copy_job_timeout_seconds <= 604800
+    error_message = "copy_job_timeout_seconds must be between 600 and 604800 (7 days, Cloud Run's limit)."
+  }
+}
+
+variable "copy_job_max_retries" {
+  description = "Retries of a failed large-copy task; the last attempt files its objects as not copied."
+  type        = number
+  default     = 3
+
+  validation {
+    condition     = var.copy_job_max_retries >= 0 && var.copy_job_max_retries <= 10
+    error_message = "copy_job_max_retries must be between 0 and 10 (Cloud Run's limit)."
+  }
+}
+
+variable "copy_job_cpu" {
+  description = "CPU limit of a large-copy task (server-side copies: the bytes never pass through it)."
+  type        = string
+  default     = "1"
+}
+
+variable "copy_job_memory" {
+  description = "Memory limit of a large-copy task."
+  type        = string
+  default     = "1Gi"
+}

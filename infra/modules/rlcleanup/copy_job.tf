@@ -1,0 +1,145 @@
+# The large-copy job (docs/runtime.md "Inline or job"): a capture part whose planned copy exceeds
+# copy_job_threshold_bytes does not fit capture-part's timeout, so capture-part files it as a ticket on the run and
+# starts this job with the ticket's claim key as an override; the job's tasks (CLOUD_RUN_TASK_INDEX / _COUNT) each
+# copy a slice of the part's objects server-side, the last files the part's outcome under the member's own claim
+# key and publishes the part's message again on capture-parts (runtime/stages/large_copy.py). Off while
+# large_copy_image is "" (every part is copied inline, as before).
+
+locals {
+  large_copy          = var.large_copy_image != ""
+  large_copy_starters = local.large_copy ? toset([local.job_hand_offs.large_copy_starter]) : toset([])
+}
+
+resource "google_service_account" "large_copy" {
+  count = local.large_copy ? 1 : 0
+
+  account_id   = "${var.name_prefix}-large-copy"
+  display_name = "rlcleanup large-copy job"
+  description  = "Copies capture parts too large for a function server-side: reads runs, writes evidence, files the outcome."
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_cloud_run_v2_job" "large_copy" {
+  count = local.large_copy ? 1 : 0
+
+  name                = "${var.name_prefix}-large-copy"
+  location            = var.region
+  labels              = { app = "rlcleanup" }
+  deletion_protection = false
+
+  template {
+    # The execution's task count is set per part by capture-part (an override, at most copy_job_max_tasks);
+    # this is the default and parallelism bounds how many copy at once.
+    task_count  = 1
+    parallelism = var.copy_job_parallelism
+
+    template {
+      service_account = google_service_account.large_copy[0].email
+      timeout         = "${var.copy_job_timeout_seconds}s"
+      max_retries     = var.copy_job_max_retries # a retry resumes: copies done are seen as done (write-once)
+
+      containers {
+        image   = var.large_copy_image
+        command = ["python", "-m", "rlcleanup.runtime.copy_job"]
+        # The last of max_retries + 1 attempts files the slice's objects as not copied (never left handed off).
+        args = ["--max-retries", tostring(var.copy_job_max_retries)]
+
+        resources {
+          limits = { cpu = var.copy_job_cpu, memory = var.copy_job_memory }
+        }
+
+        env {
+          name  = "GOOGLE_CLOUD_PROJECT"
+          value = var.project_id
+        }
+        env {
+          name  = "RLCLEANUP_RUN_BUCKETS"
+          value = join(",", var.run_buckets)
+        }
+        env {
+          name  = "RLCLEANUP_PRESERVE_ROOT"
+          value = "gs://${google_storage_bucket.evidence.name}/"
+        }
+        env {
+          name  = "RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS"
+          value = tostring(var.record_store_timeout_seconds)
+        }
+        dynamic "env" {
+          for_each = var.s3_endpoints
+          content {
+            name = "RLCLEANUP_S3_ENDPOINT_${upper(replace(env.key, "-", "_"))}"
+            value_source {
+              secret_key_ref {
+                secret  = google_secret_manager_secret.s3_endpoint[env.key].secret_id
+                version = "latest"
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  depends_on = [google_project_service.enabled, google_secret_manager_secret_iam_member.s3_endpoint_large_copy]
+}
+
+# capture-part starts the job with per-part overrides (run id, ticket key, task count), nothing more.
+resource "google_cloud_run_v2_job_iam_member" "large_copy_starter" {
+  for_each = local.large_copy_starters
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_job.large_copy[0].name
+  role     = "roles/run.jobsExecutorWithOverrides"
+  member   = google_service_account.runtime[each.key].member
+}
+
+# Read runs (any run bucket); write evidence write-once (create, and read back what is there: never overwrite,
+# never delete); the claims and the record (Firestore, this database only); the part's message on capture-parts.
+resource "google_storage_bucket_iam_member" "large_copy_reads_runs" {
+  for_each = local.large_copy ? toset(var.run_buckets) : toset([])
+
+  bucket = each.key
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.large_copy[0].member
+}
+
+resource "google_storage_bucket_iam_member" "large_copy_evidence" {
+  for_each = local.large_copy ? toset(["roles/storage.objectViewer", "roles/storage.objectCreator"]) : toset([])
+
+  bucket = google_storage_bucket.evidence.name
+  role   = each.key
+  member = google_service_account.large_copy[0].member
+}
+
+resource "google_project_iam_member" "large_copy_firestore" {
+  count = local.large_copy ? 1 : 0
+
+  project = var.project_id
+  role    = "roles/datastore.user"
+  member  = google_service_account.large_copy[0].member
+
+  condition {
+    title       = "rlcleanup-database-only"
+    description = "Only the rlcleanup Firestore database."
+    expression  = "resource.name == \"${google_firestore_database.records.id}\""
+  }
+}
+
+resource "google_pubsub_topic_iam_member" "large_copy_publisher" {
+  count = local.large_copy ? 1 : 0
+
+  topic  = google_pubsub_topic.topic[local.job_hand_offs.large_copy_topic].id
+  role   = "roles/pubsub.publisher"
+  member = google_service_account.large_copy[0].member
+}
+
+# Runs on S3-compatible storage: the job reads the endpoint secrets as the capture functions do.
+resource "google_secret_manager_secret_iam_member" "s3_endpoint_large_copy" {
+  for_each = local.large_copy ? var.s3_endpoints : {}
+
+  secret_id = google_secret_manager_secret.s3_endpoint[each.key].id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.large_copy[0].member
+}
