@@ -672,3 +672,69 @@ def test_the_hub_audit_is_on_and_only_its_function_reads_its_read_only_token(par
     mount = functions[functions.index('key        = "RLCLEANUP_HUB_AUDIT_TOKEN"') - 400 :]
     assert "each.key == local.hub_audit_function ? [var.hub_audit_token_secret] : []" in mount.split("content")[0]
     assert "HF_TOKEN" not in mount.split("}")[0]
+
+
+# --- the large-copy job (copy_job.tf, docs/runtime.md "Inline or job") -----------------------------------------------
+
+
+def test_the_large_copy_job_has_its_limits_and_runs_the_copy_entry_point(parsed: dict[str, dict[str, Any]]) -> None:
+    job = _resource(parsed, "google_cloud_run_v2_job", "large_copy")
+    assert job["count"] == "${local.large_copy ? 1 : 0}"  # off until an image is given: every part inline
+    execution = _block(job, "template")
+    assert execution["parallelism"] == "${var.copy_job_parallelism}"
+    task = _block(execution, "template")
+    assert task["service_account"] == "${google_service_account.large_copy[0].email}"  # its own identity
+    assert task["timeout"] == "${var.copy_job_timeout_seconds}s"
+    assert task["max_retries"] == "${var.copy_job_max_retries}"
+    container = _block(task, "containers")
+    assert container["command"] == ["python", "-m", "rlcleanup.runtime.copy_job"]
+    # The job's last attempt files what it could not copy: its idea of the last attempt is Cloud Run's.
+    assert container["args"] == ["--max-retries", "${tostring(var.copy_job_max_retries)}"]
+    assert _block(container, "resources")["limits"] == {
+        "cpu": "${var.copy_job_cpu}",
+        "memory": "${var.copy_job_memory}",
+    }
+    assert {e["name"] for e in container["env"]} <= env_names() | {"GOOGLE_CLOUD_PROJECT"}
+    variables = _declared(parsed["variables.tf"], "variable")
+    assert variables["copy_job_timeout_seconds"]["default"] <= 604800  # Cloud Run's task timeout limit
+    assert 0 <= variables["copy_job_max_retries"]["default"] <= 10
+    assert variables["copy_job_parallelism"]["default"] <= variables["copy_job_max_tasks"]["default"]
+    # capture-part is told which job, and the threshold and task bound it splits parts by.
+    env = _resource(parsed, "google_cloudfunctions2_function", "fn")["service_config"][0]["environment_variables"]
+    assert env["RLCLEANUP_LARGE_COPY_JOB"] == '${local.large_copy ? google_cloud_run_v2_job.large_copy[0].id : ""}'
+    assert env["RLCLEANUP_COPY_JOB_THRESHOLD_BYTES"] == "${tostring(var.copy_job_threshold_bytes)}"
+    assert env["RLCLEANUP_COPY_JOB_MAX_TASKS"] == "${tostring(var.copy_job_max_tasks)}"
+
+
+def test_the_large_copy_job_is_least_privilege_and_only_capture_part_starts_it(
+    parsed: dict[str, dict[str, Any]],
+) -> None:
+    job_sa = "${google_service_account.large_copy[0].member}"
+    grants = {(t, n): b for t, n, b in _resources(parsed) if b.get("member") == job_sa}
+    assert {(t, n, b.get("role")) for (t, n), b in grants.items()} == {
+        ("google_storage_bucket_iam_member", "large_copy_reads_runs", "roles/storage.objectViewer"),
+        ("google_storage_bucket_iam_member", "large_copy_evidence", "${each.key}"),
+        ("google_project_iam_member", "large_copy_firestore", "roles/datastore.user"),
+        ("google_pubsub_topic_iam_member", "large_copy_publisher", "roles/pubsub.publisher"),
+        ("google_secret_manager_secret_iam_member", "s3_endpoint_large_copy", "roles/secretmanager.secretAccessor"),
+    }
+    # Runs: read only. Evidence: create and read back, never overwrite or delete (no objectUser / objectAdmin).
+    assert grants["google_storage_bucket_iam_member", "large_copy_reads_runs"]["bucket"] == "${each.key}"
+    evidence = grants["google_storage_bucket_iam_member", "large_copy_evidence"]
+    assert evidence["bucket"] == "${google_storage_bucket.evidence.name}"
+    assert "roles/storage.objectCreator" in evidence["for_each"] and "objectUser" not in evidence["for_each"]
+    firestore = _block(grants["google_project_iam_member", "large_copy_firestore"], "condition")
+    assert firestore["expression"] == 'resource.name == "${google_firestore_database.records.id}"'
+    publisher = grants["google_pubsub_topic_iam_member", "large_copy_publisher"]
+    assert publisher["topic"] == "${google_pubsub_topic.topic[local.job_hand_offs.large_copy_topic].id}"
+
+    # Who may start it: capture-part alone, with overrides (run id, ticket, task count), never an admin role.
+    starter = _resource(parsed, "google_cloud_run_v2_job_iam_member", "large_copy_starter")
+    assert starter["role"] == "roles/run.jobsExecutorWithOverrides"
+    assert starter["for_each"] == "${local.large_copy_starters}"
+    hand_offs = _locals(parsed)["job_hand_offs"]
+    capture = next(f for f in load_topology().functions if f.name == hand_offs["large_copy_starter"])
+    assert capture.entry_point == "capture_part"
+    assert hand_offs["large_copy_topic"] == capture.trigger  # the job's finished part returns to capture-part
+    job_starters = [b for t, n, b in _resources(parsed) if t.startswith("google_cloud_run_v2_job_iam")]
+    assert all(b["role"] == "roles/run.jobsExecutorWithOverrides" for b in job_starters)
