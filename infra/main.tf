@@ -47,12 +47,7 @@ module "rlcleanup" {
   hub_job_threshold_bytes          = var.hub_job_threshold_bytes
   large_copy_image                 = var.large_copy_image
   copy_job_threshold_bytes         = var.copy_job_threshold_bytes
-  copy_job_max_tasks               = var.copy_job_max_tasks
-  copy_job_parallelism             = var.copy_job_parallelism
-  copy_job_timeout_seconds         = var.copy_job_timeout_seconds
-  copy_job_max_retries             = var.copy_job_max_retries
-  copy_job_cpu                     = var.copy_job_cpu
-  copy_job_memory                  = var.copy_job_memory
+  copy_job_limits                  = var.copy_job_limits
   hub_audit                        = var.hub_audit
   hub_audit_token_secret           = var.hub_audit_token_secret
   precancel_sync_wait_seconds      = var.precancel_sync_wait_seconds

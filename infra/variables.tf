@@ -316,38 +316,15 @@ variable "copy_job_threshold_bytes" {
   default     = 53687091200
 }
 
-variable "copy_job_max_tasks" {
-  description = "The most tasks one large-copy execution is split into (see the module)."
-  type        = number
-  default     = 16
-}
-
-variable "copy_job_parallelism" {
-  description = "How many tasks of one large-copy execution copy at once (see the module)."
-  type        = number
-  default     = 8
-}
-
-variable "copy_job_timeout_seconds" {
-  description = "Timeout of one large-copy task (see the module)."
-  type        = number
-  default     = 86400
-}
-
-variable "copy_job_max_retries" {
-  description = "Retries of a failed large-copy task (see the module)."
-  type        = number
-  default     = 3
-}
-
-variable "copy_job_cpu" {
-  description = "CPU limit of a large-copy task (see the module)."
-  type        = string
-  default     = "1"
-}
-
-variable "copy_job_memory" {
-  description = "Memory limit of a large-copy task (see the module)."
-  type        = string
-  default     = "1Gi"
+variable "copy_job_limits" {
+  description = "The large-copy job's task bound, parallelism, timeout, retries, CPU and memory (see the module)."
+  type = object({
+    max_tasks       = number
+    parallelism     = number
+    timeout_seconds = number
+    max_retries     = number
+    cpu             = string
+    memory          = string
+  })
+  default = { max_tasks = 16, parallelism = 8, timeout_seconds = 86400, max_retries = 3, cpu = "1", memory = "1Gi" }
 }

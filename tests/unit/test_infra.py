@@ -681,29 +681,27 @@ def test_the_large_copy_job_has_its_limits_and_runs_the_copy_entry_point(parsed:
     job = _resource(parsed, "google_cloud_run_v2_job", "large_copy")
     assert job["count"] == "${local.large_copy ? 1 : 0}"  # off until an image is given: every part inline
     execution = _block(job, "template")
-    assert execution["parallelism"] == "${var.copy_job_parallelism}"
+    assert execution["parallelism"] == "${var.copy_job_limits.parallelism}"
     task = _block(execution, "template")
     assert task["service_account"] == "${google_service_account.large_copy[0].email}"  # its own identity
-    assert task["timeout"] == "${var.copy_job_timeout_seconds}s"
-    assert task["max_retries"] == "${var.copy_job_max_retries}"
+    assert task["timeout"] == "${var.copy_job_limits.timeout_seconds}s"
+    assert task["max_retries"] == "${var.copy_job_limits.max_retries}"
     container = _block(task, "containers")
     assert container["command"] == ["python", "-m", "rlcleanup.runtime.copy_job"]
     # The job's last attempt files what it could not copy: its idea of the last attempt is Cloud Run's.
-    assert container["args"] == ["--max-retries", "${tostring(var.copy_job_max_retries)}"]
-    assert _block(container, "resources")["limits"] == {
-        "cpu": "${var.copy_job_cpu}",
-        "memory": "${var.copy_job_memory}",
-    }
-    assert {e["name"] for e in container["env"]} <= env_names() | {"GOOGLE_CLOUD_PROJECT"}
-    variables = _declared(parsed["variables.tf"], "variable")
-    assert variables["copy_job_timeout_seconds"]["default"] <= 604800  # Cloud Run's task timeout limit
-    assert 0 <= variables["copy_job_max_retries"]["default"] <= 10
-    assert variables["copy_job_parallelism"]["default"] <= variables["copy_job_max_tasks"]["default"]
+    assert container["args"] == ["--max-retries", "${tostring(var.copy_job_limits.max_retries)}"]
+    limits = {"cpu": "${var.copy_job_limits.cpu}", "memory": "${var.copy_job_limits.memory}"}
+    assert _block(container, "resources")["limits"] == limits
+    assert set(_locals(parsed)["large_copy_env"]) <= env_names() | {"GOOGLE_CLOUD_PROJECT"}
+    defaults = _declared(parsed["variables.tf"], "variable")["copy_job_limits"]["default"]
+    assert defaults["timeout_seconds"] <= 604800  # Cloud Run's task timeout limit
+    assert 0 <= defaults["max_retries"] <= 10
+    assert 1 <= defaults["parallelism"] <= defaults["max_tasks"] <= 10000
     # capture-part is told which job, and the threshold and task bound it splits parts by.
     env = _resource(parsed, "google_cloudfunctions2_function", "fn")["service_config"][0]["environment_variables"]
     assert env["RLCLEANUP_LARGE_COPY_JOB"] == '${local.large_copy ? google_cloud_run_v2_job.large_copy[0].id : ""}'
     assert env["RLCLEANUP_COPY_JOB_THRESHOLD_BYTES"] == "${tostring(var.copy_job_threshold_bytes)}"
-    assert env["RLCLEANUP_COPY_JOB_MAX_TASKS"] == "${tostring(var.copy_job_max_tasks)}"
+    assert env["RLCLEANUP_COPY_JOB_MAX_TASKS"] == "${tostring(var.copy_job_limits.max_tasks)}"
 
 
 def test_the_large_copy_job_is_least_privilege_and_only_capture_part_starts_it(

@@ -8,6 +8,17 @@
 locals {
   large_copy          = var.large_copy_image != ""
   large_copy_starters = local.large_copy ? toset([local.job_hand_offs.large_copy_starter]) : toset([])
+  # What the job reads (rlcleanup.settings): the deployment's boundaries, as capture-part has them.
+  large_copy_env = {
+    GOOGLE_CLOUD_PROJECT                   = var.project_id
+    RLCLEANUP_RUN_BUCKETS                  = join(",", var.run_buckets)
+    RLCLEANUP_PRESERVE_ROOT                = "gs://${google_storage_bucket.evidence.name}/"
+    RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS = tostring(var.record_store_timeout_seconds)
+  }
+  large_copy_s3_secrets = {
+    for name, _ in var.s3_endpoints :
+    "RLCLEANUP_S3_ENDPOINT_${upper(replace(name, "-", "_"))}" => google_secret_manager_secret.s3_endpoint[name].secret_id
+  }
 }
 
 resource "google_service_account" "large_copy" {
@@ -29,49 +40,41 @@ resource "google_cloud_run_v2_job" "large_copy" {
   deletion_protection = false
 
   template {
-    # The execution's task count is set per part by capture-part (an override, at most copy_job_max_tasks);
+    # The execution's task count is set per part by capture-part (an override, at most copy_job_limits.max_tasks);
     # this is the default and parallelism bounds how many copy at once.
     task_count  = 1
-    parallelism = var.copy_job_parallelism
+    parallelism = var.copy_job_limits.parallelism
 
     template {
       service_account = google_service_account.large_copy[0].email
-      timeout         = "${var.copy_job_timeout_seconds}s"
-      max_retries     = var.copy_job_max_retries # a retry resumes: copies done are seen as done (write-once)
+      timeout         = "${var.copy_job_limits.timeout_seconds}s"
+      max_retries     = var.copy_job_limits.max_retries # a retry resumes: copies done are seen as done (write-once)
 
       containers {
         image   = var.large_copy_image
         command = ["python", "-m", "rlcleanup.runtime.copy_job"]
         # The last of max_retries + 1 attempts files the slice's objects as not copied (never left handed off).
-        args = ["--max-retries", tostring(var.copy_job_max_retries)]
+        args = ["--max-retries", tostring(var.copy_job_limits.max_retries)]
 
         resources {
-          limits = { cpu = var.copy_job_cpu, memory = var.copy_job_memory }
+          limits = { cpu = var.copy_job_limits.cpu, memory = var.copy_job_limits.memory }
         }
 
-        env {
-          name  = "GOOGLE_CLOUD_PROJECT"
-          value = var.project_id
-        }
-        env {
-          name  = "RLCLEANUP_RUN_BUCKETS"
-          value = join(",", var.run_buckets)
-        }
-        env {
-          name  = "RLCLEANUP_PRESERVE_ROOT"
-          value = "gs://${google_storage_bucket.evidence.name}/"
-        }
-        env {
-          name  = "RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS"
-          value = tostring(var.record_store_timeout_seconds)
+        dynamic "env" {
+          for_each = local.large_copy_env
+          content {
+            name  = env.key
+            value = env.value
+          }
         }
         dynamic "env" {
-          for_each = var.s3_endpoints
+          for_each = local.large_copy_s3_secrets # runs on S3-compatible storage: the endpoints' secrets
+          iterator = secret
           content {
-            name = "RLCLEANUP_S3_ENDPOINT_${upper(replace(env.key, "-", "_"))}"
+            name = secret.key
             value_source {
               secret_key_ref {
-                secret  = google_secret_manager_secret.s3_endpoint[env.key].secret_id
+                secret  = secret.value
                 version = "latest"
               }
             }

@@ -64,7 +64,7 @@ resource "google_cloudfunctions2_function" "fn" {
       # Capture parts over the threshold are copied by the large-copy job (copy_job.tf); "" = always inline.
       RLCLEANUP_LARGE_COPY_JOB           = local.large_copy ? google_cloud_run_v2_job.large_copy[0].id : ""
       RLCLEANUP_COPY_JOB_THRESHOLD_BYTES = tostring(var.copy_job_threshold_bytes)
-      RLCLEANUP_COPY_JOB_MAX_TASKS       = tostring(var.copy_job_max_tasks)
+      RLCLEANUP_COPY_JOB_MAX_TASKS       = tostring(var.copy_job_limits.max_tasks)
       # Wrap-up reads back the Hub repos a run's own export job published to (docs/hub.md).
       RLCLEANUP_HUB_AUDIT = tostring(var.hub_audit)
       # Pre-cancel capture waits at most this long for every node's final sync-manifest.json.

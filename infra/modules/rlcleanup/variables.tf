@@ -511,58 +511,25 @@ variable "copy_job_threshold_bytes" {
   }
 }
 
-variable "copy_job_max_tasks" {
-  description = "The most tasks one large-copy execution is split into (RLCLEANUP_COPY_JOB_MAX_TASKS)."
-  type        = number
-  default     = 16
+variable "copy_job_limits" {
+  description = "The large-copy job's limits: the most tasks one part is split into (RLCLEANUP_COPY_JOB_MAX_TASKS, Cloud Run allows 10000), how many copy at once, one task's timeout (each retry resumes where the last stopped; Cloud Run allows 7 days), retries of a failed task (the last attempt files its objects as not copied; Cloud Run allows 10), and a task's CPU and memory (server-side copies: the bytes never pass through it)."
+  type = object({
+    max_tasks       = number
+    parallelism     = number
+    timeout_seconds = number
+    max_retries     = number
+    cpu             = string
+    memory          = string
+  })
+  default = { max_tasks = 16, parallelism = 8, timeout_seconds = 86400, max_retries = 3, cpu = "1", memory = "1Gi" }
 
   validation {
-    condition     = var.copy_job_max_tasks >= 1 && var.copy_job_max_tasks <= 10000 && floor(var.copy_job_max_tasks) == var.copy_job_max_tasks
-    error_message = "copy_job_max_tasks must be a whole number between 1 and 10000 (Cloud Run's task limit)."
+    condition = alltrue([
+      var.copy_job_limits.max_tasks >= 1, var.copy_job_limits.max_tasks <= 10000,
+      var.copy_job_limits.parallelism >= 1, var.copy_job_limits.parallelism <= var.copy_job_limits.max_tasks,
+      var.copy_job_limits.timeout_seconds >= 600, var.copy_job_limits.timeout_seconds <= 604800,
+      var.copy_job_limits.max_retries >= 0, var.copy_job_limits.max_retries <= 10,
+    ])
+    error_message = "copy_job_limits: max_tasks 1..10000, parallelism 1..max_tasks, timeout_seconds 600..604800, max_retries 0..10."
   }
-}
-
-variable "copy_job_parallelism" {
-  description = "How many tasks of one large-copy execution copy at once."
-  type        = number
-  default     = 8
-
-  validation {
-    condition     = var.copy_job_parallelism >= 1 && var.copy_job_parallelism <= 100
-    error_message = "copy_job_parallelism must be between 1 and 100."
-  }
-}
-
-variable "copy_job_timeout_seconds" {
-  description = "Timeout of one large-copy task (each retry resumes where the last stopped)."
-  type        = number
-  default     = 86400
-
-  validation {
-    condition     = var.copy_job_timeout_seconds >= 600 && var.copy_job_timeout_seconds <= 604800
-    error_message = "copy_job_timeout_seconds must be between 600 and 604800 (7 days, Cloud Run's limit)."
-  }
-}
-
-variable "copy_job_max_retries" {
-  description = "Retries of a failed large-copy task; the last attempt files its objects as not copied."
-  type        = number
-  default     = 3
-
-  validation {
-    condition     = var.copy_job_max_retries >= 0 && var.copy_job_max_retries <= 10
-    error_message = "copy_job_max_retries must be between 0 and 10 (Cloud Run's limit)."
-  }
-}
-
-variable "copy_job_cpu" {
-  description = "CPU limit of a large-copy task (server-side copies: the bytes never pass through it)."
-  type        = string
-  default     = "1"
-}
-
-variable "copy_job_memory" {
-  description = "Memory limit of a large-copy task."
-  type        = string
-  default     = "1Gi"
 }

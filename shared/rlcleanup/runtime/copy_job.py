@@ -17,28 +17,20 @@ import argparse
 import sys
 
 from rlcleanup.errors import TransientError
-from rlcleanup.runtime.hub_job import EX_TEMPFAIL, local_ports
+from rlcleanup.runtime.hub_job import EX_TEMPFAIL, job_arguments, job_ports
 from rlcleanup.runtime.stages.large_copy import COPY_RUN_VAR, COPY_TICKET_VAR, run_task
 from rlcleanup.settings import CopyJobSettings, platform, read
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlcleanup.runtime.copy_job", description=__doc__.split("\n")[0])
-    parser.add_argument("--sqlite", help="the embedded stack's record store (default: Firestore from the settings)")
-    parser.add_argument("--preserve-root")
-    parser.add_argument("--max-retries", type=int, default=0, help="as the Cloud Run job's max_retries")
+    job_arguments(parser)
     args = parser.parse_args(argv)
     job = read(CopyJobSettings)
     if not job.run_id or not job.ticket:
         print(f"{COPY_RUN_VAR} and {COPY_TICKET_VAR} must be set (job overrides)", file=sys.stderr)
         return 2
-    if args.sqlite:
-        p = local_ports(args.sqlite, args.preserve_root)
-    else:
-        from rlcleanup.runtime.ports import cloud_ports
-        from rlcleanup.settings import load_settings
-
-        p = cloud_ports(load_settings())
+    p = job_ports(args)
     task = platform()
     last = (task.task_attempt or 0) >= args.max_retries
     try:
