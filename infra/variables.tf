@@ -318,13 +318,6 @@ variable "copy_job_threshold_bytes" {
 
 variable "copy_job_limits" {
   description = "The large-copy job's task bound, parallelism, timeout, retries, CPU and memory (see the module)."
-  type = object({
-    max_tasks       = number
-    parallelism     = number
-    timeout_seconds = number
-    max_retries     = number
-    cpu             = string
-    memory          = string
-  })
-  default = { max_tasks = 16, parallelism = 8, timeout_seconds = 86400, max_retries = 3, cpu = "1", memory = "1Gi" }
+  type        = object({ max_tasks = number, parallelism = number, timeout_seconds = number, max_retries = number, cpu = string, memory = string })
+  default     = { max_tasks = 16, parallelism = 8, timeout_seconds = 86400, max_retries = 3, cpu = "1", memory = "1Gi" }
 }

@@ -710,17 +710,16 @@ def test_the_large_copy_job_is_least_privilege_and_only_capture_part_starts_it(
     job_sa = "${google_service_account.large_copy[0].member}"
     grants = {(t, n): b for t, n, b in _resources(parsed) if b.get("member") == job_sa}
     assert {(t, n, b.get("role")) for (t, n), b in grants.items()} == {
-        ("google_storage_bucket_iam_member", "large_copy_reads_runs", "roles/storage.objectViewer"),
-        ("google_storage_bucket_iam_member", "large_copy_evidence", "${each.key}"),
+        ("google_storage_bucket_iam_member", "large_copy_storage", "${each.value.role}"),
         ("google_project_iam_member", "large_copy_firestore", "roles/datastore.user"),
         ("google_pubsub_topic_iam_member", "large_copy_publisher", "roles/pubsub.publisher"),
         ("google_secret_manager_secret_iam_member", "s3_endpoint_large_copy", "roles/secretmanager.secretAccessor"),
     }
     # Runs: read only. Evidence: create and read back, never overwrite or delete (no objectUser / objectAdmin).
-    assert grants["google_storage_bucket_iam_member", "large_copy_reads_runs"]["bucket"] == "${each.key}"
-    evidence = grants["google_storage_bucket_iam_member", "large_copy_evidence"]
-    assert evidence["bucket"] == "${google_storage_bucket.evidence.name}"
-    assert "roles/storage.objectCreator" in evidence["for_each"] and "objectUser" not in evidence["for_each"]
+    storage = grants["google_storage_bucket_iam_member", "large_copy_storage"]["for_each"]
+    assert '"runs/${bucket}" => {bucket = bucket, role = "roles/storage.objectViewer"}' in storage
+    assert '["roles/storage.objectViewer", "roles/storage.objectCreator"]' in storage
+    assert "google_storage_bucket.evidence.name" in storage and "objectUser" not in storage and "Admin" not in storage
     firestore = _block(grants["google_project_iam_member", "large_copy_firestore"], "condition")
     assert firestore["expression"] == 'resource.name == "${google_firestore_database.records.id}"'
     publisher = grants["google_pubsub_topic_iam_member", "large_copy_publisher"]

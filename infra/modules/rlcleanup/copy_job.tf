@@ -100,19 +100,14 @@ resource "google_cloud_run_v2_job_iam_member" "large_copy_starter" {
 
 # Read runs (any run bucket); write evidence write-once (create, and read back what is there: never overwrite,
 # never delete); the claims and the record (Firestore, this database only); the part's message on capture-parts.
-resource "google_storage_bucket_iam_member" "large_copy_reads_runs" {
-  for_each = local.large_copy ? toset(var.run_buckets) : toset([])
+resource "google_storage_bucket_iam_member" "large_copy_storage" {
+  for_each = local.large_copy ? merge(
+    { for bucket in var.run_buckets : "runs/${bucket}" => { bucket = bucket, role = "roles/storage.objectViewer" } },
+    { for role in ["roles/storage.objectViewer", "roles/storage.objectCreator"] : "evidence/${role}" => { bucket = google_storage_bucket.evidence.name, role = role } },
+  ) : {}
 
-  bucket = each.key
-  role   = "roles/storage.objectViewer"
-  member = google_service_account.large_copy[0].member
-}
-
-resource "google_storage_bucket_iam_member" "large_copy_evidence" {
-  for_each = local.large_copy ? toset(["roles/storage.objectViewer", "roles/storage.objectCreator"]) : toset([])
-
-  bucket = google_storage_bucket.evidence.name
-  role   = each.key
+  bucket = each.value.bucket
+  role   = each.value.role
   member = google_service_account.large_copy[0].member
 }
 
@@ -140,9 +135,9 @@ resource "google_pubsub_topic_iam_member" "large_copy_publisher" {
 
 # Runs on S3-compatible storage: the job reads the endpoint secrets as the capture functions do.
 resource "google_secret_manager_secret_iam_member" "s3_endpoint_large_copy" {
-  for_each = local.large_copy ? var.s3_endpoints : {}
+  for_each = { for name, secret in google_secret_manager_secret.s3_endpoint : name => secret.id if local.large_copy }
 
-  secret_id = google_secret_manager_secret.s3_endpoint[each.key].id
+  secret_id = each.value
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.large_copy[0].member
 }

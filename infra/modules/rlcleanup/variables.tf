@@ -493,10 +493,9 @@ variable "large_copy_image" {
   description = "Container image of the large-copy job (the rlcleanup package, as hub_upload_image). Empty: no job; every capture part is copied inline by capture-part."
   type        = string
   default     = ""
-
   validation {
-    condition     = var.large_copy_image == "" || can(regex("^[a-z0-9.-]+(:[0-9]+)?/\\S+$", var.large_copy_image))
-    error_message = "large_copy_image must be an image reference such as us-docker.pkg.dev/PROJECT/REPO/rlcleanup:TAG."
+    condition     = can(regex("^$|^[a-z0-9.-]+(:[0-9]+)?/\\S+$", var.large_copy_image))
+    error_message = "large_copy_image must be empty or an image reference such as us-docker.pkg.dev/PROJECT/REPO/rlcleanup:TAG."
   }
 }
 
