@@ -45,6 +45,9 @@ module "rlcleanup" {
   hub_upload_image                 = var.hub_upload_image
   hub_upload_timeout_seconds       = var.hub_upload_timeout_seconds
   hub_job_threshold_bytes          = var.hub_job_threshold_bytes
+  large_copy_image                 = var.large_copy_image
+  copy_job_threshold_bytes         = var.copy_job_threshold_bytes
+  copy_job_limits                  = var.copy_job_limits
   hub_audit                        = var.hub_audit
   hub_audit_token_secret           = var.hub_audit_token_secret
   precancel_sync_wait_seconds      = var.precancel_sync_wait_seconds

@@ -303,3 +303,21 @@ variable "notifications" {
   })
   default = {}
 }
+
+variable "large_copy_image" {
+  description = "Container image of the large-copy job; empty: every capture part is copied inline (see the module)."
+  type        = string
+  default     = ""
+}
+
+variable "copy_job_threshold_bytes" {
+  description = "Capture parts planned to copy more than this go to the large-copy job (see the module)."
+  type        = number
+  default     = 53687091200
+}
+
+variable "copy_job_limits" {
+  description = "The large-copy job's task bound, parallelism, timeout, retries, CPU and memory (see the module)."
+  type        = object({ max_tasks = number, parallelism = number, timeout_seconds = number, max_retries = number, cpu = string, memory = string })
+  default     = { max_tasks = 16, parallelism = 8, timeout_seconds = 86400, max_retries = 3, cpu = "1", memory = "1Gi" }
+}

@@ -163,6 +163,12 @@ class DeploymentSettings(BaseSettings):
     # entry point as a child process on this machine: embedded and emulator stacks). Unset: always inline.
     hub_upload_job: str | None = None
     hub_job_threshold_bytes: int = Field(default=1 << 30, ge=0)
+    # Server-side copies too large for one function invocation (docs/runtime.md "Inline or job"): a capture part
+    # planned to copy more than the threshold is handed to the large-copy job (a Cloud Run job's full name, or
+    # `local`), split across up to copy_job_max_tasks tasks of about copy_job_threshold_bytes each. Unset: inline.
+    large_copy_job: str | None = None
+    copy_job_threshold_bytes: int = Field(default=50 << 30, ge=0)
+    copy_job_max_tasks: int = Field(default=16, ge=1, le=10000)
     # Read back the Hub repos a run's own export job published to (authority/hub_audit.py, docs/hub.md), on
     # HF_ENDPOINT. Off: the record says the repo was not checked.
     hub_audit: bool = False
@@ -199,7 +205,7 @@ class DeploymentSettings(BaseSettings):
                 raise ValueError(f"{prefix!r} is not a destination prefix such as gs://bucket/path/")
         return value
 
-    @field_validator("hub_upload_job")
+    @field_validator("hub_upload_job", "large_copy_job")
     @classmethod
     def _job_name(cls, value: str | None) -> str | None:
         if value is not None and value != "local" and not _JOB.match(value):
@@ -217,6 +223,7 @@ class DeploymentSettings(BaseSettings):
         "project",
         "k8s_run_uri_template",
         "hub_upload_job",
+        "large_copy_job",
         mode="before",
     )
     @classmethod
@@ -280,6 +287,15 @@ def _env_name(kind: type[BaseSettings], field: str) -> str:
     alias = kind.model_fields[field].validation_alias
     prefix = str(kind.model_config.get("env_prefix") or "")
     return alias if isinstance(alias, str) else (prefix + field).upper()
+
+
+class CopyJobSettings(BaseSettings):
+    """The large-copy job's overrides (runtime/copy_job.py): the run and the claim key of the part's ticket."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    run_id: str | None = Field(default=None, validation_alias="RLCLEANUP_COPY_RUN_ID")
+    ticket: str | None = Field(default=None, validation_alias="RLCLEANUP_COPY_TICKET")
 
 
 class HubSettings(BaseSettings):
@@ -404,6 +420,8 @@ class Platform(BaseSettings):
     revision: str | None = Field(default=None, validation_alias="K_REVISION")
     execution: str | None = Field(default=None, validation_alias="CLOUD_RUN_EXECUTION")  # a Cloud Run job's
     task_attempt: int | None = Field(default=None, ge=0, validation_alias="CLOUD_RUN_TASK_ATTEMPT")
+    task_index: int = Field(default=0, ge=0, validation_alias="CLOUD_RUN_TASK_INDEX")  # which task of the execution
+    task_count: int = Field(default=1, ge=1, validation_alias="CLOUD_RUN_TASK_COUNT")
     pubsub_emulator_host: str | None = Field(default=None, validation_alias="PUBSUB_EMULATOR_HOST")
     firestore_emulator_host: str | None = Field(default=None, validation_alias="FIRESTORE_EMULATOR_HOST")
     storage_emulator_host: str | None = Field(default=None, validation_alias="STORAGE_EMULATOR_HOST")

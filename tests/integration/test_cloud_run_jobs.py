@@ -96,3 +96,15 @@ def test_the_execution_name_comes_back_and_errors_are_classified(run_api: str) -
     with pytest.raises(TransientError, match="could not start"):
         _launcher(run_api).start({"RLCLEANUP_HUB_RUN_ID": "r", "RLCLEANUP_HUB_GRANT_ID": "g"})
     _call(run_api, "/__standin/control", {"status": 200})
+
+
+def test_a_large_copy_execution_asks_cloud_run_for_its_task_count(run_api: str) -> None:
+    """The large-copy job's split (runtime/stages/large_copy.py) reaches Cloud Run as the execution's taskCount
+    override, which google-cloud-run sends as `overrides.taskCount`."""
+    _call(run_api, "/__standin/control", {"status": 200})
+    before = len(_call(run_api, "/__standin/runs"))
+    env = {"RLCLEANUP_COPY_RUN_ID": "r", "RLCLEANUP_COPY_TICKET": "large-copy/capture-part:run-0/job-ticket"}
+    _launcher(run_api).start(env, tasks=6)
+    (run,) = _call(run_api, "/__standin/runs")[before:]
+    assert run["overrides"]["taskCount"] == 6
+    assert {e["name"]: e["value"] for e in run["overrides"]["containerOverrides"][0]["env"]} == env

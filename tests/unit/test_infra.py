@@ -185,8 +185,9 @@ def test_topology_resources_use_for_each_over_generated_maps(parsed: dict[str, d
         _resource(parsed, "google_pubsub_subscription", "dead_letter")["for_each"]
         == "${local.dead_letter_subscriptions}"
     )
-    # No topology name is spelled out in a .tf file. Exceptions: the access table in locals.tf, and the grants
-    # topic (local.grants_topic, and the validation that no function publishes to it: validations cannot read locals).
+    # No topology name is spelled out in a .tf file. Exceptions: the access table, the event sources and the job
+    # hand-offs in locals.tf, and the grants topic (local.grants_topic, and the validation that no function publishes
+    # to it: validations cannot read locals).
     names = {f.name for f in load_topology().functions} | {t.name for t in load_topology().topics}
     for fname in parsed:
         text = (MODULE / fname).read_text(encoding="utf-8")
@@ -194,6 +195,7 @@ def test_topology_resources_use_for_each_over_generated_maps(parsed: dict[str, d
             text = re.sub(r"function_access = \{.*?\n  \}\n", "", text, flags=re.S)
             text = text.replace('grants_topic = "authority-grants"', "")
             text = re.sub(r"event_sources = \{.*?\n  \}\n", "", text, flags=re.S)
+            text = re.sub(r"job_hand_offs = \{.*?\n  \}\n", "", text, flags=re.S)
         if fname == "variables.tf":
             text = text.replace('contains(f.publishes, "authority-grants")', "")
         for name in names:
@@ -329,8 +331,10 @@ def test_no_public_principals_anywhere() -> None:
 
 
 def _names_other_topic(topic: str) -> bool:
-    """A grant on one named topic other than authority-grants (the event sources' publishers, modules/rlcleanup/events.tf)."""
-    match = re.fullmatch(r"\$\{google_pubsub_topic\.topic\[local\.event_sources\.(\w+)\]\.id\}", topic)
+    """A grant on one named topic other than authority-grants (the event sources' publishers, modules/rlcleanup/events.tf;
+    the large-copy job's, copy_job.tf)."""
+    pattern = r"\$\{google_pubsub_topic\.topic\[local\.(?:event_sources|job_hand_offs)\.(\w+)\]\.id\}"
+    match = re.fullmatch(pattern, topic)
     return match is not None
 
 
@@ -669,3 +673,66 @@ def test_the_hub_audit_is_on_and_only_its_function_reads_its_read_only_token(par
     mount = functions[functions.index('key        = "RLCLEANUP_HUB_AUDIT_TOKEN"') - 400 :]
     assert "each.key == local.event_sources.hub_audit ? [var.hub_audit_token_secret] : []" in mount.split("content")[0]
     assert "HF_TOKEN" not in mount.split("}")[0]
+
+
+# --- the large-copy job (copy_job.tf, docs/runtime.md "Inline or job") -----------------------------------------------
+
+
+def test_the_large_copy_job_has_its_limits_and_runs_the_copy_entry_point(parsed: dict[str, dict[str, Any]]) -> None:
+    job = _resource(parsed, "google_cloud_run_v2_job", "large_copy")
+    assert job["count"] == "${local.large_copy ? 1 : 0}"  # off until an image is given: every part inline
+    execution = _block(job, "template")
+    assert execution["parallelism"] == "${var.copy_job_limits.parallelism}"
+    task = _block(execution, "template")
+    assert task["service_account"] == "${google_service_account.large_copy[0].email}"  # its own identity
+    assert task["timeout"] == "${var.copy_job_limits.timeout_seconds}s"
+    assert task["max_retries"] == "${var.copy_job_limits.max_retries}"
+    container = _block(task, "containers")
+    assert container["command"] == ["python", "-m", "rlcleanup.runtime.copy_job"]
+    # The job's last attempt files what it could not copy: its idea of the last attempt is Cloud Run's.
+    assert container["args"] == ["--max-retries", "${tostring(var.copy_job_limits.max_retries)}"]
+    limits = {"cpu": "${var.copy_job_limits.cpu}", "memory": "${var.copy_job_limits.memory}"}
+    assert _block(container, "resources")["limits"] == limits
+    assert set(_locals(parsed)["large_copy_env"]) <= env_names() | {"GOOGLE_CLOUD_PROJECT"}
+    defaults = _declared(parsed["variables.tf"], "variable")["copy_job_limits"]["default"]
+    assert defaults["timeout_seconds"] <= 604800  # Cloud Run's task timeout limit
+    assert 0 <= defaults["max_retries"] <= 10
+    assert 1 <= defaults["parallelism"] <= defaults["max_tasks"] <= 10000
+    # capture-part is told which job, and the threshold and task bound it splits parts by.
+    env = _resource(parsed, "google_cloudfunctions2_function", "fn")["service_config"][0]["environment_variables"]
+    assert env["RLCLEANUP_LARGE_COPY_JOB"] == '${local.large_copy ? google_cloud_run_v2_job.large_copy[0].id : ""}'
+    assert env["RLCLEANUP_COPY_JOB_THRESHOLD_BYTES"] == "${tostring(var.copy_job_threshold_bytes)}"
+    assert env["RLCLEANUP_COPY_JOB_MAX_TASKS"] == "${tostring(var.copy_job_limits.max_tasks)}"
+
+
+def test_the_large_copy_job_is_least_privilege_and_only_capture_part_starts_it(
+    parsed: dict[str, dict[str, Any]],
+) -> None:
+    job_sa = "${google_service_account.large_copy[0].member}"
+    grants = {(t, n): b for t, n, b in _resources(parsed) if b.get("member") == job_sa}
+    assert {(t, n, b.get("role")) for (t, n), b in grants.items()} == {
+        ("google_storage_bucket_iam_member", "large_copy_storage", "${each.value.role}"),
+        ("google_project_iam_member", "large_copy_firestore", "roles/datastore.user"),
+        ("google_pubsub_topic_iam_member", "large_copy_publisher", "roles/pubsub.publisher"),
+        ("google_secret_manager_secret_iam_member", "s3_endpoint_large_copy", "roles/secretmanager.secretAccessor"),
+    }
+    # Runs: read only. Evidence: create and read back, never overwrite or delete (no objectUser / objectAdmin).
+    storage = grants["google_storage_bucket_iam_member", "large_copy_storage"]["for_each"]
+    assert '"runs/${bucket}" => {bucket = bucket, role = "roles/storage.objectViewer"}' in storage
+    assert '["roles/storage.objectViewer", "roles/storage.objectCreator"]' in storage
+    assert "google_storage_bucket.evidence.name" in storage and "objectUser" not in storage and "Admin" not in storage
+    firestore = _block(grants["google_project_iam_member", "large_copy_firestore"], "condition")
+    assert firestore["expression"] == 'resource.name == "${google_firestore_database.records.id}"'
+    publisher = grants["google_pubsub_topic_iam_member", "large_copy_publisher"]
+    assert publisher["topic"] == "${google_pubsub_topic.topic[local.job_hand_offs.large_copy_topic].id}"
+
+    # Who may start it: capture-part alone, with overrides (run id, ticket, task count), never an admin role.
+    starter = _resource(parsed, "google_cloud_run_v2_job_iam_member", "large_copy_starter")
+    assert starter["role"] == "roles/run.jobsExecutorWithOverrides"
+    assert starter["for_each"] == "${local.large_copy_starters}"
+    hand_offs = _locals(parsed)["job_hand_offs"]
+    capture = next(f for f in load_topology().functions if f.name == hand_offs["large_copy_starter"])
+    assert capture.entry_point == "capture_part"
+    assert hand_offs["large_copy_topic"] == capture.trigger  # the job's finished part returns to capture-part
+    job_starters = [b for t, n, b in _resources(parsed) if t.startswith("google_cloud_run_v2_job_iam")]
+    assert all(b["role"] == "roles/run.jobsExecutorWithOverrides" for b in job_starters)

@@ -61,6 +61,10 @@ resource "google_cloudfunctions2_function" "fn" {
       # Hub hand-offs above the threshold are uploaded by the Cloud Run job (hub.tf); "" = always inline.
       RLCLEANUP_HUB_UPLOAD_JOB          = var.enable_hub_destination ? google_cloud_run_v2_job.hub_upload[0].id : ""
       RLCLEANUP_HUB_JOB_THRESHOLD_BYTES = tostring(var.hub_job_threshold_bytes)
+      # Capture parts over the threshold are copied by the large-copy job (copy_job.tf); "" = always inline.
+      RLCLEANUP_LARGE_COPY_JOB           = local.large_copy ? google_cloud_run_v2_job.large_copy[0].id : ""
+      RLCLEANUP_COPY_JOB_THRESHOLD_BYTES = tostring(var.copy_job_threshold_bytes)
+      RLCLEANUP_COPY_JOB_MAX_TASKS       = tostring(var.copy_job_limits.max_tasks)
       # Wrap-up reads back the Hub repos a run's own export job published to (docs/hub.md).
       RLCLEANUP_HUB_AUDIT = tostring(var.hub_audit)
       # Pre-cancel capture waits at most this long for every node's final sync-manifest.json.

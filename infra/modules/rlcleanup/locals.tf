@@ -16,6 +16,13 @@ locals {
     hub_audit      = "select-candidate" # runs the Hub audit at wrap-up; reads its read-only token (hub.tf)
   }
 
+  # The work handed to Cloud Run jobs (copy_job.tf, docs/runtime.md "Inline or job"): the function that starts the
+  # large-copy job, and the topic the job publishes the finished part's message on (capture-part's trigger).
+  job_hand_offs = {
+    large_copy_starter = "capture-part"
+    large_copy_topic   = "capture-parts"
+  }
+
   # What each function touches beyond Firestore and its own `publishes` topics. Keys must equal the topology's
   # functions (tests/unit/test_infra.py checks this; plan fails on a missing key, see local.access). Least privilege:
   #   read_runs          roles/storage.objectViewer on every run bucket

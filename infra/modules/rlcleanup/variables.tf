@@ -488,3 +488,47 @@ variable "notifications" {
     error_message = "notifications.smtp_host needs at least one address in notifications.smtp_to."
   }
 }
+
+variable "large_copy_image" {
+  description = "Container image of the large-copy job (the rlcleanup package, as hub_upload_image). Empty: no job; every capture part is copied inline by capture-part."
+  type        = string
+  default     = ""
+  validation {
+    condition     = can(regex("^$|^[a-z0-9.-]+(:[0-9]+)?/\\S+$", var.large_copy_image))
+    error_message = "large_copy_image must be empty or an image reference such as us-docker.pkg.dev/PROJECT/REPO/rlcleanup:TAG."
+  }
+}
+
+variable "copy_job_threshold_bytes" {
+  description = "A capture part planned to copy more than this (bytes) goes to the large-copy job (RLCLEANUP_COPY_JOB_THRESHOLD_BYTES), about one task per this many bytes; smaller parts are copied inline."
+  type        = number
+  default     = 53687091200 # 50 GiB: about half capture-part's 540 s at a server-side copy's ~200 MB/s
+
+  validation {
+    condition     = var.copy_job_threshold_bytes >= 0 && floor(var.copy_job_threshold_bytes) == var.copy_job_threshold_bytes
+    error_message = "copy_job_threshold_bytes must be a whole number of bytes, 0 or more."
+  }
+}
+
+variable "copy_job_limits" {
+  description = "The large-copy job's limits: the most tasks one part is split into (RLCLEANUP_COPY_JOB_MAX_TASKS, Cloud Run allows 10000), how many copy at once, one task's timeout (each retry resumes where the last stopped; Cloud Run allows 7 days), retries of a failed task (the last attempt files its objects as not copied; Cloud Run allows 10), and a task's CPU and memory (server-side copies: the bytes never pass through it)."
+  type = object({
+    max_tasks       = number
+    parallelism     = number
+    timeout_seconds = number
+    max_retries     = number
+    cpu             = string
+    memory          = string
+  })
+  default = { max_tasks = 16, parallelism = 8, timeout_seconds = 86400, max_retries = 3, cpu = "1", memory = "1Gi" }
+
+  validation {
+    condition = alltrue([
+      var.copy_job_limits.max_tasks >= 1, var.copy_job_limits.max_tasks <= 10000,
+      var.copy_job_limits.parallelism >= 1, var.copy_job_limits.parallelism <= var.copy_job_limits.max_tasks,
+      var.copy_job_limits.timeout_seconds >= 600, var.copy_job_limits.timeout_seconds <= 604800,
+      var.copy_job_limits.max_retries >= 0, var.copy_job_limits.max_retries <= 10,
+    ])
+    error_message = "copy_job_limits: max_tasks 1..10000, parallelism 1..max_tasks, timeout_seconds 600..604800, max_retries 0..10."
+  }
+}

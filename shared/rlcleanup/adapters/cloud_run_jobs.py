@@ -28,7 +28,7 @@ class CloudRunJobLauncher:
             self._client = run_v2.JobsClient()
         return self._client
 
-    def start(self, env: Mapping[str, str]) -> str:
+    def start(self, env: Mapping[str, str], *, tasks: int = 1) -> str:
         from google.api_core import exceptions
         from google.cloud import run_v2
 
@@ -37,7 +37,8 @@ class CloudRunJobLauncher:
                 run_v2.RunJobRequest.Overrides.ContainerOverride(
                     env=[run_v2.EnvVar(name=k, value=v) for k, v in sorted(env.items())]
                 )
-            ]
+            ],
+            task_count=tasks,  # the job's parallelism (Terraform) bounds how many run at once
         )
         request = run_v2.RunJobRequest(name=self.job_name, overrides=overrides)
         try:

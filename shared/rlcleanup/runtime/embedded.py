@@ -19,7 +19,7 @@ from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime import admission
 from rlcleanup.runtime.handlers import POISON_COLLECTION, dispatch, poison_key, resolve_run_id
-from rlcleanup.runtime.ports import Ports, hub_upload_job
+from rlcleanup.runtime.ports import Ports, hub_upload_job, large_copy_job
 from rlcleanup.runtime.topology import FunctionSpec, load_topology
 from rlcleanup.settings import DeploymentSettings, load_settings
 from rlcleanup.steps.facts import run_facts
@@ -58,6 +58,8 @@ class EmbeddedStack:
             bus=bus,
             settings=settings.model_copy(update={"preserve_root": preserve_root}),
             hub_upload_job=hub_upload_job(settings, job_args),
+            # Awaited: this stack has no later redelivery to see the job's outcome (runtime/copy_job.py).
+            large_copy_job=large_copy_job(settings, job_args, wait=True),
         )
         stack = cls(ports=ports, bus=bus)
         for fn in load_topology().functions:  # every function has its stage table row (runtime/stage_table.py)

@@ -93,7 +93,7 @@ def run_job(p: Ports, run_id: str, gid: str, *, last_attempt: bool = True, batch
     return outcome
 
 
-def _local_ports(db: str, preserve_root: str | None) -> Ports:
+def local_ports(db: str, preserve_root: str | None) -> Ports:
     """The embedded stack's stores, opened again by this process (the launcher passed where they are)."""
     from rlcleanup.adapters.inprocess_bus import InProcessBus
     from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
@@ -109,11 +109,26 @@ def _local_ports(db: str, preserve_root: str | None) -> Ports:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlcleanup.runtime.hub_job", description=__doc__.split("\n")[0])
+def job_arguments(parser: argparse.ArgumentParser) -> None:
+    """What every job kind's entry point takes (the local launcher passes the first two; Terraform the last)."""
     parser.add_argument("--sqlite", help="the embedded stack's record store (default: Firestore from the settings)")
     parser.add_argument("--preserve-root")
     parser.add_argument("--max-retries", type=int, default=0, help="as the Cloud Run job's max_retries")
+
+
+def job_ports(args: argparse.Namespace) -> Ports:
+    """The embedded stack's stores when the launcher named them, else the deployment's (Firestore, Pub/Sub)."""
+    if args.sqlite:
+        return local_ports(args.sqlite, args.preserve_root)
+    from rlcleanup.runtime.ports import cloud_ports
+    from rlcleanup.settings import load_settings
+
+    return cloud_ports(load_settings())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlcleanup.runtime.hub_job", description=__doc__.split("\n")[0])
+    job_arguments(parser)
     parser.add_argument("--retry-here", action="store_true", help="retry in this process (no Cloud Run to do it)")
     parser.add_argument("--batch-files", type=int, help="files per commit (default hub_publish.BATCH_FILES)")
     args = parser.parse_args(argv)
@@ -122,13 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if not run_id or not gid:
         print(f"{RUN_VAR} and {GRANT_VAR} must be set (job overrides)", file=sys.stderr)
         return 2
-    if args.sqlite:
-        p = _local_ports(args.sqlite, args.preserve_root)
-    else:
-        from rlcleanup.runtime.ports import cloud_ports
-        from rlcleanup.settings import load_settings
-
-        p = cloud_ports(load_settings())
+    p = job_ports(args)
     attempt = platform().task_attempt or 0
     while True:
         try:

@@ -17,6 +17,9 @@ from rlcleanup.runtime.topology import Topology, load_topology
 from rlcleanup.settings import DeploymentSettings, unconfigured
 
 HUB_JOB_MODULE = "rlcleanup.runtime.hub_job"
+COPY_JOB_MODULE = "rlcleanup.runtime.copy_job"
+# Each job kind's entry point (its Cloud Run job runs `python -m <module>`: infra/modules/rlcleanup/*.tf).
+JOB_MODULES = {"hub-upload": HUB_JOB_MODULE, "large-copy": COPY_JOB_MODULE}
 T = TypeVar("T")
 
 
@@ -81,6 +84,8 @@ class Ports:
     hub_reader: HubReaderFactory = hugging_face_reader  # the audit's read-only Hub client, made on first use
     # Hand-offs to the Hub larger than settings.hub_job_threshold_bytes are uploaded by this job (None: inline).
     hub_upload_job: JobLauncher | None = None
+    # Capture parts planned to copy more than settings.copy_job_threshold_bytes are copied by this job (None: inline).
+    large_copy_job: JobLauncher | None = None
     # The pipeline graph the handlers run in (claim keys, fan-outs, barriers): the packaged topology.yaml, or the
     # one the dispatching stage table was checked against (runtime/stage_table.py).
     topology: Topology = field(default_factory=load_topology)
@@ -95,6 +100,8 @@ class Ports:
     allowed_destination_prefixes = _FromSettings[tuple[str, ...] | None]()
     readable_roots = _FromSettings[tuple[str, ...] | None]()  # RLCLEANUP_READABLE_ROOTS: widens the local default
     hub_job_threshold_bytes = _FromSettings[int]()
+    copy_job_threshold_bytes = _FromSettings[int]()
+    copy_job_max_tasks = _FromSettings[int]()
     capture_page_objects = _FromSettings[int]()  # objects one plan-capture page lists (bounded work per invocation)
     max_run_objects = _FromSettings[int]()  # a run holding more is refused as run_too_large by the paged plans
     # The job-state controllers by name: each built from `settings` when the sweep polls it or a pre-cancel capture
@@ -105,15 +112,31 @@ class Ports:
 def hub_upload_job(settings: DeploymentSettings, job_args: tuple[str, ...] = ()) -> JobLauncher | None:
     """The upload job RLCLEANUP_HUB_UPLOAD_JOB names: a Cloud Run job, or `local` (the same entry point as a
     child process; `job_args` tell it where this process's records are)."""
-    if settings.hub_upload_job is None:
+    return job_launcher("hub-upload", settings.hub_upload_job, job_args)
+
+
+def large_copy_job(
+    settings: DeploymentSettings, job_args: tuple[str, ...] = (), *, wait: bool = False
+) -> JobLauncher | None:
+    """The large-copy job RLCLEANUP_LARGE_COPY_JOB names (`wait`: a local execution is awaited, see
+    adapters/local_jobs.py)."""
+    return job_launcher("large-copy", settings.large_copy_job, job_args, wait=wait)
+
+
+def job_launcher(
+    kind: str, name: str | None, job_args: tuple[str, ...] = (), *, wait: bool = False
+) -> JobLauncher | None:
+    """The job of this kind a setting names: a Cloud Run job's full name, or `local` (the kind's entry point as a
+    child process; `job_args` tell it where this process's records are). None: the work runs inline."""
+    if name is None:
         return None
-    if settings.hub_upload_job == "local":
+    if name == "local":
         from rlcleanup.adapters.local_jobs import SubprocessJobLauncher
 
-        return SubprocessJobLauncher(HUB_JOB_MODULE, job_args)
+        return SubprocessJobLauncher(JOB_MODULES[kind], job_args, wait=wait)
     from rlcleanup.adapters.cloud_run_jobs import CloudRunJobLauncher
 
-    return CloudRunJobLauncher(settings.hub_upload_job)
+    return CloudRunJobLauncher(name)
 
 
 def cloud_ports(settings: DeploymentSettings) -> Ports:
@@ -132,4 +155,5 @@ def cloud_ports(settings: DeploymentSettings) -> Ports:
         bus=PubSubBus(project=project),
         settings=settings,
         hub_upload_job=hub_upload_job(settings),
+        large_copy_job=large_copy_job(settings),
     )

@@ -344,9 +344,18 @@ def _copy_one(storage: Storage, dest_root: str, item: CaptureItem) -> tuple[Capt
 
 def copy_part(storage: Storage, dest_root: str, part: CapturePart, *, workers: int = COPY_WORKERS) -> PartResult:
     """Copy one slice (server-side on GCS) with a bounded pool; never overwrite different content."""
-    result = PartResult(part_id=part.part_id)
+    result = copy_items(storage, dest_root, part.part_id, part.items, workers=workers)
+    write_part_manifest(storage, dest_root, result)
+    return result
+
+
+def copy_items(
+    storage: Storage, dest_root: str, part_id: str, items: list[CaptureItem], *, workers: int = COPY_WORKERS
+) -> PartResult:
+    """Copy these items of a part (all of them inline; one task's slice in the large-copy job)."""
+    result = PartResult(part_id=part_id)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for item, outcome in pool.map(lambda it: _copy_one(storage, dest_root, it), part.items):
+        for item, outcome in pool.map(lambda it: _copy_one(storage, dest_root, it), items):
             dest = join(dest_root, item.dest_rel)
             if outcome is None:
                 result.missing.append(item.source)
@@ -363,10 +372,13 @@ def copy_part(storage: Storage, dest_root: str, part: CapturePart, *, workers: i
                         kind=item.kind,
                     )
                 )
-    # The part's own manifest lands beside the evidence, so fan-in never needs big documents.
-    part_doc = json.dumps([o.model_dump() for o in result.objects], sort_keys=True).encode()
-    storage.write_if_absent(join(dest_root, "_parts", f"{part.part_id}.json"), part_doc, "application/json")
     return result
+
+
+def write_part_manifest(storage: Storage, dest_root: str, result: PartResult) -> None:
+    """The part's own manifest lands beside the evidence, so fan-in never needs big documents."""
+    part_doc = json.dumps([o.model_dump() for o in result.objects], sort_keys=True).encode()
+    storage.write_if_absent(join(dest_root, "_parts", f"{result.part_id}.json"), part_doc, "application/json")
 
 
 def write_derived(storage: Storage, dest_root: str, name: str, data: bytes) -> tuple[str, WriteOutcome]:

@@ -12,23 +12,23 @@ from rlcleanup.models.outcomes import CapturePartOutcome, MemberError
 from rlcleanup.models.plans import CapturePlan, PlanPage, ValidationSet
 from rlcleanup.models.record import Deadline
 from rlcleanup.runtime.attempt_scope import pass_id
-from rlcleanup.runtime.claims import once
+from rlcleanup.runtime.claims import once, stored
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.layouts import run_layout
 from rlcleanup.runtime.ports import Ports
-from rlcleanup.runtime.stages import paged_plan
+from rlcleanup.runtime.stages import large_copy, paged_plan
 from rlcleanup.runtime.stages.barrier import Gathered, advance, barrier_work, member_key, member_set_key
 from rlcleanup.runtime.stages.common import publish, run_errors
 from rlcleanup.runtime.stages.validate import FAN_OUT as VALIDATION
 from rlcleanup.runtime.stages.validate import VALIDATION_TOPIC, validation_message
 from rlcleanup.steps import capture as capture_step
-from rlcleanup.steps.expiry import DEADLINE_HORIZON, earliest, merge_by_class, stamp, unpreserved_deadline
+from rlcleanup.steps.expiry import DEADLINE_HORIZON, earliest, merge_by_class, unpreserved_deadline
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.sync_manifests import check_sync_manifests
 from rlcleanup.steps.validate import CANDIDATES_PER_BATCH
 
 FAN_OUT = "capture"  # topology.yaml fan_outs[].name
-PARTS_TOPIC = "capture-parts"
+PARTS_TOPIC = large_copy.PARTS_TOPIC
 Page = PlanPage[str]
 
 
@@ -98,24 +98,16 @@ def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     if paged_plan.is_plan_page(data):  # a paged capture plan's continuation shares the capture-parts topic
         return paged_plan.plan_later_page(p, PLAN, data, attributes)
     msg = decode(CapturePartMessage, data)
+    key = member_key(p, msg.scope, FAN_OUT, msg.part.part_id)
+    if large_copy.goes_to_job(p, msg.part) and stored(p, msg.run_id, key, CapturePartOutcome) is None:
+        handed = large_copy.hand_off(p, msg, key)
+        if stored(p, msg.run_id, key, CapturePartOutcome) is None:  # the job publishes this message when done
+            return handed
 
     def work() -> CapturePartOutcome:
-        result = capture_step.copy_part(p.storage, msg.dest_root, msg.part)
-        errors = [f"write_once_conflict: {d} exists with different content; not overwritten" for d in result.conflicts]
-        now = p.clock.now()
-        dead = {i.source: i.expires_at for i in msg.part.items if i.expires_at is not None and i.expires_at <= now}
-        errors += [
-            f"evidence_expired: {s} was deleted by its temp storage lifecycle (expired {stamp(dead[s])}) before it "
-            "was copied"
-            if s in dead
-            else f"source_vanished: {s} was listed but is gone"
-            for s in result.missing
-        ]
-        p.records.add_errors(msg.run_id, run_errors("capture", errors))
-        return CapturePartOutcome(objects=len(result.objects), bytes=sum(o.size for o in result.objects))
+        return large_copy.part_outcome(p, msg, capture_step.copy_part(p.storage, msg.dest_root, msg.part))
 
-    key = member_key(p, msg.scope, FAN_OUT, msg.part.part_id)
-    once(p, msg.run_id, key, work, model=CapturePartOutcome)
+    once(p, msg.run_id, key, work, model=CapturePartOutcome)  # None: done before, inline or by the job
     return advance(p, msg.run_id, msg.scope, FAN_OUT)
 
 
