@@ -69,7 +69,8 @@ def test_a_killed_instance_is_replaced_behind_a_port_that_never_refuses(tmp_path
         time.sleep(5 * supervisor.POLL_SECONDS)
         assert supervisor.current_pgid(tmp_path, name) == second and supervisor.restarts(tmp_path, name) == 1
         supervisor.hold_file(tmp_path, name).unlink()
-        _wait(lambda: supervisor.current_pgid(tmp_path, name) != second)
+        # between two instances the pid file is briefly absent (None): wait for the new instance itself
+        _wait(lambda: supervisor.current_pgid(tmp_path, name) not in (None, second))
         assert _get(port).endswith(b"ok")
         third = supervisor.current_pgid(tmp_path, name)
     finally:
