@@ -169,3 +169,68 @@ def test_s3_reclaim_quarantines_restores_byte_exact_purges_under_grant_and_expir
     gone = quarantine.expire(storage, f"s3://{bucket}", SETTINGS, datetime.now(UTC) + timedelta(days=SETTINGS.days))
     assert gone == [f"s3://{bucket}/{PREFIX}{w.run_id}/g-old/x.bin"]
     assert set(_s3_sums(s3_admin, bucket, "")) == kept
+
+
+def _uploads(s3_admin: Any, bucket: str) -> dict[str, str]:
+    """key → upload id of the incomplete multipart uploads the server holds in `bucket`."""
+    return {u["Key"]: u["UploadId"] for u in s3_admin.list_multipart_uploads(Bucket=bucket).get("Uploads") or []}
+
+
+def test_s3_incomplete_uploads_are_listed_in_preview_and_ledger_and_aborted_only_by_reclaim(
+    s3_admin: Any, tmp_path: Path, uid: str
+) -> None:
+    """Issue 36 item 3 / issue 40 item 4 on SeaweedFS: an interrupted upload (CreateMultipartUpload + UploadPart, no
+    Complete) under the granted export and one under the run's checkpoints: both counted on the record and shown in
+    the reclaim preview (count, bytes, age); a preview and a publish abort nothing; the reclaim grant aborts only
+    the one under its export."""
+    from authority_support import rendered_preview
+    from test_s3_authority import _s3_world
+
+    from rlcleanup.authority import storage_ledger
+    from rlcleanup.cli.authority import render_preview
+
+    bucket = f"s3-mpu-{uid}"
+    s3_admin.create_bucket(Bucket=bucket)
+    w = _s3_world(tmp_path, bucket)
+    export_key = w.candidate(40).uri.removeprefix(f"s3://{bucket}/") + "/model-00009-of-00009.safetensors"
+    other_key = w.run_uri.removeprefix(f"s3://{bucket}/") + "/checkpoints/global_step_50/interrupted.distcp"
+    sizes = {export_key: 300_000, other_key: 123_456}
+    for key, size in sizes.items():
+        upload_id = s3_admin.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        s3_admin.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=1, Body=b"\x01" * size)
+    started = _uploads(s3_admin, bucket)
+    assert set(started) == set(sizes)
+
+    ports = w.stack.ports
+    ledger = storage_ledger.measure_and_record(ports.storage, ports.records, w.record, "test", datetime.now(UTC))
+    uploads = next(c for c in ledger.classes if c.name == "incomplete_uploads")
+    assert (uploads.objects, uploads.bytes) == (2, sum(sizes.values()))
+    assert (w.record.incomplete_uploads, w.record.incomplete_upload_bytes) == (2, sum(sizes.values()))
+
+    publish = w.grant()
+    w.deliver(w.message(publish))
+    assert w.action(publish.grant_id)["state"] == "published"
+    assert _uploads(s3_admin, bucket) == started  # a publish never aborts
+
+    reclaim = w.grant("reclaim")
+    preview = rendered_preview(ports.storage, ports.records, w.record, reclaim)
+    listed = {u["key_uri"].removeprefix(f"s3://{bucket}/"): u for u in preview["incomplete_uploads"]}
+    assert {k: (u["bytes"], u["parts"], u["abort"]) for k, u in listed.items()} == {
+        export_key: (sizes[export_key], 1, True),
+        other_key: (sizes[other_key], 1, False),
+    }
+    assert all(datetime.now(UTC) - datetime.fromisoformat(u["initiated"]) < timedelta(hours=1) for u in listed.values())
+    text = render_preview(json.loads(json.dumps(preview)))
+    assert f"incomplete uploads: 2, {sum(sizes.values())} B" in text, text
+    assert f"aborts incomplete upload s3://{bucket}/{export_key} (1 parts, {sizes[export_key]} B, started" in text
+    assert f"lists incomplete upload s3://{bucket}/{other_key} (1 parts, {sizes[other_key]} B, started" in text
+    assert " h ago)" in text
+    assert _uploads(s3_admin, bucket) == started  # a preview never aborts
+
+    w.deliver(w.message(reclaim))
+    done = w.action(reclaim.grant_id)
+    assert done["state"] == "reclaimed", done
+    assert _uploads(s3_admin, bucket) == {other_key: started[other_key]}  # only the granted export's upload
+    after = w.record.storage_ledger
+    assert after is not None and after.label == f"after reclaim {reclaim.grant_id}"
+    assert (w.record.incomplete_uploads, w.record.incomplete_upload_bytes) == (1, sizes[other_key])

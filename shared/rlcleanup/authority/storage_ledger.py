@@ -175,6 +175,7 @@ def record_ledger(records: RunRecords, run_id: str, ledger: StorageLedger) -> No
     record = records.get(run_id)
     if record is None:
         return
+    uploads = next((c for c in ledger.classes if c.name == "incomplete_uploads"), LedgerClass(name="incomplete_uploads"))
     history = list(record.storage_ledger_history)
     if record.storage_ledger is not None:
         history.append(LedgerTotals.model_validate(record.storage_ledger.model_dump(exclude={"classes", "listings",
@@ -185,6 +186,8 @@ def record_ledger(records: RunRecords, run_id: str, ledger: StorageLedger) -> No
             "storage_ledger": ledger.model_dump(mode="json"),
             "storage_bytes": ledger.bytes,
             "storage_monthly_usd": ledger.monthly_usd,
+            "incomplete_uploads": uploads.objects,
+            "incomplete_upload_bytes": uploads.bytes,
             "storage_ledger_history": [h.model_dump(mode="json") for h in history[-HISTORY_KEPT:]],
         },
     )
