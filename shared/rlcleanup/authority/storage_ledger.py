@@ -175,7 +175,9 @@ def record_ledger(records: RunRecords, run_id: str, ledger: StorageLedger) -> No
     record = records.get(run_id)
     if record is None:
         return
-    uploads = next((c for c in ledger.classes if c.name == "incomplete_uploads"), LedgerClass(name="incomplete_uploads"))
+    uploads = next(
+        (c for c in ledger.classes if c.name == "incomplete_uploads"), LedgerClass(name="incomplete_uploads")
+    )
     history = list(record.storage_ledger_history)
     if record.storage_ledger is not None:
         history.append(LedgerTotals.model_validate(record.storage_ledger.model_dump(exclude={"classes", "listings",
