@@ -63,16 +63,26 @@ class _Acc:
             self.expires = expiry
 
 
-class _Counting:
-    """Counts the listing calls the ledger makes (the bench's figure)."""
+class LedgerTooLarge(Exception):
+    """The run holds more objects than the pass may list (`measure(max_objects=...)`): not measured inline."""
 
-    def __init__(self, storage: Storage) -> None:
+
+class _Counting:
+    """Counts the listing calls the ledger makes (the bench's figure), and stops past `max_objects` objects."""
+
+    def __init__(self, storage: Storage, max_objects: int | None = None) -> None:
         self.storage = storage
         self.listings = 0
+        self.objects = 0
+        self.max_objects = max_objects
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         self.listings += 1
-        yield from self.storage.list(prefix)
+        for info in self.storage.list(prefix):
+            self.objects += 1
+            if self.max_objects is not None and self.objects > self.max_objects:
+                raise LedgerTooLarge(f"more than {self.max_objects} objects under the run's roots")
+            yield info
 
 
 def _under(path: str, root: str) -> bool:
@@ -104,9 +114,12 @@ def classify(info: ObjectInfo, record: CompletionRecord, plan: retention.Retenti
     return "other"
 
 
-def measure(storage: Storage, record: CompletionRecord, label: str, now: datetime) -> StorageLedger:
-    """List what the run holds now and sum it by class."""
-    counting = _Counting(storage)
+def measure(
+    storage: Storage, record: CompletionRecord, label: str, now: datetime, *, max_objects: int | None = None
+) -> StorageLedger:
+    """List what the run holds now and sum it by class: one listing per root, none per object. With
+    `max_objects`, LedgerTooLarge once the listings pass that many objects (a bounded pass)."""
+    counting = _Counting(storage, max_objects)
     settings = read(QuarantineSettings)
     acc = {name: _Acc() for name in LEDGER_CLASSES}
     seen: set[str] = set()
@@ -196,8 +209,14 @@ def record_ledger(records: RunRecords, run_id: str, ledger: StorageLedger) -> No
 
 
 def measure_and_record(
-    storage: Storage, records: RunRecords, record: CompletionRecord, label: str, now: datetime
+    storage: Storage,
+    records: RunRecords,
+    record: CompletionRecord,
+    label: str,
+    now: datetime,
+    *,
+    max_objects: int | None = None,
 ) -> StorageLedger:
-    ledger = measure(storage, record, label, now)
+    ledger = measure(storage, record, label, now, max_objects=max_objects)
     record_ledger(records, record.run_id, ledger)
     return ledger
