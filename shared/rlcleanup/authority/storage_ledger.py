@@ -38,7 +38,6 @@ HISTORY_KEPT = 50  # the record holds at most this many earlier totals
 
 _LOGS = re.compile(r"/logs?/|\.log$|\.log\.\d+$|/stdout|/stderr")
 _DEBUG = re.compile(r"/debug_artifacts/|/debug/|/outcomes/|termination|\.exception\.json$|/crash|/core\.")
-_RAY_SPILL = re.compile(r"/(?:ray_spilled_objects|ray[-_]spill|spill)/")
 
 
 def monthly_usd(uri: str, size: int) -> float:
@@ -97,7 +96,7 @@ def classify(info: ObjectInfo, record: CompletionRecord, plan: retention.Retenti
         return "preserved_evidence"
     if retention.STAGING.search(path):
         return "export_staging"
-    if _RAY_SPILL.search(path):
+    if retention.RAY_SPILL.search(path):
         return "ray_spill"
     step_of_export = next(
         (c.step for c in record.candidates if _under(path, c.uri.rstrip("/").removesuffix("/policy"))), None
