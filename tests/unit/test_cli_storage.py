@@ -4,11 +4,13 @@ after a reclaim, and a Ray spill directory under a run root in the ledger and th
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 from authority_support import World, files_under, make_world, rendered_preview
 from typer.testing import CliRunner
 
+from rlcleanup.authority.storage_ledger import measure
 from rlcleanup.cli.main import app
 from rlcleanup.runtime.embedded import manual_event
 from rlcleanup.runtime.handlers import resolve_run_id
@@ -34,7 +36,7 @@ def test_storage_json_lists_every_run_largest_first(tmp_path: Path) -> None:
     w = make_world(tmp_path)
     other = _second_run(w, "deferred-export")
     db = str(tmp_path / "records.db")
-    code, out = _cli("storage", "--db", db, "--json")
+    code, out = _cli("storage", "--db", db, "--json", "--refresh")
     assert code == 0, out
     rows = json.loads(out)
     assert {r["run_id"] for r in rows} == {w.run_id, other}
@@ -76,8 +78,7 @@ def test_a_ray_spill_directory_under_the_run_root_is_in_the_ledger_and_the_plan_
     for path, data in spilled.items():
         path.write_bytes(data)
     w.stack.emit(manual_event(w.run_uri))
-    ledger = w.record.storage_ledger
-    assert ledger is not None
+    ledger = measure(w.stack.ports.storage, w.record, "test", datetime.now(UTC))
     ray = next(c for c in ledger.classes if c.name == "ray_spill")
     assert (ray.bytes, ray.objects) == (sum(len(d) for d in spilled.values()), len(spilled))
     w.deliver(w.message(w.grant("publish")))

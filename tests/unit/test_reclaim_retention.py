@@ -128,37 +128,3 @@ def test_the_ledger_matches_a_direct_listing_of_the_sample_run(tmp_path: Path, s
     assert by_class["preserved_evidence"].objects == _direct(record.preserved_locations)[1]
     assert ledger.listings == len(roots) + 1  # one listing per root and one of the run's quarantine, none per object
     assert ledger.monthly_usd == 0.0  # local files cost nothing at list price
-
-
-@pytest.mark.parametrize("scenario", ["selection-policy", "deferred-export"])
-def test_a_finished_record_carries_its_ledger_without_a_refresh(tmp_path: Path, scenario: str) -> None:
-    """Issue 40 item 1: measured when select-candidate finishes the record (before the report), so `show` and the
-    console have totals; the run's roots as listed now, one listing per root."""
-    w = make_world(tmp_path, scenario)
-    record = w.record
-    ledger = record.storage_ledger
-    assert ledger is not None and ledger.label == "at completion", ledger
-    roots = [record.run_uri, *([record.temp_root] if record.temp_root else [])]
-    in_roots = sum(c.bytes for c in ledger.classes if c.name not in {"preserved_evidence", "quarantine"})
-    assert in_roots == _direct(roots)[0]
-    assert record.storage_bytes == ledger.bytes > in_roots  # evidence preserved before the record finished
-    assert ledger.listings == len(roots) + len(record.preserved_locations) + 1
-
-
-def test_a_run_over_one_page_of_objects_is_not_listed_again_at_completion(tmp_path: Path) -> None:
-    """The pass is bounded by one capture page: a larger run (already listed page by page by capture) finishes
-    without a ledger, and `storage --refresh` measures it."""
-    from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
-    from rlcleanup.runtime.handlers import resolve_run_id
-    from rlcleanup.samples.generator import write_sample_run
-    from rlcleanup.settings import DeploymentSettings
-
-    run_uri = str(write_sample_run(tmp_path / "runs", "selection-policy"))
-    page = len(files_under(Path(run_uri))) - 1
-    settings = DeploymentSettings(capture_page_objects=page)
-    stack = EmbeddedStack.create(tmp_path / "records.db", str(tmp_path / "preserved"), settings=settings)
-    event = manual_event(run_uri)
-    stack.emit(event)
-    record = stack.ports.records.get(resolve_run_id(stack.ports, event))
-    assert record is not None and record.status.value == "awaiting_authority", record
-    assert record.storage_ledger is None and record.storage_bytes == 0

@@ -4,9 +4,8 @@ write the report and seal the manifest, then say the record is ready (grants wai
 from __future__ import annotations
 
 import json
-import logging
 
-from rlcleanup.authority import hub_audit, ledger, storage_ledger
+from rlcleanup.authority import hub_audit, ledger
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import RunMessage
 from rlcleanup.models.outcomes import ValidationOutcome
@@ -23,7 +22,6 @@ from rlcleanup.steps.layout_model import RunLayout
 from rlcleanup.steps.wrapup import finish_record
 
 READY_TOPIC = "record-ready"
-log = logging.getLogger(__name__)
 
 
 def audit_hub(p: Ports, layout: RunLayout, candidates: list[Candidate]) -> list[HubAudit]:
@@ -35,22 +33,6 @@ def audit_hub(p: Ports, layout: RunLayout, candidates: list[Candidate]) -> list[
         return [hub_audit.not_configured(t) for t in found]
     reader = p.hub_reader()
     return [hub_audit.audit(p.storage, reader, t) for t in found]
-
-
-def measure_ledger(p: Ports, run_id: str) -> None:
-    """The storage ledger at completion (`show`, the report and the console have totals without `storage
-    --refresh`): one listing pass over the run's roots, bounded by one capture page of objects (the work one
-    invocation is sized for). A larger run was already listed page by page by the capture plan; it is measured
-    by `rlcleanup storage --refresh` instead of listing it all again here (its record has no ledger until then)."""
-    record = p.records.get(run_id)
-    if record is None:
-        return
-    try:
-        storage_ledger.measure_and_record(
-            p.storage, p.records, record, "at completion", p.clock.now(), max_objects=p.capture_page_objects
-        )
-    except storage_ledger.LedgerTooLarge as exc:
-        log.info("run %s: storage ledger not measured at completion: %s", run_id, exc)
 
 
 def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
@@ -73,7 +55,6 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         # The grants already used on this run (before a --rerun, on an earlier pass) are bound again to these
         # candidates: a grant whose digest no longer matches stops applying before anything reads the record.
         ledger.sync_record(p.records, msg.run_id)
-        measure_ledger(p, msg.run_id)
         finished = p.records.get(msg.run_id)
         status = finished.status.value if finished is not None else fields["status"]
         finish_evidence(p, msg.run_id)  # report.md/.html beside the evidence, then manifest.json listing them
