@@ -10,7 +10,16 @@ from typing import Annotated, Any
 import typer
 
 from rlcleanup.cli.operator import operator_errors
-from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
+from rlcleanup.cli.options import (
+    BackendOption,
+    DbOption,
+    JsonOption,
+    ProjectOption,
+    RunIdArg,
+    backend_name,
+    db_path,
+    run_id_argument,
+)
 from rlcleanup.cli.stores import EXIT_FAILURE, get_record, open_store
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.textsafe import neutralise
@@ -38,7 +47,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @operator_errors
     def storage(
-        run_id: Annotated[str | None, typer.Argument(help="one run (default: every run)")] = None,
+        run_id: Annotated[str | None, run_id_argument("one run (default: every run)")] = None,
         refresh: Annotated[bool, typer.Option("--refresh", help="list the runs' storage now and record it")] = False,
         limit: Annotated[int, typer.Option(help="runs to read at most")] = 1000,
         db: DbOption = None,
