@@ -19,7 +19,19 @@ from rlcleanup.samples.generator import write_sample_run
 
 COMPLETED = "math-rl-completed-resumed-2026.11.30"
 FAILED = "math-rl-failed-first-link-2026.11.30"
-RUN_ID_COMMANDS = {"show", "forget", "status", "watch", "report", "grant", "grants", "cause", "similar", "restore", "storage"}
+RUN_ID_COMMANDS = {
+    "show",
+    "forget",
+    "status",
+    "watch",
+    "report",
+    "grant",
+    "grants",
+    "cause",
+    "similar",
+    "restore",
+    "storage",
+}
 
 
 @pytest.fixture(autouse=True)

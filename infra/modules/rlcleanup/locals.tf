@@ -134,3 +134,16 @@ locals {
     } if a.write_destinations
   ]...)
 }
+
+# The quarantine's lifecycle rule (output quarantine_lifecycle_rule): GCS's bucket lifecycle JSON, deleting only
+# objects under the quarantine prefix quarantine_days after the reclaim moved them there. A local of variables
+# only, so the test evaluates it with `terraform console`. No bucket this module owns holds quarantined objects
+# (a reclaim moves an object within its own run bucket; the evidence bucket is never reclaimed from).
+locals {
+  quarantine_lifecycle_rule = {
+    rule = [{
+      action    = { type = "Delete" }
+      condition = { age = var.quarantine_days, matchesPrefix = ["${var.quarantine_prefix}/"] }
+    }]
+  }
+}

@@ -45,12 +45,7 @@ output "firestore_database" {
 # created them there.
 output "quarantine_lifecycle_rule" {
   description = "Lifecycle rule for each run bucket: delete quarantined objects quarantine_days after the reclaim moved them."
-  value = {
-    rule = [{
-      action    = { type = "Delete" }
-      condition = { age = var.quarantine_days, matchesPrefix = ["${var.quarantine_prefix}/"] }
-    }]
-  }
+  value       = local.quarantine_lifecycle_rule
 }
 
 output "notify_webhook_secret" {

@@ -30,7 +30,11 @@ from rlcleanup.uris import strip_file_scheme
 
 _STEP_DIR = re.compile(r"/global_step_(\d+)(?=/)")
 STAGING = re.compile(r"/\.(?:tmp|old)-hf-export-[^/]*/")  # an export job's staging (MarinSkyRL export_hf_checkpoint)
-RAY_SPILL = re.compile(r"/(?:ray_spill|ray-spill|spill)/")
+# Ray object spill: Ray writes spilled objects under `<directory_path or uri>/ray_spilled_objects/`
+# (ray-project/ray python/ray/_private/ray_constants.py DEFAULT_OBJECT_PREFIX; the default directory is the
+# session's temp dir, /tmp/ray/session_*/); MarinSkyRL's configs name a spill dir (`ray.spill_dir`), which may be
+# a prefix under the run's roots (run-layout-v3.md).
+RAY_SPILL = re.compile(r"/(?:ray_spilled_objects|ray_spill|ray-spill|spill)/")
 _PUBLISHED = {"published", "handed_off"}
 
 
@@ -163,6 +167,10 @@ def protection(uri: str, plan: RetentionPlan, record: CompletionRecord, verified
         return Protection(f"export owed: step {step}'s hf_export_request.json is not complete", True)
     if STAGING.search(path):
         return Protection("an export job's staging (.tmp-/.old-hf-export-*): kept while its export is owed", False)
+    if RAY_SPILL.search(path):
+        return Protection(
+            "Ray object spill (ray_spilled_objects): no resume state; outside the granted artifact", False
+        )
     if export_step is not None and export_step == verified_step:
         return Protection(f"published copy verified now (step {export_step})", False)
     if export_step is not None and export_step in plan.published_steps:

@@ -38,7 +38,6 @@ HISTORY_KEPT = 50  # the record holds at most this many earlier totals
 
 _LOGS = re.compile(r"/logs?/|\.log$|\.log\.\d+$|/stdout|/stderr")
 _DEBUG = re.compile(r"/debug_artifacts/|/debug/|/outcomes/|termination|\.exception\.json$|/crash|/core\.")
-_RAY_SPILL = re.compile(r"/(?:ray_spilled_objects|ray[-_]spill|spill)/")
 
 
 def monthly_usd(uri: str, size: int) -> float:
@@ -63,16 +62,26 @@ class _Acc:
             self.expires = expiry
 
 
-class _Counting:
-    """Counts the listing calls the ledger makes (the bench's figure)."""
+class LedgerTooLarge(Exception):
+    """The run holds more objects than the pass may list (`measure(max_objects=...)`): not measured inline."""
 
-    def __init__(self, storage: Storage) -> None:
+
+class _Counting:
+    """Counts the listing calls the ledger makes (the bench's figure), and stops past `max_objects` objects."""
+
+    def __init__(self, storage: Storage, max_objects: int | None = None) -> None:
         self.storage = storage
         self.listings = 0
+        self.objects = 0
+        self.max_objects = max_objects
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         self.listings += 1
-        yield from self.storage.list(prefix)
+        for info in self.storage.list(prefix):
+            self.objects += 1
+            if self.max_objects is not None and self.objects > self.max_objects:
+                raise LedgerTooLarge(f"more than {self.max_objects} objects under the run's roots")
+            yield info
 
 
 def _under(path: str, root: str) -> bool:
@@ -87,7 +96,7 @@ def classify(info: ObjectInfo, record: CompletionRecord, plan: retention.Retenti
         return "preserved_evidence"
     if retention.STAGING.search(path):
         return "export_staging"
-    if _RAY_SPILL.search(path):
+    if retention.RAY_SPILL.search(path):
         return "ray_spill"
     step_of_export = next(
         (c.step for c in record.candidates if _under(path, c.uri.rstrip("/").removesuffix("/policy"))), None
@@ -104,9 +113,12 @@ def classify(info: ObjectInfo, record: CompletionRecord, plan: retention.Retenti
     return "other"
 
 
-def measure(storage: Storage, record: CompletionRecord, label: str, now: datetime) -> StorageLedger:
-    """List what the run holds now and sum it by class."""
-    counting = _Counting(storage)
+def measure(
+    storage: Storage, record: CompletionRecord, label: str, now: datetime, *, max_objects: int | None = None
+) -> StorageLedger:
+    """List what the run holds now and sum it by class: one listing per root, none per object. With
+    `max_objects`, LedgerTooLarge once the listings pass that many objects (a bounded pass)."""
+    counting = _Counting(storage, max_objects)
     settings = read(QuarantineSettings)
     acc = {name: _Acc() for name in LEDGER_CLASSES}
     seen: set[str] = set()
@@ -175,6 +187,9 @@ def record_ledger(records: RunRecords, run_id: str, ledger: StorageLedger) -> No
     record = records.get(run_id)
     if record is None:
         return
+    uploads = next(
+        (c for c in ledger.classes if c.name == "incomplete_uploads"), LedgerClass(name="incomplete_uploads")
+    )
     history = list(record.storage_ledger_history)
     if record.storage_ledger is not None:
         history.append(LedgerTotals.model_validate(record.storage_ledger.model_dump(exclude={"classes", "listings",
@@ -185,14 +200,22 @@ def record_ledger(records: RunRecords, run_id: str, ledger: StorageLedger) -> No
             "storage_ledger": ledger.model_dump(mode="json"),
             "storage_bytes": ledger.bytes,
             "storage_monthly_usd": ledger.monthly_usd,
+            "incomplete_uploads": uploads.objects,
+            "incomplete_upload_bytes": uploads.bytes,
             "storage_ledger_history": [h.model_dump(mode="json") for h in history[-HISTORY_KEPT:]],
         },
     )
 
 
 def measure_and_record(
-    storage: Storage, records: RunRecords, record: CompletionRecord, label: str, now: datetime
+    storage: Storage,
+    records: RunRecords,
+    record: CompletionRecord,
+    label: str,
+    now: datetime,
+    *,
+    max_objects: int | None = None,
 ) -> StorageLedger:
-    ledger = measure(storage, record, label, now)
+    ledger = measure(storage, record, label, now, max_objects=max_objects)
     record_ledger(records, record.run_id, ledger)
     return ledger

@@ -335,12 +335,24 @@ def _retention_lines(preview: dict[str, Any]) -> list[str]:
     lines += [f"  refused {r['uri']}: {r['reason']}" for r in preview.get("refused") or []]
     lines += [f"  retention: {reason}" for reason in preview.get("retention") or []]
     lines += [f"  keeps {n}: {reason}" for reason, n in (preview.get("keep_reasons") or {}).items()]
-    for u in preview.get("incomplete_uploads") or []:
+    uploads = preview.get("incomplete_uploads") or []
+    if uploads:
+        lines.append(f"  incomplete uploads: {len(uploads)}, {sum(u['bytes'] for u in uploads)} B in their parts")
+    for u in uploads:
         verb = "aborts" if u.get("abort") else "lists"
         lines.append(
-            f"  {verb} incomplete upload {u['key_uri']} ({u['parts']} parts, {u['bytes']} B, started {u['initiated']})"
+            f"  {verb} incomplete upload {u['key_uri']} ({u['parts']} parts, {u['bytes']} B, {_age(u['initiated'])})"
         )
     return lines
+
+
+def _age(initiated: str | None) -> str:
+    """An upload's age as a person reads it (the S3 Initiated time; unknown where the server gave none)."""
+    if not initiated:
+        return "started at an unknown time"
+    started = datetime.fromisoformat(initiated)
+    hours = max(0.0, (datetime.now(UTC) - started).total_seconds() / 3600)
+    return f"started {initiated}, {hours:.1f} h ago"
 
 
 def render_preview(preview: dict[str, Any]) -> str:

@@ -409,6 +409,10 @@ class CompletionRecord(_Model):
     )
     storage_bytes: int = Field(default=0, description="the latest ledger's total bytes (console filter)")
     storage_monthly_usd: float = Field(default=0.0, description="the latest ledger's monthly cost at list prices")
+    incomplete_uploads: int = Field(
+        default=0, description="S3 multipart uploads under the run's roots never completed, at the latest ledger"
+    )
+    incomplete_upload_bytes: int = Field(default=0, description="the bytes their parts hold (billed, never listed)")
     storage_ledger_history: list[LedgerTotals] = Field(
         default_factory=list, description="totals of every ledger measured before the latest (before/after reclaims)"
     )
