@@ -31,6 +31,7 @@ from rlcleanup.adapters.s3_client import (
     object_key,
 )
 from rlcleanup.adapters.s3_copy import Precondition, ServerSideCopier, botocore_client
+from rlcleanup.adapters.s3_streams import StreamDigest, _ChunkReader
 from rlcleanup.ports.lines import bounded_lines
 from rlcleanup.ports.storage import (
     ChildPage,
@@ -426,77 +427,3 @@ def _info(bucket: str, meta: Mapping[str, Any]) -> ObjectInfo:
         version=meta.get("version"),
         fingerprint=fingerprint,
     )
-
-
-class StreamDigest:
-    """Size, CRC32C and MD5 of a byte stream, updated chunk by chunk (verification while streaming)."""
-
-    def __init__(self) -> None:
-        import google_crc32c
-
-        self._crc = google_crc32c.Checksum()
-        self._md5 = hashlib.md5(usedforsecurity=False)
-        self.size = 0
-
-    def update(self, chunk: bytes) -> None:
-        self._crc.update(chunk)
-        self._md5.update(chunk)
-        self.size += len(chunk)
-
-    @property
-    def crc32c(self) -> str:
-        return base64.b64encode(self._crc.digest()).decode()
-
-    @property
-    def md5(self) -> str:
-        return base64.b64encode(self._md5.digest()).decode()
-
-
-class _ChunkReader(io.RawIOBase):
-    """A readable, non-seekable binary file over an iterator of chunks. read(n) returns exactly n bytes until the
-    end (resumable uploads treat a short read as the last chunk) and tell() works (they ask before starting)."""
-
-    def __init__(self, chunks: Iterator[bytes], digest: StreamDigest | None = None) -> None:
-        self._chunks = chunks
-        self._buf = bytearray()
-        self._pos = 0
-        self.digest = digest
-
-    def readable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        target = offset if whence == io.SEEK_SET else self._pos + offset if whence == io.SEEK_CUR else -1
-        if target != self._pos:
-            raise io.UnsupportedOperation("a streamed object can only be read forward")
-        return self._pos
-
-    def _fill(self) -> bool:
-        try:
-            chunk = next(self._chunks)
-        except StopIteration:
-            return False
-        if self.digest is not None:
-            self.digest.update(chunk)
-        self._buf += chunk
-        return True
-
-    def read(self, size: int | None = -1) -> bytes:
-        if size is None or size < 0:
-            while self._fill():
-                pass
-            size = len(self._buf)
-        while len(self._buf) < size and self._fill():
-            pass
-        out = bytes(self._buf[:size])
-        del self._buf[:size]  # in place: no second copy of the buffer per read
-        self._pos += len(out)
-        return out
-
-    def readinto(self, b: Any) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)

@@ -19,6 +19,7 @@ import typer
 from rlcleanup.authority.grants import Action, Visibility
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
 from rlcleanup.cli.stores import OperatorError, not_found, open_bus, open_store
+from rlcleanup.cli.stores import fail as _fail
 from rlcleanup.errors import PermanentError
 from rlcleanup.paths import default_preserve_root, keys_dir
 from rlcleanup.ports.bus import Bus
@@ -30,11 +31,6 @@ from rlcleanup.textsafe import neutralise
 from rlcleanup.uris import is_local, strip_file_scheme
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
-
-
-def _fail(message: str, code: int = 3) -> None:
-    typer.echo(neutralise(f"rlcleanup: {message}"), err=True)
-    raise typer.Exit(code)
 
 
 def parse_duration(text: str) -> timedelta:
