@@ -98,12 +98,14 @@ def function_env(fn: FunctionSpec, state: StackState) -> dict[str, str]:
     """What a function's process is deployed with, as Terraform deploys it (infra/modules/rlcleanup/functions.tf):
     which function it serves (the publish guard's declaration is cross-checked against it), the run buckets it may
     read, and a claim lease of the function's timeout (a crashed delivery stops blocking retries once it is over).
-    Large Hub hand-offs go to the upload job as on GCP; here it is the same entry point as a child process in its
-    own process group (RLCLEANUP_HUB_UPLOAD_JOB=local; it reaches the same emulators through this environment)."""
+    Large Hub hand-offs and capture parts too large for one invocation go to their Cloud Run jobs as on GCP; here
+    each is the job's same entry point as child processes in their own process group (RLCLEANUP_HUB_UPLOAD_JOB and
+    RLCLEANUP_LARGE_COPY_JOB = local; they reach the same emulators through this environment)."""
     runs = [state.buckets["runs"], state.buckets["watched-runs"], f"s3://{state.buckets['s3-runs']}"]
     return {
         "RLCLEANUP_FUNCTION": fn.name,
         "RLCLEANUP_RUN_BUCKETS": ",".join(runs),
         "RLCLEANUP_LEASE_SECONDS": str(fn.timeout_seconds),
         "RLCLEANUP_HUB_UPLOAD_JOB": "local",
+        "RLCLEANUP_LARGE_COPY_JOB": "local",
     }
