@@ -23,19 +23,10 @@ def map_error(exc: Exception, what: str, ep: S3Endpoint) -> Exception:
 
 
 def _client(ep: S3Endpoint) -> Any:
-    import boto3
-    from botocore.config import Config
+    """The same boto3 client the multipart copy makes (addressing, credentials, retries): one place builds it."""
+    from rlcleanup.adapters.s3_copy import botocore_client
 
-    session = boto3.Session(profile_name=ep.profile) if ep.profile else boto3.Session()
-    return session.client(
-        "s3",
-        endpoint_url=ep.endpoint_url,
-        region_name=ep.region,
-        aws_access_key_id=ep.access_key_id,
-        aws_secret_access_key=ep.secret_access_key,
-        aws_session_token=ep.session_token,
-        config=Config(s3={"addressing_style": "path" if ep.path_style else "virtual"}),
-    )
+    return botocore_client(ep, workers=1)
 
 
 def list_incomplete(ep: S3Endpoint, prefix_uri: str) -> list[IncompleteUpload]:
