@@ -24,7 +24,9 @@ from rlcleanup.stack import procs
 
 pytestmark = pytest.mark.integration
 RUN_ID = f"math-rl-failed-first-link-{VERSION}"
-T0 = int(datetime(2026, 11, 30, 12, tzinfo=UTC).timestamp() * 1000)
+# Job end times an hour before the test runs: on-job-event drops events older than RLCLEANUP_MAX_EVENT_AGE_SECONDS
+# (7 days), so a fixed date here stops the pipeline once the calendar passes it (it did on 7 Dec 12:01 UTC).
+T0 = int((datetime.now(UTC) - timedelta(hours=1)).replace(microsecond=0).timestamp() * 1000)
 
 
 @pytest.fixture
