@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from authority_support import World, files_under, make_world, rendered_preview
 from typer.testing import CliRunner
 
@@ -17,6 +18,12 @@ from rlcleanup.runtime.handlers import resolve_run_id
 from rlcleanup.samples.generator import write_sample_run
 
 runner = CliRunner()
+
+
+def _sqlite_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI picks Firestore when an emulator variable is set (another test's stack in this worker): not here."""
+    for var in ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "RLCLEANUP_DB"):
+        monkeypatch.delenv(var, raising=False)
 
 
 def _cli(*args: str) -> tuple[int, str]:
@@ -32,7 +39,8 @@ def _second_run(w: World, scenario: str) -> str:
     return resolve_run_id(w.stack.ports, event)
 
 
-def test_storage_json_lists_every_run_largest_first(tmp_path: Path) -> None:
+def test_storage_json_lists_every_run_largest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _sqlite_only(monkeypatch)
     w = make_world(tmp_path)
     other = _second_run(w, "deferred-export")
     db = str(tmp_path / "records.db")
@@ -49,7 +57,10 @@ def test_storage_json_lists_every_run_largest_first(tmp_path: Path) -> None:
     assert code == 0 and [line.split()[0] for line in text.splitlines()] == [r["run_id"] for r in rows]
 
 
-def test_restore_through_the_cli_gives_back_every_reclaimed_object(tmp_path: Path) -> None:
+def test_restore_through_the_cli_gives_back_every_reclaimed_object(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _sqlite_only(monkeypatch)
     w = make_world(tmp_path)
     w.deliver(w.message(w.grant("publish")))
     export = {str(p): p.read_bytes() for p in files_under(Path(w.candidate(40).uri))}
