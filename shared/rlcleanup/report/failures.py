@@ -4,7 +4,7 @@ way with what fixed them (steps/history.py, docs/failures.md). A block of its ow
 from __future__ import annotations
 
 from rlcleanup.models.record import CompletionRecord
-from rlcleanup.report.document import BAD, WARN, Block, Bullets, Para, Section, Table
+from rlcleanup.report.document import BAD, WARN, Block, Bullets, Code, Para, Section, Table
 from rlcleanup.steps.history import fix_sentence
 
 
@@ -27,9 +27,11 @@ def failure_section(r: CompletionRecord) -> Section | None:
     basis = r.signature_basis
     rows = [["signature", r.signature]]
     if basis is not None:
-        rows += [["exception", basis.error_type], ["message (normalised)", basis.message]]
+        rows += [["exception", basis.error_type]]
         rows += [["our frames", ", ".join(basis.frames) or "none"], ["collective", basis.collective or "none"]]
     blocks.append(Table(["what", "value"], rows))
+    if basis is not None:  # the cause section already says the message: its normalised form is a detail, folded
+        blocks.append(Code(basis.message, summary="the message as the signature reads it (normalised)"))
     if not r.similar_runs:
         blocks.append(Para("No earlier run failed the same way: nothing known.", WARN))
     else:
