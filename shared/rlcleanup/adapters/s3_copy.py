@@ -94,14 +94,15 @@ def botocore_client(ep: S3Endpoint, workers: int) -> Any:
     )
 
 
-def _code(exc: BaseException) -> tuple[str, int]:
+def botocore_code(exc: BaseException) -> tuple[str, int]:
+    """A botocore ClientError's error code and HTTP status ('', 0 for any other exception)."""
     response = getattr(exc, "response", None) or {}
     error = response.get("Error", {})
     return str(error.get("Code", "")), int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
 
 
 def _mapped(exc: BaseException, what: str) -> BaseException:
-    code, status = _code(exc)
+    code, status = botocore_code(exc)
     if code in ("NoSuchKey", "404", "NotFound"):
         return FileNotFoundError(what)
     if status == 403 or code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
@@ -150,7 +151,7 @@ class ServerSideCopier:
                 Metadata={SOURCE_ETAG_META: src.etag or ""},
             )
         except Exception as exc:
-            code, status = _code(exc)
+            code, status = botocore_code(exc)
             if status == 412 or code == "PreconditionFailed":
                 raise Precondition() from exc
             raise _mapped(exc, f"copy {src.uri} -> s3://{d[0]}/{d[1]}") from exc
@@ -165,7 +166,7 @@ class ServerSideCopier:
         try:
             body = self.client.get_object(Bucket=bucket, Key=key)["Body"].read(64 * 1024)
         except Exception as exc:
-            if _code(exc)[0] in ("NoSuchKey", "404"):
+            if botocore_code(exc)[0] in ("NoSuchKey", "404"):
                 return None
             raise _mapped(exc, f"s3://{bucket}/{key}") from exc
         try:
@@ -225,7 +226,7 @@ class ServerSideCopier:
             try:
                 page = self.client.list_parts(Bucket=d[0], Key=d[1], UploadId=upload_id, PartNumberMarker=marker)
             except Exception as exc:
-                if _code(exc)[0] == "NoSuchUpload" or _code(exc)[1] == 404:
+                if botocore_code(exc)[0] == "NoSuchUpload" or botocore_code(exc)[1] == 404:
                     return None
                 raise _mapped(exc, f"list parts of s3://{d[0]}/{d[1]}") from exc
             for part in page.get("Parts", []):
@@ -265,7 +266,7 @@ class ServerSideCopier:
                     CopySourceIfMatch=f'"{state.source_etag}"',
                 )
             except Exception as exc:
-                code, status = _code(exc)
+                code, status = botocore_code(exc)
                 if status == 412 or code == "PreconditionFailed":
                     raise SourceChangedError(f"{src.uri}: changed while it was being copied") from exc
                 raise _mapped(exc, f"copy part {number} of {src.uri}") from exc
@@ -292,7 +293,7 @@ class ServerSideCopier:
                 Bucket=d[0], Key=d[1], UploadId=upload_id, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
             )
         except Exception as exc:
-            code, status = _code(exc)
+            code, status = botocore_code(exc)
             if status == 412 or code == "PreconditionFailed":
                 raise Precondition() from exc
             raise _mapped(exc, f"complete copy to s3://{d[0]}/{d[1]}") from exc
@@ -309,7 +310,7 @@ class ServerSideCopier:
         try:
             self.client.abort_multipart_upload(Bucket=d[0], Key=d[1], UploadId=upload_id)
         except Exception as exc:
-            if _code(exc)[0] != "NoSuchUpload":
+            if botocore_code(exc)[0] != "NoSuchUpload":
                 raise _mapped(exc, f"abort copy to s3://{d[0]}/{d[1]}") from exc
 
     def _delete_state(self, bucket: str, key: str) -> None:

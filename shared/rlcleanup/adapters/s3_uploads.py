@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlcleanup.adapters.s3_client import S3Endpoint, object_key
+from rlcleanup.adapters.s3_copy import botocore_client, botocore_code
 from rlcleanup.ports.storage import IncompleteUpload, StorageAccessError, StorageError
 
 _ACCESS = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket", "AllAccessDisabled"}
@@ -15,7 +16,7 @@ _ACCESS = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuc
 
 def map_error(exc: Exception, what: str, ep: S3Endpoint) -> Exception:
     """botocore's errors in our vocabulary: refused access is permanent, anything else is retried."""
-    code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", "")) if hasattr(exc, "response") else ""
+    code, _ = botocore_code(exc)
     where = f"{what} at {ep.endpoint_url or 'AWS'}"
     if code in _ACCESS:
         return StorageAccessError(f"{where}: {code}")
@@ -24,8 +25,6 @@ def map_error(exc: Exception, what: str, ep: S3Endpoint) -> Exception:
 
 def _client(ep: S3Endpoint) -> Any:
     """The same boto3 client the multipart copy makes (addressing, credentials, retries): one place builds it."""
-    from rlcleanup.adapters.s3_copy import botocore_client
-
     return botocore_client(ep, workers=1)
 
 
