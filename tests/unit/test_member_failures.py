@@ -336,16 +336,19 @@ def test_a_failing_member_under_chaotic_redelivery_still_finishes_exactly_once(
     assert bus.dead_letters == [] and sum(bus.deliveries.values()) > len(bus.published)
 
 
-def test_a_placeholder_record_binds_no_identity(tmp_path: Path, run_uri: str) -> None:
-    """An error whose message names the run id but not the run (a log-scan part after the record store lost the
-    run) files a placeholder record; the run's re-emitted event must take it over, not be refused as a conflict."""
+@pytest.mark.parametrize("names_location", [False, True], ids=["log-scan-part", "capture-part"])
+def test_a_placeholder_record_binds_no_identity(tmp_path: Path, run_uri: str, names_location: bool) -> None:
+    """An error from one of our stage messages after the record store lost the run files a placeholder record,
+    whether the message names the run id alone (a log-scan part) or its location too (a capture part: its identity
+    document was lost with the rest, so the location is bound to nothing); the run's re-emitted event must take
+    it over, not be refused as a conflict. (The capture-part case went to poison_messages: the e2e
+    test_firestore_restarted_mid_run failed whenever only capture parts were left to redeliver.)"""
     stack = EmbeddedStack.create(tmp_path / "records.db", str(tmp_path / "preserved"))
     event = manual_event(run_uri)
     run_id = resolve_run_id(stack.ports, event)
     lost = RecordStoreLost(run_id, "scan_log_part", "2026-12-03T00:00:00+00:00")
-    handlers.record_poison(
-        stack.ports, "scan_log_part", "scan-log-part-dlq", json.dumps({"run_id": run_id}).encode(), {}, lost
-    )
+    payload = {"run_id": run_id, **({"run_uri": run_uri} if names_location else {})}
+    handlers.record_poison(stack.ports, "scan_log_part", "scan-log-part-dlq", json.dumps(payload).encode(), {}, lost)
     placeholder = stack.ports.records.get(run_id)
     assert placeholder is not None and placeholder.run_uri == UNKNOWN_RUN_URI
     stack.emit(event)

@@ -71,9 +71,11 @@ def record_poison(
     run_id = attachable_run(p, data)
     message = f"{error}"[:2000]
     named_id, named_uri = identify(data)
-    if run_id is None and isinstance(error, RecordStoreLost) and named_id and named_uri is None:
-        # The store lost the run under one of our own stage messages: a placeholder bound to no location keeps
-        # the error for the run's re-emitted event to take over (it binds no identity: admission ignores it).
+    if run_id is None and isinstance(error, RecordStoreLost) and named_id:
+        # The store lost the run under one of our own stage messages (its identity documents too, so a location the
+        # message names is bound to nothing now): a placeholder bound to no location keeps the error for the run's
+        # re-emitted event to take over (it binds no identity: admission ignores it). RecordStoreLost is raised
+        # only after this worker saw the database come back empty, never by a refusal.
         p.records.create_if_absent(
             CompletionRecord(run_id=named_id, run_uri=UNKNOWN_RUN_URI, status=RecordStatus.failed)
         )
