@@ -238,6 +238,9 @@ def test_symlink_in_a_local_run_is_refused_not_followed(run_root: Path, tmp_path
     record = _run(run_root, tmp_path / "r.db", preserve)
     assert [(e.step, e.code) for e in record.errors] == [("capture", "unsafe_path")]
     assert str(link) in record.errors[0].message
+    # The storage ledger's listing meets the same link: not measured, and the record says why (never a crash).
+    assert record.storage_ledger is None and record.storage_ledger_note is not None
+    assert "unsafe_path" in record.storage_ledger_note and "storage --refresh" in record.storage_ledger_note
     preserved = _files(preserve)
     assert all(b"TOP SECRET" not in p.read_bytes() for p in preserved)
     assert not any(p.name == "notes.txt" for p in preserve.rglob("*"))

@@ -21,7 +21,7 @@ from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.topology import load_topology, parse_memory_mib, parse_topology
 from rlcleanup.settings import SettingsError, load_settings
 
-FN = "validate_candidate"  # 300 s, 512Mi in topology.yaml (defaults)
+FN = "validate_candidate"  # 300 s (the default) and 1Gi in topology.yaml
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ def test_accounting_line_round_trips_with_the_caps(records: list[logging.LogReco
         "invocation_seconds": 1.235,
         "peak_rss_mib": 100.0,
         "timeout_seconds": 300,
-        "memory_mib": 512.0,
+        "memory_mib": 1024.0,
     }
     [(level, parsed)] = _accounting(records)
     assert level == logging.INFO
@@ -128,7 +128,7 @@ def test_accounting_line_round_trips_with_the_caps(records: list[logging.LogReco
 
 @pytest.mark.parametrize(
     ("seconds", "peak", "near"),
-    [(241.0, 100.0, "timeout"), (10.0, 420.0, "memory"), (299.0, 511.0, "timeout,memory"), (239.0, 409.0, None)],
+    [(241.0, 100.0, "timeout"), (10.0, 820.0, "memory"), (299.0, 1023.0, "timeout,memory"), (239.0, 819.0, None)],
 )
 def test_warning_past_the_fraction_of_a_cap(
     records: list[logging.LogRecord], seconds: float, peak: float, near: str | None

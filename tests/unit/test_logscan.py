@@ -228,6 +228,10 @@ def test_cut_logs_on_the_embedded_stack_give_the_same_record(tmp_path: Path, mon
         assert found is not None
         fields = found.model_dump(mode="json", exclude={"created_at", "updated_at", "manifest_uri"})
         fields["parts"] = len(plan["parts"])
+        # The storage ledger counts the preserved location, which holds one working file per log segment
+        # (_parts/log-scan/): cut logs hold more of them by design. Every other field settles the same.
+        for storage_field in ("storage_ledger", "storage_bytes", "storage_monthly_usd"):
+            fields.pop(storage_field)
         return fields
 
     whole = record("whole")

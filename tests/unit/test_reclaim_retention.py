@@ -4,6 +4,7 @@ out of selection is listed), and the storage ledger's figures equal a direct lis
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -103,8 +104,18 @@ def test_a_candidate_excluded_for_a_missing_metric_is_listed_not_dropped() -> No
     assert "excluded from selection" in why.reason
 
 
-def _direct(paths: list[str]) -> tuple[int, int]:
-    files = [p for root in paths for p in files_under(Path(root))]
+def _rendered_by_rlcleanup(path: Path, preserved: Sequence[str]) -> bool:
+    """The report and sealed manifest rlcleanup writes into a preserved location: not the run's storage."""
+    for root in map(Path, preserved):
+        if path.parent == root and path.name.startswith("manifest") and path.suffix == ".json":
+            return True
+        if path.parent == root / "derived" and path.name.startswith(("report", "timeline")):
+            return True
+    return False
+
+
+def _direct(paths: list[str], preserved: Sequence[str] = ()) -> tuple[int, int]:
+    files = [p for root in paths for p in files_under(Path(root)) if not _rendered_by_rlcleanup(Path(p), preserved)]
     return sum(os.path.getsize(p) for p in files), len(files)
 
 
@@ -114,8 +125,14 @@ def test_the_ledger_matches_a_direct_listing_of_the_sample_run(tmp_path: Path, s
     record = w.record
     ledger = measure(w.stack.ports.storage, record, "test", datetime.now(UTC))
     roots = [record.run_uri, *([record.temp_root] if record.temp_root else []), *record.preserved_locations]
-    size, count = _direct(roots)
+    size, count = _direct(roots, record.preserved_locations)
     assert (ledger.bytes, ledger.objects) == (size, count)
+    # The pipeline measured it when the record completed: the same figures, on the record, its report and `show`.
+    assert record.storage_ledger is not None and record.storage_ledger.label == "at completion"
+    assert (record.storage_ledger.bytes, record.storage_ledger.objects, record.storage_bytes) == (size, count, size)
+    assert record.storage_ledger_note is None
+    report = (Path(record.preserved_locations[0]) / "derived" / "report.md").read_text()
+    assert "## Storage" in report and f"{size} bytes in {count} objects" in report
     assert sum(c.bytes for c in ledger.classes) == ledger.bytes
     by_class = {c.name: c for c in ledger.classes}
     exports = [c.uri.removesuffix("/policy") for c in record.candidates if Path(c.uri).exists()]
@@ -125,6 +142,6 @@ def test_the_ledger_matches_a_direct_listing_of_the_sample_run(tmp_path: Path, s
     assert by_class["exports"].bytes == _direct(exports)[0] - sum(
         os.path.getsize(p) for p in staging if any(str(p).startswith(e + "/") for e in exports)
     )
-    assert by_class["preserved_evidence"].objects == _direct(record.preserved_locations)[1]
+    assert by_class["preserved_evidence"].objects == _direct(record.preserved_locations, record.preserved_locations)[1]
     assert ledger.listings == len(roots) + 1  # one listing per root and one of the run's quarantine, none per object
     assert ledger.monthly_usd == 0.0  # local files cost nothing at list price

@@ -96,7 +96,11 @@ def _comparable(record: CompletionRecord, root: Path) -> dict[str, Any]:
 
 def _strip(value: Any, root: str) -> Any:
     if isinstance(value, dict):
-        return {k: _strip(v, root) for k, v in value.items() if k not in ("created_at", "updated_at", "checked_at")}
+        return {
+            k: _strip(v, root)
+            for k, v in value.items()
+            if k not in ("created_at", "updated_at", "checked_at", "measured_at")
+        }
     if isinstance(value, list):
         return [_strip(v, root) for v in value]
     if isinstance(value, str):

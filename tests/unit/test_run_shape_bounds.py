@@ -52,6 +52,19 @@ def test_many_tiny_files_under_the_ceiling_are_paged_and_every_one_preserved(
     assert record is not None and record.status.value == "awaiting_authority", record.errors
     preserved = list((tmp_path / "p").rglob("many/f*.log"))
     assert len(preserved) == 450
+    # The storage ledger at completion is one bounded pass too: past one page of objects it is not measured
+    # inline, and the record says so with the command that measures it.
+    note = record.storage_ledger_note
+    assert record.storage_ledger is None and note is not None
+    assert "more than 100 objects" in note and f"rlcleanup storage --refresh {record.run_id}" in note
+    from rlcleanup.authority.storage_ledger import measure_and_record
+    from rlcleanup.runtime.embedded import EmbeddedStack
+
+    stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "p"))
+    ledger = measure_and_record(stack.ports.storage, stack.ports.records, record, "refresh", record.updated_at)
+    refreshed = stack.ports.records.get(record.run_id)
+    assert refreshed is not None and refreshed.storage_ledger_note is None  # measured now: the note is gone
+    assert refreshed.storage_bytes == ledger.bytes and ledger.objects > 450
 
 
 def test_a_local_page_hashes_only_what_it_lists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,11 @@ the incomplete multipart uploads under the run's roots (`ports.storage.ListsInco
 to one class (models/storage_ledger.LEDGER_CLASSES); the resume checkpoints are the retention plan's
 (authority/retention.py). Expiry is `steps/expiry.expires_at` (a `tmp/ttl=<N>d/` root), or the quarantine's.
 
+Not counted: rlcleanup's own rendered outputs in the preserved location (`manifest*.json`, `derived/report*.md`,
+`derived/report*.html`, `derived/timeline*.png`, a few KB re-rendered as the record changes). Counting them would make
+the ledger measured at completion depend on whether an earlier delivery (or an earlier pass onto the same preserved
+root) had written them yet: the ledger is of what the run holds, and the same run gives the same ledger.
+
 Prices: `PRICES` below, list prices per GiB-month of standard storage; the figure is an estimate of holding the
 bytes, not a bill (no free tier, no discounts, no operations).
 """
@@ -37,6 +42,9 @@ PRICE_SOURCE = "list prices per GB-month as of 2026-12-03: GCS Standard regional
 HISTORY_KEPT = 50  # the record holds at most this many earlier totals
 
 _LOGS = re.compile(r"/logs?/|\.log$|\.log\.\d+$|/stdout|/stderr")
+_OWN_OUTPUT = re.compile(
+    r"^(manifest(-[0-9a-f]{12})?\.json|derived/(report(-[0-9a-f]{12})?\.(md|html)|timeline(-[0-9a-f]{12})?\.png))$"
+)
 _DEBUG = re.compile(r"/debug_artifacts/|/debug/|/outcomes/|termination|\.exception\.json$|/crash|/core\.")
 
 
@@ -87,6 +95,12 @@ class _Counting:
 def _under(path: str, root: str) -> bool:
     root = strip_file_scheme(root).rstrip("/")
     return path == root or path.startswith(root + "/")
+
+
+def _own_output(uri: str, location: str) -> bool:
+    """rlcleanup's own rendered report or sealed manifest in a preserved location (not counted: module docstring)."""
+    path, root = strip_file_scheme(uri), strip_file_scheme(location).rstrip("/")
+    return path.startswith(root + "/") and bool(_OWN_OUTPUT.match(path[len(root) + 1 :]))
 
 
 def classify(info: ObjectInfo, record: CompletionRecord, plan: retention.RetentionPlan) -> str:
@@ -142,6 +156,8 @@ def measure(
         add(cls, info, next(r for r in roots if _under(strip_file_scheme(info.uri), r)), expires_at(info))
     for location in record.preserved_locations:
         for info in counting.list(location):
+            if _own_output(info.uri, location):
+                continue
             add("preserved_evidence", info, location, expires_at(info))
     for dest in sorted({a.destination for a in record.authority_actions if a.state in {"published", "handed_off"}
                         and a.destination and not is_hub(a.destination)}):  # fmt: skip
@@ -182,10 +198,18 @@ def measure(
     )
 
 
+def _same_measure(a: StorageLedger, b: StorageLedger) -> bool:
+    """The same label and the same figures: a redelivered measurement, not a new one."""
+    return a.model_dump(exclude={"measured_at"}) == b.model_dump(exclude={"measured_at"})
+
+
 def record_ledger(records: RunRecords, run_id: str, ledger: StorageLedger) -> None:
-    """Put `ledger` on the record as the latest; the one it replaces joins the history as totals."""
+    """Put `ledger` on the record as the latest; the one it replaces joins the history as totals. A measurement
+    equal to the latest (same label, same figures: a redelivery) changes nothing, so the record stays as it was."""
     record = records.get(run_id)
     if record is None:
+        return
+    if record.storage_ledger is not None and _same_measure(record.storage_ledger, ledger):
         return
     uploads = next(
         (c for c in ledger.classes if c.name == "incomplete_uploads"), LedgerClass(name="incomplete_uploads")
@@ -198,6 +222,7 @@ def record_ledger(records: RunRecords, run_id: str, ledger: StorageLedger) -> No
         run_id,
         {
             "storage_ledger": ledger.model_dump(mode="json"),
+            "storage_ledger_note": None,  # measured now: an earlier "not measured" no longer holds
             "storage_bytes": ledger.bytes,
             "storage_monthly_usd": ledger.monthly_usd,
             "incomplete_uploads": uploads.objects,

@@ -413,6 +413,9 @@ class CompletionRecord(_Model):
         default=0, description="S3 multipart uploads under the run's roots never completed, at the latest ledger"
     )
     incomplete_upload_bytes: int = Field(default=0, description="the bytes their parts hold (billed, never listed)")
+    storage_ledger_note: str | None = Field(
+        default=None, description="why the run's storage was not measured when its record completed, and the fix"
+    )
     storage_ledger_history: list[LedgerTotals] = Field(
         default_factory=list, description="totals of every ledger measured before the latest (before/after reclaims)"
     )

@@ -1,7 +1,8 @@
 """The storage ledger's models (issue 40 item 1): what a run holds, by class, where, until when, at what cost.
 
-Computed by `authority/storage_ledger.py` at a reclaim (before and after) and by `rlcleanup storage --refresh`;
-the record keeps the latest ledger and the totals of every earlier one (`storage_ledger_history`)."""
+Computed by `authority/storage_ledger.py` when the record completes, at a reclaim (before and after) and by
+`rlcleanup storage --refresh`; the record keeps the latest ledger and the totals of every earlier one
+(`storage_ledger_history`)."""
 
 from __future__ import annotations
 

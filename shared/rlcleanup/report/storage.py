@@ -12,7 +12,7 @@ def ledger_lines(record: CompletionRecord) -> list[str]:
     """The ledger in words, for `show`: totals, then each class, largest first, then the earlier totals."""
     ledger = record.storage_ledger
     if ledger is None:
-        return []
+        return [f"storage        {record.storage_ledger_note}"] if record.storage_ledger_note else []
     lines = [
         f"storage        {ledger.bytes} bytes in {ledger.objects} objects, ${ledger.monthly_usd:.4f}/month at list "
         f"prices ({ledger.label}, {ledger.measured_at.isoformat(timespec='seconds')})"
@@ -28,14 +28,18 @@ def storage_section(record: CompletionRecord) -> Section | None:
     """The report's "Storage" section: one row per class, and the totals before and after each reclaim."""
     ledger = record.storage_ledger
     if ledger is None:
-        return None
+        note = record.storage_ledger_note
+        return Section("Storage", "storage", [Para(f"Storage {note}.")]) if note else None
     rows = [
         [c.name, str(c.bytes), str(c.objects), f"{c.monthly_usd:.4f}", ", ".join(c.where),
          c.expires_at.isoformat(timespec="seconds") if c.expires_at else "—"]
         for c in ledger.classes
     ]  # fmt: skip
+    # The latest row says "latest", not its time: a redelivered or replayed completion measures again, and the
+    # report (write-once beside the evidence) must come out byte-identical when the figures are.
     history = [[h.label, h.measured_at.isoformat(timespec="seconds"), str(h.bytes), str(h.objects)]
-               for h in [*record.storage_ledger_history, ledger]]  # fmt: skip
+               for h in record.storage_ledger_history]  # fmt: skip
+    history.append([ledger.label, "latest", str(ledger.bytes), str(ledger.objects)])
     return Section(
         "Storage",
         "storage",

@@ -4,9 +4,10 @@ write the report and seal the manifest, then say the record is ready (grants wai
 from __future__ import annotations
 
 import json
+import logging
 
-from rlcleanup.authority import hub_audit, ledger
-from rlcleanup.errors import PermanentError
+from rlcleanup.authority import hub_audit, ledger, storage_ledger
+from rlcleanup.errors import ErrorKind, PermanentError, error_kind
 from rlcleanup.models.events import RunMessage
 from rlcleanup.models.outcomes import ValidationOutcome
 from rlcleanup.models.plans import RecordFinished
@@ -23,6 +24,7 @@ from rlcleanup.steps.layout_model import RunLayout
 from rlcleanup.steps.wrapup import finish_record
 
 READY_TOPIC = "record-ready"
+log = logging.getLogger(__name__)
 
 
 def audit_hub(p: Ports, layout: RunLayout, candidates: list[Candidate]) -> list[HubAudit]:
@@ -34,6 +36,34 @@ def audit_hub(p: Ports, layout: RunLayout, candidates: list[Candidate]) -> list[
         return [hub_audit.not_configured(t) for t in found]
     reader = p.hub_reader()
     return [hub_audit.audit(p.storage, reader, t) for t in found]
+
+
+def measure_storage(p: Ports, run_id: str) -> None:
+    """The storage ledger at completion, so `show`, the report and the console's `storage_bytes` have it without a
+    `storage --refresh`: one listing per root, bounded by one capture page of objects (the work one invocation is
+    sized for). Redelivery gives the same ledger (storage_ledger: rlcleanup's own report is not counted, an equal
+    measurement changes nothing). Accounting never fails a run's record: a run too large for one pass, a listing
+    refused (an unsafe name) or a defect leaves `storage_ledger_note` saying why and what to run instead."""
+    record = p.records.get(run_id)
+    if record is None:
+        return
+    fix = f"`rlcleanup storage --refresh {run_id}` measures it"
+    try:
+        storage_ledger.measure_and_record(
+            p.storage, p.records, record, "at completion", p.clock.now(), max_objects=p.capture_page_objects
+        )
+        note = None
+    except storage_ledger.LedgerTooLarge as exc:
+        note = f"not measured at completion: {exc} (more than one invocation lists); {fix}"
+    except PermanentError as exc:
+        note = f"not measured at completion: {exc.code}: {exc}"[:1500] + f"; after the fix, {fix}"
+    except Exception as exc:
+        if error_kind(exc) is ErrorKind.transient:
+            raise  # the store or storage did not answer: the delivery is retried
+        log.exception("run %s: storage ledger not measured (a defect)", run_id, extra={"run_id": run_id})
+        note = f"not measured at completion: internal error {type(exc).__name__} (see the function's log); {fix}"
+    if note != record.storage_ledger_note:
+        p.records.update(run_id, {"storage_ledger_note": note})
 
 
 def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
@@ -59,6 +89,7 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         # The grants already used on this run (before a --rerun, on an earlier pass) are bound again to these
         # candidates: a grant whose digest no longer matches stops applying before anything reads the record.
         ledger.sync_record(p.records, msg.run_id)
+        measure_storage(p, msg.run_id)  # before the report, which shows it
         finished = p.records.get(msg.run_id)
         status = finished.status.value if finished is not None else fields["status"]
         finish_evidence(p, msg.run_id)  # report.md/.html beside the evidence, then manifest.json listing them
