@@ -36,7 +36,11 @@ def _comparable(record: CompletionRecord | None, root: Path) -> Any:
 
 def _strip(value: Any, root: str) -> Any:
     if isinstance(value, dict):
-        return {k: _strip(v, root) for k, v in value.items() if k not in ("created_at", "updated_at", "checked_at", "measured_at")}
+        return {
+            k: _strip(v, root)
+            for k, v in value.items()
+            if k not in ("created_at", "updated_at", "checked_at", "measured_at")
+        }
     if isinstance(value, list):
         return [_strip(v, root) for v in value]
     return value.replace(root, "<root>") if isinstance(value, str) else value
@@ -84,8 +88,9 @@ def test_parts_over_the_threshold_are_copied_by_the_job_with_the_inline_record(
     jobbed = _stack(tmp_path / "job", threshold=threshold, max_tasks=3)
     jobbed.emit(event)
     assert resolve_run_id(jobbed.ports, event) == run_id
-    job_record, inline_record = _comparable(jobbed.ports.records.get(run_id), tmp_path / "job"), _comparable(
-        inline.ports.records.get(run_id), tmp_path / "inline"
+    job_record, inline_record = (
+        _comparable(jobbed.ports.records.get(run_id), tmp_path / "job"),
+        _comparable(inline.ports.records.get(run_id), tmp_path / "inline"),
     )
     # The storage ledger counts the preserved location's working files too (_parts/: a job's part outcome is
     # worded otherwise than an inline one): every other class, and every other field, is the same.
