@@ -252,14 +252,14 @@ def grant_file(records: RunRecords, grant: Grant, gid: str, clock: Clock) -> Gra
     return GrantFile(records, grant.run_id, gid, clock)
 
 
-def sync_record(records: RunRecords, run_id: str) -> None:
+def sync_record(records: RunRecords, run_id: str) -> bool:
     """Rebuild authority_actions from the grant documents: converges whatever order workers finish in. Only the
     grants that apply to the record's candidates as they are now count (`steps/grant_binding.py`): after a rerun or
     a later pass, a grant whose candidate has another digest (or is gone) is listed in `superseded_grants` instead,
-    and none of its effects stay."""
+    and none of its effects stay. True when that changed the record (nothing is written when it did not)."""
     record = records.get(run_id)
     if record is None:
-        return
+        return False
     actions: list[AuthorityAction] = []
     for gid, doc in sorted(list_grants(records, run_id), key=lambda kv: (kv[1].get("received_at") or "", kv[0])):
         actions += _actions(gid, doc)
@@ -276,7 +276,11 @@ def sync_record(records: RunRecords, run_id: str) -> None:
     if registration:
         fields["registration"] = registration
     fields.update(_remaining_fields(record, actions))
+    current = record.model_dump(mode="json")
+    if all(current.get(name) == value for name, value in fields.items()):
+        return False  # as the record already says: no write, and the report written from it still holds
     records.update(run_id, fields)
+    return True
 
 
 def _actions(gid: str, doc: dict[str, Any]) -> list[AuthorityAction]:

@@ -78,7 +78,10 @@ def retry_waiting_grants(p: Ports, data: bytes, attributes: dict[str, str]) -> s
     return _retry(p, run_id)
 
 
-def _retry(p: Ports, run_id: str) -> str:
+def _retry(p: Ports, run_id: str, *, record_changed: bool = False) -> str:
+    """Re-verify and apply each pending grant; re-render the report only when the record changed (a grant
+    processed, the grants' view rebuilt differently, or the caller's own change): the record-ready every finished
+    record sends would otherwise redraw the report select-candidate has just written, to identical bytes."""
     outcomes: list[str] = []
     for gid, doc in ledger.pending(p.records, run_id):
         now = p.clock.now()
@@ -93,8 +96,9 @@ def _retry(p: Ports, run_id: str) -> str:
             outcomes.append(f"{gid}: {refusal.value}")
             continue
         outcomes.append(f"{gid}: {_try_apply(p, verdict.grant, gid)}")
-    ledger.sync_record(p.records, run_id)
-    refresh_report(p, run_id)
+    synced = ledger.sync_record(p.records, run_id)
+    if outcomes or synced or record_changed:
+        refresh_report(p, run_id)
     return "; ".join(outcomes) or "no waiting grants"
 
 
@@ -198,7 +202,7 @@ def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str
     done = _once(p, run_id, f"pre-cancel:{event.event_key}", work)
     if done is not None:
         _tell_if_unexplained(p, run_id)
-    retried = _retry(p, run_id)  # a cancel grant may be waiting for exactly this capture
+    retried = _retry(p, run_id, record_changed=done is not None)  # a cancel grant may wait for this capture
     return f"{'captured' if done else 'already captured'} {run_id}; grants: {retried}"
 
 
