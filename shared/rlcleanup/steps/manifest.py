@@ -19,11 +19,11 @@ overwriting; the record's `manifest_uri` names the newest one either way.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 from dataclasses import dataclass
 
-from rlcleanup.models.record import PreservedObject
 from rlcleanup.ports.storage import Storage, WriteOutcome
 from rlcleanup.uris import join, relative_to
 
@@ -53,51 +53,112 @@ def _uncaptured(rel: str) -> tuple[str, str]:
     return "unknown", "unaccounted"
 
 
-def _captured(storage: Storage, root: str) -> dict[str, PreservedObject]:
-    """The capture manifest's objects by destination (empty when the capture never finished)."""
+@dataclass(frozen=True)
+class _Capture:
+    """What the capture manifest says, reduced to what sealing needs: (source, kind) by destination, and totals."""
+
+    origin: dict[str, tuple[str, str]]
+    count: int
+    total_bytes: int
+
+
+def _captured(storage: Storage, root: str) -> _Capture:
+    """The capture manifest's objects (empty when the capture never finished). Plain tuples, not models: a run of
+    100,000 objects held two pydantic models per object here and select-candidate peaked 544 MiB above its base
+    (bench/bench_many_files.py), past its 512 MiB cap."""
     uri = join(root, CAPTURE_MANIFEST)
     if storage.stat(uri) is None:
-        return {}
+        return _Capture({}, 0, 0)
     objects = json.loads(storage.read_bytes(uri)).get("objects", [])
-    return {o["destination"]: PreservedObject.model_validate(o) for o in objects}
+    origin = {o["destination"]: (str(o["source"]), str(o.get("kind", "object"))) for o in objects}
+    return _Capture(origin, len(objects), sum(int(o["size"]) for o in objects))
 
 
-def manifest_body(storage: Storage, root: str, run_id: str) -> bytes:
-    """The sealed manifest's bytes for the location as it is now: sorted, no timestamps (replays are identical)."""
+def _manifest(storage: Storage, root: str, run_id: str) -> tuple[bytes, int, int]:
+    """(sealed manifest bytes, object count, total bytes) for the location as it is now: sorted, no timestamps
+    (replays are identical). Each entry is a PreservedObject's fields as plain values (same bytes, a fraction of
+    the memory)."""
     captured = _captured(storage, root)
-    objects: list[PreservedObject] = []
+    objects: list[dict[str, object]] = []
+    total = 0
     for info in storage.list(root):
         rel = relative_to(info.uri, root)
         if _MANIFEST_NAME.fullmatch(rel):
             continue
-        known = captured.get(info.uri)
-        source, kind = (known.source, known.kind) if known else _uncaptured(rel)
+        known = captured.origin.get(info.uri)
+        source, kind = known if known else _uncaptured(rel)
         objects.append(
-            PreservedObject(
-                source=source, destination=info.uri, size=info.size, crc32c=info.crc32c, md5=info.md5, kind=kind
-            )
-        )
-    objects.sort(key=lambda o: o.destination)
+            {"source": source, "destination": info.uri, "size": info.size, "crc32c": info.crc32c, "md5": info.md5,
+             "kind": kind}
+        )  # fmt: skip
+        total += info.size
+    objects.sort(key=lambda o: str(o["destination"]))
+    count = len(objects)
     manifest = {
         "run_id": run_id,
         "preserved_root": root,
-        "object_count": len(objects),
-        "total_bytes": sum(o.size for o in objects),
-        "objects": [o.model_dump() for o in objects],
-        "captured_object_count": len(captured),
-        "captured_bytes": sum(o.size for o in captured.values()),
+        "object_count": count,
+        "total_bytes": total,
+        "objects": objects,
+        "captured_object_count": captured.count,
+        "captured_bytes": captured.total_bytes,
         "not_listed": "the manifests themselves (manifest.json, manifest-<sha12>.json)",
     }
-    return json.dumps(manifest, indent=1, sort_keys=True).encode()
+    return dumps_indented(manifest, "objects"), count, total
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _entry_lines(entry: object) -> list[str]:
+    """The lines of `json.dumps(entry, indent=1, sort_keys=True)`; a flat dict of scalars (every manifest entry)
+    without the pure-Python indenting encoder: each key and value goes through the C encoder on its own."""
+    if isinstance(entry, dict) and entry and all(isinstance(v, _SCALARS) for v in entry.values()):
+        pairs = [f" {json.dumps(key)}: {json.dumps(entry[key])}" for key in sorted(entry)]
+        return ["{", *[p + "," for p in pairs[:-1]], pairs[-1], "}"]
+    return json.dumps(entry, indent=1, sort_keys=True).split("\n")
+
+
+_SLOT = "\x00rlcleanup-list-slot\x00"  # a string no manifest holds (NUL is refused in every URI we list)
+
+
+def dumps_indented(document: dict[str, object], list_key: str) -> bytes:
+    """`json.dumps(document, indent=1, sort_keys=True).encode()`, byte for byte, with the long list under
+    `list_key` written one entry at a time. json.dumps with an indent runs the pure-Python encoder and joins
+    millions of small chunks at once: at 100,000 objects that held hundreds of MiB and most of select-candidate's
+    time. The equality is tested (tests/unit/test_manifest_bytes.py)."""
+    entries = document[list_key]
+    assert isinstance(entries, list)
+    head = json.dumps({**document, list_key: _SLOT}, indent=1, sort_keys=True)
+    slot = json.dumps(_SLOT)
+    before, _, after = head.partition(slot)
+    out = io.BytesIO()
+    out.write(before.encode())
+    if not entries:
+        out.write(b"[]")
+    else:
+        out.write(b"[\n")
+        for i, entry in enumerate(entries):
+            if i:
+                out.write(b",\n")
+            # The list is at depth 1, so each entry's lines are indented by 2 more spaces than on their own.
+            out.write("\n".join("  " + line for line in _entry_lines(entry)).encode())
+        out.write(b"\n ]")
+    out.write(after.encode())
+    return out.getvalue()
+
+
+def manifest_body(storage: Storage, root: str, run_id: str) -> bytes:
+    """The sealed manifest's bytes for the location as it is now."""
+    return _manifest(storage, root, run_id)[0]
 
 
 def seal_manifest(storage: Storage, root: str, run_id: str) -> SealedManifest:
     """Write `manifest.json` (or `manifest-<sha12>.json` beside a different one) listing the location now."""
-    body = manifest_body(storage, root, run_id)
+    body, count, total = _manifest(storage, root, run_id)
     uri = join(root, SEALED_MANIFEST)
     if storage.write_if_absent(uri, body, "application/json") is WriteOutcome.conflict:
         uri = join(root, f"manifest-{hashlib.sha256(body).hexdigest()[:12]}.json")
         if storage.write_if_absent(uri, body, "application/json") is WriteOutcome.conflict:
             raise RuntimeError(f"{uri} exists with different content despite its content-addressed name")
-    parsed = json.loads(body)
-    return SealedManifest(uri=uri, object_count=parsed["object_count"], total_bytes=parsed["total_bytes"])
+    return SealedManifest(uri=uri, object_count=count, total_bytes=total)
