@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlcleanup.adapters.local_storage import LocalStorage
@@ -168,3 +168,38 @@ def test_a_page_of_a_server_ordered_listing_stops_after_its_passes() -> None:
     page = list(itertools.islice(list_in_name_order(store, "s3://b/run", None), 5_000))  # type: ignore[arg-type]
     assert [o.uri for o in page] == [f"s3://b/run/f{i:06d}" for i in range(5_000)]
     assert store.passes == 1
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    names=st.lists(
+        st.lists(st.sampled_from(["a", "a.b", "a-", "b", "ab", "z", "0"]), min_size=1, max_size=3).map("/".join),
+        min_size=1,
+        max_size=25,
+        unique=True,
+    ),
+    chunk=st.integers(min_value=1, max_value=5),
+    cursor=st.integers(min_value=0, max_value=30),
+)
+def test_a_local_walk_in_passes_lists_exactly_the_files_after_the_cursor_in_name_order(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, names: list[str], chunk: int, cursor: int
+) -> None:
+    """The local walk keeps at most WALK_CHUNK names per pass of a directory (a million-file directory held ~560 MiB
+    of DirEntry objects per invocation): with passes of 1-5 names, a listing resumed after any cursor is still
+    every file after it, in name order, each once."""
+    import rlcleanup.adapters.local_storage as local
+
+    monkeypatch.setattr(local, "WALK_CHUNK", chunk)
+    root = tmp_path_factory.mktemp("walk")
+    files = set()
+    for name in names:  # a name that is another's directory is skipped (a path cannot be both)
+        path = root / name
+        if any(f == name or f.startswith(name + "/") or name.startswith(f + "/") for f in files):
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+        files.add(name)
+    everything = sorted(f"{root}/{f}" for f in files)
+    after = everything[cursor] if cursor < len(everything) else None
+    listed = [o.uri for o in local.LocalStorage().list_after(str(root), after)]
+    assert listed == [k for k in everything if after is None or k > after]
