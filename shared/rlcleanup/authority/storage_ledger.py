@@ -9,7 +9,8 @@ to one class (models/storage_ledger.LEDGER_CLASSES); the resume checkpoints are 
 (authority/retention.py). Expiry is `steps/expiry.expires_at` (a `tmp/ttl=<N>d/` root), or the quarantine's.
 
 Not counted: rlcleanup's own rendered outputs in the preserved location (`manifest*.json`, `derived/report*.md`,
-`derived/report*.html`, `derived/timeline*.png`, a few KB re-rendered as the record changes). Counting them would make
+`derived/report*.html`, `derived/timeline*.png`: `steps/manifest.written_by_rlcleanup`, the names the sealed manifest
+knows them by; a few KB re-rendered as the record changes). Counting them would make
 the ledger measured at completion depend on whether an earlier delivery (or an earlier pass onto the same preserved
 root) had written them yet: the ledger is of what the run holds, and the same run gives the same ledger.
 
@@ -32,6 +33,7 @@ from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import ListsIncompleteUploads, ObjectInfo, Storage
 from rlcleanup.settings import QuarantineSettings, read
 from rlcleanup.steps.expiry import expires_at
+from rlcleanup.steps.manifest import written_by_rlcleanup
 from rlcleanup.uris import LOCAL_SCHEME, scheme, strip_file_scheme
 
 # USD per GiB-month, standard class. Sources (list prices, as of 2026-12-03, the date of bench/prices.json):
@@ -42,9 +44,6 @@ PRICE_SOURCE = "list prices per GB-month as of 2026-12-03: GCS Standard regional
 HISTORY_KEPT = 50  # the record holds at most this many earlier totals
 
 _LOGS = re.compile(r"/logs?/|\.log$|\.log\.\d+$|/stdout|/stderr")
-_OWN_OUTPUT = re.compile(
-    r"^(manifest(-[0-9a-f]{12})?\.json|derived/(report(-[0-9a-f]{12})?\.(md|html)|timeline(-[0-9a-f]{12})?\.png))$"
-)
 _DEBUG = re.compile(r"/debug_artifacts/|/debug/|/outcomes/|termination|\.exception\.json$|/crash|/core\.")
 
 
@@ -100,7 +99,7 @@ def _under(path: str, root: str) -> bool:
 def _own_output(uri: str, location: str) -> bool:
     """rlcleanup's own rendered report or sealed manifest in a preserved location (not counted: module docstring)."""
     path, root = strip_file_scheme(uri), strip_file_scheme(location).rstrip("/")
-    return path.startswith(root + "/") and bool(_OWN_OUTPUT.match(path[len(root) + 1 :]))
+    return path.startswith(root + "/") and written_by_rlcleanup(path[len(root) + 1 :])
 
 
 def classify(info: ObjectInfo, record: CompletionRecord, plan: retention.RetentionPlan) -> str:

@@ -31,7 +31,8 @@ CAPTURE_MANIFEST = "_parts/capture-manifest.json"
 SEALED_MANIFEST = "manifest.json"
 # Every sealed manifest generation at the root of the preserved location: never listed in another one.
 _MANIFEST_NAME = re.compile(r"manifest(-[0-9a-f]{12})?\.json")
-_REPORT_NAME = re.compile(r"derived/(report|timeline)(-[0-9a-f]{12})?\.(md|html|png)")
+# What report/publish.py writes: report.md, report.html and timeline.png, or their content-addressed re-renders.
+_REPORT_NAME = re.compile(r"derived/(report(-[0-9a-f]{12})?\.(md|html)|timeline(-[0-9a-f]{12})?\.png)")
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,12 @@ class SealedManifest:
     uri: str
     object_count: int
     total_bytes: int
+
+
+def written_by_rlcleanup(rel: str) -> bool:
+    """A sealed manifest or the rendered report, by its path relative to the preserved location: rlcleanup's own
+    outputs there, re-written as the record changes (the storage ledger leaves them out)."""
+    return bool(_MANIFEST_NAME.fullmatch(rel) or _REPORT_NAME.fullmatch(rel))
 
 
 def _uncaptured(rel: str) -> tuple[str, str]:
@@ -146,11 +153,6 @@ def dumps_indented(document: dict[str, object], list_key: str) -> bytes:
         out.write(b"\n ]")
     out.write(after.encode())
     return out.getvalue()
-
-
-def manifest_body(storage: Storage, root: str, run_id: str) -> bytes:
-    """The sealed manifest's bytes for the location as it is now."""
-    return _manifest(storage, root, run_id)[0]
 
 
 def seal_manifest(storage: Storage, root: str, run_id: str) -> SealedManifest:
