@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from record_support import comparable
 
 from rlcleanup.models.outcomes import CapturePartOutcome
 from rlcleanup.models.parts import CaptureItem, CapturePart
-from rlcleanup.models.record import CompletionRecord
 from rlcleanup.runtime import evidence
 from rlcleanup.runtime.claims import stored
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
@@ -27,23 +27,6 @@ def _stack(root: Path, *, threshold: int | None = None, max_tasks: int = 16) -> 
         update |= {"large_copy_job": "local", "copy_job_threshold_bytes": threshold}
     settings = load_settings().model_copy(update=update)
     return EmbeddedStack.create(root / "records.db", str(root / "preserved"), settings=settings)
-
-
-def _comparable(record: CompletionRecord | None, root: Path) -> Any:
-    assert record is not None
-    return _strip(record.model_dump(mode="json"), str(root))
-
-
-def _strip(value: Any, root: str) -> Any:
-    if isinstance(value, dict):
-        return {
-            k: _strip(v, root)
-            for k, v in value.items()
-            if k not in ("created_at", "updated_at", "checked_at", "measured_at")
-        }
-    if isinstance(value, list):
-        return [_strip(v, root) for v in value]
-    return value.replace(root, "<root>") if isinstance(value, str) else value
 
 
 def _items(*sizes: int) -> list[CaptureItem]:
@@ -89,8 +72,8 @@ def test_parts_over_the_threshold_are_copied_by_the_job_with_the_inline_record(
     jobbed.emit(event)
     assert resolve_run_id(jobbed.ports, event) == run_id
     job_record, inline_record = (
-        _comparable(jobbed.ports.records.get(run_id), tmp_path / "job"),
-        _comparable(inline.ports.records.get(run_id), tmp_path / "inline"),
+        comparable(jobbed.ports.records.get(run_id), tmp_path / "job"),
+        comparable(inline.ports.records.get(run_id), tmp_path / "inline"),
     )
     # The storage ledger counts the preserved location's working files too (_parts/: a job's part outcome is
     # worded otherwise than an inline one): every other class, and every other field, is the same.

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from record_support import comparable
 
 from rlcleanup.adapters.inprocess_bus import Delivered, InProcessBus
 from rlcleanup.adapters.storage_router import RoutingStorage
-from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.storage import WriteOutcome
 from rlcleanup.runtime import evidence
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
@@ -89,25 +89,6 @@ def _run(tmp: Path, run_uri: str, bus: InProcessBus, storage: CrashAfterWrite) -
     return stack, resolve_run_id(stack.ports, event)
 
 
-def _comparable(record: CompletionRecord, root: Path) -> dict[str, Any]:
-    dump = record.model_dump(mode="json", exclude={"created_at", "updated_at"})
-    return dict(_strip(dump, str(root)))
-
-
-def _strip(value: Any, root: str) -> Any:
-    if isinstance(value, dict):
-        return {
-            k: _strip(v, root)
-            for k, v in value.items()
-            if k not in ("created_at", "updated_at", "checked_at", "measured_at")
-        }
-    if isinstance(value, list):
-        return [_strip(v, root) for v in value]
-    if isinstance(value, str):
-        return value.replace(root, "<tmp>")
-    return value
-
-
 @pytest.mark.parametrize(
     ("scenario", "seed"),
     [("completed-resumed", 1), ("completed-resumed", 2), ("failed-first-link", 3), ("selection-policy", 4)],
@@ -134,7 +115,7 @@ def test_chaotic_delivery_gives_exactly_one_record_and_no_repeated_side_effect(
     assert [r.run_id for r in chaos.ports.records.list_runs()] == [run_id]  # exactly one record
     record = chaos.ports.records.get(run_id)
     assert record is not None
-    assert _comparable(record, tmp_path / "chaos") == _comparable(expected, tmp_path / "clean")
+    assert comparable(record, tmp_path / "chaos") == comparable(expected, tmp_path / "clean")
     assert bus.dead_letters == []
     assert sum(bus.deliveries.values()) > len(bus.published)  # duplicates were really delivered
     assert storage.crashes  # and crashes after side effects really happened
