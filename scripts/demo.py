@@ -20,6 +20,21 @@ from rlcleanup.paths import default_db, default_preserve_root, state_home
 SCENARIOS = ("completed-resumed", "failed-first-link")
 
 
+def _forget_an_older_demos_record(rlcleanup: str, run_id: str, samples: Path) -> None:
+    """Earlier versions of this demo wrote the samples elsewhere under `demo-runs/` (`demo-runs/run-<random>/`): their
+    record binds the sample's id to that location, and `run` refuses the samples here as run_id_conflict (exit 3).
+    Only a record of the demo's own, bound inside `demo-runs/` but not to these samples, is forgotten; any other
+    record keeps its id and the conflict is reported as usual."""
+    shown = subprocess.run([rlcleanup, "show", run_id, "--json"], capture_output=True, text=True)
+    if shown.returncode != 0:
+        return  # no such record
+    bound = Path(str(json.loads(shown.stdout).get("run_uri") or ""))
+    demo_runs = samples.parent
+    if bound.is_relative_to(demo_runs) and not bound.is_relative_to(samples):
+        print(f"forgetting {run_id}: an older demo's record of samples at {bound}", flush=True)
+        subprocess.run([rlcleanup, "forget", run_id, "--yes"], check=True, capture_output=True)
+
+
 def main() -> int:
     bin_dir = Path(sys.executable).parent
     rlcleanup = str(bin_dir / "rlcleanup")
@@ -36,9 +51,11 @@ def main() -> int:
             capture_output=True,
             text=True,
         ).stdout.strip()
+        run_id = f"math-rl-{scenario}-2026.11.30"
+        _forget_an_older_demos_record(rlcleanup, run_id, work)
         print(f"\n=== {scenario}: rlcleanup run {run_root} --rerun\n", flush=True)
         subprocess.run([rlcleanup, "run", run_root, "--rerun"], check=True)
-        run_ids.append(f"math-rl-{scenario}-2026.11.30")
+        run_ids.append(run_id)
     print(f"\nSample runs: {work}\nRecords: {default_db()}\nPreserved evidence: {default_preserve_root()}")
     for run_id in run_ids:
         shown_record = subprocess.run([rlcleanup, "show", run_id, "--json"], capture_output=True, text=True)
