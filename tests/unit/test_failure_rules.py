@@ -54,6 +54,17 @@ CASES = [
         "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, available: 2Gi. Container task was "
         "using 410Gi, request is 0, has larger consumption of ephemeral-storage.",
     ),
+    # kubelet's graceful node shutdown (kubernetes pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go).
+    ("node_shutdown", INFRA, "kubelet.NodeShutdown", "Pod was terminated in response to imminent node shutdown."),
+    # Ray's GCS declaring a node dead (python/ray/_private/worker.py printing gcs_node_manager.cc's death info);
+    # its "(OOM, preempted node, etc.)" lists possible causes, so the rule precedes `preemption`.
+    (
+        "node_lost",
+        INFRA,
+        "ray.NodeDied",
+        "has been marked dead because the detector has missed too many heartbeats from it. This can happen when a "
+        "(1) raylet crashes unexpectedly (OOM, preempted node, etc.)",
+    ),
     ("preemption", INFRA, "TaskPreempted", "task 0 preempted: spot node gke-marin-h100-spot-7c1f reclaimed"),
     (
         "nccl_failure",

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
+from rlcleanup.parsing.infra_statements import STATEMENT_HINTS
+
 MAX_EVENT_TEXT = 500  # an event's text, an error's message: cut to this many characters
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 WHAT_LOOKAHEAD = 3  # a `terminate called ...` line is decided by the `what():` line right after it
@@ -85,18 +87,6 @@ FATAL_LINES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"CUDA out of memory"), "torch.OutOfMemoryError"),
     (re.compile(r"CUDA error: ?(.*)"), "CUDAError"),
     (re.compile(r"terminate called after throwing an instance of '([^']+)'"), "C++ exception"),
-    # Ray's memory monitor killing a worker states the cause itself (run-layout-v3.md §4): the core worker's
-    # `Worker exit type: NODE_OUT_OF_MEMORY Worker exit detail: ...` and the raylet's `Task was killed due to the
-    # node running low on memory.` (ray/_private/ray_constants + raylet's memory monitor wording).
-    (re.compile(r"Worker exit type: NODE_OUT_OF_MEMORY\b(.*)"), "ray.NodeOutOfMemory"),
-    (re.compile(r"((?:Task|Worker) was killed due to the node running low on memory.*)"), "ray.NodeOutOfMemory"),
-    # The kernel's OOM killer, as a termination artifact's dmesg tail shows it (cloud/iris/task_runtime.py
-    # capture_termination_artifacts greps `oom|killed process|out of memory|Xid`).
-    (re.compile(r"Memory cgroup out of memory: (Killed process .*)"), "CgroupOOMKill"),
-    (re.compile(r"Out of memory: (Killed process .*)"), "OOMKill"),
-    # A GPU fault the NVIDIA driver logs to the kernel ring (`NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has
-    # fallen off the bus.`), in the same dmesg tail: the code names the fault (docs.nvidia.com/deploy/xid-errors).
-    (re.compile(r"NVRM: (Xid \(PCI:[^)]*\): \d+.*)"), "NVRM.Xid"),
 )
 MAX_MATCH_CHARS = 16 * 1024  # events, fatal lines and noise are matched on this much of a line
 # Cheap substring gates: most lines are throughput chatter and skip the regex tables entirely.
@@ -127,12 +117,18 @@ FATAL_HINTS = (
     "out of memory",
     "low on memory",
     "xid",
+    *STATEMENT_HINTS,  # the infrastructure statements' gates (parsing/infra_statements.py)
 )
 
 
 # `Name: message` (any dotted identifier, optionally `Wrapper(Inner)`), or a bare name that reads as an exception.
 _EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:\([\w., ]*\))?)(?::\s?(?P<msg>.*))?$")
 _BARE_EXCEPTION = re.compile(r"(?:Error|Exception|Interrupt|Exit|Fault|Failure|Timeout|Iteration|Group|Warning)$")
+# NovaSky SkyRL's tracker on a crash (NovaSky-AI/SkyRL `skyrl/train/utils/tracking.py` `Tracking.log_exception`:
+# `logger.error(f"Training failed at step {step} with {type(e).__name__}:\n{tb_str}")`, tb_str being
+# `traceback.format_exc()[-10000:]`): the traceback follows, its own header cut off when it is longer than that, so
+# this line opens the traceback and its type stands in until the exception line is read.
+SKYRL_TRAINING_FAILED = re.compile(r"Training failed at step (?P<step>\d+) with (?P<type>[A-Za-z_][\w.]*):\s*$")
 CHAIN_LINES = (
     "During handling of the above exception, another exception occurred:",
     "The above exception was the direct cause of the following exception:",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from rlcleanup.models.parts import SegmentSeed
+from rlcleanup.parsing.infra_statements import statement_for, statement_message
 from rlcleanup.parsing.log_grammar import (
     CHAIN_LINES,
     EVENT_HINTS,
@@ -24,6 +25,7 @@ from rlcleanup.parsing.log_grammar import (
     FATAL_LINES,
     MAX_EVENT_TEXT,
     MAX_MATCH_CHARS,
+    SKYRL_TRAINING_FAILED,
     TRACEBACK_HEADER,
     WHAT_LOOKAHEAD,
     EventKind,
@@ -69,6 +71,9 @@ class ErrorCandidate:
     # The after-error-only rule that would make this (causal) error noise had an earlier file of the attempt
     # shown an error. Files are scanned independently (in parallel parts); `carry_error_seen` applies it.
     noise_after_error: str | None = None
+    # The infrastructure statement (parsing/infra_statements.py) this error is, by name: it outranks the attempt's
+    # other causes (steps/first_cause.py) and is never teardown.
+    statement: str | None = None
 
 
 @dataclass
@@ -101,6 +106,7 @@ class _Traceback:
         self.state = "frames"  # frames -> tail (after an exception line) -> chain (after a blank line)
         self.foreign = 0
         self.chained = False  # saw "During handling ..." / "The above exception ...": the next header continues
+        self.stated_type: str | None = None  # the type a tracker's header names (SkyRL's `... with <Type>:`)
 
     def add(self, text: str) -> None:
         if len(self.head) < TRACEBACK_MAX_LINES and self.head_bytes + len(text) <= TRACEBACK_MAX_BYTES:
@@ -205,6 +211,11 @@ class LogScanner:
             self._tb = _Traceback(lineno, cleaned.timestamp or self.latest_stamp)
             self._tb.add(from_header(text))
             return
+        if "Training failed at step" in text and (failed := SKYRL_TRAINING_FAILED.search(text)):
+            self._tb = _Traceback(lineno, cleaned.timestamp or self.latest_stamp)
+            self._tb.add(failed.group(0))
+            self._tb.stated_type = failed.group("type")
+            return
         self._fatal_line(text[:MAX_MATCH_CHARS], lineno, cleaned.timestamp or self.latest_stamp)
 
     def resume(self, seed: SegmentSeed) -> None:
@@ -283,6 +294,9 @@ class LogScanner:
                 return True
             self._close_traceback()
             return False
+        if TRACEBACK_HEADER in text and tb.state == "frames" and tb.stated_type is not None and len(tb.head) == 1:
+            tb.add(from_header(text))  # the header right after a tracker's `Training failed ...` line: one traceback
+            return True
         if TRACEBACK_HEADER in text and tb.state == "tail":
             self._close_traceback()  # a new, unrelated traceback
             return False
@@ -317,8 +331,9 @@ class LogScanner:
         self._tb = None
         tb.end_segment()
         complete = bool(tb.segments)
-        etype, message = tb.segments[0] if tb.segments else ("<incomplete traceback>", "")
+        etype, message = tb.segments[0] if tb.segments else (tb.stated_type or "<incomplete traceback>", "")
         signatures = [f"{t}: {m}" for t, m in tb.segments] or [f"{etype}: {message}"]
+        stated = next((found for sig in signatures if (found := statement_for(sig)) is not None), None)
         self._add_error(
             ErrorCandidate(
                 source_uri=self.scan.uri,
@@ -331,6 +346,7 @@ class LogScanner:
                 timestamp=tb.timestamp,
                 truncated=tb.omitted > 0 or len(tb.tail) > 0,
                 complete=complete,
+                statement=stated.name if stated is not None else None,
             ),
             signatures,
         )
@@ -357,7 +373,18 @@ class LogScanner:
             if payload is not None:
                 self._add_error(self._line_error(lineno, "C++ exception", payload, stripped, timestamp), None)
                 return
-        # Teardown first (§7): prose that names a signal or an error word is not a cause.
+        # An infrastructure statement first: it says why a process died, even in a teardown wrapper's message.
+        stated = statement_for(stripped)
+        if stated is not None:
+            # An exception line that states it (`ray.exceptions.OutOfMemoryError: Task was killed due to ...`) keeps
+            # its own type and message, as Python printed them.
+            exc = exception_line(stripped, strict=True)
+            etype, said = exc if exc is not None else (stated.error_type, statement_message(stated, stripped))
+            error = self._line_error(lineno, etype, said, stripped, timestamp)
+            error.kind, error.statement = "statement", stated.name
+            self._add_error(error, None)
+            return
+        # Teardown next (§7): prose that names a signal or an error word is not a cause.
         rule = teardown_for(stripped, error_seen=self._error_seen)
         if rule is not None:
             error = self._line_error(lineno, rule.name, stripped, stripped, timestamp)
@@ -392,7 +419,7 @@ class LogScanner:
         )
 
     def _add_error(self, error: ErrorCandidate, signatures: list[str] | None) -> None:
-        if error.causal:
+        if error.causal and error.statement is None:
             # A traceback is noise only when every chained exception in it is noise.
             rules = [
                 teardown_for(sig, error_seen=self._error_seen)

@@ -31,7 +31,12 @@ CUDA_RUNTIME = "CUDA runtime cudaGetErrorString (cudaErrorECCUncorrectable, cuda
 LINUX_OOM = "linux mm/oom_kill.c + mm/memcontrol.c (dmesg in a termination artifact, run-layout-v3.md §4)"
 RAY_MEMORY_MONITOR = "ray src/ray/raylet/node_manager.cc memory monitor + python/ray/exceptions.py OutOfMemoryError"
 KUBELET = "kubernetes pkg/kubelet/eviction/helpers.go (`The node was low on resource: ...`)"
-PREEMPTION = "Iris TaskState PREEMPTED / Slurm `DUE TO PREEMPTION` / GCE `Instance was preempted`"
+KUBELET_SHUTDOWN = "kubernetes pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go (graceful node shutdown)"
+RAY_NODE_DEATH = "ray src/ray/gcs/gcs_node_manager.cc (heartbeats missed), gcs_actor_manager.cc GenNodeDiedCause"
+PREEMPTION = (
+    "Iris TaskState PREEMPTED / Slurm `DUE TO PREEMPTION` / GCE `Instance was preempted` / Ray GenNodeDiedCause"
+    " `the actor's node was preempted`"
+)
 TORCH_NCCL = "pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, NCCL src/misc/utils (ncclResult strings)"
 CLOUD_STORAGE = "google-api-core exceptions / botocore exceptions / gcsfs retry"
 CLIENTS = "requests / urllib3 / aiohttp / httpx / huggingface_hub file_download.py (parsing/teardown.py)"
@@ -74,15 +79,30 @@ FAILURE_RULES: tuple[FailureRule, ...] = (
     _r(
         "kernel_oom_kill",
         INFRA,
-        r"^(?:CgroupOOMKill|OOMKill):|invoked oom-killer|Memory cgroup out of memory|Out of memory: Killed process",
+        r"^(?:CgroupOOMKill|OOMKill|kubernetes\.OOMKilled):|invoked oom-killer|Memory cgroup out of memory"
+        r"|Out of memory: Killed process|\bOOMKilled\b",
         LINUX_OOM,
     ),
     _r("disk_full", INFRA, r"No space left on device|\[Errno 28\]|\bENOSPC\b|Disk quota exceeded", "cpython OSError"),
     _r(
         "eviction",
         INFRA,
-        r"The node was low on resource|(?i:\bpod (?:was )?evicted\b)|Evicted: |ephemeral local storage usage exceeds",
+        r"^kubelet\.Evicted:|The node was low on resource|(?i:\bpod (?:was )?evicted\b)|Evicted: "
+        r"|ephemeral local storage usage exceeds",
         KUBELET,
+    ),
+    _r(
+        "node_shutdown",
+        INFRA,
+        r"^kubelet\.NodeShutdown:|Pod was terminated in response to imminent node shutdown",
+        KUBELET_SHUTDOWN,
+    ),
+    _r(
+        "node_lost",
+        INFRA,
+        r"^ray\.NodeDied:|marked dead because the detector has missed too many heartbeats"
+        r"|The actor died because its node has died|health check failed due to missing too many heartbeats",
+        RAY_NODE_DEATH,
     ),
     _r(
         "preemption",

@@ -2,7 +2,10 @@
 
 A failure receipt, when any process wrote one, is the first cause as that process recorded it; else the logs' first
 causal error in chain order (earliest by timestamp across an attempt's files when each has one, else in scan
-order), and only when nothing causal exists the earliest teardown error, as a symptom. The record names the source
+order), where an infrastructure statement (parsing/infra_statements.py: the raylet's OOM kill, a node marked dead,
+the kubelet's node shutdown, the kernel's OOM killer, an Xid) outranks every other cause of its attempt: the Python
+exceptions around it are what the killed process and its peers printed as they went down. Only when nothing causal
+exists, the earliest teardown error, as a symptom. The record names the source
 that decided (`FailureCause.evidence_source`).
 """
 
@@ -36,9 +39,13 @@ class FirstError:
         return f"{c.error_type}: {c.message} at {c.source_uri}:{c.line} (attempt {c.attempt_id}), from the {self.source.value}"
 
 
-def earliest_in_attempt(scan: AttemptScan, causal: bool) -> ErrorCandidate | None:
-    """The first matching error of each file; across files by timestamp when all have one, else file order."""
-    firsts = [next((e for e in f.errors if e.causal == causal), None) for f in scan.files]
+def earliest_in_attempt(scan: AttemptScan, causal: bool, *, statements: bool = False) -> ErrorCandidate | None:
+    """The first matching error of each file (only infrastructure statements when `statements`); across files by
+    timestamp when all have one, else file order."""
+    firsts = [
+        next((e for e in f.errors if e.causal == causal and (e.statement is not None or not statements)), None)
+        for f in scan.files
+    ]
     found = [(i, e) for i, e in enumerate(firsts) if e is not None]
     if not found:
         return None
@@ -48,10 +55,11 @@ def earliest_in_attempt(scan: AttemptScan, causal: bool) -> ErrorCandidate | Non
 
 
 def find_first_error(scans: list[AttemptScan]) -> FirstError | None:
-    """Earliest causal error in chain order; the earliest teardown error only when nothing causal exists."""
+    """Earliest causal error in chain order, an attempt's infrastructure statement before its other causes; the
+    earliest teardown error only when nothing causal exists."""
     for causal in (True, False):
         for index, scan in enumerate(scans):
-            found = earliest_in_attempt(scan, causal)
+            found = (causal and earliest_in_attempt(scan, True, statements=True)) or earliest_in_attempt(scan, causal)
             if found is not None:
                 return FirstError(found, index, causal)
     return None
