@@ -32,6 +32,7 @@ CI: list[list[str]] = [
     ["bench_tensor_layout.py"],
     ["bench_similar.py", "--sizes", "1000", "5000", "10000"],
     ["bench_trillion.py"],
+    ["bench_failure_corpus.py"],
 ]
 FULL: list[list[str]] = [
     ["bench_import.py"],
@@ -48,6 +49,7 @@ FULL: list[list[str]] = [
     ["bench_tensor_layout.py"],
     ["bench_similar.py", "--sizes", "1000", "5000", "10000"],
     ["bench_trillion.py", "--slice-ranks", "128"],
+    ["bench_failure_corpus.py"],
 ]
 # Not here: bench_load.py (200 run ends on the emulator stack: ~20-40 min on 2 shared cores). Run it on its own:
 #   .venv/bin/python bench/bench_load.py --runs 200

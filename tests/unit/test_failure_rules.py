@@ -33,6 +33,12 @@ CASES = [
         "uncorrectable ECC error encountered\nCUDA kernel errors might be asynchronously reported at some other API call",
     ),
     (
+        "accelerator_init",
+        INFRA,
+        "jax.errors.JaxRuntimeError",
+        "UNKNOWN: TPU initialization failed: open(/dev/vfio/0): Device or resource busy",
+    ),
+    (
         "ray_memory_monitor",
         INFRA,
         "ray.NodeOutOfMemory",
@@ -45,6 +51,12 @@ CASES = [
         INFRA,
         "CgroupOOMKill",
         "Killed process 5533 (ray::RayWorkerW) total-vm:912345678kB, anon-rss:1853412000kB, file-rss:0kB",
+    ),
+    (
+        "external_kill",
+        INFRA,
+        "torchelastic.WorkerKilled",
+        "failed (exitcode: -9) local_rank: 0 (pid: 1322) of binary: /root/miniconda3/bin/python",
     ),
     ("disk_full", INFRA, "OSError", "[Errno 28] No space left on device: '/tmp/ray/session_latest/logs/raylet.out'"),
     (
@@ -91,6 +103,7 @@ CASES = [
         "huggingface_hub.errors.LocalEntryNotFoundError",
         "Qwen/Qwen3-8B model-00003-of-00005.safetensors still failing after 5 attempts",
     ),
+    ("tracking_service", INFRA, "wandb.errors.errors.CommError", "Error uploading run: returned error 404"),
     (
         "config_key",
         CONFIG,
@@ -118,10 +131,22 @@ CASES = [
         "[Errno 2] No such file or directory: '/data/gsm8k/train.parquet'",
     ),
     (
+        "engine_memory_config",
+        CONFIG,
+        "ValueError",
+        "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
+    ),
+    (
         "bad_value",
         CONFIG,
         "AssertionError",
         "train_batch_size 1000 should be divisible by policy_mini_batch_size 256",
+    ),
+    (
+        "time_limit",
+        CONFIG,
+        "slurm_cancelled",
+        "*** JOB 867816 ON c0700a-s1 CANCELLED AT 2021-05-11T12:06:17 DUE TO TIME LIMIT ***",
     ),
     (
         "cuda_oom",

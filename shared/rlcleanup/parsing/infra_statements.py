@@ -39,6 +39,9 @@ KUBELET_SHUTDOWN = "kubernetes/kubernetes pkg/kubelet/nodeshutdown/nodeshutdown_
 KUBELET_EVICTION = "kubernetes/kubernetes pkg/kubelet/eviction/helpers.go"
 KUBE_OOMKILLED = "kubernetes/kubernetes container status reason OOMKilled (pkg/kubelet/kuberuntime)"
 LINUX_OOM = "torvalds/linux mm/oom_kill.c (dmesg; Iris termination artifact, run-layout-v3.md §4)"
+SLURM_OOM = "SchedMD/slurm src/plugins/task/cgroup (`Detected N oom-kill event(s) in StepId=…`)"
+TORCH_ELASTIC = "pytorch torch/distributed/elastic/multiprocessing/api.py + errors/__init__.py"
+SUBMITIT = "facebookincubator/submitit submitit/core/job_environment.py (SIGUSR2 handler)"
 NVIDIA_XID = "NVIDIA driver NVRM Xid (docs.nvidia.com/deploy/xid-errors)"
 
 
@@ -62,10 +65,17 @@ def _s(name: str, pattern: str, error_type: str, source: str, hint: str) -> Infr
 INFRA_STATEMENTS: tuple[InfraStatement, ...] = (
     _s(
         "ray_memory_pressure",
-        r"(\d+ Workers \(tasks / actors\) killed due to memory pressure \(OOM\).*)",
+        r"((?:\d+ Workers \(tasks / actors\) )?killed due to memory pressure \(OOM\).*)",
         "ray.NodeOutOfMemory",
         RAY_RAYLET,
         "memory pressure",
+    ),
+    _s(
+        "ray_memory_threshold_kill",
+        r"(Memory on the node \(IP: .*which exceeds the memory usage threshold of [\d.]+\. Ray killed this worker.*)",
+        "ray.NodeOutOfMemory",
+        RAY_EXIT,
+        "memory usage threshold",
     ),
     _s("ray_exit_oom", r"Worker exit type: NODE_OUT_OF_MEMORY\b(.*)", "ray.NodeOutOfMemory", RAY_EXIT, "out_of_memory"),
     _s(
@@ -98,7 +108,7 @@ INFRA_STATEMENTS: tuple[InfraStatement, ...] = (
     ),
     _s(
         "kubelet_node_shutdown",
-        r"(Pod was terminated in response to imminent node shutdown\..*)",
+        r"(Pod was terminated in response to (?:imminent )?node shutdown\..*)",
         "kubelet.NodeShutdown",
         KUBELET_SHUTDOWN,
         "node shutdown",
@@ -112,19 +122,47 @@ INFRA_STATEMENTS: tuple[InfraStatement, ...] = (
     ),
     _s(
         "kubernetes_oomkilled",
-        r"((?:[Rr]eason|[Ss]tatus)\W{0,3}OOMKilled\b.*|\bOOMKilled \(exit code 137\).*)",
+        r"((?:[Rr]eason|[Ss]tatus)\W{0,20}OOMKilled\b.*|\bOOMKilled \(exit code 137\).*)",
         "kubernetes.OOMKilled",
         KUBE_OOMKILLED,
         "oom",
     ),
+    # Kernels before 4.19 print `Memory cgroup out of memory: Kill process N (comm) score S or sacrifice child`.
     _s(
         "kernel_cgroup_oom",
-        r"Memory cgroup out of memory: (Killed process .*)",
+        r"Memory cgroup out of memory: (Kill(?:ed)? process .*)",
         "CgroupOOMKill",
         LINUX_OOM,
         "out of memory",
     ),
-    _s("kernel_oom", r"Out of memory: (Killed process .*)", "OOMKill", LINUX_OOM, "out of memory"),
+    _s("kernel_oom", r"Out of memory: (Kill(?:ed)? process .*)", "OOMKill", LINUX_OOM, "out of memory"),
+    _s(
+        "slurm_cgroup_oom",
+        r"(Detected \d+ oom[-_]kill events? in \S+.*|Detected \d+ oom-kill event\(s\) in .*)",
+        "CgroupOOMKill",
+        SLURM_OOM,
+        "oom",
+    ),
+    # torchelastic reporting a worker killed by SIGKILL, which no Python code sends itself: the kernel's OOM killer,
+    # the node agent, or a person (pytorch torch/distributed/elastic/multiprocessing/api.py `failed (exitcode: -9)
+    # local_rank: …`, errors/__init__.py `Signal 9 (SIGKILL) received by PID …`).
+    _s(
+        "torchelastic_exit_sigkill",
+        r"(failed \(exitcode: -9\) local_rank: .*)",
+        "torchelastic.WorkerKilled",
+        TORCH_ELASTIC,
+        "exitcode: -9",
+    ),
+    _s(
+        "torchelastic_sigkill",
+        r"((?i:signal 9 \(SIGKILL\) received by PID) \d+.*)",
+        "torchelastic.WorkerKilled",
+        TORCH_ELASTIC,
+        ") received by pid",
+    ),
+    # submitit forwards Slurm's preemption signal and says so (facebookincubator/submitit
+    # submitit/core/job_environment.py `Caught signal SIGUSR2 on {host}: this job is preempted.`).
+    _s("submitit_preempted", r"(this job is preempted\.?.*)", "submitit.Preempted", SUBMITIT, "is preempted"),
     _s("gpu_xid", r"NVRM: (Xid \(PCI:[^)]*\): \d+.*)", "NVRM.Xid", NVIDIA_XID, "xid"),
 )
 STATEMENT_HINTS = tuple(sorted({s.hint for s in INFRA_STATEMENTS}))

@@ -58,7 +58,7 @@ EVENT_PATTERNS: tuple[tuple[EventKind, re.Pattern[str]], ...] = (
     (EventKind.no_checkpoint, re.compile(r"No checkpoint found, starting training from scratch")),
     (EventKind.already_complete_on_resume, re.compile(r"Training already complete on resume")),
     (EventKind.stopped_early, re.compile(r"Training stopped early by callback")),
-    (EventKind.controller_stopped, re.compile(r"\*\*\* (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT \S+")),
+    (EventKind.controller_stopped, re.compile(r"\*\*\* (?:JOB|STEP) [\w.]+ (?:ON \S+ )?CANCELLED AT \S+")),
 )
 
 
@@ -86,7 +86,18 @@ FATAL_LINES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"ray\.exceptions\.OutOfMemoryError:? ?(.*)"), "ray.exceptions.OutOfMemoryError"),
     (re.compile(r"CUDA out of memory"), "torch.OutOfMemoryError"),
     (re.compile(r"CUDA error: ?(.*)"), "CUDAError"),
+    # PyTorch < 1.5 (THC): `RuntimeError: cuda runtime error (39) : uncorrectable ECC error encountered at …`.
+    (re.compile(r"cuda runtime error \(\d+\) : ?(.*)"), "CUDAError"),
     (re.compile(r"terminate called after throwing an instance of '([^']+)'"), "C++ exception"),
+)
+# An exception line outside any traceback (an orphan): `torch.distributed.DistBackendError: NCCL error in: …`,
+# `FileNotFoundError: [Errno 2] No such file or directory: …`. Python prints that line last in a traceback, so alone
+# it is an error whose traceback was cut, logged by itself, or lost to interleaving. The scanner keeps it as a cause
+# of the lowest tier (steps/first_cause.py): a retry loop can log one and carry on, so any traceback, fatal line or
+# infrastructure statement of the attempt outranks it. A module-qualified type, or a builtin error type.
+ORPHAN_EXCEPTION = re.compile(
+    r"^(?P<type>(?:[A-Za-z_]\w*\.)+[A-Z]\w*(?:Error|Exception|Failure|Fault)"
+    r"|(?:[A-Z][a-z]+)+(?:Error|Exception))(?:\([\w., ]*\))?: (?P<msg>\S.*)"
 )
 MAX_MATCH_CHARS = 16 * 1024  # events, fatal lines and noise are matched on this much of a line
 # Cheap substring gates: most lines are throughput chatter and skip the regex tables entirely.
@@ -117,6 +128,7 @@ FATAL_HINTS = (
     "out of memory",
     "low on memory",
     "xid",
+    "cancelled at",  # Slurm's `*** JOB N CANCELLED AT …` without `error:` before it (teardown, judged)
     *STATEMENT_HINTS,  # the infrastructure statements' gates (parsing/infra_statements.py)
 )
 

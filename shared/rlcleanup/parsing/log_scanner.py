@@ -25,6 +25,7 @@ from rlcleanup.parsing.log_grammar import (
     FATAL_LINES,
     MAX_EVENT_TEXT,
     MAX_MATCH_CHARS,
+    ORPHAN_EXCEPTION,
     SKYRL_TRAINING_FAILED,
     TRACEBACK_HEADER,
     WHAT_LOOKAHEAD,
@@ -32,7 +33,7 @@ from rlcleanup.parsing.log_grammar import (
     exception_line,
 )
 from rlcleanup.parsing.metrics import CleanLine, MetricParser, MetricRow, clean_line
-from rlcleanup.parsing.teardown import causal_what_payload, teardown_for
+from rlcleanup.parsing.teardown import causal_what_payload, teardown_for, watchdog_cuda_payload
 
 TRACEBACK_MAX_LINES = 200
 TRACEBACK_MAX_BYTES = 64 * 1024
@@ -61,7 +62,7 @@ class ErrorCandidate:
     error_type: str
     message: str
     traceback: str
-    kind: str  # "traceback" | "fatal_line"
+    kind: str  # "traceback" | "fatal_line" | "statement" | "orphan_line" (an exception line without its traceback)
     causal: bool = True
     noise: str | None = None  # the TeardownWording's name when it is teardown noise
     noise_reason: str | None = None
@@ -107,6 +108,7 @@ class _Traceback:
         self.foreign = 0
         self.chained = False  # saw "During handling ..." / "The above exception ...": the next header continues
         self.stated_type: str | None = None  # the type a tracker's header names (SkyRL's `... with <Type>:`)
+        self.orphan = False  # opened by an exception line printed without its traceback (log_grammar.ORPHAN_EXCEPTION)
 
     def add(self, text: str) -> None:
         if len(self.head) < TRACEBACK_MAX_LINES and self.head_bytes + len(text) <= TRACEBACK_MAX_BYTES:
@@ -342,8 +344,8 @@ class LogScanner:
                 error_type=etype,
                 message=message,
                 traceback=tb.text(),
-                kind="traceback",
                 timestamp=tb.timestamp,
+                kind="orphan_line" if tb.orphan else "traceback",
                 truncated=tb.omitted > 0 or len(tb.tail) > 0,
                 complete=complete,
                 statement=stated.name if stated is not None else None,
@@ -384,6 +386,9 @@ class LogScanner:
             error.kind, error.statement = "statement", stated.name
             self._add_error(error, None)
             return
+        if (carried := watchdog_cuda_payload(stripped)) is not None:  # the watchdog carries a CUDA error: causal
+            self._add_error(self._line_error(lineno, "CUDAError", carried, stripped, timestamp), None)
+            return
         # Teardown next (§7): prose that names a signal or an error word is not a cause.
         rule = teardown_for(stripped, error_seen=self._error_seen)
         if rule is not None:
@@ -403,6 +408,13 @@ class LogScanner:
                 if etype == "C++ exception":
                     self._pending_terminate = error
                 return
+        if orphan := ORPHAN_EXCEPTION.match(stripped):
+            # Read as a traceback already past its frames: the indented lines after it continue its message
+            # (`Error(s) in loading state_dict for X:` then `\tsize mismatch for …`), the next plain line ends it.
+            self._tb = _Traceback(lineno, timestamp)
+            self._tb.add(stripped)
+            self._tb.current = (orphan.group("type"), orphan.group("msg").strip())
+            self._tb.state, self._tb.orphan = "tail", True
 
     def _line_error(
         self, lineno: int, etype: str, message: str, line: str, timestamp: datetime | None

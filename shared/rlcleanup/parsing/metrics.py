@@ -39,9 +39,12 @@ _RAY_PREFIX = re.compile(r"^\([^()]*\bpid=\d+[^()]*\) ?")
 # torch.distributed's per-rank prefix (`[rank3]:` before every line a rank prints, tracebacks included).
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 # vLLM's logger: `ERROR 08-06 21:18:16 [core.py:711] ` (vllm/logger.py _FORMAT: no year in the stamp).
+# vLLM before 0.8 wrote the location without its opening bracket: `ERROR 11-18 18:07:28 engine.py:366] `.
 _VLLM_PREFIX = re.compile(
-    r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.\d+)? \[[\w./-]+:\d+\] ?"
+    r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.\d+)? \[?[\w./-]+:\d+\] ?"
 )
+# docker compose's service prefix (`vllm-1  | `): the service name, its replica number, then a bar.
+_COMPOSE_PREFIX = re.compile(r"^[a-z][\w.-]*-\d+ +\| ")
 _MAX_PREFIXES = 6  # `(Worker_TP2 pid=1) (Worker_TP5 pid=2) [rank0]: 2026-...` nests a few deep, never more
 _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _MIRROR = re.compile(r"WANDB_MIRROR\b(?P<attrs>.*?)\bmetrics=")
@@ -84,7 +87,7 @@ def clean_line(raw: str) -> CleanLine:
     timestamp = None
     month_day_time = None
     for _ in range(_MAX_PREFIXES):
-        match = _RAY_PREFIX.match(text) or _RANK_PREFIX.match(text)
+        match = _RAY_PREFIX.match(text) or _RANK_PREFIX.match(text) or _COMPOSE_PREFIX.match(text)
         if match:
             text = text[match.end() :]
             continue

@@ -138,7 +138,8 @@ TEARDOWN: tuple[TeardownWording, ...] = (
     ),
     _w(
         "signal",
-        r"(?i)received signal (?:15|2|SIGTERM|SIGINT)\b|\bsignal 15\b|sending SIGTERM|got SIGTERM|\bSIGTERM\b"
+        # The bare names only in capitals: a run or path named `math-rl-sigterm` says nothing about a signal.
+        r"(?i:received signal (?:15|2|SIGTERM|SIGINT)\b|\bsignal 15\b|sending SIGTERM|got SIGTERM)|\bSIGTERM\b"
         r"|\bSIGINT\b",
         "termination signal: the job was being stopped",
         IRIS + " / " + SKYRL,
@@ -147,7 +148,7 @@ TEARDOWN: tuple[TeardownWording, ...] = (
     _w("cancelled", r"CancelledError", "asyncio cancellation during shutdown", "cpython asyncio"),
     _w(
         "slurm_cancelled",
-        r"\*\*\* (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT",
+        r"\*\*\* (?:JOB|STEP) [\w.]+ (?:ON \S+ )?CANCELLED AT",  # Slurm < 17.11 names the node after the time
         "Slurm cancelled the job (time limit, preemption, scancel)",
         SLURM,
     ),
@@ -188,6 +189,10 @@ def client_connection_error(error_type: str, message: str) -> bool:
 
 # What stays causal though it looks like teardown (§7).
 _CAUSAL_WHAT = re.compile(r"what\(\):\s*.*?\b(?P<msg>(?:CUDA error|NCCL error)\b.*)")
+# ProcessGroupNCCL's watchdog reporting the CUDA error that killed its stream (`[PG ID 2 …] Process group watchdog
+# thread terminated with exception: CUDA error: an illegal memory access was encountered`): the CUDA error is the
+# cause, the watchdog only carries it (pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp).
+_WATCHDOG_CUDA = re.compile(r"watchdog thread terminated with exception: (?P<msg>CUDA error: .*)")
 VLLM_FATAL_HEADER = re.compile(r"EngineCore encountered a fatal error\.")  # vllm/v1/engine/core.py
 
 
@@ -205,6 +210,12 @@ def causal_what_payload(text: str) -> str | None:
     """`  what():  CUDA error: an illegal memory access ...` -> the CUDA/NCCL error message, else None."""
     match = _CAUSAL_WHAT.search(text)
     return match.group("msg").strip() if match else None
+
+
+def watchdog_cuda_payload(text: str) -> str | None:
+    """`… watchdog thread terminated with exception: CUDA error: …` -> `an illegal memory access …`, else None."""
+    match = _WATCHDOG_CUDA.search(text)
+    return match.group("msg").removeprefix("CUDA error:").strip() if match else None
 
 
 def by_name(name: str | None) -> TeardownWording | None:

@@ -39,9 +39,18 @@ PREEMPTION = (
 )
 TORCH_NCCL = "pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, NCCL src/misc/utils (ncclResult strings)"
 CLOUD_STORAGE = "google-api-core exceptions / botocore exceptions / gcsfs retry"
+IRIS_TPU_HEALTH = "marin-community/marin lib/iris/src/iris/cluster/worker/tpu_health.py detect_tpu_init_failure"
+VLLM_KV_CACHE = "vllm vllm/worker/worker.py raise_if_cache_size_invalid, vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory"
+SLURM_TIME_LIMIT = (
+    "SchedMD/slurm slurmstepd (`*** JOB N ON host CANCELLED AT … DUE TO TIME LIMIT ***`): the run asked too little"
+)
+WANDB = "wandb wandb/errors/errors.py (CommError: the W&B service or its storage refused or failed a request)"
 CLIENTS = "requests / urllib3 / aiohttp / httpx / huggingface_hub file_download.py (parsing/teardown.py)"
 OMEGACONF = "omegaconf omegaconf/errors.py, hydra hydra/errors.py (ConfigCompositionException)"
-TORCH_SHAPES = "pytorch torch/nn/modules/module.py load_state_dict (`size mismatch for`), aten shape checks"
+TORCH_SHAPES = (
+    "pytorch torch/nn/modules/module.py load_state_dict (`size mismatch for`), aten shape checks,"
+    " torch/distributed/checkpoint/default_planner.py (`Size mismatch between saved … and current`)"
+)
 AUTH = "huggingface_hub errors.py (GatedRepoError, RepositoryNotFoundError), google-auth, botocore"
 SKYRL_VALIDATE = "SkyRL skyrl_train/utils/utils.py validate_batch_sizes (`... should be divisible by ...`)"
 TORCH_OOM = "pytorch c10/cuda/CUDACachingAllocator.cpp (`CUDA out of memory. Tried to allocate`)"
@@ -70,6 +79,12 @@ FAILURE_RULES: tuple[FailureRule, ...] = (
         CUDA_RUNTIME,
     ),
     _r(
+        "accelerator_init",
+        INFRA,
+        r"TPU initialization failed|Couldn't open iommu group|/dev/vfio/\d+\): Device or resource busy",
+        IRIS_TPU_HEALTH,
+    ),
+    _r(
         "ray_memory_monitor",
         INFRA,
         r"ray\.NodeOutOfMemory|NODE_OUT_OF_MEMORY|killed due to the node running low on memory"
@@ -82,6 +97,12 @@ FAILURE_RULES: tuple[FailureRule, ...] = (
         r"^(?:CgroupOOMKill|OOMKill|kubernetes\.OOMKilled):|invoked oom-killer|Memory cgroup out of memory"
         r"|Out of memory: Killed process|\bOOMKilled\b",
         LINUX_OOM,
+    ),
+    _r(
+        "external_kill",
+        INFRA,
+        r"^torchelastic\.WorkerKilled:|exitcode: -9\b|(?i:signal 9 \(SIGKILL\) received by PID)",
+        "pytorch torch/distributed/elastic (a worker SIGKILLed from outside: the OOM killer, the node, a person)",
     ),
     _r("disk_full", INFRA, r"No space left on device|\[Errno 28\]|\bENOSPC\b|Disk quota exceeded", "cpython OSError"),
     _r(
@@ -129,16 +150,18 @@ FAILURE_RULES: tuple[FailureRule, ...] = (
         INFRA,
         r"google\.api_core\.exceptions\.(?:ServiceUnavailable|InternalServerError|TooManyRequests|GatewayTimeout"
         r"|DeadlineExceeded)|botocore\.exceptions\.(?:EndpointConnectionError|ReadTimeoutError|ConnectTimeoutError)"
-        r"|\bSlowDown\b|503 Service Unavailable|gcsfs\.retry\.HttpError",
+        r"|\bSlow ?Down\b|503 Service Unavailable|gcsfs\.retry\.HttpError|\b50[0234] Server Error\b",
         CLOUD_STORAGE,
     ),
     _r(
         "network_error",
         INFRA,
         r"still failing after \d+ attempts|Temporary failure in name resolution|Name or service not known"
-        r"|Network is unreachable|(?:Read|Connect)Timeout(?:Error)?\b",
+        r"|Network is unreachable|(?:Read|Connect)Timeout(?:Error)?\b|\b429 Client Error\b|Too Many Requests"
+        r"|DistStoreError|DistNetworkError|\bSocket Timeout\b|client socket has timed out",
         CLIENTS,
     ),
+    _r("tracking_service", INFRA, r"wandb\.errors\.(?:errors\.)?CommError|\bCommError\b", WANDB),
     # --- configuration: what the experiment's author wrote
     _r(
         "config_key",
@@ -150,7 +173,7 @@ FAILURE_RULES: tuple[FailureRule, ...] = (
     _r(
         "shape_mismatch",
         CONFIG,
-        r"size mismatch for|shape mismatch|shapes cannot be multiplied|The size of tensor a \(\d+\) must match"
+        r"(?i:size mismatch (?:for|between saved))|shape mismatch|shapes cannot be multiplied|The size of tensor a \(\d+\) must match"
         r"|mismatched shapes",
         TORCH_SHAPES,
     ),
@@ -165,8 +188,15 @@ FAILURE_RULES: tuple[FailureRule, ...] = (
         "missing_file",
         CONFIG,
         r"FileNotFoundError|No such file or directory|\[Errno 2\]|does not appear to have a file named"
-        r"|EntryNotFoundError|ModuleNotFoundError|No module named",
+        r"|EntryNotFoundError|ModuleNotFoundError|No module named|ImportError: .*undefined symbol",
         "cpython OSError / importlib / huggingface_hub",
+    ),
+    _r(
+        "engine_memory_config",
+        CONFIG,
+        r"No available memory for the cache blocks|Try increasing `gpu_memory_utilization`"
+        r"|larger than the available KV cache memory",
+        VLLM_KV_CACHE,
     ),
     _r(
         "bad_value",
@@ -174,11 +204,12 @@ FAILURE_RULES: tuple[FailureRule, ...] = (
         r"(?i)should be divisible by|must be divisible by|must be (?:a multiple of|one of)|invalid choice",
         SKYRL_VALIDATE,
     ),
+    _r("time_limit", CONFIG, r"DUE TO TIME LIMIT|\bTIMEOUT\b.*\bwall ?time\b", SLURM_TIME_LIMIT),
     # --- training: the model and its optimisation
     _r(
         "cuda_oom",
         TRAINING,
-        r"torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED",
+        r"torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory|CUDA (?:driver )?error: out of memory|CUBLAS_STATUS_ALLOC_FAILED",
         TORCH_OOM,
     ),
     _r(
@@ -195,6 +226,7 @@ REWARD_METRIC = "reward/avg_raw_reward"
 REWARD_TAIL, REWARD_MIN_POINTS, REWARD_COLLAPSE = 3, 6, 0.1
 REWARD_RULE = FailureRule("reward_collapse", TRAINING, re.compile(r"$^"), f"{REWARD_METRIC} (SkyRL trainer)")
 NO_RULE = "no_rule"
+MAX_CONTINUATION_CHARS = 2000  # of an exception's message continuation lines, read for the class
 
 _RAY_NODE = re.compile(r"/(?:ray_session_logs|debug_artifacts)/rank(?P<rank>\d+)-(?P<host>[^/]+)/")
 _RECEIPT = re.compile(r"/outcomes/[^./]+\.(?P<host>[^/]+?)\.\d+\.\d+(?:\.exception)?\.json$")
@@ -234,7 +266,13 @@ def _evidence(rule: FailureRule, read: str, text: str, uri: str | None) -> Failu
 
 
 def _cause_text(cause: FailureCause) -> str:
-    return f"{cause.error_type}: {cause.message}"
+    """`ErrorType: message`, and the lines after the traceback's final exception line (a message continues there:
+    `Error(s) in loading state_dict for X:` then `\tsize mismatch for …`), never its frames."""
+    text = f"{cause.error_type}: {cause.message}"
+    lines = (cause.traceback or "").splitlines()
+    last = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith(cause.error_type)), None)
+    tail = "\n".join(lines[last + 1 :]) if last is not None else ""
+    return f"{text}\n{tail[:MAX_CONTINUATION_CHARS]}" if tail.strip() else text
 
 
 def reward_collapsed(series: Mapping[int, float]) -> bool:

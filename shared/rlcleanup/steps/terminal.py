@@ -22,7 +22,7 @@ from rlcleanup.parsing.log_scanner import ErrorCandidate, TrainerEvent
 from rlcleanup.parsing.metrics import StitchedMetrics, stitch
 from rlcleanup.steps.budget import resolve_budget, step_budget
 from rlcleanup.steps.evidence_sources import FoundReceipt, SourceKind
-from rlcleanup.steps.first_cause import FirstError, earliest_in_attempt, find_first_cause
+from rlcleanup.steps.first_cause import FirstError, find_first_cause, first_causal_in_attempt
 from rlcleanup.steps.layout import AttemptFiles, RunLayout
 from rlcleanup.steps.marin import LOCK_STALE_SECONDS
 from rlcleanup.steps.precedence import Inputs, Source, decide, lock_fresh
@@ -82,7 +82,7 @@ def _attempt_model(att: AttemptFiles, scan: AttemptScan | None, stitched: Stitch
     state = resp.get("state") or resp.get("iris_job_state")
     failure = resp.get("failure") if isinstance(resp.get("failure"), str) else None
     if scan is not None:
-        first = earliest_in_attempt(scan, True)
+        first = first_causal_in_attempt(scan)
         if state is None:
             done = any(scan.has_event(k) for k in (EventKind.training_done, EventKind.resumed_already_complete))
             stopped = scan.has_event(EventKind.controller_stopped)  # e.g. a Slurm time limit ends a link
