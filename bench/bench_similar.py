@@ -1,12 +1,13 @@
-"""Learning across runs: time per "earlier runs with the same signature" lookup as the record store grows
+"""Learning across runs: time per "other runs with the same signature" lookup as the record store grows
 (issue 39), on SQLite and on the Firestore emulator.
 
 The store holds the sample history (samples/history.py: the current run, two earlier runs with its signature, a
 near miss, a fixed experiment) plus filler records, each failed with a signature of its own (every tenth
 completed), grown in steps (`--sizes`, default 1,000 / 5,000 / 10,000 records). At each size:
 - `runs_where`: the one indexed query (signature ==, ended before the current run, newest first, limit 21);
-- `similar_runs`: the whole lookup the record and `rlcleanup similar` make (that query, then one experiment query
-  per earlier failed run for what fixed it, and the kept configurations it diffs);
+- `similar_runs`: the whole lookup the record and `rlcleanup similar` make (two signature queries: up to the current
+  run's second, and the newest, for the runs after it; then one experiment query per listed failed run for what
+  fixed it, and the kept configurations it diffs);
 - SQLite only, for contrast: the same answer by a scan of every record (what the lookup would cost unindexed).
 Median of `--repeat` lookups after one warm-up. Prints figures; asserts nothing about time.
 
@@ -56,7 +57,7 @@ def measure(name: str, records: RunRecords, sizes: list[int], repeat: int, scan:
     current = records.get(history.current)
     assert current is not None and current.signature is not None
     signature, ended = current.signature, current.ended_at
-    expected = list(history.oom_earlier)
+    expected = [history.later_same, *history.oom_earlier]  # before and after this run
     stored = 0
     for size in sizes:
         seconds = grow(records, stored, size)

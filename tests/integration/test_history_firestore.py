@@ -23,9 +23,13 @@ def test_similar_runs_and_their_fix_on_firestore(stack: StackState, firestore_cl
     current = records.get(history.current)
     assert current is not None and current.signature is not None
     found = similar_runs(records, current)
-    assert [s.run_id for s in found] == list(history.oom_earlier)
-    assert found[0].fix is None
-    fix = found[1].fix
+    # Before and after this run (issue 44 item 7): the run that failed the same way later is listed, as after.
+    assert [(s.run_id, s.came) for s in found] == [
+        (history.later_same, "after"),
+        *((run_id, "before") for run_id in history.oom_earlier),
+    ]
+    assert found[1].fix is None
+    fix = found[2].fix
     assert fix is not None and fix.completed_run_id == history.fixed_by
     assert fix.changes == [ConfigChange(key="trainer.micro_train_batch_size_per_gpu", before="8", after="4")]
     # The console's "every infrastructure failure" query finds the NCCL run, with the plain client.

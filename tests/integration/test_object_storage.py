@@ -190,6 +190,11 @@ def test_listings_carry_creation_time_so_temp_objects_know_when_they_die(store: 
     temp = listed[store.uri("tmp/ttl=3d/skyrl/users/a/job/checkpoints/latest_ckpt_global_step.txt")]
     durable = listed[store.uri("users/a/skyrl/job/resolved-skyrl.json")]
     assert temp.created is not None and temp.created >= before
+    # The backend declares its lifecycle rule on what it lists (ports/lifecycle.py): fake-gcs is GCS (the Age
+    # condition), SeaweedFS an S3-compatible store (created + N days, assumed); AWS would round to midnight UTC.
+    from rlcleanup.ports.lifecycle import GCS_AGE, S3_COMPATIBLE_EXPIRATION
+
+    assert temp.lifecycle is (GCS_AGE if store.scheme == "gs" else S3_COMPATIBLE_EXPIRATION)
     dies = expires_at(temp)
     assert dies is not None and dies == temp.created + timedelta(days=3)
     assert expires_at(durable) is None

@@ -91,7 +91,7 @@ def test_wrapup_lists_the_earlier_run_that_died_the_same_way(runs: tuple[Path, d
     assert [(s.run_id, s.failure_class, s.terminal_state, s.fix) for s in later.similar_runs] == [
         (earlier.run_id, TRAINING, "failed", None)
     ]
-    assert earlier.similar_runs == []  # recorded first: nothing earlier
+    assert earlier.similar_runs == []  # wrapped up first: layout-d was not recorded yet
 
 
 def test_similar_cli_text_and_json(runs: tuple[Path, dict[str, CompletionRecord]]) -> None:
@@ -104,14 +104,22 @@ def test_similar_cli_text_and_json(runs: tuple[Path, dict[str, CompletionRecord]
         "class: training (rule cuda_oom, from the cause)",
         f"decided by: {records['layout-d'].first_failure_cause.source_uri}",  # type: ignore[union-attr]
         f"signature: {records['layout-d'].signature}",
-        "earlier runs with this signature: 1",
-        f"run {earlier} failed the same way; no later run of its experiment has completed: nothing known about a fix",
+        f"other runs with this signature: 1 (1 before this run, 0 after; run {earlier} came first)",
+        f"before: run {earlier} failed the same way; no later run of its experiment has completed: nothing known "
+        "about a fix",
     ]
     result = runner.invoke(app, ["similar", run_id, "--db", str(db), "--json"])
     payload = json.loads(result.stdout)
     assert (payload["failure_class"], payload["signature"]) == ("training", records["layout-d"].signature)
-    assert [s["run_id"] for s in payload["similar_runs"]] == [earlier]
+    assert [(s["run_id"], s["came"]) for s in payload["similar_runs"]] == [(earlier, "before")]
     assert payload["signature_basis"]["frames"][0] == "utils/torch_utils.py:logprobs_from_logits"
+    # Asked live, the run that failed first sees the one that failed after it (issue 44 item 7).
+    result = runner.invoke(app, ["similar", earlier, "--db", str(db)])
+    assert result.stdout.splitlines()[-2:] == [
+        "other runs with this signature: 1 (0 before this run, 1 after; this run came first)",
+        f"after: run {run_id} failed the same way; no later run of its experiment has completed: nothing known "
+        "about a fix",
+    ]
     missing = runner.invoke(app, ["similar", "no-such-run", "--db", str(db)])
     assert missing.exit_code == 1
 

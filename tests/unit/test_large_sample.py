@@ -83,8 +83,12 @@ def test_pipeline_finds_the_buried_oom_and_completes(medium: tuple[Path, Path], 
     record = run_embedded(str(run), db_path=tmp_path / "r.db", preserve_root=str(tmp_path / "p"))
     assert record is not None
     assert record.terminal_state is not None and record.terminal_state.value == "completed"
-    # A completed run keeps no failure cause; the reasoning still cites the first causal error, file and line.
-    cited = next(r for r in record.terminal_reasoning if r.startswith("First causal error:"))
+    # A completed run keeps no failure cause; the reasoning still cites the error it recovered from, file and line,
+    # never as the first causal error (issue 44: the reasoning names no cause the field lacks).
+    assert record.first_failure_cause is None
+    assert not any(r.startswith("First causal error") for r in record.terminal_reasoning)
+    cited = next(r for r in record.terminal_reasoning if r.startswith("An error was logged,"))
+    assert "it is not the run's failure cause" in cited
     assert "torch.OutOfMemoryError: CUDA out of memory" in cited
     uri, line = re.search(r" at (\S+\.err):(\d+) \(attempt (\w+)\)", cited).group(1, 2)  # type: ignore[union-attr]
     assert "/ray_session_logs/worker-" in uri

@@ -376,8 +376,10 @@ def test_controller_success_but_budget_not_reached(tmp_path: Path) -> None:
     run = build(tmp_path / "a", [att], trainer={"max_steps": 4}, marker=2, executor_status="SUCCESS")
     v = verdict(run)
     assert v.terminal_state == TerminalState.indeterminate
-    assert said(v, "reads 2, short of the budget 4")
-    assert said(v, "controller reported success but the durable outputs do not show the budget reached")
+    assert said(v, "reads 2 (the budget is 4)") and said(
+        v, "Budget: the durable outputs do not show the budget 4 reached"
+    )
+    assert said(v, "controller reported success but the durable outputs do not show the budget 4 reached")
 
     att2 = Att("a00000000001", "2025-03-01T00:00:00Z", finelog=[mirror(1), *tb("ValueError: x")])
     v2 = verdict(build(tmp_path / "b", [att2], trainer={"max_steps": 4}), event_state="SUCCEEDED", event_source="ray")

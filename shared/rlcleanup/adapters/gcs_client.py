@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rlcleanup.adapters import gcs_media
 from rlcleanup.adapters.gcs_media import MediaConnections, MediaError
 from rlcleanup.ports import usage
+from rlcleanup.ports.lifecycle import GCS_AGE
 from rlcleanup.ports.storage import ObjectInfo, StorageError
 from rlcleanup.settings import platform
 
@@ -94,6 +95,7 @@ def info_from_blob(blob: Any) -> ObjectInfo:
         created=blob.time_created,
         generation=blob.generation,
         fingerprint=f"gen:{blob.generation}" if blob.generation is not None else None,
+        lifecycle=GCS_AGE,
     )
 
 
@@ -267,6 +269,7 @@ def info_from_json(bucket: str, meta: dict[str, Any]) -> ObjectInfo:
         created=_rfc3339_nanos_to_datetime(created) if created is not None else None,
         generation=generation,
         fingerprint=f"gen:{generation}" if generation is not None else None,
+        lifecycle=GCS_AGE,
     )
 
 

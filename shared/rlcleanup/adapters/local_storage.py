@@ -16,6 +16,7 @@ from pathlib import Path
 import google_crc32c
 
 from rlcleanup.errors import ObjectTooLarge
+from rlcleanup.ports.lifecycle import LOCAL_MIRROR
 from rlcleanup.ports.lines import bounded_lines
 from rlcleanup.ports.storage import ChildPage, ObjectInfo, UnsafePathError, WriteOutcome, stat_fingerprint
 from rlcleanup.uris import strip_file_scheme
@@ -102,6 +103,7 @@ class LocalStorage:
             updated=datetime.fromtimestamp(st.st_mtime, UTC),
             created=datetime.fromtimestamp(st.st_mtime, UTC),  # a local mirror has no creation time: its last write
             fingerprint=stat_fingerprint(st),
+            lifecycle=LOCAL_MIRROR,
         )
 
     def stat(self, uri: str) -> ObjectInfo | None:

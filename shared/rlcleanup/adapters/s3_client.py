@@ -34,6 +34,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from rlcleanup.ports.lifecycle import (
+    AWS_S3_EXPIRATION,
+    COREWEAVE_EXPIRATION,
+    S3_COMPATIBLE_EXPIRATION,
+    LifecycleRule,
+)
 from rlcleanup.ports.storage import StorageAccessError, StorageError, UnsafePathError
 from rlcleanup.settings import S3Settings, SettingsError, s3_endpoint_specs
 
@@ -142,6 +148,22 @@ def named_endpoints(environ: Mapping[str, str] | None = None) -> list[S3Endpoint
             )
         )
     return out
+
+
+# CoreWeave AI Object Storage's endpoints (run-layout-v2.md §8): the public one and the in-cluster LOTA one.
+COREWEAVE_HOSTS = ("cwobject.com", "cwlota.com")
+
+
+def lifecycle_rule(endpoint: S3Endpoint) -> LifecycleRule:
+    """Which store an endpoint reaches, for how its lifecycle dates a deletion (ports/lifecycle.py): no endpoint or
+    an `amazonaws.com` host is AWS itself; CoreWeave's hosts are CoreWeave; anything else (R2, SeaweedFS, MinIO) is
+    an S3-compatible store whose rounding is unknown."""
+    host = (urllib.parse.urlsplit(endpoint.endpoint_url or "").hostname or "").lower()
+    if endpoint.endpoint_url is None or host == "amazonaws.com" or host.endswith(".amazonaws.com"):
+        return AWS_S3_EXPIRATION
+    if any(host == h or host.endswith("." + h) for h in COREWEAVE_HOSTS):
+        return COREWEAVE_EXPIRATION
+    return S3_COMPATIBLE_EXPIRATION
 
 
 def map_error(exc: BaseException, what: str, endpoint: S3Endpoint) -> BaseException:

@@ -26,12 +26,14 @@ from rlcleanup.adapters.s3_client import (
     S3Endpoint,
     build_store,
     default_endpoint,
+    lifecycle_rule,
     map_error,
     named_endpoints,
     object_key,
 )
 from rlcleanup.adapters.s3_copy import Precondition, ServerSideCopier, botocore_client
 from rlcleanup.adapters.s3_streams import StreamDigest, _ChunkReader
+from rlcleanup.ports.lifecycle import LifecycleRule
 from rlcleanup.ports.lines import bounded_lines
 from rlcleanup.ports.storage import (
     ChildPage,
@@ -90,6 +92,10 @@ class S3Storage(RemoteObjects):
                 return ep
         return self.default
 
+    def lifecycle_for(self, bucket: str) -> LifecycleRule:
+        """How `bucket`'s store dates a lifecycle deletion: the endpoint says which store it is (s3_client)."""
+        return lifecycle_rule(self.endpoint_for(bucket))
+
     def _store(self, bucket: str) -> S3Store:
         with self._lock:
             store = self._stores.get(bucket)
@@ -115,7 +121,7 @@ class S3Storage(RemoteObjects):
             meta = self._call(uri, bucket, obstore.head, key)
         except FileNotFoundError:
             return None
-        return _info(bucket, meta)
+        return _info(bucket, meta, self.lifecycle_for(bucket))
 
     def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
         # The port's name order: S3 servers differ (SeaweedFS lists by its directory tree, so `a/b.txt` comes before
@@ -140,7 +146,7 @@ class S3Storage(RemoteObjects):
                         int(meta["size"]) == 0 and self.stat(f"s3://{bucket}/{meta['path']}") is None
                     ):
                         continue
-                    yield _info(bucket, meta)
+                    yield _info(bucket, meta, self.lifecycle_for(bucket))
         except FileNotFoundError:
             return
         except (StorageAccessError, StorageError):
@@ -173,7 +179,7 @@ class S3Storage(RemoteObjects):
         page, rest = after[:page_size], after[page_size:]
         return ChildPage(
             [n for n in page if n not in objects],
-            [_info(bucket, objects[n]) for n in page if n in objects],
+            [_info(bucket, objects[n], self.lifecycle_for(bucket)) for n in page if n in objects],
             page[-1] if rest else None,
         )
 
@@ -410,7 +416,7 @@ def _copy_create(store: Any, src: str, dst: str) -> None:
         raise _Exists() from None
 
 
-def _info(bucket: str, meta: Mapping[str, Any]) -> ObjectInfo:
+def _info(bucket: str, meta: Mapping[str, Any], lifecycle: LifecycleRule) -> ObjectInfo:
     etag = meta.get("e_tag")
     modified = meta.get("last_modified")
     # An overwrite gets a new Last-Modified from the server (clients cannot set it), even with the same ETag.
@@ -426,4 +432,5 @@ def _info(bucket: str, meta: Mapping[str, Any]) -> ObjectInfo:
         etag=etag.strip('"') if etag else None,
         version=meta.get("version"),
         fingerprint=fingerprint,
+        lifecycle=lifecycle,
     )

@@ -38,7 +38,7 @@ def _steps(first: int | None, last: int | None) -> str:
 
 
 def failure_section(r: CompletionRecord) -> list[str]:
-    """Learning across runs (steps/history.py): the failure class, the signature, the earlier runs and their fixes;
+    """Learning across runs (steps/history.py): the failure class, the signature, the other runs (before, after) and their fixes;
     nothing for a run that did not fail."""
     if r.failure_class is None:
         return []

@@ -1,4 +1,5 @@
-"""`rlcleanup similar RUN_ID`: the earlier runs that failed the way this one did, and what fixed them.
+"""`rlcleanup similar RUN_ID`: the other runs that failed the way this one did, before and after it, which came
+first, and what fixed them.
 
 Computed live from the record store (the run's signature, then the store's indexed lookups: steps/history.py), so
 runs recorded after this one finished, and fixes that came later, are included. The record's own `similar_runs` is
@@ -25,7 +26,8 @@ def similar(
     project: ProjectOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The run's failure class and signature, the earlier runs with the same signature (newest first, at most 20)
+    """The run's failure class and signature, every other run with the same signature, before and after this one
+    (newest first, at most 20 on each side; runs that ended at the same instant ordered by run id), which came first,
     and, for each, what the next completed run of its experiment changed in its configuration."""
     opened = open_store(backend_name(backend), db_path(db), project)
     record = get_record(opened, run_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -65,10 +66,17 @@ class KnownFix(_Model):
 
 
 class SimilarRun(_Model):
-    """An earlier run whose first cause has the same signature."""
+    """Another run whose first cause has the same signature, ended before or after this one."""
 
     run_id: str
     ended_at: datetime | None = None
+    came: Literal["before", "after"] | None = Field(
+        default=None,
+        description="whether it ended before or after this run: by ended_at, a tie (the same instant) by run id; "
+        "None on records written before the field (they listed earlier runs only)",
+    )
+    same_second: bool = Field(default=False, description="it ended in the same second as this run")
+    tied: bool = Field(default=False, description="it ended at the same instant as this run: ordered by run id")
     failure_class: FailureClass | None = None
     terminal_state: str | None = None
     status: str | None = None

@@ -454,7 +454,8 @@ class CompletionRecord(_Model):
     )
     similar_runs: list[SimilarRun] = Field(
         default_factory=list,
-        description="earlier runs with the same signature, newest first (at most 20), with what fixed them",
+        description="other runs with the same signature, before or after this one (at most 20 each side), newest "
+        "first, with what fixed them",
     )
     # --- end of learning across runs
     ended_at: datetime | None = Field(

@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 
 from rlcleanup.errors import PermanentError, TransientError
 from rlcleanup.models.vocab import Visibility
+from rlcleanup.ports.lifecycle import LifecycleRule
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class ObjectInfo:
     # user, so an edit followed by `touch -d` still shows); S3 the ETag, Last-Modified and version id. A grant's
     # digest covers it, so a grant authorizes exactly the object versions that were validated (docs/authority.md).
     fingerprint: str | None = None
+    # How the backend that listed it dates its lifecycle deletion (ports/lifecycle.py): a fact the backend declares,
+    # so expiry is never read off the URI's scheme. None: built by hand (a test, a destination), not listed.
+    lifecycle: LifecycleRule | None = None
 
 
 # (defined here, not in the local adapter: pinned copies in authority/ compare a descriptor's fstat with it)

@@ -1,5 +1,5 @@
-"""The report's "Seen before?" section: the failure class, the signature and the earlier runs that failed the same
-way with what fixed them (steps/history.py, docs/failures.md). A block of its own, rendered by both formats."""
+"""The report's "Seen before?" section: the failure class, the signature and the other runs that failed the same
+way (before or after this one) with what fixed them (steps/history.py, docs/failures.md). A block of its own, rendered by both formats."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def failure_section(r: CompletionRecord) -> Section | None:
     if ev is not None and ev.evidence_uri:
         blocks.append(Para(f"evidence: {ev.evidence_uri}"))
     if r.signature is None:
-        blocks.append(Para("No first cause to fingerprint: earlier runs cannot be matched.", WARN))
+        blocks.append(Para("No first cause to fingerprint: other runs cannot be matched.", WARN))
         return Section("Seen before?", "failures", blocks)
     basis = r.signature_basis
     rows = [["signature", r.signature]]
@@ -33,7 +33,11 @@ def failure_section(r: CompletionRecord) -> Section | None:
     if basis is not None:  # the cause section already says the message: its normalised form is a detail, folded
         blocks.append(Code(basis.message, summary="the message as the signature reads it (normalised)"))
     if not r.similar_runs:
-        blocks.append(Para("No earlier run failed the same way: nothing known.", WARN))
+        blocks.append(
+            Para(
+                "No other run had failed the same way at wrap-up: nothing known (`rlcleanup similar` asks again).", WARN
+            )
+        )
     else:
         blocks.append(Bullets([fix_sentence(run) for run in r.similar_runs]))
     return Section("Seen before?", "failures", blocks)

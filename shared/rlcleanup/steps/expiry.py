@@ -1,7 +1,9 @@
 """When a run's evidence dies (run-layout-v3.md §1): every object under a `tmp/ttl=<N>d/` prefix is deleted by the
 bucket's lifecycle rule N days after its creation (MarinSkyRL `cloud/iris/storage_policy.py`: ALLOWED_STORAGE_TTL_DAYS,
-default 14), so its expiry is `created + N days`, computable from the listing alone (GCS timeCreated, S3
-Last-Modified, a local file's mtime: ports.storage.ObjectInfo.created).
+default 14), computable from the listing alone (GCS timeCreated, S3 Last-Modified, a local file's mtime:
+ports.storage.ObjectInfo.created) and the rule the listing backend declares (`ObjectInfo.lifecycle`,
+ports/lifecycle.py): GCS's Age condition at created + N days, AWS S3 rounded up to the next midnight UTC, CoreWeave
+and other S3-compatible stores at created + N days (assumed).
 
 What this module decides:
 - an object's expiry, and the earliest of a group (a capture part, an evidence class, a candidate);
@@ -22,6 +24,7 @@ from datetime import datetime, timedelta
 from rlcleanup.formats.export_request import COMPLETE, describe
 from rlcleanup.models.record import Candidate, ExpiredEvidence
 from rlcleanup.models.vocab import CandidateState
+from rlcleanup.ports.lifecycle import GCS_AGE, LifecycleRule
 from rlcleanup.ports.storage import ObjectInfo, Storage
 from rlcleanup.steps import layout_d
 from rlcleanup.steps.deferred_export import EXPORT_TOOL
@@ -40,11 +43,20 @@ def ttl_days(uri: str) -> int | None:
     return int(found[1]) if found else None
 
 
+def lifecycle_of(info: ObjectInfo) -> LifecycleRule:
+    """The lifecycle rule the object's backend declared when it listed it; an object built by hand (no backend
+    listed it) is dated by the Age rule, created + N days."""
+    return info.lifecycle or GCS_AGE
+
+
 def expires_at(info: ObjectInfo) -> datetime | None:
-    """created + N days for an object under `tmp/ttl=<N>d/`; None on durable storage or without a creation time."""
+    """When the lifecycle rule deletes an object under `tmp/ttl=<N>d/`, by its backend's own rule (ports/lifecycle.py:
+    GCS's Age condition created + N days; AWS S3 created + N days rounded up to the next midnight UTC; CoreWeave and
+    other S3-compatible stores created + N days, a stated assumption); None on durable storage or without a creation
+    time."""
     days = ttl_days(info.uri)
     born = info.created or info.updated
-    return born + timedelta(days=days) if days is not None and born is not None else None
+    return lifecycle_of(info).expires(born, days) if days is not None and born is not None else None
 
 
 def earliest(stamps: Iterable[datetime | None]) -> datetime | None:
@@ -177,7 +189,8 @@ def expired_evidence(storage: Storage, layout: RunLayout, now: datetime) -> list
     gone: list[ExpiredEvidence] = []
     for what, uri in empty:
         days = ttl_days(uri) or 0
-        after = born + timedelta(days=days) if born is not None else None
+        # The temp area lies in the run's bucket (or its store's): dated by the rule of the backend the config is on.
+        after = lifecycle_of(config).expires(born, days) if config is not None and born is not None else None
         gone.append(ExpiredEvidence(what=what, uri=uri, ttl_days=days, expired_after=after, found_gone_at=now))
     return gone
 

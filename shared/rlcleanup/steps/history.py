@@ -1,8 +1,8 @@
-"""Learning across runs: a failed run's class and signature, the earlier runs that died the same way, and what
-fixed them (docs/failures.md).
+"""Learning across runs: a failed run's class and signature, the other runs that died the same way (before it and
+after it, ties in one second ordered by run id), and what fixed them (docs/failures.md).
 
 Everything here reads the record store through the `RunRecords` port, by its indexed lookups only
-(`runs_where`: signature, experiment), each bounded: a run's history costs 1 + FIX_LOOKUPS queries however many
+(`runs_where`: signature, experiment), each bounded: a run's history costs 2 + FIX_LOOKUPS queries however many
 records the store holds. A run's resolved configuration is kept flattened beside its record (the auxiliary
 document `run_configs/{run_id}`, written at wrap-up), so what changed between a failed run and the run that later
 completed is a key-by-key diff (`formats/config_diff.py`) that needs no access to either run's bucket.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rlcleanup.formats.config import get
@@ -26,7 +27,8 @@ from rlcleanup.steps.signature import signature
 from rlcleanup.uris import basename, parent
 
 CONFIG_COLLECTION = "run_configs"
-SIMILAR_LIMIT = 20  # earlier runs listed per record, newest first
+SIMILAR_LIMIT = 20  # runs listed per record on each side (before, after), newest first
+TIE_WINDOW = timedelta(seconds=1)  # the "before" lookup reaches past this run's end: its own second is all read
 FIX_LOOKUPS = 5  # of those, how many get a "what fixed it" lookup (one query each)
 LATER_RUNS = 50  # an experiment's runs read to find the first completed one after a failure
 MAX_CHANGES = 20  # changed keys kept per fix
@@ -129,28 +131,57 @@ def known_fix(records: RunRecords, failed: CompletionRecord) -> KnownFix | None:
     )
 
 
+def run_order(run: CompletionRecord) -> tuple[datetime, str]:
+    """The order runs ended in: by `ended_at`, then, for runs that ended at the same instant (a sweep's ranks dying
+    of one OOM in one second), by run id, so both runs of a tie agree which came first, on every store (the order is
+    taken here, not from a store's sort)."""
+    ended = run.ended_at or datetime.max.replace(tzinfo=UTC)
+    return (ended if ended.tzinfo else ended.replace(tzinfo=UTC), run.run_id)
+
+
 def similar_runs(records: RunRecords, record: CompletionRecord, limit: int = SIMILAR_LIMIT) -> list[SimilarRun]:
-    """Earlier runs whose first cause has this run's signature, newest first; the newest FIX_LOOKUPS of them that
-    failed get what fixed them."""
+    """Every other run whose first cause has this run's signature, before and after it (at most `limit` of each:
+    the nearest before it, the newest after it), newest first, each saying whether it came before or after this
+    run; the newest FIX_LOOKUPS that failed get what fixed them."""
     if record.signature is None:
         return []
-    found = records.runs_where("signature", record.signature, ended_before=record.ended_at, limit=limit + 1)
-    earlier = [r for r in found if r.run_id != record.run_id][:limit]
+    own = run_order(record)
+    # Up to the end of this run's second, so runs that ended with it are among "before" or "after" by the tie rule,
+    # whatever a store's order for equal times; then the newest of all, for the runs that ended after it.
+    until = own[0] + TIE_WINDOW if record.ended_at is not None else None
+    found = {r.run_id: r for r in records.runs_where("signature", record.signature, ended_before=until, limit=limit)}
+    found |= {r.run_id: r for r in records.runs_where("signature", record.signature, limit=limit)}
+    found.pop(record.run_id, None)
+    ordered = sorted(found.values(), key=run_order, reverse=True)
+    before = [r for r in ordered if run_order(r) < own][:limit]
+    after = [r for r in ordered if run_order(r) > own][-limit:]
     out = []
-    for index, run in enumerate(earlier):
+    fixes = 0
+    for run in sorted([*after, *before], key=run_order, reverse=True):
         failed = run.terminal_state is not TerminalState.completed
+        lookup = failed and fixes < FIX_LOOKUPS
+        fixes += lookup
         out.append(
             SimilarRun(
                 run_id=run.run_id,
                 ended_at=run.ended_at,
+                came="before" if run_order(run) < own else "after",
+                same_second=_same_second(run, record),
+                tied=run_order(run)[0] == own[0],
                 failure_class=run.failure_class,
                 terminal_state=run.terminal_state.value if run.terminal_state else None,
                 status=run.status.value,
                 experiment=run.experiment,
-                fix=known_fix(records, run) if failed and index < FIX_LOOKUPS else None,
+                fix=known_fix(records, run) if lookup else None,
             )
         )
     return out
+
+
+def _same_second(a: CompletionRecord, b: CompletionRecord) -> bool:
+    if a.ended_at is None or b.ended_at is None:
+        return False
+    return run_order(a)[0].replace(microsecond=0) == run_order(b)[0].replace(microsecond=0)
 
 
 def record_history(records: RunRecords, run_id: str, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -173,11 +204,21 @@ def _value(text: str | None) -> str:
     return value if isinstance(value, str) else text
 
 
+def when(run: SimilarRun) -> str:
+    """Where a similar run stands against this one: before or after, and how a tie was ordered."""
+    if run.came is None:
+        return "before"  # a record written before `came` existed listed earlier runs only
+    if run.tied:
+        return f"{run.came}, at the same instant (a tie is ordered by run id)"
+    return f"{run.came}, in the same second" if run.same_second else run.came
+
+
 def fix_sentence(run: SimilarRun) -> str:
-    """One line a person reads: what happened to an earlier run that failed the same way, and what fixed it."""
-    head = f"run {run.run_id} failed the same way"
+    """One line a person reads: whether the run ended before or after this one, what happened to it, and what
+    fixed it."""
+    head = f"{when(run)}: run {run.run_id} failed the same way"
     if run.terminal_state == TerminalState.completed.value:
-        return f"run {run.run_id} hit the same error and still completed"
+        return f"{when(run)}: run {run.run_id} hit the same error and still completed"
     fix = run.fix
     if fix is None:
         return f"{head}; no later run of its experiment has completed: nothing known about a fix"
@@ -210,12 +251,17 @@ def history_lines(record: CompletionRecord, found: list[SimilarRun] | None = Non
         )
         lines.append(f"decided by: {where}")
     if record.signature is None:
-        lines.append("signature: none (no first cause to fingerprint): earlier runs cannot be matched")
+        lines.append("signature: none (no first cause to fingerprint): other runs cannot be matched")
         return lines
     lines.append(f"signature: {record.signature}")
     if not runs:
-        lines.append("earlier runs with this signature: none; nothing known")
+        lines.append("other runs with this signature: none; nothing known")
         return lines
-    lines.append(f"earlier runs with this signature: {len(runs)}")
+    before = sum(1 for run in runs if run.came != "after")
+    # Listed newest first, so the last one listed ended first.
+    first = "this run came first" if before == 0 else f"run {runs[-1].run_id} came first"
+    lines.append(
+        f"other runs with this signature: {len(runs)} ({before} before this run, {len(runs) - before} after; {first})"
+    )
     lines.extend(fix_sentence(run) for run in runs)
     return lines

@@ -7,6 +7,9 @@
   (3) terminal.json + a valid receipt/export -> completed, unless the budget is known, not reached, and no early stop
       (`Training stopped early by callback`) is logged: then indeterminate, reason `success_below_budget`
   (4) FAILED / WORKER_FAILED / UNSCHEDULABLE, or a failed attempt (its record's state is a source) -> failed
+  (proof) the artifacts reach the budget but the completion proof the protocol requires (v2: a valid training
+      receipt, §2 "success = valid receipt") is missing or invalid -> indeterminate, saying exactly that (issue 44:
+      the closing sentence said "the durable outputs do not show the budget reached" two lines after they did)
   (5) the controller row gone after being seen, 0 pods -> (1)-(3) already tried, so indeterminate
   (6) never seen, or RUNNING without a fresh `.executor_status.lock` -> indeterminate
 Where none of them speaks (a controller that claims success without a terminal record or export), the v1 rules
@@ -76,18 +79,49 @@ class Inputs:
     generation_only: bool = False
     notes: list[str] = field(default_factory=list)
     reached_by: str = ""  # the evidence that shows the budget reached, cited by rule (1)
+    # The completion proof the protocol requires that is missing or invalid while the artifacts reach the budget
+    # (protocol v2: the training receipt, run-layout-v2.md §2), as a sentence naming it; "" when none is owed.
+    proof_lacking: str = ""
+
+
+def budget_words(inp: Inputs) -> str:
+    """What the durable outputs show about the budget, worded as the rules' closing sentences use it: never
+    "not reached" when the artifacts reach it (issue 44 item 4)."""
+    if inp.budget_reached and inp.proof_lacking:
+        return f"the budget {inp.budget} was reached in the artifacts, but {inp.proof_lacking}"
+    if inp.budget_reached:
+        # Rule (1)'s other gate: the marker alone, no controller verdict and no 'Training done!'.
+        return (
+            f"the marker alone reaches the budget {inp.budget}, with neither a controller verdict nor "
+            "'Training done!' to confirm that training finished"
+        )
+    if inp.budget is None:
+        return "no budget is known and the durable outputs do not show completion"
+    return f"the durable outputs do not show the budget {inp.budget} reached"
 
 
 @dataclass
 class Decision:
     state: TerminalState
     rule: str
-    reasons: list[str]
+    why: str  # the deciding rule's sentence
     with_cause: bool  # report the first causal error as the cause
+    sources: str = ""  # "Sources read: ..."
+    notes: list[str] = field(default_factory=list)  # what the rules noted before one decided
+    budget_confirmed: bool = False  # rule (1)'s test held in full: the budget reached in valid, confirmed artifacts
+
+    @property
+    def reasons(self) -> list[str]:
+        return [
+            self.sources,
+            *self.notes,
+            f"Rule {self.rule} of the terminal-state rules in docs/run-layouts.md decided: {self.why}",
+        ]
 
 
 def decide(inp: Inputs) -> Decision:
-    reasons = ["Sources read: " + ("; ".join(s.describe() for s in inp.sources) if inp.sources else "none") + "."]
+    sources = "Sources read: " + ("; ".join(s.describe() for s in inp.sources) if inp.sources else "none") + "."
+    reasons: list[str] = []
     killed = [s for s in inp.sources if s.killed]  # anywhere: superseded attempts and earlier steps included
     current = [s for s in inp.sources if not s.superseded]
     stopped = [s for s in current if s.state == "cancelled" and not s.killed]
@@ -96,9 +130,13 @@ def decide(inp: Inputs) -> Decision:
     failed = [s for s in current if s.state in FAILED_STATES]
     terminal_seen = [s for s in current if s.state in ("succeeded", "failed", "cancelled")]
 
+    no_verdict = not terminal_seen or inp.controller_absent or inp.running_stale
+    confirmed = (
+        inp.budget_reached and inp.reached_valid and not (inp.needs_done_line and no_verdict and not inp.training_done)
+    )
+
     def done(state: TerminalState, rule: str, why: str, *, cause: bool) -> Decision:
-        reasons.append(f"Rule {rule} of the terminal-state rules in docs/run-layouts.md decided: {why}")
-        return Decision(state, rule, reasons, cause)
+        return Decision(state, rule, why, cause, sources, reasons, confirmed)
 
     if inp.generation_only and (succeeded or inp.success_record):
         return done(
@@ -109,8 +147,7 @@ def decide(inp: Inputs) -> Decision:
         )
     # (1)
     if inp.budget_reached and inp.reached_valid:
-        no_verdict = not terminal_seen or inp.controller_absent or inp.running_stale
-        if not (inp.needs_done_line and no_verdict and not inp.training_done):
+        if confirmed:
             by = f" ({inp.reached_by})" if inp.reached_by else ""
             override = f" (overriding {', '.join(s.describe() for s in failed + killed)})" if failed or killed else ""
             return done(
@@ -155,12 +192,22 @@ def decide(inp: Inputs) -> Decision:
     # attempt of its step followed) is left out, since a retried failure is not the run's failure.
     if failed:
         return done(TerminalState.failed, "(4)", f"{', '.join(s.describe() for s in failed)}.", cause=True)
+    # (proof) rule (1) fell short only of the proof the protocol requires: say that, not "not reached".
+    if inp.budget_reached and inp.proof_lacking:
+        return done(
+            TerminalState.indeterminate,
+            "(proof)",
+            f"{budget_words(inp)}; rule (1) needs the budget reached in valid artifacts (protocol v2: a valid "
+            "training receipt, run-layout-v2.md §2), so the run stays indeterminate until the proof is found or a "
+            "person confirms the outputs.",
+            cause=inp.causal_error,
+        )
     # (5)
     if inp.controller_absent:
         return done(
             TerminalState.indeterminate,
             "(5)",
-            "the controller's row vanished (0 pods) and the artifacts do not show completion.",
+            f"the controller's row vanished (0 pods) and {budget_words(inp)}.",
             cause=inp.causal_error,
         )
     # (6)
@@ -168,9 +215,12 @@ def decide(inp: Inputs) -> Decision:
         if inp.running_fresh_lock:
             why = "the step still reads RUNNING with a fresh .executor_status.lock: it has not ended."
         elif inp.running_stale:
-            why = "RUNNING without a fresh .executor_status.lock (a vanished controller), and no artifact shows an end."
+            why = (
+                "RUNNING without a fresh .executor_status.lock (a vanished controller), and no artifact shows an end "
+                f"({budget_words(inp)})."
+            )
         else:
-            why = "no controller state was ever seen and the artifacts do not show completion."
+            why = f"no controller state was ever seen and {budget_words(inp)}."
         return done(TerminalState.indeterminate, "(6)", why, cause=inp.causal_error)
     # (v1) a success claim with no terminal record or export: the v1 rules.
     if succeeded:
@@ -178,13 +228,13 @@ def decide(inp: Inputs) -> Decision:
             return done(
                 TerminalState.failed,
                 "(v1)",
-                "the controller reported success, but the budget was not reached and a causal error exists.",
+                f"the controller reported success, but {budget_words(inp)} and a causal error exists.",
                 cause=True,
             )
         return done(
             TerminalState.indeterminate,
             "(v1)",
-            "the controller reported success but the durable outputs do not show the budget reached.",
+            f"the controller reported success but {budget_words(inp)}.",
             cause=False,
         )
     return done(TerminalState.indeterminate, "(v1)", "no rule applies to the sources read.", cause=inp.causal_error)

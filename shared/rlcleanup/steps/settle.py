@@ -15,7 +15,7 @@ from rlcleanup.steps.evidence_sources import read_receipts
 from rlcleanup.steps.facts import run_facts
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.receipts import protocol_facts
-from rlcleanup.steps.terminal import establish_terminal_state, step_budget
+from rlcleanup.steps.terminal import TerminalVerdict, establish_terminal_state, step_budget
 
 
 def step_summaries(layout: RunLayout) -> list[StepSummary]:
@@ -42,19 +42,19 @@ def step_summaries(layout: RunLayout) -> list[StepSummary]:
 METRICS_FILE = "metrics.jsonl"
 
 
-def settle_terminal_state(
+def terminal_verdict(
     storage: Storage,
     layout: RunLayout,
     scans: list[AttemptScan],
-    dest_root: str,
     *,
     event_state: str | None = None,
     event_source: str | None = None,
     controller_absent: bool = False,
     pre_cancel: bool = False,
     now: datetime | None = None,
-) -> tuple[dict[str, Any], list[str]]:
-    """Returns the record fields this step owns, and error strings ('code: detail')."""
+) -> tuple[TerminalVerdict, list[str]]:
+    """The run's terminal decision (steps/terminal.py) from its budget, receipts and scans, and the receipts that
+    could not be read ('code: detail')."""
     entry = layout.run_config.entry if layout.run_config is not None else None
     if entry is not None and not entry.trains:
         # run-layout-v2.md §1 (oc): a generation-only run trains nothing, so it has no step budget.
@@ -76,17 +76,12 @@ def settle_terminal_state(
         now=now,
         receipts=receipts,
     )
-    errors = [f"unreadable_log: {problem}" for scan in scans for problem in scan.problems]
-    errors += [f"unreadable_receipt: {problem}" for problem in receipt_problems]
-    metrics_uri, outcome = write_derived(storage, dest_root, METRICS_FILE, verdict.stitched.to_jsonl().encode())
-    if outcome is WriteOutcome.conflict:
-        errors.append(f"write_once_conflict: {metrics_uri} exists with different content; kept the earlier one")
-    command = run_facts(layout).launch_command
-    if command:
-        uri, outcome = write_derived(storage, dest_root, "launch_command.txt", (command + "\n").encode())
-        if outcome is WriteOutcome.conflict:
-            errors.append(f"write_once_conflict: {uri} exists with different content")
-    fields: dict[str, Any] = {
+    return verdict, [f"unreadable_receipt: {problem}" for problem in receipt_problems]
+
+
+def decision_fields(verdict: TerminalVerdict) -> dict[str, Any]:
+    """The record's fields that the terminal decision owns, each taken from it (the reasoning rendered from it)."""
+    return {
         "terminal_state": verdict.terminal_state.value,
         "terminal_reasoning": verdict.reasoning,
         "controller_state": verdict.controller_state,
@@ -98,6 +93,44 @@ def settle_terminal_state(
         else None,
         "first_failure_reason": verdict.first_failure_reason,
         "earliest_symptom": verdict.earliest_symptom.model_dump(mode="json") if verdict.earliest_symptom else None,
+    }
+
+
+def settle_terminal_state(
+    storage: Storage,
+    layout: RunLayout,
+    scans: list[AttemptScan],
+    dest_root: str,
+    *,
+    event_state: str | None = None,
+    event_source: str | None = None,
+    controller_absent: bool = False,
+    pre_cancel: bool = False,
+    now: datetime | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Returns the record fields this step owns, and error strings ('code: detail')."""
+    verdict, receipt_errors = terminal_verdict(
+        storage,
+        layout,
+        scans,
+        event_state=event_state,
+        event_source=event_source,
+        controller_absent=controller_absent,
+        pre_cancel=pre_cancel,
+        now=now,
+    )
+    errors = [f"unreadable_log: {problem}" for scan in scans for problem in scan.problems]
+    errors += receipt_errors
+    metrics_uri, outcome = write_derived(storage, dest_root, METRICS_FILE, verdict.stitched.to_jsonl().encode())
+    if outcome is WriteOutcome.conflict:
+        errors.append(f"write_once_conflict: {metrics_uri} exists with different content; kept the earlier one")
+    command = run_facts(layout).launch_command
+    if command:
+        uri, outcome = write_derived(storage, dest_root, "launch_command.txt", (command + "\n").encode())
+        if outcome is WriteOutcome.conflict:
+            errors.append(f"write_once_conflict: {uri} exists with different content")
+    fields: dict[str, Any] = {
+        **decision_fields(verdict),
         "chain": {
             "attempts": [a.model_dump(mode="json") for a in verdict.attempts],
             "coverage": verdict.coverage.model_dump(mode="json"),

@@ -21,12 +21,19 @@ from rlcleanup.parsing.log_grammar import EventKind, event_phrase
 from rlcleanup.parsing.log_scanner import ErrorCandidate, TrainerEvent
 from rlcleanup.parsing.metrics import StitchedMetrics, stitch
 from rlcleanup.steps.budget import resolve_budget, step_budget
-from rlcleanup.steps.evidence_sources import FoundReceipt, SourceKind
+from rlcleanup.steps.evidence_sources import FoundReceipt
 from rlcleanup.steps.first_cause import FirstError, find_first_cause, first_causal_in_attempt
 from rlcleanup.steps.layout import AttemptFiles, RunLayout
 from rlcleanup.steps.marin import LOCK_STALE_SECONDS
-from rlcleanup.steps.precedence import Inputs, Source, decide, lock_fresh
+from rlcleanup.steps.precedence import Decision, Inputs, Source, decide, lock_fresh
 from rlcleanup.steps.receipts import ProtocolFacts
+from rlcleanup.steps.terminal_decision import (
+    BudgetStatus,
+    CompletionProof,
+    LoggedError,
+    TerminalDecision,
+    render_reasoning,
+)
 from rlcleanup.steps.terminal_readings import describe_controller, normalize_state, read_controller
 
 NO_CAUSAL_ERROR_FOUND = "no_causal_error_found"  # run-layout-v2.md §7 (oc)
@@ -58,6 +65,7 @@ class TerminalVerdict:
     attempts: list[Attempt]
     coverage: ChainCoverage
     stitched: StitchedMetrics = field(repr=False, default_factory=StitchedMetrics)
+    decision: TerminalDecision | None = None  # the one decision every field above was taken from
     earliest_symptom: FailureCause | None = None  # run-layout-v2.md §7: quoted when every error is teardown
     first_failure_reason: str | None = None  # `no_causal_error_found` when only teardown was logged
     decided_by: str | None = None  # the §6 rule that decided
@@ -184,7 +192,9 @@ def _evidence(layout: RunLayout, events: list[TrainerEvent], budget: int | None,
             "so the marker cannot show completion."
         )
     else:
-        notes.append(f"{marker_text} reads {marker}, short of the budget {effective}.")
+        # Only what the marker reads: whether the budget was reached is the decision's one sentence ("Budget: ..."),
+        # since a valid receipt or a resume's "already complete" line may show it where the marker does not.
+        notes.append(f"{marker_text} reads {marker} (the budget is {effective}).")
 
     if marker is not None:
         export_steps = {marker, marker - 1} if effective is not None and marker == effective + 1 else {marker}
@@ -229,6 +239,23 @@ def _last_trained_step(stitched: StitchedMetrics, events: list[TrainerEvent], bu
             # The final save is labelled budget+1 without a step trained at that number.
             steps.append(budget if budget is not None and e.step == budget + 1 else e.step)
     return max(steps) if steps else None
+
+
+def _completion_proof(protocol: ProtocolFacts | None) -> CompletionProof | None:
+    """The completion proof protocol v2 requires (run-layout-v2.md §2: "v2 training exports nothing, success = valid
+    receipt"), as read; None where the run follows no protocol that owes one."""
+    receipt = protocol.training if protocol is not None else None
+    if receipt is None:
+        return None
+    detail = "; ".join(receipt.reasons)
+    missing = any(reason.endswith("receipt absent") for reason in receipt.reasons)  # formats/protocol._parse_receipt
+    return CompletionProof(
+        name="the training receipt", uri=receipt.uri, valid=receipt.valid, missing=missing, detail=detail
+    )
+
+
+def _proof_lacking(proof: CompletionProof | None) -> str:
+    return proof.lacking() if proof is not None and not proof.valid else ""
 
 
 def _precedence_inputs(
@@ -300,6 +327,7 @@ def _precedence_inputs(
         causal_error=first is not None and first.causal,
         unrecovered_error=_unrecovered(first, scans, stitched),
         generation_only=entry is not None and entry.kind is EntrypointKind.generation,
+        proof_lacking=_proof_lacking(_completion_proof(protocol)) if reached and not reached_valid else "",
     )
 
 
@@ -343,80 +371,136 @@ def establish_terminal_state(
         )
 
     first = find_first_cause(layout, scans, receipts or [])
-    if first is not None:
-        if first.source is SourceKind.failure_receipt:
-            reasons.append(
-                f"First causal error, as the failing process recorded it in its failure receipt (receipts are read "
-                f"before logs): {first.cite()}."
-            )
-        elif first.causal:
-            reasons.append(f"First causal error: {first.cite()}.")
-        else:
-            reasons.append(
-                f"No causal error was found (no_causal_error_found); the earliest symptom is quoted separately, "
-                f"never as the cause: {first.cite()} ({first.candidate.noise_reason})."
-            )
-    elif scans:
-        reasons.append(f"No traceback or fatal line was found in the logs of {len(scans)} attempt(s).")
-    if protocol is not None:
-        reasons.extend(protocol.notes)
-
-    decision = decide(
-        _precedence_inputs(
-            layout,
-            readings.sources,
-            ev,
-            events,
-            stitched,
-            scans,
-            first,
-            protocol,
-            pre_cancel=pre_cancel,
-            controller_absent=controller_absent,
-            now=now or datetime.now(UTC),
-        )
+    inputs = _precedence_inputs(
+        layout,
+        readings.sources,
+        ev,
+        events,
+        stitched,
+        scans,
+        first,
+        protocol,
+        pre_cancel=pre_cancel,
+        controller_absent=controller_absent,
+        now=now or datetime.now(UTC),
     )
-    reasons.extend(decision.reasons)
-    state = decision.state
-    if state is TerminalState.completed and first is not None and first.causal:
-        reasons.append(
-            f"The error above ({first.candidate.error_type}) did not stop the chain from completing the budget "
-            "(a redundant tail attempt or a recovered link)."
-        )
+    precedence = decide(inputs)
+    decision = _decision(layout, inputs, precedence, first, protocol, controller, reasons)
+    reasoning = render_reasoning(decision, log_attempts=len(scans))
+
+    by_id = {s.attempt_id: s for s in scans}
+    attempts = [_attempt_model(a, by_id.get(a.attempt_id), stitched) for a in layout.attempts]
+    return TerminalVerdict(
+        terminal_state=decision.state,
+        reasoning=reasoning,
+        controller=controller,
+        step_budget=ev.budget,
+        last_trained_step=_last_trained_step(stitched, events, ev.budget),
+        last_saved_step=layout.last_saved_step,
+        first_failure_cause=decision.cause,
+        earliest_symptom=decision.earliest_symptom,
+        first_failure_reason=decision.first_failure_reason,
+        decided_by=decision.rule,
+        attempts=attempts,
+        coverage=stitched.coverage,
+        stitched=stitched,
+        decision=decision,
+    )
+
+
+def _budget_status(inputs: Inputs, precedence: Decision) -> tuple[BudgetStatus, CompletionProof | None]:
+    """Where the budget stands, and the proof completion still lacks when the artifacts reach it."""
+    if not inputs.budget_reached:
+        return (BudgetStatus.unknown if inputs.budget is None else BudgetStatus.not_reached), None
+    if inputs.proof_lacking:
+        return BudgetStatus.reached_unproven, None
+    if precedence.budget_confirmed:
+        return BudgetStatus.reached, None
+    # Rule (1)'s gate: a marker alone with no controller verdict needs 'Training done!' besides.
+    done_line = CompletionProof(
+        name="the trainer's 'Training done!' line",
+        required_by="rule (1), for a marker alone with no controller verdict,",
+        valid=False,
+        missing=True,
+        detail="not logged",
+    )
+    return BudgetStatus.reached_unproven, done_line
+
+
+def _decision(
+    layout: RunLayout,
+    inputs: Inputs,
+    precedence: Decision,
+    first: FirstError | None,
+    protocol: ProtocolFacts | None,
+    controller: Source | None,
+    readings: list[str],
+) -> TerminalDecision:
+    """The one decision the terminal fields and the reasoning are rendered from."""
+    state = precedence.state
+    status, proof = _budget_status(inputs, precedence)
+    if status is BudgetStatus.reached_unproven and proof is None:
+        proof = _completion_proof(protocol)
+    cause = first.cause() if precedence.with_cause and first is not None and first.causal else None
+    recovered = first.cause() if first is not None and first.causal and cause is None else None
+    symptom = first if first is not None and not first.causal else None
+    notes: list[str] = []
     if state is TerminalState.completed and controller is not None and controller.state in (FAILED, CANCELLED):
-        reasons.append(
+        notes.append(
             f"The controller reported {describe_controller(controller)}, but the run is completed; the controller's "
             "verdict is overridden."
         )
     if layout.unfinished_save is not None:
         kept = f"global_step_{layout.committed_before}" if layout.committed_before is not None else "none"
-        reasons.append(
+        notes.append(
             f"The marker names global_step_{layout.unfinished_save}, whose Megatron save never wrote metadata.json "
             f"(an async save's marker precedes it): it is not a saved checkpoint; the last finished save is {kept}."
         )
-    cause: FirstError | None = first if decision.with_cause and first is not None and first.causal else None
-    symptom = first if first is not None and not first.causal else None
     if state is TerminalState.failed and cause is None and first is None:
-        reasons.append("The controller reported failure; no error in the logs explains it.")
-
-    by_id = {s.attempt_id: s for s in scans}
-    attempts = [_attempt_model(a, by_id.get(a.attempt_id), stitched) for a in layout.attempts]
-    return TerminalVerdict(
-        terminal_state=state,
-        reasoning=reasons,
-        controller=controller,
-        step_budget=ev.budget,
-        last_trained_step=_last_trained_step(stitched, events, ev.budget),
-        last_saved_step=layout.last_saved_step,
-        first_failure_cause=cause.cause() if cause else None,
-        earliest_symptom=symptom.cause() if symptom is not None and state is not TerminalState.completed else None,
+        notes.append("The controller reported failure; no error in the logs explains it.")
+    quoted_symptom = symptom is not None and state is not TerminalState.completed
+    return TerminalDecision(
+        state=state,
+        rule=precedence.rule,
+        why=precedence.why,
+        budget=inputs.budget,
+        budget_status=status,
+        reached_by=inputs.reached_by,
+        proof=proof,
+        cause=cause,
+        recovered_error=LoggedError(error=recovered) if recovered is not None else None,
+        symptom=LoggedError(error=symptom.cause(), noise_reason=symptom.candidate.noise_reason)
+        if symptom is not None
+        else None,
+        quoted_symptom=quoted_symptom,
         first_failure_reason=NO_CAUSAL_ERROR_FOUND
         if state in (TerminalState.failed, TerminalState.cancelled, TerminalState.indeterminate)
         and cause is None
         and symptom is not None
         else None,
-        decided_by=decision.rule,
-        attempts=attempts,
-        coverage=stitched.coverage,
-        stitched=stitched,
+        readings=readings,
+        receipts=list(protocol.notes) if protocol is not None else [],
+        sources=precedence.sources,
+        rule_notes=precedence.notes,
+        notes=notes,
+        checks=_checks(layout, status, proof),
     )
+
+
+def _checks(layout: RunLayout, status: BudgetStatus, proof: CompletionProof | None) -> list[str]:
+    """What a person should look at before calling an unproven completion either way."""
+    if status is not BudgetStatus.reached_unproven or proof is None:
+        return []
+    marker = layout.marker_step
+    checkpoint = f"{layout.checkpoints_root}/global_step_{marker}" if marker is not None else "the marker's checkpoint"
+    if proof.name == "the training receipt":
+        return [
+            f"whether the training attempt wrote {proof.uri} (its log names the receipt_uri; a receipt deleted "
+            "since is a storage event) and, if it did not, why the trainer stopped before its completion write; "
+            f"meanwhile {checkpoint} and the export at the marker are the run's outputs: confirm both are complete "
+            "before treating the run as finished."
+        ]
+    return [
+        f"the last attempt's log for where it stopped (a log cut before 'Training done!' is not a failure), and "
+        f"that {checkpoint} is complete, before treating the run as finished."
+    ]

@@ -83,7 +83,7 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         )
         fields["hub_audits"] = [a.model_dump(mode="json") for a in audits]
         p.records.update(msg.run_id, fields)
-        # Learning across runs (steps/history.py): keep this run's configuration, then list the earlier runs that
+        # Learning across runs (steps/history.py): keep this run's configuration, then list the other runs that
         # failed the same way and what fixed them, through the store's indexed lookups.
         p.records.update(msg.run_id, record_history(p.records, msg.run_id, layout.skyrl))
         # The grants already used on this run (before a --rerun, on an earlier pass) are bound again to these
