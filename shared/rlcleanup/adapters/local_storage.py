@@ -1,40 +1,61 @@
-"""Storage on the local filesystem: the embedded default, for runs that live on local disk."""
+"""Storage on the local filesystem: the embedded default, for runs that live on local disk.
+
+Every operation reaches its file from a directory descriptor, one component at a time, never through a link
+(adapters/local_anchor.py). Unanchored, the walk starts at the path's own directory (or the listed prefix), as
+its caller named it. Inside `anchored(roots)` every path must lie under one of `roots` and is walked from the
+outermost such root, so a symlink planted at any depth below it (the run's writer controls every
+name in the run's bucket, docs/authority.md §8) is refused before anything is read, created, moved or deleted:
+the authority's reclaim, restore, purge and quarantine expiry run so.
+"""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import heapq
+import io
 import os
+import secrets
 import shutil
 import stat as stat_mode
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 import google_crc32c
 
+from rlcleanup.adapters.local_anchor import FILE_FLAGS, Anchor, lstat_at, open_dir, outermost, plain_parts
 from rlcleanup.errors import ObjectTooLarge
 from rlcleanup.ports.lifecycle import LOCAL_MIRROR
 from rlcleanup.ports.lines import bounded_lines
 from rlcleanup.ports.storage import ChildPage, ObjectInfo, UnsafePathError, WriteOutcome, stat_fingerprint
-from rlcleanup.uris import strip_file_scheme
+from rlcleanup.uris import is_local, strip_file_scheme
 
 WALK_CHUNK = 10_000  # names one pass of a directory walk holds (LocalStorage._walk_in_name_order)
 
 _CHUNK = 1024 * 1024
+# The anchors of the operation running in this context (LocalStorage.anchored); None: unanchored.
+_ANCHORS: ContextVar[tuple[Anchor, ...] | None] = ContextVar("rlcleanup_local_anchors", default=None)
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _hash_stream(fh: BinaryIO) -> tuple[str, str]:
+    crc = google_crc32c.Checksum()
+    md5 = hashlib.md5(usedforsecurity=False)
+    while chunk := fh.read(_CHUNK):
+        crc.update(chunk)
+        md5.update(chunk)
+    return base64.b64encode(crc.digest()).decode(), base64.b64encode(md5.digest()).decode()
 
 
 def file_checksums(path: Path) -> tuple[str, str]:
     """(crc32c, md5), base64 like GCS reports them; streamed in 1 MiB chunks."""
-    crc = google_crc32c.Checksum()
-    md5 = hashlib.md5(usedforsecurity=False)
     with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            crc.update(chunk)
-            md5.update(chunk)
-    return base64.b64encode(crc.digest()).decode(), base64.b64encode(md5.digest()).decode()
+        return _hash_stream(fh)
 
 
 # Checksumming a local file means reading all of it: fine for logs and configs, not for 5 GB shards.
@@ -46,31 +67,24 @@ def refuse_unsafe(path: Path, shown: str) -> bool:
     """True when `path` exists (as a regular file or a directory). A symlink (it could point anywhere) and a
     special file (FIFO, socket, device: opening a FIFO blocks for ever, a device reads without end) are refused."""
     try:
-        mode = os.lstat(path).st_mode
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         return False
-    if stat_mode.S_ISLNK(mode):
-        raise UnsafePathError(f"refusing symlink {shown!r}")
-    if not (stat_mode.S_ISREG(mode) or stat_mode.S_ISDIR(mode)):
-        raise UnsafePathError(f"refusing special file ({_special_kind(mode)}) {shown!r}: never opened")
-    return True
+    try:
+        return lstat_at(parent, path.name, shown) is not None
+    finally:
+        os.close(parent)
 
 
-def _special_kind(mode: int) -> str:
-    if stat_mode.S_ISFIFO(mode):
-        return "named pipe"
-    if stat_mode.S_ISSOCK(mode):
-        return "socket"
-    return "device" if stat_mode.S_ISCHR(mode) or stat_mode.S_ISBLK(mode) else "not a regular file"
-
-
-def _holds_an_entry(directory: Path) -> bool:
-    """Whether anything but directories lies beneath (a file, or a special file or symlink that list() refuses):
-    an empty tree is no prefix on GCS or S3, so it is none here. Stops at the first entry found."""
-    for dirpath, dirnames, filenames in os.walk(directory, followlinks=False):
-        if filenames or any((Path(dirpath) / d).is_symlink() for d in dirnames):
-            return True
-    return False
+def _open_at(dir_fd: int, name: str, st: os.stat_result, shown: str) -> BinaryIO:
+    """The regular file `name` (just lstat'ed as `st`) opened without following a link; the descriptor must be
+    that very file (a swap between the lstat and the open is refused)."""
+    fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
+    opened = os.fstat(fd)
+    if not stat_mode.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+        os.close(fd)
+        raise UnsafePathError(f"refusing {shown[:300]!r}: replaced while it was opened")
+    return os.fdopen(fd, "rb")
 
 
 class LocalStorage:
@@ -80,6 +94,84 @@ class LocalStorage:
     def __init__(self, checksums: bool = True, checksum_max_bytes: int = CHECKSUM_MAX_BYTES) -> None:
         self._checksums = checksums
         self._checksum_max = checksum_max_bytes
+
+    @contextmanager
+    def anchored(self, roots: Sequence[str]) -> Iterator[LocalStorage]:
+        """ports.storage.AnchorsLocalPaths: for the block (in this thread or task: a context variable, so a
+        storage shared with concurrent work is not affected, and the object itself, with anything a caller wraps
+        around it, stays the same), every local path must lie under one of `roots` (local ones; others ignored)
+        and is walked from the outermost without following a link. Each root is opened once, closed at the end."""
+        anchors = tuple(Anchor(strip_file_scheme(root)) for root in roots if is_local(root))
+        token = _ANCHORS.set(anchors)
+        try:
+            yield self
+        finally:
+            _ANCHORS.reset(token)
+            for anchor in anchors:
+                anchor.close()
+
+    # -- where a path is: an anchor's descriptor and the components below it
+
+    def _place(self, path: str, *, directory: bool) -> tuple[Anchor, list[str], bool]:
+        """(anchor, components below it, whether the anchor is this call's own). Unanchored, the anchor is the
+        path's directory (or the directory itself, for a listing) as the caller named it."""
+        anchors = _ANCHORS.get()
+        if anchors is not None:
+            found = outermost(anchors, path)
+            if found is None:
+                raise UnsafePathError(f"refusing {path[:300]!r}: outside every root this operation may touch")
+            return found[0], found[1], False
+        if directory:
+            return Anchor(path), [], True
+        head, _, name = path.rpartition("/")
+        return Anchor(head or "/"), plain_parts(name, path), True
+
+    @contextmanager
+    def _parent(self, uri: str, *, create: bool) -> Iterator[tuple[int | None, str]]:
+        """The directory holding `uri`, held open (None: it does not exist and nothing is created), and its name."""
+        path = str(self._path(uri))
+        anchor, parts, owned = self._place(path, directory=False)
+        if not parts:
+            raise UnsafePathError(f"refusing {uri[:300]!r}: names a root, not an object in it")
+        try:
+            top = anchor.fd(create=create)
+            fd = None if top is None else open_dir(top, parts[:-1], uri, create=create)
+            try:
+                yield fd, parts[-1]
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        finally:
+            if owned:
+                anchor.close()
+
+    @contextmanager
+    def _directory(self, prefix_uri: str) -> Iterator[int | None]:
+        """The directory `prefix_uri` names, held open; None when there is none."""
+        path = str(self._path(prefix_uri))
+        anchor, parts, owned = self._place(path, directory=True)
+        try:
+            top = anchor.fd(create=False)
+            fd = None if top is None else open_dir(top, parts, prefix_uri, create=False)
+            try:
+                yield fd
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        finally:
+            if owned:
+                anchor.close()
+
+    @contextmanager
+    def _open(self, uri: str) -> Iterator[BinaryIO]:
+        with self._parent(uri, create=False) as (fd, name):
+            st = None if fd is None else lstat_at(fd, name, uri)
+            if fd is None or st is None:
+                raise FileNotFoundError(uri)
+            if not stat_mode.S_ISREG(st.st_mode):
+                raise IsADirectoryError(uri)
+            with _open_at(fd, name, st, uri) as fh:
+                yield fh
 
     @staticmethod
     def _path(uri: str) -> Path:
@@ -91,10 +183,12 @@ class LocalStorage:
         refuse_unsafe(path, uri)
         return path
 
-    def _info(self, path: Path, uri: str) -> ObjectInfo:
-        st = path.lstat()  # callers refused symlinks already; lstat keeps a swapped-in link from being followed
-        wanted = self._checksums and st.st_size <= self._checksum_max
-        crc, md5 = file_checksums(path) if wanted else (None, None)
+    def _info_at(self, dir_fd: int, name: str, st: os.stat_result, uri: str) -> ObjectInfo:
+        crc: str | None = None
+        md5: str | None = None
+        if self._checksums and st.st_size <= self._checksum_max:
+            with _open_at(dir_fd, name, st, uri) as fh:
+                crc, md5 = _hash_stream(fh)
         return ObjectInfo(
             uri=uri,
             size=st.st_size,
@@ -107,85 +201,94 @@ class LocalStorage:
         )
 
     def stat(self, uri: str) -> ObjectInfo | None:
-        path = self._path(uri)
-        if not refuse_unsafe(path, uri) or not path.is_file():
-            return None
-        return self._info(path, uri)
+        with self._parent(uri, create=False) as (fd, name):
+            st = None if fd is None else lstat_at(fd, name, uri)
+            if fd is None or st is None or not stat_mode.S_ISREG(st.st_mode):
+                return None
+            return self._info_at(fd, name, st, uri)
 
     def list_children(self, prefix_uri: str, page_token: str | None = None, page_size: int = 200) -> ChildPage:
         """One page of a directory's entries in name order; the token is the last name returned."""
-        root = self._path(prefix_uri)
-        try:
-            names = sorted(e.name for e in os.scandir(root))
-        except (FileNotFoundError, NotADirectoryError):
-            return ChildPage([], [], None)
-        if page_token:
-            names = [n for n in names if n > page_token]
-        page, more = names[:page_size], len(names) > page_size
         base = prefix_uri.rstrip("/")
-        prefixes, objects = [], []
-        for name in page:
-            path = root / name
-            if path.is_symlink():
-                continue  # never followed out of the run (as list() does)
-            if path.is_dir():
-                if _holds_an_entry(path):  # as on an object store, a prefix exists only while something is in it
-                    prefixes.append(f"{base}/{name}")
-            elif path.is_file():
-                objects.append(self._info(path, f"{base}/{name}"))
+        with self._directory(prefix_uri) as fd:
+            if fd is None:
+                return ChildPage([], [], None)
+            names = sorted(os.listdir(fd))
+            if page_token:
+                names = [n for n in names if n > page_token]
+            page, more = names[:page_size], len(names) > page_size
+            prefixes, objects = [], []
+            for name in page:
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if stat_mode.S_ISDIR(st.st_mode):
+                    if _holds_an_entry(fd, name):  # as on an object store, a prefix exists only while it holds one
+                        prefixes.append(f"{base}/{name}")
+                elif stat_mode.S_ISREG(st.st_mode):  # symlinks and special files: never followed out of the run
+                    objects.append(self._info_at(fd, name, st, f"{base}/{name}"))
         return ChildPage(prefixes, objects, page[-1] if more and page else None)
 
     def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
-        root = self._path(prefix_uri)
-        if not root.is_dir():
-            return
         base = prefix_uri.rstrip("/")
-        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-            dirnames.sort()
-            for name in dirnames:  # os.walk lists a symlinked dir but never enters it: refuse, do not skip
-                if (Path(dirpath) / name).is_symlink():
-                    raise UnsafePathError(f"refusing symlinked directory {Path(dirpath) / name} inside {prefix_uri!r}")
-            rel_dir = os.path.relpath(dirpath, root)
-            for name in sorted(filenames):
-                path = Path(dirpath) / name
-                refuse_unsafe(path, f"{path} inside {prefix_uri}")
-                rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-                yield self._info(path, f"{base}/{rel}")
+        with self._directory(prefix_uri) as fd:
+            if fd is None:
+                return
+            for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
+                rel_dir = os.path.normpath(dirpath)
+                dirnames.sort()
+                for name in dirnames:  # fwalk lists a symlinked dir but never enters it: refuse, do not skip
+                    if stat_mode.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                        shown = name if rel_dir == "." else f"{rel_dir}/{name}"
+                        raise UnsafePathError(f"refusing symlinked directory {base}/{shown} inside {prefix_uri!r}")
+                for name in sorted(filenames):
+                    rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+                    st = lstat_at(dir_fd, name, f"{base}/{rel} inside {prefix_uri}")
+                    if st is not None and stat_mode.S_ISREG(st.st_mode):
+                        yield self._info_at(dir_fd, name, st, f"{base}/{rel}")
 
     def list_after(self, prefix_uri: str, start_after: str | None) -> Iterator[ObjectInfo]:
         """ports.storage.ListsAfter: the files under prefix_uri in name order (of their URIs), strictly after
         `start_after`, walked lazily: a directory wholly before the cursor is never entered and a file before it is
         never hashed, so a paged listing costs one page of hashing per page (sorting and re-listing the whole tree,
         checksums included, on every page made a 100,000-file run quadratic)."""
-        root = self._path(prefix_uri)
-        if not root.is_dir():
-            return
-        yield from self._walk_in_name_order(root, prefix_uri.rstrip("/"), prefix_uri, start_after)
+        with self._directory(prefix_uri) as fd:
+            if fd is None:
+                return
+            yield from self._walk_in_name_order(fd, prefix_uri.rstrip("/"), prefix_uri, start_after)
 
-    def _walk_in_name_order(self, path: Path, base: str, shown: str, after: str | None) -> Iterator[ObjectInfo]:
+    def _walk_in_name_order(self, dir_fd: int, base: str, shown: str, after: str | None) -> Iterator[ObjectInfo]:
         """One directory in name order, in passes of at most WALK_CHUNK entries: each pass scans the directory and
         keeps only the smallest names after where the last pass ended (heapq.nsmallest), so a directory of a
         million files costs a chunk of names in memory, not a million DirEntry objects (~560 MiB per invocation,
         bench/bench_many_files.py). A consumer that stops after one page stops after one pass."""
         resume: str | None = None  # the last key this walk yielded or entered, within this directory
         while True:
-            chunk = heapq.nsmallest(WALK_CHUNK, self._keys_after(path, base, after, resume))
+            chunk = heapq.nsmallest(WALK_CHUNK, self._keys_after(dir_fd, base, after, resume))
             for key, is_dir in chunk:
-                entry_path = Path(path, key[len(base) + 1 :].rstrip("/"))
+                name = key[len(base) + 1 :].rstrip("/")
                 if is_dir:
-                    yield from self._walk_in_name_order(entry_path, key[:-1], shown, after)
+                    sub = open_dir(dir_fd, [name], f"{key} inside {shown}", create=False)  # a link swapped in: refused
+                    if sub is None:
+                        continue
+                    try:
+                        yield from self._walk_in_name_order(sub, key[:-1], shown, after)
+                    finally:
+                        os.close(sub)
                 else:
-                    refuse_unsafe(entry_path, f"{entry_path} inside {shown}")  # symlinks and special files: refused
-                    yield self._info(entry_path, key)
+                    st = lstat_at(dir_fd, name, f"{key} inside {shown}")  # symlinks and special files: refused
+                    if st is not None and stat_mode.S_ISREG(st.st_mode):
+                        yield self._info_at(dir_fd, name, st, key)
             if len(chunk) < WALK_CHUNK:
                 return
             resume = chunk[-1][0]
 
     @staticmethod
-    def _keys_after(path: Path, base: str, after: str | None, resume: str | None) -> Iterator[tuple[str, bool]]:
+    def _keys_after(dir_fd: int, base: str, after: str | None, resume: str | None) -> Iterator[tuple[str, bool]]:
         """(key, is_dir) of the entries still to walk: a directory's objects sort as "<name>/...", so it is keyed
         so and falls among its siblings by name; entries wholly before the cursor (or walked already) are left out."""
-        with os.scandir(path) as listing:
+        with os.scandir(dir_fd) as listing:
             for entry in listing:
                 is_dir = entry.is_dir(follow_symlinks=False)
                 key = f"{base}/{entry.name}" + ("/" if is_dir else "")
@@ -196,72 +299,102 @@ class LocalStorage:
                 yield key, is_dir
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
-        with self.checked_path(uri).open("rb") as fh:
+        with self._open(uri) as fh:
             fh.seek(start)
             return fh.read(length)
 
     def read_bytes(self, uri: str, max_bytes: int = 64 * 1024 * 1024) -> bytes:
-        path = self.checked_path(uri)
-        if path.stat().st_size > max_bytes:
-            raise ObjectTooLarge(uri, max_bytes)
-        return path.read_bytes()
+        with self._open(uri) as fh:
+            if os.fstat(fh.fileno()).st_size > max_bytes:
+                raise ObjectTooLarge(uri, max_bytes)
+            return fh.read()
 
     def iter_lines(self, uri: str) -> Iterator[str]:
-        with self.checked_path(uri).open("r", encoding="utf-8", errors="replace", newline=None) as fh:
+        with self._open(uri) as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=None) as fh:
             yield from bounded_lines(fh)
 
-    def write_if_absent(self, uri: str, data: bytes, content_type: str = "application/octet-stream") -> WriteOutcome:
-        path = self._path(uri)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Write to a temp file then link(): atomic create-if-absent, and a crash never leaves a half object.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+    def _create_once(self, uri: str, write: Callable[[BinaryIO], object]) -> WriteOutcome:
+        """Write-once: `write` fills a temp file created beside the destination (O_EXCL, never through a link),
+        then link() publishes it atomically, so a crash never leaves a half object; an existing file is compared
+        by checksum and never overwritten."""
+        with self._parent(uri, create=True) as (fd, name):
+            assert fd is not None  # created
+            tmp = f".tmp-{secrets.token_hex(8)}"
+            with os.fdopen(os.open(tmp, _CREATE_FLAGS, 0o600, dir_fd=fd), "wb") as out:
+                try:
+                    write(out)
+                except BaseException:
+                    os.unlink(tmp, dir_fd=fd)
+                    raise
             try:
-                os.link(tmp, path)
-                return WriteOutcome.created
-            except FileExistsError:
-                return WriteOutcome.identical if path.read_bytes() == data else WriteOutcome.conflict
-        finally:
-            os.unlink(tmp)
+                try:
+                    os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+                    return WriteOutcome.created
+                except FileExistsError:
+                    return WriteOutcome.identical if self._same_at(fd, tmp, name, uri) else WriteOutcome.conflict
+            finally:
+                os.unlink(tmp, dir_fd=fd)
+
+    @staticmethod
+    def _same_at(dir_fd: int, ours: str, theirs: str, uri: str) -> bool:
+        there = lstat_at(dir_fd, theirs, uri)  # a link or special file where the object would be: refused
+        if there is None or not stat_mode.S_ISREG(there.st_mode):
+            return False
+        ours_st = os.stat(ours, dir_fd=dir_fd, follow_symlinks=False)
+        with _open_at(dir_fd, ours, ours_st, uri) as a, _open_at(dir_fd, theirs, there, uri) as b:
+            return _hash_stream(a) == _hash_stream(b)
+
+    def write_if_absent(self, uri: str, data: bytes, content_type: str = "application/octet-stream") -> WriteOutcome:
+        return self._create_once(uri, lambda out: out.write(data))
 
     def copy_if_absent(self, src_uri: str, dst_uri: str) -> WriteOutcome:
-        src = self.checked_path(src_uri)
-        return self.fill_if_absent(dst_uri, lambda tmp: shutil.copyfile(src, tmp))
+        with self._open(src_uri) as src:
+            return self._create_once(dst_uri, lambda out: shutil.copyfileobj(src, out, _CHUNK))
 
     def fill_if_absent(self, uri: str, fill: Callable[[Path], object]) -> WriteOutcome:
-        """Write-once from a filler that writes a whole file (a copy, a streamed download): it fills a temp file
-        beside the destination, then link() publishes it atomically; an existing file is compared by checksum."""
-        dst = self._path(uri)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=".tmp-")
-        os.close(fd)
-        try:
-            fill(Path(tmp))
-            try:
-                os.link(tmp, dst)
-                return WriteOutcome.created
-            except FileExistsError:
-                same = file_checksums(Path(tmp)) == file_checksums(dst)
-                return WriteOutcome.identical if same else WriteOutcome.conflict
-        finally:
-            os.unlink(tmp)
+        """Write-once from a filler that writes a whole file (another backend's streamed download): it fills a
+        private temp file (never a path under the destination, which a link could redirect), streamed into place."""
+        with tempfile.TemporaryDirectory(prefix="rlcleanup-fill-") as staging:
+            filled = Path(staging) / "object"
+            fill(filled)
+            return self.upload_file_if_absent(filled, uri)
 
     # -- streaming_copy (ports.storage.StreamingStorage): a local file is already a stream's end
 
     def local_file(self, uri: str) -> Path | None:
-        return self.checked_path(uri)
+        """The file to read in place; None on an anchored view (a path re-resolved later could lead elsewhere:
+        copies then stream through `read_range`, which walks from the anchor on every read)."""
+        return self.checked_path(uri) if _ANCHORS.get() is None else None
 
     def download_to(self, src_uri: str, path: Path) -> None:
-        shutil.copyfile(self.checked_path(src_uri), path)
+        with self._open(src_uri) as src, path.open("wb") as out:
+            shutil.copyfileobj(src, out, _CHUNK)
 
     def upload_file_if_absent(self, path: Path, dst_uri: str) -> WriteOutcome:
-        return self.fill_if_absent(dst_uri, lambda tmp: shutil.copyfile(path, tmp))
+        with path.open("rb") as src:
+            return self._create_once(dst_uri, lambda out: shutil.copyfileobj(src, out, _CHUNK))
 
     def delete(self, uri: str) -> bool:
-        try:
-            self._path(uri).unlink()
+        """Remove one file; a link or a special file at the name (or on its path) is refused, never removed."""
+        with self._parent(uri, create=False) as (fd, name):
+            st = None if fd is None else lstat_at(fd, name, uri)
+            if fd is None or st is None:
+                return False
+            if stat_mode.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(uri)
+            try:
+                os.unlink(name, dir_fd=fd)
+                return True
+            except FileNotFoundError:
+                return False
+
+
+def _holds_an_entry(dir_fd: int, name: str) -> bool:
+    """Whether anything but directories lies beneath (a file, or a special file or symlink that list() refuses):
+    an empty tree is no prefix on GCS or S3, so it is none here. Stops at the first entry found."""
+    for _path, dirnames, filenames, sub_fd in os.fwalk(name, dir_fd=dir_fd, follow_symlinks=False):
+        if filenames or any(
+            stat_mode.S_ISLNK(os.stat(d, dir_fd=sub_fd, follow_symlinks=False).st_mode) for d in dirnames
+        ):
             return True
-        except FileNotFoundError:
-            return False
+    return False

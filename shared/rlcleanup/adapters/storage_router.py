@@ -7,11 +7,13 @@ UnknownSchemeError (never a local path). Copies between two backends stream thro
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from rlcleanup.adapters.storage_registry import BUILTIN, StorageRegistry
 from rlcleanup.ports.storage import (
+    AnchorsLocalPaths,
     ChildPage,
     EtagPinnedStorage,
     IncompleteUpload,
@@ -26,6 +28,7 @@ from rlcleanup.ports.storage import (
     WriteOutcome,
     list_in_name_order,
 )
+from rlcleanup.uris import LOCAL_SCHEME
 
 
 class RoutingStorage:
@@ -46,6 +49,17 @@ class RoutingStorage:
         if entry.scheme not in self._made:
             self._made[entry.scheme] = entry.make()
         return self._made[entry.scheme]
+
+    @contextmanager
+    def anchored(self, roots: Sequence[str]) -> Iterator[RoutingStorage]:
+        """ports.storage.AnchorsLocalPaths: this router, its local backend held under `roots` for the block
+        (LocalStorage.anchored; object stores have no links)."""
+        local = self.backend(LOCAL_SCHEME)
+        if not isinstance(local, AnchorsLocalPaths):
+            yield self
+            return
+        with local.anchored(roots):
+            yield self
 
     def _for(self, uri: str) -> Storage:
         return self.backend(self.registry.for_uri(uri).scheme)

@@ -27,7 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from rlcleanup.authority.pinning import CopyProof, pinned_copy, sha256_of, still_pinned, twin_mismatch
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.records import RunRecords
-from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage, versions_of
+from rlcleanup.ports.storage import (
+    ObjectInfo,
+    SourceChangedError,
+    Storage,
+    UnsafePathError,
+    anchored_to,
+    versions_of,
+)
 from rlcleanup.settings import QuarantineSettings
 from rlcleanup.uris import LOCAL_SCHEME, scheme, strip_file_scheme
 
@@ -168,6 +175,12 @@ def _roots(record: CompletionRecord) -> list[str]:
     return [strip_file_scheme(r).rstrip("/") for r in roots]
 
 
+def local_anchors(record: CompletionRecord) -> list[str]:
+    """The roots a restore or purge of this run may touch, each walked without following a link (P30-P33): the
+    run's bucket (for local files the run root's parent, which holds the quarantine) and the record's roots."""
+    return [bucket_root(record.run_uri, record.run_uri), *_roots(record)]
+
+
 def entry_problem(entry: QuarantineEntry, record: CompletionRecord, settings: QuarantineSettings) -> str | None:
     """Why this record of a move must not be acted on (None: it may): another run's object, a location outside
     this run's roots, a quarantine slot that is not the deployment's for this run and grant."""
@@ -211,44 +224,67 @@ def restore(
     now: datetime,
     settings: QuarantineSettings,
 ) -> RestoreResult:
-    """Put every quarantined object of the run back where it was, byte-exact; never over other bytes."""
+    """Put every quarantined object of the run back where it was, byte-exact; never over other bytes. Local paths
+    are walked from the run's bucket without following a link: a quarantine slot, a run directory or the
+    quarantine itself replaced by a symlink refuses that object before anything is read, written or deleted."""
     result = RestoreResult()
-    for doc_id, entry, _raw in entries(records, record.run_id):
-        if entry is None:
-            result.refused.append(f"{doc_id}: not a quarantine record")
-            continue
-        if entry.state != "quarantined":
-            continue
-        problem = entry_problem(entry, record, settings)
-        if problem:
-            result.refused.append(problem)
-            continue
-        if now >= entry.expires_at:
-            result.expired.append(entry.source)
-            _set_state(records, doc_id, entry, "expired", f"expired at {entry.expires_at.isoformat()}")
-            continue
-        mismatch = twin_mismatch(storage, entry.proof)  # the quarantined bytes, checked now against the move
-        if mismatch:
-            result.refused.append(f"{entry.source}: quarantined copy altered: {mismatch}")
-            continue
-        held = storage.stat(entry.quarantine)
-        assert held is not None  # twin_mismatch found it a moment ago
-        try:
-            back = pinned_copy(storage, held, entry.source)
-        except SourceChangedError as exc:
-            result.refused.append(f"{entry.source}: {exc}")
-            continue
-        now_at_source = storage.stat(entry.source)
-        if back.outcome == "conflict" or now_at_source is None or not _identical(storage, now_at_source, entry.proof):
-            result.refused.append(f"{entry.source}: the path now holds other bytes; never overwritten")
-            continue
-        try:
-            _delete_pinned(storage, held)
-        except SourceChangedError as exc:  # restored, but the quarantine copy changed meanwhile: leave it
-            result.refused.append(f"{entry.quarantine}: kept: {exc}")
-        _set_state(records, doc_id, entry, "restored", f"restored at {now.isoformat()}")
-        result.restored.append(entry.source)
+    with anchored_to(storage, local_anchors(record)) as held_storage:
+        for doc_id, entry, _raw in entries(records, record.run_id):
+            if entry is None:
+                result.refused.append(f"{doc_id}: not a quarantine record")
+                continue
+            try:
+                _restore_one(held_storage, records, record, doc_id, entry, now, settings, result)
+            except UnsafePathError as exc:
+                result.refused.append(f"{entry.source}: {exc}")
     return result
+
+
+def _restore_one(
+    storage: Storage,
+    records: RunRecords,
+    record: CompletionRecord,
+    doc_id: str,
+    entry: QuarantineEntry,
+    now: datetime,
+    settings: QuarantineSettings,
+    result: RestoreResult,
+) -> None:
+    """One quarantined object back (see restore); appends to `result`. Every path below is reached under the
+    anchors, so an UnsafePathError (a link anywhere on the slot's, the quarantine's or the source's path) is raised
+    by the first stat, before a byte is read, written or deleted."""
+    if entry.state != "quarantined":
+        return
+    problem = entry_problem(entry, record, settings)
+    if problem:
+        result.refused.append(problem)
+        return
+    if now >= entry.expires_at:
+        result.expired.append(entry.source)
+        _set_state(records, doc_id, entry, "expired", f"expired at {entry.expires_at.isoformat()}")
+        return
+    storage.stat(entry.source)  # its directory walked first: a symlinked run directory refuses before any move
+    mismatch = twin_mismatch(storage, entry.proof)  # the quarantined bytes, checked now against the move
+    if mismatch:
+        result.refused.append(f"{entry.source}: quarantined copy altered: {mismatch}")
+        return
+    held = storage.stat(entry.quarantine)
+    assert held is not None  # twin_mismatch found it a moment ago
+    try:
+        back = pinned_copy(storage, held, entry.source)
+    except SourceChangedError as exc:
+        result.refused.append(f"{entry.source}: {exc}")
+        return
+    now_at_source = storage.stat(entry.source)
+    if back.outcome == "conflict" or now_at_source is None or not _identical(storage, now_at_source, entry.proof):
+        result.refused.append(f"{entry.source}: the path now holds other bytes; never overwritten")
+        return
+    try:
+        _delete_pinned(storage, held)
+    except SourceChangedError as exc:  # restored, but the quarantine copy changed meanwhile: leave it
+        result.refused.append(f"{entry.quarantine}: kept: {exc}")
+    _set_state(records, doc_id, entry, "restored", f"restored at {now.isoformat()}")
+    result.restored.append(entry.source)
 
 
 def purge(
@@ -265,18 +301,23 @@ def purge(
     slots the records name and `entry_problem` accepts; returns (purged quarantine URIs, refused: why)."""
     purged: list[str] = []
     refused: list[str] = []
-    for doc_id, entry, _raw in entries(records, record.run_id):
-        if entry is None or entry.state != "quarantined" or entry.step != step or entry.digest != digest:
-            continue
-        problem = entry_problem(entry, record, settings)
-        if problem:
-            refused.append(problem)
-            continue
-        held = storage.stat(entry.quarantine)
-        if held is not None:
-            storage.delete(entry.quarantine)
-        _set_state(records, doc_id, entry, "purged", f"purged at {now.isoformat()}")
-        purged.append(entry.quarantine)
+    with anchored_to(storage, local_anchors(record)) as held_storage:
+        for doc_id, entry, _raw in entries(records, record.run_id):
+            if entry is None or entry.state != "quarantined" or entry.step != step or entry.digest != digest:
+                continue
+            problem = entry_problem(entry, record, settings)
+            if problem:
+                refused.append(problem)
+                continue
+            try:  # the slot's whole path walked from the run's bucket: a link on it refuses, nothing is deleted
+                held = held_storage.stat(entry.quarantine)
+                if held is not None:
+                    held_storage.delete(entry.quarantine)
+            except UnsafePathError as exc:
+                refused.append(f"{entry.quarantine}: {exc}")
+                continue
+            _set_state(records, doc_id, entry, "purged", f"purged at {now.isoformat()}")
+            purged.append(entry.quarantine)
     return purged, refused
 
 
@@ -291,11 +332,12 @@ def expire(storage: Storage, root: str, settings: QuarantineSettings, now: datet
     rule on the same prefix (infra/) does this."""
     prefix = f"{root.rstrip('/')}/{settings.prefix}"
     gone: list[str] = []
-    for info in list(storage.list(prefix)):
-        born = info.created or info.updated
-        if not info.uri.startswith(prefix + "/") or born is None:
-            continue
-        if now - born >= timedelta(days=settings.days):
-            storage.delete(info.uri)
-            gone.append(info.uri)
+    with anchored_to(storage, [root]) as held_storage:  # a symlinked prefix or directory in it: UnsafePathError
+        for info in list(held_storage.list(prefix)):
+            born = info.created or info.updated
+            if not info.uri.startswith(prefix + "/") or born is None:
+                continue
+            if now - born >= timedelta(days=settings.days):
+                held_storage.delete(info.uri)
+                gone.append(info.uri)
     return gone

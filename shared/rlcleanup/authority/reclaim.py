@@ -30,7 +30,7 @@ from rlcleanup.authority.pinning import CopyProof, twin_mismatch
 from rlcleanup.authority.publish import read_marker
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.records import RunRecords
-from rlcleanup.ports.storage import ListsIncompleteUploads, ObjectInfo, SourceChangedError, Storage
+from rlcleanup.ports.storage import ListsIncompleteUploads, ObjectInfo, SourceChangedError, Storage, anchored_to
 from rlcleanup.settings import QuarantineSettings, read
 
 MAX_KEEP_LISTED = 500  # the store's documents are bounded; the count of everything kept is always exact
@@ -317,7 +317,31 @@ def reclaim(
     on_plan: Callable[[str, ReclaimPlan], None],
     preserve_root: str | None = None,
 ) -> Outcome:
-    """Plan (or resume the stored plan), record it (on_plan), then delete twin-verified objects one by one."""
+    """Plan (or resume the stored plan), record it (on_plan), then delete twin-verified objects one by one.
+
+    Every local path it reads, moves or deletes is walked without following a link from the roots it may touch
+    (the run's bucket, which holds the quarantine, the record's roots and preserved evidence, the grant's
+    destination): a symlink planted anywhere on a path (`_rlcleanup-quarantine` beside the run root, a directory
+    of the export) refuses the reclaim (UnsafePathError, `apply_failed`) before the object is copied or deleted."""
+    roots = [
+        *quarantine.local_anchors(record),
+        *record.preserved_locations,
+        *([preserve_root] if preserve_root else []),
+        *([grant.destination] if grant.destination else []),
+    ]
+    with anchored_to(storage, roots) as held_storage:
+        return _reclaim(held_storage, records, record, grant, now, on_plan, preserve_root)
+
+
+def _reclaim(
+    storage: Storage,
+    records: RunRecords,
+    record: CompletionRecord,
+    grant: Grant,
+    now: datetime,
+    on_plan: Callable[[str, ReclaimPlan], None],
+    preserve_root: str | None,
+) -> Outcome:
     collection = plans_collection(record.run_id)
     stored = records.get_doc(collection, grant.grant_id)
     if stored is None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import heapq
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -385,3 +386,22 @@ class ListsIncompleteUploads(Protocol):
     def incomplete_uploads(self, prefix_uri: str) -> list[IncompleteUpload]: ...
 
     def abort_incomplete_upload(self, key_uri: str, upload_id: str) -> bool: ...
+
+
+@runtime_checkable
+class AnchorsLocalPaths(Protocol):
+    """A storage whose local paths can be held under anchors (adapters/local_anchor.py): the view it gives walks
+    every local path from the outermost of `roots` it lies under, never through a link, and refuses one under
+    none of them (UnsafePathError). Object stores have no links: their URIs pass through unchanged."""
+
+    def anchored(self, roots: Sequence[str]) -> AbstractContextManager[Storage]: ...
+
+
+@contextmanager
+def anchored_to(storage: Storage, roots: Sequence[str]) -> Iterator[Storage]:
+    """`storage` with its local paths held under `roots` for the block (itself where it has no local paths)."""
+    if isinstance(storage, AnchorsLocalPaths):
+        with storage.anchored(roots) as view:
+            yield view
+    else:
+        yield storage
