@@ -27,13 +27,10 @@ from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
-from rlcleanup.runtime.topology import load_topology
 from rlcleanup.steps.capture import preserved_root
 from rlcleanup.steps.facts import location_run_id
 from rlcleanup.steps.layout import RunLayout, discover
 from rlcleanup.uris import join
-
-READY_TOPIC = "record-ready"  # notify (and retry-waiting-grants) take it: runtime/stages/select.py publishes it too
 
 # ---------------------------------------------------------------- apply
 
@@ -213,7 +210,7 @@ def _tell_if_unexplained(p: Ports, run_id: str) -> None:
     if record is None or record.pre_cancel is None or not record.pre_cancel.unexplained_reproducing:
         return
     ready = json.dumps({"run_id": run_id, "status": record.status.value, "reason": "pre_cancel"}).encode()
-    p.bus.publish(READY_TOPIC, ready, {"run_id": run_id, "reason": "pre_cancel"})
+    p.bus.publish(p.topology.ready_topic, ready, {"run_id": run_id, "reason": "pre_cancel"})
 
 
 def _controller(p: Ports, source: str) -> JobController | None:
@@ -224,7 +221,7 @@ def _controller(p: Ports, source: str) -> JobController | None:
 def record_cause(p: Ports, run_id: str, sig_id: str, note: str, recorded_by: str, at: datetime) -> str:
     """A person recorded why a reproducing failure happens: waiting cancel grants are retried (outside any delivery,
     as retry-waiting-grants would: its declared topics bound what the retry may publish)."""
-    p = guarded_ports(p, load_topology().function("retry-waiting-grants"))
+    p = guarded_ports(p, p.topology.function("retry-waiting-grants"))
     observed = precancel.observed_signature_ids(list(p.claims.results(run_id, "pre-cancel:").values()))
     if sig_id not in observed:
         known = ", ".join(sorted(observed)) or "none: no pre-cancel capture of this run saw a reproducing failure"

@@ -35,7 +35,7 @@ from rlcleanup.runtime.stages.common import publish, run_errors
 from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps.expiry import stamp
 
-PARTS_TOPIC = "capture-parts"
+FAN_OUT = "capture"  # topology.yaml fan_outs[].name: a finished job's part goes back on its topic
 JOB_CLAIMS = "large-copy/"  # the prefix of the job's own claims (never under a fan-out's member prefix)
 COPY_RUN_VAR, COPY_TICKET_VAR = "RLCLEANUP_COPY_RUN_ID", "RLCLEANUP_COPY_TICKET"  # settings.CopyJobSettings
 
@@ -180,5 +180,5 @@ def finish(p: Ports, ticket: CopyJobTicket, count: int) -> str:
         once(p, run_id, ticket.member_key, file_part, model=CapturePartOutcome)
     except RetryLater:
         return "another task is filing the part"
-    publish(p, PARTS_TOPIC, msg)  # capture-part sees the outcome stored and advances the barrier
+    publish(p, p.topology.fan_out(FAN_OUT).topic, msg)  # capture-part sees the outcome stored and advances the barrier
     return f"part {msg.part.part_id} filed from {count} task(s)"
