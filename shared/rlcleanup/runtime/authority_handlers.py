@@ -17,12 +17,13 @@ from typing import Any
 from rlcleanup.authority import ledger, precancel
 from rlcleanup.authority.actions import GrantTask, carry_out
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, verify
-from rlcleanup.errors import PermanentError
+from rlcleanup.errors import ErrorKind, PermanentError, error_kind
+from rlcleanup.models.claims import GrantApplied, PreCancelCaptured
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord, PreCancelCapture
 from rlcleanup.ports.controllers import JobController
 from rlcleanup.runtime import admission
-from rlcleanup.runtime.claims import once as _once
+from rlcleanup.runtime.claims import once_ran as _once_ran
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.guard import guarded_ports
@@ -116,19 +117,20 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
     if waiting is not None:
         return filing.wait(waiting, shown)
 
-    def apply_once() -> dict[str, Any]:
+    def apply_once() -> GrantApplied:
         filing.applying()
         applied = carry_out(p, GrantTask(grant, gid, record, capture))  # a transient error releases the claim
         if isinstance(applied, dict):
-            return applied  # the upload job files the outcome; this grant stays `applying` until it does
+            return GrantApplied.model_validate(applied)  # the job files the outcome; the grant stays `applying`
         filing.outcome(applied)
-        return applied.as_doc()
+        return GrantApplied.model_validate(applied.as_doc())
 
-    result = _once(p, run_id, f"grant:{gid}", apply_once)
-    if result is None:
+    ran = _once_ran(p, run_id, f"grant:{gid}", apply_once, model=GrantApplied)
+    if ran.repeat:
         return filing.replay()
     filing.sync()
-    return f"{grant.action.value}: {result['state']}" + (f" ({result['refusal']})" if result.get("refusal") else "")
+    result = ran.result
+    return f"{grant.action.value}: {result.state}" + (f" ({result.refusal})" if result.refusal else "")
 
 
 # ---------------------------------------------------------------- pre-cancel capture
@@ -142,7 +144,9 @@ def _admit_pre_cancel(p: Ports, event: JobEvent) -> tuple[str, RunLayout | None]
     admission.check_in_run_buckets(p, event.run_uri)
     try:
         layout = discover(p.storage, event.run_uri)
-    except Exception:
+    except Exception as exc:
+        if error_kind(exc) is ErrorKind.transient:
+            raise  # the storage did not answer: redelivered, never taken for a run without a readable layout
         layout = None  # a live run may not have a readable layout yet: capture what the controller says
     if layout is not None:
         return admission.admit_run(p, layout), layout
@@ -160,7 +164,7 @@ def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str
     run_id, layout = _admit_pre_cancel(p, event)
     dest = join(preserved_root(root, run_id), "pre-cancel", event.event_key[:16])
 
-    def work() -> dict[str, Any]:
+    def work() -> PreCancelCaptured:
         p.records.create_if_absent(CompletionRecord(run_id=run_id, run_uri=event.run_uri))
         result = precancel.capture(
             p.storage,
@@ -185,22 +189,21 @@ def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str
             not_synced=result.not_synced[:100],
         )
         p.records.update(run_id, {"pre_cancel": summary.model_dump(mode="json")})
-        doc = result.to_doc()
-        return {
-            "capture_uri": result.capture_uri,
-            "job_id": event.job_id,
-            "source": event.source,
-            "captured_at": p.clock.now().isoformat(),
-            "reproducing": doc["reproducing"],
-            "run_uri": event.run_uri,
-            "layout_read": layout is not None,
-        }
+        return PreCancelCaptured(
+            capture_uri=result.capture_uri,
+            job_id=event.job_id,
+            source=event.source,
+            captured_at=p.clock.now().isoformat(),
+            reproducing=result.to_doc()["reproducing"],
+            run_uri=event.run_uri,
+            layout_read=layout is not None,
+        )
 
-    done = _once(p, run_id, f"pre-cancel:{event.event_key}", work)
-    if done is not None:
+    fresh = not _once_ran(p, run_id, f"pre-cancel:{event.event_key}", work, model=PreCancelCaptured).repeat
+    if fresh:
         _tell_if_unexplained(p, run_id)
-    retried = _retry(p, run_id, record_changed=done is not None)  # a cancel grant may wait for this capture
-    return f"{'captured' if done else 'already captured'} {run_id}; grants: {retried}"
+    retried = _retry(p, run_id, record_changed=fresh)  # a cancel grant may wait for this capture
+    return f"{'captured' if fresh else 'already captured'} {run_id}; grants: {retried}"
 
 
 def _tell_if_unexplained(p: Ports, run_id: str) -> None:

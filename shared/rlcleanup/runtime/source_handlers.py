@@ -14,17 +14,18 @@ import json
 import logging
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import cast
 
 from pydantic import ValidationError
 
 from rlcleanup.errors import PermanentError
 from rlcleanup.formats.export_request import read_request
+from rlcleanup.models.claims import K8sEndPublished, StorageNoticeHandled
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord, ExportRequestState, RunError
 from rlcleanup.report.notice import urgency
 from rlcleanup.runtime.attempt_scope import PASS_PREFIX
-from rlcleanup.runtime.claims import once
+from rlcleanup.runtime.claims import once_ran
 from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.settings import DeploymentSettings, in_run_buckets, unconfigured
@@ -73,26 +74,26 @@ def on_storage_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     def read(uri: str, generation: int | None) -> bytes | None:
         return read_generation(p, uri, generation, gcsn.MAX_MARKER_BYTES)
 
-    def work() -> dict[str, Any]:
+    def work() -> StorageNoticeHandled:
         decision = gcsn.decide(notification, read)
         if decision.event is not None:
             publish_job_event(p, decision.event)
-        return {
-            "object": notification.uri,
-            "generation": notification.generation,
-            "shape": notification.shape,
-            "outcome": decision.reason,
-            "published": decision.event is not None,
-        }
+        return StorageNoticeHandled(
+            object=notification.uri,
+            generation=notification.generation,
+            shape=notification.shape,
+            outcome=decision.reason,
+            published=decision.event is not None,
+        )
 
     # Dedupe on (bucket, object, generation): the claim is filed beside the run the object belongs to.
     run_root = f"gs://{notification.bucket}/{cls.run_key}" if cls.run_key else parent(parent(notification.uri))
     hint = run_id_hint(run_root)
-    result = once(p, hint, f"storage:{notification.dedupe_key}", work)
-    if result is None:
+    ran = once_ran(p, hint, f"storage:{notification.dedupe_key}", work, model=StorageNoticeHandled)
+    if ran.repeat:
         return f"duplicate: {notification.uri}#{notification.generation} already handled"
-    prefix = "published" if result["published"] else "recorded"
-    return f"{prefix}: {result['outcome']} ({notification.shape} notification)"
+    prefix = "published" if ran.result.published else "recorded"
+    return f"{prefix}: {ran.result.outcome} ({notification.shape} notification)"
 
 
 def read_generation(p: Ports, uri: str, generation: int | None, max_bytes: int) -> bytes | None:
@@ -281,10 +282,12 @@ def on_k8s_log_entry(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         return outcome
     event = outcome
 
-    def work() -> dict[str, Any]:
+    def work() -> K8sEndPublished:
         publish_job_event(p, event)
-        return {"job": event.job_id, "state": event.state}
+        return K8sEndPublished(job=event.job_id, state=event.state)
 
     # Events and audit entries of one Job end (and a sink's redelivery) are one event: keyed by the Job end.
-    result = once(p, safe_run_id(f"k8s-{end.namespace}-{end.name}"), f"k8s:{end.dedupe_key}", work)
-    return f"published: {event.job_id} {event.state}" if result else f"duplicate: {event.job_id} {event.state}"
+    ran = once_ran(
+        p, safe_run_id(f"k8s-{end.namespace}-{end.name}"), f"k8s:{end.dedupe_key}", work, model=K8sEndPublished
+    )
+    return f"duplicate: {event.job_id} {event.state}" if ran.repeat else f"published: {event.job_id} {event.state}"

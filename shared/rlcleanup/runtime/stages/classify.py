@@ -13,7 +13,7 @@ from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
 from rlcleanup.runtime import admission, attempt_scope
 from rlcleanup.runtime.attempt_scope import pass_id
-from rlcleanup.runtime.claims import once
+from rlcleanup.runtime.claims import once_ran
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.layouts import snapshot_layout
 from rlcleanup.runtime.ports import Ports
@@ -116,11 +116,11 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
             publish(p, p.topology.next_of("on-job-event"), next_msg)
         return Classified(kind=kind.value, **snapshot, end=marks.model_dump(mode="json"))
 
-    result = once(p, run_id, own_claim(p, scope, "on-job-event"), work, model=Classified)
+    ran = once_ran(p, run_id, own_claim(p, scope, "on-job-event"), work, model=Classified)
     which = f" (new end, pass {pass_id(scope)})" if scope else ""
-    if result is None:
+    if ran.repeat:
         return move_unfinished_pass(p, run_id, preserve_root) or f"duplicate: {run_id} already classified"
-    return f"classified {run_id}{which}: {result.kind}"
+    return f"classified {run_id}{which}: {ran.result.kind}"
 
 
 def move_unfinished_pass(p: Ports, run_id: str, preserve_root: str | None) -> str | None:

@@ -96,19 +96,15 @@ def hand_off(p: Ports, msg: CapturePartMessage, key: str) -> str:
     launcher = p.large_copy_job
     ticket_key = f"{JOB_CLAIMS}{key}/job-ticket"
     tasks = task_count(p, msg.part)
-    once(
+    ticket = once(
         p, msg.run_id, ticket_key, lambda: CopyJobTicket(member_key=key, tasks=tasks, message=msg), model=CopyJobTicket
     )
-    ticket = stored(p, msg.run_id, ticket_key, CopyJobTicket)
-    assert ticket is not None
 
     def start() -> CopyJobStart:
         env = {COPY_RUN_VAR: msg.run_id, COPY_TICKET_VAR: ticket_key}
         return CopyJobStart(execution=launcher.start(env, tasks=ticket.tasks))
 
-    once(p, msg.run_id, f"{JOB_CLAIMS}{key}/job-start", start, model=CopyJobStart)
-    started = stored(p, msg.run_id, f"{JOB_CLAIMS}{key}/job-start", CopyJobStart)
-    execution = started.execution if started else "starting"
+    execution = once(p, msg.run_id, f"{JOB_CLAIMS}{key}/job-start", start, model=CopyJobStart).execution
     size = planned_bytes(msg.part)
     return f"capture part {msg.part.part_id} ({size} bytes) handed to the large-copy job: {execution}"
 
