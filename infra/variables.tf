@@ -298,6 +298,7 @@ variable "notifications" {
     smtp_starttls          = optional(bool, false)
     smtp_from              = optional(string, "")
     smtp_to                = optional(list(string), [])
+    channels               = optional(list(string), [])
     on_complete            = optional(bool, false)
     deadline_warning_hours = optional(number, 24)
   })

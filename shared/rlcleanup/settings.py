@@ -107,8 +107,10 @@ class NotifySettings(BaseSettings):
     deadline_warning_hours: float = Field(default=24.0, gt=0)  # the sweep re-posts a deadline this close
     max_attempts: int = Field(default=3, ge=1, le=10)  # deliveries of one message before it is recorded as failed
     timeout_seconds: float = Field(default=10.0, gt=0, le=60)
+    # The channels to post on, by registry name (adapters/notify_registry.py); unset: every one configured here.
+    channels: CsvList = None
 
-    @field_validator("smtp_to", mode="before")
+    @field_validator("smtp_to", "channels", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -122,7 +124,7 @@ class NotifySettings(BaseSettings):
 
     @property
     def configured(self) -> bool:
-        return bool(self.webhook_url or self.webhook_secret or (self.smtp_host and self.smtp_to))
+        return bool(self.channels or self.webhook_url or self.webhook_secret or (self.smtp_host and self.smtp_to))
 
 
 class DeploymentSettings(BaseSettings):

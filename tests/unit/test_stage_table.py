@@ -283,8 +283,12 @@ def test_watch_progress_and_sweep_keys_come_from_the_topology() -> None:
         ("selection", "select"),
     ]
     keys = topology.pipeline_keys("pass:")
-    assert (keys.capture_fan_in, keys.validation_set, keys.validation_member) == (
-        "fanin:capture",
-        "fanout:validate",
-        "validate:",
-    )
+    hops = [(hop.topic, hop.claims, hop.fan_ins, hop.members.name if hop.members else None) for hop in keys.hops]
+    assert hops == [
+        ("job-events", ("classify",), (), None),
+        ("run-classified", ("terminal-plan", "capture-plan"), ("terminal", "fanin:capture"), None),
+        ("candidate-validation", (), ("fanin:validate",), "validation"),
+        ("run-selection", ("select",), (), None),
+    ]
+    assert [fan.name for fan in keys.hops[1].plans] == ["log-scan", "capture"]
+    assert (keys.classify, keys.finish) == ("classify", "select")

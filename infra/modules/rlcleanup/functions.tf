@@ -91,6 +91,7 @@ resource "google_cloudfunctions2_function" "fn" {
       RLCLEANUP_NOTIFY_DEADLINE_WARNING_HOURS = tostring(var.notifications.deadline_warning_hours)
       RLCLEANUP_NOTIFY_MAX_ATTEMPTS           = "3"
       RLCLEANUP_NOTIFY_TIMEOUT_SECONDS        = "10"
+      RLCLEANUP_NOTIFY_CHANNELS               = join(",", var.notifications.channels)
     }
 
     # The Iris bearer token (Secret Manager), for the sweep only and only when configured.

@@ -464,7 +464,7 @@ variable "quarantine_days" {
 }
 
 variable "notifications" {
-  description = "Who is told when a run needs a person (the notify function, docs/operator.md): webhook = true creates the Secret Manager secret that holds the chat webhook URL (its value is added with gcloud, never here), readable by the notify function only; webhook_kind = slack | google_chat; smtp_* an SMTP relay and recipients (empty smtp_host: no e-mail); on_complete also posts one line for a run that needs nobody; deadline_warning_hours: how close a deadline is before the sweep has notify say it again."
+  description = "Who is told when a run needs a person (the notify function, docs/operator.md): webhook = true creates the Secret Manager secret that holds the chat webhook URL (its value is added with gcloud, never here), readable by the notify function only; webhook_kind = slack | google_chat; smtp_* an SMTP relay and recipients (empty smtp_host: no e-mail); on_complete also posts one line for a run that needs nobody; deadline_warning_hours: how close a deadline is before the sweep has notify say it again; channels: post only on these (names of adapters/notify_registry.py; empty: every channel configured here, an unknown name is refused)."
   type = object({
     webhook                = optional(bool, false)
     webhook_kind           = optional(string, "slack")
@@ -473,6 +473,7 @@ variable "notifications" {
     smtp_starttls          = optional(bool, false)
     smtp_from              = optional(string, "")
     smtp_to                = optional(list(string), [])
+    channels               = optional(list(string), [])
     on_complete            = optional(bool, false)
     deadline_warning_hours = optional(number, 24)
   })

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from rlcleanup.authority import quarantine, retention
+from rlcleanup.errors import PermanentError
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.storage_ledger import LEDGER_CLASSES, LedgerClass, LedgerTotals, StorageLedger
 from rlcleanup.ports.hub import is_hub
@@ -48,7 +49,14 @@ _DEBUG = re.compile(r"/debug_artifacts/|/debug/|/outcomes/|termination|\.excepti
 
 
 def monthly_usd(uri: str, size: int) -> float:
-    return size / 2**30 * PRICES.get(scheme(uri), PRICES["s3"])
+    """The list price of holding `size` bytes at `uri` for a month. A scheme without a price is refused
+    (`unpriced_scheme`), never estimated at another store's price: the ledger names what it could not price."""
+    price = PRICES.get(scheme(uri))
+    if price is None:
+        raise PermanentError(
+            "unpriced_scheme", f"no list price for scheme {scheme(uri)!r} (priced: {', '.join(sorted(PRICES))})"
+        )
+    return size / 2**30 * price
 
 
 @dataclass
@@ -126,7 +134,7 @@ def classify(info: ObjectInfo, record: CompletionRecord, plan: retention.Retenti
     return "other"
 
 
-def measure(
+def measure(  # noqa: C901 -- one pass over the ledger's root kinds (run, preserved, destinations, quarantine, uploads)
     storage: Storage, record: CompletionRecord, label: str, now: datetime, *, max_objects: int | None = None
 ) -> StorageLedger:
     """List what the run holds now and sum it by class: one listing per root, none per object. With

@@ -16,9 +16,6 @@ from rlcleanup.runtime.topology import Topology, load_topology
 if TYPE_CHECKING:
     from rlcleanup.runtime.ports import Ports
 
-# (label, claim key or member key prefix ending in ':'), in pipeline order: declared once, in topology.yaml.
-STAGES = load_topology().progress()
-
 
 @dataclass(frozen=True)
 class Stage:
@@ -28,12 +25,11 @@ class Stage:
     total: int | None  # None: not known yet (the fan-out has not been planned)
 
 
-def _total(key: str, states: dict[str, dict[str, Any]]) -> int | None:
+def _total(key: str, states: dict[str, dict[str, Any]], topology: Topology) -> int | None:
     """How many members a fan-out has, from its stored member set (or, before that is stored, the result of the
     barrier that plans it); 1 for a step's own claim; None while neither is known."""
     if not key.endswith(":"):
         return 1
-    topology = load_topology()
     fan = next(f for f in topology.fan_outs if f.member_prefix == key)
     sources = [fan.member_set] + [topology.barrier(b).claim for b in fan.planned_by if b in _barriers(topology)]
     for source in sources:
@@ -47,11 +43,14 @@ def _barriers(topology: Topology) -> set[str]:
     return {b.name for b in topology.barriers}
 
 
-def stages(states: dict[str, dict[str, Any]]) -> list[Stage]:
+def stages(states: dict[str, dict[str, Any]], topology: Topology | None = None) -> list[Stage]:
+    """Each step of the pipeline (`Topology.progress`: label, claim key or member key prefix ending in ':', in
+    pipeline order; the packaged topology.yaml unless given) with its claims' states."""
+    topology = topology or load_topology()
     out = []
-    for name, key in STAGES:
+    for name, key in topology.progress():
         match = [v["state"] for k, v in states.items() if (k.startswith(key) if key.endswith(":") else k == key)]
-        out.append(Stage(name, match.count("done"), match.count("running"), _total(key, states)))
+        out.append(Stage(name, match.count("done"), match.count("running"), _total(key, states, topology)))
     return out
 
 
@@ -60,11 +59,13 @@ def finished(record: CompletionRecord) -> bool:
     return record.status is not RecordStatus.in_progress
 
 
-def snapshot(record: CompletionRecord, states: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    staged = stages(states)
+def snapshot(
+    record: CompletionRecord, states: dict[str, dict[str, Any]], topology: Topology | None = None
+) -> dict[str, Any]:
+    staged = stages(states, topology)
     # The select step writes the record's status before its claim is marked done: until then the last snapshot
     # would show "selection 0/1" on a finished record, so wait for that claim too.
-    selecting = any(s.name == "selection" and s.running for s in staged)
+    selecting = bool(staged) and staged[-1].running > 0  # the pipeline's last step (selection)
     return {
         "run_id": record.run_id,
         "status": record.status.value,
@@ -148,6 +149,6 @@ def follow_run(run_uri: str, progress: StderrProgress) -> Callable[[Ports], None
         states = {
             key: {"state": "done", "result": result} for key, result in ports.claims.results(bound[0], "").items()
         }
-        progress.stages(stages(states))
+        progress.stages(stages(states, ports.topology))
 
     return after_each

@@ -7,6 +7,7 @@ member key (`runtime/topology.yaml` `fan_outs[].member_key`)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +29,11 @@ class MemberSet(_Stored):
     @property
     def member_ids(self) -> list[str]:
         raise NotImplementedError
+
+    @property
+    def kept_preserve_root(self) -> str | None:
+        """Where the run's evidence is preserved, when the set kept it (a re-drive rebuilds run messages with it)."""
+        return None
 
     @classmethod
     def count_in(cls, raw: object) -> int | None:
@@ -67,6 +73,10 @@ class LogScanPlan(MemberSet):
     def member_ids(self) -> list[str]:
         return [part.part_id for part in self.parts]
 
+    @property
+    def kept_preserve_root(self) -> str | None:
+        return self.run.preserve_root
+
 
 class CapturePlan(MemberSet):
     """`capture-plan`: every page's part ids; the capture barrier waits for each `capture-part:<part_id>`."""
@@ -82,6 +92,10 @@ class CapturePlan(MemberSet):
     def member_ids(self) -> list[str]:
         return list(self.parts)
 
+    @property
+    def kept_preserve_root(self) -> str | None:
+        return self.preserve_root
+
 
 class ValidationSet(MemberSet):
     """`fanout:validate` (and the capture barrier's own result): every validation target, `candidate:<step>` and
@@ -95,6 +109,10 @@ class ValidationSet(MemberSet):
     @property
     def member_ids(self) -> list[str]:
         return list(self.targets)
+
+    @property
+    def kept_preserve_root(self) -> str | None:
+        return self.preserve_root
 
 
 class TerminalSettled(_Stored):
@@ -123,20 +141,60 @@ class Classified(_Stored):
     end: dict[str, Any] = Field(default_factory=dict)
 
 
-class PipelineKeys(BaseModel):
-    """The claim keys the reconciling sweep reads to see how far a run's pipeline got (sources/sweep.py). Built by
-    the wiring from the stage table and topology.yaml (runtime/stage_table.py), never spelled by the sweep."""
+class PassMark(_Stored):
+    """`pass:<hex>`: a later end of the run (runtime/attempt_scope.py): its end marks and its ordinal."""
+
+    end: dict[str, Any] | None = None
+    n: int = 0
+
+
+class FanOutKeys(BaseModel):
+    """One fan-out as a re-drive reads it (runtime/topology.py `Topology.pipeline_keys`, from topology.yaml)."""
 
     model_config = ConfigDict(frozen=True)
 
-    classify: str
-    terminal_plan: str
-    terminal: str
-    capture_plan: str
-    capture_fan_in: str
-    validation_set: str
-    select: str
-    log_scan_member: str  # member key prefixes ("log-scan:")
-    capture_member: str
-    validation_member: str
+    name: str
+    member_noun: str  # how a missing member is named ("capture part")
+    member_set: str  # claim key of the stored member set
+    set_model: type[MemberSet]
+    member_prefix: str  # member key prefix ("capture-part:")
+    member_field: str  # the member message's field naming its member id ("target")
+    fan_ins: tuple[str, ...]  # claims of the barriers waiting for it: once they are stored, nothing of it is missing
+
+
+class PipelineHop(BaseModel):
+    """One trigger topic of a run's pipeline, in order: what a re-drive publishes on it, and when it is done (every
+    claim and fan-in stored)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    topic: str
+    event: bool = False  # the pipeline's first hop: it carries the run's job event
+    claims: tuple[str, ...] = ()  # the own claims of the functions it triggers
+    plans: tuple[FanOutKeys, ...] = ()  # fan-outs those functions plan (their lost members are published again)
+    fan_ins: tuple[str, ...] = ()  # barriers that run within this hop
+    members: FanOutKeys | None = None  # a fan-out planned by a barrier: re-driven one message per member
+
+    def done(self, stored: Collection[str]) -> bool:
+        return all(key in stored for key in (*self.claims, *self.fan_ins))
+
+
+class PipelineKeys(BaseModel):
+    """The claim keys the reconciling sweep reads to see how far a run's pipeline got, and the hops it re-drives
+    (sources/sweep.py). Built by `Topology.pipeline_keys` (runtime/topology.py) from topology.yaml, never spelled
+    by the sweep."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hops: tuple[PipelineHop, ...]
     pass_prefix: str  # a later end of the run: claim `pass:<hex>`, its stage keys prefixed `<hex>/`
+
+    @property
+    def classify(self) -> str:
+        """The first hop's claim: classification stored what kind of run it is (`Classified`)."""
+        return self.hops[0].claims[0]
+
+    @property
+    def finish(self) -> str:
+        """The last hop's claim: the record was finished."""
+        return self.hops[-1].claims[-1]

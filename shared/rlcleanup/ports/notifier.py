@@ -22,6 +22,14 @@ class NotificationRefused(PermanentError):
         super().__init__("notification_refused", message)
 
 
+class UnknownChannelError(PermanentError):
+    """A channel name no adapter is registered for (adapters/notify_registry.py): refused, never skipped."""
+
+    def __init__(self, name: str, known: tuple[str, ...]) -> None:
+        super().__init__("unknown_channel", f"no notification channel {name!r} (known: {', '.join(known)})")
+        self.name = name
+
+
 class NotificationChannel(Protocol):
     @property
     def name(self) -> str:

@@ -17,23 +17,21 @@ from typing import Any
 from rlcleanup.authority import ledger, precancel
 from rlcleanup.authority.actions import GrantTask, carry_out
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, verify
-from rlcleanup.errors import PermanentError
+from rlcleanup.errors import ErrorKind, PermanentError, error_kind
+from rlcleanup.models.claims import GrantApplied, PreCancelCaptured
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord, PreCancelCapture
 from rlcleanup.ports.controllers import JobController
 from rlcleanup.runtime import admission
-from rlcleanup.runtime.claims import once as _once
+from rlcleanup.runtime.claims import once_ran as _once_ran
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
-from rlcleanup.runtime.topology import load_topology
 from rlcleanup.steps.capture import preserved_root
 from rlcleanup.steps.facts import location_run_id
 from rlcleanup.steps.layout import RunLayout, discover
 from rlcleanup.uris import join
-
-READY_TOPIC = "record-ready"  # notify (and retry-waiting-grants) take it: runtime/stages/select.py publishes it too
 
 # ---------------------------------------------------------------- apply
 
@@ -119,19 +117,20 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
     if waiting is not None:
         return filing.wait(waiting, shown)
 
-    def apply_once() -> dict[str, Any]:
+    def apply_once() -> GrantApplied:
         filing.applying()
         applied = carry_out(p, GrantTask(grant, gid, record, capture))  # a transient error releases the claim
         if isinstance(applied, dict):
-            return applied  # the upload job files the outcome; this grant stays `applying` until it does
+            return GrantApplied.model_validate(applied)  # the job files the outcome; the grant stays `applying`
         filing.outcome(applied)
-        return applied.as_doc()
+        return GrantApplied.model_validate(applied.as_doc())
 
-    result = _once(p, run_id, f"grant:{gid}", apply_once)
-    if result is None:
+    ran = _once_ran(p, run_id, f"grant:{gid}", apply_once, model=GrantApplied)
+    if ran.repeat:
         return filing.replay()
     filing.sync()
-    return f"{grant.action.value}: {result['state']}" + (f" ({result['refusal']})" if result.get("refusal") else "")
+    result = ran.result
+    return f"{grant.action.value}: {result.state}" + (f" ({result.refusal})" if result.refusal else "")
 
 
 # ---------------------------------------------------------------- pre-cancel capture
@@ -145,7 +144,9 @@ def _admit_pre_cancel(p: Ports, event: JobEvent) -> tuple[str, RunLayout | None]
     admission.check_in_run_buckets(p, event.run_uri)
     try:
         layout = discover(p.storage, event.run_uri)
-    except Exception:
+    except Exception as exc:
+        if error_kind(exc) is ErrorKind.transient:
+            raise  # the storage did not answer: redelivered, never taken for a run without a readable layout
         layout = None  # a live run may not have a readable layout yet: capture what the controller says
     if layout is not None:
         return admission.admit_run(p, layout), layout
@@ -163,7 +164,7 @@ def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str
     run_id, layout = _admit_pre_cancel(p, event)
     dest = join(preserved_root(root, run_id), "pre-cancel", event.event_key[:16])
 
-    def work() -> dict[str, Any]:
+    def work() -> PreCancelCaptured:
         p.records.create_if_absent(CompletionRecord(run_id=run_id, run_uri=event.run_uri))
         result = precancel.capture(
             p.storage,
@@ -188,22 +189,21 @@ def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str
             not_synced=result.not_synced[:100],
         )
         p.records.update(run_id, {"pre_cancel": summary.model_dump(mode="json")})
-        doc = result.to_doc()
-        return {
-            "capture_uri": result.capture_uri,
-            "job_id": event.job_id,
-            "source": event.source,
-            "captured_at": p.clock.now().isoformat(),
-            "reproducing": doc["reproducing"],
-            "run_uri": event.run_uri,
-            "layout_read": layout is not None,
-        }
+        return PreCancelCaptured(
+            capture_uri=result.capture_uri,
+            job_id=event.job_id,
+            source=event.source,
+            captured_at=p.clock.now().isoformat(),
+            reproducing=result.to_doc()["reproducing"],
+            run_uri=event.run_uri,
+            layout_read=layout is not None,
+        )
 
-    done = _once(p, run_id, f"pre-cancel:{event.event_key}", work)
-    if done is not None:
+    fresh = not _once_ran(p, run_id, f"pre-cancel:{event.event_key}", work, model=PreCancelCaptured).repeat
+    if fresh:
         _tell_if_unexplained(p, run_id)
-    retried = _retry(p, run_id, record_changed=done is not None)  # a cancel grant may wait for this capture
-    return f"{'captured' if done else 'already captured'} {run_id}; grants: {retried}"
+    retried = _retry(p, run_id, record_changed=fresh)  # a cancel grant may wait for this capture
+    return f"{'captured' if fresh else 'already captured'} {run_id}; grants: {retried}"
 
 
 def _tell_if_unexplained(p: Ports, run_id: str) -> None:
@@ -213,7 +213,7 @@ def _tell_if_unexplained(p: Ports, run_id: str) -> None:
     if record is None or record.pre_cancel is None or not record.pre_cancel.unexplained_reproducing:
         return
     ready = json.dumps({"run_id": run_id, "status": record.status.value, "reason": "pre_cancel"}).encode()
-    p.bus.publish(READY_TOPIC, ready, {"run_id": run_id, "reason": "pre_cancel"})
+    p.bus.publish(p.topology.ready_topic, ready, {"run_id": run_id, "reason": "pre_cancel"})
 
 
 def _controller(p: Ports, source: str) -> JobController | None:
@@ -224,7 +224,7 @@ def _controller(p: Ports, source: str) -> JobController | None:
 def record_cause(p: Ports, run_id: str, sig_id: str, note: str, recorded_by: str, at: datetime) -> str:
     """A person recorded why a reproducing failure happens: waiting cancel grants are retried (outside any delivery,
     as retry-waiting-grants would: its declared topics bound what the retry may publish)."""
-    p = guarded_ports(p, load_topology().function("retry-waiting-grants"))
+    p = guarded_ports(p, p.topology.function("retry-waiting-grants"))
     observed = precancel.observed_signature_ids(list(p.claims.results(run_id, "pre-cancel:").values()))
     if sig_id not in observed:
         known = ", ".join(sorted(observed)) or "none: no pre-cancel capture of this run saw a reproducing failure"

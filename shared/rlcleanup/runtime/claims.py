@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar, overload
+from typing import Any, Final, Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -38,22 +38,36 @@ def failed_claim(exc: BaseException) -> FailedClaim | None:
     return found if isinstance(found, FailedClaim) else None
 
 
-@overload
-def once(p: Ports, run_id: str, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any] | None: ...
-@overload
-def once(p: Ports, run_id: str, key: str, work: Callable[[], M], *, model: type[M]) -> M | None: ...
-def once(p: Ports, run_id: str, key: str, work: Callable[[], Any], *, model: type[BaseModel] | None = None) -> Any:
-    """Run `work` once per (run_id, key). None when it was done before. With `model`, `work` returns that model,
-    which is stored as its JSON and returned as the model (as Powertools' idempotency serializer does); a
-    stored result is read back with `stored(..., model)`.
+@dataclass(frozen=True)
+class Ran(Generic[M]):
+    """What a claimed step gave: its result, and whether an earlier delivery did it (`result` is what it stored)."""
+
+    result: M
+    repeat: bool
+
+
+def once(p: Ports, run_id: str, key: str, work: Callable[[], M], *, model: type[M]) -> M:
+    """Run `work` once per (run_id, key) and return its result, a `model`: stored as its JSON, and on a repeat read
+    back from the store as the model (as Powertools' idempotency returns the stored response). A caller that must
+    know whether this delivery did the work uses `once_ran`.
 
     While another delivery holds the claim: RetryLater (this message is redelivered and re-checks).
     An exception from `work` releases the claim and is tagged with it, so `dispatch` knows which stage (or which
     fan-out member) failed and can complete it as failed once no retry is left.
     """
+    return once_ran(p, run_id, key, work, model=model).result
+
+
+def once_ran(p: Ports, run_id: str, key: str, work: Callable[[], M], *, model: type[M]) -> Ran[M]:
+    """`once`, saying whether the result is this delivery's or an earlier one's (`Ran.repeat`)."""
     result = _run_claimed(p, run_id, key, work, busy_ok=False)
     assert not isinstance(result, Busy)
-    return result
+    if result is not None:
+        return Ran(result, repeat=False)
+    earlier = stored(p, run_id, key, model)
+    if earlier is None:  # done, but its result is not readable yet (a store that lags its own write)
+        raise RetryLater(f"{run_id}/{key} is done but its result is not readable yet")
+    return Ran(earlier, repeat=True)
 
 
 def once_or_busy(p: Ports, run_id: str, key: str, work: Callable[[], M]) -> M | Busy | None:

@@ -20,7 +20,8 @@ from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime import admission
 from rlcleanup.runtime.handlers import POISON_COLLECTION, dispatch, poison_key, resolve_run_id
 from rlcleanup.runtime.ports import Ports, hub_upload_job, large_copy_job
-from rlcleanup.runtime.topology import FunctionSpec, load_topology
+from rlcleanup.runtime.stage_table import StageTable, stage_table
+from rlcleanup.runtime.topology import FunctionSpec
 from rlcleanup.settings import DeploymentSettings, load_settings
 from rlcleanup.steps.facts import run_facts
 from rlcleanup.steps.layout import discover
@@ -36,6 +37,7 @@ class EmbeddedStack:
     bus: InProcessBus
     # called after every handled message (`run`'s progress on stderr reads the run's claims there)
     after_each: Callable[[Ports], None] | None = None
+    table: StageTable | None = None  # the stage table it serves (None: the packaged one)
 
     @classmethod
     def create(
@@ -46,9 +48,12 @@ class EmbeddedStack:
         bus: InProcessBus | None = None,
         storage: Storage | None = None,
         settings: DeploymentSettings | None = None,
+        table: StageTable | None = None,
     ) -> EmbeddedStack:
-        """One process serving every function: the deployment settings are read here, once (unless given)."""
+        """One process serving every function of the stage table's topology: the deployment settings are read
+        here, once (unless given)."""
         bus = bus or InProcessBus()
+        topology = (table or stage_table()).topology
         settings = settings or load_settings()
         job_args = ("--sqlite", str(db_path), "--preserve-root", preserve_root)  # the child opens the same store
         ports = Ports(
@@ -60,16 +65,23 @@ class EmbeddedStack:
             hub_upload_job=hub_upload_job(settings, job_args),
             # Awaited: this stack has no later redelivery to see the job's outcome (runtime/copy_job.py).
             large_copy_job=large_copy_job(settings, job_args, wait=True),
+            topology=topology,
         )
-        stack = cls(ports=ports, bus=bus)
-        for fn in load_topology().functions:  # every function has its stage table row (runtime/stage_table.py)
+        stack = cls(ports=ports, bus=bus, table=table)
+        for fn in topology.functions:  # every function has its stage table row (runtime/stage_table.py)
             bus.subscribe(fn.trigger, stack._handler(fn))
         return stack
 
     def _handler(self, fn: FunctionSpec) -> Handler:
         def handle(data: bytes, attributes: dict[str, str], message_id: str) -> None:
             outcome = dispatch(
-                self.ports, fn.entry_point, fn.dead_letter_topic, data, attributes, message_id=message_id
+                self.ports,
+                fn.entry_point,
+                fn.dead_letter_topic,
+                data,
+                attributes,
+                message_id=message_id,
+                table=self.table,
             )
             log.debug("%s: %s", fn.name, outcome)
             if self.after_each is not None:
@@ -78,7 +90,7 @@ class EmbeddedStack:
         return handle
 
     def emit(self, event: JobEvent) -> None:
-        self.bus.publish("job-events", event.model_dump_json().encode(), {"source": event.source})
+        self.bus.publish(self.ports.topology.entry_topic, event.model_dump_json().encode(), {"source": event.source})
         self.bus.drain()
 
 

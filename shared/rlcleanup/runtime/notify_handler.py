@@ -22,9 +22,8 @@ from rlcleanup.models.notifications import Notice, NotificationSent
 from rlcleanup.models.record import RunError
 from rlcleanup.ports.notifier import NotificationChannel, NotificationRefused, NotificationUndelivered
 from rlcleanup.report.notice import NOTIFY_STEP, build_notice
-from rlcleanup.runtime.claims import once
+from rlcleanup.runtime.claims import once_ran
 from rlcleanup.runtime.ports import Ports
-from rlcleanup.settings import NotifySettings
 
 log = logging.getLogger(__name__)
 ATTEMPTS_COLLECTION = "notify_attempts"
@@ -38,30 +37,9 @@ def _secret(version: str) -> str:
     return access_secret(version)
 
 
-def channels(conf: NotifySettings) -> list[NotificationChannel]:
-    """The channels the settings configure (none: notifications are off)."""
-    from rlcleanup.adapters.notify_smtp import SmtpChannel
-    from rlcleanup.adapters.notify_webhook import WebhookChannel
-
-    found: list[NotificationChannel] = []
-    url = _secret(conf.webhook_secret) if conf.webhook_secret else conf.webhook_url
-    if url:
-        if not url.startswith(("https://", "http://")):
-            raise PermanentError("bad_webhook", "the webhook secret holds no http(s) URL")  # never the value
-        found.append(WebhookChannel(url, conf.webhook_kind, conf.timeout_seconds))
-    if conf.smtp_host and conf.smtp_to:
-        sender = conf.smtp_from or "rlcleanup@localhost"
-        found.append(
-            SmtpChannel(
-                conf.smtp_host,
-                conf.smtp_port,
-                sender,
-                conf.smtp_to,
-                starttls=conf.smtp_starttls,
-                timeout=conf.timeout_seconds,
-            )
-        )
-    return found
+def channels(p: Ports) -> list[NotificationChannel]:
+    """The channels the settings configure, from the channel registry (none: notifications are off)."""
+    return p.channels.configured(p.settings.notify, _secret)
 
 
 def notify(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
@@ -82,7 +60,7 @@ def notify(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     if notice is None:
         return f"{run_id}: nothing for a person"
     outcomes = []
-    for channel in channels(conf):
+    for channel in channels(p):
         outcomes.append(f"{channel.name}: " + _once_per_state(p, channel, notice))
     return f"{run_id} state {notice.digest}: " + "; ".join(outcomes)
 
@@ -93,9 +71,10 @@ def _once_per_state(p: Ports, channel: NotificationChannel, notice: Notice) -> s
     def deliver() -> NotificationSent:
         return _deliver(p, channel, notice, key)
 
-    sent = once(p, notice.run_id, key, deliver, model=NotificationSent)
-    if sent is None:
+    ran = once_ran(p, notice.run_id, key, deliver, model=NotificationSent)
+    if ran.repeat:
         return "already told"
+    sent = ran.result
     return "posted" if sent.delivered else f"gave up after {sent.attempts} attempt(s)"
 
 

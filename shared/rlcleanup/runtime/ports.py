@@ -7,6 +7,8 @@ from typing import Generic, Never, TypeVar, overload
 
 from rlcleanup.adapters.controllers.registry import BUILTIN as BUILTIN_CONTROLLERS
 from rlcleanup.adapters.controllers.registry import ControllerRegistry
+from rlcleanup.adapters.notify_registry import BUILTIN as BUILTIN_CHANNELS
+from rlcleanup.adapters.notify_registry import ChannelRegistry
 from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.clock import Clock, SystemClock
 from rlcleanup.ports.hub import HubFactory, HubReader, HubReaderFactory, ModelHub
@@ -14,7 +16,7 @@ from rlcleanup.ports.jobs import JobLauncher
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime.topology import Topology, load_topology
-from rlcleanup.settings import DeploymentSettings, unconfigured
+from rlcleanup.settings import DeploymentSettings, SettingsError, unconfigured
 
 HUB_JOB_MODULE = "rlcleanup.runtime.hub_job"
 COPY_JOB_MODULE = "rlcleanup.runtime.copy_job"
@@ -107,6 +109,8 @@ class Ports:
     # The job-state controllers by name: each built from `settings` when the sweep polls it or a pre-cancel capture
     # asks it (runtime/source_handlers.py, runtime/authority_handlers.py); tests hand in a registry of their own.
     controllers: ControllerRegistry = BUILTIN_CONTROLLERS
+    # The notification channels by name (the notify function posts on those the settings configure).
+    channels: ChannelRegistry = BUILTIN_CHANNELS
 
 
 def hub_upload_job(settings: DeploymentSettings, job_args: tuple[str, ...] = ()) -> JobLauncher | None:
@@ -141,12 +145,17 @@ def job_launcher(
 
 def cloud_ports(settings: DeploymentSettings) -> Ports:
     """GCS + Firestore + Pub/Sub from the settings read at cold start (emulator hosts honoured). Clients are
-    created lazily."""
+    created lazily. No project (GOOGLE_CLOUD_PROJECT): SettingsError, before any client is made."""
     from rlcleanup.adapters.firestore_records import firestore_stores
     from rlcleanup.adapters.pubsub_bus import PubSubBus
     from rlcleanup.adapters.storage_router import RoutingStorage
 
-    project = settings.project or "test-project"
+    project = settings.project
+    if not project:  # never a made-up project: records and messages would go to one nobody deployed
+        raise SettingsError(
+            "GOOGLE_CLOUD_PROJECT is not set: the Cloud Run ports need the project of their Firestore database and "
+            "Pub/Sub topics (Terraform sets it on every function; an emulator stack's `stack up` prints it)"
+        )
     records, claims = firestore_stores(project, timeout=settings.record_store_timeout_seconds)
     return Ports(
         storage=RoutingStorage(),

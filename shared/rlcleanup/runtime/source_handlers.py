@@ -14,20 +14,20 @@ import json
 import logging
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import cast
 
 from pydantic import ValidationError
 
 from rlcleanup.errors import PermanentError
 from rlcleanup.formats.export_request import read_request
+from rlcleanup.models.claims import K8sEndPublished, StorageNoticeHandled
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord, ExportRequestState, RunError
 from rlcleanup.report.notice import urgency
 from rlcleanup.runtime.attempt_scope import PASS_PREFIX
-from rlcleanup.runtime.claims import once
+from rlcleanup.runtime.claims import once_ran
 from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.ports import Ports
-from rlcleanup.runtime.topology import load_topology
 from rlcleanup.settings import DeploymentSettings, in_run_buckets, unconfigured
 from rlcleanup.sources import gcs_notifications as gcsn
 from rlcleanup.sources import k8s
@@ -49,12 +49,12 @@ from rlcleanup.steps.facts import safe_run_id
 from rlcleanup.uris import basename, parent
 
 log = logging.getLogger(__name__)
-JOB_EVENTS = "job-events"
-READY_TOPIC = "record-ready"  # runtime/stages/select.py says a finished record is ready on it too
 
 
 def publish_job_event(p: Ports, event: JobEvent) -> None:
-    p.bus.publish(JOB_EVENTS, event.model_dump_json().encode(), {"source": event.source, "state": event.state})
+    p.bus.publish(
+        p.topology.entry_topic, event.model_dump_json().encode(), {"source": event.source, "state": event.state}
+    )
 
 
 def run_id_hint(run_uri: str) -> str:
@@ -74,26 +74,26 @@ def on_storage_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     def read(uri: str, generation: int | None) -> bytes | None:
         return read_generation(p, uri, generation, gcsn.MAX_MARKER_BYTES)
 
-    def work() -> dict[str, Any]:
+    def work() -> StorageNoticeHandled:
         decision = gcsn.decide(notification, read)
         if decision.event is not None:
             publish_job_event(p, decision.event)
-        return {
-            "object": notification.uri,
-            "generation": notification.generation,
-            "shape": notification.shape,
-            "outcome": decision.reason,
-            "published": decision.event is not None,
-        }
+        return StorageNoticeHandled(
+            object=notification.uri,
+            generation=notification.generation,
+            shape=notification.shape,
+            outcome=decision.reason,
+            published=decision.event is not None,
+        )
 
     # Dedupe on (bucket, object, generation): the claim is filed beside the run the object belongs to.
     run_root = f"gs://{notification.bucket}/{cls.run_key}" if cls.run_key else parent(parent(notification.uri))
     hint = run_id_hint(run_root)
-    result = once(p, hint, f"storage:{notification.dedupe_key}", work)
-    if result is None:
+    ran = once_ran(p, hint, f"storage:{notification.dedupe_key}", work, model=StorageNoticeHandled)
+    if ran.repeat:
         return f"duplicate: {notification.uri}#{notification.generation} already handled"
-    prefix = "published" if result["published"] else "recorded"
-    return f"{prefix}: {result['outcome']} ({notification.shape} notification)"
+    prefix = "published" if ran.result.published else "recorded"
+    return f"{prefix}: {ran.result.outcome} ({notification.shape} notification)"
 
 
 def read_generation(p: Ports, uri: str, generation: int | None, max_bytes: int) -> bytes | None:
@@ -113,7 +113,6 @@ def _no_read(uri: str, generation: int | None) -> bytes | None:
 
 # ---------------------------------------------------------------- sweep (scheduler ticks and continuations)
 
-SWEEP_TOPIC = "sweep"
 SEEN = sweep_source.SEEN  # hints already given: controller jobs ((cluster, job uid) -> outcome), status versions
 
 
@@ -122,7 +121,7 @@ def settings(p: Ports) -> DeploymentSettings:
 
 
 def sweep_config(p: Ports) -> SweepConfig:
-    slowest = max(fn.timeout_seconds for fn in load_topology().functions)
+    slowest = max(fn.timeout_seconds for fn in p.topology.functions)
     conf = settings(p)
     return SweepConfig.from_settings(conf, slowest_timeout_seconds=slowest, controllers=p.controllers.polling(conf))
 
@@ -137,7 +136,7 @@ def sweep(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     if msg is None:
         fanout = tick(config)
         for item in fanout:
-            p.bus.publish(SWEEP_TOPIC, item.model_dump_json().encode(), {"kind": item.kind})
+            p.bus.publish(_sweep_topic(p), item.model_dump_json().encode(), {"kind": item.kind})
         return f"tick: {len(fanout)} sweep messages ({len(config.roots)} roots)"
     if isinstance(msg, SweepPage):
         storage = cast(ChildLister, p.storage)
@@ -146,7 +145,7 @@ def sweep(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         except NotImplementedError as exc:  # a root on a backend without child listing
             raise PermanentError("sweep_unsupported_storage", str(exc)) from exc
         for page in out.continuations:
-            p.bus.publish(SWEEP_TOPIC, page.model_dump_json().encode(), {"kind": page.kind})
+            p.bus.publish(_sweep_topic(p), page.model_dump_json().encode(), {"kind": page.kind})
         for event in out.events:
             publish_job_event(p, event)
         for key in out.seen:  # after publishing: a crash in between hints again (harmless)
@@ -159,7 +158,7 @@ def sweep(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
 
 def _sweep_records(p: Ports, now: datetime, config: SweepConfig) -> str:
     redriven = stalled = 0
-    keys = load_topology().pipeline_keys(PASS_PREFIX)
+    keys = p.topology.pipeline_keys(PASS_PREFIX)
     for found in stalled_records(p.records, p.claims, now, config, keys):
         record, scope = found.record, found.scope
         plan = plan_redrive(p.claims, record, p.preserve_root, keys, scope)
@@ -232,8 +231,13 @@ def _deadline_notice(p: Ports, record: CompletionRecord | None, now: datetime, w
     if p.records.get_doc(SEEN, seen) is not None:
         return
     ready = {"run_id": record.run_id, "status": record.status.value, "deadline": how_urgent}
-    p.bus.publish(READY_TOPIC, json.dumps(ready).encode(), {"run_id": record.run_id, "reason": "deadline"})
+    p.bus.publish(p.topology.ready_topic, json.dumps(ready).encode(), {"run_id": record.run_id, "reason": "deadline"})
     p.records.put_doc(SEEN, seen, {"source": "sweep"}, only_if_absent=True)  # after: a crash in between says it again
+
+
+def _sweep_topic(p: Ports) -> str:
+    """The sweep's own trigger: its continuations (pages, the record scan, polls) go back there."""
+    return p.topology.function("sweep").trigger
 
 
 def _pass_text(scope: str) -> str:
@@ -278,10 +282,12 @@ def on_k8s_log_entry(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         return outcome
     event = outcome
 
-    def work() -> dict[str, Any]:
+    def work() -> K8sEndPublished:
         publish_job_event(p, event)
-        return {"job": event.job_id, "state": event.state}
+        return K8sEndPublished(job=event.job_id, state=event.state)
 
     # Events and audit entries of one Job end (and a sink's redelivery) are one event: keyed by the Job end.
-    result = once(p, safe_run_id(f"k8s-{end.namespace}-{end.name}"), f"k8s:{end.dedupe_key}", work)
-    return f"published: {event.job_id} {event.state}" if result else f"duplicate: {event.job_id} {event.state}"
+    ran = once_ran(
+        p, safe_run_id(f"k8s-{end.namespace}-{end.name}"), f"k8s:{end.dedupe_key}", work, model=K8sEndPublished
+    )
+    return f"duplicate: {event.job_id} {event.state}" if ran.repeat else f"published: {event.job_id} {event.state}"

@@ -24,7 +24,8 @@ def topology_tfvars(topology: Topology) -> dict[str, Any]:
     topics = {t.name: {"description": t.description} for t in topology.topics}
     functions = {
         fn.name: {
-            **fn.model_dump(exclude={"name", "claim", "claim_label"}),  # claim keys: the pipeline's, not Terraform's
+            # claim keys and where the run goes on: the pipeline's, not Terraform's
+            **fn.model_dump(exclude={"name", "claim", "claim_label", "next", "routes"}),
             "push_subscription": fn.push_subscription,
             "dead_letter_topic": fn.dead_letter_topic,
             "dead_letter_subscription": fn.dead_letter_subscription,

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from rlcleanup.models import outcomes, plans
-from rlcleanup.models.plans import PipelineKeys
+from rlcleanup.models.plans import FanOutKeys, PipelineHop, PipelineKeys
 
 Model = TypeVar("Model", bound=BaseModel)
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T)?\s*$")
@@ -60,6 +60,10 @@ class FunctionSpec(_Strict):
     maximum_backoff: str
     claim: str | None = None  # its own claim key, stored when its step is done (members: the fan-out's member_key)
     claim_label: str | None = None  # how `rlcleanup watch` names that claim
+    # Where the run goes on once this function's step is done (a topic it publishes): the pipeline's next hop.
+    next: str | None = None
+    # Its other named outputs (e.g. classify's `agentic` route), each a topic it publishes: stages read topics here.
+    routes: dict[str, str] = {}
 
     @property
     def memory_mib(self) -> float:
@@ -177,6 +181,11 @@ class Topology(_Strict):
                 raise ValueError(f"function {fn.name}: ack deadline must be 10..600 s")
             if fn.memory_mib <= 0:
                 raise ValueError(f"function {fn.name}: memory must be positive")
+            undeclared = {t for t in [fn.next, *fn.routes.values()] if t is not None} - set(fn.publishes)
+            if undeclared:
+                raise ValueError(
+                    f"function {fn.name}: next/routes name topics it does not publish {sorted(undeclared)}"
+                )
         for sink in self.sinks:
             if sink.topic not in project_topics:
                 raise ValueError(f"sink {sink.subscription} names unknown topic {sink.topic}")
@@ -296,21 +305,82 @@ class Topology(_Strict):
                 ready = [b for b in self.barriers if b.name not in listed and set(b.waits_for) <= listed]
         return steps
 
+    def next_of(self, function: str) -> str:
+        """The topic `function` (name or entry point) sends the run on to (topology.yaml `next`)."""
+        found = self.function(function).next
+        if found is None:
+            raise KeyError(f"function {function} declares no `next` topic in topology.yaml")
+        return found
+
+    def route(self, function: str, name: str) -> str:
+        """The topic of `function`'s named output `name` (topology.yaml `routes`); KeyError for an undeclared one."""
+        routes = self.function(function).routes
+        if name not in routes:
+            raise KeyError(f"function {function} declares no route {name!r} (declared: {sorted(routes)})")
+        return routes[name]
+
+    def barrier_next(self, name: str) -> str:
+        """The one topic the barrier `name` sends the run on to (topology.yaml `barriers[].publishes`)."""
+        publishes = self.barrier(name).publishes
+        if len(publishes) != 1:
+            raise KeyError(f"barrier {name} must publish exactly one topic to send the run on, not {publishes}")
+        return publishes[0]
+
+    def pipeline_functions(self) -> list[FunctionSpec]:
+        """The functions of a run's pipeline, in declaration (pipeline) order."""
+        return [fn for fn in self.functions if self.in_pipeline(fn.name)]
+
+    @property
+    def entry_topic(self) -> str:
+        """Where job events enter the pipeline: the trigger of its first function (sources publish there)."""
+        return self.pipeline_functions()[0].trigger
+
+    @property
+    def ready_topic(self) -> str:
+        """Where a record is announced ready (a person or a waiting grant may act): the last pipeline function's
+        `next`. The sweep (a deadline) and the pre-cancel capture announce a record there too."""
+        return self.next_of(self.pipeline_functions()[-1].name)
+
     def pipeline_keys(self, pass_prefix: str) -> PipelineKeys:
-        """The claim keys the reconciling sweep reads (sources/sweep.py), from this declaration."""
-        log_scan, copies, checks = self.fan_out("log-scan"), self.fan_out("capture"), self.fan_out("validation")
-        return PipelineKeys(
-            classify=self.claim_of("on-job-event"),
-            terminal_plan=log_scan.member_set,
-            terminal=self.barrier("terminal").claim,
-            capture_plan=copies.member_set,
-            capture_fan_in=self.barrier("capture-done").claim,
-            validation_set=checks.member_set,
-            select=self.claim_of("select-candidate"),
-            log_scan_member=log_scan.member_prefix,
-            capture_member=copies.member_prefix,
-            validation_member=checks.member_prefix,
-            pass_prefix=pass_prefix,
+        """How far a run's pipeline got, and how to move it on (sources/sweep.py re-drives a stalled run by walking
+        these hops): every trigger topic of the pipeline's functions, in order, with the claims that say it is done.
+        A fan-out planned by a function is redone through its planner's hop (the plan publishes its lost members
+        again); a fan-out planned by a barrier is its own hop, re-driven one message per member not stored."""
+        fan_keys = {fan.name: self._fan_out_keys(fan) for fan in self.fan_outs}
+        hops: list[PipelineHop] = []
+        hop_of: dict[str, int] = {}  # function -> index of the hop that (re)drives it
+        barriers = {b.name for b in self.barriers}
+        for fn in self.pipeline_functions():
+            fan = self.fan_out_of_member(fn.name)
+            if fan is not None and not set(fan.planned_by) & barriers:
+                planners = [hop_of[name] for name in fan.planned_by if name in hop_of]
+                if planners:  # its planner publishes its lost members again: redone through the planner's hop
+                    hop_of[fn.name] = max(planners)
+                    continue
+            index = next((i for i, hop in enumerate(hops) if hop.topic == fn.trigger), len(hops))
+            if index == len(hops):  # the first hop carries the job event; a member's hop, one member each
+                member = fan_keys[fan.name] if fan is not None else None
+                hops.append(PipelineHop(topic=fn.trigger, event=not hops, members=member))
+            hop_of[fn.name] = index
+            planned = tuple(fan_keys[f.name] for f in self.fan_outs if fn.name in f.planned_by)
+            claims = (fn.claim,) if fn.claim and fan is None else ()
+            hop = hops[index]
+            hops[index] = hop.model_copy(update={"claims": hop.claims + claims, "plans": hop.plans + planned})
+        for barrier in self.barriers:
+            at = max((hop_of[name] for name in barrier.runs_in if name in hop_of), default=None)
+            if at is not None:  # the latest hop it can run in: its hop is not done until it is
+                hops[at] = hops[at].model_copy(update={"fan_ins": (*hops[at].fan_ins, barrier.claim)})
+        return PipelineKeys(hops=tuple(hops), pass_prefix=pass_prefix)
+
+    def _fan_out_keys(self, fan: FanOut) -> FanOutKeys:
+        return FanOutKeys(
+            name=fan.name,
+            member_noun=fan.label.removesuffix("s"),
+            member_set=fan.member_set,
+            set_model=fan.set_model,
+            member_prefix=fan.member_prefix,
+            member_field=fan.member_key.split("{", 1)[1].rstrip("}"),
+            fan_ins=tuple(b.claim for b in self.barriers_after(fan.name)),
         )
 
     @property

@@ -29,10 +29,10 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rlcleanup.models.events import JobEvent
-from rlcleanup.models.plans import PipelineKeys
+from rlcleanup.models.events import JobEvent, RunMessage
+from rlcleanup.models.plans import Classified, FanOutKeys, MemberSet, PassMark, PipelineHop, PipelineKeys
 from rlcleanup.models.record import CompletionRecord
-from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.models.vocab import ClassificationKind, RecordStatus
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import ListsChildren, ObjectInfo
 from rlcleanup.settings import DeploymentSettings
@@ -293,8 +293,8 @@ SEEN = "source_seen"  # hints already given (runtime/source_handlers.py keeps co
 
 # ---------------------------------------------------------------- stalled records
 
-# The stage claim keys (what each stage stores when it is done) come from the wiring's stage table as
-# `PipelineKeys` (runtime/stage_table.py), never spelled here.
+# The stage claim keys (what each stage stores when it is done) and the pipeline's hops come from topology.yaml as
+# `PipelineKeys` (runtime/topology.py `Topology.pipeline_keys`), never spelled here.
 
 
 @dataclass(frozen=True)
@@ -335,17 +335,17 @@ def stalled_records(
 
 
 def open_later_pass(claims: IdempotencyStore, run_id: str, keys: PipelineKeys) -> str | None:
-    """The scope of the run's latest later pass when it is unfinished (classified standard, no selection yet,
+    """The scope of the run's latest later pass when it is unfinished (classified standard, not finished yet,
     or not classified at all), else None."""
     passes = claims.results(run_id, keys.pass_prefix)
     if not passes:
         return None
-    latest = max(passes.items(), key=lambda kv: int(kv[1].get("n", 0)))[0]
+    latest = max(passes.items(), key=lambda kv: PassMark.model_validate(kv[1]).n)[0]
     scope = f"{latest.removeprefix(keys.pass_prefix)}/"
     classified = claims.result(run_id, f"{scope}{keys.classify}")
-    if classified is not None and classified.get("kind") != "standard":
+    if classified is not None and Classified.model_validate(classified).kind != ClassificationKind.standard.value:
         return None  # routed or left to a person at classification: nothing more runs in this pass
-    if claims.result(run_id, f"{scope}{keys.select}") is not None:
+    if claims.result(run_id, f"{scope}{keys.finish}") is not None:
         return None
     return scope
 
@@ -353,48 +353,62 @@ def open_later_pass(claims: IdempotencyStore, run_id: str, keys: PipelineKeys) -
 def plan_redrive(
     claims: IdempotencyStore, record: CompletionRecord, preserve_root: str | None, keys: PipelineKeys, scope: str = ""
 ) -> Redrive:
-    """Rebuild the messages of the stages that did not finish, from what the stages stored; list the rest."""
+    """Rebuild the message of the first hop of the pipeline (`keys.hops`, topology.yaml's order) that did not
+    finish, from what the stages stored; list what nothing can redo."""
     run_id = record.run_id
     # A later pass's keys carry its scope; without it, the first pass's keys (other passes' never match them).
     done = {k.removeprefix(scope): v for k, v in claims.results(run_id, scope).items()}
-    capture_plan = done.get(keys.capture_plan)
-    preserve = (capture_plan or {}).get("preserve_root") or preserve_root
+    sets = {
+        fan.name: fan.set_model.model_validate(done[fan.member_set])
+        for hop in keys.hops
+        for fan in (*hop.plans, *([hop.members] if hop.members else []))
+        if fan.member_set in done
+    }
+    preserve = next((kept for s in sets.values() if (kept := s.kept_preserve_root)), None) or preserve_root
     if preserve is None:
-        return Redrive(run_id, [], ["a preserve root (none configured and no capture plan stored)"])
-    source, _, state = (record.controller_state or "").partition(":")
-    run_msg: dict[str, Any] = {"run_id": run_id, "run_uri": record.run_uri, "preserve_root": preserve}
-    if scope:
-        run_msg["scope"] = scope
-    if state and keys.terminal not in done:  # classify's "<source>:<state>" is still there until the terminal step
-        run_msg |= {"event_source": source, "event_state": state}
-    if keys.classify not in done:  # on-job-event finds the same end marks again and classifies under this scope
-        return Redrive(run_id, [("job-events", _event_payload(record))], [])
-    missing: list[str] = []
-    plan = done.get(keys.terminal_plan)
-    if plan is not None and keys.terminal not in done:
-        missing += [
-            f"log-scan part {p['part_id']}"
-            for p in plan["parts"]
-            if f"{keys.log_scan_member}{p['part_id']}" not in done
+        return Redrive(run_id, [], ["a preserve root (none configured and no plan stored)"])
+    for index, hop in enumerate(keys.hops):
+        if hop.event:
+            if not hop.done(done):  # on-job-event finds the same end marks again and classifies under this scope
+                return Redrive(run_id, [(hop.topic, _event_payload(record))], [])
+            continue
+        if hop.done(done):
+            continue
+        run = RunMessage(run_id=run_id, scope=scope, run_uri=record.run_uri, preserve_root=preserve)
+        source, _, state = (record.controller_state or "").partition(":")
+        if state and keys.hops[index - 1].event:  # classify's "<source>:<state>", for the hop it sends the run to
+            run = run.model_copy(update={"event_source": source, "event_state": state})
+        if hop.members is not None:
+            return _redrive_members(run, hop, hop.members, sets.get(hop.members.name), done)
+        missing = [
+            f"{fan.member_noun} {member}"
+            for fan in hop.plans
+            if fan.name in sets and not all(claim in done for claim in fan.fan_ins)
+            for member in sets[fan.name].member_ids
+            if f"{fan.member_prefix}{member}" not in done
         ]
-    if capture_plan is not None and keys.capture_fan_in not in done:
-        missing += [f"capture part {pid}" for pid in capture_plan["parts"] if f"{keys.capture_member}{pid}" not in done]
-    if missing:
-        # Their messages carry file lists nobody stored, but each plan lists its page again from the stored cursor
-        # and re-publishes the parts with no outcome when its run message comes again (stages/paged_plan.py):
-        # a republished run-classified redoes them. `missing` says what to mark if that does not help.
-        return Redrive(run_id, [("run-classified", run_msg)], missing)
-    if plan is None or capture_plan is None or keys.capture_fan_in not in done:
-        # Each stage re-checks its own claim; a republished run-classified also re-tries both fan-ins.
-        return Redrive(run_id, [("run-classified", run_msg)], [])
-    targets = (done.get(keys.validation_set) or {}).get("targets", [])
-    pending = [t for t in targets if f"{keys.validation_member}{t}" not in done]
-    if pending:
-        base = {k: v for k, v in run_msg.items() if k in ("run_id", "run_uri", "preserve_root", "scope")}
-        return Redrive(run_id, [("candidate-validation", {**base, "target": t}) for t in pending], [])
-    if keys.select not in done:
-        return Redrive(run_id, [("run-selection", run_msg)], [])
+        # Lost members' messages carry file lists nobody stored, but each plan lists its page again from the stored
+        # cursor and re-publishes the parts with no outcome when its run message comes again (stages/paged_plan.py);
+        # every stage re-checks its own claim and re-tries its fan-ins. `missing` says what to mark if that fails.
+        return Redrive(run_id, [(hop.topic, _payload(run))], missing)
     return Redrive(run_id, [], ["nothing: every stage is done, yet the record is in_progress"])
+
+
+def _redrive_members(
+    run: RunMessage, hop: PipelineHop, fan: FanOutKeys, member_set: MemberSet | None, done: dict[str, Any]
+) -> Redrive:
+    """A fan-out a barrier planned: one message per member with no outcome (a member's message names only its id),
+    or, when every member is in, one of them again, which re-tries the fan-in its delivery missed."""
+    if member_set is None:
+        return Redrive(run.run_id, [], [f"the {fan.member_noun} plan"])
+    ids = member_set.member_ids
+    pending = [member for member in ids if f"{fan.member_prefix}{member}" not in done] or ids[-1:]
+    base = _payload(run, include={"run_id", "scope", "run_uri", "preserve_root"})
+    return Redrive(run.run_id, [(hop.topic, {**base, fan.member_field: member}) for member in pending], [])
+
+
+def _payload(run: RunMessage, include: set[str] | None = None) -> dict[str, Any]:
+    return run.model_dump(mode="json", include=include, exclude_defaults=True)
 
 
 def _event_payload(record: CompletionRecord) -> dict[str, Any]:

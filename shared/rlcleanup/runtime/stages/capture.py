@@ -20,7 +20,7 @@ from rlcleanup.runtime.stages import large_copy, paged_plan
 from rlcleanup.runtime.stages.barrier import Gathered, advance, barrier_work, member_key, member_set_key
 from rlcleanup.runtime.stages.common import publish, run_errors
 from rlcleanup.runtime.stages.validate import FAN_OUT as VALIDATION
-from rlcleanup.runtime.stages.validate import VALIDATION_TOPIC, validation_message
+from rlcleanup.runtime.stages.validate import validation_message
 from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps.expiry import DEADLINE_HORIZON, earliest, merge_by_class, unpreserved_deadline
 from rlcleanup.steps.layout import RunLayout
@@ -28,7 +28,6 @@ from rlcleanup.steps.sync_manifests import check_sync_manifests
 from rlcleanup.steps.validate import CANDIDATES_PER_BATCH
 
 FAN_OUT = "capture"  # topology.yaml fan_outs[].name
-PARTS_TOPIC = large_copy.PARTS_TOPIC
 Page = PlanPage[str]
 
 
@@ -58,7 +57,7 @@ def _plan_one_page(
         part_msg = CapturePartMessage(
             run_id=msg.run_id, scope=scope, run_uri=msg.run_uri, dest_root=planned.dest_root, part=part
         )
-        publish(p, PARTS_TOPIC, part_msg)
+        publish(p, p.topology.fan_out(FAN_OUT).topic, part_msg)
     part_ids = [part.part_id for part in planned.parts]
     return paged_plan.new_page(Page, part_ids, planned.dest_root, msg, planned.listed, planned.next)
 
@@ -147,10 +146,10 @@ def finish_capture(p: Ports, run_id: str, scope: str, gathered: Gathered) -> Val
     # still know which siblings to wait for (an empty/unknown set would look like "all done").
     p.claims.complete(run_id, member_set_key(p, scope, VALIDATION), targets.model_dump(mode="json"))
     # One message per batch of candidates (one invocation validates a batch together), one for resume.
-    run = (run_id, scope, run_uri, plan.preserve_root)
+    run, topic = (run_id, scope, run_uri, plan.preserve_root), p.topology.fan_out(VALIDATION).topic
     for i in range(0, len(candidates), CANDIDATES_PER_BATCH):
-        publish(p, VALIDATION_TOPIC, validation_message(*run, targets=candidates[i : i + CANDIDATES_PER_BATCH]))
-    publish(p, VALIDATION_TOPIC, validation_message(*run, target="resume"))
+        publish(p, topic, validation_message(*run, targets=candidates[i : i + CANDIDATES_PER_BATCH]))
+    publish(p, topic, validation_message(*run, target="resume"))
     return targets
 
 

@@ -13,7 +13,7 @@ from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
 from rlcleanup.runtime import admission, attempt_scope
 from rlcleanup.runtime.attempt_scope import pass_id
-from rlcleanup.runtime.claims import once
+from rlcleanup.runtime.claims import once_ran
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.layouts import snapshot_layout
 from rlcleanup.runtime.ports import Ports
@@ -38,7 +38,7 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         return "dropped: older than the max event age"
     if event.intent == "pre_cancel":
         if p.records.record_event(hint, event.event_key, {"state": event.state, "outcome": "pre_cancel requested"}):
-            p.bus.publish("pre-cancel", data, {"run_id": hint})
+            p.bus.publish(p.topology.route("on-job-event", "pre-cancel"), data, {"run_id": hint})
         return "pre-cancel routed"
     if not event.is_terminal:
         p.records.record_event(hint, event.event_key, {"state": event.state, "outcome": "ignored: non-terminal"})
@@ -109,18 +109,18 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         )
         snapshot: dict[str, str] = {}
         if kind is ClassificationKind.agentic:
-            publish(p, "agentic-runs", next_msg)
+            publish(p, p.topology.route("on-job-event", "agentic"), next_msg)
         elif kind is ClassificationKind.standard:
             # Discover once: every later hop reads this snapshot instead of listing the run again.
             snapshot = snapshot_layout(p, run_id, preserve_root, layout, scope)
-            publish(p, "run-classified", next_msg)
+            publish(p, p.topology.next_of("on-job-event"), next_msg)
         return Classified(kind=kind.value, **snapshot, end=marks.model_dump(mode="json"))
 
-    result = once(p, run_id, own_claim(p, scope, "on-job-event"), work, model=Classified)
+    ran = once_ran(p, run_id, own_claim(p, scope, "on-job-event"), work, model=Classified)
     which = f" (new end, pass {pass_id(scope)})" if scope else ""
-    if result is None:
+    if ran.repeat:
         return move_unfinished_pass(p, run_id, preserve_root) or f"duplicate: {run_id} already classified"
-    return f"classified {run_id}{which}: {result.kind}"
+    return f"classified {run_id}{which}: {ran.result.kind}"
 
 
 def move_unfinished_pass(p: Ports, run_id: str, preserve_root: str | None) -> str | None:
@@ -141,11 +141,12 @@ def move_unfinished_pass(p: Ports, run_id: str, preserve_root: str | None) -> st
     if scope is None:
         return None
     plan = plan_redrive(p.claims, record, preserve_root, keys, scope)
-    moved = [payload for topic, payload in plan.republish if topic == "run-classified"]
+    after = p.topology.next_of("on-job-event")  # what hangs off classification: its plans and their fan-ins
+    moved = [payload for topic, payload in plan.republish if topic == after]
     for payload in moved:
-        p.bus.publish("run-classified", json.dumps(payload).encode(), {"run_id": run_id, "redrive": "job-event"})
+        p.bus.publish(after, json.dumps(payload).encode(), {"run_id": run_id, "redrive": "job-event"})
     if moved:
-        return f"re-driven: {run_id} was classified but its pass stopped short; run-classified published again"
+        return f"re-driven: {run_id} was classified but its pass stopped short; {after} published again"
     waits = ", ".join(topic for topic, _ in plan.republish) or "; ".join(plan.missing)
     return (
         f"duplicate: {run_id} already classified; its pass waits on {waits}, which a job event cannot redo: "

@@ -35,7 +35,7 @@ from rlcleanup.runtime.stages.common import publish, run_errors
 from rlcleanup.steps import capture as capture_step
 from rlcleanup.steps.expiry import stamp
 
-PARTS_TOPIC = "capture-parts"
+FAN_OUT = "capture"  # topology.yaml fan_outs[].name: a finished job's part goes back on its topic
 JOB_CLAIMS = "large-copy/"  # the prefix of the job's own claims (never under a fan-out's member prefix)
 COPY_RUN_VAR, COPY_TICKET_VAR = "RLCLEANUP_COPY_RUN_ID", "RLCLEANUP_COPY_TICKET"  # settings.CopyJobSettings
 
@@ -96,19 +96,15 @@ def hand_off(p: Ports, msg: CapturePartMessage, key: str) -> str:
     launcher = p.large_copy_job
     ticket_key = f"{JOB_CLAIMS}{key}/job-ticket"
     tasks = task_count(p, msg.part)
-    once(
+    ticket = once(
         p, msg.run_id, ticket_key, lambda: CopyJobTicket(member_key=key, tasks=tasks, message=msg), model=CopyJobTicket
     )
-    ticket = stored(p, msg.run_id, ticket_key, CopyJobTicket)
-    assert ticket is not None
 
     def start() -> CopyJobStart:
         env = {COPY_RUN_VAR: msg.run_id, COPY_TICKET_VAR: ticket_key}
         return CopyJobStart(execution=launcher.start(env, tasks=ticket.tasks))
 
-    once(p, msg.run_id, f"{JOB_CLAIMS}{key}/job-start", start, model=CopyJobStart)
-    started = stored(p, msg.run_id, f"{JOB_CLAIMS}{key}/job-start", CopyJobStart)
-    execution = started.execution if started else "starting"
+    execution = once(p, msg.run_id, f"{JOB_CLAIMS}{key}/job-start", start, model=CopyJobStart).execution
     size = planned_bytes(msg.part)
     return f"capture part {msg.part.part_id} ({size} bytes) handed to the large-copy job: {execution}"
 
@@ -180,5 +176,5 @@ def finish(p: Ports, ticket: CopyJobTicket, count: int) -> str:
         once(p, run_id, ticket.member_key, file_part, model=CapturePartOutcome)
     except RetryLater:
         return "another task is filing the part"
-    publish(p, PARTS_TOPIC, msg)  # capture-part sees the outcome stored and advances the barrier
+    publish(p, p.topology.fan_out(FAN_OUT).topic, msg)  # capture-part sees the outcome stored and advances the barrier
     return f"part {msg.part.part_id} filed from {count} task(s)"

@@ -146,10 +146,7 @@ def page_before(p: Ports, run_id: str, scope: str, plan: str, key: str, page: in
 
 def stored_page(p: Ports, run_id: str, key: str, work: Callable[[], P], model: type[P]) -> P:
     """This page's result: planned now, or stored by an earlier delivery."""
-    done = once(p, run_id, key, work, model=model) or stored(p, run_id, key, model)  # None from once: planned before
-    if done is None:
-        raise RetryLater(f"{run_id}/{key}: stored result not readable yet")
-    return done
+    return once(p, run_id, key, work, model=model)  # planned before: the page stored then
 
 
 def new_page(

@@ -12,7 +12,7 @@ from rlcleanup.models.events import RunMessage
 from rlcleanup.models.outcomes import ValidationOutcome
 from rlcleanup.models.plans import RecordFinished
 from rlcleanup.models.record import Candidate, HubAudit
-from rlcleanup.runtime.claims import once, stored_under
+from rlcleanup.runtime.claims import once_ran, stored_under
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.evidence import finish_evidence
 from rlcleanup.runtime.layouts import run_layout
@@ -23,7 +23,6 @@ from rlcleanup.steps.history import record_history
 from rlcleanup.steps.layout_model import RunLayout
 from rlcleanup.steps.wrapup import finish_record
 
-READY_TOPIC = "record-ready"
 log = logging.getLogger(__name__)
 
 
@@ -94,8 +93,8 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         status = finished.status.value if finished is not None else fields["status"]
         finish_evidence(p, msg.run_id)  # report.md/.html beside the evidence, then manifest.json listing them
         ready = json.dumps({"run_id": msg.run_id, "status": status}).encode()
-        p.bus.publish(READY_TOPIC, ready, {"run_id": msg.run_id})
+        p.bus.publish(p.topology.next_of("select-candidate"), ready, {"run_id": msg.run_id})
         return RecordFinished(status=status)
 
-    result = once(p, msg.run_id, own_claim(p, msg.scope, "select-candidate"), work, model=RecordFinished)
-    return f"record {result.status}" if result else "duplicate: record already finished"
+    ran = once_ran(p, msg.run_id, own_claim(p, msg.scope, "select-candidate"), work, model=RecordFinished)
+    return "duplicate: record already finished" if ran.repeat else f"record {ran.result.status}"

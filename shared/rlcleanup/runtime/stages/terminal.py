@@ -22,7 +22,6 @@ from rlcleanup.steps import logscan
 from rlcleanup.steps.settle import settle_terminal_state
 
 FAN_OUT = "log-scan"  # topology.yaml fan_outs[].name
-PARTS_TOPIC = "log-scan-parts"
 Page = PlanPage[LogScanPlanEntry]
 
 
@@ -43,7 +42,8 @@ def _plan_one_page(
     for part in logscan.first_parts(planned.parts):  # a cut file's later segments: each published by the one before
         if only is not None and part.part_id not in only:
             continue
-        publish(p, PARTS_TOPIC, LogScanPartMessage(run_id=msg.run_id, scope=scope, dest_root=dest_root, part=part))
+        part_msg = LogScanPartMessage(run_id=msg.run_id, scope=scope, dest_root=dest_root, part=part)
+        publish(p, p.topology.fan_out(FAN_OUT).topic, part_msg)
     parts = [LogScanPlanEntry(part_id=part.part_id, attempt_id=part.attempt_id) for part in planned.parts]
     return paged_plan.new_page(Page, parts, dest_root, msg, planned.listed, planned.next)
 
@@ -65,7 +65,7 @@ def scan_log_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     def work() -> LogScanOutcome:
         uri, problems, after = logscan.scan_part(p.storage, msg.dest_root, msg.part)
         if after is not None:  # the next segment of a cut file, with the scanner state it starts from
-            publish(p, PARTS_TOPIC, msg.model_copy(update={"part": after}))
+            publish(p, p.topology.fan_out(FAN_OUT).topic, msg.model_copy(update={"part": after}))
         return LogScanOutcome(uri=uri, files=len(msg.part.uris), bytes=msg.part.bytes, problems=len(problems))
 
     once(p, msg.run_id, member_key(p, msg.scope, FAN_OUT, msg.part.part_id), work, model=LogScanOutcome)

@@ -37,8 +37,7 @@ from rlcleanup.uris import join
 log = logging.getLogger(__name__)
 
 FAN_OUT = "validation"  # topology.yaml fan_outs[].name
-VALIDATION_TOPIC = "candidate-validation"
-SELECTION_TOPIC = "run-selection"
+BARRIER = "selection"  # topology.yaml barriers[].name: it sends the run on to what that entry publishes
 
 
 def validation_message(run_id: str, scope: str, run_uri: str, preserve_root: str, **members: Any) -> CandidateMessage:
@@ -111,7 +110,7 @@ def _validate_batch(p: Ports, msg: CandidateMessage) -> None:
                 extra={"run_id": run_id},
             )
             alone = validation_message(run_id, scope, msg.run_uri, msg.preserve_root, target=target)
-            publish(p, VALIDATION_TOPIC, alone)
+            publish(p, p.topology.fan_out(FAN_OUT).topic, alone)
     if transient is not None:
         raise transient
 
@@ -135,9 +134,9 @@ def _validation_inputs(p: Ports, msg: CandidateMessage) -> _ValidationInputs:
     return _ValidationInputs(layout, metric_steps, record.step_budget if record else None)
 
 
-@barrier_work("selection")
+@barrier_work(BARRIER)
 def start_selection(p: Ports, run_id: str, scope: str, gathered: Gathered) -> SelectionStarted:
-    """Every validation is stored: send the run on to selection."""
+    """Every validation is stored: send the run on (to selection, unless topology.yaml puts a stage between)."""
     targets = gathered.member_set(FAN_OUT, ValidationSet)
     run_uri, preserve_root = targets.run_uri, targets.preserve_root
     if run_uri is None or preserve_root is None:  # a set stored before it kept them: the record and capture plan
@@ -146,7 +145,7 @@ def start_selection(p: Ports, run_id: str, scope: str, gathered: Gathered) -> Se
         run_uri = run_uri or (record.run_uri if record else "")
         preserve_root = preserve_root or (plan.preserve_root if plan else "")
     selection = RunMessage(run_id=run_id, scope=scope, run_uri=run_uri, preserve_root=preserve_root)
-    publish(p, SELECTION_TOPIC, selection)
+    publish(p, p.topology.barrier_next(BARRIER), selection)
     return SelectionStarted()
 
 

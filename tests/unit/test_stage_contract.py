@@ -1,0 +1,160 @@
+"""Adding a stage touches three things (docs/architecture.md, "Add a stage"): its entry in topology.yaml, its row in
+the stage table and its stage module. Here a safety-eval stage goes between validation and selection through a
+copy of topology.yaml, one row and the handler below (this module stands for `runtime/stages/safety_eval.py`), with
+no other edit: the embedded default runs it, the sweep re-drives a run that stopped before or after it, and
+`watch` shows it in its place."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+from test_sweep import LATER, DroppingBus, _Clock  # the sweep suite's lossy bus and clock (tests/unit is on sys.path)
+
+from rlcleanup.adapters.inprocess_bus import InProcessBus
+from rlcleanup.cli.progress import snapshot
+from rlcleanup.models.events import RunMessage
+from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.runtime.claims import once
+from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
+from rlcleanup.runtime.envelope import decode
+from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.stage_table import ROWS, StageRow, StageTable
+from rlcleanup.runtime.stages.barrier import own_claim
+from rlcleanup.runtime.stages.common import publish
+from rlcleanup.runtime.topology import Topology, parse_topology
+from rlcleanup.samples.generator import VERSION, write_sample_run
+
+RUN_ID = f"math-rl-completed-resumed-{VERSION}"
+TOPIC = "safety-eval"
+
+
+# ---------------------------------------------------------------- 1. topology.yaml (a copy with the new stage)
+
+
+def topology_with_safety_eval(tmp_path: Path) -> Topology:
+    """The packaged topology.yaml, edited as a person adding the stage would, written out and read back."""
+    text = resources.files("rlcleanup.runtime").joinpath("topology.yaml").read_text(encoding="utf-8")
+    raw: dict[str, Any] = yaml.safe_load(text)
+    raw["project_topics"].append({"name": TOPIC, "description": "every candidate validated; run the safety eval"})
+    stages = [s["name"] for s in raw["stages"]]
+    raw["stages"].insert(stages.index("select"), {"name": "safety", "pipeline": True, "description": "safety eval"})
+    functions = [fn["name"] for fn in raw["functions"]]
+    raw["functions"].insert(
+        functions.index("select-candidate"),
+        {
+            "name": TOPIC,
+            "entry_point": "safety_eval",
+            "trigger": TOPIC,
+            "stage": "safety",
+            "claim": "safety-eval",
+            "claim_label": "safety eval",
+            "publishes": ["run-selection", "safety-eval-dlq"],
+            "next": "run-selection",
+            "description": "run the safety eval over the validated candidates",
+        },
+    )
+    for fn in raw["functions"]:
+        if fn["name"] == "validate-candidate":  # the selection fan-in now sends the run to the safety eval
+            fn["publishes"] = [TOPIC if t == "run-selection" else t for t in fn["publishes"]]
+        if fn["name"] == "sweep":  # the sweep may re-drive the new hop
+            fn["publishes"].insert(-1, TOPIC)
+    for barrier in raw["barriers"]:
+        if barrier["name"] == "selection":
+            barrier["publishes"] = [TOPIC]
+    copy = tmp_path / "topology.yaml"
+    copy.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return parse_topology(yaml.safe_load(copy.read_text(encoding="utf-8")))
+
+
+# ---------------------------------------------------------------- 2. the stage module
+
+
+class SafetyEvaluated(BaseModel):
+    """What the stage's own claim stores."""
+
+    run_uri: str
+
+
+def safety_eval(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    msg = decode(RunMessage, data)
+
+    def work() -> SafetyEvaluated:
+        publish(p, p.topology.next_of("safety-eval"), msg)  # what comes next is topology.yaml's
+        return SafetyEvaluated(run_uri=msg.run_uri)
+
+    once(p, msg.run_id, own_claim(p, msg.scope, "safety-eval"), work, model=SafetyEvaluated)
+    return "safety eval done"
+
+
+# ---------------------------------------------------------------- 3. the stage table's row
+
+
+def table_with_safety_eval(tmp_path: Path) -> StageTable:
+    return StageTable(
+        (*ROWS, StageRow("safety_eval", safety_eval, RunMessage, SafetyEvaluated)), topology_with_safety_eval(tmp_path)
+    )
+
+
+# ---------------------------------------------------------------- what follows from them
+
+
+def _stack(tmp_path: Path, bus: InProcessBus | None = None) -> tuple[EmbeddedStack, str]:
+    write_sample_run(tmp_path / "run", "completed-resumed")
+    run_uri = str(next((tmp_path / "run" / "durable").glob("*/*")))
+    table = table_with_safety_eval(tmp_path)
+    stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "preserved"), bus=bus, table=table)
+    return stack, run_uri
+
+
+def _finished(stack: EmbeddedStack) -> None:
+    record = stack.ports.records.get(RUN_ID)
+    assert record is not None and record.status is RecordStatus.awaiting_authority, record
+    assert stack.ports.claims.result(RUN_ID, "safety-eval") is not None
+    assert stack.ports.claims.result(RUN_ID, "select") is not None
+
+
+def test_the_embedded_default_runs_the_new_stage_between_validation_and_selection(tmp_path: Path) -> None:
+    stack, run_uri = _stack(tmp_path)
+    stack.emit(manual_event(run_uri, "SUCCEEDED"))
+    _finished(stack)
+    topics = [m.topic for m in stack.bus.published]
+    assert topics.count(TOPIC) == 1 and topics.count("run-selection") == 1
+    assert topics.index("candidate-validation") < topics.index(TOPIC) < topics.index("run-selection")
+
+
+@pytest.mark.parametrize("lost", [TOPIC, "run-selection"])
+def test_the_sweep_redrives_a_run_lost_before_or_after_the_new_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost: str
+) -> None:
+    monkeypatch.delenv("RLCLEANUP_SWEEP_ROOTS", raising=False)
+    stack, run_uri = _stack(tmp_path, DroppingBus(lost, drop=1))
+    stack.emit(manual_event(run_uri, "SUCCEEDED"))
+    assert (stack.ports.records.get(RUN_ID) or pytest.fail("no record")).status is RecordStatus.in_progress
+    assert stack.ports.claims.result(RUN_ID, "fanin:validate") is not None
+
+    stack.ports.clock = _Clock(LATER)
+    stack.bus.publish("sweep", b"{}", {})
+    stack.bus.drain()
+    _finished(stack)
+    assert [m.topic for m in stack.bus.published if m.attributes.get("redrive") == "sweep"] == [lost]
+
+
+def test_the_sweep_keys_and_watch_show_the_new_stage_in_its_place(tmp_path: Path) -> None:
+    stack, run_uri = _stack(tmp_path)
+    topology = stack.ports.topology
+    hops = [hop.topic for hop in topology.pipeline_keys("pass:").hops]
+    assert hops == ["job-events", "run-classified", "candidate-validation", TOPIC, "run-selection"]
+
+    stack.emit(manual_event(run_uri, "SUCCEEDED"))
+    states = {key: {"state": "done", "result": r} for key, r in stack.ports.claims.results(RUN_ID, "").items()}
+    record = stack.ports.records.get(RUN_ID)
+    assert record is not None
+    shown = [(s["name"], s["done"], s["total"]) for s in snapshot(record, states, topology)["stages"]]
+    names = [name for name, _, _ in shown]
+    assert names[names.index("validation fan-in") + 1 :] == ["safety eval", "selection"]
+    assert ("safety eval", 1, 1) in shown
