@@ -3,6 +3,7 @@ state and preserve the stitched metrics beside the evidence (the record referenc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,8 +54,10 @@ def settle_terminal_state(
     controller_absent: bool = False,
     pre_cancel: bool = False,
     now: datetime | None = None,
+    screen_command: Callable[[str], str] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """Returns the record fields this step owns, and error strings ('code: detail')."""
+    """Returns the record fields this step owns, and error strings ('code: detail'). `screen_command`: the
+    launch command as it may be preserved (authority/config_screen.screen_command: no credential by value)."""
     entry = layout.run_config.entry if layout.run_config is not None else None
     if entry is not None and not entry.trains:
         # run-layout-v2.md §1 (oc): a generation-only run trains nothing, so it has no step budget.
@@ -82,6 +85,8 @@ def settle_terminal_state(
     if outcome is WriteOutcome.conflict:
         errors.append(f"write_once_conflict: {metrics_uri} exists with different content; kept the earlier one")
     command = run_facts(layout).launch_command
+    if command and screen_command is not None:
+        command = screen_command(command)
     if command:
         uri, outcome = write_derived(storage, dest_root, "launch_command.txt", (command + "\n").encode())
         if outcome is WriteOutcome.conflict:

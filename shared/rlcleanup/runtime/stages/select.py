@@ -7,6 +7,7 @@ import json
 import logging
 
 from rlcleanup.authority import hub_audit, ledger, storage_ledger
+from rlcleanup.authority.config_screen import screen_config
 from rlcleanup.errors import ErrorKind, PermanentError, error_kind
 from rlcleanup.models.events import RunMessage
 from rlcleanup.models.outcomes import ValidationOutcome
@@ -85,7 +86,7 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         p.records.update(msg.run_id, fields)
         # Learning across runs (steps/history.py): keep this run's configuration, then list the earlier runs that
         # failed the same way and what fixed them, through the store's indexed lookups.
-        p.records.update(msg.run_id, record_history(p.records, msg.run_id, layout.skyrl))
+        p.records.update(msg.run_id, record_history(p.records, msg.run_id, layout.skyrl, screen_config))
         # The grants already used on this run (before a --rerun, on an earlier pass) are bound again to these
         # candidates: a grant whose digest no longer matches stops applying before anything reads the record.
         ledger.sync_record(p.records, msg.run_id)
