@@ -36,7 +36,16 @@ def audit_hub(p: Ports, layout: RunLayout, candidates: list[Candidate]) -> list[
     if not p.settings.hub_audit:
         return [hub_audit.not_configured(t) for t in found]
     reader = p.hub_reader()
-    return [hub_audit.audit(p.storage, reader, t) for t in found]
+    audits = []
+    for target in found:
+        try:
+            audits.append(hub_audit.audit(p.storage, reader, target))
+        except Exception as exc:
+            if error_kind(exc) is ErrorKind.transient:
+                raise  # the store or storage did not answer: the delivery is retried
+            log.exception("Hub audit of %s failed (a defect)", target.repo_id)
+            audits.append(hub_audit.audit_failed(target, reader.endpoint, exc))  # the run still gets its record
+    return audits
 
 
 def measure_storage(p: Ports, run_id: str) -> None:
