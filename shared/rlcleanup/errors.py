@@ -15,6 +15,7 @@ This module sits at the bottom of the layers: it imports nothing from rlcleanup.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from enum import StrEnum
@@ -184,3 +185,51 @@ def redact_credentials(text: str) -> str:
     for pattern, replacement in _COMPILED:
         text = pattern.sub(replacement, text)
     return text
+
+
+# A configuration key whose value is a credential by its name (the last dotted segment, any case): `hf_token`,
+# `HF_TOKEN`, `wandb.api_key`, `WANDB_API_KEY`, `aws_secret_access_key`, `aws_access_key_id`, `password`,
+# `client_secret`, `private_key`, `credentials`, `auth`, `cookie`. Never kept or shown by value (docs/failures.md
+# §3). A tokenizer's special tokens (`eos_token`, `pad_token`, `*_token_id`) name no credential.
+_CREDENTIAL_KEY = re.compile(
+    r"(?i)(?:^|[_\-])(?:token|secret|password|passwd|passphrase|pass|pwd|api[_\-]?key|apikey|key[_\-]?id"
+    r"|access[_\-]?key|secret[_\-]?key|private[_\-]?key|credentials?|creds|auth|authorization|cookie|netrc"
+    r"|signature|sas|(?:wandb|hf|hub|openai|anthropic|license|ssh|gpg|encryption|master|signing)[_\-]?key)$"
+)
+_SERVICE = re.compile(r"(?i)wandb|huggingface|\bhf\b|hub|openai|anthropic|auth|secret|credential|api")
+_TOKENIZER_TOKEN = re.compile(
+    r"(?i)^(?:pad|eos|bos|unk|sep|cls|mask|start|end|stop|image|audio|video|chat|special|think|tool|eot|im_start"
+    r"|im_end|begin|end_of_text|padding|max|num|total|min)_token$"
+)
+
+
+def names_credential(key: str) -> bool:
+    """Whether a configuration key (dotted, as `formats/config_diff.flatten_config` writes it) names a credential."""
+    parent, _, last = key.rpartition(".")
+    last = last.strip().strip("'\"[]")
+    if last.lower() == "key":  # W&B's settings `key`, a service's `key`: a credential beside the service's name
+        return bool(_SERVICE.search(parent.replace("_", " ").replace(".", " ")))
+    return bool(_CREDENTIAL_KEY.search(last)) and not _TOKENIZER_TOKEN.match(last)
+
+
+CREDENTIAL_KEY_RULE = "credential_key"  # the rule a value withheld for its key's name is shown under
+
+
+def withheld(rule: str) -> str:
+    """What stands for a configuration value withheld by a secret rule (canonical JSON text, as kept values are):
+    the rule, never the value."""
+    return json.dumps(f"[withheld: {rule}]")
+
+
+def is_withheld(value: str | None) -> bool:
+    return value is not None and value.startswith('"[withheld: ')
+
+
+def screened_value(key: str, value: str | None) -> str | None:
+    """A kept configuration value (JSON text) as it may be shown: withheld when its key names a credential, else
+    with every credential pattern of `redact_credentials` replaced. Absent, null and empty stay (no value)."""
+    if value is None or value in ("null", '""') or is_withheld(value):
+        return value
+    if names_credential(key):
+        return withheld(CREDENTIAL_KEY_RULE)
+    return redact_credentials(value)

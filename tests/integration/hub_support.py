@@ -38,9 +38,9 @@ class Standin:
         stats: dict[str, int] = self.call("/__standin/stats")
         return stats
 
-    def seed(self, repo: str, private: bool, files: dict[str, bytes]) -> None:
+    def seed(self, repo: str, private: bool, files: dict[str, bytes], unreadable: tuple[str, ...] = ()) -> None:
         b64 = {k: base64.b64encode(v).decode() for k, v in files.items()}
-        self.call("/__standin/seed", {"repo": repo, "private": private, "files": b64})
+        self.call("/__standin/seed", {"repo": repo, "private": private, "files": b64, "unreadable": list(unreadable)})
 
     def files(self, repo: str) -> dict[str, dict[str, Any]]:
         info = self.call(f"/api/models/{repo}")

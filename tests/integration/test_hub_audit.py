@@ -141,6 +141,18 @@ def test_an_unreachable_hub_is_retried_then_recorded_not_passed(tmp_path: Path) 
     assert Remaining(remaining_items([result])).status.value == "needs_person"
 
 
+def test_a_listed_file_that_reads_404_is_retried_then_recorded_not_passed(hub: Standin, tmp_path: Path) -> None:
+    """Issue 45 item 8: the repo lists README.md, its download answers 404 (deleted between listing and read):
+    the client's EntryNotFound reaches the audit as the adapter's ValueError; it is retried and recorded."""
+    export = _export(tmp_path / "policy", _files())
+    hub.seed("org/vanishing", True, _files(), unreadable=("README.md",))
+    reader = HubReadOnly(endpoint=hub.url, token=TOKEN)
+    result = audit(LocalStorage(), reader, HubTarget("org/vanishing", "x", 20, export, True, "main"))
+    assert (result.status, result.problem_codes, result.attempts) == ("problems", ["hub_file_unreadable"], 3)
+    assert "404" in result.problems[0]
+    assert Remaining(remaining_items([result])).status.value == "needs_person"
+
+
 def test_a_repo_id_the_validator_refuses_makes_no_request(tmp_path: Path) -> None:
     reader = HubReadOnly(endpoint="http://127.0.0.1:9", token=TOKEN)
     result = audit(LocalStorage(), reader, HubTarget("org/../etc", "x", 20, None, True, "main"))

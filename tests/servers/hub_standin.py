@@ -23,7 +23,9 @@ decided as the Hub does it in spirit: LFS for binary suffixes (.safetensors, .bi
 Test controls (not Hub endpoints): GET /__standin/stats (request counts per endpoint), POST /__standin/control
 {"force_public_orgs": [...], "fail_lfs_put_after": n|null, "fail_lfs_put_count": k|null, "corrupt_sha_suffix":
 str|null} (after n stored LFS uploads, refuse the next k — every one when k is null — then store again),
-POST /__standin/seed {"repo", "private", "files": {path: base64}}. Started by the tests in its own process group:
+POST /__standin/seed {"repo", "private", "files": {path: base64}, "unreadable": [path]}: an unreadable path stays
+listed (model_info, paths-info) but its download answers 404 EntryNotFound, as a file deleted between the listing
+and the read does. Started by the tests in its own process group:
 
     python tests/servers/hub_standin.py --port P --token T
 """
@@ -69,6 +71,7 @@ class Repo:
     private: bool
     files: dict[str, Entry] = field(default_factory=dict)
     commits: list[str] = field(default_factory=list)
+    unreadable: set[str] = field(default_factory=set)  # listed, but a download answers 404
 
     @property
     def sha(self) -> str:
@@ -197,7 +200,7 @@ def make_handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 return
             name = urllib.parse.unquote(rest.split("/", 1)[1]) if "/" in rest else ""
             entry = repo.files.get(name)
-            if entry is None:
+            if entry is None or name in repo.unreadable:
                 self._send(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"})
                 return
             data = hub.lfs.get((repo.repo_id, entry.sha256), b"") if entry.lfs else entry.content
@@ -244,6 +247,7 @@ def make_handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 if path == "/__standin/seed":
                     seed = json.loads(body)
                     repo = hub.repos.setdefault(seed["repo"], Repo(seed["repo"], bool(seed.get("private", True))))
+                    repo.unreadable = set(seed.get("unreadable", []))
                     lines = []
                     for name, b64 in seed.get("files", {}).items():
                         data = base64.b64decode(b64)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlcleanup.adapters.sqlite_records import SqliteRunRecords
+from rlcleanup.authority.config_screen import screen_config
 from rlcleanup.formats.config_diff import diff_flat, flatten_config
 from rlcleanup.models.failures import ConfigChange, FailureClass, SimilarRun
 from rlcleanup.ports.records import RunRecords
@@ -72,7 +73,7 @@ def test_the_same_failure_across_ranks_hosts_and_dates_has_one_signature(store: 
 
 def test_wrapup_step_stores_the_history_on_the_record(store: SqliteRunRecords) -> None:
     history = write_history(store)
-    fields = record_history(store, history.current, {"trainer": {"micro_train_batch_size_per_gpu": 8}})
+    fields = record_history(store, history.current, {"trainer": {"micro_train_batch_size_per_gpu": 8}}, screen_config)
     store.update(history.current, fields)
     record = store.get(history.current)
     assert record is not None

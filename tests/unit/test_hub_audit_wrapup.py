@@ -118,3 +118,43 @@ def test_without_the_audit_enabled_the_record_says_the_repo_was_not_checked(
     assert audit.status == "not_configured" and audit.endpoint is None
     assert any("not audited" in i and "RLCLEANUP_HUB_AUDIT" in i for i in record.remaining_work)
     assert record.status is RecordStatus.awaiting_authority
+
+
+class VanishingHub(FakeHub):
+    """Lists every file; reading `gone` answers what the adapter maps a 404 to (hf_hub._mapped: a ValueError), or
+    raises `defect` (an error no mapping covers) on every read."""
+
+    def __init__(self, files: dict[str, bytes], gone: str, defect: Exception | None = None) -> None:
+        super().__init__(files, private=True)
+        self.gone, self.defect = gone, defect
+
+    def read_small(self, repo_id: str, path: str, revision: str, max_bytes: int) -> bytes | None:
+        if self.defect is not None:
+            raise self.defect
+        if path == self.gone:
+            self.requests += 1
+            raise ValueError(f"Hub rejected read {path} (404): Entry not found")
+        return super().read_small(repo_id, path, revision, max_bytes)
+
+
+def test_a_listed_file_that_reads_404_is_retried_and_the_run_still_gets_its_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45 item 8 (P29): never `internal_error: ValueError` and no record."""
+    run, files = _sample(tmp_path, monkeypatch, "complete")
+    record = _run(tmp_path, run, VanishingHub(files, gone="config.json"))
+    [audit] = record.hub_audits
+    assert (audit.status, audit.problem_codes, audit.attempts) == ("problems", ["hub_file_unreadable"], 3)
+    assert "config.json (404)" in audit.problems[0]
+    assert record.status is RecordStatus.needs_person and record.terminal_state is not None
+    assert not [e for e in record.errors if e.code == "internal_error"]
+
+
+def test_an_audit_that_fails_on_a_defect_is_recorded_not_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run, files = _sample(tmp_path, monkeypatch, "complete")
+    record = _run(tmp_path, run, VanishingHub(files, gone="", defect=KeyError("siblings")))
+    [audit] = record.hub_audits
+    assert (audit.status, audit.problem_codes) == ("problems", ["hub_audit_failed"])
+    assert "KeyError" in audit.problems[0] and record.status is RecordStatus.needs_person

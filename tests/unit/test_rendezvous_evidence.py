@@ -128,3 +128,16 @@ def test_a_hostile_rendezvous_line_reads_nothing_outside(tmp_path: Path, hostile
     assert any("refused" in w and "elsewhere" in w for w in record.chain.warnings)
     # The run's own rendezvous (named by the banner further down) is still read.
     assert cause.evidence_source == "rank_log"
+
+
+def test_a_200000_deep_sync_manifest_is_refused_on_the_run_which_still_gets_its_record(tmp_path: Path) -> None:
+    """Issue 45 item 8: the run's writer nests `sync-manifest.json` 200,000 deep; json.loads would exhaust the
+    stack (RecursionError, no record). The depth is bounded and the refusal recorded on the run."""
+    run = write_sample_run(tmp_path / "runs", "rendezvous-rank-cause")
+    manifest = next((tmp_path / "runs").rglob("sync-manifest.json"))
+    manifest.write_text("[" * 200_000 + "]" * 200_000)
+    _, record = run_embedded(tmp_path, str(run))
+    assert record.terminal_state is not None and record.first_failure_cause is not None
+    refused = [e.message for e in record.errors if e.code == "unreadable_sync_manifest"]
+    assert len(refused) == 1 and "nested deeper than 16 levels" in refused[0], record.errors
+    assert "internal_error" not in record.error_codes

@@ -136,7 +136,7 @@ def audit(storage: Storage, hub: HubReader, target: HubTarget) -> HubAudit:
         repo_of(f"{SCHEME}{target.repo_id}")
     except ValueError as exc:
         return _finished(HubAudit(**base, status="problems"), [problem(HP.hub_repo_invalid, str(exc))])
-    last = ""
+    last, rejected = "", False
     for attempt in range(1, READ_ATTEMPTS + 1):
         result = HubAudit(**base, status="checked", attempts=attempt)
         try:
@@ -144,9 +144,33 @@ def audit(storage: Storage, hub: HubReader, target: HubTarget) -> HubAudit:
         except StorageAccessError as exc:
             return _finished(result, [problem(HP.hub_repo_not_found, f"the Hub refused the audit's read: {exc}")])
         except StorageError as exc:
-            last = str(exc)[:300]
+            last, rejected = str(exc)[:300], False
+        except ValueError as exc:
+            # A 4xx after the listing (the adapter's mapping): a file listed, then 404 when read (removed or hidden
+            # between the two requests). Read back again from the listing; refused every time, recorded, not passed.
+            last, rejected = str(exc)[:300], True
+    if rejected:
+        failed = HubAudit(**base, status="problems", attempts=READ_ATTEMPTS)
+        why = f"a file the repo lists could not be read ({READ_ATTEMPTS} attempts): {last}"
+        return _finished(failed, [problem(HP.hub_file_unreadable, why)])
     failed = HubAudit(**base, status="unreachable", attempts=READ_ATTEMPTS)
     return _finished(failed, [problem(HP.hub_unreachable, f"{READ_ATTEMPTS} attempts; last: {last}")], "unreachable")
+
+
+def audit_failed(target: HubTarget, endpoint: str, error: BaseException) -> HubAudit:
+    """An audit that failed on something no retry or mapping covers (a defect, logged by the caller): recorded as
+    not passed, so the run still gets its record and a person its item."""
+    base = HubAudit(
+        repo_id=target.repo_id,
+        named_by=target.named_by,
+        step=target.step,
+        revision=target.revision,
+        endpoint=endpoint,
+        expected_private=target.expected_private,
+        status="problems",
+    )
+    why = f"the audit failed: internal error {type(error).__name__} (see the function's log); nothing was checked"
+    return _finished(base, [problem(HP.hub_audit_failed, why)])
 
 
 def _finished(audit: HubAudit, problems: list[str], status: str | None = None) -> HubAudit:

@@ -115,6 +115,19 @@ def get_grant_doc(records: RunRecords, run_id: str, gid: str) -> dict[str, Any] 
     return records.get_doc(grants_collection(run_id), gid)
 
 
+def filing_of(records: RunRecords, run_id: str, gid: str, data: bytes) -> dict[str, Any] | None:
+    """Where `admit` filed the message `data` carrying grant `gid`: under the grant's id when it was authentic,
+    else under the hash of its bytes (an unknown approver, a bad signature), or beside it for an envelope refusal.
+    A signer reads its grant's fate here (`rlcleanup grant`): never "no such grant" for a refused one."""
+    unverified = "unverified-" + hashlib.sha256(data).hexdigest()[:24]
+    envelope = [f"{r.value.replace('_', '-')}-{gid}" for r in sorted(_ENVELOPE_REFUSALS)]
+    for doc_name in (gid, unverified, *envelope):
+        doc = get_grant_doc(records, run_id, doc_name)
+        if doc is not None:
+            return doc
+    return None
+
+
 def list_grants(records: RunRecords, run_id: str) -> list[tuple[str, dict[str, Any]]]:
     return records.list_docs(grants_collection(run_id))
 

@@ -16,7 +16,8 @@ from typing import Annotated, Any
 
 import typer
 
-from rlcleanup.authority.grants import Action, Visibility
+from rlcleanup.authority import ledger
+from rlcleanup.authority.grants import Action, GrantState, Visibility
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
 from rlcleanup.cli.stores import OperatorError, not_found, open_bus, open_store
 from rlcleanup.cli.stores import fail as _fail
@@ -31,6 +32,9 @@ from rlcleanup.textsafe import neutralise
 from rlcleanup.uris import is_local, strip_file_scheme
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
+
+
+REFUSED_STATES = {GrantState.refused.value, GrantState.expired.value}
 
 
 def parse_duration(text: str) -> timedelta:
@@ -252,8 +256,11 @@ def grant(
     stack = EmbeddedStack.create(db_path(db), str(default_preserve_root()))
     stack.bus.publish("authority-grants", data, {"run_id": run_id})
     stack.bus.drain()
-    doc = stack.ports.records.get_doc(f"runs/{run_id}/grants", g.grant_id) or {}
+    doc = ledger.filing_of(stack.ports.records, run_id, g.grant_id, data) or {}
+    if not doc:  # every message admit sees is filed: none means the grant never reached it
+        _fail(f"grant {g.grant_id} was not filed: the grant's outcome is unknown (`rlcleanup grants {run_id}`)", 3)
     outcome = doc.get("outcome") or {}
+    refused = bool(doc.get("refusal")) or doc.get("state") in REFUSED_STATES
     state = outcome.get("state") or doc.get("state", "?")
     after = stack.ports.records.get(run_id)
     if as_json:
@@ -280,8 +287,8 @@ def grant(
         if after is not None:
             left = f"{len(after.remaining_work)} item(s) left" if after.remaining_work else "nothing left to do"
             typer.echo(f"record {run_id}: {after.status.value}, {left}")
-    if doc.get("refusal"):
-        raise typer.Exit(3)
+    if refused:
+        raise typer.Exit(3)  # docs/authority.md §3: a refused (or expired) grant exits 3 with its refusal word
 
 
 class _PreviewCheck:

@@ -7,7 +7,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rlcleanup.errors import screened_value
 
 
 class FailureClass(StrEnum):
@@ -50,6 +52,14 @@ class ConfigChange(_Model):
     key: str = Field(description="the dotted Hydra key, e.g. trainer.micro_train_batch_size_per_gpu")
     before: str | None = Field(description="its value in the failed run (JSON text); null when the key was absent")
     after: str | None = Field(description="its value in the completed run (JSON text); null when it was removed")
+
+    @model_validator(mode="after")
+    def _no_credentials(self) -> ConfigChange:
+        """A kept value is evidence: a credential is never shown, whatever wrote the change (a record from before
+        configurations were screened at wrap-up included): the key's name or a credential pattern withholds it."""
+        self.before = screened_value(self.key, self.before)
+        self.after = screened_value(self.key, self.after)
+        return self
 
 
 class KnownFix(_Model):

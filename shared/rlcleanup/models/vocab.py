@@ -119,6 +119,8 @@ class HubAuditProblem(StrEnum):
     hub_secret_found = "hub_secret_found"  # a secret rule matched a published text file
     hub_layout_unloadable = "hub_layout_unloadable"  # config/tokenizer/weights would not load with from_pretrained
     hub_unreachable = "hub_unreachable"  # the Hub did not answer after the retries: nothing was checked
+    hub_file_unreadable = "hub_file_unreadable"  # a file the repo lists was refused when read (a 404), every retry
+    hub_audit_failed = "hub_audit_failed"  # the audit itself failed (a defect, in the function's log): not a pass
 
 
 PROBLEM_CODES: frozenset[str] = frozenset(c.value for c in (*CandidateProblem, *CheckpointProblem, *HubAuditProblem))

@@ -21,8 +21,37 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rlcleanup.formats.safetensors_header import check_json_depth
+
 EXCEPTION_RECEIPT = re.compile(r"(?:^|/)outcomes/(?P<stem>[^/]+)\.exception\.json$")
 SYNC_MANIFEST_NAME = "sync-manifest.json"
+# The writers nest 3 levels ({copied: [{path, bytes}]}); a run's writer controls these bytes, and json.loads of a
+# 200,000-deep `[[[...` would exhaust the stack (RecursionError: no record). Deeper is refused as a ValueError,
+# which the readers record as a problem on the run (steps/evidence_sources.read_small).
+MAX_ARTIFACT_DEPTH = 16
+
+
+class NestedTooDeep(ValueError):
+    """A run's artifact nested past MAX_ARTIFACT_DEPTH: refused before it is parsed."""
+
+
+def _loads(data: bytes) -> Any:
+    """json.loads of a run's small artifact, its nesting bounded first: NestedTooDeep past MAX_ARTIFACT_DEPTH,
+    None when it is not JSON at all."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    try:
+        check_json_depth(text, MAX_ARTIFACT_DEPTH)
+    except ValueError as exc:
+        raise NestedTooDeep(str(exc)) from None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
 MAX_RECEIPT_BYTES = 4 * 1024 * 1024
 MAX_TRACEBACK_CHARS = 64 * 1024
 
@@ -54,9 +83,9 @@ def is_exception_receipt(uri: str) -> bool:
 def read_exception_receipt(uri: str, data: bytes) -> ExceptionReceipt | None:
     """A receipt, or None when the bytes are not one (not JSON, not `kind: exception`, no exception type)."""
     try:
-        value = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return None
+        value = _loads(data)
+    except NestedTooDeep:
+        return None  # recorded as "not a failure receipt" by its reader
     if not isinstance(value, dict) or value.get("kind", "exception") != "exception":
         return None
     try:
@@ -88,8 +117,10 @@ class SyncManifest(BaseModel):
 
 
 def read_sync_manifest(data: bytes) -> SyncManifest | None:
+    """None when it is not a sync manifest; raises ValueError when it nests past MAX_ARTIFACT_DEPTH (refused, and
+    said so on the run)."""
+    value: Any = _loads(data)  # NestedTooDeep propagates: the reader records the refusal
     try:
-        value: Any = json.loads(data)
         return SyncManifest.model_validate(value) if isinstance(value, dict) else None
-    except (ValueError, UnicodeDecodeError, ValidationError):
+    except ValidationError:
         return None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from rlcleanup.authority.config_screen import screen_config
 from rlcleanup.models.record import CompletionRecord, FailureCause
 from rlcleanup.models.vocab import RecordStatus, TerminalState
 from rlcleanup.ports.records import RunRecords
@@ -137,7 +138,7 @@ def write_history(records: RunRecords) -> SampleHistory:
     def put(record: CompletionRecord, **trainer: Any) -> str:
         records.create_if_absent(record)
         experiment, version = record.experiment or "", record.run_uri.rsplit("/", 1)[-1]
-        keep_config(records, record, config_of(experiment, version, **trainer))
+        keep_config(records, record, config_of(experiment, version, **trainer), screen_config)
         return record.run_id
 
     day = timedelta(days=1)

@@ -11,7 +11,7 @@ completed is a key-by-key diff (`formats/config_diff.py`) that needs no access t
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,6 +33,7 @@ FIX_LOOKUPS = 5  # of those, how many get a "what fixed it" lookup (one query ea
 LATER_RUNS = 50  # an experiment's runs read to find the first completed one after a failure
 MAX_CHANGES = 20  # changed keys kept per fix
 MAX_CONFIG_CHARS = 512 * 1024
+SCREENED = 1  # a kept configuration screened for credentials (authority/config_screen.py); others are not shown
 LAYOUT_D_PARENT = "skyrl"  # users/<user>/skyrl/<job>: the directory above a Layout D run names no experiment  # a kept configuration stays well inside a Firestore document (1 MiB)
 
 
@@ -84,10 +85,17 @@ def own_locations(flat: Mapping[str, str], roots: tuple[str | None, ...]) -> dic
     return out
 
 
-def keep_config(records: RunRecords, record: CompletionRecord, config: Mapping[str, Any]) -> None:
+# Flattened configuration -> (what may be kept, the findings as `key: rule`): the secret rules of published text
+# (authority/config_screen.screen_config, passed in by the wiring: policy layers below authority cannot import it).
+ConfigScreen = Callable[[Mapping[str, str]], tuple[dict[str, str], list[str]]]
+
+
+def keep_config(records: RunRecords, record: CompletionRecord, config: Mapping[str, Any], screen: ConfigScreen) -> None:
     """Keep the run's resolved configuration flattened (`run_configs/{run_id}`), its own locations tokenised,
+    screened (a value a secret rule flags or whose key names a credential is kept as its rule, never its value),
     bounded in size."""
-    flat = own_locations(flatten_config(config), (record.run_uri, record.temp_root))
+    screened, withheld = screen(own_locations(flatten_config(config), (record.run_uri, record.temp_root)))
+    flat = screened
     keys: list[dict[str, str]] = []
     used = 0
     for key, value in flat.items():
@@ -95,13 +103,21 @@ def keep_config(records: RunRecords, record: CompletionRecord, config: Mapping[s
         if used > MAX_CONFIG_CHARS:
             break
         keys.append({"key": key, "value": value})
-    doc = {"run_id": record.run_id, "keys": keys, "truncated": used > MAX_CONFIG_CHARS}
+    doc = {
+        "run_id": record.run_id,
+        "keys": keys,
+        "truncated": used > MAX_CONFIG_CHARS,
+        "screened": SCREENED,
+        "withheld": withheld[: MAX_CHANGES * 5],
+    }
     records.put_doc(CONFIG_COLLECTION, record.run_id, doc)
 
 
 def kept_config(records: RunRecords, run_id: str) -> dict[str, str] | None:
+    """The kept configuration; None when none was kept, or it was kept before configurations were screened (its
+    values may hold credentials: never shown)."""
     doc = records.get_doc(CONFIG_COLLECTION, run_id)
-    if doc is None or not isinstance(doc.get("keys"), list):
+    if doc is None or not isinstance(doc.get("keys"), list) or doc.get("screened") != SCREENED:
         return None
     return {str(k["key"]): str(k["value"]) for k in doc["keys"] if isinstance(k, dict) and "key" in k}
 
@@ -184,13 +200,13 @@ def _same_second(a: CompletionRecord, b: CompletionRecord) -> bool:
     return run_order(a)[0].replace(microsecond=0) == run_order(b)[0].replace(microsecond=0)
 
 
-def record_history(records: RunRecords, run_id: str, config: Mapping[str, Any]) -> dict[str, Any]:
-    """Wrap-up's history step: keep the configuration, then the record's `similar_runs` (the record's signature
-    and end are already stored)."""
+def record_history(records: RunRecords, run_id: str, config: Mapping[str, Any], screen: ConfigScreen) -> dict[str, Any]:
+    """Wrap-up's history step: keep the configuration (screened), then the record's `similar_runs` (the record's
+    signature and end are already stored)."""
     record = records.get(run_id)
     if record is None:
         return {}
-    keep_config(records, record, config)
+    keep_config(records, record, config, screen)
     return {"similar_runs": [s.model_dump(mode="json") for s in similar_runs(records, record)]}
 
 

@@ -3,6 +3,7 @@ state and preserve the stitched metrics beside the evidence (the record referenc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -107,8 +108,10 @@ def settle_terminal_state(
     controller_absent: bool = False,
     pre_cancel: bool = False,
     now: datetime | None = None,
+    screen_command: Callable[[str], str] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """Returns the record fields this step owns, and error strings ('code: detail')."""
+    """Returns the record fields this step owns, and error strings ('code: detail'). `screen_command`: the
+    launch command as it may be preserved (authority/config_screen.screen_command: no credential by value)."""
     verdict, receipt_errors = terminal_verdict(
         storage,
         layout,
@@ -125,6 +128,8 @@ def settle_terminal_state(
     if outcome is WriteOutcome.conflict:
         errors.append(f"write_once_conflict: {metrics_uri} exists with different content; kept the earlier one")
     command = run_facts(layout).launch_command
+    if command and screen_command is not None:
+        command = screen_command(command)
     if command:
         uri, outcome = write_derived(storage, dest_root, "launch_command.txt", (command + "\n").encode())
         if outcome is WriteOutcome.conflict:

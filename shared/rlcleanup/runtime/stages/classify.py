@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from rlcleanup.authority.config_screen import screen_command
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent, RunMessage
 from rlcleanup.models.plans import Classified
@@ -77,7 +78,7 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
             base_model=facts.base_model,
             temp_root=layout.temp_root,
             resolved_config=facts.resolved_config,
-            launch_command=facts.launch_command,
+            launch_command=screen_command(facts.launch_command) if facts.launch_command else None,
         )
         kind = classification.kind
         if kind is ClassificationKind.agentic:

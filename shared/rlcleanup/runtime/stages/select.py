@@ -7,6 +7,7 @@ import json
 import logging
 
 from rlcleanup.authority import hub_audit, ledger, storage_ledger
+from rlcleanup.authority.config_screen import screen_config
 from rlcleanup.errors import ErrorKind, PermanentError, error_kind
 from rlcleanup.models.events import RunMessage
 from rlcleanup.models.outcomes import ValidationOutcome
@@ -34,7 +35,16 @@ def audit_hub(p: Ports, layout: RunLayout, candidates: list[Candidate]) -> list[
     if not p.settings.hub_audit:
         return [hub_audit.not_configured(t) for t in found]
     reader = p.hub_reader()
-    return [hub_audit.audit(p.storage, reader, t) for t in found]
+    audits = []
+    for target in found:
+        try:
+            audits.append(hub_audit.audit(p.storage, reader, target))
+        except Exception as exc:
+            if error_kind(exc) is ErrorKind.transient:
+                raise  # the store or storage did not answer: the delivery is retried
+            log.exception("Hub audit of %s failed (a defect)", target.repo_id)
+            audits.append(hub_audit.audit_failed(target, reader.endpoint, exc))  # the run still gets its record
+    return audits
 
 
 def measure_storage(p: Ports, run_id: str) -> None:
@@ -84,7 +94,7 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         p.records.update(msg.run_id, fields)
         # Learning across runs (steps/history.py): keep this run's configuration, then list the other runs that
         # failed the same way and what fixed them, through the store's indexed lookups.
-        p.records.update(msg.run_id, record_history(p.records, msg.run_id, layout.skyrl))
+        p.records.update(msg.run_id, record_history(p.records, msg.run_id, layout.skyrl, screen_config))
         # The grants already used on this run (before a --rerun, on an earlier pass) are bound again to these
         # candidates: a grant whose digest no longer matches stops applying before anything reads the record.
         ledger.sync_record(p.records, msg.run_id)

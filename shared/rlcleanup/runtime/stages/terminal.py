@@ -5,6 +5,7 @@ barrier always fires and the record names the logs that were not read."""
 
 from __future__ import annotations
 
+from rlcleanup.authority.config_screen import screen_command
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import LogScanPartMessage, LogScanPlanPageMessage, RunMessage
 from rlcleanup.models.outcomes import LogScanOutcome, MemberError
@@ -95,6 +96,7 @@ def settle(p: Ports, run_id: str, scope: str, gathered: Gathered) -> TerminalSet
         controller_absent=msg.controller_absent,
         pre_cancel=existing is not None and existing.pre_cancel is not None,
         now=p.clock.now(),
+        screen_command=screen_command,
     )
     p.records.update(run_id, fields)
     p.records.add_errors(run_id, run_errors("terminal_state", errors))
