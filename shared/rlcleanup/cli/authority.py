@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from rlcleanup.authority.grants import Action, Visibility
+from rlcleanup.cli.destinations import absolute_if_local, gcs_credentials_problem, scheme_typo
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
 from rlcleanup.cli.stores import OperatorError, not_found, open_bus, open_store
 from rlcleanup.cli.stores import fail as _fail
@@ -28,7 +29,6 @@ from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.backends import OpenStore, StoreBackend, open_storage
 from rlcleanup.settings import platform
 from rlcleanup.textsafe import neutralise
-from rlcleanup.uris import is_local, strip_file_scheme
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -120,31 +120,6 @@ def _no_such_run(opened: OpenStore, run_id: str) -> None:
     _fail(str(error), error.code)
 
 
-def _absolute_if_local(uri: str) -> str:
-    """A local path as grants name it (absolute; `~/x` and `./x` alike); any `<scheme>://` URI (gs, s3, hf, ...)
-    as given: which schemes exist is the storage registry's business, not the CLI's."""
-    return str(Path(strip_file_scheme(uri)).expanduser().absolute()) if is_local(uri) else uri
-
-
-def _gcs_credentials_problem(destination: str | None) -> str | None:
-    """A gs:// destination needs credentials (or the storage emulator) to read its IAM back: say so up front."""
-    if not destination or not destination.startswith("gs://") or platform().storage_emulator_host:
-        return None
-    import google.auth
-    from google.auth.exceptions import DefaultCredentialsError
-
-    try:
-        google.auth.default()
-    except DefaultCredentialsError:
-        return (
-            f"no Google Cloud credentials to publish to {destination} (its IAM is read back before any byte moves): "
-            "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file or run `gcloud auth "
-            'application-default login`; on the local stack `eval "$(rlcleanup stack up)"` sets '
-            "STORAGE_EMULATOR_HOST; or grant a local destination directory"
-        )
-    return None
-
-
 def grant(
     run_id: RunIdArg,
     action: Annotated[Action, typer.Option(help="what the grant authorizes")],
@@ -187,7 +162,10 @@ def grant(
         _fail(f"{exc}" if not isinstance(exc, FileNotFoundError) else f"no key file {key_file} (`rlcleanup keygen`)", 2)
         return
     if destination:
-        destination = _absolute_if_local(destination)
+        typo = scheme_typo(destination)
+        if typo:
+            _fail(typo, 2)
+        destination = absolute_if_local(destination)
         if is_hub(destination):
             try:
                 repo_of(destination)  # huggingface_hub's own validator, before anything is signed
@@ -211,10 +189,9 @@ def grant(
             _fail(f"selection is unresolved: pass --step N (valid candidates: {valid or 'none'})", 2)
         step = chosen
         digest = _digest(store, run_id, int(step or 0))
-    if not cloud and not dry_run:
-        problem = _gcs_credentials_problem(destination)
-        if problem:
-            _fail(problem, 3)
+    problem = gcs_credentials_problem(destination)  # the preview reads the bucket's IAM back too
+    if problem:
+        _fail(problem, 3)
     now = datetime.now(UTC)
     try:
         g = Grant.model_validate(
@@ -228,8 +205,8 @@ def grant(
         _fail(f"invalid grant: {exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}", 2)
         return
     previewed = _PreviewCheck(store, record, action.value, asked_step, destination, g.granted_by)
-    if dry_run:
-        _print_preview(record, g, now, as_json, store, previewed)
+    if dry_run:  # signed in memory, never sent: the preview verifies it as apply-grant would
+        _print_preview(record, g, json.dumps(sign(g, private)).encode(), now, as_json, store, previewed)
         return
     if action is not Action.cancel:
         moved = previewed.moved(step, digest)
@@ -252,7 +229,7 @@ def grant(
     stack = EmbeddedStack.create(db_path(db), str(default_preserve_root()))
     stack.bus.publish("authority-grants", data, {"run_id": run_id})
     stack.bus.drain()
-    doc = stack.ports.records.get_doc(f"runs/{run_id}/grants", g.grant_id) or {}
+    doc = _filed(stack.ports.records, run_id, g.grant_id, data)
     outcome = doc.get("outcome") or {}
     state = outcome.get("state") or doc.get("state", "?")
     after = stack.ports.records.get(run_id)
@@ -284,6 +261,16 @@ def grant(
         raise typer.Exit(3)
 
 
+def _filed(records: RunRecords, run_id: str, grant_id: str, data: bytes) -> dict[str, Any]:
+    """The grant as apply-grant filed it: under its id, or (refused before its signature verified: an unknown
+    approver, a bad signature) under the id the ledger gives an unverified message."""
+    from rlcleanup.authority.grants import Verdict
+    from rlcleanup.authority.ledger import doc_id
+
+    found = records.get_doc(f"runs/{run_id}/grants", grant_id)
+    return found or records.get_doc(f"runs/{run_id}/grants", doc_id(Verdict(None), data)) or {}
+
+
 class _PreviewCheck:
     """The approver's last preview of this command (authority/previewed.py): filed by a dry run, compared by the
     grant that follows it."""
@@ -308,11 +295,17 @@ class _PreviewCheck:
         return moved_since_preview(self.store, self.record.run_id, self.key, seen_now)
 
 
-def _print_preview(record: Any, g: Any, now: datetime, as_json: bool, store: Any, previewed: _PreviewCheck) -> None:
-    from rlcleanup.authority.preview import preview_grant
+def _print_preview(
+    record: Any, g: Any, signed: bytes, now: datetime, as_json: bool, store: Any, previewed: _PreviewCheck
+) -> None:
+    from rlcleanup.authority.preview import preview_signed
     from rlcleanup.runtime.ports import hugging_face_hub
+    from rlcleanup.settings import load_settings
 
-    preview = preview_grant(open_storage(), record, g, now, store, hugging_face_hub)
+    prefixes = load_settings().allowed_destination_prefixes  # the bound apply-grant enforces in this deployment
+    preview = preview_signed(
+        open_storage(), record, signed, now, store, deployment_prefixes=prefixes, hub=hugging_face_hub
+    )
     if preview["would"] != "refuse" and g.action is not Action.cancel:
         previewed.remember(g.step, g.digest, now)  # the grant command that follows signs only this
     if as_json:
