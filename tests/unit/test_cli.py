@@ -146,7 +146,9 @@ def test_run_that_never_finishes_its_record_exits_non_zero(tmp_path: Path, monke
     result = runner.invoke(app, args)
     assert result.exit_code == 3
     assert result.stdout == ""
-    assert _one_line(result.stderr) == (
+    assert _one_line(result.stderr).startswith(
         "rlcleanup: run math-rl-completed-resumed-2026.11.30 did not finish: "
-        "its record is still in_progress after every message was handled"
+        "its record is still in_progress after every message was handled; "
+        "`rlcleanup show math-rl-completed-resumed-2026.11.30` has the record, "
     )
+    assert _one_line(result.stderr).endswith(" --rerun` starts it over")  # the way on, not only the symptom

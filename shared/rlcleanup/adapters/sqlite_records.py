@@ -294,6 +294,23 @@ class SqliteIdempotencyStore(_SqliteFile, IdempotencyStore):
         )
         return int(row[0])
 
+    def running(self, run_id: str) -> list[tuple[str, StepDoc]]:
+        """The run's unfinished claims with their leases and owners (key order): what `run` reads to resume an
+        interrupted pass, or to say which live process holds it (runtime/resume.py)."""
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT c.key, c.lease_until, v.owner FROM claims c LEFT JOIN claim_versions v"
+                " ON v.run_id = c.run_id AND v.key = c.key WHERE c.run_id = ? AND c.state != 'done' ORDER BY c.key",
+                (run_id,),
+            )
+            .fetchall()
+        )
+        return [
+            (key, StepDoc(state="running", lease_until=datetime.fromisoformat(until) if until else None, owner=owner))
+            for key, until, owner in rows
+        ]
+
     @staticmethod
     def _version(db: sqlite3.Connection, run_id: str, key: str) -> int | None:
         exists = db.execute("SELECT 1 FROM claims WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()

@@ -104,12 +104,20 @@ def _needs_record(task: GrantTask) -> CompletionRecord:
     return task.record
 
 
+def cancel_refusal(record: CompletionRecord | None, grant: Grant) -> Outcome | None:
+    """Why a cancel cannot be cleared whatever the capture says (the preview asks the same)."""
+    if run_has_ended(record):
+        why = "the run's end was already observed (its record is classified): a cancel applies only to a live run"
+        return refuse(Refusal.run_ended, why, grant.destination)
+    return None
+
+
 def _clear_cancel(p: GrantPorts, task: GrantTask) -> Outcome:
     """The controller (or a person) cancels; rlcleanup only says the evidence is safe."""
     grant = task.grant
-    if run_has_ended(task.record):
-        why = "the run's end was already observed (its record is classified): a cancel applies only to a live run"
-        return refuse(Refusal.run_ended, why, grant.destination)
+    refused = cancel_refusal(task.record, grant)
+    if refused is not None:
+        return refused
     capture = task.capture or {}
     cleared = {
         "run_id": grant.run_id,

@@ -3,6 +3,10 @@
 publish / handoff: `publish.plan_publish` (objects, sizes, checksums, destination visibility read back); to an
 `hf://` destination `hub_publish.plan_hub` (the same, the repo's visibility read from the Hub, nothing created);
 reclaim: `reclaim.make_plan` (twins re-verified, the exact deletion list). Nothing is written.
+
+`preview_signed` is what `grant --dry-run` runs: the signed grant goes through `grants.verify` first, the very
+check `apply-grant` runs on arrival (signature, approver and its revocation, lifetime, the approver's and the
+deployment's destination prefixes), so a preview never says "would" where the grant would be refused.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ from datetime import datetime
 from typing import Any
 
 from rlcleanup.authority import quarantine
+from rlcleanup.authority.actions import cancel_refusal
 from rlcleanup.authority.artifact import pin
-from rlcleanup.authority.grants import Action, Grant, Refusal
+from rlcleanup.authority.grants import Action, Grant, Refusal, verify
 from rlcleanup.authority.hub_publish import plan_hub
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.publish import plan_publish
@@ -121,9 +126,35 @@ def preview_grant(
         }
     if grant.action is Action.purge:
         return preview_purge(records, record, grant)
+    if grant.action is Action.cancel and (refused_cancel := cancel_refusal(record, grant)) is not None:
+        return _refused(grant, refused_cancel)
     return {
         "action": grant.action.value,
         "would": grant.action.value,
         "destination": grant.destination,
         "detail": "no objects are copied or deleted by this action",
     }
+
+
+def preview_signed(
+    storage: Storage,
+    record: CompletionRecord,
+    message: bytes,
+    now: datetime,
+    records: RunRecords,
+    *,
+    deployment_prefixes: tuple[str, ...] | None,
+    hub: HubFactory | None = None,
+) -> dict[str, Any]:
+    """The preview of a signed grant message: refused exactly as `apply-grant` would refuse it on arrival (the same
+    `verify`, for the run the message is delivered for), else what `preview_grant` computes."""
+    verdict = verify(records, message, now, expected_run=record.run_id, deployment_prefixes=deployment_prefixes)
+    if verdict.grant is None or verdict.refusal is not None:
+        return {
+            "action": verdict.grant.action.value if verdict.grant else None,
+            "would": "refuse",
+            "refusal": (verdict.refusal or Refusal.malformed).value,
+            "detail": verdict.detail,
+            "destination": verdict.grant.destination if verdict.grant else None,
+        }
+    return preview_grant(storage, record, verdict.grant, now, records, hub)

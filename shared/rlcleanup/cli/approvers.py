@@ -11,7 +11,8 @@ from typing import Annotated
 
 import typer
 
-from rlcleanup.cli.authority import _absolute_if_local, _fail, _open
+from rlcleanup.cli.authority import _fail, _open
+from rlcleanup.cli.destinations import absolute_if_local
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption
 from rlcleanup.settings import platform
 from rlcleanup.textsafe import neutralise
@@ -27,23 +28,52 @@ def approver_add(
         list[str],
         typer.Option("--prefix", help="allowed destination prefix: gs://bucket/path or a local directory (repeatable)"),
     ],
+    replace: Annotated[
+        bool,
+        typer.Option("--replace", help="replace the approver's key and prefixes (default: add these prefixes)"),
+    ] = False,
     db: DbOption = None,
     backend: BackendOption = None,
     project: ProjectOption = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """Register (or replace) an approver: its public key and the destination prefixes it may grant."""
+    """Register an approver, or add destination prefixes to one: its public key and the prefixes it may grant.
+
+    An approver already registered keeps its prefixes (the new ones are added); a different key, or dropping
+    prefixes, needs --replace. A revoked approver stays revoked: register a new id."""
     from pydantic import ValidationError
 
-    from rlcleanup.authority.grants import Approver, register_approver
+    from rlcleanup.authority.grants import Approver, get_approver, register_approver
 
+    store = _open(backend, db, project, create=True).store
     # A local prefix is stored absolute: grants name absolute destinations (`~/x` and `./x` alike).
-    prefix = [_absolute_if_local(p) for p in prefix]
+    prefix = [absolute_if_local(p) for p in prefix]
+    existing = get_approver(store, approver_id)
+    kept: list[str] = []
+    if existing is not None and existing.revoked_at is not None:
+        _fail(f"approver {approver_id} was revoked: a revoked approver is never registered again; add a new id", 2)
+    if existing is not None and not replace:
+        if existing.public_key != public_key:
+            _fail(
+                f"approver {approver_id} is registered with another key: --replace replaces its key and prefixes "
+                "(grants signed with the old key then stop verifying)",
+                2,
+            )
+        kept = list(existing.allowed_prefixes)
+    added = [p for p in dict.fromkeys(prefix) if p not in kept]
     try:
-        approver = Approver(approver_id=approver_id, public_key=public_key, allowed_prefixes=prefix)
-        register_approver(_open(backend, db, project, create=True).store, approver)
+        approver = Approver(approver_id=approver_id, public_key=public_key, allowed_prefixes=kept + added)
+        register_approver(store, approver)
     except (ValidationError, ValueError) as exc:
         _fail(f"invalid approver: {exc}", 2)
-    typer.echo(f"approver {approver_id} may grant under: {', '.join(prefix)}")
+    if as_json:
+        row = {"approver_id": approver_id, "allowed_prefixes": approver.allowed_prefixes, "kept": kept, "added": added}
+        typer.echo(json.dumps(row | {"replaced": existing is not None and replace}, indent=2))
+        return
+    said = f" (kept {', '.join(kept)}; added {', '.join(added) or 'nothing new'})" if kept else ""
+    if existing is not None and replace:
+        said = f" (replaced {', '.join(existing.allowed_prefixes) or 'no prefixes'})"
+    typer.echo(neutralise(f"approver {approver_id} may grant under: {', '.join(approver.allowed_prefixes)}{said}"))
 
 
 @approver_app.command("list")

@@ -18,6 +18,7 @@ import typer
 
 from rlcleanup.authority import ledger
 from rlcleanup.authority.grants import Action, GrantState, Visibility
+from rlcleanup.cli.destinations import absolute_if_local, gcs_credentials_problem, scheme_typo
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
 from rlcleanup.cli.stores import OperatorError, not_found, open_bus, open_store
 from rlcleanup.cli.stores import fail as _fail
@@ -29,7 +30,6 @@ from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.backends import OpenStore, StoreBackend, open_storage
 from rlcleanup.settings import platform
 from rlcleanup.textsafe import neutralise
-from rlcleanup.uris import is_local, strip_file_scheme
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -124,31 +124,6 @@ def _no_such_run(opened: OpenStore, run_id: str) -> None:
     _fail(str(error), error.code)
 
 
-def _absolute_if_local(uri: str) -> str:
-    """A local path as grants name it (absolute; `~/x` and `./x` alike); any `<scheme>://` URI (gs, s3, hf, ...)
-    as given: which schemes exist is the storage registry's business, not the CLI's."""
-    return str(Path(strip_file_scheme(uri)).expanduser().absolute()) if is_local(uri) else uri
-
-
-def _gcs_credentials_problem(destination: str | None) -> str | None:
-    """A gs:// destination needs credentials (or the storage emulator) to read its IAM back: say so up front."""
-    if not destination or not destination.startswith("gs://") or platform().storage_emulator_host:
-        return None
-    import google.auth
-    from google.auth.exceptions import DefaultCredentialsError
-
-    try:
-        google.auth.default()
-    except DefaultCredentialsError:
-        return (
-            f"no Google Cloud credentials to publish to {destination} (its IAM is read back before any byte moves): "
-            "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file or run `gcloud auth "
-            'application-default login`; on the local stack `eval "$(rlcleanup stack up)"` sets '
-            "STORAGE_EMULATOR_HOST; or grant a local destination directory"
-        )
-    return None
-
-
 def grant(
     run_id: RunIdArg,
     action: Annotated[Action, typer.Option(help="what the grant authorizes")],
@@ -191,7 +166,10 @@ def grant(
         _fail(f"{exc}" if not isinstance(exc, FileNotFoundError) else f"no key file {key_file} (`rlcleanup keygen`)", 2)
         return
     if destination:
-        destination = _absolute_if_local(destination)
+        typo = scheme_typo(destination)
+        if typo:
+            _fail(typo, 2)
+        destination = absolute_if_local(destination)
         if is_hub(destination):
             try:
                 repo_of(destination)  # huggingface_hub's own validator, before anything is signed
@@ -215,10 +193,9 @@ def grant(
             _fail(f"selection is unresolved: pass --step N (valid candidates: {valid or 'none'})", 2)
         step = chosen
         digest = _digest(store, run_id, int(step or 0))
-    if not cloud and not dry_run:
-        problem = _gcs_credentials_problem(destination)
-        if problem:
-            _fail(problem, 3)
+    problem = gcs_credentials_problem(destination)  # the preview reads the bucket's IAM back too
+    if problem:
+        _fail(problem, 3)
     now = datetime.now(UTC)
     try:
         g = Grant.model_validate(
@@ -232,8 +209,8 @@ def grant(
         _fail(f"invalid grant: {exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}", 2)
         return
     previewed = _PreviewCheck(store, record, action.value, asked_step, destination, g.granted_by)
-    if dry_run:
-        _print_preview(record, g, now, as_json, store, previewed)
+    if dry_run:  # signed in memory, never sent: the preview verifies it as apply-grant would
+        _print_preview(record, g, json.dumps(sign(g, private)).encode(), now, as_json, store, previewed)
         return
     if action is not Action.cancel:
         moved = previewed.moved(step, digest)
@@ -315,11 +292,17 @@ class _PreviewCheck:
         return moved_since_preview(self.store, self.record.run_id, self.key, seen_now)
 
 
-def _print_preview(record: Any, g: Any, now: datetime, as_json: bool, store: Any, previewed: _PreviewCheck) -> None:
-    from rlcleanup.authority.preview import preview_grant
+def _print_preview(
+    record: Any, g: Any, signed: bytes, now: datetime, as_json: bool, store: Any, previewed: _PreviewCheck
+) -> None:
+    from rlcleanup.authority.preview import preview_signed
     from rlcleanup.runtime.ports import hugging_face_hub
+    from rlcleanup.settings import load_settings
 
-    preview = preview_grant(open_storage(), record, g, now, store, hugging_face_hub)
+    prefixes = load_settings().allowed_destination_prefixes  # the bound apply-grant enforces in this deployment
+    preview = preview_signed(
+        open_storage(), record, signed, now, store, deployment_prefixes=prefixes, hub=hugging_face_hub
+    )
     if preview["would"] != "refuse" and g.action is not Action.cancel:
         previewed.remember(g.step, g.digest, now)  # the grant command that follows signs only this
     if as_json:

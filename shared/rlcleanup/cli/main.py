@@ -32,6 +32,7 @@ from rlcleanup.cli.stores import EXIT_CODES, EXIT_USAGE, get_record, open_store
 from rlcleanup.cli.stores import fail as _fail
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.controller_states import MANUAL
+from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.settings import platform
 from rlcleanup.textsafe import neutralise
@@ -155,9 +156,12 @@ def run(
                 state=state,
                 run_id=run_id,
                 after_each=follow_run(uri, progress),
+                say=lambda text: typer.echo(neutralise(f"rlcleanup: {text}"), err=True),
             )
         finally:
             progress.close()
+    except KeyboardInterrupt:
+        _fail(_interrupted(uri, run_uri, db_file), EXIT_INTERRUPTED)
     except typer.Exit:
         raise
     except PermanentError as exc:  # refused before the run had a record of its own (e.g. its id is another's)
@@ -174,7 +178,11 @@ def run(
         _fail(f"could not process {run_uri}: {' '.join(reason.split())}")
         return
     if record.status is RecordStatus.in_progress:  # every message was handled, yet no step finished the record
-        _fail(f"run {record.run_id} did not finish: its record is still in_progress after every message was handled")
+        _fail(
+            f"run {record.run_id} did not finish: its record is still in_progress after every message was handled"
+            f"{_errors_text(record)}; `rlcleanup show {record.run_id}` has the record, "
+            f"`rlcleanup run {run_uri} --rerun` starts it over"
+        )
         return
     # Step claims make a second `run` a no-op: say so instead of passing an old verdict off as new.
     stored = record.updated_at.timestamp() < started
@@ -191,6 +199,44 @@ def run(
             f"{record.preserved_locations[0] if record.preserved_locations else preserve}",
             err=True,
         )
+
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+
+
+def _errors_text(record: CompletionRecord) -> str:
+    """The record's errors, each as `step: code: message` (one line each, for a one-line refusal)."""
+    if not record.errors:
+        return ""
+    return " (" + "; ".join(f"{e.step}: {e.code}: {' '.join(e.message.split())}" for e in record.errors) + ")"
+
+
+def _interrupted(uri: str, run_uri: str, db_file: Path) -> str:
+    """What Ctrl-C left: the stages done and those left, by the run's claims, and how to go on."""
+    from rlcleanup.cli.progress import stages
+    from rlcleanup.cli.stores import step_states
+    from rlcleanup.runtime.backends import StoreBackend, open_storage
+    from rlcleanup.runtime.embedded import bound_run_id_of
+
+    how = f"`rlcleanup run {run_uri}` resumes it (what was preserved is kept and reused)"
+    try:
+        opened = open_store(StoreBackend.sqlite, db_file, None)
+        run_id = bound_run_id_of(opened.store, open_storage(), uri)
+        if run_id is None:
+            return f"interrupted before {run_uri} was recorded: nothing was kept; {how.replace('resumes', 'starts')}"
+        staged = stages(step_states(opened, run_id))
+    except Exception:  # the store itself is what broke: still say how to go on
+        return f"interrupted; {how}"
+    done = [s.name for s in staged if s.total is not None and s.done >= s.total]
+    left = [
+        s.name if s.total in (None, 1) else f"{s.name} {s.done}/{s.total}"
+        for s in staged
+        if s.total is None or s.done < s.total
+    ]
+    return (
+        f"interrupted: run {run_id} is in progress with {len(done)} of {len(staged)} stages done; "
+        f"left: {', '.join(left) or 'nothing'}. {how[0].upper()}{how[1:]}"
+    )
 
 
 def _prepare_rerun(uri: str, db_file: Path) -> str | None:

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rlcleanup.adapters.inprocess_bus import Handler, InProcessBus
+from rlcleanup.adapters.inprocess_bus import Delivered, Handler, InProcessBus
 from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.adapters.storage_router import RoutingStorage
-from rlcleanup.errors import PermanentError
+from rlcleanup.errors import PermanentError, defect_message, error_kind
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.paths import default_db, default_preserve_root
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
-from rlcleanup.runtime import admission
-from rlcleanup.runtime.handlers import POISON_COLLECTION, dispatch, poison_key, resolve_run_id
+from rlcleanup.runtime import admission, resume
+from rlcleanup.runtime.failures import finish_failed
+from rlcleanup.runtime.handlers import POISON_COLLECTION, dispatch, poison_key, record_poison, resolve_run_id
 from rlcleanup.runtime.ports import Ports, hub_upload_job, large_copy_job
 from rlcleanup.runtime.stage_table import StageTable, stage_table
 from rlcleanup.runtime.topology import FunctionSpec
@@ -52,7 +55,9 @@ class EmbeddedStack:
     ) -> EmbeddedStack:
         """One process serving every function of the stage table's topology: the deployment settings are read
         here, once (unless given)."""
-        bus = bus or InProcessBus()
+        # Message ids name this process: they are the leases' owners, so a later `run` knows whether the process
+        # that holds a step is still alive (runtime/resume.py).
+        bus = bus or InProcessBus(id_prefix=resume.this_process_prefix())
         topology = (table or stage_table()).topology
         settings = settings or load_settings()
         job_args = ("--sqlite", str(db_path), "--preserve-root", preserve_root)  # the child opens the same store
@@ -68,9 +73,33 @@ class EmbeddedStack:
             topology=topology,
         )
         stack = cls(ports=ports, bus=bus, table=table)
-        for fn in topology.functions:  # every function has its stage table row (runtime/stage_table.py)
+        functions = topology.functions
+        for fn in functions:  # every function has its stage table row (runtime/stage_table.py)
             bus.subscribe(fn.trigger, stack._handler(fn))
+        by_trigger = {fn.trigger: fn for fn in functions}
+        if bus.on_dead_letter is None:
+            bus.on_dead_letter = lambda msg, exc: stack._dead_letter(by_trigger.get(msg.topic), msg, exc)
         return stack
+
+    def _dead_letter(self, fn: FunctionSpec | None, msg: Delivered, exc: Exception) -> None:
+        """A message the bus gave up on (it kept raising: a transient error that never cleared, or a defect the
+        failure rule kept retrying) fails its step exactly as a permanent error does, with the reason on the run:
+        Pub/Sub's dead-lettering leaves a trace through the sweep (a stalled run names what is missing), and the
+        embedded default has no sweep, so without this its record would stay `in_progress` with `errors: []`."""
+        if fn is None:
+            return
+        error = gave_up(fn.name, self.bus.max_attempts, exc)
+        log.warning("%s: gave up on message %s: %s", fn.name, msg.message_id, error)
+        try:
+            p = replace(self.ports, delivery_id=msg.message_id)
+            record_poison(p, fn.entry_point, fn.dead_letter_topic, msg.data, msg.attributes, error)
+            table = self.table or stage_table()
+            row = table.row(fn.entry_point)
+            finish_failed(
+                p, table.route(fn.entry_point), msg.data, exc, error, lambda: row.handler(p, msg.data, msg.attributes)
+            )
+        except Exception as again:  # the record store itself failing: the log keeps the reason
+            log.error("could not record the dead letter of %s: %s", fn.name, defect_message(again), exc_info=again)
 
     def _handler(self, fn: FunctionSpec) -> Handler:
         def handle(data: bytes, attributes: dict[str, str], message_id: str) -> None:
@@ -92,6 +121,24 @@ class EmbeddedStack:
     def emit(self, event: JobEvent) -> None:
         self.bus.publish(self.ports.topology.entry_topic, event.model_dump_json().encode(), {"source": event.source})
         self.bus.drain()
+
+
+class RetriesExhausted(PermanentError):
+    """A step whose deliveries kept failing until the in-process bus gave up on its message."""
+
+    def __init__(self, step: str, attempts: int, last: Exception) -> None:
+        kind = error_kind(last).value
+        super().__init__(
+            "retries_exhausted",
+            f"{step} failed on all {attempts} deliveries ({kind}), the last with {defect_message(last)}; fix: the "
+            "cause named here (a storage or service that kept failing, a run file that changed while it was read), "
+            "then `rlcleanup run <run root>` again: it resumes the run, keeping what was done",
+        )
+
+
+def gave_up(step: str, attempts: int, last: Exception) -> PermanentError:
+    """The error a dead-lettered message is recorded with: its own when it was permanent, else RetriesExhausted."""
+    return last if isinstance(last, PermanentError) else RetriesExhausted(step, attempts, last)
 
 
 def manual_event(run_uri: str, state: str | None = None, source: str = "manual") -> JobEvent:
@@ -132,17 +179,28 @@ def run_embedded(
     state: str | None = None,
     run_id: str | None = None,
     after_each: Callable[[Ports], None] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> CompletionRecord | None:
     """Defaults: the records file and preserve root under $XDG_STATE_HOME/rlcleanup (see rlcleanup.paths).
     `run_id`: the id a person chose for this root (`run --run-id`), bound through the same admission as an event's
     run before the event is handled. Returns the record bound to this root, never another run's; raises
     RunNotAdmitted with the refusal when the run was refused before it had one. `after_each`: called after every
-    handled message (`run` shows its progress from it)."""
+    handled message (`run` shows its progress from it). A run whose pass was interrupted (its record still
+    `in_progress`, no live process holding it) is resumed, not started again (runtime/resume.py); one a live
+    process holds raises RunHeld. `say`: told, in one sentence, what was resumed."""
     preserve = preserve_root or str(default_preserve_root())
     stack = EmbeddedStack.create(db_path or default_db(), preserve)
     stack.after_each = after_each
     if run_id is not None:
         admission.admit_run(stack.ports, discover(stack.ports.storage, run_uri), requested=run_id)
+    bound = admission.bound_run_id(stack.ports, run_uri)
+    moves = _resume(stack, bound) if bound is not None else []
+    if moves:
+        if say is not None:
+            say(f"resuming {bound}: its last pass was interrupted; re-driving {', '.join(moves)} (done steps are kept)")
+        stack.bus.drain()
+        assert bound is not None
+        return stack.ports.records.get(bound)
     event = manual_event(run_uri, state)
     stack.emit(event)
     bound = admission.bound_run_id(stack.ports, run_uri) or _admitted_root_id(stack.ports, run_uri)
@@ -152,6 +210,19 @@ def run_embedded(
     if filed is not None:
         raise RunNotAdmitted(str(filed.get("code") or "refused"), str(filed.get("message") or ""))
     return None
+
+
+def _resume(stack: EmbeddedStack, run_id: str) -> list[str]:
+    """Take over an interrupted pass's leases (RunHeld when a live process holds one) and publish the stage
+    messages that move it on; returns their topics (none: nothing to resume)."""
+    record = stack.ports.records.get(run_id)
+    if record is None or record.status is not RecordStatus.in_progress:
+        return []
+    resume.take_over(stack.ports, run_id)
+    messages = resume.resume_messages(stack.ports, run_id)
+    for topic, payload in messages:
+        stack.bus.publish(topic, json.dumps(payload).encode(), {"run_id": run_id, "redrive": "resume"})
+    return [topic for topic, _ in messages]
 
 
 def _admitted_root_id(p: Ports, run_uri: str) -> str | None:

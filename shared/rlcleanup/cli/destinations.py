@@ -1,0 +1,50 @@
+"""A grant's destination as `grant` takes it (issue 47 item 3): a local path made absolute, a URI typo refused
+before it could become a local folder (`hf:/org/repo`), and a `gs://` destination without Google credentials
+refused in one line naming the fix, in the preview as in the grant (both read the bucket's IAM back)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rlcleanup.settings import platform
+from rlcleanup.uris import is_local, strip_file_scheme
+
+
+def absolute_if_local(uri: str) -> str:
+    """A local path as grants name it (absolute; `~/x` and `./x` alike); any `<scheme>://` URI (gs, s3, hf, ...)
+    as given: which schemes exist is the storage registry's business, not the CLI's."""
+    return str(Path(strip_file_scheme(uri)).expanduser().absolute()) if is_local(uri) else uri
+
+
+def scheme_typo(destination: str) -> str | None:
+    """A destination that meant a URI but is not one (`hf:/org/repo`, `gs:bucket/x`, `s3:/b`): refused, never
+    read as a local folder named `hf:`."""
+    found = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*):(?!//)", destination)
+    if found is None or len(found.group(1)) == 1:  # `C:` on Windows-style paths stays a path
+        return None
+    wanted = found.group(1).lower()
+    rest = destination[found.end() :].lstrip("/")
+    return (
+        f"destination {destination!r} is not a URI (a scheme takes `://`): did you mean {wanted}://{rest}? "
+        "A local directory is given as a path (./models, /data/models)"
+    )
+
+
+def gcs_credentials_problem(destination: str | None) -> str | None:
+    """A gs:// destination needs credentials (or the storage emulator) to read its IAM back: say so up front."""
+    if not destination or not destination.startswith("gs://") or platform().storage_emulator_host:
+        return None
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    try:
+        google.auth.default()
+    except DefaultCredentialsError:
+        return (
+            f"no Google Cloud credentials to publish to {destination} (its IAM is read back before any byte moves): "
+            "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file or run `gcloud auth "
+            'application-default login`; on the local stack `eval "$(rlcleanup stack up)"` sets '
+            "STORAGE_EMULATOR_HOST; or grant a local destination directory"
+        )
+    return None
