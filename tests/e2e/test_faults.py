@@ -361,10 +361,19 @@ def test_firestore_restarted_mid_run(stack: StackState, gcs_client, firestore_cl
     publish_event(job_event(run_uri, "SUCCEEDED"), stack.project)
     _wait_step(firestore_client, run_id, "capture-part:", "running")  # copies in flight
     kill_server(stack, "firestore")
+    rlcleanup = shutil.which("rlcleanup", path=str(Path(sys.executable).parent))
+    assert rlcleanup
+    env = {**os.environ, **stack.env}
+    cli = [rlcleanup, "stack"]
     try:
         _assert_outage_logged(stack, run_id)
-    finally:
-        start_server(stack, "firestore")
+    finally:  # from another process, as an operator heals it: `stack up` kept how it started the emulator
+        healed = subprocess.run(
+            [*cli, "restart", "firestore", "--state-dir", stack.state_dir], env=env, capture_output=True, text=True
+        )
+    assert healed.returncode == 0 and "rlcleanup recover RUN_ID" in healed.stderr, healed.stderr
+    probed = subprocess.run([*cli, "status", "--json", "--state-dir", stack.state_dir], env=env, capture_output=True)
+    assert json.loads(probed.stdout)["servers"]["firestore"] == "running"
     store = FirestoreRunRecords(project=stack.project)
     deadline = time.monotonic() + 90
     lost: list[Any] = []
@@ -378,9 +387,6 @@ def test_firestore_restarted_mid_run(stack: StackState, gcs_client, firestore_cl
     assert record.run_uri == run_uri and any(f"`rlcleanup recover {run_id}`" in w for w in record.remaining_work)
     assert _record_store_errors(stack, run_id, "RecordStoreLost")  # and the function logged it at ERROR
 
-    rlcleanup = shutil.which("rlcleanup", path=str(Path(sys.executable).parent))
-    assert rlcleanup
-    env = {**os.environ, **stack.env}
     done = subprocess.run([rlcleanup, "recover", run_id], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr  # what the error says remains, with nothing but the run's id
     record = _wait_or_explain(stack, run_id)
