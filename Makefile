@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit setup clean bench chromium lock
+.PHONY: demo test lint typecheck unit setup clean bench faults chromium lock
 
 # The functions' own packages come from the hash-pinned lock the bundle ships (functions/requirements.lock), so the
 # suite tests exactly what is deployed; the dev/cli extras are installed on top (tests/unit/test_bundle_lock.py).
@@ -69,6 +69,10 @@ lock: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# The fault scenarios on the emulator stack, one table (bench/faults.py; ~10 min on 2 cores).
+faults: $(STAMP)
+	$(BIN)/python -m bench.faults
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -6,7 +6,9 @@ hf://rl-team/bench-<n>; the stand-in counts every request per endpoint. A second
 fresh repo after an interruption (the stand-in refusing LFS PUTs after 10) shows what a resume costs. Prints
 figures; asserts nothing.
 
-    .venv/bin/python bench/bench_hub_publish.py
+    .venv/bin/python bench/bench_hub_publish.py [--short]
+
+`--short` (CI, tests/unit/test_bench_short.py): an 8-shard export and an interruption after 3 uploads.
 """
 
 from __future__ import annotations
@@ -36,11 +38,19 @@ def _call(url: str, path: str, body: dict[str, object] | None = None) -> dict[st
 
 
 def main() -> None:
+    import argparse
     from datetime import UTC, datetime, timedelta
 
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--short", action="store_true", help="a small export (CI: the bench still works)")
+    args = ap.parse_args()
+    shards = 8 if args.short else None  # None: the model's default, 30 shards
+    interrupt_after = 3 if args.short else 10
+
     from rlcleanup.adapters.hf_hub import HubDestination
+    from rlcleanup.authority.artifact import Pinned, pin
     from rlcleanup.authority.grants import Grant
-    from rlcleanup.authority.hub_publish import publish_to_hub
+    from rlcleanup.authority.hub_publish import Outcome, publish_to_hub
     from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
     from rlcleanup.runtime.handlers import resolve_run_id
     from rlcleanup.samples.large import write_large_run
@@ -55,8 +65,9 @@ def main() -> None:
         try:
             procs.wait_ready(server, lambda: procs.http_status(f"{url}/__standin/stats") == 200, 20)
             os.environ.update({"HF_ENDPOINT": url, "HF_TOKEN": TOKEN})
+            sized = {"shards": shards} if shards else {}
             root = write_large_run(
-                tmp / "run", ranks=2, attempts=2, exports=1, log_bytes_total=1 << 20, model="llama-tiny"
+                tmp / "run", ranks=2, attempts=2, exports=1, log_bytes_total=1 << 20, model="llama-tiny", **sized
             )
             stack = EmbeddedStack.create(tmp / "r.db", str(tmp / "preserved"))
             event = manual_event(str(root))
@@ -82,12 +93,19 @@ def main() -> None:
                     }
                 )
 
+            def publish(dest: str) -> Outcome:
+                """What apply-grant does: pin the granted bytes, then hand that very listing off."""
+                given = grant(dest)
+                pinned = pin(stack.ports.storage, record, given)
+                assert isinstance(pinned, Pinned), pinned
+                return publish_to_hub(stack.ports.storage, record, given, HubDestination(), pinned)
+
             print(
                 f"export: step {cand.step}, {cand.shard_count} shards, {cand.total_bytes:,} bytes ({cand.size_label})"
             )
             before = _call(url, "/__standin/stats")
             t0 = time.perf_counter()
-            out = publish_to_hub(stack.ports.storage, record, grant("hf://rl-team/bench-1"), HubDestination())
+            out = publish("hf://rl-team/bench-1")
             wall = time.perf_counter() - t0
             after = _call(url, "/__standin/stats")
             spent = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
@@ -96,17 +114,19 @@ def main() -> None:
             for k, v in sorted(spent.items()):
                 print(f"  {v:4d}  {k}")
 
-            _call(url, "/__standin/control", {"fail_lfs_put_after": 10})
+            _call(url, "/__standin/control", {"fail_lfs_put_after": interrupt_after})
             try:
-                publish_to_hub(stack.ports.storage, record, grant("hf://rl-team/bench-2"), HubDestination())
+                publish("hf://rl-team/bench-2")
             except Exception as exc:
                 print(f"interrupted as planned: {type(exc).__name__}")
             _call(url, "/__standin/control", {"fail_lfs_put_after": None})
             before = _call(url, "/__standin/stats")
-            out = publish_to_hub(stack.ports.storage, record, grant("hf://rl-team/bench-2"), HubDestination())
+            out = publish("hf://rl-team/bench-2")
             after = _call(url, "/__standin/stats")
             puts = after.get("PUT /__lfs/{oid}", 0) - before.get("PUT /__lfs/{oid}", 0)
-            print(f"resumed: {out.state}; LFS uploads on the resume: {puts} (the first {10} were not sent again)")
+            print(
+                f"resumed: {out.state}; LFS uploads on the resume: {puts} (the first {interrupt_after} were not sent again)"
+            )
         finally:
             procs.stop_group(server.pid, popen=server.popen, grace=2)
 

@@ -86,18 +86,34 @@ class RecordStoreUnavailable(TransientError):
         )
 
 
+class RecordMissing(TransientError, KeyError):
+    """A stage wrote to (or read) the record of a run that has none in the store: the run's record was lost under
+    it (the database came back empty) or not yet visible. Transient: the delivery is retried, and a stage message
+    that carries its run's origin (runtime/recovery.py) turns it into RecordStoreLost, with the record rebuilt from
+    the message. Still a KeyError, so `except KeyError` around a record read keeps working."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"no record for run {run_id!r} in the record store (transient: the delivery is retried)")
+
+    def __str__(self) -> str:  # KeyError's own str() quotes its argument
+        return str(self.args[0])
+
+
 class RecordStoreLost(PermanentError):
     """The record store came back without the data written before (an emulator restarted without persistence;
-    never real Firestore). Retrying cannot bring the run's record and claims back: the run must be re-emitted."""
+    never real Firestore). Retrying cannot bring the run's record and claims back: the run must be re-driven from
+    the event that started it, which every stage message carries (`rlcleanup recover RUN_ID`, or the sweep)."""
 
-    def __init__(self, run_id: str | None, step: str | None, since: str) -> None:
+    def __init__(self, run_id: str | None, step: str | None, since: str | None) -> None:
         self.run_id = run_id
         self.step = step
+        when = f"before {since} (when the database was created again, empty)" if since else "before the reset"
         super().__init__(
             "record_store_lost",
-            f"run {run_id or '?'}, step {step or '?'}: the record store lost every record and claim written before "
-            f"{since} (the database was reset under this worker); this run's progress is gone: re-emit its terminal "
-            "event (`rlcleanup emit --run-uri ... --state ...`) to redo it from scratch (preserved evidence is reused)",
+            f"run {run_id or '?'}, step {step or '?'}: the record store lost every record and claim written {when}; "
+            f"this run's progress is gone: re-drive it from scratch with `rlcleanup recover {run_id or 'RUN_ID'}` "
+            "(the event that started it is kept; the sweep does it too; preserved evidence is reused)",
         )
 
 

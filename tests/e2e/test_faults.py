@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -347,19 +351,29 @@ def test_firestore_restarted_mid_run(stack: StackState, gcs_client, firestore_cl
       the run, the step and the cause (HTTP 500 → redelivery), instead of blocking in the client's retries;
     - once it is back, a redelivered step of the run notices the database came back empty (its epoch document
       changed) and its record is gone: RecordStoreLost, recorded on the run (status `failed`, code
-      `record_store_lost`, saying that its progress is gone and its terminal event must be re-emitted), logged at
-      ERROR and dead-lettered. Redelivery cannot complete the run: the plan, the claims and the record it
-      would resume from are what was lost.
-    Then the action that error names (the watcher re-emits the terminal event on reconcile) completes the run from
-    scratch: one record, a complete manifest, no write-once conflicts (the evidence preserved is identical)."""
+      `record_store_lost`), rebuilt from what the message carries: the run's URI (never "unknown") and the exact
+      recover command; logged at ERROR and dead-lettered. Redelivery cannot complete the run: the plan, the claims
+      and the record it would resume from are what was lost.
+    Then the command that error names, `rlcleanup recover RUN_ID` (the operator supplies nothing else: the event
+    that started the run travelled in every stage message and was kept), completes the run from scratch, however
+    many claims were written after the reset: one record, a complete manifest, no write-once conflicts."""
     run_uri, run_id = _big_sample(stack, gcs_client, tmp_path, uid, "fs-restart")
     publish_event(job_event(run_uri, "SUCCEEDED"), stack.project)
     _wait_step(firestore_client, run_id, "capture-part:", "running")  # copies in flight
     kill_server(stack, "firestore")
+    rlcleanup = shutil.which("rlcleanup", path=str(Path(sys.executable).parent))
+    assert rlcleanup
+    env = {**os.environ, **stack.env}
+    cli = [rlcleanup, "stack"]
     try:
         _assert_outage_logged(stack, run_id)
-    finally:
-        start_server(stack, "firestore")
+    finally:  # from another process, as an operator heals it: `stack up` kept how it started the emulator
+        healed = subprocess.run(
+            [*cli, "restart", "firestore", "--state-dir", stack.state_dir], env=env, capture_output=True, text=True
+        )
+    assert healed.returncode == 0 and "rlcleanup recover RUN_ID" in healed.stderr, healed.stderr
+    probed = subprocess.run([*cli, "status", "--json", "--state-dir", stack.state_dir], env=env, capture_output=True)
+    assert json.loads(probed.stdout)["servers"]["firestore"] == "running"
     store = FirestoreRunRecords(project=stack.project)
     deadline = time.monotonic() + 90
     lost: list[Any] = []
@@ -369,10 +383,12 @@ def test_firestore_restarted_mid_run(stack: StackState, gcs_client, firestore_cl
         time.sleep(0.5)
     assert lost, _record_store_errors(stack, run_id, "RecordStoreLost")
     assert record is not None and record.status.value == "failed"
-    assert f"run {run_id}, step " in lost[0].message and "re-emit its terminal event" in lost[0].message
+    assert f"run {run_id}, step " in lost[0].message and f"`rlcleanup recover {run_id}`" in lost[0].message
+    assert record.run_uri == run_uri and any(f"`rlcleanup recover {run_id}`" in w for w in record.remaining_work)
     assert _record_store_errors(stack, run_id, "RecordStoreLost")  # and the function logged it at ERROR
 
-    publish_event(job_event(run_uri, "SUCCEEDED"), stack.project)  # what the error says remains
+    done = subprocess.run([rlcleanup, "recover", run_id], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr  # what the error says remains, with nothing but the run's id
     record = _wait_or_explain(stack, run_id)
     assert record.status.value == "awaiting_authority", record.errors
     assert record.terminal_state is not None and record.terminal_state.value == "completed"

@@ -128,8 +128,9 @@ def test_a_page_without_the_page_before_it_waits_and_one_past_the_end_is_refused
 def test_a_continuation_carries_no_location() -> None:
     """Where a page reads and writes comes from the page before it in the claim store; a forged continuation
     can name only a run and a page number (extra fields are dropped)."""
-    assert set(CapturePlanPageMessage.model_fields) == {"run_id", "scope", "plan_page"}
+    # `origin` (the run's starting event) is for recovery only (runtime/recovery.py): never where a page works.
+    assert set(CapturePlanPageMessage.model_fields) == {"run_id", "scope", "plan_page", "origin"}
     forged = CapturePlanPageMessage.model_validate_json(
         json.dumps({"run_id": "r", "plan_page": 1, "run_uri": "/etc", "preserve_root": "/tmp/x"})
     )
-    assert forged.model_dump() == {"run_id": "r", "scope": "", "plan_page": 1}
+    assert forged.model_dump() == {"run_id": "r", "scope": "", "plan_page": 1, "origin": None}

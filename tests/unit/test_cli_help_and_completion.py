@@ -21,6 +21,7 @@ COMPLETED = "math-rl-completed-resumed-2026.11.30"
 FAILED = "math-rl-failed-first-link-2026.11.30"
 RUN_ID_COMMANDS = {
     "show",
+    "recover",
     "forget",
     "status",
     "watch",

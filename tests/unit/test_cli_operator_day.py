@@ -162,7 +162,10 @@ def test_stack_status_and_down_find_the_stack_from_any_directory(
         other = tmp_path / "elsewhere"
         other.mkdir()
         monkeypatch.chdir(other)
-        assert _json("stack", "status") == {"servers": {"fn-x": "running"}, "state_dir": str(where)}
+        assert _json("stack", "status") == {
+            "servers": {"fn-x": "running"},
+            "state_dir": str(where),
+        }  # no port: its group
         code, _, err = _invoke("stack", "down")
         assert code == 0 and f"stopped 1 server(s) of the stack in {where}" in err
         assert server.wait(timeout=15) == -signal.SIGTERM

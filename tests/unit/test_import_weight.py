@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 HEAVY = ("grpc", "google.api_core", "google.protobuf", "requests", "urllib3")
 SCAN_PATH = (
@@ -39,3 +40,39 @@ def test_a_client_error_is_transient_once_its_library_is_loaded() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, text=True).stdout.split()
     assert out == ["transient", "transient"]
+
+
+# ------------------------------------------------------------------ entry points: every cold start's first cost
+
+LAZY = ("torch", "transformers", "botocore", "huggingface_hub")  # only the step that uses one imports it
+
+
+def _loaded_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        check=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    ).stdout
+    return set(json.loads(out.splitlines()[-1]))
+
+
+def test_an_entry_point_imports_no_heavy_library_before_its_first_use() -> None:
+    """Importing the entry module (the package's, and the bundle's functions/main.py) loads none of the heavy
+    libraries, nor the pipeline (the first delivery imports it: runtime/functions.py); importing the pipeline loads
+    none of the heavy libraries either (the validation, S3 and Hub steps import them when they run)."""
+    for code in ("import rlcleanup.entrypoints", "import sys; sys.path.insert(0, 'functions'); import main"):
+        loaded = _loaded_after(code)
+        heavy = sorted(m for m in loaded if m.split(".")[0] in LAZY)
+        assert heavy == [], f"{code!r} imports {heavy[:5]}"
+        assert "rlcleanup.runtime.handlers" not in loaded and "rlcleanup.runtime.functions" not in loaded, code
+    pipeline = _loaded_after("import rlcleanup.runtime.functions")
+    assert sorted(m for m in pipeline if m.split(".")[0] in LAZY) == []
+
+
+def test_the_entry_points_are_the_topologys_functions() -> None:
+    from rlcleanup.entrypoints import ENTRY_POINTS, entry_point_names
+    from rlcleanup.runtime.topology import load_topology
+
+    assert entry_point_names() == [fn.entry_point for fn in load_topology().functions] == list(ENTRY_POINTS)

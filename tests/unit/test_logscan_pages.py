@@ -64,6 +64,7 @@ def test_a_paged_log_scan_plan_reaches_the_verdict_one_page_does(tmp_path: Path)
 
 
 def test_a_log_scan_continuation_carries_no_location() -> None:
-    assert set(LogScanPlanPageMessage.model_fields) == {"run_id", "scope", "plan_page"}
+    # `origin` (the run's starting event) is for recovery only (runtime/recovery.py): never where a page works.
+    assert set(LogScanPlanPageMessage.model_fields) == {"run_id", "scope", "plan_page", "origin"}
     forged = LogScanPlanPageMessage.model_validate_json(json.dumps({"run_id": "r", "plan_page": 1, "dest_root": "/x"}))
-    assert forged.model_dump() == {"run_id": "r", "scope": "", "plan_page": 1}
+    assert forged.model_dump() == {"run_id": "r", "scope": "", "plan_page": 1, "origin": None}

@@ -350,7 +350,8 @@ def test_a_placeholder_record_binds_no_identity(tmp_path: Path, run_uri: str, na
     payload = {"run_id": run_id, **({"run_uri": run_uri} if names_location else {})}
     handlers.record_poison(stack.ports, "scan_log_part", "scan-log-part-dlq", json.dumps(payload).encode(), {}, lost)
     placeholder = stack.ports.records.get(run_id)
-    assert placeholder is not None and placeholder.run_uri == UNKNOWN_RUN_URI
+    # The URI the message carries is kept on it (issue 48: "unknown" left the operator nothing to re-emit).
+    assert placeholder is not None and placeholder.run_uri == (run_uri if names_location else UNKNOWN_RUN_URI)
     stack.emit(event)
     record = stack.ports.records.get(run_id)
     assert record is not None and record.status is RecordStatus.awaiting_authority and record.run_uri == run_uri

@@ -85,7 +85,7 @@ def test_lost_database_is_permanent_and_says_what_remains() -> None:
     assert error_kind(err) is ErrorKind.domain and err.code == "record_store_lost"
     text = str(err)
     assert "run run-1" in text and "establish_terminal_state" in text and "2026-12-02T17:20:37" in text
-    assert "re-emit its terminal event" in text
+    assert "`rlcleanup recover run-1`" in text and "when the database was created again" in text
 
 
 class _Ref:
@@ -205,6 +205,46 @@ def test_changed_epoch_raises_lost_for_runs_whose_record_is_gone(json_log: io.St
     (line, _) = _lines(json_log)
     assert line["severity"] == "ERROR" and line["error"] == {"type": "RecordStoreLost", "claim": "capture-part:run-0"}
     assert line["run_id"] == "run-1" and line["step"] == "capture_part"
+
+
+def test_lost_since_is_when_the_database_was_created_again_not_when_the_worker_first_looked() -> None:
+    """Issue 48: the error said the worker's first look at the database (possibly hours before the reset)."""
+    from datetime import UTC, datetime
+
+    reset_at = datetime(2026, 12, 2, 17, 20, 37, tzinfo=UTC)
+    docs = iter(
+        [
+            {"epoch": "a", "created_at": datetime(2026, 12, 1, 9, 0, tzinfo=UTC)},
+            {"epoch": "b", "created_at": reset_at},
+        ]
+    )
+
+    class Snap:
+        def __init__(self, exists: bool, data: dict[str, Any] | None = None) -> None:
+            self.exists, self.data = exists, data
+
+        def to_dict(self) -> dict[str, Any] | None:
+            return self.data
+
+    class Ref:
+        def __init__(self, path: str = "") -> None:
+            self.path = path
+
+        def collection(self, name: str) -> Ref:
+            return Ref(name)
+
+        def document(self, doc_id: str) -> Ref:
+            return Ref(f"{self.path}/{doc_id}")
+
+        def get(self, **kwargs: Any) -> Snap:
+            return Snap(True, next(docs)) if self.path.startswith("rlcleanup_meta/") else Snap(False)
+
+    store = FirestoreIdempotencyStore(FirestoreRunRecords(project="p", client=Ref(), timeout=1))
+    store.check_epoch("run-1", "terminal")
+    with pytest.raises(RecordStoreLost) as info:
+        store.check_epoch("run-1", "capture-part:run-0")
+    assert "written before 2026-12-02T17:20:37+00:00 (when the database was created again" in str(info.value)
+    assert store.database_created_at() == reset_at
 
 
 def test_timeout_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,7 +34,7 @@ class FirestoreIdempotencyStore(IdempotencyStore):
     def __init__(self, records: FirestoreConnection) -> None:
         self.records = records
         self._epoch: str | None = None  # the database epoch this store has seen (None: not looked yet)
-        self._epoch_seen_at: datetime | None = None
+        self._epoch_created_at: datetime | None = None  # when the database we see now was created (empty)
         self._lost_since: datetime | None = None  # set once this store saw the database come back empty
         self._epoch_lock = threading.Lock()
 
@@ -55,12 +55,14 @@ class FirestoreIdempotencyStore(IdempotencyStore):
                     ref.create({"epoch": uuid.uuid4().hex, "created_at": utcnow()}, **self.records.rpc)
                 data = ref.get(**self.records.rpc).to_dict() or {}
         epoch = str(data.get("epoch"))
+        created = data.get("created_at") if isinstance(data.get("created_at"), datetime) else None
         with self._epoch_lock:
-            if self._epoch is None:
-                self._epoch, self._epoch_seen_at = epoch, utcnow()
-            elif epoch != self._epoch:
-                self._lost_since = self._lost_since or self._epoch_seen_at
-                self._epoch, self._epoch_seen_at = epoch, utcnow()
+            if epoch != self._epoch:
+                if self._epoch is not None:
+                    # Everything written before the new database's creation is gone: that is when it was reset,
+                    # not when this worker first looked (which may be long after).
+                    self._lost_since = created or utcnow()
+                self._epoch, self._epoch_created_at = epoch, created
             lost_since = self._lost_since
         if lost_since is None or key.startswith(RUN_START_KEYS):
             return
@@ -70,6 +72,12 @@ class FirestoreIdempotencyStore(IdempotencyStore):
         lost = RecordStoreLost(run_id, current_context().step, lost_since.isoformat(timespec="seconds"))
         log.error("%s", lost, extra={"run_id": run_id, "error": {"type": "RecordStoreLost", "claim": key}})
         raise lost
+
+    def database_created_at(self) -> datetime | None:
+        """When the database this store reads was (re)created empty: its epoch document's creation."""
+        if self._epoch is None:
+            self.check_epoch("", "classify")  # a run-start key: only reads (or creates) the epoch document
+        return self._epoch_created_at
 
     def _before_claim(self, run_id: str, key: str) -> None:
         self.check_epoch(run_id, key)
@@ -138,6 +146,16 @@ class FirestoreIdempotencyStore(IdempotencyStore):
         except (FailedPrecondition, NotFound):
             return False
         return True
+
+    def forget_claims(self, run_id: str) -> int:
+        with self.records.guard("forget claims", run_id):
+            refs = [snap.reference for snap in self.records.run_doc(run_id).collection("steps").stream()]
+            for start in range(0, len(refs), 500):  # Firestore's batch limit
+                batch = self.records.db.batch()
+                for ref in refs[start : start + 500]:
+                    batch.delete(ref)
+                batch.commit(**self.records.rpc)
+        return len(refs)
 
     def _done_query(self, run_id: str, prefix: str) -> Any:
         """Done claims whose key starts with prefix, filtered server side (state == done and a key range; the

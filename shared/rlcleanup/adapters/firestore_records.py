@@ -22,6 +22,7 @@ from typing import Any
 from rlcleanup.adapters.firestore_claims import FirestoreIdempotencyStore
 from rlcleanup.adapters.firestore_client import FirestoreConnection, check_size, plain
 from rlcleanup.adapters.firestore_queries import ORDER_FIELD
+from rlcleanup.errors import RecordMissing
 from rlcleanup.models.record import DERIVED_FROM, CompletionRecord, RunError, utcnow
 from rlcleanup.ports.records import IndexedField, check_indexed
 
@@ -81,6 +82,10 @@ class FirestoreRunRecords(FirestoreConnection):
                 doc["errors"] = sorted(errs, key=lambda e: (e.get("at") or utcnow(), e.get("code", "")))
         return CompletionRecord.model_validate(_decode(doc))
 
+    def has_record(self, run_id: str) -> bool:
+        with self.guard("look for record", run_id):
+            return bool(self.run_doc(run_id).get(field_paths=["run_id"], **self.rpc).exists)
+
     def create_if_absent(self, record: CompletionRecord) -> bool:
         from google.api_core.exceptions import AlreadyExists
 
@@ -118,7 +123,7 @@ class FirestoreRunRecords(FirestoreConnection):
             with self.guard("update record", run_id):
                 batch.commit(**self.rpc)
         except NotFound as exc:  # the same contract as SQLite: updating a missing record is an error
-            raise KeyError(f"no record for run {run_id!r}") from exc
+            raise RecordMissing(run_id) from exc
 
     def add_errors(self, run_id: str, errors: list[RunError]) -> None:
         """Each error once (keyed by step|code|message). One commit per call (per ERROR_BATCH errors): the new error
@@ -147,7 +152,7 @@ class FirestoreRunRecords(FirestoreConnection):
         with self.guard("add error", run_id):
             snap = ref.get(field_paths=["error_count"], **self.rpc)
             if not snap.exists:
-                raise KeyError(f"no record for run {run_id!r}")
+                raise RecordMissing(run_id)
             existing = self.db.get_all(
                 [ref.collection("errors").document(k) for k in errors], field_paths=["code"], **self.rpc
             )
@@ -172,7 +177,7 @@ class FirestoreRunRecords(FirestoreConnection):
             with self.guard("add error", run_id):
                 batch.commit(**self.rpc)
         except NotFound as exc:
-            raise KeyError(f"no record for run {run_id!r}") from exc
+            raise RecordMissing(run_id) from exc
 
     def list_runs(self, limit: int = 100) -> Iterator[CompletionRecord]:
         from google.cloud import firestore

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from rlcleanup.errors import RecordMissing
 from rlcleanup.models.record import CompletionRecord, RunError, utcnow
 from rlcleanup.ports.records import (
     INDEXED_FIELDS,
@@ -126,6 +127,9 @@ class SqliteRunRecords(_SqliteFile):
         row = self._one("SELECT doc FROM records WHERE run_id = ?", (run_id,))
         return CompletionRecord.model_validate_json(row[0]) if row else None
 
+    def has_record(self, run_id: str) -> bool:
+        return self._one("SELECT 1 FROM records WHERE run_id = ?", (run_id,)) is not None
+
     def create_if_absent(self, record: CompletionRecord) -> bool:
         with self._tx() as db:
             cur = db.execute(
@@ -140,7 +144,7 @@ class SqliteRunRecords(_SqliteFile):
         with self._tx() as db:
             row = db.execute("SELECT doc FROM records WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
-                raise KeyError(f"no record for run {run_id!r}")
+                raise RecordMissing(run_id)
             doc = json.loads(row[0])
             doc.update(fields)
             doc["updated_at"] = utcnow().isoformat()
@@ -156,7 +160,7 @@ class SqliteRunRecords(_SqliteFile):
         with self._tx() as db:
             row = db.execute("SELECT doc FROM records WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
-                raise KeyError(f"no record for run {run_id!r}")
+                raise RecordMissing(run_id)
             record = CompletionRecord.model_validate_json(row[0])
             known = {(e.step, e.code, e.message) for e in record.errors}
             record.errors.extend(e for e in errors if (e.step, e.code, e.message) not in known)
@@ -271,6 +275,12 @@ class SqliteIdempotencyStore(_SqliteFile, IdempotencyStore):
             db.execute("DELETE FROM claims WHERE run_id = ? AND key = ?", (run_id, key))
             db.execute("DELETE FROM claim_versions WHERE run_id = ? AND key = ?", (run_id, key))
             return True
+
+    def forget_claims(self, run_id: str) -> int:
+        with self._tx() as db:
+            count = db.execute("DELETE FROM claims WHERE run_id = ?", (run_id,)).rowcount
+            db.execute("DELETE FROM claim_versions WHERE run_id = ?", (run_id,))
+            return int(count)
 
     def _done_results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
         rows = (

@@ -25,6 +25,7 @@ from rlcleanup.cli.options import (
     backend_name,
     db_path,
 )
+from rlcleanup.cli.recover import register as register_recover_command
 from rlcleanup.cli.similar import register as register_similar_command
 from rlcleanup.cli.stack_cmds import register as register_stack_commands
 from rlcleanup.cli.storage_cmds import register as register_storage_commands
@@ -434,6 +435,7 @@ register_operator_commands(app)  # status, watch, report: cli/operator.py
 register_authority_commands(app)  # keygen, approver add, grant, grants, cause: cli/authority.py
 register_storage_commands(app)  # storage, restore, quarantine-expire: cli/storage_cmds.py
 register_similar_command(app)  # similar: cli/similar.py (learning across runs)
+register_recover_command(app)  # recover: cli/recover.py (a run the record store lost)
 register_stack_commands(app)  # stack up, down, status: cli/stack_cmds.py
 
 

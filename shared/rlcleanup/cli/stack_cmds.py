@@ -1,4 +1,4 @@
-"""`rlcleanup stack up|down|status`: the local stack on real emulators (shared/rlcleanup/stack/)."""
+"""`rlcleanup stack up|down|status|restart`: the local stack on real emulators (shared/rlcleanup/stack/)."""
 
 from __future__ import annotations
 
@@ -97,25 +97,48 @@ def stack_down(state_dir: StateDirOption = None) -> None:
 
 @stack_app.command("status", epilog=EXIT_CODES)
 def stack_status(state_dir: StateDirOption = None, as_json: JsonOption = False) -> None:
-    """Which servers of the stack are running (the same state `down` stops). Exit 1 when no stack is recorded."""
+    """Which servers of the stack answer now: each is probed on its port (`running`, `not answering`: its process
+    lives but its port does not answer, `stopped`), never taken from what was remembered. Exit 1 when no stack
+    is recorded."""
     from rlcleanup.stack import status
 
     where = _stack_dir(state_dir)
     states = status(where)
     if as_json:
-        rows = {
-            "state_dir": str(where),
-            "servers": {name: "running" if alive else "stopped" for name, alive in states.items()},
-        }
-        typer.echo(json.dumps(rows, indent=2, sort_keys=True))
+        typer.echo(json.dumps({"state_dir": str(where), "servers": states}, indent=2, sort_keys=True))
         if not states:
             raise typer.Exit(EXIT_NOT_FOUND)
         return
     if not states:
         _fail(f"no stack recorded in {where} (start one with `rlcleanup stack up`)", EXIT_NOT_FOUND)
-    typer.echo(f"stack in {where}: {sum(states.values())} of {len(states)} server(s) running")
-    for name, alive in sorted(states.items()):
-        typer.echo(f"{name:32} {'running' if alive else 'stopped'}")
+    running = sum(state == "running" for state in states.values())
+    typer.echo(f"stack in {where}: {running} of {len(states)} server(s) running")
+    for name, state in sorted(states.items()):
+        typer.echo(f"{name:32} {state}")
+
+
+@stack_app.command("restart", epilog=EXIT_CODES)
+def stack_restart(
+    name: Annotated[str, typer.Argument(help="a server (pubsub, firestore, gcs, s3, fn-NAME) or a function's name")],
+    state_dir: StateDirOption = None,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for it to answer")] = 90.0,
+) -> None:
+    """Restart one server of the running stack on its own port (stopped first if it runs), from any directory.
+
+    The other servers, the env vars and every URL stay as they are. An emulator restarted comes back empty:
+    Pub/Sub and fake-gcs are provisioned again; runs the Firestore emulator lost are re-driven with
+    `rlcleanup recover RUN_ID`."""
+    from rlcleanup.stack import StackError
+    from rlcleanup.stack.heal import restart
+
+    try:
+        done = restart(_stack_dir(state_dir), name, timeout=timeout)
+    except StackError as exc:
+        _fail(str(exc))
+        return
+    typer.echo(f"restarted {done.name}: answering again after {done.seconds:g} s")
+    if done.note:
+        typer.echo(f"note: {done.note}", err=True)
 
 
 def register(app: typer.Typer) -> None:

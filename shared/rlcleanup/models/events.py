@@ -125,7 +125,15 @@ def _scope() -> str:
     return Field(default="", pattern=SCOPE_PATTERN, description="claim scope of this pass (empty: the first)")
 
 
-class RunMessage(_Msg):
+class _StageMsg(_Msg):
+    """A message between the stages of one run's pipeline. `origin` is the job event that started the run's pass
+    (filled in by the delivery's bus, runtime/recovery.py, on every stage message): what a record store that lost
+    the run needs to rebuild its record and re-drive it. Recovery only: no stage reads where to work from it."""
+
+    origin: JobEvent | None = Field(default=None, description="the job event that started this pass of the run")
+
+
+class RunMessage(_StageMsg):
     """run-classified / run-selection payload: which run, where to preserve, what the controller said."""
 
     run_id: str
@@ -137,7 +145,7 @@ class RunMessage(_Msg):
     controller_absent: bool = False
 
 
-class CapturePartMessage(_Msg):
+class CapturePartMessage(_StageMsg):
     run_id: str
     scope: str = _scope()
     run_uri: str
@@ -145,7 +153,7 @@ class CapturePartMessage(_Msg):
     part: CapturePart
 
 
-class CapturePlanPageMessage(_Msg):
+class CapturePlanPageMessage(_StageMsg):
     """capture-parts payload that continues a paged capture plan: only which page. Where to resume, and the run's
     URIs, come from the page before it in the claim store, never from the message."""
 
@@ -159,7 +167,7 @@ class LogScanPlanPageMessage(CapturePlanPageMessage):
     and the run come from the page before it in the claim store)."""
 
 
-class LogScanPartMessage(_Msg):
+class LogScanPartMessage(_StageMsg):
     run_id: str
     scope: str = _scope()
     dest_root: str
@@ -175,7 +183,7 @@ def target_step(target: str) -> int | None:
     return int(target.split(":", 1)[1]) if target.startswith("candidate:") else None
 
 
-class CandidateMessage(_Msg):
+class CandidateMessage(_StageMsg):
     """candidate-validation payload: one target (`resume`, or `candidate:<step>`), or a batch of candidates
     (`targets`) that one invocation validates together. Each target is still its own fan-out member (its own
     claim `validate:<target>`); a batch only shares the invocation."""

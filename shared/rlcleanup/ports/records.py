@@ -68,6 +68,10 @@ class RunRecords(Protocol):
 
     def get(self, run_id: str) -> CompletionRecord | None: ...
 
+    def has_record(self, run_id: str) -> bool:
+        """Whether the run has a record (one cheap read: no decoding, no subcollections)."""
+        ...
+
     def create_if_absent(self, record: CompletionRecord) -> bool:
         """True when this call created the record."""
         ...
@@ -142,6 +146,16 @@ class IdempotencyStore(ABC):
     def _done_count(self, run_id: str, prefix: str) -> int:
         """How many done claims have a key starting with prefix (adapters count server side, reading no results)."""
         return len(self._done_results(run_id, prefix))
+
+    @abstractmethod
+    def forget_claims(self, run_id: str) -> int:
+        """Drop every claim of the run (returns how many): only when a run lost to a reset of the store is
+        re-driven from scratch (runtime/recovery.py), so claims written after the reset cannot block it."""
+
+    def database_created_at(self) -> datetime | None:
+        """When the database was last created empty (a store that can come back empty keeps an epoch: Firestore's
+        adapter); None for a store that never loses what it wrote (SQLite)."""
+        return None
 
     def _before_claim(self, run_id: str, key: str) -> None:  # noqa: B027 - an optional hook, empty by default
         """A hook run before every claim (Firestore checks its database epoch there)."""

@@ -66,6 +66,9 @@ def identify(data: bytes) -> tuple[str | None, str | None]:
     if not isinstance(payload, dict):
         return None, None
     run_uri = payload.get("run_uri") if isinstance(payload.get("run_uri"), str) else None
+    origin = payload.get("origin")
+    if run_uri is None and isinstance(origin, dict) and isinstance(origin.get("run_uri"), str):
+        run_uri = origin["run_uri"]  # a stage message naming no location carries its run's origin (recovery.py)
     run_id = payload.get("run_id") if isinstance(payload.get("run_id"), str) else None
     if run_id is None and run_uri:
         run_id = f"{basename(parent(run_uri))}-{basename(run_uri)}"

@@ -15,13 +15,13 @@ from dataclasses import replace
 
 from rlcleanup.errors import PermanentError, RecordStoreLost
 from rlcleanup.models.events import JobEvent
-from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord, RunError
-from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.models.record import RunError
 from rlcleanup.runtime.admission import attachable_run, bound_run_id, choose_run_id
 from rlcleanup.runtime.envelope import identify
 from rlcleanup.runtime.failures import finish_failed, to_permanent
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.recovery import as_lost, carrying_origin, check_not_lost, delivery_origin, keep_lost_run
 from rlcleanup.runtime.stage_table import Handler, StageTable, stage_table
 from rlcleanup.steps.layout import discover
 
@@ -52,9 +52,13 @@ def dispatch(
     p = guarded_ports(p, table.topology.function(entry_point))  # publishes only what topology.yaml declares
     # This delivery's own copy: claims name it as their lease owner; its stages read the table's graph.
     p = replace(p, delivery_id=message_id, topology=table.topology)
+    origin = delivery_origin(entry_point, data)
+    p = carrying_origin(p, origin)  # every stage message it publishes carries it on
     try:
+        check_not_lost(p, entry_point, data, origin)  # a stage message whose run's record is gone: lost
         return row.handler(p, data, attributes)
-    except Exception as exc:
+    except Exception as raised:
+        exc = as_lost(p, entry_point, data, raised)  # a stage message whose run's record is gone: lost
         permanent = to_permanent(p, entry_point, data, message_id, exc)  # re-raises what should be retried
         record_poison(p, entry_point, dead_letter_topic, data, attributes, permanent)
         return finish_failed(
@@ -71,14 +75,12 @@ def record_poison(
     run_id = attachable_run(p, data)
     message = f"{error}"[:2000]
     named_id, named_uri = identify(data)
-    if run_id is None and isinstance(error, RecordStoreLost) and named_id:
+    if isinstance(error, RecordStoreLost) and named_id and (run_id is None or run_id == named_id):
         # The store lost the run under one of our own stage messages (its identity documents too, so a location the
-        # message names is bound to nothing now): a placeholder bound to no location keeps the error for the run's
-        # re-emitted event to take over (it binds no identity: admission ignores it). RecordStoreLost is raised
-        # only after this worker saw the database come back empty, never by a refusal.
-        p.records.create_if_absent(
-            CompletionRecord(run_id=named_id, run_uri=UNKNOWN_RUN_URI, status=RecordStatus.failed)
-        )
+        # message names is bound to nothing now): the record is written again from what the message carries (the
+        # run's URI and the event that started it, runtime/recovery.py), failed with the recover command; it binds
+        # no identity. RecordStoreLost is raised only for a store seen to come back empty, never by a refusal.
+        keep_lost_run(p, named_id, step, data)
         run_id = named_id
     if run_id:
         p.records.add_errors(run_id, [RunError(step=step, code=error.code, message=message)])

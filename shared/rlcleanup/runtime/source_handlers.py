@@ -28,6 +28,7 @@ from rlcleanup.runtime.attempt_scope import PASS_PREFIX
 from rlcleanup.runtime.claims import once_ran
 from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.recovery import redrive_lost_runs
 from rlcleanup.settings import DeploymentSettings, in_run_buckets, unconfigured
 from rlcleanup.sources import gcs_notifications as gcsn
 from rlcleanup.sources import k8s
@@ -193,7 +194,11 @@ def _sweep_records(p: Ports, now: datetime, config: SweepConfig) -> str:
             p.records.add_errors(record.run_id, [RunError(step="sweep", code="stalled", message=message)])
             log.warning("sweep marked %s stalled: %s", record.run_id, message)
     rechecked = _recheck_deadlines(p, now, config)
-    return f"records: {redriven} re-driven, {stalled} stalled, {rechecked} deadline(s) changed"
+    lost = redrive_lost_runs(p, now)  # runs the record store lost: their kept event, published again
+    return (
+        f"records: {redriven} re-driven, {stalled} stalled, {rechecked} deadline(s) changed, {lost} lost run(s) "
+        "re-driven"
+    )
 
 
 def _recheck_deadlines(p: Ports, now: datetime, config: SweepConfig) -> int:

@@ -25,14 +25,13 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from rlcleanup.paths import stack_dir
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.stack import procs, s3_server, supervisor
 from rlcleanup.stack.procs import StackError
 from rlcleanup.stack.provision import function_env, provision
-from rlcleanup.stack.state import HOST, StackState, client_env
+from rlcleanup.stack.state import HOST, StackState, client_env, load_launch, save_launch
 from rlcleanup.stack.tools import (
     emulator_scripts,
     fake_gcs_binary,
@@ -204,6 +203,7 @@ def _up_once(
             state.pgids[name] = server.pid
             probes[name] = f"http://{HOST}:{p[name]}{path}" if name in p else ""
             launches[name] = (argv, env, probes[name])
+            save_launch(state_dir, name, argv, env, probes[name])  # `stack restart NAME` from any process
             state.save()  # so `down` can stop a half-started stack
         t0 = time.monotonic()
         for server in servers:
@@ -297,11 +297,11 @@ def start_server(
         raise StackError(f"{name} is still running (pgid {state.pgids[name]}); kill_server it first")
     if _supervised(state, name):
         return _release_hold(state, name, extra_env or {}, timeout)
-    launch = _launches.get(state.stack_id, {}).get(name)
-    if launch is None:
-        raise StackError(f"{name}: not started by this process (only `up` in this process can restart it)")
-    argv, env, probe_url = launch
     state_dir = Path(state.state_dir)
+    launch = _launches.get(state.stack_id, {}).get(name) or load_launch(state_dir, name)
+    if launch is None:
+        raise StackError(f"{name}: no record of how `stack up` started it in {state_dir}")
+    argv, env, probe_url = launch
     server = procs.start(name, argv, state_dir=state_dir, env={**env, **(extra_env or {})}, cwd=state_dir)
     state.pgids[name] = server.pid
     _popens.setdefault(state.stack_id, {})[name] = server
@@ -382,16 +382,39 @@ def down(state_dir: Path | None = None, *, grace: float = 8.0) -> list[str]:
     s3_server.remove_sockets([Path(p) for p in state.leftovers])
     with contextlib.suppress(OSError):
         state.path.unlink()
-    for leftover in (*state_dir.glob("*.pid"), *state_dir.glob("*.hold"), *state_dir.glob("*.env.json")):
+    leftovers = ("*.pid", "*.hold", "*.env.json", "*.launch.json")
+    for leftover in (path for pattern in leftovers for path in state_dir.glob(pattern)):
         leftover.unlink()
     return stopped
 
 
-def status(state_dir: Path | None = None) -> dict[str, Any]:
+def status(state_dir: Path | None = None) -> dict[str, str]:
+    """Each server's state as probed now, never as remembered: `running` (it answers on its port, whoever
+    started it), `not answering` (its process group lives but its port does not answer), `stopped`."""
     state = StackState.load(Path(state_dir or stack_dir()).resolve())
     if state is None:
         return {}
-    return {name: _owned(_pgid(state, name), state.stack_id) for name in list(state.pgids)}
+    states = {}
+    for name in list(state.pgids):
+        alive = _owned(_pgid(state, name), state.stack_id)
+        answers = _answers(state, name)
+        if answers is None:  # nothing to probe (the supervisor): its process group is what it is
+            states[name] = "running" if alive else "stopped"
+        else:
+            states[name] = "running" if answers else "not answering" if alive else "stopped"
+    return states
+
+
+def _answers(state: StackState, name: str) -> bool | None:
+    """Whether a server answers its readiness probe now (None: it has no port to probe)."""
+    if name.startswith("fn-") and name.removeprefix("fn-") in state.functions:
+        return procs.http_status(f"{state.functions[name.removeprefix('fn-')]}/") is not None
+    port = state.ports.get(name)
+    if port is None:
+        return None
+    path = {"pubsub": "/", "firestore": "/", "gcs": "/_internal/healthcheck"}.get(name)
+    code = procs.http_status(f"http://{HOST}:{port}{path or '/'}")
+    return code == 200 if path else code is not None
 
 
 def reset_firestore(state: StackState) -> None:

@@ -7,6 +7,7 @@ buckets, and the environment a client exports to use the stack.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -81,3 +82,26 @@ class StackState:
 
     def exports(self) -> str:
         return "\n".join(f"export {k}={v}" for k, v in sorted(self.env.items()))
+
+
+def launch_file(state_dir: Path, name: str) -> Path:
+    return Path(state_dir) / f"{name}.launch.json"
+
+
+def save_launch(state_dir: Path, name: str, argv: list[str], env: dict[str, str], probe: str) -> None:
+    """How `up` started a server (argv, environment, readiness URL), so any later process can start it again on
+    the same port (`stack restart NAME`). Owner-only: the environment is the stack's (local keys included)."""
+    path = launch_file(state_dir, name)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump({"argv": argv, "env": env, "probe": probe}, out)
+    tmp.replace(path)
+
+
+def load_launch(state_dir: Path, name: str) -> tuple[list[str], dict[str, str], str] | None:
+    path = launch_file(state_dir, name)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return list(data["argv"]), dict(data["env"]), str(data["probe"])

@@ -12,7 +12,7 @@ from rlcleanup.models.events import JobEvent, RunMessage
 from rlcleanup.models.plans import Classified
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
-from rlcleanup.runtime import admission, attempt_scope
+from rlcleanup.runtime import admission, attempt_scope, recovery
 from rlcleanup.runtime.attempt_scope import pass_id
 from rlcleanup.runtime.claims import once_ran
 from rlcleanup.runtime.envelope import decode
@@ -58,6 +58,8 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         run_id, event.event_key, {"state": event.state, "source": event.source, "outcome": "terminal"}
     )
     preserve_root = admission.deployment_preserve_root(p, event)
+    if recovery.is_lost(p, run_id):  # never a duplicate: claims written since the store's reset are dropped
+        recovery.start_over(p, run_id)
     # Which end of the run this is: its first, one already handled, or a resubmitted step's new end.
     marks = attempt_scope.end_marks(p.storage, layout)
     scope = attempt_scope.choose_scope(
