@@ -8,6 +8,8 @@ dead); kubernetes pkg/kubelet/nodeshutdown; NovaSky-AI/SkyRL skyrl/train/utils/t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rlcleanup.models.failures import FailureClass
@@ -177,3 +179,48 @@ def test_prose_that_only_lists_possible_causes_is_not_a_statement() -> None:
         is None
     )
     assert statement_for("INFO scheduler: Sequence group 12 is preempted by PreemptionMode.RECOMPUTE") is None
+
+
+# End to end on the embedded pipeline: the all-teardown sample (no cause: no_causal_error_found, class unknown) with
+# the infrastructure's own statement appended to its driver log, as Ray and the kubelet print it there.
+RAY_OOM_TAIL = (
+    "\x1b[36m(skyrl_entrypoint pid=4100)\x1b[0m The actor is dead because its worker process has died. Worker exit "
+    "type: NODE_OUT_OF_MEMORY Worker exit detail: Task was killed due to the node running low on memory.\n"
+    "(raylet, ip=10.0.3.14) [2026-11-30 08:21:05,445 E 395 395] (raylet) node_manager.cc:3049: 1 Workers (tasks / "
+    "actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: e5d9, IP: "
+    "10.0.3.14) over the last time period.\n"
+)
+NODE_SHUTDOWN_TAIL = "Pod was terminated in response to imminent node shutdown.\n"
+
+
+@pytest.fixture
+def _no_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlcleanup.runtime import evidence
+
+    monkeypatch.setattr(evidence, "publish_report", lambda *args, **kwargs: None)
+
+
+@pytest.mark.usefixtures("_no_report")
+@pytest.mark.parametrize(
+    ("tail", "error_type", "rule"),
+    [
+        (RAY_OOM_TAIL, "ray.NodeOutOfMemory", "ray_memory_monitor"),
+        (NODE_SHUTDOWN_TAIL, "kubelet.NodeShutdown", "node_shutdown"),
+    ],
+)
+def test_the_record_names_the_statement_as_first_cause_and_class(
+    tmp_path: Path, tail: str, error_type: str, rule: str
+) -> None:
+    from sample_runs import run_embedded
+
+    from rlcleanup.samples.generator import write_sample_run
+
+    run = write_sample_run(tmp_path / "runs", "all-teardown")
+    log = next(Path(tmp_path / "runs").rglob("finelog.log"))
+    log.write_text(log.read_text() + tail)
+    _, record = run_embedded(tmp_path, str(run))
+    cause = record.first_failure_cause
+    assert cause is not None, record.terminal_reasoning
+    assert cause.error_type == error_type and record.first_failure_reason is None
+    assert record.failure_class == FailureClass.infrastructure
+    assert record.failure_evidence is not None and record.failure_evidence.rule == rule

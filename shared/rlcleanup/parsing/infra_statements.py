@@ -168,9 +168,10 @@ INFRA_STATEMENTS: tuple[InfraStatement, ...] = (
 STATEMENT_HINTS = tuple(sorted({s.hint for s in INFRA_STATEMENTS}))
 
 
-def statement_for(text: str) -> InfraStatement | None:
-    """The first table entry whose wording is in `text` (a whole line, or `ErrorType: message`)."""
-    lowered = text.lower()
+def statement_for(text: str, lowered: str | None = None) -> InfraStatement | None:
+    """The first table entry whose wording is in `text` (a whole line, or `ErrorType: message`); `lowered` is
+    `text.lower()` when the caller has it already (the scanner does, for every hinted line)."""
+    lowered = text.lower() if lowered is None else lowered
     for statement in INFRA_STATEMENTS:
         if statement.hint in lowered and statement.pattern.search(text):
             return statement

@@ -376,7 +376,7 @@ class LogScanner:
                 self._add_error(self._line_error(lineno, "C++ exception", payload, stripped, timestamp), None)
                 return
         # An infrastructure statement first: it says why a process died, even in a teardown wrapper's message.
-        stated = statement_for(stripped)
+        stated = statement_for(stripped, lowered)
         if stated is not None:
             # An exception line that states it (`ray.exceptions.OutOfMemoryError: Task was killed due to ...`) keeps
             # its own type and message, as Python printed them.

@@ -13,19 +13,24 @@ its writer was not found upstream, so it is read as v3 states it). An attempt re
 
 Every location found so is *input*: it is accepted only when it lies under one of the run's own roots (the run,
 its temp area, its steps, its attempts) or, for a legacy `iris/` run, in the run's own bucket under `iris/` with
-its last segment naming this run's job (v2 §8 `iris/rl-rdv/<job>`). Nothing else is read, listed or captured
-(the roots the run's own config names are checked against the deployment's run buckets at admission).
+its last segment naming this run's job (v2 §8 `iris/rl-rdv/<job>`). "The run's bucket" is the run's storage root
+(steps/readable_roots.run_storage_root): a cloud run's bucket, a local run's directory that plays it (a gcsfuse
+mount, a copy kept for debugging), where a cloud URI the log names for `iris/…` is read under the mirror. Nothing
+else is read, listed or captured (the roots the run's own config names are checked against the deployment's run
+buckets at admission).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
 from rlcleanup.formats.config import get
 from rlcleanup.ports.storage import Storage, StorageError
 from rlcleanup.steps.layout_model import AttemptFiles, EvidenceRoot, RunLayout
-from rlcleanup.uris import basename, join, parent
+from rlcleanup.steps.readable_roots import run_storage_root
+from rlcleanup.uris import basename, is_local, join, parent, strip_file_scheme
 
 HEAD_BYTES = 64 * 1024  # the launcher banner and the runtime's bring-up lines are at the top of the Iris log
 DRIVER_LOG = "finelog.log"
@@ -107,27 +112,53 @@ def _job_names(layout: RunLayout) -> set[str]:
 
 
 def _bucket(uri: str) -> str | None:
-    if "://" not in uri:
+    if "://" not in uri or uri.startswith("file://"):
         return None
     scheme, rest = uri.split("://", 1)
     return f"{scheme}://{rest.split('/', 1)[0]}"
 
 
-def refusal(uri: str, layout: RunLayout) -> str | None:
-    """Why a location found in the run's files is not this run's evidence, or None when it is."""
-    if ".." in uri.split("/") or "\\" in uri or not uri.strip():
-        return "it is not a plain location"
-    if any(uri == root or uri.startswith(root + "/") for root in _own_roots(layout)):
+def _in_local_root(uri: str, storage_root: str) -> str | None:
+    """A local location under the local storage root as a path relative to it (checked as real paths: a link
+    under the root cannot lead out of it), else None."""
+    if not is_local(uri) or not is_local(storage_root):
         return None
+    real, root = os.path.realpath(strip_file_scheme(uri)), os.path.realpath(strip_file_scheme(storage_root))
+    return real[len(root) :].strip("/") if real == root or real.startswith(root.rstrip("/") + "/") else None
+
+
+def resolve(uri: str, layout: RunLayout, storage_root: str | None = None) -> tuple[str | None, str | None]:
+    """(where to read a location found in the run's files, None) when it is this run's evidence, else (None, why).
+
+    The run's storage root (steps/readable_roots.run_storage_root: a cloud run's bucket, a local run's directory
+    that plays it) bounds what is accepted. A legacy `iris/…/<job>` rendezvous a local mirror's log names by its
+    cloud URI (`gs://<bucket>/iris/rl-rdv/<job>`) is read where the mirror keeps it, `<storage root>/iris/…`: the
+    path under the bucket is kept, the bucket replaced by the mirror the operator pointed us at."""
+    if ".." in uri.split("/") or "\\" in uri or not uri.strip():
+        return None, "it is not a plain location"
+    if any(uri == root or uri.startswith(root + "/") for root in _own_roots(layout)):
+        return uri, None
+    root = storage_root or _bucket(layout.run_uri)
     bucket = _bucket(uri)
-    if bucket is None or bucket != _bucket(layout.run_uri):
-        return "it is outside the run's own roots and its bucket"
-    path = uri[len(bucket) :].strip("/").split("/")
+    mirrored = root is not None and is_local(root) and bucket is not None
+    if bucket is not None and (bucket == root or mirrored):
+        under = uri[len(bucket) :].strip("/")
+    elif root is not None and (local := _in_local_root(uri, root)) is not None:
+        under = local
+    else:
+        return None, "it is outside the run's own roots and its storage root"
+    path = under.split("/")
     if path[0] != "iris" or len(path) < 2:
-        return "it is in the run's bucket but not under the run's roots or a legacy iris/ rendezvous"
+        return None, "it is in the run's storage root but not under the run's roots or a legacy iris/ rendezvous"
     if path[-1] not in _job_names(layout):
-        return f"its job segment {path[-1]!r} does not name this run's job"
-    return None
+        return None, f"its job segment {path[-1]!r} does not name this run's job"
+    assert root is not None
+    return (join(root, under) if mirrored or bucket is None else uri), None
+
+
+def refusal(uri: str, layout: RunLayout, storage_root: str | None = None) -> str | None:
+    """Why a location found in the run's files is not this run's evidence, or None when it is."""
+    return resolve(uri, layout, storage_root)[1]
 
 
 def find_evidence_roots(storage: Storage, layout: RunLayout) -> tuple[list[EvidenceRoot], list[str]]:
@@ -135,6 +166,7 @@ def find_evidence_roots(storage: Storage, layout: RunLayout) -> tuple[list[Evide
     problem line per location refused."""
     roots: dict[str, EvidenceRoot] = {}
     problems: list[str] = []
+    storage_root = run_storage_root(storage, layout.run_uri)
     for attempt in layout.attempts:
         named = [
             ("rendezvous", uri, f"attempt record {attempt.record_uri}") for uri in _record_locations(attempt.record)
@@ -144,11 +176,11 @@ def find_evidence_roots(storage: Storage, layout: RunLayout) -> tuple[list[Evide
         for line in head.splitlines():
             named += [(kind, uri, f"{driver} ({line.strip()[:120]})") for kind, uri in locations_in_line(line)]
         for kind, uri, where in named:
-            if uri in roots:
-                continue
-            why = refusal(uri, layout)
-            if why is not None:
+            read_at, why = resolve(uri, layout, storage_root)
+            if read_at is None:
                 problems.append(f"evidence location {uri[:300]} named in {where[:300]} refused: {why}")
                 continue
-            roots[uri] = EvidenceRoot(uri=uri, kind=kind, attempt_id=attempt.attempt_id, found_in=where)
+            if read_at in roots:
+                continue
+            roots[read_at] = EvidenceRoot(uri=read_at, kind=kind, attempt_id=attempt.attempt_id, found_in=where)
     return list(roots.values()), sorted(set(problems))

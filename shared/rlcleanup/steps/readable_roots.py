@@ -6,8 +6,11 @@ RLCLEANUP_RUN_BUCKETS set, runtime/admission.check_run_roots keeps them inside t
 run's roots must lie (as real paths) in what is derived from where the run lives, never from its config:
 - its **storage root**, the directory that plays its bucket: the nearest ancestor of the run directory (the run
   directory included, at most `_MAX_LEVELS` up, never `/`) that holds Marin's temp area `tmp/ttl=<N>d/`
-  (run-layout-v2 §3: `T(n) = <bucket>/tmp/ttl=<N>d/skyrl/<key>`); with none (expired, never written), the run
-  directory itself;
+  (run-layout-v2 §3: `T(n) = <bucket>/tmp/ttl=<N>d/skyrl/<key>`) or Iris's `iris/` prefix (v2 §8: a legacy run's
+  rendezvous `iris/rl-rdv/<job>` lies at the top of its bucket); with none (expired, never written), the run
+  directory itself. `run_storage_root` is the one definition of "the run's storage root" for every reader: a
+  cloud run's bucket (`scheme://bucket`), a local run's (a gcsfuse mount, a copy kept for debugging) this
+  directory; steps/layout_rendezvous.py accepts a rendezvous by it too;
 - Marin's temp area of any such ancestor, `<ancestor>/tmp/ttl=<N>d/` (present or already expired), and the run's
   sibling steps `<prefix>/<name>{,-training,-metrics}/<version>` (a Marin run is several steps side by side);
 - RLCLEANUP_READABLE_ROOTS (comma-separated): directories the operator allows on top.
@@ -22,7 +25,7 @@ import os
 
 from rlcleanup.errors import PermanentError
 from rlcleanup.ports.storage import Storage, children
-from rlcleanup.steps.layout import RunLayout
+from rlcleanup.steps.layout_model import RunLayout
 from rlcleanup.uris import basename, is_local, join, parent, strip_file_scheme
 
 _MAX_LEVELS = 8  # Marin's durable root sits 4 levels under its bucket (users/<user>/skyrl/<job>); samples 3
@@ -32,10 +35,26 @@ def local_storage_root(storage: Storage, run_uri: str) -> str:
     """The directory that plays the run's bucket (see the module docstring)."""
     run_dir = strip_file_scheme(run_uri).rstrip("/")
     for candidate in _ancestors(run_dir):
-        prefixes, _objects = children(storage, join(candidate, "tmp"), page_size=1000)
-        if any(basename(p.rstrip("/")).startswith("ttl=") for p in prefixes):
+        if _holds_bucket_marker(storage, candidate):
             return candidate
     return run_dir
+
+
+def _holds_bucket_marker(storage: Storage, candidate: str) -> bool:
+    """`candidate/tmp/ttl=<N>d/` (Marin's temp area) or `candidate/iris/` (Iris's prefix) exists."""
+    prefixes, _objects = children(storage, join(candidate, "tmp"), page_size=1000)
+    if any(basename(p.rstrip("/")).startswith("ttl=") for p in prefixes):
+        return True
+    iris, _objects = children(storage, join(candidate, "iris"), page_size=1)
+    return bool(iris)
+
+
+def run_storage_root(storage: Storage, run_uri: str) -> str:
+    """The run's storage root: a cloud run's bucket (`gs://b`, `s3://b`), a local run's local_storage_root."""
+    if is_local(run_uri):
+        return local_storage_root(storage, run_uri)
+    scheme, rest = run_uri.split("://", 1)
+    return f"{scheme}://{rest.split('/', 1)[0]}"
 
 
 def _real(uri: str) -> str:
