@@ -342,7 +342,7 @@ def verify(
     return replace(verdict, raw=raw, signature=signature)
 
 
-def check_scope(
+def check_scope(  # noqa: C901 -- one refusal per scope rule of the grant, read in the order they apply
     grant: Grant,
     approver: Approver,
     now: datetime,

@@ -17,8 +17,11 @@ from typing import Annotated, Any
 import typer
 
 from rlcleanup.authority.grants import Action, Visibility
+from rlcleanup.cli.approvers import approver_app
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
-from rlcleanup.cli.stores import OperatorError, not_found, open_bus, open_store
+from rlcleanup.cli.options import absolute_if_local as _absolute_if_local
+from rlcleanup.cli.options import open_or_exit as _open
+from rlcleanup.cli.stores import OperatorError, not_found, open_bus
 from rlcleanup.cli.stores import fail as _fail
 from rlcleanup.errors import PermanentError
 from rlcleanup.paths import default_preserve_root, keys_dir
@@ -28,7 +31,6 @@ from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.backends import OpenStore, StoreBackend, open_storage
 from rlcleanup.settings import platform
 from rlcleanup.textsafe import neutralise
-from rlcleanup.uris import is_local, strip_file_scheme
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -39,15 +41,6 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(f"{text!r} is not a duration like 30m, 24h or 7d")
     unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[m.group(2)]
     return timedelta(**{unit: int(m.group(1))})
-
-
-def _open(backend: str | None, db: Path | None, project: str | None, *, create: bool = False) -> OpenStore:
-    """The record store from the wiring (the same choice, and the same errors, as every other command)."""
-    try:
-        return open_store(backend_name(backend), db_path(db), project, create=create)
-    except OperatorError as exc:
-        typer.echo(neutralise(f"rlcleanup: {exc}"), err=True)
-        raise typer.Exit(exc.code) from exc
 
 
 def _bus(project: str | None) -> Bus:
@@ -120,12 +113,6 @@ def _no_such_run(opened: OpenStore, run_id: str) -> None:
     _fail(str(error), error.code)
 
 
-def _absolute_if_local(uri: str) -> str:
-    """A local path as grants name it (absolute; `~/x` and `./x` alike); any `<scheme>://` URI (gs, s3, hf, ...)
-    as given: which schemes exist is the storage registry's business, not the CLI's."""
-    return str(Path(strip_file_scheme(uri)).expanduser().absolute()) if is_local(uri) else uri
-
-
 def _gcs_credentials_problem(destination: str | None) -> str | None:
     """A gs:// destination needs credentials (or the storage emulator) to read its IAM back: say so up front."""
     if not destination or not destination.startswith("gs://") or platform().storage_emulator_host:
@@ -145,7 +132,7 @@ def _gcs_credentials_problem(destination: str | None) -> str | None:
     return None
 
 
-def grant(
+def grant(  # noqa: C901 -- a typer command: one check per option before anything is signed
     run_id: RunIdArg,
     action: Annotated[Action, typer.Option(help="what the grant authorizes")],
     key: Annotated[
@@ -490,8 +477,6 @@ def cause(
 
 def register(app: typer.Typer) -> None:
     app.command()(keygen)
-    from rlcleanup.cli.approvers import approver_app  # it uses this module's helpers: imported once both exist
-
     app.add_typer(approver_app, name="approver")
     app.command()(grant)
     app.command()(grants)

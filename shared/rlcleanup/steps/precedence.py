@@ -86,7 +86,7 @@ class Decision:
     with_cause: bool  # report the first causal error as the cause
 
 
-def decide(inp: Inputs) -> Decision:
+def decide(inp: Inputs) -> Decision:  # noqa: C901 -- the spec's precedence rule: its ordered cases, one branch each
     reasons = ["Sources read: " + ("; ".join(s.describe() for s in inp.sources) if inp.sources else "none") + "."]
     killed = [s for s in inp.sources if s.killed]  # anywhere: superseded attempts and earlier steps included
     current = [s for s in inp.sources if not s.superseded]
