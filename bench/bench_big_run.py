@@ -149,7 +149,7 @@ def _keep_logs(state_dir: Path) -> Path:
     return kept
 
 
-def main() -> int:
+def main() -> int:  # noqa: C901 -- a benchmark script: argument parsing, then one linear run and its report
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--full", action="store_true", help="500 ranks x 3 attempts, 1 GiB of logs, 40 exports")
     ap.add_argument("--ranks", type=int)

@@ -127,6 +127,15 @@ class NotifySettings(BaseSettings):
         return bool(self.channels or self.webhook_url or self.webhook_secret or (self.smtp_host and self.smtp_to))
 
 
+class GrantLimits(BaseSettings):
+    """How long one grant may be valid at most, and how far an approver's clock may run ahead of ours."""
+
+    model_config = SettingsConfigDict(env_prefix="RLCLEANUP_GRANT_", extra="ignore", frozen=True)
+
+    max_lifetime_seconds: float = Field(default=7 * 24 * 3600, ge=0)
+    clock_skew_seconds: float = Field(default=120, ge=0)
+
+
 class DeploymentSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
@@ -151,6 +160,7 @@ class DeploymentSettings(BaseSettings):
     ray: RaySettings = Field(default_factory=lambda: RaySettings())
     # Where a reclaim quarantines what it removes, and for how long (RLCLEANUP_QUARANTINE_PREFIX / _DAYS).
     quarantine: QuarantineSettings = Field(default_factory=lambda: QuarantineSettings())
+    grant_limits: GrantLimits = Field(default_factory=lambda: GrantLimits())  # RLCLEANUP_GRANT_*
     notify: NotifySettings = Field(default_factory=lambda: NotifySettings())  # RLCLEANUP_NOTIFY_*
     # Event sources (sources/, docs/events.md). The sweep's run roots: a JSON list of {"uri", "depth"} or
     # comma-separated URIs; its tunables (0 = the sweep's default); the k8s adapter.
@@ -324,15 +334,6 @@ class HubSettings(BaseSettings):
         return "https://huggingface.co" if isinstance(value, str) and not value.strip() else value
 
 
-class GrantLimits(BaseSettings):
-    """How long one grant may be valid at most, and how far an approver's clock may run ahead of ours."""
-
-    model_config = SettingsConfigDict(env_prefix="RLCLEANUP_GRANT_", extra="ignore", frozen=True)
-
-    max_lifetime_seconds: float = Field(default=7 * 24 * 3600, ge=0)
-    clock_skew_seconds: float = Field(default=120, ge=0)
-
-
 class S3Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLCLEANUP_S3_", extra="ignore", frozen=True)
 
@@ -439,7 +440,10 @@ def unconfigured() -> DeploymentSettings:
     """The defaults without reading the environment (tests, stacks built by hand)."""
     # Each group explicitly: left out, its default factory would read (and validate) the environment.
     return DeploymentSettings.model_construct(
-        iris=IrisSettings.model_construct(), ray=RaySettings.model_construct(), notify=NotifySettings.model_construct()
+        iris=IrisSettings.model_construct(),
+        ray=RaySettings.model_construct(),
+        notify=NotifySettings.model_construct(),
+        grant_limits=GrantLimits.model_construct(),
     )
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunR
 from rlcleanup.errors import TransientError
 from rlcleanup.models.events import JobEvent
 from rlcleanup.runtime import authority_handlers
+from rlcleanup.runtime.embedded import manual_event
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.steps.layout import RunLayout
 
@@ -26,15 +26,9 @@ def _ports(tmp_path: Path) -> Ports:
 
 
 def _event(tmp_path: Path) -> JobEvent:
-    run_uri = str(tmp_path / "runs" / "exp" / "v1")
-    return JobEvent(
-        source="manual",
-        job_id="j",
-        run_uri=run_uri,
-        state="RUNNING",
-        observed_at=datetime.now(UTC),
-        intent="pre_cancel",
-    )
+    """A person's pre-cancel request for a live run."""
+    live = manual_event(str(tmp_path / "runs" / "exp" / "v1"), "RUNNING")
+    return live.model_copy(update={"intent": "pre_cancel"})
 
 
 def test_a_transient_storage_error_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -92,6 +92,9 @@ resource "google_cloudfunctions2_function" "fn" {
       RLCLEANUP_NOTIFY_MAX_ATTEMPTS           = "3"
       RLCLEANUP_NOTIFY_TIMEOUT_SECONDS        = "10"
       RLCLEANUP_NOTIFY_CHANNELS               = join(",", var.notifications.channels)
+      # Grant lifetime limits (settings.GrantLimits, read once at cold start): the package's defaults, 7 days, 120 s.
+      RLCLEANUP_GRANT_MAX_LIFETIME_SECONDS = "604800"
+      RLCLEANUP_GRANT_CLOCK_SKEW_SECONDS   = "120"
     }
 
     # The Iris bearer token (Secret Manager), for the sweep only and only when configured.

@@ -11,9 +11,10 @@ settings.py `NotifySettings` (docs/architecture.md, "Add a notification channel"
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from rlcleanup.adapters.named_registry import NamedRegistry
 from rlcleanup.errors import PermanentError
 from rlcleanup.ports.notifier import NotificationChannel, UnknownChannelError
 from rlcleanup.settings import NotifySettings
@@ -27,23 +28,10 @@ class ChannelKind:
     build: Callable[[NotifySettings, SecretReader], NotificationChannel | None]  # None: not configured here
 
 
-class ChannelRegistry:
+class ChannelRegistry(NamedRegistry[ChannelKind]):
     """Immutable: a deployment or a test extends one by building another from its `kinds`."""
 
-    def __init__(self, kinds: Iterable[ChannelKind] = ()) -> None:
-        listed = list(kinds)
-        names = [kind.name for kind in listed]
-        if repeated := sorted({name for name in names if names.count(name) > 1}):
-            raise ValueError(f"notification channels registered twice: {', '.join(repeated)}")
-        self._kinds = {kind.name: kind for kind in listed}
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(sorted(self._kinds))
-
-    @property
-    def kinds(self) -> tuple[ChannelKind, ...]:
-        return tuple(self._kinds[name] for name in self.names)
+    noun = "notification channels"
 
     def build(self, name: str, conf: NotifySettings, secret: SecretReader) -> NotificationChannel | None:
         """The named channel as these settings configure it (None: not configured); an unknown name is

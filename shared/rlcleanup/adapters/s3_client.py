@@ -50,10 +50,6 @@ SCHEME = "s3://"
 _POOL = "64"  # idle connections kept per host: >= validation's header pool (32)
 
 
-def is_s3(uri: str) -> bool:
-    return uri.startswith(SCHEME)
-
-
 def split_s3(uri: str) -> tuple[str, str]:
     """`s3://b/k/x` -> ("b", "k/x")."""
     bucket, _, key = uri[len(SCHEME) :].partition("/")

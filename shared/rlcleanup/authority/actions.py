@@ -31,7 +31,7 @@ from rlcleanup.ports.hub import HubFactory, is_hub
 from rlcleanup.ports.jobs import JobLauncher
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
-from rlcleanup.settings import QuarantineSettings, read
+from rlcleanup.settings import DeploymentSettings
 
 # The upload job's overrides (runtime/hub_job.py reads them back to find its grant).
 HUB_JOB_RUN_VAR, HUB_JOB_GRANT_VAR = "RLCLEANUP_HUB_RUN_ID", "RLCLEANUP_HUB_GRANT_ID"
@@ -41,6 +41,9 @@ Applied = Outcome | dict[str, Any]  # a dict: a job was started and will file th
 
 class GrantPorts(Protocol):
     """What carrying out a grant may touch (runtime's Ports has these and more); read-only here."""
+
+    @property
+    def settings(self) -> DeploymentSettings: ...  # read once at cold start (quarantine)
 
     @property
     def storage(self) -> Storage: ...
@@ -151,10 +154,13 @@ def _reclaim(p: GrantPorts, task: GrantTask) -> Outcome:
 
     # Fresh state on purpose: reclaim lists the record's roots now and re-pins the export, days after classification.
     record = _needs_record(task)
-    storage_ledger.measure_and_record(p.storage, p.records, record, f"before reclaim {task.gid}", p.clock.now())
-    outcome = reclaim(p.storage, p.records, record, grant, p.clock.now(), on_plan, p.preserve_root)
+    held = p.settings.quarantine  # the deployment's, read once at cold start
+    label = f"before reclaim {task.gid}"
+    storage_ledger.measure_and_record(p.storage, p.records, record, label, p.clock.now(), quarantine_settings=held)
+    outcome = reclaim(p.storage, p.records, record, grant, p.clock.now(), on_plan, p.preserve_root, held)
     after = p.records.get(grant.run_id) or record
-    storage_ledger.measure_and_record(p.storage, p.records, after, f"after reclaim {task.gid}", p.clock.now())
+    label = f"after reclaim {task.gid}"
+    storage_ledger.measure_and_record(p.storage, p.records, after, label, p.clock.now(), quarantine_settings=held)
     return outcome
 
 
@@ -163,7 +169,7 @@ def _purge(p: GrantPorts, task: GrantTask) -> Outcome:
     only under a grant of its own (a reclaim grant never purges), only the slots the record store names."""
     record, grant = _needs_record(task), task.grant
     purged, refused = quarantine.purge(
-        p.storage, p.records, record, p.clock.now(), read(QuarantineSettings), step=grant.step, digest=grant.digest
+        p.storage, p.records, record, p.clock.now(), p.settings.quarantine, step=grant.step, digest=grant.digest
     )
     if not purged and not refused:
         why = f"nothing of step {grant.step} ({grant.digest}) is in quarantine for this run"

@@ -263,11 +263,12 @@ class LifetimeLimits:
     clock_skew: timedelta
 
 
-def lifetime_limits() -> LifetimeLimits:
+def lifetime_limits(limits: GrantLimits | None = None) -> LifetimeLimits:
     """RLCLEANUP_GRANT_MAX_LIFETIME_SECONDS (default 7 days) and RLCLEANUP_GRANT_CLOCK_SKEW_SECONDS (default
     120), settings.GrantLimits: how long one grant may be valid at most, and how far an approver's clock may run
-    ahead of ours. Read per verification (a test or an operator may change them); a bad value names the variable."""
-    limits = read(GrantLimits)
+    ahead of ours. The deployment's, read once at cold start (`DeploymentSettings.grant_limits`), when given; else
+    read now (a command's own process); a bad value names the variable."""
+    limits = limits or read(GrantLimits)
     return LifetimeLimits(timedelta(seconds=limits.max_lifetime_seconds), timedelta(seconds=limits.clock_skew_seconds))
 
 
@@ -303,9 +304,11 @@ def verify(
     expected_run: str | None = None,
     intended_action: str | None = None,
     deployment_prefixes: tuple[str, ...] | None = None,
+    limits: GrantLimits | None = None,
 ) -> Verdict:
     """Authenticity, then scope. Artifact (digest) and replay checks need the record and happen later.
-    `deployment_prefixes` (RLCLEANUP_ALLOWED_DESTINATION_PREFIXES; None = not restricted) bound every approver."""
+    `deployment_prefixes` (RLCLEANUP_ALLOWED_DESTINATION_PREFIXES; None = not restricted) bound every approver;
+    `limits`: the deployment's grant lifetime limits (None: read from the environment now)."""
     try:
         envelope, raw, signature = decode_message(data)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -338,11 +341,12 @@ def verify(
         expected_run=expected_run,
         intended_action=intended_action,
         deployment_prefixes=deployment_prefixes,
+        limits=limits,
     )
     return replace(verdict, raw=raw, signature=signature)
 
 
-def check_scope(
+def check_scope(  # noqa: C901 -- one refusal per scope rule of the grant, read in the order they apply
     grant: Grant,
     approver: Approver,
     now: datetime,
@@ -351,6 +355,7 @@ def check_scope(
     expected_run: str | None,
     intended_action: str | None,
     deployment_prefixes: tuple[str, ...] | None = None,
+    limits: GrantLimits | None = None,
 ) -> Verdict:
     def refuse(reason: Refusal, detail: str) -> Verdict:
         return Verdict(grant, reason, detail, authentic=True)
@@ -366,18 +371,18 @@ def check_scope(
     ]
     if naive:  # a timestamp without a zone means something else on every machine: never guessed
         return refuse(Refusal.malformed, f"timestamps without a time zone: {naive}")
-    limits = lifetime_limits()
+    lifetime = lifetime_limits(limits)
     if now >= grant.expires_at:
         return refuse(Refusal.expired, f"expired at {grant.expires_at.isoformat()}")
     if grant.expires_at <= grant.granted_at:
         return refuse(Refusal.expired, "expires_at is not after granted_at")
     start = grant.not_before or grant.granted_at
-    if now + limits.clock_skew < start:
+    if now + lifetime.clock_skew < start:
         return refuse(Refusal.not_yet_valid, f"valid from {start.isoformat()} (now {now.isoformat()})")
-    if grant.expires_at - min(grant.granted_at, start) > limits.max_lifetime:
+    if grant.expires_at - min(grant.granted_at, start) > lifetime.max_lifetime:
         return refuse(
             Refusal.lifetime_too_long,
-            f"valid for {grant.expires_at - min(grant.granted_at, start)}, the maximum is {limits.max_lifetime}",
+            f"valid for {grant.expires_at - min(grant.granted_at, start)}, the maximum is {lifetime.max_lifetime}",
         )
     if grant.action is not Action.cancel:
         if not grant.destination:

@@ -362,7 +362,7 @@ def publish_to_hub(
         clean_prefix(storage, staging)
 
 
-def _upload(
+def _upload(  # noqa: C901 -- the upload's resume, batch and commit steps with their failure branches; split with the hand-off
     storage: Storage,
     record: CompletionRecord,
     grant: Grant,

@@ -318,7 +318,7 @@ def publish(storage: Storage, record: CompletionRecord, grant: Grant, pinned: Pi
     return out
 
 
-def _carry_out(storage: Storage, record: CompletionRecord, grant: Grant, pinned: Pinned, plan: PublishPlan) -> Outcome:
+def _carry_out(storage: Storage, record: CompletionRecord, grant: Grant, pinned: Pinned, plan: PublishPlan) -> Outcome:  # noqa: C901 -- the publish sequence (marker, stage, copy, verify, visibility), one refusal per step; split later
     dest, candidate, items = plan.destination, plan.candidate, plan.items
     if not record.preserved_locations:
         return refuse(Refusal.record_not_eligible, "the run has no preserved location to stage the publish in", dest)

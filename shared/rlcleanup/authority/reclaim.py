@@ -160,7 +160,9 @@ def make_plan(
     record: CompletionRecord,
     grant: Grant,
     now: datetime,
+    quarantine_settings: QuarantineSettings | None = None,
 ) -> ReclaimPlan | Outcome:
+    """`quarantine_settings`: the deployment's (read once at cold start); None: read from the environment now (a command)."""
     dest = (grant.destination or "").rstrip("/")
     candidate, export, refused = artifact.resolve_pinned(storage, record, grant)  # digest == versions, now
     if refused:
@@ -212,7 +214,7 @@ def make_plan(
         count += 1
         if len(keep) < MAX_KEEP_LISTED:
             keep.append(KeepEntry(uri=info.uri, reason=retention.protection(info.uri, kept_by, record, None).reason))
-    settings = read(QuarantineSettings)
+    settings = quarantine_settings or read(QuarantineSettings)
     uploads = [
         UploadEntry(
             key_uri=u.key_uri,
@@ -316,6 +318,7 @@ def reclaim(
     now: datetime,
     on_plan: Callable[[str, ReclaimPlan], None],
     preserve_root: str | None = None,
+    quarantine_settings: QuarantineSettings | None = None,
 ) -> Outcome:
     """Plan (or resume the stored plan), record it (on_plan), then delete twin-verified objects one by one.
 
@@ -330,7 +333,7 @@ def reclaim(
         *([grant.destination] if grant.destination else []),
     ]
     with anchored_to(storage, roots) as held_storage:
-        return _reclaim(held_storage, records, record, grant, now, on_plan, preserve_root)
+        return _reclaim(held_storage, records, record, grant, now, on_plan, preserve_root, quarantine_settings)
 
 
 def _reclaim(
@@ -341,11 +344,12 @@ def _reclaim(
     now: datetime,
     on_plan: Callable[[str, ReclaimPlan], None],
     preserve_root: str | None,
+    quarantine_settings: QuarantineSettings | None,
 ) -> Outcome:
     collection = plans_collection(record.run_id)
     stored = records.get_doc(collection, grant.grant_id)
     if stored is None:
-        made = make_plan(storage, records, record, grant, now)
+        made = make_plan(storage, records, record, grant, now, quarantine_settings)
         if isinstance(made, Outcome):
             return made
         problem = plan_problem(made, record, grant, preserve_root)
@@ -364,7 +368,7 @@ def _reclaim(
         return refuse(Refusal.plan_rejected, problem, grant.destination)
     plan_ref = f"{collection}/{grant.grant_id}"
     on_plan(plan_ref, plan)
-    result = execute(storage, plan, records=records, record=record, now=now)
+    result = execute(storage, plan, records=records, record=record, now=now, settings=quarantine_settings)
     records.put_doc(f"{collection}/{grant.grant_id}/results", now.isoformat(), result.model_dump(mode="json"))
     summary = (
         f"deleted {len(result.deleted)} of {len(plan.delete)} planned objects (moved to quarantine "

@@ -75,7 +75,7 @@ class _Printer:
     def seq(self, items: Iterable[Any], flags: int, depth: int = 0) -> str:
         return "".join(self.node(op, av, flags, depth) for op, av in items)
 
-    def node(self, op: Any, av: Any, flags: int, depth: int) -> str:
+    def node(self, op: Any, av: Any, flags: int, depth: int) -> str:  # noqa: C901 -- one branch per regex parser opcode (sre_parse), as the parser's own table
         if op is C.LITERAL:
             return self.cls([(C.LITERAL, av)], flags)
         if op is C.NOT_LITERAL:

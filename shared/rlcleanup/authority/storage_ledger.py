@@ -135,12 +135,18 @@ def classify(info: ObjectInfo, record: CompletionRecord, plan: retention.Retenti
 
 
 def measure(  # noqa: C901 -- one pass over the ledger's root kinds (run, preserved, destinations, quarantine, uploads)
-    storage: Storage, record: CompletionRecord, label: str, now: datetime, *, max_objects: int | None = None
+    storage: Storage,
+    record: CompletionRecord,
+    label: str,
+    now: datetime,
+    *,
+    max_objects: int | None = None,
+    quarantine_settings: QuarantineSettings | None = None,
 ) -> StorageLedger:
     """List what the run holds now and sum it by class: one listing per root, none per object. With
     `max_objects`, LedgerTooLarge once the listings pass that many objects (a bounded pass)."""
     counting = _Counting(storage, max_objects)
-    settings = read(QuarantineSettings)
+    settings = quarantine_settings or read(QuarantineSettings)  # the deployment's (cold start), else read now
     acc = {name: _Acc() for name in LEDGER_CLASSES}
     seen: set[str] = set()
 
@@ -247,7 +253,8 @@ def measure_and_record(
     now: datetime,
     *,
     max_objects: int | None = None,
+    quarantine_settings: QuarantineSettings | None = None,
 ) -> StorageLedger:
-    ledger = measure(storage, record, label, now, max_objects=max_objects)
+    ledger = measure(storage, record, label, now, max_objects=max_objects, quarantine_settings=quarantine_settings)
     record_ledger(records, record.run_id, ledger)
     return ledger

@@ -11,9 +11,10 @@ from typing import Annotated
 
 import typer
 
-from rlcleanup.cli.authority import _fail, _open
 from rlcleanup.cli.destinations import absolute_if_local
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption
+from rlcleanup.cli.options import open_or_exit as _open
+from rlcleanup.cli.stores import fail as _fail
 from rlcleanup.settings import platform
 from rlcleanup.textsafe import neutralise
 

@@ -18,9 +18,11 @@ import typer
 
 from rlcleanup.authority import ledger
 from rlcleanup.authority.grants import Action, GrantState, Visibility
+from rlcleanup.cli.approvers import approver_app
 from rlcleanup.cli.destinations import absolute_if_local, gcs_credentials_problem, scheme_typo
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
-from rlcleanup.cli.stores import OperatorError, not_found, open_bus, open_store
+from rlcleanup.cli.options import open_or_exit as _open
+from rlcleanup.cli.stores import OperatorError, not_found, open_bus
 from rlcleanup.cli.stores import fail as _fail
 from rlcleanup.errors import PermanentError
 from rlcleanup.paths import default_preserve_root, keys_dir
@@ -43,15 +45,6 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(f"{text!r} is not a duration like 30m, 24h or 7d")
     unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[m.group(2)]
     return timedelta(**{unit: int(m.group(1))})
-
-
-def _open(backend: str | None, db: Path | None, project: str | None, *, create: bool = False) -> OpenStore:
-    """The record store from the wiring (the same choice, and the same errors, as every other command)."""
-    try:
-        return open_store(backend_name(backend), db_path(db), project, create=create)
-    except OperatorError as exc:
-        typer.echo(neutralise(f"rlcleanup: {exc}"), err=True)
-        raise typer.Exit(exc.code) from exc
 
 
 def _bus(project: str | None) -> Bus:
@@ -124,7 +117,7 @@ def _no_such_run(opened: OpenStore, run_id: str) -> None:
     _fail(str(error), error.code)
 
 
-def grant(
+def grant(  # noqa: C901 -- a typer command: one check per option before anything is signed
     run_id: RunIdArg,
     action: Annotated[Action, typer.Option(help="what the grant authorizes")],
     key: Annotated[
@@ -480,8 +473,6 @@ def cause(
 
 def register(app: typer.Typer) -> None:
     app.command()(keygen)
-    from rlcleanup.cli.approvers import approver_app  # it uses this module's helpers: imported once both exist
-
     app.add_typer(approver_app, name="approver")
     app.command()(grant)
     app.command()(grants)

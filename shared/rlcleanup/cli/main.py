@@ -78,7 +78,7 @@ def _not_a_run(run_uri: str, local: bool) -> str:
 
 
 @app.command(epilog=EXIT_CODES)
-def run(
+def run(  # noqa: C901 -- a typer command: one check per option before the run starts
     run_uri: Annotated[str, typer.Argument(help="durable run root: a local path or <scheme>://bucket/prefix (gs, s3)")],
     preserve_to: Annotated[
         str | None,

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from rlcleanup.paths import default_db
-from rlcleanup.runtime.backends import StoreBackend
+from rlcleanup.runtime.backends import OpenStore, StoreBackend
 
 
 class ReportFormat(StrEnum):
@@ -73,3 +73,13 @@ def run_id_argument(help_text: str, **extra: Any) -> Any:
 
 # The RUN_ID most commands take: one argument, one completion.
 RunIdArg = Annotated[str, run_id_argument("the run id (Tab completes it from the record store)")]
+
+
+def open_or_exit(backend: str | None, db: Path | None, project: str | None, *, create: bool = False) -> OpenStore:
+    """The record store a command's --backend/--db/--project name, or its error on stderr and its exit code."""
+    from rlcleanup.cli.stores import OperatorError, fail, open_store
+
+    try:
+        return open_store(backend_name(backend), db_path(db), project, create=create)
+    except OperatorError as exc:
+        fail(str(exc), exc.code)

@@ -46,7 +46,7 @@ def failure_section(r: CompletionRecord) -> list[str]:
     return [f"failure        {first}", *(f"               {line}" for line in rest)]
 
 
-def summary(r: CompletionRecord) -> str:
+def summary(r: CompletionRecord) -> str:  # noqa: C901 -- one optional line per record field the summary shows
     lines = [verdict_line(r), ""]
     add = lines.append
     add(f"run            {r.run_uri}")

@@ -482,6 +482,3 @@ class CompletionRecord(_Model):
     @property
     def error_codes(self) -> list[str]:
         return sorted({e.code for e in self.errors})
-
-    def add_error(self, step: str, code: str, message: str) -> None:
-        self.errors.append(RunError(step=step, code=code, message=message))

@@ -30,10 +30,6 @@ class Claim(StrEnum):
     busy = "busy"  # another worker holds an unexpired lease: retry later
 
 
-class RecordNotFound(KeyError):
-    pass
-
-
 def check_document_value(value: Any, where: str, *, in_array: bool = False) -> None:
     """Firestore's value rules that JSON lacks, so every store (SQLite too) refuses what Firestore would:
     an array directly inside an array, and non-string or empty map keys."""

@@ -54,6 +54,7 @@ def _apply_grant(p: Ports, data: bytes, attributes: dict[str, str]) -> tuple[str
         expected_run=attributes.get("run_id"),
         intended_action=attributes.get("intent"),
         deployment_prefixes=p.allowed_destination_prefixes,
+        limits=p.settings.grant_limits,
     )
     if verdict.grant is None:
         raise PermanentError("invalid_grant", verdict.detail)
@@ -84,7 +85,12 @@ def _retry(p: Ports, run_id: str, *, record_changed: bool = False) -> str:
     for gid, doc in ledger.pending(p.records, run_id):
         now = p.clock.now()
         verdict = verify(
-            p.records, _message(doc), now, expected_run=run_id, deployment_prefixes=p.allowed_destination_prefixes
+            p.records,
+            _message(doc),
+            now,
+            expected_run=run_id,
+            deployment_prefixes=p.allowed_destination_prefixes,
+            limits=p.settings.grant_limits,
         )
         if verdict.grant is None or verdict.refusal is not None:
             refusal = verdict.refusal or Refusal.malformed

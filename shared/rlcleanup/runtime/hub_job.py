@@ -55,7 +55,12 @@ def run_job(p: Ports, run_id: str, gid: str, *, last_attempt: bool = True, batch
         return Outcome(state=str((doc.get("outcome") or {}).get("state", doc["state"])), detail="already applied")
     message = json.dumps({"grant": doc.get("grant"), "signature": doc.get("signature")}).encode()
     verdict = verify(
-        p.records, message, p.clock.now(), expected_run=run_id, deployment_prefixes=p.allowed_destination_prefixes
+        p.records,
+        message,
+        p.clock.now(),
+        expected_run=run_id,
+        deployment_prefixes=p.allowed_destination_prefixes,
+        limits=p.settings.grant_limits,
     )
     record = p.records.get(run_id)
     execution = execution_name()

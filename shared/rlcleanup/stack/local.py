@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -425,7 +424,3 @@ def reset_firestore(state: StackState) -> None:
     url = f"http://{host}/emulator/v1/projects/{state.project}/databases/(default)/documents"
     with urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10) as resp:
         resp.read()
-
-
-def clean_state_dir(state_dir: Path) -> None:
-    shutil.rmtree(state_dir, ignore_errors=True)

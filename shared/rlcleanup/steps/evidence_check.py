@@ -73,12 +73,6 @@ def mismatch(
     return None
 
 
-def check_info(expected: PreservedObject, info: ObjectInfo) -> None:
-    why = mismatch(expected, info.size, info.crc32c, info.md5)
-    if why is not None:
-        raise TamperedEvidence(f"{expected.destination}: changed since it was preserved ({why})")
-
-
 def changed_in_listing(pairs: Iterable[tuple[PreservedObject | None, ObjectInfo | None]]) -> str | None:
     """A first look before anything is copied: the preserved objects whose listing (size, and whatever checksums
     it carries) no longer matches the manifest, described; None when none. The copied bytes are checked again."""

@@ -119,7 +119,7 @@ class Decision:
         ]
 
 
-def decide(inp: Inputs) -> Decision:
+def decide(inp: Inputs) -> Decision:  # noqa: C901 -- the spec's precedence rule: its ordered cases, one branch each
     sources = "Sources read: " + ("; ".join(s.describe() for s in inp.sources) if inp.sources else "none") + "."
     reasons: list[str] = []
     killed = [s for s in inp.sources if s.killed]  # anywhere: superseded attempts and earlier steps included

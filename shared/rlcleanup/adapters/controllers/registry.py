@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from rlcleanup.adapters.named_registry import NamedRegistry
 from rlcleanup.models.controller_states import SOURCES
 from rlcleanup.ports.controllers import JobController, UnknownControllerError
 from rlcleanup.settings import DeploymentSettings
@@ -26,26 +27,15 @@ class ControllerKind:
     build: Callable[[DeploymentSettings], JobController | None]  # None: not configured in this deployment
 
 
-class ControllerRegistry:
+class ControllerRegistry(NamedRegistry[ControllerKind]):
     """Immutable: a deployment or a test extends one by building another from its `kinds`."""
 
+    noun = "job-state controllers"
+
     def __init__(self, kinds: Iterable[ControllerKind] = ()) -> None:
-        listed = list(kinds)
-        names = [kind.name for kind in listed]
-        if repeated := sorted({name for name in names if names.count(name) > 1}):
-            raise ValueError(f"job-state controllers registered twice: {', '.join(repeated)}")
-        if strangers := [name for name in names if name not in SOURCES]:  # their events would be refused
+        super().__init__(kinds)
+        if strangers := [name for name in self._kinds if name not in SOURCES]:  # their events would be refused
             raise ValueError(f"job-state controllers {strangers} serve no known source ({', '.join(SOURCES)})")
-        self._kinds = {kind.name: kind for kind in listed}
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(sorted(self._kinds))
-
-    @property
-    def kinds(self) -> tuple[ControllerKind, ...]:
-        """Every registered kind, in name order."""
-        return tuple(self._kinds[name] for name in self.names)
 
     def build(self, name: str, settings: DeploymentSettings) -> JobController | None:
         """The named controller as this deployment configures it (None: not configured); an unknown name is

@@ -29,10 +29,9 @@ from rlcleanup.steps.validate import resume_not_applicable
 from rlcleanup.uris import basename, parent
 
 
-def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    event = decode(JobEvent, data)
-    admission.check_in_run_buckets(p, event.run_uri)  # before anything is read
-    hint = safe_run_id(event.run_id or f"{basename(parent(event.run_uri))}-{basename(event.run_uri)}")
+def _not_a_run_end(p: Ports, event: JobEvent, hint: str, data: bytes) -> str | None:
+    """What happened to an event that does not start a run's cleanup (too old, a pre-cancel request, a state that
+    is not terminal), recorded on the event ledger; None for a terminal event."""
     age = (p.clock.now() - event.observed_at).total_seconds()
     if age > p.max_event_age_seconds:
         p.records.record_event(hint, event.event_key, {"state": event.state, "outcome": f"dropped: {age:.0f}s old"})
@@ -44,6 +43,16 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     if not event.is_terminal:
         p.records.record_event(hint, event.event_key, {"state": event.state, "outcome": "ignored: non-terminal"})
         return "ignored: non-terminal state"
+    return None
+
+
+def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    event = decode(JobEvent, data)
+    admission.check_in_run_buckets(p, event.run_uri)  # before anything is read
+    hint = safe_run_id(event.run_id or f"{basename(parent(event.run_uri))}-{basename(event.run_uri)}")
+    handled = _not_a_run_end(p, event, hint, data)
+    if handled is not None:
+        return handled
 
     try:
         layout = discover(p.storage, event.run_uri)

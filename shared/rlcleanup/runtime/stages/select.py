@@ -59,7 +59,13 @@ def measure_storage(p: Ports, run_id: str) -> None:
     fix = f"`rlcleanup storage --refresh {run_id}` measures it"
     try:
         storage_ledger.measure_and_record(
-            p.storage, p.records, record, "at completion", p.clock.now(), max_objects=p.capture_page_objects
+            p.storage,
+            p.records,
+            record,
+            "at completion",
+            p.clock.now(),
+            max_objects=p.capture_page_objects,
+            quarantine_settings=p.settings.quarantine,
         )
         note = None
     except storage_ledger.LedgerTooLarge as exc:
