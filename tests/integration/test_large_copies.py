@@ -98,10 +98,14 @@ def test_s3_multipart_copy_killed_half_way_resumes_server_side(
     assert storage.copy_if_absent(src, dst) is WriteOutcome.created
     after = _stats(counting_proxy)
 
-    assert after["creates"] == 1  # resumed the same upload, never started another
+    # SeaweedFS gives a copied part an ETag of its own scheme (not the MD5 of the part), so no kept part can be
+    # verified against the source (issue 45): the resumed copy aborts that upload and copies afresh, server-side.
+    # On S3 a copied part's ETag is its MD5: the parts are verified and kept
+    # (test_s3_resumed_multipart_copy_keeps_only_parts_verified_against_the_source).
+    assert after["creates"] == 2
     resumed = after["part_copies"][len(before["part_copies"]) :]
-    assert sorted(resumed) == sorted({1, 2, 3, 4, 5} - held)  # only the parts not done; done parts never copied again
-    assert after["body_bytes"] < 64 * 1024  # XML only: 0 of the 23 MiB through either process
+    assert sorted(resumed) == [1, 2, 3, 4, 5]
+    assert after["body_bytes"] - before["body_bytes"] < 64 * 1024  # XML only: 0 of the 23 MiB through the process
     assert s3_admin.get_object(Bucket=bucket, Key="preserved/shard.bin")["Body"].read() == data
     assert not s3_admin.list_multipart_uploads(Bucket=bucket).get("Uploads")
     assert "Contents" not in s3_admin.list_objects_v2(Bucket=bucket, Prefix="_rlcleanup/")  # state deleted
@@ -211,3 +215,77 @@ def test_gcs_rewrite_across_classes_killed_half_way_resumes_from_its_token(
         assert not list(gcs_client.list_blobs(nearline, prefix="_rlcleanup/"))  # the token's state deleted
     finally:
         standin.close()
+
+
+def _interrupted_upload(s3_admin: Any, bucket: str, dst_key: str, state: dict[str, Any]) -> str:
+    """An upload as an interrupted copy leaves it (its state object under `_rlcleanup/copies/`), begun by us."""
+    from rlcleanup.adapters.s3_copy import SOURCE_ETAG_META, MultipartCopyState, ServerSideCopier
+    from rlcleanup.settings import CopySettings, read
+
+    upload_id = s3_admin.create_multipart_upload(
+        Bucket=bucket, Key=dst_key, Metadata={SOURCE_ETAG_META: state["source_etag"]}
+    )["UploadId"]
+    copier = ServerSideCopier(s3_admin, read(CopySettings))
+    body = MultipartCopyState(upload_id=upload_id, **state).model_dump_json()
+    s3_admin.put_object(Bucket=bucket, Key=copier.state_key(f"s3://{bucket}/{dst_key}"), Body=body.encode())
+    return str(upload_id)
+
+
+def test_s3_resumed_multipart_copy_keeps_only_parts_verified_against_the_source(
+    s3_admin: Any, counting_proxy: str, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: whoever can write the destination bucket can read the upload id from the resume state and upload
+    a part of the right size into it. A resumed copy keeps a listed part only when its ETag is the MD5 of the
+    source's bytes at that range (read once, held to the source's ETag); a spliced part aborts that upload (the copy
+    starts afresh), and an upload begun for another grant is aborted, never resumed."""
+    for name, value in {**s3_server.client_env(counting_proxy), **_SMALL_COPIES}.items():
+        monkeypatch.setenv(name, value)
+    bucket = f"s3-splice-{uid}"
+    s3_admin.create_bucket(Bucket=bucket)
+    data = os.urandom(23 * MIB)  # 5 parts of 5 MiB (the last 3 MiB)
+    s3_admin.put_object(Bucket=bucket, Key="ckpt/shard.bin", Body=data)
+    storage = S3Storage.from_env(os.environ)
+    src = storage.stat(f"s3://{bucket}/ckpt/shard.bin")
+    assert src is not None and src.etag
+    state = {"source": src.uri, "source_etag": src.etag, "size": src.size, "part_bytes": 5 * MIB}
+
+    parts = [data[i : i + 5 * MIB] for i in range(0, len(data), 5 * MIB)]
+
+    # Two parts uploaded with the source's bytes (ETag = their MD5, as S3 gives a copied part): verified by one
+    # ranged read each and kept; only the other three are copied.
+    dst_key = "published/shard.bin"
+    upload_id = _interrupted_upload(s3_admin, bucket, dst_key, {**state, "grant_id": "g1"})
+    for number in (1, 2):
+        s3_admin.upload_part(Bucket=bucket, Key=dst_key, UploadId=upload_id, PartNumber=number, Body=parts[number - 1])
+    before = _stats(counting_proxy)
+    assert storage.copy_etag_if_absent(src, f"s3://{bucket}/{dst_key}", grant_id="g1") is WriteOutcome.created
+    after = _stats(counting_proxy)
+    assert sorted(after["part_copies"][len(before["part_copies"]) :]) == [3, 4, 5]
+    assert after["creates"] == before["creates"]  # the same upload resumed
+    assert 10 * MIB <= after["body_bytes"] - before["body_bytes"] < 10 * MIB + 64 * 1024  # the kept parts, once
+    assert s3_admin.get_object(Bucket=bucket, Key=dst_key)["Body"].read() == data
+
+    # A part of the right size with someone else's bytes spliced in: that upload is aborted, the copy starts afresh.
+    spliced_key = "published/spliced.bin"
+    spliced = _interrupted_upload(s3_admin, bucket, spliced_key, {**state, "grant_id": "g1"})
+    s3_admin.upload_part(Bucket=bucket, Key=spliced_key, UploadId=spliced, PartNumber=1, Body=parts[0])
+    s3_admin.upload_part(Bucket=bucket, Key=spliced_key, UploadId=spliced, PartNumber=2, Body=os.urandom(5 * MIB))
+    before = _stats(counting_proxy)
+    assert storage.copy_etag_if_absent(src, f"s3://{bucket}/{spliced_key}", grant_id="g1") is WriteOutcome.created
+    after = _stats(counting_proxy)
+    assert sorted(after["part_copies"][len(before["part_copies"]) :]) == [1, 2, 3, 4, 5]
+    assert after["creates"] == before["creates"] + 1
+    assert s3_admin.get_object(Bucket=bucket, Key=spliced_key)["Body"].read() == data
+    with pytest.raises(Exception, match="NoSuchUpload"):
+        s3_admin.list_parts(Bucket=bucket, Key=spliced_key, UploadId=spliced)
+
+    # An upload begun for another grant is never resumed: aborted, and the copy starts afresh.
+    other_key = "published/other.bin"
+    foreign = _interrupted_upload(s3_admin, bucket, other_key, {**state, "grant_id": "another-grant"})
+    s3_admin.upload_part(Bucket=bucket, Key=other_key, UploadId=foreign, PartNumber=1, Body=data[: 5 * MIB])
+    assert storage.copy_etag_if_absent(src, f"s3://{bucket}/{other_key}", grant_id="g1") is WriteOutcome.created
+    assert s3_admin.get_object(Bucket=bucket, Key=other_key)["Body"].read() == data
+    with pytest.raises(Exception, match="NoSuchUpload"):
+        s3_admin.list_parts(Bucket=bucket, Key=other_key, UploadId=foreign)
+    assert not s3_admin.list_multipart_uploads(Bucket=bucket).get("Uploads")
+    assert "Contents" not in s3_admin.list_objects_v2(Bucket=bucket, Prefix="_rlcleanup/")

@@ -156,12 +156,12 @@ def test_a_source_overwritten_after_the_pin_is_refused_by_the_server(
     real = backend.copy_etag_if_absent
     overwritten: list[str] = []
 
-    def overwrite_then_copy(src: ObjectInfo, dst_uri: str) -> WriteOutcome:
+    def overwrite_then_copy(src: ObjectInfo, dst_uri: str, grant_id: str | None = None) -> WriteOutcome:
         if src.uri.endswith(".safetensors") and not overwritten:
             bucket_, key = src.uri.removeprefix("s3://").split("/", 1)
             s3_admin.put_object(Bucket=bucket_, Key=key, Body=os.urandom(src.size))  # same size, other bytes
             overwritten.append(src.uri)
-        return real(src, dst_uri)
+        return real(src, dst_uri, grant_id=grant_id)
 
     monkeypatch.setattr(backend, "copy_etag_if_absent", overwrite_then_copy)
     action, _ = _publish(w, published)

@@ -142,8 +142,8 @@ def test_bytes_swapped_after_the_preview_or_between_copy_and_delete_stay_in_the_
     late = files[1]
     real_copy = quarantine.pinned_copy
 
-    def copy_then_write(storage, src, dst):  # type: ignore[no-untyped-def]
-        proof = real_copy(storage, src, dst)
+    def copy_then_write(storage, src, dst, **pin):  # type: ignore[no-untyped-def]
+        proof = real_copy(storage, src, dst, **pin)
         if src.uri == str(late):
             time.sleep(0.01)
             late.write_bytes(late.read_bytes() + b"!")

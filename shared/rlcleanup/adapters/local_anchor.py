@@ -106,14 +106,12 @@ class Anchor:
         self._fd: int | None = None
 
     def parts(self, path: str) -> list[str] | None:
-        """`path`'s components below this anchor (given by its name or by its real path); None: not below it."""
-        for base in (self.shown, self.real):
-            if path == base:
-                return []
-            head = base.rstrip("/") + "/"
-            if path.startswith(head):
-                return plain_parts(path[len(head) :].rstrip("/"), path)
-        return None
+        """`path`'s components below this anchor as it was named; None: not below it. (Never matched by the real
+        path: a root replaced by a link would make wherever it leads count as "below" it.)"""
+        if path == self.shown:
+            return []
+        head = self.shown.rstrip("/") + "/"
+        return plain_parts(path[len(head) :].rstrip("/"), path) if path.startswith(head) else None
 
     def fd(self, *, create: bool) -> int | None:
         if self._fd is None:

@@ -2,19 +2,25 @@
 5 GiB) and copies between two buckets of one endpoint. No byte of the object passes through this process.
 
 A large object is copied as a multipart upload (CreateMultipartUpload, then ranged UploadPartCopy parts, several
-at once, then CompleteMultipartUpload). Until that last call the destination does not exist: a copy interrupted
+at once, then CompleteMultipartUpload); only a resumed copy reads bytes, the kept parts' ranges, to verify them. Until that last call the destination does not exist: a copy interrupted
 half way never leaves a partial object that looks whole. Every part copy is pinned to the source's ETag
 (`x-amz-copy-source-if-match`), so a source overwritten meanwhile fails the copy instead of mixing two versions.
 
 Resume: the upload id is recorded in a small state object the copy owns (`<state_prefix>/<sha256 of the
 destination>.json` in the destination's bucket: the deployment's prefix, never a place an input chooses), and the
-server records the parts already done. A retried copy reads the state, lists those parts (ListParts), checks each
-one's size, and copies only the rest. A state made for another source version, or a refusal (access denied, the
-source changed, the destination created meanwhile), aborts the upload, so no incomplete upload is left holding
-bytes.
+server records the parts already done. The state names the grant the copy is made for: a state made for another
+grant (or none, or another source version) aborts its upload and the copy starts afresh. A retried copy reads the
+state, lists the parts (ListParts) and resumes only if every listed part verifies against the source: its ETag
+(S3 gives a copied part the MD5 of its bytes) must equal the MD5 of that byte range of the pinned source, read
+once by a ranged GET held to the source's ETag (If-Match). Otherwise (a part that differs, or an ETag in a
+server's own scheme that no digest can be compared with) the upload is aborted and the copy starts afresh.
+Whoever can write the destination bucket and read the upload id from the state can upload parts to it, so a
+listed part proves nothing by itself. A refusal (access denied, the source changed, the destination
+created meanwhile) aborts the upload, so no incomplete upload is left holding bytes.
 
-Verification: each part's ETag as the copy returned it must be the one ListParts reports before completing, the
-completed object's ETag must be the multipart ETag of exactly those parts, and its size the source's. The source's
+Verification: each part's ETag (as this copy returned it, or as verified against the source) must be the one
+ListParts reports before completing, the completed object's ETag must be the multipart ETag of exactly those parts,
+and its size the source's. The source's
 ETag is kept on the destination (`x-amz-meta-rlcleanup-source-etag`), so a replayed copy compares the two objects
 by it (a multipart ETag never equals a single-part source's).
 
@@ -50,6 +56,7 @@ class MultipartCopyState(BaseModel):
     size: int
     part_bytes: int
     upload_id: str
+    grant_id: str | None = None  # the grant the copy is made for: another grant's upload is never resumed
 
 
 def part_size(size: int, wanted: int) -> int:
@@ -119,13 +126,21 @@ class ServerSideCopier:
 
     # ------------------------------------------------------------------ entry
 
-    def copy(self, src: ObjectInfo, dst_uri: str, *, split: Callable[[str], tuple[str, str]]) -> WriteOutcome:
-        """`src` (stat'ed) to the absent `dst_uri`: one CopyObject up to the threshold, else a multipart copy."""
+    def copy(
+        self,
+        src: ObjectInfo,
+        dst_uri: str,
+        *,
+        split: Callable[[str], tuple[str, str]],
+        grant_id: str | None = None,
+    ) -> WriteOutcome:
+        """`src` (stat'ed) to the absent `dst_uri`: one CopyObject up to the threshold, else a multipart copy
+        (resumed only from a state made for the same grant and source version)."""
         sb, sk = split(src.uri)
         db, dk = split(dst_uri)
         if src.size <= self.settings.s3_multipart_threshold:
             return self._copy_object(src, (sb, sk), (db, dk))
-        return self._multipart(src, (sb, sk), (db, dk))
+        return self._multipart(src, (sb, sk), (db, dk), grant_id)
 
     def source_etag(self, uri: str, split: Callable[[str], tuple[str, str]]) -> str | None:
         """The source ETag a server-side copy recorded on the object (None: not one of ours)."""
@@ -174,17 +189,21 @@ class ServerSideCopier:
         except ValueError:
             return None  # not a state this code wrote: start afresh (the upload it named, if any, stays aborted)
 
-    def _multipart(self, src: ObjectInfo, s: tuple[str, str], d: tuple[str, str]) -> WriteOutcome:
+    def _multipart(self, src: ObjectInfo, s: tuple[str, str], d: tuple[str, str], grant_id: str | None) -> WriteOutcome:
         dst_uri = f"s3://{d[0]}/{d[1]}"
         state_key = self.state_key(dst_uri)
         state = self._read_state(d[0], state_key)
         done: dict[int, tuple[str, int]] = {}
-        if state is not None and (state.source, state.source_etag, state.size) != (src.uri, src.etag, src.size):
-            self._abort(d, state.upload_id)  # made for another version of the source: its parts are not ours
+        made_for = (src.uri, src.etag, src.size, grant_id)
+        if state is not None and (state.source, state.source_etag, state.size, state.grant_id) != made_for:
+            self._abort(d, state.upload_id)  # another grant's, or another source version's: its parts are not ours
             state = None
         if state is not None:
             held = self._parts(d, state.upload_id)
             if held is None:  # the upload is gone (aborted, or completed by a copy that then died)
+                state = None
+            elif not self._verified_or_aborted(src, s, d, state, held, state_key):
+                self._abort(d, state.upload_id)  # a listed part not vouched for by the source: start afresh
                 state = None
             else:
                 done = held
@@ -196,6 +215,7 @@ class ServerSideCopier:
                 size=src.size,
                 part_bytes=part_size(src.size, self.settings.s3_part_bytes),
                 upload_id=upload_id,
+                grant_id=grant_id,
             )
             self.client.put_object(Bucket=d[0], Key=state_key, Body=state.model_dump_json().encode())
             done = {}
@@ -248,7 +268,7 @@ class ServerSideCopier:
         todo = []
         for number, first, last in ranges:
             have = done.get(number)
-            if have is not None and have[1] == last - first + 1:  # a finished part of the right size: kept
+            if have is not None and have[1] == last - first + 1:  # verified against the source (_verified): kept
                 etags[number] = have[0]
             else:
                 todo.append((number, first, last))
@@ -285,6 +305,59 @@ class ServerSideCopier:
             if held is None or held != (etags[number], last - first + 1):
                 raise StorageError(f"copy of {src.uri}: part {number} is {held}, expected {etags[number]}")
         return [etags[n] for n, _, _ in ranges]
+
+    def _verified_or_aborted(
+        self,
+        src: ObjectInfo,
+        s: tuple[str, str],
+        d: tuple[str, str],
+        state: MultipartCopyState,
+        held: dict[int, tuple[str, int]],
+        state_key: str,
+    ) -> bool:
+        try:
+            return self._verified(src, s, state, held)
+        except (SourceChangedError, StorageAccessError, FileNotFoundError):
+            self._abort(d, state.upload_id)  # the source moved or is gone: refused for good, nothing left behind
+            self._delete_state(d[0], state_key)
+            raise
+
+    def _verified(
+        self, src: ObjectInfo, s: tuple[str, str], state: MultipartCopyState, held: dict[int, tuple[str, int]]
+    ) -> bool:
+        """Whether every part the server lists for a resumed upload holds its range of the pinned source, so it may
+        be kept. Each must be one of the copy's parts at its size, with an ETag that is the MD5 of that range (S3
+        gives a copied or uploaded part the MD5 of its bytes). A part in a server's own ETag scheme (no plain MD5,
+        e.g. SeaweedFS's copied parts) cannot be vouched for: the upload is then started afresh rather than kept
+        or patched (re-uploading a part number does not replace the listed part on every server)."""
+        ranges = {number: (first, last) for number, first, last in part_ranges(src.size, state.part_bytes)}
+        for number, (etag, size) in sorted(held.items()):
+            first, last = ranges.get(number, (0, -2))
+            if size != last - first + 1 or not self._same_bytes(src, s, etag, first, last):
+                return False
+        return True
+
+    def _same_bytes(self, src: ObjectInfo, s: tuple[str, str], part_etag: str, first: int, last: int) -> bool:
+        """Whether a part whose ETag is `part_etag` holds bytes first..last of the pinned source: the MD5 of that
+        range, read once by a ranged GET held to the source's ETag (If-Match), against the ETag."""
+        if not _MD5.match(part_etag):
+            return False
+        try:
+            body = self.client.get_object(
+                Bucket=s[0], Key=s[1], Range=f"bytes={first}-{last}", IfMatch=f'"{src.etag}"'
+            )["Body"]
+        except Exception as exc:
+            code, status = botocore_code(exc)
+            if status == 412 or code == "PreconditionFailed":
+                raise SourceChangedError(f"{src.uri}: changed since it was pinned") from exc
+            raise _mapped(exc, f"verify bytes {first}-{last} of {src.uri}") from exc
+        digest = hashlib.md5(usedforsecurity=False)
+        try:
+            while chunk := body.read(_MIB):
+                digest.update(chunk)
+        finally:
+            body.close()
+        return digest.hexdigest() == part_etag.lower()
 
     def _complete(self, src: ObjectInfo, d: tuple[str, str], upload_id: str, etags: list[str]) -> None:
         parts = [{"PartNumber": n, "ETag": f'"{e}"'} for n, e in enumerate(etags, start=1)]

@@ -269,12 +269,13 @@ class S3Storage(RemoteObjects):
     def server_side_between(self, src_uri: str, dst_uri: str) -> bool:
         return self.endpoint_for(object_key(src_uri)[0]) == self.endpoint_for(object_key(dst_uri)[0])
 
-    def copy_etag_if_absent(self, src: ObjectInfo, dst_uri: str) -> WriteOutcome:
+    def copy_etag_if_absent(self, src: ObjectInfo, dst_uri: str, *, grant_id: str | None = None) -> WriteOutcome:
         """ports.storage.EtagPinnedStorage: the copy a grant makes of the pinned `src`, server-side at any size
         and conditioned on its ETag (CopySourceIfMatch on CopyObject, x-amz-copy-source-if-match on every
         UploadPartCopy: adapters/s3_copy.py), never through obstore's unconditioned copy. A source whose ETag
         moved fails the copy with SourceChangedError and nothing at the destination (a multipart copy's upload
-        is aborted); an existing destination is identical only when it holds a copy of exactly that ETag."""
+        is aborted); an existing destination is identical only when it holds a copy of exactly that ETag. A
+        multipart copy resumes only an upload begun for `grant_id` (the grant the copy is made for)."""
         if not src.etag:
             raise SourceChangedError(f"{src.uri}: no ETag was pinned, so a server-side copy cannot be held to it")
         if not self.server_side_between(src.uri, dst_uri):
@@ -283,7 +284,7 @@ class S3Storage(RemoteObjects):
         if dst is not None:
             return self._compare_pinned(src, dst)
         try:
-            self._copier(object_key(dst_uri)[0]).copy(src, dst_uri, split=object_key)
+            self._copier(object_key(dst_uri)[0]).copy(src, dst_uri, split=object_key, grant_id=grant_id)
         except Precondition:  # If-None-Match (the destination appeared) or CopySourceIfMatch (the source moved)
             dst = self.stat(dst_uri)
             if dst is None:

@@ -174,6 +174,8 @@ def _purge(p: GrantPorts, task: GrantTask) -> Outcome:
     if not purged and not refused:
         why = f"nothing of step {grant.step} ({grant.digest}) is in quarantine for this run"
         return refuse(Refusal.not_applicable, why, grant.destination)
+    if not purged:  # every slot refused (a link on its path, a record not this run's): nothing was deleted
+        return refuse(Refusal.apply_failed, f"purged nothing; refused {len(refused)}: {refused[:5]}", grant.destination)
     detail = f"purged {len(purged)} quarantined object(s)" + (
         f"; refused {len(refused)}: {refused[:5]}" if refused else ""
     )

@@ -165,8 +165,9 @@ def _stream_remote(storage: Storage, src: ObjectInfo, out: Path) -> _Hashes:
     return hashes
 
 
-def pinned_copy(storage: Storage, src: ObjectInfo, dst_uri: str) -> CopyProof:
-    """Copy exactly the pinned version of `src` to `dst_uri` (write-once) and verify what arrived.
+def pinned_copy(storage: Storage, src: ObjectInfo, dst_uri: str, *, grant_id: str | None = None) -> CopyProof:
+    """Copy exactly the pinned version of `src` to `dst_uri` (write-once) and verify what arrived. `grant_id`: the
+    grant the copy is made for (an interrupted S3 multipart copy resumes only for the same grant).
 
     Raises SourceChangedError when the source is not the pinned version; returns a proof whose `outcome` is
     `conflict` when the destination holds other bytes (never overwritten)."""
@@ -183,7 +184,7 @@ def pinned_copy(storage: Storage, src: ObjectInfo, dst_uri: str) -> CopyProof:
     etag_pins = etag_pins_of(storage, src.uri, dst_uri) if src.etag else None
     if etag_pins is not None:
         still_pinned(storage, src)  # the grant's whole pin (ETag, Last-Modified, version); the server holds the ETag
-        outcome = etag_pins.copy_etag_if_absent(src, dst_uri)
+        outcome = etag_pins.copy_etag_if_absent(src, dst_uri, grant_id=grant_id)
         if outcome is WriteOutcome.conflict:
             return CopyProof(
                 source=src.uri, source_fingerprint=pin, destination=dst_uri, size=src.size, outcome="conflict"

@@ -337,7 +337,7 @@ def _carry_out(storage: Storage, record: CompletionRecord, grant: Grant, pinned:
     staged: list[CopyProof] = []
     try:
         for item in items:
-            proof = pinned_copy(storage, item.source, join(staging, item.name))
+            proof = pinned_copy(storage, item.source, join(staging, item.name), grant_id=grant.grant_id)
             if proof.outcome == "conflict":
                 return _refuse_and_clean(
                     storage, Refusal.destination_conflict, f"staging {item.name} did not verify", dest, staging=staging
@@ -395,7 +395,7 @@ def _carry_out(storage: Storage, record: CompletionRecord, grant: Grant, pinned:
     try:
         for info in listed:
             target = join(dest, relative_to(info.uri, staging))
-            proof = pinned_copy(storage, info, target)
+            proof = pinned_copy(storage, info, target, grant_id=grant.grant_id)
             if proof.outcome == "conflict":
                 return _refuse_and_clean(
                     storage, Refusal.destination_conflict, f"{target} exists with other content or did not verify",

@@ -130,7 +130,7 @@ def move(
     target = quarantine_uri(source.uri, record, grant_id, settings)
     if target is None:
         raise SourceChangedError(f"{source.uri}: not in a bucket the quarantine can hold")
-    proof = pinned_copy(storage, source, target)
+    proof = pinned_copy(storage, source, target, grant_id=grant_id)
     if proof.outcome == "conflict":
         raise SourceChangedError(f"{source.uri}: its quarantine copy {target} does not hold the pinned bytes")
     entry = QuarantineEntry(
@@ -271,7 +271,7 @@ def _restore_one(
     held = storage.stat(entry.quarantine)
     assert held is not None  # twin_mismatch found it a moment ago
     try:
-        back = pinned_copy(storage, held, entry.source)
+        back = pinned_copy(storage, held, entry.source, grant_id=entry.grant_id)
     except SourceChangedError as exc:
         result.refused.append(f"{entry.source}: {exc}")
         return

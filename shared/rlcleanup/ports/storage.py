@@ -195,10 +195,11 @@ class EtagPinnedStorage(Storage, Protocol):
         """Whether one server can copy src to dst (S3: both buckets behind one endpoint)."""
         ...
 
-    def copy_etag_if_absent(self, src: ObjectInfo, dst_uri: str) -> WriteOutcome:
+    def copy_etag_if_absent(self, src: ObjectInfo, dst_uri: str, *, grant_id: str | None = None) -> WriteOutcome:
         """Server-side copy of `src` (as pinned: its `etag` and `size`) to `dst_uri`, write-once like
         copy_if_absent (identical: the destination already holds a copy of that ETag); raises SourceChangedError
-        when the source's ETag is another now, leaving nothing at the destination."""
+        when the source's ETag is another now, leaving nothing at the destination. `grant_id`: the grant the copy
+        is made for (an interrupted multipart copy is resumed only for the same grant)."""
         ...
 
 
