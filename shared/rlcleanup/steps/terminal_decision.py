@@ -99,7 +99,8 @@ def budget_sentence(d: TerminalDecision) -> str | None:
     """Where the budget stands, said once, as `budget_status` says it."""
     by = f" ({d.reached_by})" if d.reached_by else ""
     if d.budget_status is BudgetStatus.reached:
-        return f"Budget: the budget {d.budget} was reached in valid artifacts{by}."
+        # Rule (1)'s own sentence says exactly this, with what showed it: not said twice.
+        return None if d.rule == "(1)" else f"Budget: the budget {d.budget} was reached in valid artifacts{by}."
     if d.budget_status is BudgetStatus.reached_unproven and d.proof is not None:
         return f"Budget: the budget {d.budget} was reached in the artifacts{by}; {d.proof.lacking()}."
     if d.budget_status is BudgetStatus.not_reached:
