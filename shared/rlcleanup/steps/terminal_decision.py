@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from rlcleanup.models.record import FailureCause
 from rlcleanup.models.vocab import TerminalState
 
+CHECK_PREFIX = "To check: "  # a reasoning line saying what a person should check (wrap-up makes it remaining work)
+
 
 class BudgetStatus(StrEnum):
     reached = "reached"  # in valid artifacts (the marker, a valid receipt, the trainer's own lines)
@@ -154,5 +156,5 @@ def render_reasoning(d: TerminalDecision, log_attempts: int = 0) -> list[str]:
         lines.append(budget)
     lines.append(f"Rule {d.rule} of the terminal-state rules in docs/run-layouts.md decided: {d.why}")
     lines.extend(d.notes)
-    lines.extend(f"To check: {check}" for check in d.checks)
+    lines.extend(f"{CHECK_PREFIX}{check}" for check in d.checks)
     return lines
