@@ -22,6 +22,8 @@ SAYS_NOT_REACHED = re.compile(
     r"do not show the budget(?: \d+)? reached|short of the budget|below the known budget|budget (?:\d+ )?was not "
     r"reached|not reached"
 )
+# The terminal step's sentence for a marker whose Megatron save never finished (steps/terminal.py).
+UNFINISHED_SAVE = re.compile(r"The marker names global_step_(\d+), whose Megatron save never wrote metadata\.json")
 # Sentences that present an error as the run's cause.
 NAMES_A_CAUSE = re.compile(r"^First causal error|as the first causal error|^The run's cause:")
 
@@ -36,7 +38,7 @@ def _cause(record: Mapping[str, Any]) -> FailureCause | None:
 def contradictions(decision: TerminalDecision | None, record: Mapping[str, Any]) -> list[str]:
     """Every way `record` (the record's terminal fields: `terminal_state`, `first_failure_cause`,
     `earliest_symptom`, `first_failure_reason`, `terminal_reasoning`; on a finished record also wrap-up's
-    `failure_class`, `failure_evidence`, `signature`) disagrees with itself or with `decision`; empty when they
+    `failure_class`, `failure_evidence`, `signature`, `resume_safety`) disagrees with itself or with `decision`; empty when they
     agree. `decision` may be None (a record read back from a store, `record.model_dump(mode="json")`): the text and
     field checks still run."""
     found: list[str] = []
@@ -60,6 +62,12 @@ def contradictions(decision: TerminalDecision | None, record: Mapping[str, Any])
     from_cause = isinstance(evidence, dict) and evidence.get("evidence") == "cause"
     if from_cause and (cause is None or evidence.get("evidence_uri") != cause.source_uri):
         found.append("failure_evidence cites a cause the first_failure_cause field does not hold")
+    # Resume safety (validation's) never resumes from a step the reasoning says is no saved checkpoint.
+    resume = record.get("resume_safety")
+    resume = resume.model_dump(mode="json") if hasattr(resume, "model_dump") else resume
+    unsaved = {int(m[1]) for line in reasoning if (m := UNFINISHED_SAVE.search(line))}
+    if isinstance(resume, dict) and resume.get("safe") and resume.get("from_step") in unsaved:
+        found.append(f"resume is safe from step {resume.get('from_step')}, which the reasoning says was never saved")
     reached = [s for s in reasoning if SAYS_REACHED.search(s)]
     not_reached = [s for s in reasoning if SAYS_NOT_REACHED.search(s)]
     if reached and not_reached:
