@@ -22,6 +22,8 @@ SAYS_NOT_REACHED = re.compile(
     r"do not show the budget(?: \d+)? reached|short of the budget|below the known budget|budget (?:\d+ )?was not "
     r"reached|not reached"
 )
+# The terminal step's sentence for a marker whose Megatron save never finished (steps/terminal.py).
+UNFINISHED_SAVE = re.compile(r"The marker names global_step_(\d+), whose Megatron save never wrote metadata\.json")
 # Sentences that present an error as the run's cause.
 NAMES_A_CAUSE = re.compile(r"^First causal error|as the first causal error|^The run's cause:")
 
@@ -35,8 +37,10 @@ def _cause(record: Mapping[str, Any]) -> FailureCause | None:
 
 def contradictions(decision: TerminalDecision | None, record: Mapping[str, Any]) -> list[str]:
     """Every way `record` (the record's terminal fields: `terminal_state`, `first_failure_cause`,
-    `earliest_symptom`, `first_failure_reason`, `terminal_reasoning`) disagrees with itself or with `decision`;
-    empty when they agree. `decision` may be None (a record read back from a store): the text checks still run."""
+    `earliest_symptom`, `first_failure_reason`, `terminal_reasoning`; on a finished record also wrap-up's
+    `failure_class`, `failure_evidence`, `signature`, `resume_safety`) disagrees with itself or with `decision`; empty when they
+    agree. `decision` may be None (a record read back from a store, `record.model_dump(mode="json")`): the text and
+    field checks still run."""
     found: list[str] = []
     reasoning: list[str] = list(record.get("terminal_reasoning") or [])
     cause = _cause(record)
@@ -46,6 +50,24 @@ def contradictions(decision: TerminalDecision | None, record: Mapping[str, Any])
                 found.append(f"the reasoning names a cause the field lacks: {sentence[:200]}")
             elif f"{cause.error_type}: " not in sentence or f"{cause.source_uri}:{cause.line}" not in sentence:
                 found.append(f"the reasoning names another cause than the field's {cause.error_type}: {sentence[:200]}")
+    # Wrap-up's class and signature are computed from the decision's fields: a record whose class or signature rests
+    # on a cause the field lacks, or that gives a completed run a failure class, contradicts its decision.
+    state_value = str(getattr(record.get("terminal_state"), "value", record.get("terminal_state")))
+    if record.get("failure_class") is not None and state_value == "completed":
+        found.append(f"a completed run has failure_class {record.get('failure_class')}")
+    if record.get("signature") is not None and cause is None:
+        found.append("a signature without a first_failure_cause to fingerprint")
+    evidence = record.get("failure_evidence")
+    evidence = evidence.model_dump(mode="json") if hasattr(evidence, "model_dump") else evidence
+    from_cause = isinstance(evidence, dict) and evidence.get("evidence") == "cause"
+    if from_cause and (cause is None or evidence.get("evidence_uri") != cause.source_uri):
+        found.append("failure_evidence cites a cause the first_failure_cause field does not hold")
+    # Resume safety (validation's) never resumes from a step the reasoning says is no saved checkpoint.
+    resume = record.get("resume_safety")
+    resume = resume.model_dump(mode="json") if hasattr(resume, "model_dump") else resume
+    unsaved = {int(m[1]) for line in reasoning if (m := UNFINISHED_SAVE.search(line))}
+    if isinstance(resume, dict) and resume.get("safe") and resume.get("from_step") in unsaved:
+        found.append(f"resume is safe from step {resume.get('from_step')}, which the reasoning says was never saved")
     reached = [s for s in reasoning if SAYS_REACHED.search(s)]
     not_reached = [s for s in reasoning if SAYS_NOT_REACHED.search(s)]
     if reached and not_reached:

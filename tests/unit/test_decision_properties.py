@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.models.vocab import TerminalState
 from rlcleanup.parsing.attempt_logs import scan_attempt
+from rlcleanup.runtime import evidence
+from rlcleanup.runtime.embedded import run_embedded
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
 from rlcleanup.steps.layout import discover
 from rlcleanup.steps.settle import decision_fields, terminal_verdict
@@ -157,3 +159,18 @@ def test_a_recovered_error_is_never_called_the_first_cause(tmp_path: Path) -> No
     assert not any(s.startswith("First causal error") for s in fields["terminal_reasoning"])
     assert any("it is not the run's failure cause" in s for s in fields["terminal_reasoning"])
     assert contradictions(verdict.decision, fields) == []
+
+
+def test_the_pipeline_records_the_unproven_completion_and_asks_a_person_to_check(tmp_path: Path) -> None:
+    """Item 4 end to end: the record the pipeline writes for the receipt-less protocol-v2 run agrees with itself
+    (class, signature and reasoning included), and its remaining work carries what to check."""
+    root = tmp_path / "runs"
+    run = write_sample_run(root, "protocol-v2")
+    _drop_training_receipts(root)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(evidence, "publish_report", lambda *args, **kwargs: None)
+        record = run_embedded(str(run), db_path=tmp_path / "r.db", preserve_root=str(tmp_path / "p"))
+    assert record is not None and record.terminal_state is TerminalState.indeterminate
+    assert contradictions(None, record.model_dump(mode="json")) == []
+    (check,) = [item for item in record.remaining_work if item.startswith("check how the run ended: ")]
+    assert "/receipts/" in check and "global_step_20" in check

@@ -19,7 +19,9 @@ from test_validate import make_layout  # the small RunLayout builder of the vali
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.formats.checkpoints.base import Findings, ReadOptions, list_dir
 from rlcleanup.formats.checkpoints.registry import BUILTIN
+from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import CandidateKind, CandidateState, problem_code
+from rlcleanup.report.verdict import build_verdict
 from rlcleanup.samples.exports_v3 import adapter_config
 from rlcleanup.steps.validate import validate_candidate
 
@@ -153,3 +155,18 @@ def test_a_truncated_adapter_is_invalid(tmp_path: Path) -> None:
     weights = policy / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-8])
     assert "truncated_shard" in validate(tmp_path).problem_codes
+
+
+def test_the_verdict_says_an_adapter_runs_candidates_are_adapters(tmp_path: Path) -> None:
+    """Issue 44 item 8: a LoRA run's one-line verdict read like a full-model run's; it now says its candidates are
+    adapters, and of which base (a mixed run says how many)."""
+    write_adapter(tmp_path)
+    adapter = validate(tmp_path)
+    record = CompletionRecord(run_id="lora-run", run_uri=str(tmp_path), candidates=[adapter])
+    parts = {p.key: p.text for p in build_verdict(record).parts}
+    assert parts["adapters"] == "candidates are LoRA adapters of Qwen/Qwen2.5-0.5B-Instruct, not full models"
+    full = adapter.model_copy(update={"step": 20, "kind": CandidateKind.full, "base_model": None})
+    mixed = {p.key: p.text for p in build_verdict(record.model_copy(update={"candidates": [adapter, full]})).parts}
+    assert mixed["adapters"] == "1 of 2 candidates are LoRA adapters of Qwen/Qwen2.5-0.5B-Instruct"
+    only_full = record.model_copy(update={"candidates": [full]})
+    assert "adapters" not in {p.key for p in build_verdict(only_full).parts}

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from decision_properties import contradictions
 
 from rlcleanup.models.record import CompletionRecord, DeclaredRegistration
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState
@@ -83,6 +84,14 @@ def _candidates(record: CompletionRecord) -> dict[int, tuple[bool, list[str]]]:
 
 def _attempts(record: CompletionRecord) -> list[tuple[str, str | None, int | None, int | None]]:
     return [(a.attempt_id, a.state, a.first_step, a.last_step) for a in record.chain.attempts]
+
+
+def test_every_finished_record_agrees_with_itself(records: dict[str, CompletionRecord]) -> None:
+    """Issue 44, one decision behind every field: each scenario's finished record (terminal fields, reasoning,
+    wrap-up's class and signature) never names a cause its field lacks nor says the budget was and was not reached
+    (tests/unit/decision_properties.py)."""
+    for name, record in records.items():
+        assert contradictions(None, record.model_dump(mode="json")) == [], name
 
 
 def test_every_scenario_is_covered(records: dict[str, CompletionRecord]) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from rlcleanup.models.record import CompletionRecord
-from rlcleanup.models.vocab import ClassificationKind, RecordStatus, TerminalState
+from rlcleanup.models.vocab import CandidateKind, ClassificationKind, RecordStatus, TerminalState
 from rlcleanup.report.document import BAD, GOOD, NEUTRAL, WARN, Verdict, VerdictPart
 from rlcleanup.report.fold import clip
 from rlcleanup.steps.remaining import PUBLISHED
@@ -147,6 +147,19 @@ def authority_lines(r: CompletionRecord) -> list[str]:
     return lines
 
 
+def _adapters(r: CompletionRecord) -> VerdictPart | None:
+    """A LoRA run's candidates are adapters, not models: whoever selects, publishes or serves one needs its base
+    (issue 44 item 8: the verdict read as a full-model run)."""
+    adapters = [c for c in r.candidates if c.kind is CandidateKind.adapter]
+    if not adapters:
+        return None
+    bases = sorted({c.base_model for c in adapters if c.base_model})
+    of = f" of {', '.join(bases)}" if bases else " (base model not named)"
+    if len(adapters) == len(r.candidates):
+        return VerdictPart("adapters", f"candidates are LoRA adapters{of}, not full models", NEUTRAL)
+    return VerdictPart("adapters", f"{len(adapters)} of {len(r.candidates)} candidates are LoRA adapters{of}", NEUTRAL)
+
+
 def _invalid(r: CompletionRecord) -> VerdictPart | None:
     bad = [c.step for c in r.candidates if not c.valid]
     if not bad:
@@ -173,7 +186,7 @@ def _person(r: CompletionRecord) -> VerdictPart:
 
 
 def build_verdict(r: CompletionRecord) -> Verdict:
-    parts = [_terminal(r), _cause(r), _selection(r), _invalid(r), _resume(r), _person(r)]
+    parts = [_terminal(r), _cause(r), _selection(r), _adapters(r), _invalid(r), _resume(r), _person(r)]
     if r.errors:
         parts.append(VerdictPart("errors", f"{len(r.errors)} rlcleanup error(s)", BAD))
     return Verdict(run_id=r.run_id, parts=[p for p in parts if p is not None])

@@ -21,19 +21,14 @@ from rlcleanup.parsing.log_grammar import EventKind, event_phrase
 from rlcleanup.parsing.log_scanner import ErrorCandidate, TrainerEvent
 from rlcleanup.parsing.metrics import StitchedMetrics, stitch
 from rlcleanup.steps.budget import resolve_budget, step_budget
+from rlcleanup.steps.completion_proof import budget_status, completion_proof, person_checks, proof_lacking
 from rlcleanup.steps.evidence_sources import FoundReceipt
 from rlcleanup.steps.first_cause import FirstError, find_first_cause, first_causal_in_attempt
 from rlcleanup.steps.layout import AttemptFiles, RunLayout
 from rlcleanup.steps.marin import LOCK_STALE_SECONDS
 from rlcleanup.steps.precedence import Decision, Inputs, Source, decide, lock_fresh
 from rlcleanup.steps.receipts import ProtocolFacts
-from rlcleanup.steps.terminal_decision import (
-    BudgetStatus,
-    CompletionProof,
-    LoggedError,
-    TerminalDecision,
-    render_reasoning,
-)
+from rlcleanup.steps.terminal_decision import LoggedError, TerminalDecision, render_reasoning
 from rlcleanup.steps.terminal_readings import describe_controller, normalize_state, read_controller
 
 NO_CAUSAL_ERROR_FOUND = "no_causal_error_found"  # run-layout-v2.md §7 (oc)
@@ -241,23 +236,6 @@ def _last_trained_step(stitched: StitchedMetrics, events: list[TrainerEvent], bu
     return max(steps) if steps else None
 
 
-def _completion_proof(protocol: ProtocolFacts | None) -> CompletionProof | None:
-    """The completion proof protocol v2 requires (run-layout-v2.md §2: "v2 training exports nothing, success = valid
-    receipt"), as read; None where the run follows no protocol that owes one."""
-    receipt = protocol.training if protocol is not None else None
-    if receipt is None:
-        return None
-    detail = "; ".join(receipt.reasons)
-    missing = any(reason.endswith("receipt absent") for reason in receipt.reasons)  # formats/protocol._parse_receipt
-    return CompletionProof(
-        name="the training receipt", uri=receipt.uri, valid=receipt.valid, missing=missing, detail=detail
-    )
-
-
-def _proof_lacking(proof: CompletionProof | None) -> str:
-    return proof.lacking() if proof is not None and not proof.valid else ""
-
-
 def _precedence_inputs(
     layout: RunLayout,
     sources: list[Source],
@@ -327,7 +305,7 @@ def _precedence_inputs(
         causal_error=first is not None and first.causal,
         unrecovered_error=_unrecovered(first, scans, stitched),
         generation_only=entry is not None and entry.kind is EntrypointKind.generation,
-        proof_lacking=_proof_lacking(_completion_proof(protocol)) if reached and not reached_valid else "",
+        proof_lacking=proof_lacking(completion_proof(protocol)) if reached and not reached_valid else "",
     )
 
 
@@ -408,25 +386,6 @@ def establish_terminal_state(
     )
 
 
-def _budget_status(inputs: Inputs, precedence: Decision) -> tuple[BudgetStatus, CompletionProof | None]:
-    """Where the budget stands, and the proof completion still lacks when the artifacts reach it."""
-    if not inputs.budget_reached:
-        return (BudgetStatus.unknown if inputs.budget is None else BudgetStatus.not_reached), None
-    if inputs.proof_lacking:
-        return BudgetStatus.reached_unproven, None
-    if precedence.budget_confirmed:
-        return BudgetStatus.reached, None
-    # Rule (1)'s gate: a marker alone with no controller verdict needs 'Training done!' besides.
-    done_line = CompletionProof(
-        name="the trainer's 'Training done!' line",
-        required_by="rule (1), for a marker alone with no controller verdict,",
-        valid=False,
-        missing=True,
-        detail="not logged",
-    )
-    return BudgetStatus.reached_unproven, done_line
-
-
 def _decision(
     layout: RunLayout,
     inputs: Inputs,
@@ -438,9 +397,7 @@ def _decision(
 ) -> TerminalDecision:
     """The one decision the terminal fields and the reasoning are rendered from."""
     state = precedence.state
-    status, proof = _budget_status(inputs, precedence)
-    if status is BudgetStatus.reached_unproven and proof is None:
-        proof = _completion_proof(protocol)
+    status, proof = budget_status(inputs, precedence, protocol)
     cause = first.cause() if precedence.with_cause and first is not None and first.causal else None
     recovered = first.cause() if first is not None and first.causal and cause is None else None
     symptom = first if first is not None and not first.causal else None
@@ -483,24 +440,5 @@ def _decision(
         sources=precedence.sources,
         rule_notes=precedence.notes,
         notes=notes,
-        checks=_checks(layout, status, proof),
+        checks=person_checks(layout, status, proof),
     )
-
-
-def _checks(layout: RunLayout, status: BudgetStatus, proof: CompletionProof | None) -> list[str]:
-    """What a person should look at before calling an unproven completion either way."""
-    if status is not BudgetStatus.reached_unproven or proof is None:
-        return []
-    marker = layout.marker_step
-    checkpoint = f"{layout.checkpoints_root}/global_step_{marker}" if marker is not None else "the marker's checkpoint"
-    if proof.name == "the training receipt":
-        return [
-            f"whether the training attempt wrote {proof.uri} (its log names the receipt_uri; a receipt deleted "
-            "since is a storage event) and, if it did not, why the trainer stopped before its completion write; "
-            f"meanwhile {checkpoint} and the export at the marker are the run's outputs: confirm both are complete "
-            "before treating the run as finished."
-        ]
-    return [
-        f"the last attempt's log for where it stopped (a log cut before 'Training done!' is not a failure), and "
-        f"that {checkpoint} is complete, before treating the run as finished."
-    ]

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from rlcleanup.models.record import FailureCause
 from rlcleanup.models.vocab import TerminalState
 
+CHECK_PREFIX = "To check: "  # a reasoning line saying what a person should check (wrap-up makes it remaining work)
+
 
 class BudgetStatus(StrEnum):
     reached = "reached"  # in valid artifacts (the marker, a valid receipt, the trainer's own lines)
@@ -99,7 +101,8 @@ def budget_sentence(d: TerminalDecision) -> str | None:
     """Where the budget stands, said once, as `budget_status` says it."""
     by = f" ({d.reached_by})" if d.reached_by else ""
     if d.budget_status is BudgetStatus.reached:
-        return f"Budget: the budget {d.budget} was reached in valid artifacts{by}."
+        # Rule (1)'s own sentence says exactly this, with what showed it: not said twice.
+        return None if d.rule == "(1)" else f"Budget: the budget {d.budget} was reached in valid artifacts{by}."
     if d.budget_status is BudgetStatus.reached_unproven and d.proof is not None:
         return f"Budget: the budget {d.budget} was reached in the artifacts{by}; {d.proof.lacking()}."
     if d.budget_status is BudgetStatus.not_reached:
@@ -153,5 +156,5 @@ def render_reasoning(d: TerminalDecision, log_attempts: int = 0) -> list[str]:
         lines.append(budget)
     lines.append(f"Rule {d.rule} of the terminal-state rules in docs/run-layouts.md decided: {d.why}")
     lines.extend(d.notes)
-    lines.extend(f"To check: {check}" for check in d.checks)
+    lines.extend(f"{CHECK_PREFIX}{check}" for check in d.checks)
     return lines

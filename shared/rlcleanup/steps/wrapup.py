@@ -27,6 +27,7 @@ from rlcleanup.steps.metrics_store import load_series
 from rlcleanup.steps.receipts import protocol_facts
 from rlcleanup.steps.remaining import derive_remaining
 from rlcleanup.steps.select import declared_policy, select
+from rlcleanup.steps.terminal_decision import CHECK_PREFIX
 from rlcleanup.steps.validate import resume_not_applicable
 
 
@@ -74,7 +75,12 @@ def finish_record(
     declared = declared_registration(layout)
     by_design = resume_not_applicable(layout)  # generation-only / metrics mode: no candidates, not a fault
     protocol = protocol_facts(storage, layout)
-    notes: list[str] = []
+    # What the terminal decision says a person should check (its "To check:" lines: an unproven completion).
+    notes: list[str] = [
+        f"check how the run ended: {line.removeprefix(CHECK_PREFIX)}"
+        for line in record.terminal_reasoning
+        if line.startswith(CHECK_PREFIX)
+    ]
     if protocol.checkpoints_expired:
         notes.append(
             f"the export step failed because the training step's temp checkpoints expired ({layout.checkpoints_root} "

@@ -60,6 +60,8 @@ class LayoutReport:
     unexpected: list[str] = field(default_factory=list)  # export tensors the model has no place for
     experts: list[str] = field(default_factory=list)  # expert indices / expert dims that disagree with the config
     skipped_reason: str | None = None
+    quantization: str | None = None  # the quant_method whose quantizer shaped the meta model
+    notes: list[str] = field(default_factory=list)  # what the check could not settle (a package from_pretrained needs)
     seconds: float = 0.0
     peak_bytes: int = 0
 
@@ -86,15 +88,88 @@ class _Unavailable(Exception):
     pass
 
 
+class _Quantized(NamedTuple):
+    """The quantizer `from_pretrained` would build from config.json's `quantization_config`, and what it lacks here."""
+
+    quantizer: Any
+    method: str
+    environment: str | None  # why its validate_environment refused in this process (a package), else None
+
+
+def _quantizer(config: dict[str, Any], cfg: Any) -> _Quantized | None:
+    """transformers' own quantizer for a pre-quantized export, as `get_hf_quantizer` builds it (huggingface/
+    transformers src/transformers/quantizers/auto.py `get_hf_quantizer`, read in the installed 5.25):
+    `AutoHfQuantizer.from_config(config.quantization_config, pre_quantized=True)` when `supports_quant_method`, then
+    `validate_environment(device_map, weights_only)`. A method transformers does not know is ignored there (the model
+    loads unquantized), and so here. `validate_environment` checks packages and hardware: a package missing in this
+    process is recorded, not a layout fault; the structure is still built when the quantizer's module replacement
+    imports without it (FP8's `replace_with_fp8_linear` needs no `accelerate`), else the check is skipped naming it."""
+    raw = getattr(cfg, "quantization_config", None) or config.get("quantization_config")
+    if raw is None:
+        return None
+    from transformers.quantizers.auto import AutoHfQuantizer
+
+    method = str(raw.get("quant_method") if isinstance(raw, dict) else getattr(raw, "quant_method", "?"))
+    if not AutoHfQuantizer.supports_quant_method(raw):
+        return None
+    try:
+        quantizer = AutoHfQuantizer.from_config(raw, pre_quantized=True)
+    except ImportError as exc:
+        raise _Unavailable(f"the {method} quantizer needs a package not installed here: {str(exc)[:200]}") from exc
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise _Unavailable(f"transformers cannot read the {method} quantization_config: {str(exc)[:200]}") from exc
+    environment = None
+    try:
+        quantizer.validate_environment(device_map=None, weights_only=True)
+    except ImportError as exc:
+        environment = f"{str(exc)[:200]}"
+    except (RuntimeError, ValueError) as exc:  # hardware (no GPU) or device-map rules: not the export's layout
+        environment = f"the {method} quantizer refused this machine ({str(exc)[:200]}); the layout is checked anyway"
+    return _Quantized(quantizer, method, environment)
+
+
+def _build(torch: Any, make: Any, cfg: Any, quantized: _Quantized | None) -> Any:
+    """The meta model as `from_pretrained` builds it: the class, then the quantizer's module replacement (its
+    `preprocess_model` inside the same init context, modeling_utils.py `from_pretrained`)."""
+    with torch.device("meta"):
+        model = make(cfg)
+        if quantized is not None:
+            try:
+                quantized.quantizer.preprocess_model(
+                    model=model, dtype=torch.bfloat16, device_map=None, checkpoint_files=None
+                )
+            except Exception as exc:
+                # A package validate_environment found missing, used by the module replacement (bitsandbytes'
+                # `bnb.nn.Linear4bit` is a NameError without it): say which, never a layout finding.
+                if not (isinstance(exc, ImportError) or quantized.environment):
+                    raise
+                why = quantized.environment or str(exc)[:200]
+                raise _Unavailable(
+                    f"the {quantized.method} quantizer cannot build the model from_pretrained would load without a "
+                    f"package not installed here ({why}): the tensor layout is not checked"
+                ) from exc
+    return model
+
+
 # One verdict at a time per process: candidates validated together (steps/validate.validate_many) would otherwise
 # each build the same meta model (lru_cache does not wait for a computation in flight), and concurrent first
 # imports of transformers' lazy module race: one thread saw no `AutoModelForCausalLM` and skipped the check.
 _VERDICT_LOCK = threading.Lock()
 
 
+class _MetaModel(NamedTuple):
+    model: Any
+    meta: Any  # its state dict (meta tensors)
+    renamings: list[Any]
+    converters: list[Any]
+    architecture: str
+    quantized: _Quantized | None
+
+
 @lru_cache(maxsize=8)
-def _meta_model(config_json: str) -> tuple[Any, Any, list[Any], list[Any], str]:
-    """(model, meta state dict, renamings, converters, architecture) for one config; cached: configs repeat."""
+def _meta_model(config_json: str) -> _MetaModel:
+    """The meta model `from_pretrained` would build for one config, quantizer included, with its key conversions;
+    cached: configs repeat."""
     try:
         import torch
         import transformers
@@ -115,9 +190,9 @@ def _meta_model(config_json: str) -> tuple[Any, Any, list[Any], list[Any], str]:
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise _Unavailable(f"transformers cannot read a {model_type} config from config.json: {exc}") from exc
     built_as = arch
+    quantized = _quantizer(config, cfg)
     try:
-        with torch.device("meta"):
-            model = cls(cfg) if cls is not None else transformers.AutoModelForCausalLM.from_config(cfg)
+        model = _build(torch, cls if cls is not None else transformers.AutoModelForCausalLM.from_config, cfg, quantized)
     except (ValueError, KeyError, TypeError, AttributeError) as declared_failed:
         # The declared class does not fit the config's model_type (e.g. `Qwen3MoeForCausalLM` over a dense `qwen3`
         # config, whose meta model declares no experts). AutoModelForCausalLM.from_pretrained picks the class by the
@@ -125,17 +200,19 @@ def _meta_model(config_json: str) -> tuple[Any, Any, list[Any], list[Any], str]:
         # against what it would build; a skip here would have read an export that loads nowhere as valid.
         try:
             fresh = AutoConfig.for_model(**config)  # the failed build set attributes on `cfg` (its experts backend)
-            with torch.device("meta"):
-                model = transformers.AutoModelForCausalLM.from_config(fresh)
+            quantized = _quantizer(config, fresh)
+            model = _build(torch, transformers.AutoModelForCausalLM.from_config, fresh, quantized)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise _Unavailable(
                 f"transformers cannot build {arch or model_type} from config.json: {declared_failed}"
             ) from exc
         built_as = f"{arch} (not buildable from model_type {model_type!r}; loaded as {type(model).__name__})"
-    mapping = get_model_conversion_mapping(model)
+    # With the quantizer, as from_pretrained asks: its renamings (FP8's `.scale` -> `.weight_scale_inv`) join the model's.
+    mapping = get_model_conversion_mapping(model, None, quantized.quantizer if quantized else None)
     renamings = [m for m in mapping if isinstance(m, WeightRenaming)]
     converters = [m for m in mapping if isinstance(m, WeightConverter)]
-    return model, model.state_dict(), renamings, converters, built_as or type(model).__name__
+    arch_name = built_as or type(model).__name__
+    return _MetaModel(model, model.state_dict(), renamings, converters, arch_name, quantized)
 
 
 class _ExpertDim(NamedTuple):
@@ -162,7 +239,7 @@ def _verdict(config_json: str, tensor_names: frozenset[str]) -> _Verdict:
     each name again and walking the meta model (~10 ms per 70B candidate, bench/bench_validate_many.py). A few entries
     only: a set of 18,867 names is ~2 MB. Keyed by names only: what depends on shapes is returned as `expert_dims`
     and compared by the caller, a few tensors per layer."""
-    model, meta, renamings, converters, arch = _meta_model(config_json)
+    model, meta, renamings, converters, arch, _ = _meta_model(config_json)
     from transformers.core_model_loading import rename_source_key
 
     stackers = _expert_stackers(converters)
@@ -304,8 +381,9 @@ def check_tensor_layout(
             config_json, names = json.dumps(config, sort_keys=True), frozenset(tensors)
             with _VERDICT_LOCK:
                 verdict = _verdict(config_json, names)
+                quantized = _meta_model(config_json).quantized  # cached by the verdict just taken
         except _Unavailable as exc:
-            return LayoutReport(checked=False, skipped_reason=str(exc))
+            return LayoutReport(checked=False, skipped_reason=str(exc), quantization=_quant_method(config))
         experts = list(verdict.expert_indices)
         if isinstance(tensors, Mapping):
             experts += _expert_dim_findings(verdict.expert_dims, tensors)
@@ -315,6 +393,8 @@ def check_tensor_layout(
             missing=list(verdict.missing),
             unexpected=list(verdict.unexpected),
             experts=experts,
+            quantization=quantized.method if quantized else None,
+            notes=[quantized.environment] if quantized and quantized.environment else [],
         )
     finally:
         peak = tracemalloc.get_traced_memory()[1] if tracing else 0
@@ -323,6 +403,12 @@ def check_tensor_layout(
     report.seconds = round(time.perf_counter() - started, 3)
     report.peak_bytes = peak
     return report
+
+
+def _quant_method(config: dict[str, Any]) -> str | None:
+    quant = config.get("quantization_config")
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    return str(method) if method is not None else None
 
 
 def _expert_dim_findings(expert_dims: tuple[_ExpertDim, ...], shapes: Mapping[str, Sequence[int]]) -> list[str]:
