@@ -35,7 +35,7 @@ def _cause(record: Mapping[str, Any]) -> FailureCause | None:
     return FailureCause.model_validate(raw)
 
 
-def contradictions(decision: TerminalDecision | None, record: Mapping[str, Any]) -> list[str]:
+def contradictions(decision: TerminalDecision | None, record: Mapping[str, Any]) -> list[str]:  # noqa: C901 -- one check per contradiction the property names
     """Every way `record` (the record's terminal fields: `terminal_state`, `first_failure_cause`,
     `earliest_symptom`, `first_failure_reason`, `terminal_reasoning`; on a finished record also wrap-up's
     `failure_class`, `failure_evidence`, `signature`, `resume_safety`) disagrees with itself or with `decision`; empty when they
