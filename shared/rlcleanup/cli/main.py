@@ -25,6 +25,7 @@ from rlcleanup.cli.options import (
     backend_name,
     db_path,
 )
+from rlcleanup.cli.rerun import Rerun, prepare_rerun, preserve_target_problem
 from rlcleanup.cli.similar import register as register_similar_command
 from rlcleanup.cli.stack_cmds import register as register_stack_commands
 from rlcleanup.cli.storage_cmds import register as register_storage_commands
@@ -135,10 +136,14 @@ def run(
     db_file = db_path(db)
     # The pipeline's own warnings are on the record; stderr carries only the one-line reason below.
     logging.getLogger("rlcleanup").addHandler(logging.NullHandler())
+    redo: Rerun | None = None
     try:
+        if preserve is not None and (problem := preserve_target_problem(preserve)) is not None:
+            _fail(*problem)
         if not has_run_config(open_storage(), uri):
             _fail(_not_a_run(run_uri, local), EXIT_USAGE)
-        kept = _prepare_rerun(uri, db_file) if rerun else None
+        redo = prepare_rerun(uri, db_file) if rerun else None
+        kept = redo.kept if redo is not None else None
         if kept is not None:
             # Evidence is write-once: a re-run preserves into its own location, the first capture stays as it was.
             from rlcleanup.paths import default_preserve_root
@@ -165,10 +170,16 @@ def run(
     except typer.Exit:
         raise
     except PermanentError as exc:  # refused before the run had a record of its own (e.g. its id is another's)
-        _fail(f"could not process {run_uri}: {exc.code}: {' '.join(str(exc).split())}")
+        kept_as = f"; {redo.undo(None)}" if redo is not None else ""
+        _fail(f"could not process {run_uri}: {exc.code}: {' '.join(str(exc).split())}{kept_as}")
         return
     except Exception as exc:  # one line, not a traceback: the record could not be written
-        _fail(f"could not process {run_uri}: {type(exc).__name__}: {exc}")
+        kept_as = f"; {redo.undo(None)}" if redo is not None else ""
+        _fail(f"could not process {run_uri}: {type(exc).__name__}: {exc}{kept_as}")
+        return
+    if redo is not None and not redo.finished(record):  # never replace a finished record with one that is not
+        reason = _errors_text(record) if record is not None else " (no record was written)"
+        _fail(f"the rerun of {run_uri} could not finish{reason}; {redo.undo(record)}")
         return
     if record is None:
         _fail(f"no completion record was written for {run_uri}")
@@ -237,24 +248,6 @@ def _interrupted(uri: str, run_uri: str, db_file: Path) -> str:
         f"interrupted: run {run_id} is in progress with {len(done)} of {len(staged)} stages done; "
         f"left: {', '.join(left) or 'nothing'}. {how[0].upper()}{how[1:]}"
     )
-
-
-def _prepare_rerun(uri: str, db_file: Path) -> str | None:
-    """Archive the run's record (if any) and clear its step claims; returns where the old record went."""
-    from rlcleanup.cli import maintenance
-    from rlcleanup.runtime.backends import StoreBackend, open_storage
-    from rlcleanup.runtime.embedded import bound_run_id_of
-
-    opened = open_store(
-        StoreBackend.sqlite, db_file, None, create=True
-    )  # `run` writes SQLite records, so re-runs clear them
-    run_id = bound_run_id_of(opened.store, open_storage(), uri)
-    old = opened.store.get(run_id) if run_id else None
-    if old is None or run_id is None:
-        return None
-    kept = maintenance.archive(opened, old)
-    maintenance.reset_for_rerun(opened, run_id)
-    return kept
 
 
 @app.command(epilog=EXIT_CODES)

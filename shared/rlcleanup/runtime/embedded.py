@@ -66,6 +66,7 @@ class EmbeddedStack:
             hub_upload_job=hub_upload_job(settings, job_args),
             # Awaited: this stack has no later redelivery to see the job's outcome (runtime/copy_job.py).
             large_copy_job=large_copy_job(settings, job_args, wait=True),
+            embedded=True,
         )
         stack = cls(ports=ports, bus=bus)
         functions = load_topology().functions
