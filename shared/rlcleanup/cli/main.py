@@ -116,7 +116,7 @@ def run(
     from rlcleanup.cli.render import summary
     from rlcleanup.cli.runroots import has_run_config
     from rlcleanup.ports.storage import UnknownSchemeError
-    from rlcleanup.runtime.backends import check_scheme, open_storage
+    from rlcleanup.runtime.backends import check_scheme, check_storage_reachable, open_storage
     from rlcleanup.runtime.embedded import run_embedded
     from rlcleanup.uris import is_local
 
@@ -138,6 +138,7 @@ def run(
     logging.getLogger("rlcleanup").addHandler(logging.NullHandler())
     redo: Rerun | None = None
     try:
+        check_storage_reachable(uri, preserve)  # a stopped stack's STORAGE_EMULATOR_HOST: the fix, at once
         if preserve is not None and (problem := preserve_target_problem(preserve)) is not None:
             _fail(*problem)
         if not has_run_config(open_storage(), uri):
