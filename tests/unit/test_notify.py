@@ -350,3 +350,13 @@ def test_slack_gets_its_three_control_characters_escaped() -> None:
     assert slack_text("--destination <DEST> & <KEY>") == "--destination &lt;DEST&gt; &amp; &lt;KEY&gt;"
     assert slack_text("&lt;") == "&amp;lt;"  # a run's own text shows as written, never read as an entity
     assert slack_text("plain 'quotes' \"stay\"") == "plain 'quotes' \"stay\""
+
+
+def test_a_report_link_is_percent_encoded_as_urllib_would() -> None:
+    from urllib.parse import quote
+
+    from rlcleanup.report.notice import report_link
+
+    odd = "evidence/run 1/é#?&%/derived/report.html"
+    assert report_link(f"gs://{odd}") == "https://storage.cloud.google.com/" + quote(odd, safe="/")
+    assert report_link("/home/me/preserved/r/derived/report.html") == "/home/me/preserved/r/derived/report.html"

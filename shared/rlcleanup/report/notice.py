@@ -15,7 +15,6 @@ import hashlib
 import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from urllib.parse import quote
 
 from rlcleanup.models.notifications import MAX_NOTICE_CHARS, Notice
 from rlcleanup.models.record import CompletionRecord
@@ -127,11 +126,20 @@ def build_notice(
     )
 
 
+_URL_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/-_.~")
+
+
+def _percent_encoded(path: str) -> str:
+    """RFC 3986 percent-encoding of a path (what urllib.parse.quote(path, safe="/") gives; policy imports no
+    urllib, pyproject's import contracts)."""
+    return "".join(c if c in _URL_SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in path)
+
+
 def report_link(uri: str) -> str:
     """Where a person opens the report: a gs:// object as its authenticated browser URL (storage.cloud.google.com
     serves it to whoever may read the bucket), anything else (a local path, s3://) as its location."""
     if uri.startswith("gs://"):
-        return "https://storage.cloud.google.com/" + quote(uri.removeprefix("gs://"), safe="/")
+        return "https://storage.cloud.google.com/" + _percent_encoded(uri.removeprefix("gs://"))
     return uri
 
 
