@@ -272,4 +272,29 @@ def build_document(inputs: ReportInputs, *, with_figure: bool = True) -> Documen
         verdict=build_verdict(r),
         sections=[s for s in sections if s is not None],
         title=f"rlcleanup report: {r.run_id}",
+        facts=banner_facts(r),
     )
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours < 48 else f"{hours / 24:.1f} days"
+
+
+def banner_facts(r: CompletionRecord) -> list[str]:
+    """What the banner says under the verdict (issue 47): the first cause with its message (the verdict names only
+    its type), when the run ended and how long it ran, from its first attempt's start."""
+    facts: list[str] = []
+    cause = r.first_failure_cause
+    if cause is not None:
+        message = " ".join(cause.message.split())
+        facts.append(f"cause: {cause.error_type}: {message[:297] + '…' if len(message) > 300 else message}")
+    if r.ended_at is not None:
+        facts.append(f"ended {r.ended_at:%Y-%m-%d %H:%M} UTC")
+        starts = [a.started_at for a in r.chain.attempts if a.started_at is not None]
+        if starts and min(starts) < r.ended_at:
+            facts.append(f"ran {_duration((r.ended_at - min(starts)).total_seconds())}")
+    return facts
