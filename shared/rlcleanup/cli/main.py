@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from rlcleanup.cli.authority import register as register_authority_commands
+from rlcleanup.cli.doctor import register as register_doctor_command
 from rlcleanup.cli.operator import operator_errors
 from rlcleanup.cli.operator import register as register_operator_commands
 from rlcleanup.cli.options import (
@@ -429,6 +430,7 @@ register_authority_commands(app)  # keygen, approver add, grant, grants, cause: 
 register_storage_commands(app)  # storage, restore, quarantine-expire: cli/storage_cmds.py
 register_similar_command(app)  # similar: cli/similar.py (learning across runs)
 register_stack_commands(app)  # stack up, down, status: cli/stack_cmds.py
+register_doctor_command(app)  # doctor: cli/doctor.py
 
 
 def main() -> None:
