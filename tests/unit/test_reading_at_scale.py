@@ -144,3 +144,33 @@ def test_status_fits_80_columns_and_never_wraps_a_run_id(runs: dict[str, Complet
     for line, r in zip(body, records, strict=True):
         cells = line.split()[1:]
         assert cells and r.status.value.startswith(cells[0].rstrip(ELLIPSIS)), line  # whole, or cut visibly
+
+
+# ------------------------------------------------------------------ the candidates table at scale
+
+
+def test_identical_candidate_rows_fold_into_ranges_and_all_lists_every_one(runs: dict[str, CompletionRecord]) -> None:
+    """Issue 47: the 40-candidate report listed 40 identical rows; identical consecutive rows are one range (their
+    common directory as the uri), the selected step keeps its own row, and `--all` lists every candidate."""
+    from rlcleanup.report.document import Para, Table
+
+    r = runs["many-candidates"]
+    inputs = ReportInputs(record=r)
+
+    def table(every_row: bool) -> tuple[Table, list[str]]:
+        [section] = [s for s in build_document(inputs, with_figure=False, every_row=every_row).sections
+                     if s.anchor == "candidates"]  # fmt: skip
+        [t] = [b for b in section.blocks if isinstance(b, Table)]
+        return t, [b.text for b in section.blocks if isinstance(b, Para)]
+
+    folded, notes = table(every_row=False)
+    assert len(folded.rows) < 10 < len(r.candidates), folded.rows
+    assert any(" every 5 (" in row[0] for row in folded.rows), folded.rows
+    assert sum(int(row[0].rsplit("(", 1)[1].rstrip(")")) if "(" in row[0] else 1 for row in folded.rows) == len(
+        r.candidates
+    )  # every candidate is in exactly one row
+    assert any("--all" in note for note in notes)
+    if r.selection is not None and r.selection.step is not None:
+        assert [str(r.selection.step)] in [row[:1] for row in folded.rows]  # the selected step keeps its row
+    every, notes = table(every_row=True)
+    assert [row[0] for row in every.rows] == [str(c.step) for c in r.candidates] and not notes

@@ -288,6 +288,9 @@ def report(
     backend: BackendOption = None,
     project: ProjectOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="same as --format json")] = False,
+    every_row: Annotated[
+        bool, typer.Option("--all", help="every candidate on its own row (identical ones are folded into ranges)")
+    ] = False,
 ) -> None:
     """Render a run's completion record: the verdict line, then the evidence, with the chain timeline.
 
@@ -301,7 +304,9 @@ def report(
     inputs = load_inputs(open_storage(), record)
     # The picture costs ~1 s of matplotlib: draw it only where it will be seen.
     kind = fmt.value
-    rendered = render_report(inputs, with_timeline=kind == "html" or (kind == "md" and out is not None))
+    rendered = render_report(
+        inputs, with_timeline=kind == "html" or (kind == "md" and out is not None), every_row=every_row
+    )
     image = "timeline.png" if rendered.timeline is not None and out is not None else None
     if kind == "json":
         text = json.dumps(rendered.as_json(), indent=2)
