@@ -20,7 +20,7 @@ from rlcleanup.paths import keys_dir
 from rlcleanup.runtime.embedded import run_embedded
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.stack import StackState
-from rlcleanup.stack.state import CLIENT_ENV_NAMES, client_env
+from rlcleanup.stack.state import CLIENT_ENV_NAMES, client_env, unset_line
 
 RUN = "math-rl-completed-resumed-2026.11.30"
 FIX = 'eval "$(rlcleanup stack down)"'
@@ -108,6 +108,17 @@ def test_emit_fails_fast_when_the_stack_is_stopped(stopped_stack: str) -> None:
     assert "PUBSUB_EMULATOR_HOST" in err
 
 
+def test_run_on_gcs_fails_fast_when_the_storage_emulator_is_gone(stopped_stack: str, tmp_path: Path) -> None:
+    """Issue 47 item 7: `run gs://...` with a stopped stack's STORAGE_EMULATOR_HOST hung 115 s in the GCS client's
+    retries and ended in a raw RetryError; now one connect, then the fix."""
+    db = str(tmp_path / "r.db")
+    err = _fails_fast_with_the_fix("run", "gs://rlcleanup-local-runs/durable/math-rl/2026.11.30", "--db", db)
+    assert f"GCS storage emulator at http://{stopped_stack} (STORAGE_EMULATOR_HOST)" in err
+    err = _fails_fast_with_the_fix("run", str(tmp_path), "--preserve-to", "gs://rlcleanup-local-preserve", "--db", db)
+    assert "STORAGE_EMULATOR_HOST" in err
+    assert not Path(db).exists()  # nothing was written
+
+
 # ------------------------------------------------------------------ stack down: the unset line
 
 
@@ -126,6 +137,20 @@ def _stack_env() -> dict[str, str]:
 
 def test_client_env_names_are_what_stack_up_exports() -> None:
     assert sorted(_stack_env()) == sorted(CLIENT_ENV_NAMES)
+
+
+def test_stack_up_leaves_no_addressing_style_for_other_s3_endpoints() -> None:
+    """Issue 47 item 7: AWS_S3_ADDRESSING_STYLE=path exported by `stack up` turned the README's CoreWeave command
+    path-style in that shell. The stack's own endpoint (an IP) is path-style by the adapter's rule; CoreWeave's
+    host name stays virtual-hosted in a shell that evaluated `stack up`."""
+    from rlcleanup.adapters.s3_client import default_endpoint
+
+    env = _stack_env()
+    assert not any("ADDRESSING_STYLE" in name for name in env)
+    assert default_endpoint(env).path_style  # the stack's own 127.0.0.1 endpoint
+    coreweave = {**env, "AWS_ENDPOINT_URL": "https://cwobject.com"}  # the README's command, in the same shell
+    assert not default_endpoint(coreweave).path_style
+    assert "AWS_S3_ADDRESSING_STYLE" in unset_line(None).split()  # still forgotten by `stack down` (older stacks)
 
 
 @pytest.mark.parametrize("recorded", [True, False], ids=["stack-recorded", "already-down"])

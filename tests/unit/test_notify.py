@@ -94,10 +94,13 @@ def test_an_unresolved_selection_is_posted_once_per_state_with_verdict_need_and_
     assert lines[1] == neutralise(build_verdict(record).line, keep_newlines=False)  # the one verdict, verbatim
     assert lines[2].startswith("needed: selection unresolved: choose among valid candidates")
     assert lines[3] == "by: no deadline"
+    assert lines[4] == f"run: {record.run_uri}"  # where the run is, and its report (issue 47)
+    assert record.report_uri is None  # not rendered in these tests (_no_report): no report line
     step = max(c.step for c in record.candidates if c.valid)
-    assert lines[4] == (
-        f"command: rlcleanup grant {record.run_id} --action publish --step {step} --destination <DEST> "
-        "--key <KEY> --dry-run"
+    # Slack's escaping (adapters/notify_webhook.slack_text): the placeholders arrive as `&lt;DEST&gt;`, shown <DEST>.
+    assert lines[5] == (
+        f"command: rlcleanup grant {record.run_id} --action publish --step {step} --destination &lt;DEST&gt; "
+        "--key &lt;KEY&gt; --dry-run"
     )
 
     # At-least-once redelivery and a second record-ready of the same state post nothing.
@@ -303,7 +306,7 @@ def test_an_unexplained_failure_before_a_cancel_tells_a_person_the_cause_command
     [text] = _posted(webhook, w.run_id)
     signature = record.pre_cancel.unexplained_reproducing[0]
     assert f"needed: explain reproducing failure {signature} before the cancel proceeds" in text
-    assert f'command: rlcleanup cause {w.run_id} {signature_id(signature)} --note "<why it fails>"' in text
+    assert f'command: rlcleanup cause {w.run_id} {signature_id(signature)} --note "&lt;why it fails&gt;"' in text
 
 
 def test_a_failed_run_points_at_show_first() -> None:
@@ -315,3 +318,45 @@ def test_a_failed_run_points_at_show_first() -> None:
     )
     notice = build_notice(record, T0, warning=HOUR)
     assert notice is not None and notice.text.splitlines()[-1] == "command: rlcleanup show r-2"
+
+
+def test_the_message_names_the_error_the_run_and_the_report() -> None:
+    """Issue 47: a notification carries the error's own text, the run's location and a link to its report."""
+    record = CompletionRecord(
+        run_id="r-3",
+        run_uri="gs://runs/durable/math-rl/2026.11.30",
+        status=RecordStatus.failed,
+        remaining_work=["rlcleanup could not finish step capture_part (retries_exhausted): see errors[]"],
+        report_uri="gs://evidence/r-3/derived/report.html",
+        errors=[
+            RunError(step="capture_part", code="retries_exhausted", message="terminal.json: streamed 1,024 bytes"),
+            RunError(step="notify", code="notify_failed", message="hidden: not part of the state it reports"),
+        ],
+    )
+    notice = build_notice(record, T0, warning=HOUR)
+    assert notice is not None
+    lines = notice.text.splitlines()
+    assert "run: gs://runs/durable/math-rl/2026.11.30" in lines
+    assert "report: https://storage.cloud.google.com/evidence/r-3/derived/report.html" in lines
+    assert "error: capture_part: retries_exhausted: terminal.json: streamed 1,024 bytes" in lines
+    assert lines[-1].startswith("command: ")
+
+
+def test_slack_gets_its_three_control_characters_escaped() -> None:
+    """Slack reads `<`, `>` and `&` as markup (https://api.slack.com/reference/surfaces/formatting#escaping):
+    a placeholder like `<DEST>` would vanish as a broken link; exactly those three are escaped, `&` first."""
+    from rlcleanup.adapters.notify_webhook import slack_text
+
+    assert slack_text("--destination <DEST> & <KEY>") == "--destination &lt;DEST&gt; &amp; &lt;KEY&gt;"
+    assert slack_text("&lt;") == "&amp;lt;"  # a run's own text shows as written, never read as an entity
+    assert slack_text("plain 'quotes' \"stay\"") == "plain 'quotes' \"stay\""
+
+
+def test_a_report_link_is_percent_encoded_as_urllib_would() -> None:
+    from urllib.parse import quote
+
+    from rlcleanup.report.notice import report_link
+
+    odd = "evidence/run 1/é#?&%/derived/report.html"
+    assert report_link(f"gs://{odd}") == "https://storage.cloud.google.com/" + quote(odd, safe="/")
+    assert report_link("/home/me/preserved/r/derived/report.html") == "/home/me/preserved/r/derived/report.html"

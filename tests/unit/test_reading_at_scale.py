@@ -129,20 +129,48 @@ def test_the_record_cites_only_docs_that_ship(runs: dict[str, CompletionRecord],
 # ------------------------------------------------------------------ status at 80 columns
 
 
-def test_status_fits_80_columns_without_cutting_a_key_column(runs: dict[str, CompletionRecord]) -> None:
+def test_status_fits_80_columns_and_never_wraps_a_run_id(runs: dict[str, CompletionRecord]) -> None:
+    """Issue 47: a run id is what a person copies into the next command, so it is never split across lines; on a
+    narrow terminal the other columns give way (cut with an ellipsis)."""
     records = list(runs.values())
     console = Console(width=80, record=True, color_system=None, highlight=False)
     console.print(status_table(records, "runs in SQLite r.db", console.width))
     lines = console.export_text().splitlines()
     assert all(len(line) <= 80 for line in lines)
-    assert ELLIPSIS not in "\n".join(lines)  # rich's cut: never in this table
     header = next(line for line in lines if line.startswith("run id"))
-    id_width = header.index("status")
     body = lines[lines.index(header) + 2 :]
-    ids = "".join(line[:id_width].strip() for line in body)  # a long run id folds onto the next line, whole
-    assert ids == "".join(r.run_id for r in records)
-    cells = " ".join(line[id_width:] for line in body).split()
-    for r in records:
-        assert r.status.value in cells
-        assert (r.terminal_state.value if r.terminal_state else "—") in cells
-    assert "unresolved" in cells
+    assert len(body) == len(records)  # one line per run: nothing wrapped
+    assert [line.split()[0] for line in body] == [r.run_id for r in records]  # each id whole, on its own line
+    for line, r in zip(body, records, strict=True):
+        cells = line.split()[1:]
+        assert cells and r.status.value.startswith(cells[0].rstrip(ELLIPSIS)), line  # whole, or cut visibly
+
+
+# ------------------------------------------------------------------ the candidates table at scale
+
+
+def test_identical_candidate_rows_fold_into_ranges_and_all_lists_every_one(runs: dict[str, CompletionRecord]) -> None:
+    """Issue 47: the 40-candidate report listed 40 identical rows; identical consecutive rows are one range (their
+    common directory as the uri), the selected step keeps its own row, and `--all` lists every candidate."""
+    from rlcleanup.report.document import Para, Table
+
+    r = runs["many-candidates"]
+    inputs = ReportInputs(record=r)
+
+    def table(every_row: bool) -> tuple[Table, list[str]]:
+        [section] = [s for s in build_document(inputs, with_figure=False, every_row=every_row).sections
+                     if s.anchor == "candidates"]  # fmt: skip
+        [t] = [b for b in section.blocks if isinstance(b, Table)]
+        return t, [b.text for b in section.blocks if isinstance(b, Para)]
+
+    folded, notes = table(every_row=False)
+    assert len(folded.rows) < 10 < len(r.candidates), folded.rows
+    assert any(" every 5 (" in row[0] for row in folded.rows), folded.rows
+    assert sum(int(row[0].rsplit("(", 1)[1].rstrip(")")) if "(" in row[0] else 1 for row in folded.rows) == len(
+        r.candidates
+    )  # every candidate is in exactly one row
+    assert any("--all" in note for note in notes)
+    if r.selection is not None and r.selection.step is not None:
+        assert [str(r.selection.step)] in [row[:1] for row in folded.rows]  # the selected step keeps its row
+    every, notes = table(every_row=True)
+    assert [row[0] for row in every.rows] == [str(c.step) for c in r.candidates] and not notes

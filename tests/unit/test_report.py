@@ -282,3 +282,27 @@ def test_a_failed_report_is_recorded_not_raised(runs: dict[str, CompletionRecord
     errors = [e for e in (db.get(r.run_id) or r).errors if e.step == "report"]
     assert len(errors) == 1 and errors[0].code == "report_failed"
     assert "disk full" in errors[0].message and f"rlcleanup report {r.run_id} --out DIR" in errors[0].message
+
+
+def test_the_banner_carries_the_cause_message_end_and_duration_and_the_html_no_backticks(
+    runs: dict[str, CompletionRecord],
+) -> None:
+    """Issue 47: the banner names the cause's message (the verdict names only its type), when the run ended and
+    how long it ran; code spans in prose are <code> in the HTML, never raw Markdown backticks."""
+    import re
+
+    r = runs["failed-first-link"]
+    rendered = _render(r)
+    cause = r.first_failure_cause
+    assert cause is not None and r.ended_at is not None
+    facts = rendered.document.facts
+    assert facts[0].startswith(f"cause: {cause.error_type}: {' '.join(cause.message.split())[:60]}")
+    assert f"ended {r.ended_at:%Y-%m-%d %H:%M} UTC" in facts and any(f.startswith("ran ") for f in facts)
+    html = rendered.html()
+    header = html[html.index('<header class="verdict') : html.index("</header>")]
+    assert 'id="facts"' in header and "ended " in header
+    assert f"ended {r.ended_at:%Y-%m-%d %H:%M} UTC" in rendered.markdown(None).split("## ")[0]
+    for record in runs.values():
+        body = re.sub(r"<style>.*?</style>", "", _render(record).html(), flags=re.S)
+        assert "`" not in body, body[max(0, body.index("`") - 200) : body.index("`") + 200]
+    assert "<code>rlcleanup grant" in _render(runs["completed-resumed"]).html()

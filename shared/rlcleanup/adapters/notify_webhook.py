@@ -2,6 +2,11 @@
 `{"text": "..."}` by POST (Slack: https://api.slack.com/messaging/webhooks; Google Chat:
 https://developers.google.com/workspace/chat/quickstart/webhooks, `spaces.messages.create`'s Message.text).
 
+Slack reads `<`, `>` and `&` in `text` as its control characters (links, mentions); its formatting reference
+(https://api.slack.com/reference/surfaces/formatting#escaping) says to replace exactly those three with `&lt;`,
+`&gt;` and `&amp;` and nothing else, so a placeholder such as `--destination <DEST>` or a run's own text shows as
+written (`slack_text`). Google Chat's text takes them as written.
+
 The URL is a secret (Slack's path and Google Chat's `key`/`token` query hold the token): it never appears in an
 error, a log line or the record; errors name the host only. A connection error, a timeout, 408, 429 or a 5xx is
 `NotificationUndelivered` (another delivery may succeed); any other non-2xx is `NotificationRefused`."""
@@ -41,6 +46,11 @@ _HIDE = _HideWebhook()
 logging.getLogger(_WIRE_LOGGER).addFilter(_HIDE)
 
 
+def slack_text(text: str) -> str:
+    """Text as Slack shows it literally: `&` first, then `<` and `>` (Slack's escaping rule, nothing more)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _path_and_query(url: str) -> str:
     parts = urlsplit(url)
     return parts.path + (f"?{parts.query}" if parts.query else "")
@@ -68,7 +78,7 @@ class WebhookChannel:
         try:
             response = self._session.post(
                 self._url,
-                json={"text": notice.text},
+                json={"text": slack_text(notice.text) if self.kind == "slack" else notice.text},
                 headers={"Content-Type": "application/json; charset=UTF-8"},
                 timeout=self._timeout,
                 allow_redirects=False,  # a redirect could send the message (and the token in its URL) elsewhere

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from rlcleanup.authority.grants import Grant, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
-from rlcleanup.formats.checkpoints.base import UnknownFormatError
+from rlcleanup.formats.checkpoints.base import UnknownFormatError, export_digest
 from rlcleanup.models.record import Candidate, CompletionRecord
 from rlcleanup.ports.storage import ObjectInfo, Storage
 from rlcleanup.steps.validate import candidate_pins
@@ -44,11 +45,18 @@ def pin(storage: Storage, record: CompletionRecord, grant: Grant) -> Pinned | Ou
     return Pinned(candidate, objects)
 
 
+def validated_version(info: ObjectInfo, restored: Mapping[str, str]) -> str | None:
+    """The version an object counts as: the validated one it was restored from (quarantine.restored_versions),
+    else its own."""
+    return restored.get(f"{info.uri}\t{info.fingerprint}", info.fingerprint)
+
+
 def resolve_pinned(
-    storage: Storage, record: CompletionRecord, grant: Grant
+    storage: Storage, record: CompletionRecord, grant: Grant, restored: Mapping[str, str] | None = None
 ) -> tuple[Candidate | None, dict[str, ObjectInfo], Outcome | None]:
     """resolve(), plus the objects (by name) of the very listing whose digest matched the grant: the pinned
-    versions every later copy or delete must use (never a second, later listing)."""
+    versions every later copy or delete must use (never a second, later listing). `restored`: versions a
+    byte-exact restore put back, read as the validated versions they replaced (the digest is compared on those)."""
     step = grant.step
     if step is None:
         if record.selection is None or record.selection.status != "selected" or record.selection.step is None:
@@ -67,6 +75,10 @@ def resolve_pinned(
         now, pinned = candidate_pins(storage, candidate)
     except UnknownFormatError as exc:  # a record from a build that knew a format this one does not
         return None, {}, refuse(Refusal.candidate_invalid, f"candidate {step} cannot be re-digested: {exc}")
+    if now != grant.digest and restored:
+        now = export_digest(
+            (name, replace(info, fingerprint=validated_version(info, restored))) for name, info in pinned.items()
+        )
     if now != grant.digest:
         return None, {}, refuse(Refusal.wrong_digest, f"the export at {candidate.uri} changed since it was validated")
     return candidate, pinned, None

@@ -60,6 +60,9 @@ class QuarantineEntry(BaseModel):
     expires_at: datetime
     state: str = "quarantined"  # quarantined | restored | purged | expired
     detail: str | None = None
+    # The source's version right after a restore put the very bytes back (verified against the proof): a later
+    # grant reads that version as the one validated (`restored_versions`), as long as the object is still it.
+    restored_fingerprint: str | None = None
 
 
 def bucket_root(uri: str, run_uri: str) -> str:
@@ -283,7 +286,11 @@ def _restore_one(
         _delete_pinned(storage, held)
     except SourceChangedError as exc:  # restored, but the quarantine copy changed meanwhile: leave it
         result.refused.append(f"{entry.quarantine}: kept: {exc}")
-    _set_state(records, doc_id, entry, "restored", f"restored at {now.isoformat()}")
+    back_at = storage.stat(entry.source)
+    _set_state(
+        records, doc_id, entry, "restored", f"restored at {now.isoformat()}",
+        restored_fingerprint=back_at.fingerprint if back_at is not None else None,
+    )  # fmt: skip
     result.restored.append(entry.source)
 
 
@@ -321,9 +328,34 @@ def purge(
     return purged, refused
 
 
-def _set_state(records: RunRecords, doc_id: str, entry: QuarantineEntry, state: str, detail: str) -> None:
-    updated = entry.model_copy(update={"state": state, "detail": detail})
+def _set_state(
+    records: RunRecords,
+    doc_id: str,
+    entry: QuarantineEntry,
+    state: str,
+    detail: str,
+    *,
+    restored_fingerprint: str | None = None,
+) -> None:
+    changes: dict[str, str | None] = {"state": state, "detail": detail}
+    if restored_fingerprint is not None:
+        changes["restored_fingerprint"] = restored_fingerprint
+    updated = entry.model_copy(update=changes)
     records.put_doc(collection(entry.run_id), doc_id, updated.model_dump(mode="json"))
+
+
+def restored_versions(records: RunRecords, run_id: str, step: int | None, digest: str | None) -> dict[str, str]:
+    """`<source uri>\t<its version now>` -> the version that was validated, for the objects of (step, digest) a
+    restore put back byte-exact (issue 47 item 5). A restore cannot bring back a version (a local file gets a
+    new inode and ctime), but it verified the bytes: while the object is still the restored version it is the
+    validated one, so a grant pinned to the validated digest is still about these bytes."""
+    found: dict[str, str] = {}
+    for _doc, entry, _raw in entries(records, run_id):
+        if entry is None or entry.state != "restored" or entry.restored_fingerprint is None:
+            continue
+        if entry.step == step and entry.digest == digest and entry.proof.source_fingerprint:
+            found[f"{entry.source}\t{entry.restored_fingerprint}"] = entry.proof.source_fingerprint
+    return found
 
 
 def expire(storage: Storage, root: str, settings: QuarantineSettings, now: datetime) -> list[str]:

@@ -164,7 +164,9 @@ def make_plan(
 ) -> ReclaimPlan | Outcome:
     """`quarantine_settings`: the deployment's (read once at cold start); None: read from the environment now (a command)."""
     dest = (grant.destination or "").rstrip("/")
-    candidate, export, refused = artifact.resolve_pinned(storage, record, grant)  # digest == versions, now
+    # digest == versions, now (a byte-exact restore's versions read as the validated ones they replaced)
+    restored = quarantine.restored_versions(records, record.run_id, grant.step, grant.digest)
+    candidate, export, refused = artifact.resolve_pinned(storage, record, grant, restored)
     if refused:
         return refused
     assert candidate is not None
@@ -179,7 +181,7 @@ def make_plan(
     delete: list[PlanEntry] = []
     for name, info in sorted(export.items()):
         twin = twins.get(name)
-        if twin is None or twin.get("source_fingerprint") != info.fingerprint:
+        if twin is None or twin.get("source_fingerprint") != artifact.validated_version(info, restored):
             return refuse(Refusal.destination_unverified, f"{name}: this version was not published to {dest}", dest)
         proof = CopyProof.model_validate(twin["proof"])
         problem = twin_mismatch(storage, proof)
@@ -190,8 +192,9 @@ def make_plan(
                 uri=info.uri,
                 name=name,
                 size=info.size,
-                source_fingerprint=twin["source_fingerprint"],
-                source_generation=twin.get("source_generation"),
+                # The version there now: the published one, or the one a byte-exact restore put back for it.
+                source_fingerprint=info.fingerprint or twin["source_fingerprint"],
+                source_generation=info.generation if info.generation is not None else twin.get("source_generation"),
                 twin=proof,
             )
         )

@@ -33,7 +33,15 @@ def scheme_typo(destination: str) -> str | None:
 
 def gcs_credentials_problem(destination: str | None) -> str | None:
     """A gs:// destination needs credentials (or the storage emulator) to read its IAM back: say so up front."""
-    if not destination or not destination.startswith("gs://") or platform().storage_emulator_host:
+    from rlcleanup.runtime.backends import StorageUnreachable, check_storage_reachable
+
+    if not destination or not destination.startswith("gs://"):
+        return None
+    if platform().storage_emulator_host:
+        try:
+            check_storage_reachable(destination)
+        except StorageUnreachable as exc:
+            return str(exc)
         return None
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError

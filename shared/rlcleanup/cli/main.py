@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from rlcleanup.cli.authority import register as register_authority_commands
+from rlcleanup.cli.doctor import register as register_doctor_command
 from rlcleanup.cli.operator import operator_errors
 from rlcleanup.cli.operator import register as register_operator_commands
 from rlcleanup.cli.options import (
@@ -26,6 +27,7 @@ from rlcleanup.cli.options import (
     db_path,
 )
 from rlcleanup.cli.recover import register as register_recover_command
+from rlcleanup.cli.rerun import Rerun, prepare_rerun, preserve_target_problem
 from rlcleanup.cli.similar import register as register_similar_command
 from rlcleanup.cli.stack_cmds import register as register_stack_commands
 from rlcleanup.cli.storage_cmds import register as register_storage_commands
@@ -116,7 +118,7 @@ def run(  # noqa: C901 -- a typer command: one check per option before the run s
     from rlcleanup.cli.render import summary
     from rlcleanup.cli.runroots import has_run_config
     from rlcleanup.ports.storage import UnknownSchemeError
-    from rlcleanup.runtime.backends import check_scheme, open_storage
+    from rlcleanup.runtime.backends import check_scheme, check_storage_reachable, open_storage
     from rlcleanup.runtime.embedded import run_embedded
     from rlcleanup.uris import is_local
 
@@ -136,10 +138,15 @@ def run(  # noqa: C901 -- a typer command: one check per option before the run s
     db_file = db_path(db)
     # The pipeline's own warnings are on the record; stderr carries only the one-line reason below.
     logging.getLogger("rlcleanup").addHandler(logging.NullHandler())
+    redo: Rerun | None = None
     try:
+        check_storage_reachable(uri, preserve)  # a stopped stack's STORAGE_EMULATOR_HOST: the fix, at once
+        if preserve is not None and (problem := preserve_target_problem(preserve)) is not None:
+            _fail(*problem)
         if not has_run_config(open_storage(), uri):
             _fail(_not_a_run(run_uri, local), EXIT_USAGE)
-        kept = _prepare_rerun(uri, db_file) if rerun else None
+        redo = prepare_rerun(uri, db_file) if rerun else None
+        kept = redo.kept if redo is not None else None
         if kept is not None:
             # Evidence is write-once: a re-run preserves into its own location, the first capture stays as it was.
             from rlcleanup.paths import default_preserve_root
@@ -166,10 +173,16 @@ def run(  # noqa: C901 -- a typer command: one check per option before the run s
     except typer.Exit:
         raise
     except PermanentError as exc:  # refused before the run had a record of its own (e.g. its id is another's)
-        _fail(f"could not process {run_uri}: {exc.code}: {' '.join(str(exc).split())}")
+        kept_as = f"; {redo.undo(None)}" if redo is not None else ""
+        _fail(f"could not process {run_uri}: {exc.code}: {' '.join(str(exc).split())}{kept_as}")
         return
     except Exception as exc:  # one line, not a traceback: the record could not be written
-        _fail(f"could not process {run_uri}: {type(exc).__name__}: {exc}")
+        kept_as = f"; {redo.undo(None)}" if redo is not None else ""
+        _fail(f"could not process {run_uri}: {type(exc).__name__}: {exc}{kept_as}")
+        return
+    if redo is not None and not redo.finished(record):  # never replace a finished record with one that is not
+        reason = _errors_text(record) if record is not None else " (no record was written)"
+        _fail(f"the rerun of {run_uri} could not finish{reason}; {redo.undo(record)}")
         return
     if record is None:
         _fail(f"no completion record was written for {run_uri}")
@@ -238,24 +251,6 @@ def _interrupted(uri: str, run_uri: str, db_file: Path) -> str:
         f"interrupted: run {run_id} is in progress with {len(done)} of {len(staged)} stages done; "
         f"left: {', '.join(left) or 'nothing'}. {how[0].upper()}{how[1:]}"
     )
-
-
-def _prepare_rerun(uri: str, db_file: Path) -> str | None:
-    """Archive the run's record (if any) and clear its step claims; returns where the old record went."""
-    from rlcleanup.cli import maintenance
-    from rlcleanup.runtime.backends import StoreBackend, open_storage
-    from rlcleanup.runtime.embedded import bound_run_id_of
-
-    opened = open_store(
-        StoreBackend.sqlite, db_file, None, create=True
-    )  # `run` writes SQLite records, so re-runs clear them
-    run_id = bound_run_id_of(opened.store, open_storage(), uri)
-    old = opened.store.get(run_id) if run_id else None
-    if old is None or run_id is None:
-        return None
-    kept = maintenance.archive(opened, old)
-    maintenance.reset_for_rerun(opened, run_id)
-    return kept
 
 
 @app.command(epilog=EXIT_CODES)
@@ -437,6 +432,7 @@ register_storage_commands(app)  # storage, restore, quarantine-expire: cli/stora
 register_similar_command(app)  # similar: cli/similar.py (learning across runs)
 register_recover_command(app)  # recover: cli/recover.py (a run the record store lost)
 register_stack_commands(app)  # stack up, down, status: cli/stack_cmds.py
+register_doctor_command(app)  # doctor: cli/doctor.py
 
 
 def main() -> None:

@@ -146,8 +146,9 @@ def status(
         console.print("no runs match" if state else "no runs yet: `rlcleanup run RUN_ROOT` processes one")
 
 
-# Below this many columns the table drops "updated" and shortens headers, so every key column (status, terminal
-# state, selection) stays whole on an 80-column terminal; the run id wraps (folds), it is never cut.
+# Below this many columns the table drops "updated" and shortens headers. A run id is never wrapped nor cut (it is
+# what a person copies into the next command): on a narrow terminal the other columns give way, cut with an
+# ellipsis, the selection first (issue 47).
 _WIDE = 110
 
 
@@ -164,9 +165,11 @@ def status_table(records: list[CompletionRecord], title: str, width: int) -> Any
         pad_edge=False,
         collapse_padding=True,
     )
-    table.add_column("run id", overflow="fold", min_width=12)
-    for col in ("status", "terminal state" if wide else "terminal", "selection"):
-        table.add_column(col, no_wrap=True)  # vocabulary words: whole or not at all
+    longest = max((len(r.run_id) for r in records), default=12)
+    table.add_column("run id", no_wrap=True, overflow="ignore", min_width=max(12, longest))
+    for col in ("status", "terminal state" if wide else "terminal"):
+        table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=4)
+    table.add_column("selection", no_wrap=True, overflow="ellipsis", ratio=1)  # gives way first
     errors = wide or any(r.errors for r in records)  # narrow: the column only when some run has errors
     if errors:
         table.add_column("errors" if wide else "err", no_wrap=True, justify="right")
@@ -285,6 +288,9 @@ def report(
     backend: BackendOption = None,
     project: ProjectOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="same as --format json")] = False,
+    every_row: Annotated[
+        bool, typer.Option("--all", help="every candidate on its own row (identical ones are folded into ranges)")
+    ] = False,
 ) -> None:
     """Render a run's completion record: the verdict line, then the evidence, with the chain timeline.
 
@@ -298,7 +304,9 @@ def report(
     inputs = load_inputs(open_storage(), record)
     # The picture costs ~1 s of matplotlib: draw it only where it will be seen.
     kind = fmt.value
-    rendered = render_report(inputs, with_timeline=kind == "html" or (kind == "md" and out is not None))
+    rendered = render_report(
+        inputs, with_timeline=kind == "html" or (kind == "md" and out is not None), every_row=every_row
+    )
     image = "timeline.png" if rendered.timeline is not None and out is not None else None
     if kind == "json":
         text = json.dumps(rendered.as_json(), indent=2)

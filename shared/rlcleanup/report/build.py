@@ -13,7 +13,7 @@ from rlcleanup.report.fold import headline
 from rlcleanup.report.inputs import ReportInputs
 from rlcleanup.report.reasons import terminal_reasons
 from rlcleanup.report.storage import storage_section
-from rlcleanup.report.verdict import authority_lines, build_verdict, selection_state
+from rlcleanup.report.verdict import authority_lines, build_verdict, selection_state, summarise_steps
 from rlcleanup.report.which import which_table
 
 
@@ -139,24 +139,68 @@ def _candidate_state(c: Candidate) -> str:
     return state
 
 
-def _candidates(r: CompletionRecord) -> Section:
+# Consecutive candidates whose rows say the same (state, size, shards, bytes, no problem nor warning) are one row
+# from this many on: 40 identical rows read as one range (issue 47); `report --all` lists every candidate.
+FOLD_AT = 3
+
+
+def _candidate_row(c: Candidate) -> list[str]:
+    return [
+        str(c.step),
+        _candidate_state(c),
+        _v(c.size_label or c.parameter_count),
+        str(c.shard_count),
+        _v(c.total_bytes),
+        str(len(c.problems)),
+        c.uri,
+    ]
+
+
+def _folded_rows(r: CompletionRecord) -> tuple[list[list[str]], int]:
+    """The candidates' rows in step order, runs of FOLD_AT or more identical ones as one row (steps as ranges,
+    the uri their common directory); the selected step is never folded away. Returns (rows, rows folded)."""
+    chosen = r.selection.step if r.selection is not None else None
+    groups: list[list[Candidate]] = []
+    for c in sorted(r.candidates, key=lambda c: c.step):
+        same = (
+            groups
+            and c.step != chosen
+            and groups[-1][-1].step != chosen
+            and not (c.problems or c.warnings or groups[-1][-1].problems or groups[-1][-1].warnings)
+            and _candidate_row(c)[1:6] == _candidate_row(groups[-1][-1])[1:6]
+        )
+        if same:
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    rows: list[list[str]] = []
+    folded = 0
+    for group in groups:
+        if len(group) < FOLD_AT:
+            rows += [_candidate_row(c) for c in group]
+            continue
+        folded += len(group)
+        first = _candidate_row(group[0])
+        parent = group[0].uri.rstrip("/").rsplit("/", 1)[0]
+        steps = summarise_steps([c.step for c in group])
+        rows.append([f"{steps} ({len(group)})", *first[1:6], parent])
+    return rows, folded
+
+
+def _candidates(r: CompletionRecord, *, every_row: bool = False) -> Section:
     if not r.candidates:
         return Section("Candidates", "candidates", [Para("No export candidate was found.", BAD)])
-    rows = [
-        [
-            str(c.step),
-            _candidate_state(c),
-            _v(c.size_label or c.parameter_count),
-            str(c.shard_count),
-            _v(c.total_bytes),
-            str(len(c.problems)),
-            c.uri,
-        ]
-        for c in r.candidates
-    ]
+    rows, folded = ([_candidate_row(c) for c in r.candidates], 0) if every_row else _folded_rows(r)
     blocks: list[Block] = [
         Table(["step", "state", "parameters", "shards", "bytes", "problems", "uri"], rows, root=r.run_uri)
     ]
+    if folded:
+        blocks.append(
+            Para(
+                f"{folded} identical candidates are folded into ranges (their common directory); "
+                f"`rlcleanup report {r.run_id} --all` lists every one."
+            )
+        )
     for c in r.candidates:
         if c.problems:
             blocks.append(Para(f"Step {c.step} problems:", BAD))
@@ -250,7 +294,8 @@ def _errors(r: CompletionRecord) -> Section:
     return Section("rlcleanup errors", "errors", [Table(["step", "code", "message", "at"], rows)])
 
 
-def build_document(inputs: ReportInputs, *, with_figure: bool = True) -> Document:
+def build_document(inputs: ReportInputs, *, with_figure: bool = True, every_row: bool = False) -> Document:
+    """`every_row`: every candidate on its own row (`report --all`), no identical rows folded into ranges."""
     r = inputs.record
     sections = [
         _person(r),
@@ -259,7 +304,7 @@ def build_document(inputs: ReportInputs, *, with_figure: bool = True) -> Documen
         _terminal(r),
         _cause(r),
         failure_section(r),
-        _candidates(r),
+        _candidates(r, every_row=every_row),
         _selection(r),
         _which(r),
         _resume(r),
@@ -272,4 +317,29 @@ def build_document(inputs: ReportInputs, *, with_figure: bool = True) -> Documen
         verdict=build_verdict(r),
         sections=[s for s in sections if s is not None],
         title=f"rlcleanup report: {r.run_id}",
+        facts=banner_facts(r),
     )
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours < 48 else f"{hours / 24:.1f} days"
+
+
+def banner_facts(r: CompletionRecord) -> list[str]:
+    """What the banner says under the verdict (issue 47): the first cause with its message (the verdict names only
+    its type), when the run ended and how long it ran, from its first attempt's start."""
+    facts: list[str] = []
+    cause = r.first_failure_cause
+    if cause is not None:
+        message = " ".join(cause.message.split())
+        facts.append(f"cause: {cause.error_type}: {message[:297] + '…' if len(message) > 300 else message}")
+    if r.ended_at is not None:
+        facts.append(f"ended {r.ended_at:%Y-%m-%d %H:%M} UTC")
+        starts = [a.started_at for a in r.chain.attempts if a.started_at is not None]
+        if starts and min(starts) < r.ended_at:
+            facts.append(f"ran {_duration((r.ended_at - min(starts)).total_seconds())}")
+    return facts

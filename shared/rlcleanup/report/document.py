@@ -89,3 +89,5 @@ class Document:
     verdict: Verdict
     sections: list[Section]
     title: str
+    # Under the verdict: the cause's own message, when the run ended and how long it ran (what is known).
+    facts: list[str] = field(default_factory=list)

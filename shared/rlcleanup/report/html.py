@@ -29,6 +29,7 @@ header h1 { margin: 0 0 6px; font-size: 15px; font-weight: 600; color: var(--mut
 .line { margin: 0; font-size: 19px; font-weight: 600; }
 .part.good { color: var(--good); } .part.warn { color: var(--warn); } .part.bad { color: var(--bad); }
 .sep { color: var(--muted); padding: 0 4px; }
+.facts { margin: 6px 0 0; font-size: 14px; overflow-wrap: anywhere; }
 nav { margin: 14px auto; font-size: 13px; } nav a { margin-right: 14px; color: #1a5fb4; }
 section { background: #fff; border: 1px solid var(--rule); border-radius: 8px; padding: 4px 20px 14px;
   margin: 16px 0; }
@@ -58,7 +59,7 @@ p, li, summary { overflow-wrap: anywhere; }
 @media (max-width: 600px) {
   main, header, nav, footer { padding: 0 8px; }
   header.verdict { margin-top: 8px; padding: 10px 12px; border-left-width: 5px; }
-  .line { font-size: 16px; } .sep { display: none; } .part { display: block; }
+  .line { font-size: 16px; } .sep { display: none; } .part { display: block; } .facts span { display: block; }
   section { padding: 2px 10px 10px; }
 }
 figcaption { font-size: 12px; color: var(--muted); }
@@ -80,7 +81,7 @@ def _cell(text: str, root: str | None) -> str:
     is in the page, laid out but not drawn), and breakable only after a `/` (<wbr>), never inside a name. Any other
     text wraps between words only."""
     if not _URI.fullmatch(text):
-        return escape(text)
+        return _inline(text)
     shown, dropped = text, ""
     if root and text.startswith(root.rstrip("/") + "/"):
         dropped = root.rstrip("/") + "/"
@@ -90,14 +91,23 @@ def _cell(text: str, root: str | None) -> str:
     return f'<code class="uri" title="{escape(text)}">{hidden}{parts}</code>'
 
 
+_BACKTICKED = re.compile(r"`([^`\n]+)`")
+
+
+def _inline(text: str) -> str:
+    """Prose with its Markdown code spans (`rlcleanup grant ...`, the text Markdown shows as code) as <code>: the
+    HTML shows no raw backticks (issue 47). Escaped first, so a span is data, never markup."""
+    return _BACKTICKED.sub(r"<code>\1</code>", escape(text))
+
+
 def _block(block: Block, svg: str | None) -> str:
     if isinstance(block, Para):
-        return f'<p class="{block.tone}">{escape(block.text)}</p>'
+        return f'<p class="{block.tone}">{_inline(block.text)}</p>'
     if isinstance(block, Bullets):
         items = "".join(
-            f"<li><details><summary>{escape(item)}</summary><p>{escape(full)}</p></details></li>"
+            f"<li><details><summary>{_inline(item)}</summary><p>{_inline(full)}</p></details></li>"
             if full
-            else f"<li>{escape(item)}</li>"
+            else f"<li>{_inline(item)}</li>"
             for item, full in block.folded()
         )
         return f'<ul class="{block.tone}">{items}</ul>'
@@ -123,6 +133,11 @@ def render_html(doc: Document, *, svg: str | None = None, footer: str = "") -> s
     v = doc.verdict
     sep = '<span class="sep">·</span>'
     parts = sep.join(f'<span class="part {p.tone}" data-key="{p.key}">{escape(p.text)}</span>' for p in v.parts)
+    facts = (
+        '<p class="facts" id="facts">' + sep.join(f"<span>{escape(f)}</span>" for f in doc.facts) + "</p>"
+        if doc.facts
+        else ""
+    )
     nav = "".join(f'<a href="#{s.anchor}">{escape(s.title)}</a>' for s in doc.sections)
     sections = "".join(
         f'<section id="{s.anchor}"><h2>{escape(s.title)}</h2>'
@@ -137,6 +152,6 @@ def render_html(doc: Document, *, svg: str | None = None, footer: str = "") -> s
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>{escape(doc.title)}</title><style>{CSS}</style></head>\n"
         f'<body><header class="verdict {v.tone}"><h1>{escape(doc.title)}</h1>'
-        f'<p class="line" id="verdict">{escape(v.run_id)}: {parts}</p></header>\n'
+        f'<p class="line" id="verdict">{escape(v.run_id)}: {parts}</p>{facts}</header>\n'
         f"<nav>{nav}</nav>\n<main>{sections}</main>\n<footer>{escape(footer)}</footer></body></html>\n"
     )

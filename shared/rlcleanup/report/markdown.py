@@ -61,6 +61,8 @@ def _block(block: Block, image: str | None) -> str:
 def render_markdown(doc: Document, *, image: str | None = None) -> str:
     """`image` is the timeline PNG's path relative to where the Markdown is written (None: not written)."""
     out = [f"# {escape(doc.title)}", "", f"**Verdict:** {escape(doc.verdict.line)}", ""]
+    if doc.facts:
+        out += [" · ".join(escape(f) for f in doc.facts), ""]
     out += [" · ".join(f"[{s.title}](#{s.anchor})" for s in doc.sections), ""]
     for section in doc.sections:
         out += [f'<a id="{section.anchor}"></a>', f"## {escape(section.title)}", ""]

@@ -107,7 +107,7 @@ def build_notice(
     run = one_line(record.run_id, 120)
     if not needs:
         subject = f"rlcleanup: run {run} finished, nothing needs a person"
-        lines = [subject, one_line(verdict)]
+        lines = [subject, one_line(verdict), *_context(reported)]
     else:
         subject = f"rlcleanup: run {run} needs a person" + {
             "due_soon": " (deadline soon)",
@@ -116,6 +116,7 @@ def build_notice(
         shown = [one_line(n, 300) for n in needs[:NEEDS_SHOWN]]
         more = f" (+{len(needs) - NEEDS_SHOWN} more)" if len(needs) > NEEDS_SHOWN else ""
         lines = [subject, one_line(verdict), "needed: " + "; ".join(shown) + more, _by(record, now, how_urgent)]
+        lines += _context(reported)
         lines.append("command: " + one_line(_command(record, signature_id), 300))
     text = "\n".join(lines)
     if len(text) > MAX_NOTICE_CHARS:
@@ -123,6 +124,36 @@ def build_notice(
     return Notice(
         run_id=record.run_id, digest=state_digest(reported, verdict, how_urgent), subject=subject[:200], text=text
     )
+
+
+_URL_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/-_.~")
+
+
+def _percent_encoded(path: str) -> str:
+    """RFC 3986 percent-encoding of a path (what urllib.parse.quote(path, safe="/") gives; policy imports no
+    urllib, pyproject's import contracts)."""
+    return "".join(c if c in _URL_SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in path)
+
+
+def report_link(uri: str) -> str:
+    """Where a person opens the report: a gs:// object as its authenticated browser URL (storage.cloud.google.com
+    serves it to whoever may read the bucket), anything else (a local path, s3://) as its location."""
+    if uri.startswith("gs://"):
+        return "https://storage.cloud.google.com/" + _percent_encoded(uri.removeprefix("gs://"))
+    return uri
+
+
+def _context(record: CompletionRecord) -> list[str]:
+    """Where the run is, where its report is, and the first error's own text (issue 47: a message that names a
+    failure says which)."""
+    lines = ["run: " + one_line(record.run_uri, 300)]
+    if record.report_uri:
+        lines.append("report: " + one_line(report_link(record.report_uri), 400))
+    if record.errors:
+        first = record.errors[0]
+        more = f" (+{len(record.errors) - 1} more)" if len(record.errors) > 1 else ""
+        lines.append("error: " + one_line(f"{first.step}: {first.code}: {first.message}", 400) + more)
+    return lines
 
 
 def _by(record: CompletionRecord, now: datetime, how_urgent: str) -> str:

@@ -58,9 +58,10 @@ class RenderedReport:
         }
 
 
-def render_report(inputs: ReportInputs, *, with_timeline: bool = True) -> RenderedReport:
+def render_report(inputs: ReportInputs, *, with_timeline: bool = True, every_row: bool = False) -> RenderedReport:
     timeline = render_timeline(inputs) if with_timeline else None
-    return RenderedReport(build_document(inputs, with_figure=timeline is not None), timeline, inputs.record)
+    document = build_document(inputs, with_figure=timeline is not None, every_row=every_row)
+    return RenderedReport(document, timeline, inputs.record)
 
 
 def _write(storage: Storage, dest: str, stem: str, ext: str, data: bytes, content_type: str) -> str:

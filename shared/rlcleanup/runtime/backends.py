@@ -67,6 +67,26 @@ STACK_FIX = (
 )
 
 
+class StorageUnreachable(PermanentError):
+    """STORAGE_EMULATOR_HOST names a GCS emulator nobody answers at: a gs:// URI would be retried for minutes."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("storage_unreachable", message)
+
+
+def check_storage_reachable(*uris: str | None) -> None:
+    """StorageUnreachable, at once (one TCP connect), when a gs:// URI is to be read or written through a storage
+    emulator that is gone (a stopped stack whose STORAGE_EMULATOR_HOST stayed set): the GCS client would retry it
+    for about two minutes and end in a raw RetryError. Firestore and Pub/Sub are checked the same way."""
+    emulator = platform().storage_emulator_host
+    if not emulator or not any(u is not None and u.startswith("gs://") for u in uris):
+        return
+    if not _emulator_reachable(emulator):
+        raise StorageUnreachable(
+            emulator_down("GCS storage", "STORAGE_EMULATOR_HOST", emulator, "use real GCS (with credentials)")
+        )
+
+
 def emulator_down(service: str, variable: str, host: str, without: str) -> str:
     """One wording for every emulator a command found dead: where, which variable, and the fix."""
     return f"the {service} emulator at {host} ({variable}) is not reachable: {STACK_FIX} to {without}"

@@ -71,6 +71,7 @@ class EmbeddedStack:
             # Awaited: this stack has no later redelivery to see the job's outcome (runtime/copy_job.py).
             large_copy_job=large_copy_job(settings, job_args, wait=True),
             topology=topology,
+            embedded=True,
         )
         stack = cls(ports=ports, bus=bus, table=table)
         functions = topology.functions

@@ -155,9 +155,14 @@ def mark_run_failed(p: Ports, run_id: str, step: str, code: str, message: str) -
     if record is None or record.status is not RecordStatus.in_progress:
         return
     p.records.add_errors(run_id, [RunError(step=step, code=code, message=message[:2000])])
+    redo = (
+        f"`rlcleanup run {record.run_uri} --rerun`"
+        if p.embedded
+        else "re-emit the run's terminal event (`rlcleanup emit --run-uri ... --state ...`)"
+    )
     remaining = [
         *record.remaining_work,
-        f"rlcleanup could not finish step {step} ({code}): see errors[]; after a fix, re-emit the run's terminal event",
+        f"rlcleanup could not finish step {step} ({code}): see errors[]; after a fix, {redo}",
     ]
     fields: dict[str, Any] = {"status": RecordStatus.failed.value, "remaining_work": remaining}
     if record.ended_at is None:  # the terminal-state step never ran: the run had ended by the time its event came

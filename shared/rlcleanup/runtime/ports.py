@@ -91,6 +91,9 @@ class Ports:
     # The pipeline graph the handlers run in (claim keys, fan-outs, barriers): the packaged topology.yaml, or the
     # one the dispatching stage table was checked against (runtime/stage_table.py).
     topology: Topology = field(default_factory=load_topology)
+    # The embedded default (`rlcleanup run`): no sweep and no event source; a to-do for a person names the
+    # command that redoes a run there (`rlcleanup run ROOT --rerun`), not the terminal event a deployment re-emits.
+    embedded: bool = False
 
     # Read-only views of the settings, under the names the handlers use (e.g. `p.run_buckets`).
     preserve_root = _FromSettings[str | None]()  # where evidence goes unless the event names a place

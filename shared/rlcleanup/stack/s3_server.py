@@ -181,7 +181,9 @@ def client_env(endpoint: str) -> dict[str, str]:
         "AWS_ACCESS_KEY_ID": ADMIN_KEY,
         "AWS_SECRET_ACCESS_KEY": ADMIN_SECRET,
         "AWS_REGION": REGION,
-        "AWS_S3_ADDRESSING_STYLE": "path",  # 127.0.0.1 has no per-bucket host names
+        # No AWS_S3_ADDRESSING_STYLE: exported into a shell it would turn every other endpoint path-style too (a
+        # CoreWeave command run in the same shell). 127.0.0.1 has no per-bucket host names, and an IP endpoint is
+        # path-style by the adapter's own rule (adapters/s3_client.S3Endpoint.path_style) and by botocore's.
     }
 
 

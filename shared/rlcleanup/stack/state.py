@@ -20,7 +20,6 @@ CLIENT_ENV_NAMES = (
     "AWS_ACCESS_KEY_ID",
     "AWS_ENDPOINT_URL",
     "AWS_REGION",
-    "AWS_S3_ADDRESSING_STYLE",
     "AWS_SECRET_ACCESS_KEY",
     "FIRESTORE_EMULATOR_HOST",
     "GOOGLE_CLOUD_PROJECT",
@@ -45,9 +44,15 @@ def client_env(project: str, ports: dict[str, int], buckets: dict[str, str], s3_
     }
 
 
+# What earlier versions of `stack up` exported and this one no longer does: `stack down` still unsets them, so a
+# shell that evaluated an older `stack up` is cleaned too (AWS_S3_ADDRESSING_STYLE=path leaked into every other S3
+# endpoint used from that shell, issue 47 item 7).
+FORMER_CLIENT_ENV_NAMES = ("AWS_S3_ADDRESSING_STYLE",)
+
+
 def unset_line(state: StackState | None) -> str:
     """The shell line that forgets the stack's variables (`eval "$(rlcleanup stack down)"`)."""
-    names = set(CLIENT_ENV_NAMES) | set(state.env if state else ())
+    names = set(CLIENT_ENV_NAMES) | set(FORMER_CLIENT_ENV_NAMES) | set(state.env if state else ())
     return "unset " + " ".join(sorted(names))
 
 
