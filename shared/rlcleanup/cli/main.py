@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from rlcleanup.cli.authority import register as register_authority_commands
+from rlcleanup.cli.doctor import register as register_doctor_command
 from rlcleanup.cli.operator import operator_errors
 from rlcleanup.cli.operator import register as register_operator_commands
 from rlcleanup.cli.options import (
@@ -48,19 +49,22 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, help=__doc__, epilo
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
+        from rlcleanup.cli.doctor import version_line
 
-        try:
-            typer.echo(f"rlcleanup {version('rlcleanup')}")
-        except PackageNotFoundError:  # running from a source tree without an install
-            typer.echo("rlcleanup (not installed)")
+        typer.echo(version_line())
         raise typer.Exit()
 
 
 @app.callback()
 def _root(
     _show_version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+        bool,
+        typer.Option(
+            "--version",
+            callback=_version,
+            is_eager=True,
+            help="print the version and the commit it was built from, and exit",
+        ),
     ] = False,
 ) -> None:
     """rlcleanup: cleanup of standard RL runs (see README.md)."""
@@ -437,6 +441,7 @@ register_storage_commands(app)  # storage, restore, quarantine-expire: cli/stora
 register_similar_command(app)  # similar: cli/similar.py (learning across runs)
 register_recover_command(app)  # recover: cli/recover.py (a run the record store lost)
 register_stack_commands(app)  # stack up, down, status: cli/stack_cmds.py
+register_doctor_command(app)  # doctor: cli/doctor.py
 
 
 def main() -> None:
