@@ -135,7 +135,12 @@ def _emulator(check: str, variable: str, host: str) -> Finding:
     except ProbeTimeout:
         up = False
     if up:
-        return Finding(check=check, state="ok", detail=f"emulator at {host} ({variable}) answers", facts=facts)
+        return Finding(
+            check=check,
+            state="ok",
+            detail=f"emulator at {host} ({variable}) answers",
+            facts=facts | {"reachable": True},
+        )
     return Finding(
         check=check,
         state="fail",
