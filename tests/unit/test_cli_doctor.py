@@ -146,6 +146,7 @@ def test_a_stopped_stacks_variables_are_reported_unreachable_at_once_with_the_fi
 
     diagnosis = json.loads(_doctor("--json")[1])
     assert diagnosis["usable"] is False
+    assert _findings(json.dumps(diagnosis))["record store"]["fix"] is None  # its line already names the fix
     assert diagnosis["missing"] == ["FIRESTORE_EMULATOR_HOST", "record store", "gs://"]
     gs = _findings(json.dumps(diagnosis))["gs://"]
     assert gs["fix"].startswith("start the stack") and gs["facts"]["reachable"] is False
@@ -210,6 +211,19 @@ def test_no_secret_value_is_ever_printed(tmp_path: Path, monkeypatch: pytest.Mon
         "buckets": ["cw-runs"],
     }
     assert found["notifications"]["facts"]["channels"] == ["webhook"]
+
+
+def test_an_emulator_that_answers_is_ok(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        live = f"127.0.0.1:{listening.getsockname()[1]}"
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://{live}")
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", live)
+        code, out, _ = _doctor()
+    assert code == 0, out
+    assert re.search(rf"^ok\s+gs://\s+emulator at http://{live} \(STORAGE_EMULATOR_HOST\) answers$", out, re.M), out
+    assert re.search(rf"^ok\s+PUBSUB_EMULATOR_HOST\s+emulator at {live} \(PUBSUB_EMULATOR_HOST\) answers$", out, re.M)
 
 
 def test_an_unknown_notification_channel_is_a_failure_naming_the_known_ones(monkeypatch: pytest.MonkeyPatch) -> None:

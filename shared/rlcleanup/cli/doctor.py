@@ -153,7 +153,7 @@ def _emulator(check: str, variable: str, host: str) -> Finding:
 def _record_store(backend: str | None, db: Path, project: str | None) -> tuple[Finding, Finding]:
     """The record store and, read from it, the approvers and their prefixes."""
     from rlcleanup.authority.approvers import list_approvers
-    from rlcleanup.runtime.backends import StoreBackend, chosen_backend, open_store
+    from rlcleanup.runtime.backends import StoreBackend, StoreSetupError, chosen_backend, open_store
 
     chosen = chosen_backend(backend)
     if chosen == StoreBackend.sqlite and not db.exists():
@@ -187,8 +187,9 @@ def _record_store(backend: str | None, db: Path, project: str | None) -> tuple[F
     )
     try:
         where, approvers = _bounded(STORE_DEADLINE_SECONDS, open_and_list)
-    except Exception as exc:  # the store's own wording names the fix (StoreSetupError), else say what failed
-        fix = None if "rlcleanup" in str(exc) or "set " in str(exc) else "check the --backend/--db/--project given"
+    except Exception as exc:
+        # A StoreSetupError's own words name the fix; anything else (a timeout, a defect) gets the general one.
+        fix = None if isinstance(exc, StoreSetupError) else "check the --backend/--db/--project given, and the network"
         return Finding(
             check="record store", state="fail", detail=_one_line(exc), fix=fix, facts=facts | {"reachable": False}
         ), Finding(check="approvers", state="info", detail="not read (the record store is not usable)")
