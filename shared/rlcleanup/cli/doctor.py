@@ -1,202 +1,456 @@
-"""`rlcleanup doctor`: everything a command would use, on one screen (issue 47, the habit of `gh auth status`,
-`gcloud info`, `wandb status`): the record store, the preserve root, credentials found per storage scheme and for
-the Hub, the local stack, the approvers and their prefixes, the notification channels. `--json` for scripts.
+"""`rlcleanup doctor [--json]`: one screen of what this rlcleanup would use, and what is missing.
 
-It reads, never writes (no records file is created) and never prints a secret: a credential is named by where it
-was found (a variable's name, a file's path), a webhook by its host. Exit 0 when every check passed, 3 when one
-failed (its line says the fix)."""
+Like `gh auth status`, `gcloud info` or `sky check`: the record store, the preserve root, the credentials found per
+storage scheme, the local stack, the approvers and the notification channels, each as one line with its fix when
+it is not usable. Nothing is taken from memory: each emulator variable set is probed, the stack's servers are
+probed. Every probe runs under a deadline (`_bounded`), so doctor answers within seconds even when an emulator or
+the metadata server never answers; a probe that fails is a line with the fix, never a traceback.
+
+Exit 0 when everything `rlcleanup run` needs is usable, 1 when something needed is missing (the lines marked
+`FAIL` say which). What only some runs need (Google credentials for gs://, S3 keys, a Hub token) is reported, and
+never fails the check.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Literal, TypeVar
 
 import typer
+from pydantic import BaseModel, Field
 
 from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
-from rlcleanup.cli.stores import EXIT_FAILURE, OperatorError, open_store
+from rlcleanup.textsafe import neutralise
 
-OK, WARN, FAIL = "ok", "note", "fail"
+State = Literal["ok", "info", "fail"]
+_T = TypeVar("_T")
+STORE_DEADLINE_SECONDS = 5.0  # opening the store and listing approvers (a real Firestore answers in well under it)
+PROBE_DEADLINE_SECONDS = 4.0  # anything else: credentials, the stack's servers, an emulator
 
 
-def _check(status: str, what: str, **details: Any) -> dict[str, Any]:
-    return {"status": status, "what": what, **details}
+class Finding(BaseModel):
+    """One line of the doctor's screen."""
+
+    check: str
+    state: State
+    detail: str
+    fix: str | None = None
+    facts: dict[str, object] = Field(default_factory=dict)  # for --json: the same facts, as fields
 
 
-def _records(backend: str | None, db: Path | None, project: str | None) -> dict[str, Any]:
-    from rlcleanup.runtime.backends import StoreBackend, chosen_backend
+class Diagnosis(BaseModel):
+    version: str
+    commit: str | None
+    usable: bool
+    missing: list[str]  # the checks that failed: what `rlcleanup run` would need
+    findings: list[Finding]
 
-    chosen = chosen_backend(backend_name(backend))
-    if chosen == StoreBackend.sqlite and not db_path(db).exists():
-        return _check(WARN, f"no records yet at {db_path(db)} (`rlcleanup run RUN_ROOT` creates it)", runs=0)
+
+class ProbeTimeout(Exception):
+    pass
+
+
+def _bounded(seconds: float, probe: Callable[[], _T]) -> _T:
+    """`probe()` on a daemon thread, waited on for `seconds`: a probe that never returns is abandoned (the process
+    exits without it) and reported as a timeout, so doctor itself never hangs."""
+    box: dict[str, object] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = probe()
+        except BaseException as exc:  # handed to the caller's thread, which reports it as a line
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, daemon=True, name="rlcleanup-doctor-probe")
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise ProbeTimeout(f"no answer within {seconds:g} s")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error as one line: a typed refusal (PermanentError, a timeout) by its own words, anything else with its
+    type, which is all a defect's message may lack."""
+    from rlcleanup.errors import PermanentError
+
+    text = " ".join(str(exc).split())
+    return text if isinstance(exc, PermanentError | ProbeTimeout) else f"{type(exc).__name__}: {text}"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        opened = open_store(backend_name(backend), db_path(db), project)
-        runs = sum(1 for _ in opened.store.list_runs(limit=1000))
-    except OperatorError as exc:
-        return _check(FAIL, str(exc))
-    return _check(OK, f"{opened.where}: {runs if runs < 1000 else '1000+'} run(s)", runs=runs, where=opened.where)
+        return version("rlcleanup")
+    except PackageNotFoundError:  # a source tree without an install
+        from rlcleanup import __version__
+
+        return __version__
 
 
-def _preserve_root() -> dict[str, Any]:
-    from rlcleanup.paths import default_preserve_root
-    from rlcleanup.settings import load_settings
+def version_line() -> str:
+    """`rlcleanup X.Y.Z (commit abc1234)`: the version and the commit it runs from (`--version`, doctor's head)."""
+    from rlcleanup.runtime.diagnostics import source_commit
 
-    configured = load_settings().preserve_root
-    root = configured or str(default_preserve_root())
-    origin = "RLCLEANUP_PRESERVE_ROOT" if configured else "the default"
-    if root.startswith("gs://"):
-        from rlcleanup.runtime.backends import StorageUnreachable, check_storage_reachable
-
-        try:
-            check_storage_reachable(root)
-        except StorageUnreachable as exc:
-            return _check(FAIL, str(exc), root=root)
-        return _check(OK, f"{root} ({origin})", root=root)
-    local = Path(root)
-    parent = next((p for p in (local, *local.parents) if p.exists()), None)
-    if parent is None or not os.access(parent, os.W_OK):
-        return _check(FAIL, f"{root} ({origin}) cannot be created: {parent} is not writable", root=root)
-    return _check(OK, f"{root} ({origin}{'' if local.exists() else ', created on first run'})", root=root)
+    commit = source_commit()
+    return f"rlcleanup {_version()} ({f'commit {commit}' if commit else 'commit unknown'})"
 
 
-def _credentials() -> dict[str, dict[str, Any]]:
-    """Where each scheme's credentials would come from: names and paths, never values."""
-    from rlcleanup.settings import platform, s3_endpoint_specs
+def _settings() -> Finding:
+    from rlcleanup.settings import SettingsError, load_settings
 
-    found: dict[str, dict[str, Any]] = {"file": _check(OK, "local files: no credentials needed")}
-    emulator = platform().storage_emulator_host
-    if emulator:
-        from rlcleanup.runtime.backends import StorageUnreachable, check_storage_reachable
+    try:
+        load_settings()
+    except SettingsError as exc:  # names the variable; a secret one's value is never in it
+        return Finding(check="settings", state="fail", detail=str(exc), fix="correct or unset the variable named")
+    return Finding(check="settings", state="ok", detail="every RLCLEANUP_* variable set is valid")
 
-        try:
-            check_storage_reachable("gs://")
-            found["gs"] = _check(OK, f"the storage emulator at {emulator} (STORAGE_EMULATOR_HOST)")
-        except StorageUnreachable as exc:
-            found["gs"] = _check(FAIL, str(exc))
-    else:
-        found["gs"] = _google_credentials()
-    endpoints = sorted(s3_endpoint_specs())
-    aws = [n for n in ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE") if os.environ.get(n)]
-    if aws or endpoints or Path("~/.aws/credentials").expanduser().is_file():
-        where = [*aws, *(f"RLCLEANUP_S3_ENDPOINT_{n.upper()}" for n in endpoints)] or ["~/.aws/credentials"]
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS"
-        found["s3"] = _check(OK, f"{', '.join(where)} (default endpoint {endpoint})", endpoints=endpoints)
-    else:
-        found["s3"] = _check(WARN, "none: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or one "
-                             "RLCLEANUP_S3_ENDPOINT_<NAME> per endpoint (docs/s3.md)")  # fmt: skip
-    token = next((n for n in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN") if os.environ.get(n)), None)
-    cached = Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser() / "token"
-    if token or cached.is_file():
-        found["hf"] = _check(OK, f"{token or cached} (endpoint {os.environ.get('HF_ENDPOINT', 'huggingface.co')})")
-    else:
-        found["hf"] = _check(WARN, "none: set HF_TOKEN (a write token) to hand off to the Hub (docs/hub.md)")
+
+def _emulators() -> list[Finding]:
+    """Each emulator variable the shell has: a stopped stack's leftovers make every command that reads them fail."""
+    found = []
+    for variable in ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST"):  # STORAGE_EMULATOR_HOST: the gs:// line
+        host = os.environ.get(variable, "").strip()
+        if not host:
+            continue
+        found.append(_emulator(variable, variable, host))
     return found
 
 
-def _google_credentials() -> dict[str, Any]:
-    import google.auth
-    from google.auth.exceptions import DefaultCredentialsError
+def _emulator(check: str, variable: str, host: str) -> Finding:
+    """One emulator variable, probed now (a TCP connect under its deadline)."""
+    from rlcleanup.runtime.backends import STACK_FIX
+    from rlcleanup.runtime.diagnostics import reachable
+
+    facts: dict[str, object] = {"variable": variable, "host": host}
+    try:
+        up = _bounded(PROBE_DEADLINE_SECONDS, lambda: reachable(host))
+    except ProbeTimeout:
+        up = False
+    if up:
+        return Finding(
+            check=check,
+            state="ok",
+            detail=f"emulator at {host} ({variable}) answers",
+            facts=facts | {"reachable": True},
+        )
+    return Finding(
+        check=check,
+        state="fail",
+        detail=f"emulator at {host} ({variable}) is not reachable",
+        fix=STACK_FIX,
+        facts=facts | {"reachable": False},
+    )
+
+
+def _record_store(backend: str | None, db: Path, project: str | None) -> tuple[Finding, Finding]:
+    """The record store and, read from it, the approvers and their prefixes."""
+    from rlcleanup.authority.approvers import list_approvers
+    from rlcleanup.runtime.backends import StoreBackend, StoreSetupError, chosen_backend, open_store
+
+    chosen = chosen_backend(backend)
+    if chosen == StoreBackend.sqlite and not db.exists():
+        parent = next((p for p in (db, *db.parents) if p.exists()), Path("/"))
+        if not os.access(parent, os.W_OK):
+            return Finding(
+                check="record store",
+                state="fail",
+                detail=f"SQLite {db}: cannot be created ({parent} is not writable)",
+                fix="pass --db PATH (or set RLCLEANUP_DB) to a writable place",
+                facts={"backend": "sqlite", "path": str(db)},
+            ), Finding(check="approvers", state="info", detail="none (no record store)")
+        store = Finding(
+            check="record store",
+            state="ok",
+            detail=f"SQLite {db} (no records yet: the first `rlcleanup run` creates it)",
+            facts={"backend": "sqlite", "path": str(db), "exists": False},
+        )
+        return store, _no_approvers()
+
+    def open_and_list() -> tuple[str, list[tuple[str, list[str], bool]]]:
+        opened = open_store(chosen, db, project)
+        approvers = list_approvers(opened.store)
+        return opened.where, [(a.approver_id, list(a.allowed_prefixes), a.revoked_at is None) for a in approvers]
+
+    facts: dict[str, object] = {"backend": str(chosen)}
+    facts |= (
+        {"path": str(db)}
+        if chosen == StoreBackend.sqlite
+        else {"project": project or os.environ.get("GOOGLE_CLOUD_PROJECT")}
+    )
+    try:
+        where, approvers = _bounded(STORE_DEADLINE_SECONDS, open_and_list)
+    except Exception as exc:
+        # A StoreSetupError's own words name the fix; anything else (a timeout, a defect) gets the general one.
+        fix = None if isinstance(exc, StoreSetupError) else "check the --backend/--db/--project given, and the network"
+        return Finding(
+            check="record store", state="fail", detail=_one_line(exc), fix=fix, facts=facts | {"reachable": False}
+        ), Finding(check="approvers", state="info", detail="not read (the record store is not usable)")
+    store = Finding(check="record store", state="ok", detail=where, facts=facts | {"reachable": True})
+    if not approvers:
+        return store, _no_approvers()
+    active = [(a, prefixes) for a, prefixes, live in approvers if live]
+    lines = "; ".join(f"{a}: {', '.join(prefixes)}" for a, prefixes in active) or "every one revoked"
+    revoked = len(approvers) - len(active)
+    return store, Finding(
+        check="approvers",
+        state="ok",
+        detail=lines + (f" ({revoked} revoked)" if revoked else ""),
+        facts={"approvers": [{"approver_id": a, "prefixes": p, "active": live} for a, p, live in approvers]},
+    )
+
+
+def _no_approvers() -> Finding:
+    return Finding(
+        check="approvers",
+        state="info",
+        detail="none registered (needed only to grant a publish or a reclaim)",
+        fix="`rlcleanup keygen --id NAME` then `rlcleanup approver add NAME --public-key KEY --prefix DEST`",
+        facts={"approvers": []},
+    )
+
+
+def _preserve_root() -> list[Finding]:
+    """Where `rlcleanup run` preserves evidence (its default), and the functions' own root when one is set."""
+    from rlcleanup.paths import default_preserve_root
+
+    root = default_preserve_root()
+    existing = next((p for p in (root, *root.parents) if p.exists()), Path("/"))
+    writable = existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+    facts: dict[str, object] = {"path": str(root), "writable": writable}
+    found = [
+        Finding(
+            check="preserve root", state="ok", detail=f"{root} (writable; `run --preserve-to` overrides)", facts=facts
+        )
+        if writable
+        else Finding(
+            check="preserve root",
+            state="fail",
+            detail=f"{root} is not writable ({existing} refuses)",
+            fix="set XDG_STATE_HOME to a writable directory, or pass `run --preserve-to DIR`",
+            facts=facts,
+        )
+    ]
+    functions_root = os.environ.get("RLCLEANUP_PRESERVE_ROOT", "").strip()
+    if functions_root:
+        found.append(
+            Finding(
+                check="functions preserve to",
+                state="info",
+                detail=f"{functions_root} (RLCLEANUP_PRESERVE_ROOT: the stack's and a deployment's functions)",
+                facts={"uri": functions_root},
+            )
+        )
+    return found
+
+
+def _gs() -> Finding:
+    from rlcleanup.runtime.diagnostics import google_credentials
+
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "").strip()
+    if emulator:  # the client goes to the emulator, anonymously: whether it answers is all that matters
+        return _emulator("gs://", "STORAGE_EMULATOR_HOST", emulator)
+    try:
+        found = _bounded(PROBE_DEADLINE_SECONDS, google_credentials)
+    except Exception as exc:
+        return Finding(
+            check="gs://",
+            state="info",
+            detail=f"Google credentials not determined: {_one_line(exc)}",
+            fix="`gcloud auth application-default login`, or GOOGLE_APPLICATION_CREDENTIALS=KEY.json",
+        )
+    if not found.found:
+        return Finding(
+            check="gs://",
+            state="info",
+            detail="no Google credentials (needed only for gs:// runs and Firestore)",
+            fix="`gcloud auth application-default login`, or GOOGLE_APPLICATION_CREDENTIALS=KEY.json",
+            facts={"credentials": None},
+        )
+    project = f", project {found.project}" if found.project else ""
+    return Finding(
+        check="gs://",
+        state="ok",
+        detail=f"Google Application Default Credentials ({found.kind}{project})",
+        facts={"credentials": found.kind, "project": found.project},
+    )
+
+
+def _s3() -> Finding:
+    from rlcleanup.runtime.diagnostics import s3_facts
+
+    facts = s3_facts()
+    endpoints = [
+        {"name": e.name, "endpoint": e.endpoint, "region": e.region, "credentials": e.credentials, "buckets": e.buckets}
+        for e in facts.endpoints
+    ]
+    if facts.problem:
+        return Finding(
+            check="s3://",
+            state="fail",
+            detail=facts.problem,
+            fix="correct the variable named",
+            facts={"endpoints": endpoints},
+        )
+    parts = [
+        f"{e.name}: {e.endpoint or 'AWS'} ({e.region}), {e.credentials}"
+        + (f", buckets {', '.join(e.buckets)}" if e.buckets else "")
+        for e in facts.endpoints
+    ]
+    keyed = any(e.credentials != "none" for e in facts.endpoints)
+    return Finding(
+        check="s3://",
+        state="ok" if keyed else "info",
+        detail="; ".join(parts) + ("" if keyed else " (needed only for s3:// runs)"),
+        fix=None if keyed else "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), see docs/s3.md",
+        facts={"endpoints": endpoints},
+    )
+
+
+def _hf() -> Finding:
+    from rlcleanup.runtime.diagnostics import shown_url
+    from rlcleanup.settings import HubSettings, SettingsError, read
 
     try:
-        _creds, project = google.auth.default()
-    except DefaultCredentialsError:
-        return _check(WARN, "none: set GOOGLE_APPLICATION_CREDENTIALS or run `gcloud auth application-default login`")
-    where = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or "application-default credentials"
-    return _check(OK, f"{where} (project {project or '?'})")
+        hub = read(HubSettings, secret=True)
+    except SettingsError as exc:
+        return Finding(check="hf://", state="fail", detail=str(exc), fix="correct the variable named")
+    facts = {"endpoint": shown_url(hub.endpoint), "token": hub.token is not None}
+    if hub.token:
+        return Finding(check="hf://", state="ok", detail=f"HF_TOKEN set, endpoint {facts['endpoint']}", facts=facts)
+    return Finding(
+        check="hf://",
+        state="info",
+        detail=f"no HF_TOKEN (needed only to publish to hf://), endpoint {facts['endpoint']}",
+        fix="export HF_TOKEN (a write token for the repos you publish to)",
+        facts=facts,
+    )
 
 
-def _stack() -> dict[str, Any]:
+def _stack() -> Finding:
     from rlcleanup.paths import stack_dir
     from rlcleanup.stack import status
 
     where = stack_dir()
-    states = status(where)
+    try:
+        states = _bounded(PROBE_DEADLINE_SECONDS * 2, lambda: status(where))
+    except Exception as exc:
+        return Finding(check="local stack", state="info", detail=f"{where}: not probed: {_one_line(exc)}")
     if not states:
-        return _check(OK, f"not running (none recorded in {where})", running=0, servers=0)
-    running = sum(states.values())
-    tone = OK if running == len(states) else FAIL
-    text = f"{running} of {len(states)} server(s) running in {where}"
-    if tone == FAIL:
-        text += ": `rlcleanup stack down` then `rlcleanup stack up`"
-    return _check(tone, text, running=running, servers=len(states))
+        return Finding(
+            check="local stack",
+            state="info",
+            detail=f"none recorded in {where} (needed only for the emulator mode)",
+            fix='`eval "$(rlcleanup stack up)"`',
+            facts={"state_dir": str(where), "servers": {}},
+        )
+    running = sorted(name for name, state in states.items() if state == "running")
+    others = sorted(f"{name} {state}" for name, state in states.items() if state != "running")
+    detail = f"{len(running)} of {len(states)} server(s) running in {where}" + (
+        f"; {', '.join(others)}" if others else ""
+    )
+    return Finding(
+        check="local stack",
+        state="ok" if not others else "info",
+        detail=detail,
+        fix=None if not others else "`rlcleanup stack restart NAME`, or `rlcleanup stack up` again",
+        facts={"state_dir": str(where), "servers": states},
+    )
 
 
-def _approvers(backend: str | None, db: Path | None, project: str | None) -> dict[str, Any]:
-    from rlcleanup.authority.approvers import list_approvers
-    from rlcleanup.runtime.backends import StoreBackend, chosen_backend
+def _notifications() -> Finding:
+    from rlcleanup.runtime.diagnostics import notify_channels
 
-    if chosen_backend(backend_name(backend)) == StoreBackend.sqlite and not db_path(db).exists():
-        return _check(WARN, "none registered", approvers=[])
+    channels = notify_channels()
+    facts: dict[str, object] = {"channels": list(channels.configured), "known": list(channels.known)}
+    if channels.problem:
+        return Finding(
+            check="notifications",
+            state="fail",
+            detail=channels.problem,
+            fix="set RLCLEANUP_NOTIFY_CHANNELS to known channels (docs/notifications.md)",
+            facts=facts,
+        )
+    if not channels.configured:
+        return Finding(
+            check="notifications",
+            state="info",
+            detail=f"no channel configured (known: {', '.join(channels.known)})",
+            fix="RLCLEANUP_NOTIFY_WEBHOOK_URL, or RLCLEANUP_NOTIFY_SMTP_HOST and _SMTP_TO",
+            facts=facts,
+        )
+    return Finding(check="notifications", state="ok", detail=", ".join(channels.configured), facts=facts)
+
+
+def _guarded(check: str, probe: Callable[[], Finding | list[Finding]]) -> list[Finding]:
+    """A check that raised is a line saying so, never a traceback."""
     try:
-        approvers = list_approvers(open_store(backend_name(backend), db_path(db), project).store)
-    except OperatorError as exc:
-        return _check(FAIL, str(exc), approvers=[])
-    rows = [
-        {"id": a.approver_id, "prefixes": a.allowed_prefixes, "revoked": a.revoked_at is not None} for a in approvers
-    ]
-    active = [a for a in approvers if a.revoked_at is None]
-    if not active:
-        return _check(WARN, "none active: `rlcleanup keygen --id NAME`, then `rlcleanup approver add`", approvers=rows)
-    text = "; ".join(f"{a.approver_id}: {', '.join(a.allowed_prefixes) or 'no prefix'}" for a in active)
-    return _check(OK, text, approvers=rows)
+        found = probe()
+    except Exception as exc:
+        return [Finding(check=check, state="fail", detail=f"could not be checked: {_one_line(exc)}")]
+    return found if isinstance(found, list) else [found]
 
 
-def _notifications() -> dict[str, Any]:
-    from rlcleanup.settings import NotifySettings as Notify
-    from rlcleanup.settings import SettingsError, read
+def diagnose(backend: str | None, db: Path, project: str | None) -> Diagnosis:
+    from rlcleanup.runtime.diagnostics import source_commit
 
-    try:
-        conf = read(Notify)
-    except SettingsError as exc:
-        return _check(FAIL, str(exc))
-    channels = []
-    if conf.webhook_url:
-        channels.append(f"{conf.webhook_kind} webhook at {urlsplit(conf.webhook_url).hostname}")
-    if conf.webhook_secret:
-        channels.append(f"{conf.webhook_kind} webhook from Secret Manager ({conf.webhook_secret.split('/')[3]})")
-    if conf.smtp_host and conf.smtp_to:
-        channels.append(f"e-mail via {conf.smtp_host}:{conf.smtp_port} to {len(conf.smtp_to)} recipient(s)")
-    if not channels:
-        return _check(WARN, "none: a run that needs a person is only on its record (RLCLEANUP_NOTIFY_*)", channels=[])
-    return _check(OK, "; ".join(channels), channels=channels)
+    findings: list[Finding] = []
+    findings += _guarded("settings", _settings)
+    findings += _guarded("emulators", _emulators)
+    findings += _guarded("record store", lambda: list(_record_store(backend, db, project)))
+    findings += _guarded("preserve root", _preserve_root)
+    findings += _guarded("gs://", _gs)
+    findings += _guarded("s3://", _s3)
+    findings += _guarded("hf://", _hf)
+    findings += _guarded("local stack", _stack)
+    findings += _guarded("notifications", _notifications)
+    missing = [f.check for f in findings if f.state == "fail"]
+    return Diagnosis(version=_version(), commit=source_commit(), usable=not missing, missing=missing, findings=findings)
 
 
-def doctor(
-    db: DbOption = None,
-    backend: BackendOption = None,
-    project: ProjectOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """What every command would use, on one screen: record store, preserve root, credentials per scheme, the
-    local stack, approvers and prefixes, notification channels. Reads only; never prints a secret."""
-    report: dict[str, Any] = {
-        "records": _records(backend, db, project),
-        "preserve_root": _preserve_root(),
-        "credentials": _credentials(),
-        "stack": _stack(),
-        "approvers": _approvers(backend, db, project),
-        "notifications": _notifications(),
-    }
-    checks = [v for k, v in report.items() if k != "credentials"] + list(report["credentials"].values())
-    failed = any(c["status"] == FAIL for c in checks)
-    if as_json:
-        typer.echo(json.dumps(report | {"ok": not failed}, indent=2))
+_MARK = {"ok": "ok", "info": "--", "fail": "FAIL"}
+
+
+def render(diagnosis: Diagnosis) -> str:
+    commit = f"commit {diagnosis.commit}" if diagnosis.commit else "commit unknown"
+    lines = [f"rlcleanup {diagnosis.version} ({commit})"]
+    width = max(len(f.check) for f in diagnosis.findings)
+    for f in diagnosis.findings:
+        lines.append(f"{_MARK[f.state]:4}  {f.check:{width}}  {f.detail}")
+        if f.fix:
+            lines.append(f"{'':4}  {'':{width}}  fix: {f.fix}")
+    if diagnosis.usable:
+        lines.append("usable: everything `rlcleanup run` needs is here (-- lines are needed only by some runs)")
     else:
-        from rlcleanup.textsafe import neutralise
-
-        mark = {OK: "✓", WARN: "·", FAIL: "✗"}
-        for name, check in report.items():
-            if name == "credentials":
-                for scheme, found in check.items():
-                    typer.echo(neutralise(f"{mark[found['status']]} credentials {scheme + ':':6} {found['what']}"))
-                continue
-            typer.echo(neutralise(f"{mark[check['status']]} {name.replace('_', ' '):18} {check['what']}"))
-    if failed:
-        raise typer.Exit(EXIT_FAILURE)
+        lines.append(f"not usable: {', '.join(diagnosis.missing)} (the FAIL lines say how to fix each)")
+    return "\n".join(lines)
 
 
 def register(app: typer.Typer) -> None:
-    app.command(epilog="Exit codes: 0 every check passed, 3 one failed (its line says the fix).")(doctor)
+    from rlcleanup.cli.stores import EXIT_CODES
+
+    @app.command(epilog=EXIT_CODES.replace("1 not found", "1 something needed is missing"))
+    def doctor(
+        db: DbOption = None,
+        backend: BackendOption = None,
+        project: ProjectOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """What this rlcleanup would use, each probed now: record store, preserve root, credentials per scheme,
+        local stack, approvers, notification channels, version. Exit 1 when something needed is missing.
+
+        Never prints a secret: credentials are present or not, endpoint URLs lose any user, password or query."""
+        diagnosis = diagnose(backend_name(backend), db_path(db), project)
+        if as_json:
+            typer.echo(neutralise(json.dumps(diagnosis.model_dump(mode="json"), indent=2)))
+        else:
+            typer.echo(neutralise(render(diagnosis)))
+        if not diagnosis.usable:
+            raise typer.Exit(1)

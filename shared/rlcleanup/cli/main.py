@@ -50,19 +50,22 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, help=__doc__, epilo
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
+        from rlcleanup.cli.doctor import version_line
 
-        try:
-            typer.echo(f"rlcleanup {version('rlcleanup')}")
-        except PackageNotFoundError:  # running from a source tree without an install
-            typer.echo("rlcleanup (not installed)")
+        typer.echo(version_line())
         raise typer.Exit()
 
 
 @app.callback()
 def _root(
     _show_version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+        bool,
+        typer.Option(
+            "--version",
+            callback=_version,
+            is_eager=True,
+            help="print the version and the commit it was built from, and exit",
+        ),
     ] = False,
 ) -> None:
     """rlcleanup: cleanup of standard RL runs (see README.md)."""
