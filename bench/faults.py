@@ -78,10 +78,13 @@ class Driver:
         if not local.exists():
             write_sample_run(local, scenario_name)
         self.upload = sample_uploader(self.gcs, local, state.buckets["runs"], "faults")
+        self.uploaded = 0
 
     def runs(self, n: int) -> list[tuple[str, str]]:
+        """N fresh run ends: every scenario's runs are new locations (never one an earlier scenario finished)."""
+        first, self.uploaded = self.uploaded, self.uploaded + n
         with ThreadPoolExecutor(8) as pool:
-            return list(pool.map(self.upload, range(n)))
+            return list(pool.map(self.upload, range(first, first + n)))
 
     def publish(self, runs: list[tuple[str, str]]) -> None:
         from rlcleanup.stack.emit import job_event, publish_event
