@@ -78,10 +78,13 @@ class Driver:
         if not local.exists():
             write_sample_run(local, scenario_name)
         self.upload = sample_uploader(self.gcs, local, state.buckets["runs"], "faults")
+        self.uploaded = 0
 
     def runs(self, n: int) -> list[tuple[str, str]]:
+        """N fresh run ends: every scenario's runs are new locations (never one an earlier scenario finished)."""
+        first, self.uploaded = self.uploaded, self.uploaded + n
         with ThreadPoolExecutor(8) as pool:
-            return list(pool.map(self.upload, range(n)))
+            return list(pool.map(self.upload, range(first, first + n)))
 
     def publish(self, runs: list[tuple[str, str]]) -> None:
         from rlcleanup.stack.emit import job_event, publish_event
@@ -130,22 +133,33 @@ class Driver:
             count += len(found) > 1
         return count
 
-    def recover_lost(self, runs: list[tuple[str, str]]) -> int:
+    def wait_taken_over(self, run_ids: list[str], timeout: float) -> None:
+        """Until on-job-event has started every re-driven run over (its lost_runs document marked recovered)."""
+        deadline = time.monotonic() + timeout
+        waiting = set(run_ids)
+        while waiting and time.monotonic() < deadline:
+            for run_id in list(waiting):
+                doc = self.db.collection("lost_runs").document(run_id).get(timeout=5)
+                if (doc.to_dict() or {}).get("recovered_at") is not None:
+                    waiting.discard(run_id)
+            time.sleep(0.5)
+
+    def recover_lost(self, runs: list[tuple[str, str]]) -> list[str]:
         """What `rlcleanup recover RUN_ID` does for every run the store lost: its kept event, published again."""
         from rlcleanup.adapters.firestore_records import FirestoreRunRecords
         from rlcleanup.runtime.recovery import NotLost, lost_run_event
         from rlcleanup.stack.emit import publish_event
 
         records = FirestoreRunRecords(project=self.state.project)
-        count = 0
+        recovered = []
         for _, run_id in runs:
             try:
                 event = lost_run_event(records, run_id)
             except NotLost:
                 continue
             publish_event(event, self.state.project)
-            count += 1
-        return count
+            recovered.append(run_id)
+        return recovered
 
 
 def run_scenario(driver: Driver, name: str, n: int, timeout: float, outage: float) -> Outcome:
@@ -175,9 +189,10 @@ def run_scenario(driver: Driver, name: str, n: int, timeout: float, outage: floa
     seen, _ = driver.settle(runs, timeout)
     if name == "firestore restart":
         lost_before = sum(1 for s in seen.values() if s == "failed")
-        outcome.recovered = driver.recover_lost(runs)
+        recovered = driver.recover_lost(runs)
+        outcome.recovered = len(recovered)
         outcome.note = f"{lost_before} failed record_store_lost before `recover`"
-        time.sleep(2.0)  # the re-emitted events reach on-job-event before the records are read again
+        driver.wait_taken_over(recovered, timeout)  # on-job-event started each lost run over
         seen, _ = driver.settle(runs, timeout)
     outcome.seconds = round(time.monotonic() - t0, 1)
     outcome.complete = sum(1 for s in seen.values() if s in COMPLETE)
