@@ -77,6 +77,7 @@ SHORT: list[list[str]] = [
     ["bench_latency.py", "--runs", "1", "--burst", "2"],
     ["bench_load.py", "--runs", "3"],
     ["faults.py", "--short"],
+    ["bench_failure_corpus.py"],
 ]
 # Not here: bench_load.py (200 run ends on the emulator stack: ~20-40 min on 2 shared cores). Run it on its own:
 #   .venv/bin/python bench/bench_load.py --runs 200
