@@ -6,10 +6,11 @@ order), where an infrastructure statement (parsing/infra_statements.py: the rayl
 the kubelet's node shutdown, the kernel's OOM killer, an Xid) outranks every other cause of its attempt: the Python
 exceptions around it are what the killed process and its peers printed as they went down; an exception line printed
 without its traceback (an orphan) counts only when the attempt has no other cause. Only when nothing causal exists,
-the earliest teardown error, as a symptom. Between the two: a failed Marin export step's own statement of its
-error (`export_failure_candidate`: the export writes no log of its own to storage, only its attempt record), so a
-run whose export failed late, its checkpoint gone from temp, names that error as its cause and not a teardown line
-of the training step. The record names the source that decided (`FailureCause.evidence_source`).
+the earliest teardown error, as a symptom. A failed Marin export step's own statement of its error
+(`export_failure_candidate`: the export writes no log of its own to storage, only its attempt record) comes first
+when the training step succeeded (every error its processes logged was recovered from), else between the logs'
+causal errors and the teardown fallback; so a run whose export failed late, its checkpoint gone from temp, names
+that error as its cause, never a teardown line or a recovered error of the training step. The record names the source that decided (`FailureCause.evidence_source`).
 """
 
 from __future__ import annotations
@@ -92,18 +93,27 @@ def find_first_cause(layout: RunLayout, scans: list[AttemptScan], receipts: list
     """The first cause by the evidence sources' trust order: the earliest failure receipt when any process wrote
     one (the process's own record of its first error), else the logs' first causal error (any log source: the
     driver's, a rotated pod log, a rank's Ray log, a termination artifact), named by the source it came from."""
+    exported = export_failure_candidate(layout)
+    if exported is not None and _training_succeeded(layout):
+        # The training step finished (its terminal record exists): whatever its processes logged, they recovered
+        # from; the run failed in its export, whose own error is the cause.
+        return FirstError(exported, max(len(scans) - 1, 0), True, SourceKind.attempt_record)
     if receipts:
         candidate = receipt_candidate(receipts[0], layout)
         index = next((i for i, s in enumerate(scans) if s.attempt_id == candidate.attempt_id), max(len(scans) - 1, 0))
         return FirstError(candidate, index, True, SourceKind.failure_receipt)
     first = find_first_error(scans)
-    if first is None or not first.causal:
-        exported = export_failure_candidate(layout)
-        if exported is not None:  # the export's own error is causal; a teardown line of the training is not
-            return FirstError(exported, max(len(scans) - 1, 0), True, SourceKind.attempt_record)
+    if exported is not None and (first is None or not first.causal):  # causal; a training teardown line is not
+        return FirstError(exported, max(len(scans) - 1, 0), True, SourceKind.attempt_record)
     if first is None:
         return None
     return replace(first, source=source_kind(first.candidate.source_uri, layout))
+
+
+def _training_succeeded(layout: RunLayout) -> bool:
+    """The training step wrote its terminal record (run-layout-v2.md §3: terminal.json only on success)."""
+    step = layout.training_step
+    return step is not None and step.role is StepRole.training and step.terminal is not None
 
 
 def export_failure_candidate(layout: RunLayout) -> ErrorCandidate | None:
