@@ -85,3 +85,17 @@ def test_a_training_attempts_failure_is_never_a_cause(tmp_path: Path) -> None:
     logs explain: the all-teardown run (Iris says 'task 0 exited with code 134') still has no cause."""
     verdict, fields = settle(write_sample_run(tmp_path / "runs", "all-teardown"))
     assert verdict.first_failure_cause is None and fields["first_failure_reason"] == "no_causal_error_found"
+
+
+def test_an_export_that_succeeded_on_a_retry_reports_no_export_error(tmp_path: Path) -> None:
+    """A failed first export attempt followed by a successful one (terminal.json written): nothing is owed."""
+    root = tmp_path / "runs"
+    run = write_sample_run(root, "protocol-v2")
+    (record_path,) = (run / "attempts").glob("*.json")
+    record = json.loads(record_path.read_text())
+    record["response"] |= {"state": "failed", "model": None, "failure": CONVERSION_FAILED}
+    (run / "attempts" / "000000000000.json").write_text(json.dumps(record))
+    verdict, fields = settle(run)
+    assert verdict.terminal_state is TerminalState.completed and verdict.decision is not None
+    assert verdict.decision.recovered_error is None and verdict.first_failure_cause is None
+    assert not any(CONVERSION_FAILED in s for s in fields["terminal_reasoning"] if s.startswith("An error was logged"))

@@ -92,7 +92,9 @@ def find_first_error(scans: list[AttemptScan]) -> FirstError | None:
 def find_first_cause(layout: RunLayout, scans: list[AttemptScan], receipts: list[FoundReceipt]) -> FirstError | None:
     """The first cause by the evidence sources' trust order: the earliest failure receipt when any process wrote
     one (the process's own record of its first error), else the logs' first causal error (any log source: the
-    driver's, a rotated pod log, a rank's Ray log, a termination artifact), named by the source it came from."""
+    driver's, a rotated pod log, a rank's Ray log, a termination artifact), named by the source it came from. A
+    failed export's own error (`export_failure_candidate`) comes before all of them when the training step
+    succeeded, else after the logs' causal errors and before their teardown."""
     exported = export_failure_candidate(layout)
     if exported is not None and _training_succeeded(layout):
         # The training step finished (its terminal record exists): whatever its processes logged, they recovered
@@ -125,7 +127,7 @@ def export_failure_candidate(layout: RunLayout) -> ErrorCandidate | None:
     its type and traceback are not kept. Only the export step's: a training attempt's `failure` is Iris's word on
     the job ("Iris job failed: task 0 exited with code 1"), which its logs explain."""
     for step in layout.steps:
-        if step.role is not StepRole.export:
+        if step.role is not StepRole.export or step.terminal is not None:  # terminal.json: a retry succeeded
             continue
         for attempt in step.attempts:  # discovery's chain order: the first failure is the first cause
             failure = attempt.response.get("failure")
