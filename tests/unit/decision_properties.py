@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.models.record import FailureCause
+from rlcleanup.parsing.attempt_logs import scan_attempt
+from rlcleanup.steps.layout import discover
+from rlcleanup.steps.settle import decision_fields, terminal_verdict
+from rlcleanup.steps.terminal import TerminalVerdict
 from rlcleanup.steps.terminal_decision import BudgetStatus, TerminalDecision
 
 # Sentences that say the budget was reached, and sentences that say it was not: a reasoning holds one kind or none.
@@ -26,6 +32,14 @@ SAYS_NOT_REACHED = re.compile(
 UNFINISHED_SAVE = re.compile(r"The marker names global_step_(\d+), whose Megatron save never wrote metadata\.json")
 # Sentences that present an error as the run's cause.
 NAMES_A_CAUSE = re.compile(r"^First causal error|as the first causal error|^The run's cause:")
+
+
+def settle(run: Path) -> tuple[TerminalVerdict, dict[str, Any]]:
+    """The run's terminal verdict as the pipeline's terminal step takes it, and the record fields it writes."""
+    storage = LocalStorage(checksums=False)
+    layout = discover(storage, str(run))
+    verdict, _ = terminal_verdict(storage, layout, [scan_attempt(storage, a) for a in layout.attempts])
+    return verdict, decision_fields(verdict)
 
 
 def _cause(record: Mapping[str, Any]) -> FailureCause | None:
@@ -44,6 +58,9 @@ def contradictions(decision: TerminalDecision | None, record: Mapping[str, Any])
     found: list[str] = []
     reasoning: list[str] = list(record.get("terminal_reasoning") or [])
     cause = _cause(record)
+    naming = [s for s in reasoning if NAMES_A_CAUSE.search(s)]
+    if cause is not None and not naming:
+        found.append(f"the field holds {cause.error_type} and no sentence names it as the cause")
     for sentence in reasoning:
         if NAMES_A_CAUSE.search(sentence):
             if cause is None:

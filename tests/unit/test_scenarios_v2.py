@@ -129,6 +129,25 @@ def test_export_failed_after_temp_checkpoints_expired(records: dict[str, Complet
     assert r.resume_safety is not None and not r.resume_safety.safe
     assert r.resume_safety.reasons[0].startswith("marker_missing: ")
     assert r.status is RecordStatus.complete
+    # Issue 44 item 3: the export step's own error (its attempt record's `response.failure`, the only place it is
+    # stored) is the first cause; it used to be null with "no error in the logs explains it".
+    cause = r.first_failure_cause
+    assert cause is not None and cause.evidence_source == "attempt_record"
+    assert (cause.error_type, cause.line, cause.attempt_id) == (
+        "export attempt failure",
+        1,
+        r.chain.steps[1].attempt_ids[0],
+    )
+    assert cause.message.startswith("Checkpoint file is missing or changed: ")
+    assert cause.message.endswith(
+        "/math-rl-export-expired-training/2026.11.30/checkpoints/global_step_20/trainer_state.pt"
+    )
+    assert cause.source_uri.endswith(f"/math-rl-export-expired/2026.11.30/attempts/{cause.attempt_id}.json")
+    (named,) = [line for line in r.terminal_reasoning if line.startswith("First causal error: ")]
+    assert f"export attempt failure: {cause.message} at {cause.source_uri}:1" in named
+    assert not any("no error in the logs explains it" in line for line in r.terminal_reasoning)
+    assert r.first_failure_reason is None and r.earliest_symptom is None
+    assert r.failure_evidence is not None and r.failure_evidence.evidence == "cause"
 
 
 def test_metrics_mode_has_no_checkpoints_by_design(records: dict[str, CompletionRecord]) -> None:

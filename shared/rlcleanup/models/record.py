@@ -56,7 +56,7 @@ class FailureCause(_Model):
     evidence_source: str = Field(
         default="driver_log",
         description="the evidence source that decided (steps/evidence_sources.py, most trusted first): "
-        "failure_receipt | driver_log | rotated_pod_log | rank_log | termination_artifact",
+        "failure_receipt | driver_log | rotated_pod_log | rank_log | termination_artifact | attempt_record",
     )
 
 

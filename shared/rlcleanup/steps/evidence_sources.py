@@ -49,6 +49,9 @@ class SourceKind(StrEnum):
     rotated_pod_log = "rotated_pod_log"
     rank_log = "rank_log"
     termination_artifact = "termination_artifact"
+    # A failed Marin export step's attempt record: its `response.failure` is the export's own caught error, kept
+    # only as text (steps/first_cause.py `export_failure_candidate`); read only when no log states a cause.
+    attempt_record = "attempt_record"
 
 
 TRUST_ORDER = tuple(SourceKind)  # the declaration order above is the trust order

@@ -215,6 +215,8 @@ def _unrecovered(first: FirstError | None, scans: list[AttemptScan], stitched: S
     """A causal error counts against `cancelled` unless a later attempt trained past the failing one."""
     if first is None or not first.causal:
         return False
+    if first.attempt_index >= len(scans):  # no log was read (a late export's cause is its attempt record)
+        return True
     span = {s.attempt_id: s for s in stitched.attempts}
     failing = span.get(scans[first.attempt_index].attempt_id)
     base = failing.last_step if failing and failing.last_step is not None else -1

@@ -120,6 +120,11 @@ def _error_sentence(d: TerminalDecision) -> str | None:
         return f"First causal error: {cite(d.cause)}."
     if d.recovered_error is not None:
         error = d.recovered_error.error
+        if d.state is TerminalState.completed and error.evidence_source == "attempt_record":
+            return (
+                f"An error was logged, {cite(error)}; it is not the run's failure cause: the training completed, and "
+                "the export that failed is work still owed, not a failure of the run."
+            )
         if d.state is TerminalState.completed:
             return (
                 f"An error was logged, {cite(error)}; it is not the run's failure cause: the error "
