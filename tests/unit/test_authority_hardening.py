@@ -13,6 +13,7 @@ from pathlib import Path
 from authority_support import World, files_under, make_world
 
 from rlcleanup.authority.approvers import revoke_approver
+from rlcleanup.authority.grants import Approver, new_key, public_b64, register_approver
 from rlcleanup.authority.ledger import grants_collection
 from rlcleanup.models.events import JobEvent
 
@@ -33,22 +34,41 @@ def _published_and_reclaimed(tmp_path: Path) -> World:
     return w
 
 
-def test_a_replayed_purge_message_is_refused_and_deletes_nothing(tmp_path: Path) -> None:
+def test_a_revoked_approvers_pending_purge_and_a_replayed_purge_are_refused(tmp_path: Path) -> None:
+    """One reclaimed run (a world is costly): first a pending purge whose approver is revoked before the record is
+    ready, then another approver's purge, used, and its message delivered again."""
     w = _published_and_reclaimed(tmp_path)
-    purge = w.grant("purge")
-    message = w.message(purge)
-    w.deliver(message)
-    assert w.action(purge.grant_id)["state"] == "purged" and not _held(w)
+    held = _held(w)
+    records = w.stack.ports.records
+    bob = new_key()
+    register_approver(
+        records, Approver(approver_id="bob", public_key=public_b64(bob), allowed_prefixes=[str(w.dest_root)])
+    )
 
-    # (A second quarantine of the same step and digest cannot be made: the export's objects, written again, are
-    # other versions than the digest pinned, and a reclaim refuses them as wrong_digest. What a replay could act on
-    # is the purge's own slots, marked purged, and its own grant: both checked below.)
-    purged_at = w.action(purge.grant_id)
-    w.deliver(message)  # the same signed bytes, delivered again on authority-grants
-    assert not _held(w) and w.action(purge.grant_id) == purged_at  # its outcome is still the first one
+    # A revoked approver's pending purge is refused when the record becomes ready (retry-waiting-grants).
+    records.update(w.run_id, {"status": "in_progress"})  # the record is being re-derived: grants wait
+    pending = w.grant("purge")
+    w.deliver(w.message(pending))
+    assert w.grant_doc(pending.grant_id)["state"] == "pending"
+    revoke_approver(records, "alice", by="security", reason="key leaked", now=datetime.now(UTC))
+    records.update(w.run_id, {"status": "awaiting_authority"})
+    w.stack.bus.publish("record-ready", json.dumps({"run_id": w.run_id}).encode(), {"run_id": w.run_id})
+    w.stack.bus.drain()
+    doc = w.grant_doc(pending.grant_id)
+    assert (doc["state"], doc["refusal"]) == ("refused", "approver_revoked")
+    assert _held(w) == held  # the quarantine is intact
+
+    # A signed purge, used, then delivered again on authority-grants: refused as a replay, applied once.
+    purge = w.grant("purge", granted_by="bob")
+    message = w.message(purge, key=bob)
+    w.deliver(message)
+    purged = w.action(purge.grant_id)
+    assert purged["state"] == "purged" and not _held(w), purged
+    w.deliver(message)
+    assert w.action(purge.grant_id) == purged  # its outcome is still the first one
     doc = w.grant_doc(purge.grant_id)
     assert (doc["state"], doc.get("replays")) == ("used", 1)
-    purges = [a for a in w.record.authority_actions if a.action == "purge"]
+    purges = [a for a in w.record.authority_actions if a.grant_id == purge.grant_id]
     assert [(a.state, a.refusal) for a in purges] == [("purged", None), ("refused", "replayed")]  # shown, not applied
     # Its document gone (a store rebuilt), the ended-grant ledger still refuses it.
     with sqlite3.connect(tmp_path / "records.db") as db:
@@ -56,25 +76,8 @@ def test_a_replayed_purge_message_is_refused_and_deletes_nothing(tmp_path: Path)
             "DELETE FROM docs WHERE collection = ? AND doc_id = ?", (grants_collection(w.run_id), purge.grant_id)
         )
     w.deliver(message)
-    assert w.action(purge.grant_id)["grant_id"] == purge.grant_id
-    assert (w.grant_doc(purge.grant_id)["state"], w.grant_doc(purge.grant_id)["refusal"]) == ("refused", "replayed")
-
-
-def test_a_revoked_approvers_pending_purge_is_refused_when_the_record_becomes_ready(tmp_path: Path) -> None:
-    w = _published_and_reclaimed(tmp_path)
-    held = _held(w)
-    records = w.stack.ports.records
-    records.update(w.run_id, {"status": "in_progress"})  # the record is being re-derived: grants wait
-    purge = w.grant("purge")
-    w.deliver(w.message(purge))
-    assert w.grant_doc(purge.grant_id)["state"] == "pending"
-    revoke_approver(records, "alice", by="security", reason="key leaked", now=datetime.now(UTC))
-    records.update(w.run_id, {"status": "awaiting_authority"})
-    w.stack.bus.publish("record-ready", json.dumps({"run_id": w.run_id}).encode(), {"run_id": w.run_id})
-    w.stack.bus.drain()
     doc = w.grant_doc(purge.grant_id)
-    assert (doc["state"], doc["refusal"]) == ("refused", "approver_revoked")
-    assert _held(w) == held  # the quarantine is intact
+    assert (doc["state"], doc["refusal"]) == ("refused", "replayed")
 
 
 def test_a_final_sync_manifest_naming_paths_outside_the_run_is_refused_and_the_capture_happens(

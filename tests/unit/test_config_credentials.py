@@ -20,7 +20,8 @@ from rlcleanup.authority.config_screen import screen_command, screen_config
 from rlcleanup.cli.main import app
 from rlcleanup.errors import names_credential
 from rlcleanup.models.failures import ConfigChange
-from rlcleanup.models.vocab import TerminalState
+from rlcleanup.models.record import Classification
+from rlcleanup.models.vocab import ClassificationKind, TerminalState
 from rlcleanup.report.build import build_document
 from rlcleanup.report.html import render_html
 from rlcleanup.report.inputs import ReportInputs
@@ -166,6 +167,8 @@ def test_a_change_read_from_an_unscreened_record_is_screened() -> None:
     assert change.after == '"[withheld: credential_key]"'
     other = ConfigChange(key="trainer.note", before=json.dumps(f"token {HF}"), after=None)
     assert other.before is not None and HF not in other.before
+    decided = Classification(kind=ClassificationKind.standard, evidence=[f"environment.env_class={HF}"])
+    assert HF not in decided.model_dump_json()  # the classification's config values, shown on the record
 
 
 def test_an_unscreened_kept_configuration_is_not_compared(tmp_path: Path) -> None:

@@ -45,6 +45,11 @@ class Classification(_Model):
     kind: ClassificationKind
     evidence: list[RunText] = Field(default_factory=list, description="config keys (with values) that decided it")
 
+    @field_validator("evidence")
+    @classmethod
+    def _no_credentials(cls, value: list[str]) -> list[str]:
+        return [redact_credentials(line) for line in value]  # config values the run chose: shown, never a secret
+
 
 class FailureCause(_Model):
     attempt_id: str | None
