@@ -22,7 +22,8 @@ SCENARIOS = ("completed-resumed", "failed-first-link")
 
 def _forget_an_older_demos_record(rlcleanup: str, run_id: str, samples: Path) -> None:
     """Earlier versions of this demo wrote the samples elsewhere under `demo-runs/` (`demo-runs/run-<random>/`): their
-    record binds the sample's id to that location, and `run` refuses the samples here as run_id_conflict (exit 3).
+    record binds the sample's id to that location, and `run` records the samples here under their location's id
+    with a run_id_conflict on both records.
     Only a record of the demo's own, bound inside `demo-runs/` but not to these samples, is forgotten; any other
     record keeps its id and the conflict is reported as usual."""
     shown = subprocess.run([rlcleanup, "show", run_id, "--json"], capture_output=True, text=True)

@@ -483,10 +483,12 @@ def test_a_second_run_claiming_a_run_id_is_a_recorded_conflict_not_a_merge(tmp_p
     after = w.record
     assert after.run_uri == before.run_uri == w.run_uri  # never merged into the real run's record
     assert after.candidates == before.candidates and after.preserved_locations == before.preserved_locations
-    # The conflict is the impostor's error, with the fix; nothing is written on the real run's record (issue 38).
-    assert after.errors == before.errors
-    filed = [d for _, d in w.stack.ports.records.list_docs("poison_messages") if d["code"] == "run_id_conflict"]
-    assert filed and str(impostor) in filed[0]["message"] and "--run-id" in filed[0]["message"]
+    # The impostor is processed under its own location's id; the conflict is an error on both records (issue 45).
+    [other] = [r for r in w.stack.ports.records.list_runs(1000) if r.run_uri == str(impostor)]
+    assert other.run_id != after.run_id
+    for record in (after, other):
+        [conflict] = [e for e in record.errors if e.code == "run_id_conflict"]
+        assert str(impostor) in conflict.message and w.run_uri in conflict.message
 
 
 def test_png_text_chunks_are_scanned_and_a_broken_png_is_refused(tmp_path: Path) -> None:

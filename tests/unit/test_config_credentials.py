@@ -20,7 +20,8 @@ from rlcleanup.authority.config_screen import screen_command, screen_config
 from rlcleanup.cli.main import app
 from rlcleanup.errors import names_credential
 from rlcleanup.models.failures import ConfigChange
-from rlcleanup.models.vocab import TerminalState
+from rlcleanup.models.record import Classification, CompletionRecord
+from rlcleanup.models.vocab import ClassificationKind, TerminalState
 from rlcleanup.report.build import build_document
 from rlcleanup.report.html import render_html
 from rlcleanup.report.inputs import ReportInputs
@@ -166,6 +167,10 @@ def test_a_change_read_from_an_unscreened_record_is_screened() -> None:
     assert change.after == '"[withheld: credential_key]"'
     other = ConfigChange(key="trainer.note", before=json.dumps(f"token {HF}"), after=None)
     assert other.before is not None and HF not in other.before
+    kept = CompletionRecord(run_id="r", run_uri="gs://b/r", launch_command=f"python -m x trainer.note=token-{HF}")
+    assert kept.launch_command is not None and HF not in kept.launch_command
+    decided = Classification(kind=ClassificationKind.standard, evidence=[f"environment.env_class={HF}"])
+    assert HF not in decided.model_dump_json()  # the classification's config values, shown on the record
 
 
 def test_an_unscreened_kept_configuration_is_not_compared(tmp_path: Path) -> None:

@@ -141,3 +141,16 @@ def test_a_200000_deep_sync_manifest_is_refused_on_the_run_which_still_gets_its_
     refused = [e.message for e in record.errors if e.code == "unreadable_sync_manifest"]
     assert len(refused) == 1 and "nested deeper than 16 levels" in refused[0], record.errors
     assert "internal_error" not in record.error_codes
+
+
+@pytest.mark.parametrize("name", ["terminal.json", "attempts/*.json"])
+def test_a_200000_deep_run_record_is_refused_and_the_run_still_gets_its_record(tmp_path: Path, name: str) -> None:
+    """Issue 45 item 8, the same class: terminal.json or an attempt record nested 200,000 deep ended the run with
+    `internal_error: RecursionError` and no record; it is refused before json.loads and the run recorded failed."""
+    run = write_sample_run(tmp_path / "runs", "failed-first-link")
+    target = sorted((tmp_path / "runs").rglob(name))[0]
+    target.write_text("[" * 200_000 + "]" * 200_000)
+    _, record = run_embedded(tmp_path, str(run))
+    assert record.run_uri == str(run) and record.status.value == "failed"
+    [refused] = [e.message for e in record.errors if e.code == "unreadable_run"]
+    assert target.name in refused and "nested deeper than 64 levels" in refused

@@ -1,7 +1,8 @@
 """A run's identity comes from where it lives (issue 38 item 1; issue 37 items 5 and 6; docs/authority.md §8 P3).
 
 Two roots never share a record: a second root whose readable id is another root's gets that id plus 8 hex of its
-location's hash; a declared id another root holds is an error for the run that asked, with the fix (`--run-id`).
+location's hash; a declared id another root holds never blocks the run (its location's id, the conflict an error on
+both records: issue 45 item 9), a requested one (`--run-id`) is refused.
 A refused message never creates, binds or writes on a record; the pre-cancel capture goes through the same
 admission as a job event.
 """
@@ -59,45 +60,53 @@ def test_two_roots_with_one_name_are_two_records(tmp_path: Path, _xdg: Path) -> 
     assert len({a["run_id"], b["run_id"], c["run_id"]}) == 3
 
 
-def test_a_declared_id_held_by_another_root_is_the_second_runs_error_with_the_fix(
+def test_a_declared_id_held_by_another_root_is_an_error_on_both_records_and_never_blocks_the_run(
     tmp_path: Path,
     _xdg: Path,  # noqa: F811
 ) -> None:
+    """Issue 45 item 9: the second root is processed under the id its location spells (hashed: the readable one is
+    held), the conflict is an error on both records; a person's own --run-id for a held id is still refused."""
     first = write_sample_run(tmp_path / "team-a", "completed-resumed")  # both declare the same run id
     second = write_sample_run(tmp_path / "team-b", "completed-resumed")
     a = _json("run", str(first))
-    code, out, err = _invoke("run", str(second), "--json")
-    assert code == 3 and out == "", (out, err)
-    assert "run_id_conflict" in err and str(first) in err and "--run-id" in err
-    assert _json("show", COMPLETED)["errors"] == a["errors"] == []  # the first run's record is untouched
-    code, out, err = _invoke("run", str(second), "--rerun")
-    assert code == 3 and "run_id_conflict" in err  # --rerun does not take the other root's record either
-    assert _json("show", COMPLETED)["run_uri"] == str(first)
-
-    chosen = _json("run", str(second), "--run-id", "math-rl-team-b")
-    assert chosen["run_id"] == "math-rl-team-b" and chosen["run_uri"] == str(second)
-    code, out, err = _invoke("run", str(second), "--json")  # the root keeps the id it was given
-    assert code == 0 and json.loads(out)["run_id"] == "math-rl-team-b"
+    b = _json("run", str(second))
+    assert b["run_id"].startswith(COMPLETED + "-") and len(b["run_id"]) == len(COMPLETED) + 9
+    assert b["run_uri"] == str(second) and b["preserved_locations"]
+    held = _json("show", COMPLETED)
+    assert held["run_uri"] == str(first) and a["errors"] == []  # never merged: the first root keeps its record
+    for record in (held, b):
+        [conflict] = [e for e in record["errors"] if e["code"] == "run_id_conflict"]
+        assert str(first) in conflict["message"] and str(second) in conflict["message"]
+    code, out, err = _invoke("run", str(second), "--json")  # the root keeps the id it was admitted under
+    assert code == 0 and json.loads(out)["run_id"] == b["run_id"]
     code, _, err = _invoke("run", str(second), "--run-id", "another")
-    assert code == 3 and "already recorded as 'math-rl-team-b'" in err
-    code, _, err = _invoke("run", str(first), "--run-id", "math-rl-team-b")  # an id another root holds
+    assert code == 3 and f"already recorded as '{b['run_id']}'" in err
+
+    third = write_sample_run(tmp_path / "team-c", "completed-resumed")
+    chosen = _json("run", str(third), "--run-id", "math-rl-team-c")
+    assert chosen["run_id"] == "math-rl-team-c" and chosen["run_uri"] == str(third) and chosen["errors"] == []
+    fourth = write_sample_run(tmp_path / "team-d", "completed-resumed")
+    code, _, err = _invoke("run", str(fourth), "--run-id", "math-rl-team-c")  # an id another root holds
     assert code == 3 and "run_id_conflict" in err
 
 
 def test_forget_frees_the_id_the_conflict_names(tmp_path: Path, _xdg: Path) -> None:  # noqa: F811
-    """The conflict's other fix, `forget`, really frees the id: the record goes and so does the id's binding to the
-    first root, so the second root can then be admitted under it."""
+    """The conflict's fix, `forget`, really frees the id: the record goes and so does the id's binding to the first
+    root, so a root declaring it later is admitted under it, and the forgotten root meets it as another's."""
     first = write_sample_run(tmp_path / "old", "completed-resumed")
     second = write_sample_run(tmp_path / "new", "completed-resumed")
     _json("run", str(first))
-    code, _, err = _invoke("run", str(second), "--json")
-    assert code == 3 and f"rlcleanup forget {COMPLETED}" in err
+    located = _json("run", str(second))
+    assert located["run_id"] != COMPLETED and "rlcleanup forget" in located["errors"][0]["message"]
     code, _, err = _invoke("forget", COMPLETED, "--yes")
     assert code == 0, err
-    taken = _json("run", str(second))
-    assert (taken["run_id"], taken["run_uri"]) == (COMPLETED, str(second))
-    code, _, err = _invoke("run", str(first), "--json")  # the first root now meets the id as another's
-    assert code == 3 and "run_id_conflict" in err
+    third = write_sample_run(tmp_path / "newer", "completed-resumed")
+    taken = _json("run", str(third))
+    assert (taken["run_id"], taken["run_uri"]) == (COMPLETED, str(third))
+    assert "run_id_conflict" not in {e["code"] for e in taken["errors"]}  # (the old preserved files differ: kept)
+    again = _json("run", str(first))  # the first root now meets the id as another's: its location's id
+    assert again["run_id"] not in (COMPLETED, located["run_id"]) and again["run_uri"] == str(first)
+    assert [e["code"] for e in again["errors"]] == ["run_id_conflict"]
 
 
 @pytest.fixture
@@ -125,6 +134,11 @@ def _event(run_uri: str, *, run_id: str | None = None, intent: str | None = None
     if intent:
         fields |= {"intent": intent, "state": "RUNNING"}
     return JobEvent(**fields, run_id=run_id, observed_at=datetime.now(UTC))
+
+
+def _located(stack: EmbeddedStack, uri: str) -> Any:
+    [record] = [r for r in stack.ports.records.list_runs(1000) if r.run_uri == uri]
+    return record
 
 
 def _documents(stack: EmbeddedStack) -> dict[str, Any]:
@@ -165,7 +179,12 @@ def test_a_refused_message_never_squats_a_run_identity(tmp_path: Path, hostile: 
             kept = _documents(stack)
         stack.emit(_event(uri, run_id=COMPLETED))
         if order == "after" and hostile == "declares":
-            assert _documents(stack) == kept  # the impostor is refused: the victim's record untouched
+            # A real run elsewhere declaring the victim's id: processed under its own location's id, never merged;
+            # the conflict is on both records (issue 45 item 9).
+            victim_record, impostor = stack.ports.records.get(COMPLETED), _located(stack, uri)
+            assert victim_record is not None and victim_record.run_uri == str(victim)
+            assert victim_record.candidates and [e.code for e in victim_record.errors] == ["run_id_conflict"]
+            assert impostor.run_id != COMPLETED and [e.code for e in impostor.errors] == ["run_id_conflict"]
             continue
         if order == "after":
             runs = _documents(stack)["runs"]  # no error written on the victim's record
@@ -175,10 +194,13 @@ def test_a_refused_message_never_squats_a_run_identity(tmp_path: Path, hostile: 
         assert stack.ports.records.get(COMPLETED) is None or hostile == "declares"  # a broken run: its own id
         stack.emit(manual_event(str(victim)))
         record = stack.ports.records.get(COMPLETED)
-        if hostile == "declares":  # the impostor ran first and holds the declared id: the victim is told why
+        if hostile == "declares":  # the impostor ran first and holds the declared id: the victim is still preserved
             assert record is not None and record.run_uri == uri
-            filed = [d for _, d in stack.ports.records.list_docs("poison_messages") if d["code"] == "run_id_conflict"]
-            assert filed and str(victim) in filed[0]["message"] and "--run-id" in filed[0]["message"]
+            preserved = _located(stack, str(victim))
+            assert preserved.run_id != COMPLETED and preserved.preserved_locations
+            assert [e.code for e in preserved.errors] == ["run_id_conflict"] and str(victim) in preserved.errors[
+                0
+            ].message
             continue
         assert record is not None and record.run_uri == str(victim) and record.errors == []
         assert record.preserved_locations

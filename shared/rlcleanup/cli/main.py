@@ -104,8 +104,9 @@ def run(  # noqa: C901 -- a typer command: one check per option before the run s
         str | None,
         typer.Option(
             "--run-id",
-            help="the id to record this run under, when the one it declares (or its name) is another root's "
-            "(a root keeps the id it was first recorded under)",
+            help="the id to record this run under (refused when another root holds it; a root keeps the id it "
+            "was first recorded under). Without it, a run whose declared id is another root's is recorded under "
+            "its location's id, with the conflict on both records",
         ),
     ] = None,
     as_json: JsonOption = False,

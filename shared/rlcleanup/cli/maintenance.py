@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcleanup.models.record import CompletionRecord
-from rlcleanup.runtime.admission import RUN_IDS, RUN_LOCATIONS, location_key
+from rlcleanup.runtime.admission import RUN_ID_CONFLICTS, RUN_IDS, RUN_LOCATIONS, location_key
 from rlcleanup.runtime.backends import OpenStore, StoreBackend
 from rlcleanup.steps.history import CONFIG_COLLECTION
 
@@ -63,7 +63,8 @@ def forget(opened: OpenStore, run_id: str) -> None:
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             conn.execute("DELETE FROM docs WHERE collection LIKE ? ESCAPE '\\'", (_like_prefix(f"runs/{run_id}/"),))
             conn.execute("DELETE FROM docs WHERE collection = ? AND doc_id = ?", (RUN_IDS, run_id))
-            conn.execute("DELETE FROM docs WHERE collection = ? AND doc_id = ?", (CONFIG_COLLECTION, run_id))
+            for collection in (CONFIG_COLLECTION, RUN_ID_CONFLICTS):
+                conn.execute("DELETE FROM docs WHERE collection = ? AND doc_id = ?", (collection, run_id))
             if location is not None:
                 conn.execute("DELETE FROM docs WHERE collection = ? AND doc_id = ?", (RUN_LOCATIONS, location))
         return
@@ -73,6 +74,7 @@ def forget(opened: OpenStore, run_id: str) -> None:
     db.recursive_delete(db.collection("runs").document(run_id))
     db.collection(RUN_IDS).document(run_id).delete()
     db.collection(CONFIG_COLLECTION).document(run_id).delete()  # its kept configuration (steps/history.py)
+    db.collection(RUN_ID_CONFLICTS).document(run_id).delete()  # the id it declared and was not given
     if location is not None:
         db.collection(RUN_LOCATIONS).document(location).delete()
 

@@ -45,6 +45,11 @@ class Classification(_Model):
     kind: ClassificationKind
     evidence: list[RunText] = Field(default_factory=list, description="config keys (with values) that decided it")
 
+    @field_validator("evidence")
+    @classmethod
+    def _no_credentials(cls, value: list[str]) -> list[str]:
+        return [redact_credentials(line) for line in value]  # config values the run chose: shown, never a secret
+
 
 class FailureCause(_Model):
     attempt_id: str | None
@@ -470,6 +475,11 @@ class CompletionRecord(_Model):
     @classmethod
     def _drop_derived(cls, data: Any) -> Any:
         return _without(data, RECORD_DERIVED)
+
+    @field_validator("launch_command")
+    @classmethod
+    def _no_credentials(cls, value: str | None) -> str | None:
+        return None if value is None else redact_credentials(value)  # also a record kept before it was screened
 
     # mypy cannot type a decorated @property (python/mypy#1362); pydantic.fields.computed_field documents this ignore
     @computed_field(description="every candidate's problem codes, sorted, once each (array-contains queries)")  # type: ignore[prop-decorator]

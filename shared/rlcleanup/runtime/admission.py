@@ -10,8 +10,9 @@ records), else the readable `<experiment>-<version>` its location spells; a seco
 already another root's gets that id plus 8 hex of its URI's hash (`located_run_id`), so two roots never share a
 record. The binding is two write-once documents, created only for a run that passed every other check:
 `run_ids/{id}` (the id's location) and `run_locations/{hash}` (the location's id, so a root keeps the id it was
-first admitted under, a person's `--run-id` included). A declared or requested id that is bound elsewhere is refused
-(`run_id_conflict`) for the run that asked for it, with the fix; nothing is written on the other run's record.
+first admitted under, a person's `--run-id` included). A requested id that is bound elsewhere is refused
+(`run_id_conflict`) with the fix; a declared one never blocks the run's end (`admit_run`'s `located_on_conflict`):
+the run is admitted under its location's id and the conflict is an error on both records.
 A refused message never creates or binds an identity (`attachable_run`: errors go only on a record the message's
 own location is bound to).
 """
@@ -23,7 +24,7 @@ import hashlib
 from rlcleanup.authority.grants import real_location
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
-from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord
+from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord, RunError
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.envelope import identify
@@ -32,8 +33,11 @@ from rlcleanup.settings import in_run_buckets
 from rlcleanup.steps.facts import located_run_id, location_run_id, run_facts, safe_run_id
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.readable_roots import check_readable_roots
+from rlcleanup.steps.remaining import NEEDS_PERSON_PREFIX, Remaining
 
 RUN_IDS = "run_ids"  # {id}: {"run_uri"}: where the run holding this id lives
+RUN_ID_CONFLICTS = "run_id_conflicts"  # {located id}: {"holder": the id it declared, "run_uri"}
+FINISHED = {RecordStatus.awaiting_authority, RecordStatus.complete, RecordStatus.needs_person}
 RUN_LOCATIONS = "run_locations"  # {sha256 of the location}: {"run_id", "run_uri"}: the id a location holds
 
 
@@ -141,16 +145,78 @@ def bind_run_identity(p: Ports, run_id: str, run_uri: str) -> None:
             raise PermanentError("run_id_conflict", f"{run_uri[:300]} is already recorded as {bound!r}")
 
 
-def admit_run(p: Ports, layout: RunLayout, requested: str | None = None) -> str:
+def admit_run(p: Ports, layout: RunLayout, requested: str | None = None, *, located_on_conflict: bool = False) -> str:
     """Every admission check for a discovered run, identity last: in the run buckets, config-named roots inside
     them (or, with no run buckets, inside the local run's own storage root: steps/readable_roots.py), then the id
-    chosen and bound. Returns the run id."""
+    chosen and bound. Returns the run id.
+
+    `located_on_conflict` (a run's end, on the event path or `run` without `--run-id`): a conflict never blocks
+    preservation. When the id the run declares is another location's (a squatter that ended first, or the real
+    run this one copies), this run is admitted under the id its own location spells (`location_id`: hashed when
+    that is held too), the conflict goes on both records as a `run_id_conflict` error with a person's item, and the
+    holder's record is announced again once this run's is ready (record-ready: its notification). An id a person asked for (`--run-id`)
+    is still refused: the person is there to choose another."""
     check_in_run_buckets(p, layout.run_uri)
     check_run_roots(layout, p.run_buckets)
     check_readable_roots(p.storage, layout, p.run_buckets, p.readable_roots)
     run_id = choose_run_id(p, layout, requested)
-    bind_run_identity(p, run_id, layout.run_uri)
+    try:
+        bind_run_identity(p, run_id, layout.run_uri)
+    except RunIdConflict as conflict:
+        if requested is not None or not located_on_conflict:
+            raise
+        run_id = location_id(p, layout.run_uri, layout.kind)
+        record_conflict(p, conflict, run_id)  # before the binding: a redelivery after it sees no conflict
+        bind_run_identity(p, run_id, layout.run_uri)
     return run_id
+
+
+CONFLICT_STEP = "admission"
+
+
+def conflict_message(conflict: RunIdConflict, located: str) -> str:
+    return (
+        f"run id {conflict.run_id!r} is declared by two runs: {conflict.holder[:300]} (recorded first, under that id) "
+        f"and {conflict.run_uri[:300]} (recorded as {located!r}, the id its location spells); neither was merged "
+        f"into the other. A person must decide which run the id belongs to (one of them declares an id that is not "
+        f"its own: a copied run, or a squatter); `rlcleanup forget` removes a record that should not exist"
+    )
+
+
+def conflict_items(record: CompletionRecord) -> list[str]:
+    """The person's item a run-id conflict on this record asks for (wrap-up lists it: needs_person, notified)."""
+    return [
+        f"{NEEDS_PERSON_PREFIX}{e.message}"
+        for e in record.errors
+        if e.code == "run_id_conflict" and e.step == CONFLICT_STEP
+    ]
+
+
+def record_conflict(p: Ports, conflict: RunIdConflict, located: str) -> None:
+    """The conflict as an error on both records (never a merge, never a refusal of either run's evidence), and the
+    holder's finished record needs a person now: its person's item, its status, record-ready again (notify)."""
+    message = conflict_message(conflict, located)
+    error = RunError(step=CONFLICT_STEP, code="run_id_conflict", message=message)
+    p.records.create_if_absent(CompletionRecord(run_id=located, run_uri=conflict.run_uri))
+    p.records.add_errors(located, [error])
+    p.records.put_doc(RUN_ID_CONFLICTS, located, {"holder": conflict.run_id, "run_uri": conflict.run_uri})
+    holder = p.records.get(conflict.run_id)
+    if holder is None:
+        return
+    p.records.add_errors(conflict.run_id, [error])
+    if holder.status not in FINISHED:
+        return  # its own wrap-up lists the item (conflict_items)
+    item = f"{NEEDS_PERSON_PREFIX}{message}"
+    items = [*holder.remaining_work, item] if item not in holder.remaining_work else holder.remaining_work
+    p.records.update(conflict.run_id, {"remaining_work": items, "status": Remaining(items).status.value})
+
+
+def conflict_holders(p: Ports, run_id: str) -> list[str]:
+    """The runs whose id this run declared (admitted under its location's id instead): wrap-up announces their
+    records again once this one is ready (record-ready: each is notified of the conflict)."""
+    doc = p.records.get_doc(RUN_ID_CONFLICTS, run_id)
+    holder = doc.get("holder") if doc else None
+    return [holder] if isinstance(holder, str) else []
 
 
 def check_in_run_buckets(p: Ports, run_uri: str) -> None:

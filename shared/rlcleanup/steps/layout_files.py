@@ -8,11 +8,45 @@ import re
 from datetime import datetime
 from typing import Any
 
+from rlcleanup.errors import PermanentError
 from rlcleanup.formats.config import parse_int
 from rlcleanup.ports.storage import Storage, child_names
 from rlcleanup.uris import basename
 
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
+# The run's JSON records (terminal.json, attempt records, receipts, locks) nest a few levels; the run's writer
+# controls their bytes, and json.loads of a 200,000-deep `[[[...` exhausts the stack (RecursionError: no record).
+MAX_RUN_JSON_DEPTH = 64
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _deepest(text: str) -> int:
+    """The deepest bracket nesting outside strings (a truncated file's open brackets count as they go)."""
+    depth = deepest = 0
+    for bracket in _BRACKET.findall(_JSON_STRING.sub("", text)):
+        depth = depth + 1 if bracket in "[{" else max(0, depth - 1)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def loads_run_json(data: bytes, uri: str) -> Any:
+    """A run's JSON file parsed; None when it is not JSON (or cut short). Nested past MAX_RUN_JSON_DEPTH it is
+    refused as `unreadable_run` (the run is recorded failed with the reason), never parsed."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if _deepest(text) > MAX_RUN_JSON_DEPTH:
+        raise PermanentError(
+            "unreadable_run", f"{uri[:300]}: JSON nested deeper than {MAX_RUN_JSON_DEPTH} levels: refused"
+        )
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -27,10 +61,7 @@ def parse_time(value: Any) -> datetime | None:
 def read_json(storage: Storage, uri: str, max_bytes: int = 16 * 1024 * 1024) -> dict[str, Any] | None:
     if storage.stat(uri) is None:
         return None
-    try:
-        value = json.loads(storage.read_bytes(uri, max_bytes))
-    except (ValueError, UnicodeDecodeError):
-        return None
+    value = loads_run_json(storage.read_bytes(uri, max_bytes), uri)
     return value if isinstance(value, dict) else None
 
 
@@ -52,7 +83,7 @@ def parse_executor_status(text: str) -> str | None:
         if line.startswith("{"):
             try:
                 value = json.loads(line).get("status")
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):  # a line nested past the stack: not a status
                 continue
             if isinstance(value, str):
                 status = value.strip().upper()

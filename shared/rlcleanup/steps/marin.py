@@ -9,13 +9,14 @@ training step, and passes `training_manifest_uri` = the training step's `termina
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from rlcleanup.errors import PermanentError
 from rlcleanup.ports.storage import Storage
+from rlcleanup.steps.layout_files import loads_run_json
 from rlcleanup.uris import basename, join, parent
 
 TRAINING_SUFFIXES = ("-training", "-metrics")
@@ -90,9 +91,9 @@ def read_lock(storage: Storage, step_root: str) -> ExecutorLock | None:
     if info is None:
         return None
     try:
-        value = json.loads(storage.read_bytes(uri, 64 * 1024))
-    except (ValueError, UnicodeDecodeError):
-        value = {}
+        value = loads_run_json(storage.read_bytes(uri, 64 * 1024), uri)
+    except PermanentError:
+        value = {}  # a lock nested past the bound says nothing of its worker: its time is the object's
     if not isinstance(value, dict):
         value = {}
     worker = value.get("worker_id")

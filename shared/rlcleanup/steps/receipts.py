@@ -24,6 +24,7 @@ from rlcleanup.formats.protocol import (
 )
 from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.layout import RunLayout, StepState
+from rlcleanup.steps.layout_files import loads_run_json
 from rlcleanup.steps.marin import StepRole
 from rlcleanup.uris import basename, join
 
@@ -55,10 +56,7 @@ class ProtocolFacts:
 def _load(storage: Storage, uri: str) -> dict[str, Any] | None:
     if storage.stat(uri) is None:
         return None
-    try:
-        value = json.loads(storage.read_bytes(uri, 16 * 1024 * 1024))
-    except (ValueError, UnicodeDecodeError):
-        return None
+    value = loads_run_json(storage.read_bytes(uri, 16 * 1024 * 1024), uri)
     return value if isinstance(value, dict) else None
 
 

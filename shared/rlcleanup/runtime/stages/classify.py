@@ -62,7 +62,7 @@ def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     facts = run_facts(layout)
     # Roots inside the run buckets, then the identity: the id this location holds, bound write-once (a second
     # root claiming a held id is refused, never merged).
-    run_id = admission.admit_run(p, layout)
+    run_id = admission.admit_run(p, layout, located_on_conflict=True)  # a conflict never blocks preservation
     p.records.record_event(
         run_id, event.event_key, {"state": event.state, "source": event.source, "outcome": "terminal"}
     )

@@ -13,6 +13,7 @@ from rlcleanup.models.events import RunMessage
 from rlcleanup.models.outcomes import ValidationOutcome
 from rlcleanup.models.plans import RecordFinished
 from rlcleanup.models.record import Candidate, HubAudit
+from rlcleanup.runtime import admission
 from rlcleanup.runtime.claims import once_ran, stored_under
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.evidence import finish_evidence
@@ -94,7 +95,13 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
             raise PermanentError("no_record", f"run {msg.run_id} has no record to finish")
         audits = audit_hub(p, layout, candidates)
         fields = finish_record(
-            p.storage, layout, record, candidates, resume, p.clock.now(), hub_audit.remaining_items(audits)
+            p.storage,
+            layout,
+            record,
+            candidates,
+            resume,
+            p.clock.now(),
+            hub_audit.remaining_items(audits) + admission.conflict_items(record),
         )
         fields["hub_audits"] = [a.model_dump(mode="json") for a in audits]
         p.records.update(msg.run_id, fields)
@@ -110,6 +117,11 @@ def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         finish_evidence(p, msg.run_id)  # report.md/.html beside the evidence, then manifest.json listing them
         ready = json.dumps({"run_id": msg.run_id, "status": status}).encode()
         p.bus.publish(p.topology.next_of("select-candidate"), ready, {"run_id": msg.run_id})
+        for holder in admission.conflict_holders(p, msg.run_id):  # the run whose id this one declared: told too
+            held = p.records.get(holder)
+            if held is not None:
+                again = json.dumps({"run_id": holder, "status": held.status.value}).encode()
+                p.bus.publish(p.topology.next_of("select-candidate"), again, {"run_id": holder})
         return RecordFinished(status=status)
 
     ran = once_ran(p, msg.run_id, own_claim(p, msg.scope, "select-candidate"), work, model=RecordFinished)
