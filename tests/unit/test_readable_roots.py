@@ -71,21 +71,35 @@ def test_the_storage_root_is_the_directory_holding_the_temp_area(tmp_path: Path)
     assert local_storage_root(RoutingStorage(), str(lone)) == str(lone)  # no temp area: the run itself
 
 
-@pytest.mark.parametrize("how", ["absolute", "home-relative dots", "a link inside the root"])
+@pytest.mark.parametrize("how", ["absolute", "home-relative dots"])
 def test_a_config_root_outside_the_storage_root_is_refused_with_the_fix(tmp_path: Path, how: str) -> None:
     run_root = write_sample_run(tmp_path / "runs", "selection-policy")
     ssh = _outside_dir(tmp_path)
     target = {
         "absolute": str(ssh),
         "home-relative dots": str(tmp_path / "runs" / ".." / "home" / ".ssh"),
-        "a link inside the root": str(tmp_path / "runs" / "tmp" / "innocent"),
     }[how]
-    if how == "a link inside the root":
-        os.symlink(ssh, target)
     _point_checkpoints_at(run_root, tmp_path / "runs", target)
     stack, run_id = _run(tmp_path)
     detail = _refused(stack, run_id)
     assert "RLCLEANUP_READABLE_ROOTS" in detail and str(tmp_path / "runs") in detail
+    assert not _evidence_holds_secret(tmp_path)
+
+
+def test_a_config_root_through_a_link_inside_the_root_is_refused_as_unsafe(tmp_path: Path) -> None:
+    """A config root that names a link inside the storage root is never followed, not even to read its marker
+    while the layout is read (before, that read followed the link out to ~/.ssh): the run is recorded with
+    unsafe_path naming the link, and nothing of the outside reaches evidence."""
+    run_root = write_sample_run(tmp_path / "runs", "selection-policy")
+    ssh = _outside_dir(tmp_path)
+    target = tmp_path / "runs" / "tmp" / "innocent"
+    os.symlink(ssh, target)
+    _point_checkpoints_at(run_root, tmp_path / "runs", str(target))
+    stack, run_id = _run(tmp_path)
+    record = stack.ports.records.get(run_id)
+    assert record is not None
+    unsafe = [e.message for e in record.errors if e.code == "unsafe_path"]
+    assert unsafe and "innocent" in unsafe[0], record.errors
     assert not _evidence_holds_secret(tmp_path)
 
 

@@ -1,8 +1,9 @@
 """Storage on the local filesystem: the embedded default, for runs that live on local disk.
 
 Every operation reaches its file from a directory descriptor, one component at a time, never through a link
-(adapters/local_anchor.py). Unanchored, the walk starts at the path's own directory (or the listed prefix), as
-its caller named it. Inside `anchored(roots)` every path must lie under one of `roots` and is walked from the
+(adapters/local_anchor.py). Unanchored, the walk starts at `/`: a link anywhere on the path's absolute name (made
+absolute and `..` folded by name, never by following a link) is refused, so no read, create, write or delete
+follows a symlinked parent (capture, validation, preserved evidence, a publish to a local destination). Inside `anchored(roots)` every path must lie under one of `roots` and is walked from the
 outermost such root, so a symlink planted at any depth below it (the run's writer controls every
 name in the run's bucket, docs/authority.md §8) is refused before anything is read, created, moved or deleted:
 the authority's reclaim, restore, purge and quarantine expiry run so.
@@ -63,19 +64,6 @@ def file_checksums(path: Path) -> tuple[str, str]:
 CHECKSUM_MAX_BYTES = 64 * 1024 * 1024
 
 
-def refuse_unsafe(path: Path, shown: str) -> bool:
-    """True when `path` exists (as a regular file or a directory). A symlink (it could point anywhere) and a
-    special file (FIFO, socket, device: opening a FIFO blocks for ever, a device reads without end) are refused."""
-    try:
-        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    try:
-        return lstat_at(parent, path.name, shown) is not None
-    finally:
-        os.close(parent)
-
-
 def _open_at(dir_fd: int, name: str, st: os.stat_result, shown: str) -> BinaryIO:
     """The regular file `name` (just lstat'ed as `st`) opened without following a link; the descriptor must be
     that very file (a swap between the lstat and the open is refused)."""
@@ -112,25 +100,24 @@ class LocalStorage:
 
     # -- where a path is: an anchor's descriptor and the components below it
 
-    def _place(self, path: str, *, directory: bool) -> tuple[Anchor, list[str], bool]:
-        """(anchor, components below it, whether the anchor is this call's own). Unanchored, the anchor is the
-        path's directory (or the directory itself, for a listing) as the caller named it."""
+    def _place(self, path: str) -> tuple[Anchor, list[str], bool]:
+        """(anchor, components below it, whether the anchor is this call's own). Unanchored, the anchor is `/` and
+        every component of the absolute path is walked without following a link: no root was declared, so no
+        directory on the way is trusted to be where its name says (a run's writer may plant
+        `checkpoints/global_step_10 -> /etc`; resolving the path's directory first would follow it)."""
         anchors = _ANCHORS.get()
         if anchors is not None:
             found = outermost(anchors, path)
             if found is None:
                 raise UnsafePathError(f"refusing {path[:300]!r}: outside every root this operation may touch")
             return found[0], found[1], False
-        if directory:
-            return Anchor(path), [], True
-        head, _, name = path.rpartition("/")
-        return Anchor(head or "/"), plain_parts(name, path), True
+        return Anchor("/"), plain_parts(os.path.abspath(path).strip("/"), path), True
 
     @contextmanager
     def _parent(self, uri: str, *, create: bool) -> Iterator[tuple[int | None, str]]:
         """The directory holding `uri`, held open (None: it does not exist and nothing is created), and its name."""
         path = str(self._path(uri))
-        anchor, parts, owned = self._place(path, directory=False)
+        anchor, parts, owned = self._place(path)
         if not parts:
             raise UnsafePathError(f"refusing {uri[:300]!r}: names a root, not an object in it")
         try:
@@ -149,7 +136,7 @@ class LocalStorage:
     def _directory(self, prefix_uri: str) -> Iterator[int | None]:
         """The directory `prefix_uri` names, held open; None when there is none."""
         path = str(self._path(prefix_uri))
-        anchor, parts, owned = self._place(path, directory=True)
+        anchor, parts, owned = self._place(path)
         try:
             top = anchor.fd(create=False)
             fd = None if top is None else open_dir(top, parts, prefix_uri, create=False)
@@ -176,12 +163,6 @@ class LocalStorage:
     @staticmethod
     def _path(uri: str) -> Path:
         return Path(strip_file_scheme(uri))
-
-    def checked_path(self, uri: str) -> Path:
-        """The file behind a uri for streaming copies; a symlink is refused (it could point anywhere)."""
-        path = self._path(uri)
-        refuse_unsafe(path, uri)
-        return path
 
     def _info_at(self, dir_fd: int, name: str, st: os.stat_result, uri: str) -> ObjectInfo:
         crc: str | None = None
@@ -362,9 +343,10 @@ class LocalStorage:
     # -- streaming_copy (ports.storage.StreamingStorage): a local file is already a stream's end
 
     def local_file(self, uri: str) -> Path | None:
-        """The file to read in place; None on an anchored view (a path re-resolved later could lead elsewhere:
-        copies then stream through `read_range`, which walks from the anchor on every read)."""
-        return self.checked_path(uri) if _ANCHORS.get() is None else None
+        """Never a path to reopen by name: opened by name later, a link swapped onto its path meanwhile would lead
+        elsewhere. Copies stream through `download_to` and `read_range`, which walk from the anchor on every open
+        (a pinned copy checks the fingerprint before and after, authority/pinning.py)."""
+        return None
 
     def download_to(self, src_uri: str, path: Path) -> None:
         with self._open(src_uri) as src, path.open("wb") as out:

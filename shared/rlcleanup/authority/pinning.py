@@ -159,7 +159,10 @@ def _stream_remote(storage: Storage, src: ObjectInfo, out: Path) -> _Hashes:
         for chunk in _ranges(storage, src):
             hashes.update(chunk)
             dst.write(chunk)
-    still_pinned(storage, src)  # an overwrite mid-stream moves the fingerprint (S3 Last-Modified, GCS generation)
+    try:  # an overwrite mid-stream moves the fingerprint (S3 Last-Modified, GCS generation, a local ctime)
+        still_pinned(storage, src)
+    except SourceChangedError as exc:
+        raise SourceChangedError(f"{src.uri}: changed while it was being copied ({exc})") from exc
     if hashes.size != src.size:
         raise SourceChangedError(f"{src.uri}: streamed {hashes.size} bytes, validated {src.size}")
     return hashes
