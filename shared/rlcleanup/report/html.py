@@ -45,6 +45,7 @@ th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--rule
 th { background: #f3f3f3; font-weight: 600; }
 td.num, th.num { white-space: nowrap; text-align: right; font-variant-numeric: tabular-nums; }
 code.uri { font-size: 12px; }
+tr.chosen td { background: #fff8d6; font-weight: 600; } tr.chosen td:first-child { color: #8a6d00; white-space: nowrap; }
 /* The root a shortened URI dropped: not drawn, but laid out, so selecting and copying the cell copies the full URI
    (the CSP forbids scripts, so no copy handler). */
 code.uri .root { position: absolute; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%);
@@ -118,8 +119,10 @@ def _block(block: Block, svg: str | None) -> str:
         numeric = [all(_NUMBER.fullmatch(row[i]) for row in block.rows) for i in range(len(block.headers))]
         head = "".join(f"<th{_num(numeric[i])}>{escape(h)}</th>" for i, h in enumerate(block.headers))
         rows = "".join(
-            "<tr>" + "".join(f"<td{_num(numeric[i])}>{_cell(c, block.root)}</td>" for i, c in enumerate(row)) + "</tr>"
-            for row in block.rows
+            ('<tr class="chosen">' if n == block.highlight else "<tr>")
+            + "".join(f"<td{_num(numeric[i])}>{_cell(c, block.root)}</td>" for i, c in enumerate(row))
+            + "</tr>"
+            for n, row in enumerate(block.rows)
         )
         return f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
     if isinstance(block, Figure):
