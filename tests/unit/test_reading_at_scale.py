@@ -243,3 +243,37 @@ def test_a_declared_policy_orders_the_table_and_its_selection_is_the_marked_firs
     steps = [row[1] for row in table.rows]
     assert steps[: len(ranked)] == [str(s) for s in ranked] and steps[0] == str(record.selection.step)
     assert table.rows[0][0] == f"{MARK} selected" and table.highlight == 0
+
+
+# ------------------------------------------------------------------ the banner's links and costs
+
+
+def test_the_banner_links_the_runs_files_and_its_firestore_record_and_invents_no_cost(
+    runs: dict[str, CompletionRecord],
+) -> None:
+    """Issue 47: the banner links the run's bucket (a gs:// run opens in the Cloud Console's storage browser, a local
+    one is its path) and, where the store is Firestore, the record's console page. The record carries no accelerator
+    count nor price, so no GPU-hours nor compute cost is stated; storage cost only where the ledger measured it."""
+    from rlcleanup.adapters.firestore_records import FirestoreRunRecords
+    from rlcleanup.report.build import banner_facts
+    from rlcleanup.report.markdown import render_markdown
+
+    local = runs["failed-first-link"]
+    facts = banner_facts(local)
+    assert f"files: {local.run_uri}" in facts
+    assert not any("GPU-hour" in f or "compute cost" in f for f in facts)  # not known, so not said
+    assert any(f.startswith("storage ") and "/month" in f for f in facts) == (local.storage_ledger is not None)
+    gs = local.model_copy(update={"run_uri": "gs://marin-us-central2/math rl/2026.11.30"})
+    console = FirestoreRunRecords(project="hai-gcp-models", client=object()).console_url(gs.run_id)
+    assert console == (
+        "https://console.cloud.google.com/firestore/databases/-default-/data/panel/runs/"
+        f"{gs.run_id}?project=hai-gcp-models"
+    )
+    doc = build_document(ReportInputs(gs, record_console=console), with_figure=False)
+    browser = "https://console.cloud.google.com/storage/browser/marin-us-central2/math%20rl/2026.11.30"
+    assert f"files: {browser}" in doc.facts and f"record: {console}" in doc.facts
+    html = render_html(doc)
+    banner = html[html.index('<header class="verdict') : html.index("</header>")]
+    assert f'<a href="{browser}" rel="noreferrer">' in banner
+    assert f'<a href="{console.replace("&", "&amp;")}" rel="noreferrer">' in banner
+    assert browser in render_markdown(doc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import string
 from datetime import datetime
 
 from rlcleanup.models.record import Attempt, CompletionRecord
@@ -220,7 +221,7 @@ def build_document(inputs: ReportInputs, *, with_figure: bool = True, every_row:
         verdict=build_verdict(r),
         sections=[s for s in sections if s is not None],
         title=f"rlcleanup report: {r.run_id}",
-        facts=banner_facts(r),
+        facts=banner_facts(r, record_console=inputs.record_console),
     )
 
 
@@ -232,9 +233,27 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min" if hours < 48 else f"{hours / 24:.1f} days"
 
 
-def banner_facts(r: CompletionRecord) -> list[str]:
+# Policy opens no connection, so not even urllib is imported here (lint-imports): a path is percent-encoded by hand.
+_URL_SAFE = frozenset(string.ascii_letters + string.digits + "/-_.~=")
+
+
+def _quote_path(text: str) -> str:
+    return "".join(chr(b) if chr(b) in _URL_SAFE else f"%{b:02X}" for b in text.encode())
+
+
+def storage_link(run_uri: str) -> str:
+    """Where a person opens the run's files: a gs:// run in the Cloud Console's storage browser, any other run
+    (a local path, s3://) as its own location."""
+    if run_uri.startswith("gs://"):
+        return "https://console.cloud.google.com/storage/browser/" + _quote_path(run_uri.removeprefix("gs://"))
+    return run_uri
+
+
+def banner_facts(r: CompletionRecord, *, record_console: str | None = None) -> list[str]:
     """What the banner says under the verdict (issue 47): the first cause with its message (the verdict names only
-    its type), when the run ended and how long it ran, from its first attempt's start."""
+    its type), when the run ended and how long it ran, from its first attempt's start, what its storage costs where
+    the ledger measured it, and links to its files and (Firestore) its record. The record carries no accelerator
+    count nor price, so GPU-hours and compute cost are not stated: nothing is estimated."""
     facts: list[str] = []
     cause = r.first_failure_cause
     if cause is not None:
@@ -245,4 +264,10 @@ def banner_facts(r: CompletionRecord) -> list[str]:
         starts = [a.started_at for a in r.chain.attempts if a.started_at is not None]
         if starts and min(starts) < r.ended_at:
             facts.append(f"ran {_duration((r.ended_at - min(starts)).total_seconds())}")
+    ledger = r.storage_ledger
+    if ledger is not None:
+        facts.append(f"storage {ledger.bytes} bytes, ${ledger.monthly_usd:.2f}/month at list prices")
+    facts.append(f"files: {storage_link(r.run_uri)}")
+    if record_console:
+        facts.append(f"record: {record_console}")
     return facts

@@ -101,6 +101,19 @@ def _inline(text: str) -> str:
     return _BACKTICKED.sub(r"<code>\1</code>", escape(text))
 
 
+_WEB_LINK = re.compile(r"https://[^\s<>\"']+")
+
+
+def _linked(text: str) -> str:
+    """A banner fact with its https:// links clickable (a navigation, which the CSP does not forbid)."""
+    out, at = [], 0
+    for match in _WEB_LINK.finditer(text):
+        url = match.group()
+        out += [escape(text[at : match.start()]), f'<a href="{escape(url)}" rel="noreferrer">{escape(url)}</a>']
+        at = match.end()
+    return "".join(out) + escape(text[at:])
+
+
 def _block(block: Block, svg: str | None) -> str:
     if isinstance(block, Para):
         return f'<p class="{block.tone}">{_inline(block.text)}</p>'
@@ -137,7 +150,7 @@ def render_html(doc: Document, *, svg: str | None = None, footer: str = "") -> s
     sep = '<span class="sep">·</span>'
     parts = sep.join(f'<span class="part {p.tone}" data-key="{p.key}">{escape(p.text)}</span>' for p in v.parts)
     facts = (
-        '<p class="facts" id="facts">' + sep.join(f"<span>{escape(f)}</span>" for f in doc.facts) + "</p>"
+        '<p class="facts" id="facts">' + sep.join(f"<span>{_linked(f)}</span>" for f in doc.facts) + "</p>"
         if doc.facts
         else ""
     )
