@@ -210,6 +210,10 @@ parent.document.body.setAttribute("data-measure", JSON.stringify({
   folded: document.querySelectorAll("#terminal li details").length,
   banner: document.getElementById("verdict").textContent,
   chart: svg ? svg.getBoundingClientRect().width : null,
+  candidateRows: document.querySelectorAll("#candidates tbody tr").length,
+  chosen: [...document.querySelectorAll("#candidates tr.chosen")].map(tr => ({
+    first: tr === document.querySelector("#candidates tbody tr"), height: tr.getBoundingClientRect().height,
+    mark: tr.cells[0].textContent, background: getComputedStyle(tr.cells[0]).backgroundColor})),
 }));
 </script>"""
 
@@ -239,3 +243,8 @@ def test_report_stays_inside_the_page_at_scale(tmp_path: Path, scenario: str, wi
     if width == 1280:
         assert set(m["headlines"]) == {1}, m["headlines"]
     assert m["chart"] is not None and m["chart"] >= 700, m["chart"]  # never squeezed to the phone's width
+    if scenario == "many-candidates":  # issue 47: one table, best first and marked, 40 candidates in a few rows
+        assert 1 < m["candidateRows"] < 10, m["candidateRows"]
+        [chosen] = m["chosen"]
+        assert chosen["first"] and chosen["height"] > 0 and chosen["mark"].startswith("▶ best"), chosen
+        assert chosen["background"] not in ("rgba(0, 0, 0, 0)", "rgb(255, 255, 255)"), chosen  # highlighted

@@ -164,13 +164,116 @@ def test_identical_candidate_rows_fold_into_ranges_and_all_lists_every_one(runs:
         return t, [b.text for b in section.blocks if isinstance(b, Para)]
 
     folded, notes = table(every_row=False)
+    step = folded.headers.index("step")
     assert len(folded.rows) < 10 < len(r.candidates), folded.rows
-    assert any(" every 5 (" in row[0] for row in folded.rows), folded.rows
-    assert sum(int(row[0].rsplit("(", 1)[1].rstrip(")")) if "(" in row[0] else 1 for row in folded.rows) == len(
-        r.candidates
-    )  # every candidate is in exactly one row
+    assert any(" steps)" in row[step] or " every 5 (" in row[step] for row in folded.rows), folded.rows
+
+    def count(cell: str) -> int:
+        return int(cell.rsplit("(", 1)[1].split()[0].rstrip(")")) if "(" in cell else 1
+
+    assert sum(count(row[step]) for row in folded.rows) == len(r.candidates)  # each candidate in exactly one row
+    assert all(row[-1].endswith("/exports") for row in folded.rows if "(" in row[step])  # their common directory
     assert any("--all" in note for note in notes)
     if r.selection is not None and r.selection.step is not None:
-        assert [str(r.selection.step)] in [row[:1] for row in folded.rows]  # the selected step keeps its row
+        assert str(r.selection.step) in [row[step] for row in folded.rows]  # the selected step keeps its row
     every, notes = table(every_row=True)
-    assert [row[0] for row in every.rows] == [str(c.step) for c in r.candidates] and not notes
+    assert sorted(int(row[step]) for row in every.rows) == sorted(c.step for c in r.candidates)
+    assert not any("--all" in note for note in notes)
+
+
+# ------------------------------------------------------------------ one candidates table, best first, on the chart
+
+
+def test_one_candidates_table_sorted_best_first_with_the_best_marked_and_on_the_chart(
+    runs: dict[str, CompletionRecord],
+) -> None:
+    """Issue 47: the 40-candidate report had a candidates list and a separate unsorted score table, the best step a
+    note in row 36. Now one table with the score column, best first by the score the suggestion uses (no policy is
+    declared), the best row marked and highlighted, the rest folded into ranges; the chart marks the best step."""
+    from rlcleanup.report.candidates import MARK
+    from rlcleanup.report.document import Table
+    from rlcleanup.report.markdown import render_markdown
+    from rlcleanup.report.timeline import render_timeline
+
+    r = runs["many-candidates"]
+    assert r.selection is not None and r.selection.candidate_metrics is not None
+    cm = r.selection.candidate_metrics
+    scores = {m.step: m.value for m in cm.candidates if m.value is not None}
+    best = max(scores, key=lambda s: (scores[s], s))
+    assert cm.best == best
+    doc = build_document(ReportInputs(r), with_figure=False)
+    assert [s.anchor for s in doc.sections].count("candidates") == 1 and "which" not in [s.anchor for s in doc.sections]
+    tables = [(s.anchor, b) for s in doc.sections for b in s.blocks if isinstance(b, Table)]
+    assert [anchor for anchor, t in tables if "score" in t.headers] == ["candidates"]  # one score table
+    [table] = [t for anchor, t in tables if anchor == "candidates"]
+    step, score = table.headers.index("step"), table.headers.index("score")
+    assert table.rows[0][step] == str(best) and table.rows[0][0] == f"{MARK} best (suggestion)"
+    assert table.highlight == 0
+    top = [float(row[score]) for row in table.rows if row[step].isdigit()]
+    assert top == sorted(top, reverse=True) and len(top) >= 2  # best first
+    assert len(table.rows) < 10, table.rows  # not 40 identical lines
+    assert sum(1 for row in table.rows if row[0].startswith(MARK)) == 1
+    html = render_html(doc)
+    assert html.count('<tr class="chosen">') == 1
+    chosen_row = html.split('<tr class="chosen">', 1)[1].split("</tr>", 1)[0]
+    assert f"<td>{MARK} best (suggestion)</td>" in chosen_row and f">{best}</td>" in chosen_row
+    markdown = render_markdown(doc)
+    assert f"| {MARK} best (suggestion) | {best} | {scores[best]:.4f} |" in markdown
+
+    image = render_timeline(ReportInputs(r))
+    assert image is not None and "marked" in image.probes
+    assert f"best (suggestion) {best}" in image.svg  # the label beside the star on the exports row
+
+
+def test_a_declared_policy_orders_the_table_and_its_selection_is_the_marked_first_row(
+    runs: dict[str, CompletionRecord], tmp_path: Path
+) -> None:
+    from rlcleanup.report.candidates import MARK
+    from rlcleanup.report.document import Table
+    from rlcleanup.steps.select import ranked_steps
+
+    record = run_embedded(
+        str(write_sample_run(tmp_path / "src", "selection-policy")), db_path=tmp_path / "r.db",
+        preserve_root=str(tmp_path / "p"),
+    )  # fmt: skip
+    assert record is not None and record.selection is not None and record.selection.status == "selected"
+    ranked = ranked_steps({int(k): v for k, v in record.selection.scores.items()}, "max")
+    doc = build_document(ReportInputs(record), with_figure=False)
+    [table] = [b for s in doc.sections if s.anchor == "candidates" for b in s.blocks if isinstance(b, Table)]
+    steps = [row[1] for row in table.rows]
+    assert steps[: len(ranked)] == [str(s) for s in ranked] and steps[0] == str(record.selection.step)
+    assert table.rows[0][0] == f"{MARK} selected" and table.highlight == 0
+
+
+# ------------------------------------------------------------------ the banner's links and costs
+
+
+def test_the_banner_links_the_runs_files_and_its_firestore_record_and_invents_no_cost(
+    runs: dict[str, CompletionRecord],
+) -> None:
+    """Issue 47: the banner links the run's bucket (a gs:// run opens in the Cloud Console's storage browser, a local
+    one is its path) and, where the store is Firestore, the record's console page. The record carries no accelerator
+    count nor price, so no GPU-hours nor compute cost is stated; storage cost only where the ledger measured it."""
+    from rlcleanup.adapters.firestore_records import FirestoreRunRecords
+    from rlcleanup.report.build import banner_facts
+    from rlcleanup.report.markdown import render_markdown
+
+    local = runs["failed-first-link"]
+    facts = banner_facts(local)
+    assert f"files: {local.run_uri}" in facts
+    assert not any("GPU-hour" in f or "compute cost" in f for f in facts)  # not known, so not said
+    assert any(f.startswith("storage ") and "/month" in f for f in facts) == (local.storage_ledger is not None)
+    gs = local.model_copy(update={"run_uri": "gs://marin-us-central2/math rl/2026.11.30"})
+    console = FirestoreRunRecords(project="hai-gcp-models", client=object()).console_url(gs.run_id)
+    assert console == (
+        "https://console.cloud.google.com/firestore/databases/-default-/data/panel/runs/"
+        f"{gs.run_id}?project=hai-gcp-models"
+    )
+    doc = build_document(ReportInputs(gs, record_console=console), with_figure=False)
+    browser = "https://console.cloud.google.com/storage/browser/marin-us-central2/math%20rl/2026.11.30"
+    assert f"files: {browser}" in doc.facts and f"record: {console}" in doc.facts
+    html = render_html(doc)
+    banner = html[html.index('<header class="verdict') : html.index("</header>")]
+    assert f'<a href="{browser}" rel="noreferrer">' in banner
+    assert f'<a href="{console.replace("&", "&amp;")}" rel="noreferrer">' in banner
+    assert browser in render_markdown(doc)

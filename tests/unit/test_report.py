@@ -103,7 +103,7 @@ def test_attempt_times_read_as_rfc3339(runs: dict[str, CompletionRecord]) -> Non
 def test_candidates_with_problems_are_listed(runs: dict[str, CompletionRecord]) -> None:
     rendered = _render(runs["missing-shard"])
     md, html = rendered.markdown(), rendered.html()
-    row = next(line for line in md.splitlines() if line.startswith("| 10 |"))
+    row = next(line for line in md.splitlines() if line.startswith("|  | 10 |"))
     assert "| INVALID |" in row and "| 1 |" in row  # one problem
     assert re.search(r"^- missing_shard: model-00002-of-00003\.safetensors is named by", md, re.M)
     assert "<li>missing_shard: model-00002-of-00003.safetensors is named by" in html
@@ -119,7 +119,8 @@ def test_selection_scores_and_policy(runs: dict[str, CompletionRecord]) -> None:
     md = _render(r).markdown()
     assert f"selected: step 30 (runner-up {s.runner_up}, metric window {s.metric_window})" in md
     assert '"metric": "reward/avg_raw_reward"' in md  # the declared policy, verbatim
-    assert re.search(r"^\| 30 \| 0\.\d+ \|$", md, re.M)
+    # the score is in the one candidates table, the selected step first and marked (issue 47)
+    assert re.search(r"^\| ▶ selected \| 30 \| 0\.\d+ \|", md, re.M)
 
 
 def test_a_bare_record_renders_without_a_timeline() -> None:

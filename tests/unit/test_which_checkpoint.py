@@ -42,11 +42,14 @@ def test_no_policy_run_shows_each_candidates_metric_and_coverage(tmp_path: Path,
     assert "  step 20     0.6705   20/20 steps 1..20  <- best by metric: a suggestion, not a selection" in text
     report_uri = Path(_json("show", COMPLETED)["report_uri"])
     html = report_uri.with_name("report.html").read_text()
-    assert '<section id="which"><h2>Which checkpoint?</h2>' in html and "<td>20/20 steps 1..20</td>" in html
+    # the report's one candidates table carries the score (issue 47), best first and marked
+    assert '<section id="candidates"><h2>Candidates</h2>' in html and "<td>20/20 steps 1..20</td>" in html
+    assert 'id="which"' not in html
     report = report_uri.with_name("report.md").read_text()
-    assert "## Which checkpoint?" in report
-    assert "| 15 | 0.6103 | 15/15 steps 1..15 |  |" in report
-    assert "| 20 | 0.6705 | 20/20 steps 1..20 | best by metric: a suggestion, not a selection |" in report
+    assert "## Candidates" in report and "## Which checkpoint?" not in report
+    assert "|  | 15 | 0.6103 | 15/15 steps 1..15 | valid |" in report
+    assert "| ▶ best (suggestion) | 20 | 0.6705 | 20/20 steps 1..20 | valid |" in report
+    assert report.index("| 20 | 0.6705 |") < report.index("| 15 | 0.6103 |")  # best first
 
 
 def test_a_candidate_without_metric_rows_says_so_and_is_not_dropped(tmp_path: Path, _xdg: Path) -> None:  # noqa: F811
@@ -62,7 +65,10 @@ def test_a_candidate_without_metric_rows_says_so_and_is_not_dropped(tmp_path: Pa
     code, text, _ = _invoke("show", LATE)
     assert code == 0 and "  step 5      —        missing: 0 row(s) of reward/avg_raw_reward" in text
     report = Path(_json("show", LATE)["report_uri"]).with_name("report.md").read_text()
-    assert "| 10 | — | missing: 0 row(s) of reward/avg_raw_reward at or before step 10; the policy needs 5 |" in report
+    assert (
+        "|  | 10 | — | missing: 0 row(s) of reward/avg_raw_reward at or before step 10; the policy needs 5 |" in report
+    )
+    assert report.index("|  | 15 |") < report.index("|  | 5 | — |")  # the unscored after the scored
     assert "2 candidate(s) have no score" in report
 
 

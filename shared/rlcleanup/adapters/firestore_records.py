@@ -18,6 +18,7 @@ import hashlib
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from rlcleanup.adapters.firestore_claims import FirestoreIdempotencyStore
 from rlcleanup.adapters.firestore_client import FirestoreConnection, check_size, plain
@@ -69,6 +70,14 @@ class FirestoreRunRecords(FirestoreConnection):
     """The run-record repository on Firestore: runs/{run_id} and its candidates/attempts/events/errors."""
 
     # ----------------------------------------------------------- records
+
+    def console_url(self, run_id: str) -> str:
+        """The run document in the Cloud Console's Firestore data viewer (the report's banner links it)."""
+        database = "-default-" if self.database == "(default)" else quote(self.database, safe="")
+        return (
+            f"https://console.cloud.google.com/firestore/databases/{database}/data/panel/runs/"
+            f"{quote(run_id, safe='')}?project={quote(self.project, safe='')}"
+        )
 
     def get(self, run_id: str) -> CompletionRecord | None:
         with self.guard("get record", run_id):

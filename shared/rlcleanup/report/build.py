@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import string
 from datetime import datetime
 
-from rlcleanup.models.record import Attempt, Candidate, CompletionRecord
-from rlcleanup.models.vocab import CandidateKind
+from rlcleanup.models.record import Attempt, CompletionRecord
+from rlcleanup.report.candidates import candidates_section
 from rlcleanup.report.document import BAD, GOOD, WARN, Block, Bullets, Code, Document, Figure, Para, Section, Table
 from rlcleanup.report.failures import failure_section
 from rlcleanup.report.fold import headline
@@ -14,7 +15,6 @@ from rlcleanup.report.inputs import ReportInputs
 from rlcleanup.report.reasons import terminal_reasons
 from rlcleanup.report.storage import storage_section
 from rlcleanup.report.verdict import authority_lines, build_verdict, selection_state, summarise_steps
-from rlcleanup.report.which import which_table
 
 
 def _v(value: object) -> str:
@@ -110,7 +110,8 @@ def _chain(inputs: ReportInputs, with_figure: bool) -> Section:
         blocks.append(
             Figure(
                 f"Attempts over the step axis; checkpoints (blue), exports (purple, invalid: black X), coverage gaps "
-                f"in red; {inputs.metric_name} below, metric window shaded, selected step dashed."
+                f"in red; {inputs.metric_name} below, metric window shaded, the selected (else the best) step starred "
+                "and dashed."
             )
         )
     blocks.append(Table(["attempt", "job", "state", "steps", "started", "ended", "failure"], rows, root=r.run_uri))
@@ -127,88 +128,6 @@ def _chain(inputs: ReportInputs, with_figure: bool) -> Section:
     if inputs.notes:
         blocks.append(Bullets(inputs.notes, WARN))
     return Section("Chain", "chain", blocks)
-
-
-def _candidate_state(c: Candidate) -> str:
-    """ "valid", "INVALID", "CONVERTIBLE (request pending)", "PARTIAL"; an adapter says so and names its base."""
-    state = "valid" if c.valid else c.state.value.upper()
-    if c.export_request is not None and not c.valid:
-        state += f" (request {c.export_request.status})"
-    if c.kind is CandidateKind.adapter:
-        state += f", LoRA adapter of {c.base_model or 'an unnamed base model'}"
-    return state
-
-
-# Consecutive candidates whose rows say the same (state, size, shards, bytes, no problem nor warning) are one row
-# from this many on: 40 identical rows read as one range (issue 47); `report --all` lists every candidate.
-FOLD_AT = 3
-
-
-def _candidate_row(c: Candidate) -> list[str]:
-    return [
-        str(c.step),
-        _candidate_state(c),
-        _v(c.size_label or c.parameter_count),
-        str(c.shard_count),
-        _v(c.total_bytes),
-        str(len(c.problems)),
-        c.uri,
-    ]
-
-
-def _folded_rows(r: CompletionRecord) -> tuple[list[list[str]], int]:
-    """The candidates' rows in step order, runs of FOLD_AT or more identical ones as one row (steps as ranges,
-    the uri their common directory); the selected step is never folded away. Returns (rows, rows folded)."""
-    chosen = r.selection.step if r.selection is not None else None
-    groups: list[list[Candidate]] = []
-    for c in sorted(r.candidates, key=lambda c: c.step):
-        same = (
-            groups
-            and c.step != chosen
-            and groups[-1][-1].step != chosen
-            and not (c.problems or c.warnings or groups[-1][-1].problems or groups[-1][-1].warnings)
-            and _candidate_row(c)[1:6] == _candidate_row(groups[-1][-1])[1:6]
-        )
-        if same:
-            groups[-1].append(c)
-        else:
-            groups.append([c])
-    rows: list[list[str]] = []
-    folded = 0
-    for group in groups:
-        if len(group) < FOLD_AT:
-            rows += [_candidate_row(c) for c in group]
-            continue
-        folded += len(group)
-        first = _candidate_row(group[0])
-        parent = group[0].uri.rstrip("/").rsplit("/", 1)[0]
-        steps = summarise_steps([c.step for c in group])
-        rows.append([f"{steps} ({len(group)})", *first[1:6], parent])
-    return rows, folded
-
-
-def _candidates(r: CompletionRecord, *, every_row: bool = False) -> Section:
-    if not r.candidates:
-        return Section("Candidates", "candidates", [Para("No export candidate was found.", BAD)])
-    rows, folded = ([_candidate_row(c) for c in r.candidates], 0) if every_row else _folded_rows(r)
-    blocks: list[Block] = [
-        Table(["step", "state", "parameters", "shards", "bytes", "problems", "uri"], rows, root=r.run_uri)
-    ]
-    if folded:
-        blocks.append(
-            Para(
-                f"{folded} identical candidates are folded into ranges (their common directory); "
-                f"`rlcleanup report {r.run_id} --all` lists every one."
-            )
-        )
-    for c in r.candidates:
-        if c.problems:
-            blocks.append(Para(f"Step {c.step} problems:", BAD))
-            blocks.append(Bullets(c.problems, BAD))
-        if c.warnings:
-            blocks.append(Para(f"Step {c.step} warnings:", WARN))
-            blocks.append(Bullets(c.warnings, WARN))
-    return Section("Candidates", "candidates", blocks)
 
 
 def _authority(r: CompletionRecord) -> Section | None:
@@ -228,23 +147,9 @@ def _selection(r: CompletionRecord) -> Section | None:
     if s.reason:
         blocks.append(Para(s.reason))
     blocks.append(Para("Policy: " + (json.dumps(s.policy, sort_keys=True) if s.policy else "none declared")))
-    if s.candidates_considered:
-        blocks.append(Para("Candidates considered: " + ", ".join(map(str, s.candidates_considered))))
-    if s.scores:
-        ranked = sorted(s.scores.items(), key=lambda kv: int(kv[0]))
-        blocks.append(Table(["step", "score"], [[k, f"{v:.6g}"] for k, v in ranked]))
+    if s.candidates_considered:  # their scores are in the candidates table, best first
+        blocks.append(Para("Candidates considered: " + summarise_steps(s.candidates_considered)))
     return Section("Selection", "selection", blocks)
-
-
-def _which(r: CompletionRecord) -> Section | None:
-    """Which checkpoint? Every valid candidate's metric and coverage (report/which.py), the best marked."""
-    table = which_table(r)
-    if table is None:
-        return None
-    blocks: list[Block] = [Para(table.title), Table(table.headers, table.rows)]
-    if table.missing:
-        blocks.append(Para(f"{table.missing} candidate(s) have no score: see the coverage column.", WARN))
-    return Section("Which checkpoint?", "which", blocks)
 
 
 def _resume(r: CompletionRecord) -> Section | None:
@@ -304,9 +209,8 @@ def build_document(inputs: ReportInputs, *, with_figure: bool = True, every_row:
         _terminal(r),
         _cause(r),
         failure_section(r),
-        _candidates(r, every_row=every_row),
+        candidates_section(r, every_row=every_row),  # report/candidates.py: one table, scores, best first
         _selection(r),
-        _which(r),
         _resume(r),
         _preserved(r),
         storage_section(r),  # report/storage.py
@@ -317,7 +221,7 @@ def build_document(inputs: ReportInputs, *, with_figure: bool = True, every_row:
         verdict=build_verdict(r),
         sections=[s for s in sections if s is not None],
         title=f"rlcleanup report: {r.run_id}",
-        facts=banner_facts(r),
+        facts=banner_facts(r, record_console=inputs.record_console),
     )
 
 
@@ -329,9 +233,27 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min" if hours < 48 else f"{hours / 24:.1f} days"
 
 
-def banner_facts(r: CompletionRecord) -> list[str]:
+# Policy opens no connection, so not even urllib is imported here (lint-imports): a path is percent-encoded by hand.
+_URL_SAFE = frozenset(string.ascii_letters + string.digits + "/-_.~=")
+
+
+def _quote_path(text: str) -> str:
+    return "".join(chr(b) if chr(b) in _URL_SAFE else f"%{b:02X}" for b in text.encode())
+
+
+def storage_link(run_uri: str) -> str:
+    """Where a person opens the run's files: a gs:// run in the Cloud Console's storage browser, any other run
+    (a local path, s3://) as its own location."""
+    if run_uri.startswith("gs://"):
+        return "https://console.cloud.google.com/storage/browser/" + _quote_path(run_uri.removeprefix("gs://"))
+    return run_uri
+
+
+def banner_facts(r: CompletionRecord, *, record_console: str | None = None) -> list[str]:
     """What the banner says under the verdict (issue 47): the first cause with its message (the verdict names only
-    its type), when the run ended and how long it ran, from its first attempt's start."""
+    its type), when the run ended and how long it ran, from its first attempt's start, what its storage costs where
+    the ledger measured it, and links to its files and (Firestore) its record. The record carries no accelerator
+    count nor price, so GPU-hours and compute cost are not stated: nothing is estimated."""
     facts: list[str] = []
     cause = r.first_failure_cause
     if cause is not None:
@@ -342,4 +264,10 @@ def banner_facts(r: CompletionRecord) -> list[str]:
         starts = [a.started_at for a in r.chain.attempts if a.started_at is not None]
         if starts and min(starts) < r.ended_at:
             facts.append(f"ran {_duration((r.ended_at - min(starts)).total_seconds())}")
+    ledger = r.storage_ledger
+    if ledger is not None:
+        facts.append(f"storage {ledger.bytes} bytes, ${ledger.monthly_usd:.2f}/month at list prices")
+    facts.append(f"files: {storage_link(r.run_uri)}")
+    if record_console:
+        facts.append(f"record: {record_console}")
     return facts

@@ -65,6 +65,7 @@ class Table:
     headers: list[str]
     rows: list[list[str]]
     root: str | None = None  # URIs under it print relative to it (the full URI stays on hover and copy)
+    highlight: int | None = None  # the row a reader looks for first (the chosen candidate): highlighted in HTML
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--rule
 th { background: #f3f3f3; font-weight: 600; }
 td.num, th.num { white-space: nowrap; text-align: right; font-variant-numeric: tabular-nums; }
 code.uri { font-size: 12px; }
+tr.chosen td { background: #fff8d6; font-weight: 600; } tr.chosen td:first-child { color: #8a6d00; white-space: nowrap; }
 /* The root a shortened URI dropped: not drawn, but laid out, so selecting and copying the cell copies the full URI
    (the CSP forbids scripts, so no copy handler). */
 code.uri .root { position: absolute; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%);
@@ -100,6 +101,19 @@ def _inline(text: str) -> str:
     return _BACKTICKED.sub(r"<code>\1</code>", escape(text))
 
 
+_WEB_LINK = re.compile(r"https://[^\s<>\"']+")
+
+
+def _linked(text: str) -> str:
+    """A banner fact with its https:// links clickable (a navigation, which the CSP does not forbid)."""
+    out, at = [], 0
+    for match in _WEB_LINK.finditer(text):
+        url = match.group()
+        out += [escape(text[at : match.start()]), f'<a href="{escape(url)}" rel="noreferrer">{escape(url)}</a>']
+        at = match.end()
+    return "".join(out) + escape(text[at:])
+
+
 def _block(block: Block, svg: str | None) -> str:
     if isinstance(block, Para):
         return f'<p class="{block.tone}">{_inline(block.text)}</p>'
@@ -118,8 +132,10 @@ def _block(block: Block, svg: str | None) -> str:
         numeric = [all(_NUMBER.fullmatch(row[i]) for row in block.rows) for i in range(len(block.headers))]
         head = "".join(f"<th{_num(numeric[i])}>{escape(h)}</th>" for i, h in enumerate(block.headers))
         rows = "".join(
-            "<tr>" + "".join(f"<td{_num(numeric[i])}>{_cell(c, block.root)}</td>" for i, c in enumerate(row)) + "</tr>"
-            for row in block.rows
+            ('<tr class="chosen">' if n == block.highlight else "<tr>")
+            + "".join(f"<td{_num(numeric[i])}>{_cell(c, block.root)}</td>" for i, c in enumerate(row))
+            + "</tr>"
+            for n, row in enumerate(block.rows)
         )
         return f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
     if isinstance(block, Figure):
@@ -134,7 +150,7 @@ def render_html(doc: Document, *, svg: str | None = None, footer: str = "") -> s
     sep = '<span class="sep">·</span>'
     parts = sep.join(f'<span class="part {p.tone}" data-key="{p.key}">{escape(p.text)}</span>' for p in v.parts)
     facts = (
-        '<p class="facts" id="facts">' + sep.join(f"<span>{escape(f)}</span>" for f in doc.facts) + "</p>"
+        '<p class="facts" id="facts">' + sep.join(f"<span>{_linked(f)}</span>" for f in doc.facts) + "</p>"
         if doc.facts
         else ""
     )

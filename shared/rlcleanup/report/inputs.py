@@ -30,6 +30,8 @@ class ReportInputs:
     metrics: StitchedMetrics | None = None
     checkpoint_steps: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what could not be loaded, shown in the report
+    # The record's page in the Firestore console when the record store is Firestore (the banner links it), else None.
+    record_console: str | None = None
 
     @property
     def metric_name(self) -> str:

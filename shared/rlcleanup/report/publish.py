@@ -75,12 +75,15 @@ def _write(storage: Storage, dest: str, stem: str, ext: str, data: bytes, conten
     return name
 
 
-def write_report(storage: Storage, record: CompletionRecord) -> dict[str, str]:
-    """Write report.md, report.html and timeline.png into the preserved location; returns kind -> URI."""
+def write_report(storage: Storage, record: CompletionRecord, *, record_console: str | None = None) -> dict[str, str]:
+    """Write report.md, report.html and timeline.png into the preserved location; returns kind -> URI.
+    `record_console`: the record's page in the Firestore console, linked from the banner."""
     if not record.preserved_locations:
         return {}
     dest = join(record.preserved_locations[0], "derived")
-    rendered = render_report(load_inputs(storage, record))
+    inputs = load_inputs(storage, record)
+    inputs.record_console = record_console
+    rendered = render_report(inputs)
     written: dict[str, str] = {}
     image = None
     if rendered.timeline is not None:
@@ -102,7 +105,10 @@ def publish_report(
         record = records.get(run_id)
         if record is not None and manifest_uri is not None:
             record = record.model_copy(update={"manifest_uri": manifest_uri})
-        written = write_report(storage, record) if record is not None else {}
+        # A store with a console page per record (Firestore) says where; others (SQLite) have none.
+        console_url = getattr(records, "console_url", None)
+        console = console_url(run_id) if callable(console_url) and record is not None else None
+        written = write_report(storage, record, record_console=console) if record is not None else {}
     except Exception as exc:
         log.warning("report for %s not written: %s: %s", run_id, type(exc).__name__, exc, extra={"run_id": run_id})
         message = (

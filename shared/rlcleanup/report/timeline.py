@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.report.candidates import marked_step
 from rlcleanup.report.inputs import ReportInputs
 
 GAP_RED = "#d00000"
@@ -157,11 +158,13 @@ def render_timeline(inputs: ReportInputs) -> TimelineImage | None:
         ax.scatter(
             [c.step], [export_row], marker="D" if c.valid else "X", s=42, color=EXPORT_PURPLE if c.valid else "#000000"
         )
-    selected = r.selection.step if r.selection and r.selection.status == "selected" else None
+    # The candidates table's marked row (report/candidates.py): the policy's selection, a publish grant's choice,
+    # else the best by the suggestion's score (issue 47: the best step was a note in row 36, not on the chart).
+    selected, label = marked_step(r)
     if selected is not None:
         ax.scatter([selected], [export_row], marker="*", s=220, color=SELECTED_GOLD, zorder=5)
         ax.annotate(
-            f"selected {selected}",
+            f"{label} {selected}",
             (selected, export_row),
             xytext=(0, -14),
             textcoords="offset points",
@@ -169,11 +172,12 @@ def render_timeline(inputs: ReportInputs) -> TimelineImage | None:
             fontsize=7,
             color=SELECTED_GOLD,
         )
+        anchors["marked"] = (selected, export_row)
     _legend(ax, r, cause is not None)
     if mx is not None:
-        _metric_panel(mx, inputs, xs, ys, gaps, selected)
-        for label in ax.get_xticklabels():
-            label.set_visible(False)
+        _metric_panel(mx, inputs, xs, ys, gaps, selected, label)
+        for tick in ax.get_xticklabels():
+            tick.set_visible(False)
     else:
         ax.set_xlabel("trainer step")
     fig.canvas.draw()
@@ -220,7 +224,13 @@ def _legend(ax: Any, r: CompletionRecord, with_cause: bool) -> None:
 
 
 def _metric_panel(
-    mx: Any, inputs: ReportInputs, xs: list[float], ys: list[float], gaps: list[tuple[int, int]], selected: int | None
+    mx: Any,
+    inputs: ReportInputs,
+    xs: list[float],
+    ys: list[float],
+    gaps: list[tuple[int, int]],
+    selected: int | None,
+    label: str,
 ) -> None:
     r = inputs.record
     window = r.selection.metric_window if r.selection else None
@@ -230,7 +240,7 @@ def _metric_panel(
         mx.axvspan(a - 0.5, b + 0.5, color=GAP_RED, alpha=0.25, linewidth=0)
     mx.plot(xs, ys, color=CURVE_BLUE, linewidth=1.4, label=inputs.metric_name)
     if selected is not None:
-        mx.axvline(selected, color=SELECTED_GOLD, linestyle="--", linewidth=1.2, label=f"selected step {selected}")
+        mx.axvline(selected, color=SELECTED_GOLD, linestyle="--", linewidth=1.2, label=f"{label} step {selected}")
     mx.set_ylabel(_short(inputs.metric_name), fontsize=8)
     mx.set_xlabel("trainer step")
     mx.grid(color="#eeeeee", linewidth=0.6)

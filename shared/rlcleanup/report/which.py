@@ -1,4 +1,5 @@
-"""Which checkpoint? The per-candidate metric table `show` and the report print (issue 38 #8).
+"""Which checkpoint? The per-candidate metric table `show` prints (issue 38 #8; the report carries the same scores
+in its one candidates table, report/candidates.py).
 
 The numbers are the record's (`selection.candidate_metrics`, computed by the selection policy's own score in
 steps/select.py); whether the best is a suggestion or already decided comes from `selection_state`, the one
