@@ -335,9 +335,11 @@ def test_every_preview_renders_on_a_gcs_run(
     world: SimpleNamespace, gcs_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 38 item 3 on GCS (fake-gcs): publish, hand-off, register, cancel, then (after the publish) reclaim,
-    text and JSON; fake-gcs has no IAM endpoint, so the destination's bindings are read from a recorded policy."""
+    text and JSON (a cancel of the ended run refused, as its grant is); fake-gcs has no IAM endpoint, so the destination's bindings are read from a recorded policy."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))  # the authority tests' helpers
     from authority_support import rendered_preview
+
+    from rlcleanup.authority.preview import preview_grant
 
     monkeypatch.setattr(
         publish_mod,
@@ -345,9 +347,12 @@ def test_every_preview_renders_on_a_gcs_run(
         lambda _storage, uri: bucket_visibility(uri, RecordedIam(gcs_client, PRIVATE_POLICY, "enforced")),
     )
     record = world.ports.records.get(world.run_id)
-    for action in ("publish", "handoff", "register", "cancel"):
+    for action in ("publish", "handoff", "register"):
         preview = rendered_preview(world.ports.storage, world.ports.records, record, _grant(world, action))
         assert action not in ("publish", "handoff") or all(o["crc32c"] for o in preview["objects"])
+    # A cancel of a run whose end was observed is refused in the preview exactly as the grant would (issue 47)
+    cancel = preview_grant(world.ports.storage, record, _grant(world, "cancel"), datetime.now(UTC), world.ports.records)
+    assert cancel["would"] == "refuse" and cancel["refusal"] == "run_ended", cancel
     assert _dest_objects(gcs_client, world.dest) == []
     _deliver(world, _grant(world))
     preview = rendered_preview(world.ports.storage, world.ports.records, record, _grant(world, "reclaim"))

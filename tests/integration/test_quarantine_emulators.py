@@ -153,12 +153,17 @@ def test_s3_reclaim_quarantines_restores_byte_exact_purges_under_grant_and_expir
     assert _s3_sums(s3_admin, bucket, export_prefix) == before  # every byte, ETag and MD5 as before
     assert _s3_sums(s3_admin, bucket, PREFIX) == {}
 
-    # A restore writes new versions with the same bytes; the candidate's digest pins versions, so a new reclaim
-    # grant of the old digest is refused: nothing moves on the strength of a proof about other versions.
+    # A restore writes new versions with the same bytes and records the version it put back beside the validated
+    # one (issue 47 item 5): a new reclaim grant of the validated digest is accepted on those restored versions and
+    # quarantines the same bytes again; a second restore gives them back.
     again = w.grant("reclaim")
     w.deliver(w.message(again))
-    refused = w.action(again.grant_id)
-    assert refused["state"] == "refused" and refused["refusal"] == "wrong_digest", refused
+    assert w.action(again.grant_id)["state"] == "reclaimed", w.action(again.grant_id)
+    assert _s3_sums(s3_admin, bucket, export_prefix) == {}
+    again_prefix = f"{PREFIX}{w.run_id}/{again.grant_id}/"
+    assert {k.removeprefix(again_prefix): v for k, v in _s3_sums(s3_admin, bucket, again_prefix).items()} == before
+    result = _restore(w.stack.ports, w.run_id)
+    assert not result.refused and len(result.restored) == len(before), result
     assert _s3_sums(s3_admin, bucket, export_prefix) == before
 
     s3_admin.put_object(Bucket=bucket, Key=f"{PREFIX}{w.run_id}/g-old/x.bin", Body=b"moved a week ago")

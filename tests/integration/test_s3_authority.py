@@ -8,6 +8,7 @@ import base64
 import hashlib
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -77,15 +78,21 @@ def test_publish_from_s3_then_reclaim_the_s3_source(s3_admin, tmp_path: Path, ui
 
 
 def test_every_preview_renders_on_an_s3_run(s3_admin, tmp_path: Path, uid: str) -> None:  # type: ignore[no-untyped-def]
-    """Issue 38 item 3 on S3: publish, hand-off, register, cancel, then (after the publish) reclaim, text and JSON."""
+    """Issue 38 item 3 on S3: publish, hand-off, register, cancel (refused: the run ended, as its grant is), then
+    (after the publish) reclaim, text and JSON."""
     from authority_support import rendered_preview
+
+    from rlcleanup.authority.preview import preview_grant
 
     bucket = f"s3-prev-{uid}"
     s3_admin.create_bucket(Bucket=bucket)
     w = _s3_world(tmp_path, bucket)
     ports = w.stack.ports
-    for action in ("publish", "handoff", "register", "cancel"):
+    for action in ("publish", "handoff", "register"):
         rendered_preview(ports.storage, ports.records, w.record, w.grant(action))
+    # A cancel of a run whose end was observed is refused in the preview exactly as the grant would (issue 47)
+    cancel = preview_grant(ports.storage, w.record, w.grant("cancel"), datetime.now(UTC), ports.records)
+    assert cancel["would"] == "refuse" and cancel["refusal"] == "run_ended", cancel
     assert not (w.dest_root / "model").exists()
     publish = w.grant()
     w.deliver(w.message(publish))
