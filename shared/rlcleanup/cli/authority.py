@@ -30,6 +30,7 @@ from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.hub import is_hub, repo_of
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.backends import OpenStore, StoreBackend, open_storage
+from rlcleanup.runtime.topology import load_topology
 from rlcleanup.settings import platform
 from rlcleanup.textsafe import neutralise
 
@@ -214,17 +215,18 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
                 3,
             )
     data = json.dumps(sign(g, private)).encode()
+    grants_topic = load_topology().function("apply-grant").trigger  # where signed grants go (topology.yaml)
     if bus is not None:
-        message_id = bus.publish("authority-grants", data, {"run_id": run_id})
+        message_id = bus.publish(grants_topic, data, {"run_id": run_id})
         if as_json:
             typer.echo(json.dumps({"grant_id": g.grant_id, "state": "published", "message_id": message_id}))
         else:
-            typer.echo(f"grant {g.grant_id} published to authority-grants (message {message_id})")
+            typer.echo(f"grant {g.grant_id} published to {grants_topic} (message {message_id})")
         return
     from rlcleanup.runtime.embedded import EmbeddedStack
 
     stack = EmbeddedStack.create(db_path(db), str(default_preserve_root()))
-    stack.bus.publish("authority-grants", data, {"run_id": run_id})
+    stack.bus.publish(grants_topic, data, {"run_id": run_id})
     stack.bus.drain()
     doc = ledger.filing_of(stack.ports.records, run_id, g.grant_id, data) or {}
     if not doc:  # every message admit sees is filed: none means the grant never reached it

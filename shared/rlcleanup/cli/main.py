@@ -314,7 +314,9 @@ def emit(
     ] = None,
     attempt_id: Annotated[str | None, typer.Option("--attempt-id", help="the attempt this state is about")] = None,
     project: Annotated[str | None, typer.Option(help="Pub/Sub project (default: $GOOGLE_CLOUD_PROJECT)")] = None,
-    topic: Annotated[str, typer.Option(help="topic to publish to")] = "job-events",
+    topic: Annotated[
+        str | None, typer.Option(help="topic to publish to (default: the topology's entry topic, job-events)")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Publish a job-state change to job-events (PUBSUB_EMULATOR_HOST honoured); says what was sent, and where.
@@ -325,6 +327,7 @@ def emit(
     from pydantic import ValidationError
 
     from rlcleanup.runtime.backends import BusUnreachable
+    from rlcleanup.runtime.topology import load_topology
     from rlcleanup.stack.emit import job_event, publish_event
 
     try:
@@ -354,6 +357,7 @@ def emit(
         _fail('set GOOGLE_CLOUD_PROJECT (`eval "$(rlcleanup stack up)"`) or pass --project', EXIT_USAGE)
         return
     emulator = platform().pubsub_emulator_host
+    topic = topic or load_topology().entry_topic
     try:
         message_id = publish_event(event, project, topic)
     except BusUnreachable as exc:  # checked before publishing: its message is the fix

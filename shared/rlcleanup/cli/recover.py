@@ -44,10 +44,12 @@ def recover(
         where = f"the embedded pipeline over {opened.where}"
     else:
         from rlcleanup.runtime.backends import open_bus
+        from rlcleanup.runtime.topology import load_topology
 
         bus = open_bus(project)
-        message_id = bus.publish("job-events", event.model_dump_json().encode(), {"source": event.source})
-        where = f"job-events (message {message_id})"
+        topic = load_topology().entry_topic  # where job events enter the pipeline
+        message_id = bus.publish(topic, event.model_dump_json().encode(), {"source": event.source})
+        where = f"{topic} (message {message_id})"
     if as_json:
         typer.echo(json.dumps({"run_id": run_id, "event": event.model_dump(mode="json"), "sent_to": where}, indent=2))
         return
