@@ -23,8 +23,10 @@ from rlcleanup.cli.options import (
     ProjectOption,
     QuietOption,
     RunIdArg,
+    StoreChoice,
     backend_name,
     db_path,
+    store_options,
 )
 from rlcleanup.cli.recover import register as register_recover_command
 from rlcleanup.cli.rerun import Rerun, prepare_rerun, preserve_target_problem
@@ -259,18 +261,13 @@ def _interrupted(uri: str, run_uri: str, db_file: Path) -> str:
 
 @app.command(epilog=EXIT_CODES)
 @operator_errors
-def show(
-    run_id: RunIdArg,
-    db: DbOption = None,
-    backend: BackendOption = None,
-    project: ProjectOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@store_options
+def show(run_id: RunIdArg, *, store: StoreChoice) -> None:
     """Print a stored completion record (SQLite file, or Firestore: the emulator or a real project)."""
     from rlcleanup.cli.render import summary
 
-    record = get_record(open_store(backend_name(backend), db_path(db), project), run_id)
-    typer.echo(neutralise(record.model_dump_json(indent=2) if as_json else summary(record)))
+    record = get_record(store.open(), run_id)
+    typer.echo(neutralise(record.model_dump_json(indent=2) if store.as_json else summary(record)))
 
 
 @app.command(epilog=EXIT_CODES)
