@@ -22,7 +22,7 @@ def _flags(command: Any) -> set[str]:
 
 def test_the_commands_that_read_a_run_share_one_option_set() -> None:
     group = typer.main.get_group(app)
-    for name in ("show", "grants", "recover", "similar"):
+    for name in ("show", "grants", "recover", "similar", "forget", "storage", "restore"):
         command = group.commands[name]
         assert _flags(command) >= STORE_FLAGS, name
         assert command.params[0].name == "run_id", name  # the argument stays first

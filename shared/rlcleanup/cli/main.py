@@ -17,14 +17,11 @@ from rlcleanup.cli.doctor import register as register_doctor_command
 from rlcleanup.cli.operator import operator_errors
 from rlcleanup.cli.operator import register as register_operator_commands
 from rlcleanup.cli.options import (
-    BackendOption,
     DbOption,
     JsonOption,
-    ProjectOption,
     QuietOption,
     RunIdArg,
     StoreChoice,
-    backend_name,
     db_path,
     store_options,
 )
@@ -272,25 +269,24 @@ def show(run_id: RunIdArg, *, store: StoreChoice) -> None:
 
 @app.command(epilog=EXIT_CODES)
 @operator_errors
+@store_options
 def forget(
     run_id: RunIdArg,
     yes: Annotated[bool, typer.Option("--yes", help="do it (without it, only say what would be removed)")] = False,
-    db: DbOption = None,
-    backend: BackendOption = None,
-    project: ProjectOption = None,
-    as_json: JsonOption = False,
+    *,
+    store: StoreChoice,
 ) -> None:
     """Remove a run's record and everything filed under it (claims, grants, history) from the record store.
 
     For records that should not exist (a wrong path). Preserved evidence and published copies are not touched."""
     from rlcleanup.cli import maintenance
 
-    opened = open_store(backend_name(backend), db_path(db), project)
+    opened = store.open()
     record = get_record(opened, run_id)
     if yes:
         maintenance.forget(opened, run_id)
     outcome = {"run_id": run_id, "status": record.status.value, "where": opened.where, "removed": yes}
-    if as_json:
+    if store.as_json:
         typer.echo(json.dumps(outcome, indent=2))
     elif yes:
         typer.echo(f"forgot {run_id} ({record.status.value}) in {opened.where}")
