@@ -24,7 +24,60 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-INTERNAL_ERROR = "internal_error"  # the code a defect is recorded under
+
+class RunErrorCode(StrEnum):
+    """Every code an error carries onto a run's record (`RunError.code`), a dead-letter attribute or a poison
+    document: one vocabulary, like the problem codes (models/vocab.py). The values are the stored strings, so records
+    written before the enum read the same. A step's own `<code>: <message>` lines keep their steps' codes
+    (runtime/stages/common.py `run_errors`). tests/unit/test_run_error_codes.py finds every code spelled in shared/
+    and checks it is here."""
+
+    bad_input = "bad_input"
+    bad_log_entry = "bad_log_entry"
+    bad_notification = "bad_notification"
+    bad_sweep_message = "bad_sweep_message"
+    bad_webhook = "bad_webhook"
+    bus_unreachable = "bus_unreachable"
+    controller_refused = "controller_refused"
+    deadline_passed = "deadline_passed"
+    internal_error = "internal_error"
+    invalid_grant = "invalid_grant"
+    invalid_message = "invalid_message"
+    job_start_refused = "job_start_refused"
+    no_object_versions = "no_object_versions"
+    no_preserve_root = "no_preserve_root"
+    no_record = "no_record"
+    no_records_database = "no_records_database"
+    notification_failed = "notification_failed"
+    notification_refused = "notification_refused"
+    object_too_large = "object_too_large"
+    record_store_lost = "record_store_lost"
+    report_failed = "report_failed"
+    retries_exhausted = "retries_exhausted"
+    root_outside_allowed = "root_outside_allowed"
+    run_held = "run_held"
+    run_id_conflict = "run_id_conflict"
+    run_outside_buckets = "run_outside_buckets"
+    run_too_large = "run_too_large"
+    secret_unreadable = "secret_unreadable"
+    stalled = "stalled"
+    storage_access = "storage_access"
+    storage_unreachable = "storage_unreachable"
+    store_choice_invalid = "store_choice_invalid"
+    store_unreachable = "store_unreachable"
+    sweep_unsupported_storage = "sweep_unsupported_storage"
+    undecodable = "undecodable"
+    unknown_channel = "unknown_channel"
+    unknown_controller = "unknown_controller"
+    unknown_signature = "unknown_signature"
+    unknown_state_source = "unknown_state_source"
+    unreadable_run = "unreadable_run"
+    unsafe_path = "unsafe_path"
+    unpriced_scheme = "unpriced_scheme"
+    unsupported_scheme = "unsupported_scheme"
+
+
+INTERNAL_ERROR = RunErrorCode.internal_error  # the code a defect is recorded under
 
 
 class PermanentError(Exception):

@@ -21,7 +21,8 @@ from rlcleanup.models.record import UNKNOWN_RUN_URI
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.paths import default_preserve_root
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
-from rlcleanup.runtime.recovery import LOST_RUNS, PIPELINE_TOPICS
+from rlcleanup.runtime.recovery import LOST_RUNS
+from rlcleanup.runtime.topology import load_topology
 from rlcleanup.samples.generator import VERSION, write_sample_run
 
 RUN_ID = f"math-rl-completed-resumed-{VERSION}"
@@ -112,7 +113,8 @@ def test_every_stage_message_carries_the_event_that_started_the_run(tmp_path: Pa
     stack = EmbeddedStack.create(tmp_path / "records.db", str(tmp_path / "preserved"))
     event = manual_event(run_uri, "SUCCEEDED")
     stack.emit(event)
-    stage = [m for m in stack.bus.published if m.topic in PIPELINE_TOPICS]
+    assert load_topology().stage_message_topics == set(STAGE_TOPICS)  # read from topology.yaml, as listed
+    stage = [m for m in stack.bus.published if m.topic in STAGE_TOPICS]
     assert {m.topic for m in stage} == set(STAGE_TOPICS)
     for message in stage:
         assert JobEvent.model_validate(json.loads(message.data)["origin"]) == event, message.topic

@@ -6,6 +6,7 @@ no other edit: the embedded default runs it, the sweep re-drives a run that stop
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from test_sweep import LATER, DroppingBus, _Clock  # the sweep suite's lossy bus
 
 from rlcleanup.adapters.inprocess_bus import InProcessBus
 from rlcleanup.cli.progress import snapshot
-from rlcleanup.models.events import RunMessage
+from rlcleanup.models.events import JobEvent, RunMessage
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime.claims import once
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
@@ -125,6 +126,13 @@ def test_the_embedded_default_runs_the_new_stage_between_validation_and_selectio
     topics = [m.topic for m in stack.bus.published]
     assert topics.count(TOPIC) == 1 and topics.count("run-selection") == 1
     assert topics.index("candidate-validation") < topics.index(TOPIC) < topics.index("run-selection")
+    # Its messages carry the run's origin (runtime/recovery.py reads the stage topics from the topology), so a run
+    # the record store loses at the new stage is recoverable with no edit to recovery.py.
+    assert TOPIC in stack.ports.topology.stage_message_topics
+    for message in (m for m in stack.bus.published if m.topic in (TOPIC, "run-selection")):
+        origin = json.loads(message.data).get("origin")
+        assert origin is not None, f"a {message.topic} message carries no origin"
+        assert JobEvent.model_validate(origin).run_uri == run_uri, message.topic
 
 
 @pytest.mark.parametrize("lost", [TOPIC, "run-selection"])

@@ -4,6 +4,7 @@ keys the handlers really store."""
 from __future__ import annotations
 
 import copy
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -89,3 +90,36 @@ def test_fan_outs_and_barriers_name_the_keys_the_handlers_store(
         assert records.result(run_id, fan.member_set) is not None, f"fan-out {fan.name}: no {fan.member_set!r}"
         prefix = fan.member_key.split("{", 1)[0]
         assert records.results(run_id, prefix), f"fan-out {fan.name}: no member result {prefix}*"
+
+
+def test_no_module_spells_a_topic_the_topology_names() -> None:
+    """Every topic is read from the topology (issue 46): no quoted topic name outside topology.py/.yaml where a
+    topic is meant (a publish, a topic default or constant, a comparison with a topic)."""
+    topology = load_topology()
+    names = {t.name for t in topology.topics}
+    assert {"job-events", "cancel-cleared", "authority-grants", "storage-events"} <= names
+    quoted = "|".join(re.escape(name) for name in sorted(names))
+    spelled = re.compile(
+        rf'(publish\(\s*"(?:{quoted})"|topic[^=\n]*=\s*"(?:{quoted})"|_TOPICS?\s*=.*"(?:{quoted})"'
+        rf'|topic\s*[!=]=\s*"(?:{quoted})"|"(?:{quoted})"\s*[!=]=\s*topic|^[A-Z_]+\s*=\s*"(?:{quoted})")'
+    )
+    source_name = 'SOURCE = "sweep"'  # sources/sweep.py: the name its events carry as their source, not a topic
+    shared = Path(evidence.__file__).resolve().parents[1]  # shared/rlcleanup
+    found = [
+        f"{path.relative_to(shared)}:{number}: {line.strip()}"
+        for path in sorted(shared.rglob("*.py"))
+        if path.name != "topology.py"
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if spelled.search(line.strip()) and line.strip() != source_name
+    ]
+    assert found == []
+    assert topology.route("apply-grant", "cleared") == "cancel-cleared"  # authority's, through Ports
+    assert topology.stage_message_topics == {
+        "run-classified",
+        "log-scan-parts",
+        "capture-parts",
+        "candidate-validation",
+        "run-selection",
+    }
+    assert topology.is_entry("on_job_event") and topology.is_entry("on-job-event")
+    assert not topology.is_entry("select_candidate")

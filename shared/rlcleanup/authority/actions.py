@@ -64,6 +64,9 @@ class GrantPorts(Protocol):
     def model_hub(self) -> HubFactory: ...
 
     @property
+    def cancel_cleared_topic(self) -> str: ...  # the topology's (runtime's Ports reads it: policy cannot)
+
+    @property
     def hub_upload_job(self) -> JobLauncher | None: ...
 
     @property
@@ -130,7 +133,7 @@ def _clear_cancel(p: GrantPorts, task: GrantTask) -> Outcome:
         "capture_uri": capture.get("capture_uri"),
         "cleared_at": p.clock.now().isoformat(),
     }
-    p.bus.publish("cancel-cleared", json.dumps(cleared).encode(), {"run_id": grant.run_id})
+    p.bus.publish(p.cancel_cleared_topic, json.dumps(cleared).encode(), {"run_id": grant.run_id})
     return Outcome(state="cleared", uri=capture.get("capture_uri"), detail="cancel-cleared published")
 
 

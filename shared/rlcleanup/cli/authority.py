@@ -20,7 +20,17 @@ from rlcleanup.authority import ledger
 from rlcleanup.authority.grants import Action, GrantState, Visibility
 from rlcleanup.cli.approvers import approver_app
 from rlcleanup.cli.destinations import absolute_if_local, gcs_credentials_problem, scheme_typo
-from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
+from rlcleanup.cli.options import (
+    BackendOption,
+    DbOption,
+    JsonOption,
+    ProjectOption,
+    RunIdArg,
+    StoreChoice,
+    backend_name,
+    db_path,
+    store_options,
+)
 from rlcleanup.cli.options import open_or_exit as _open
 from rlcleanup.cli.stores import OperatorError, not_found, open_bus
 from rlcleanup.cli.stores import fail as _fail
@@ -30,6 +40,7 @@ from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.hub import is_hub, repo_of
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.backends import OpenStore, StoreBackend, open_storage
+from rlcleanup.runtime.topology import load_topology
 from rlcleanup.settings import platform
 from rlcleanup.textsafe import neutralise
 
@@ -214,17 +225,18 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
                 3,
             )
     data = json.dumps(sign(g, private)).encode()
+    grants_topic = load_topology().function("apply-grant").trigger  # where signed grants go (topology.yaml)
     if bus is not None:
-        message_id = bus.publish("authority-grants", data, {"run_id": run_id})
+        message_id = bus.publish(grants_topic, data, {"run_id": run_id})
         if as_json:
             typer.echo(json.dumps({"grant_id": g.grant_id, "state": "published", "message_id": message_id}))
         else:
-            typer.echo(f"grant {g.grant_id} published to authority-grants (message {message_id})")
+            typer.echo(f"grant {g.grant_id} published to {grants_topic} (message {message_id})")
         return
     from rlcleanup.runtime.embedded import EmbeddedStack
 
     stack = EmbeddedStack.create(db_path(db), str(default_preserve_root()))
-    stack.bus.publish("authority-grants", data, {"run_id": run_id})
+    stack.bus.publish(grants_topic, data, {"run_id": run_id})
     stack.bus.drain()
     doc = ledger.filing_of(stack.ports.records, run_id, g.grant_id, data) or {}
     if not doc:  # every message admit sees is filed: none means the grant never reached it
@@ -374,24 +386,19 @@ def _object_facts(row: dict[str, Any]) -> str:
     return "  ".join(facts)
 
 
-def grants(
-    run_id: RunIdArg,
-    db: DbOption = None,
-    backend: BackendOption = None,
-    project: ProjectOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@store_options
+def grants(run_id: RunIdArg, *, store: StoreChoice) -> None:
     """List a run's grants with their state (pending, applying, used, refused, expired) and result."""
-    opened = _open(backend, db, project)
-    store = opened.store
-    record = store.get(run_id)
+    opened = store.open_or_exit()
+    records = opened.store
+    record = records.get(run_id)
     if record is None:
         _no_such_run(opened, run_id)
     superseded = {s.grant_id: s.reason for s in record.superseded_grants} if record else {}
     # In the order they arrived (ids are random), as the record's authority_actions list them.
-    docs = sorted(store.list_docs(f"runs/{run_id}/grants"), key=lambda kv: (kv[1].get("received_at") or "", kv[0]))
+    docs = sorted(records.list_docs(f"runs/{run_id}/grants"), key=lambda kv: (kv[1].get("received_at") or "", kv[0]))
     rows: list[dict[str, Any]] = []
-    revoked = _revocations(store, {str((doc.get("grant") or {}).get("granted_by")) for _, doc in docs})
+    revoked = _revocations(records, {str((doc.get("grant") or {}).get("granted_by")) for _, doc in docs})
     for gid, doc in docs:
         g = doc.get("grant") or {}
         out = doc.get("outcome") or {}
@@ -409,7 +416,7 @@ def grants(
                 "approver_revoked": revoked.get(str(g.get("granted_by"))),
             }
         )  # fmt: skip
-    if as_json:
+    if store.as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
     if not rows:

@@ -17,14 +17,13 @@ from rlcleanup.cli.doctor import register as register_doctor_command
 from rlcleanup.cli.operator import operator_errors
 from rlcleanup.cli.operator import register as register_operator_commands
 from rlcleanup.cli.options import (
-    BackendOption,
     DbOption,
     JsonOption,
-    ProjectOption,
     QuietOption,
     RunIdArg,
-    backend_name,
+    StoreChoice,
     db_path,
+    store_options,
 )
 from rlcleanup.cli.recover import register as register_recover_command
 from rlcleanup.cli.rerun import Rerun, prepare_rerun, preserve_target_problem
@@ -259,41 +258,35 @@ def _interrupted(uri: str, run_uri: str, db_file: Path) -> str:
 
 @app.command(epilog=EXIT_CODES)
 @operator_errors
-def show(
-    run_id: RunIdArg,
-    db: DbOption = None,
-    backend: BackendOption = None,
-    project: ProjectOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@store_options
+def show(run_id: RunIdArg, *, store: StoreChoice) -> None:
     """Print a stored completion record (SQLite file, or Firestore: the emulator or a real project)."""
     from rlcleanup.cli.render import summary
 
-    record = get_record(open_store(backend_name(backend), db_path(db), project), run_id)
-    typer.echo(neutralise(record.model_dump_json(indent=2) if as_json else summary(record)))
+    record = get_record(store.open(), run_id)
+    typer.echo(neutralise(record.model_dump_json(indent=2) if store.as_json else summary(record)))
 
 
 @app.command(epilog=EXIT_CODES)
 @operator_errors
+@store_options
 def forget(
     run_id: RunIdArg,
     yes: Annotated[bool, typer.Option("--yes", help="do it (without it, only say what would be removed)")] = False,
-    db: DbOption = None,
-    backend: BackendOption = None,
-    project: ProjectOption = None,
-    as_json: JsonOption = False,
+    *,
+    store: StoreChoice,
 ) -> None:
     """Remove a run's record and everything filed under it (claims, grants, history) from the record store.
 
     For records that should not exist (a wrong path). Preserved evidence and published copies are not touched."""
     from rlcleanup.cli import maintenance
 
-    opened = open_store(backend_name(backend), db_path(db), project)
+    opened = store.open()
     record = get_record(opened, run_id)
     if yes:
         maintenance.forget(opened, run_id)
     outcome = {"run_id": run_id, "status": record.status.value, "where": opened.where, "removed": yes}
-    if as_json:
+    if store.as_json:
         typer.echo(json.dumps(outcome, indent=2))
     elif yes:
         typer.echo(f"forgot {run_id} ({record.status.value}) in {opened.where}")
@@ -314,7 +307,9 @@ def emit(
     ] = None,
     attempt_id: Annotated[str | None, typer.Option("--attempt-id", help="the attempt this state is about")] = None,
     project: Annotated[str | None, typer.Option(help="Pub/Sub project (default: $GOOGLE_CLOUD_PROJECT)")] = None,
-    topic: Annotated[str, typer.Option(help="topic to publish to")] = "job-events",
+    topic: Annotated[
+        str | None, typer.Option(help="topic to publish to (default: the topology's entry topic, job-events)")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Publish a job-state change to job-events (PUBSUB_EMULATOR_HOST honoured); says what was sent, and where.
@@ -325,6 +320,7 @@ def emit(
     from pydantic import ValidationError
 
     from rlcleanup.runtime.backends import BusUnreachable
+    from rlcleanup.runtime.topology import load_topology
     from rlcleanup.stack.emit import job_event, publish_event
 
     try:
@@ -354,6 +350,7 @@ def emit(
         _fail('set GOOGLE_CLOUD_PROJECT (`eval "$(rlcleanup stack up)"`) or pass --project', EXIT_USAGE)
         return
     emulator = platform().pubsub_emulator_host
+    topic = topic or load_topology().entry_topic
     try:
         message_id = publish_event(event, project, topic)
     except BusUnreachable as exc:  # checked before publishing: its message is the fix

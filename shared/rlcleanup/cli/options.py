@@ -5,14 +5,20 @@ Fixed sets are Enums (the record stores are the wiring's `StoreBackend`): typer 
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
 from rlcleanup.paths import default_db
 from rlcleanup.runtime.backends import OpenStore, StoreBackend
+
+Result = TypeVar("Result")
 
 
 class ReportFormat(StrEnum):
@@ -83,3 +89,54 @@ def open_or_exit(backend: str | None, db: Path | None, project: str | None, *, c
         return open_store(backend_name(backend), db_path(db), project, create=create)
     except OperatorError as exc:
         fail(str(exc), exc.code)
+
+
+@dataclass(frozen=True)
+class StoreChoice:
+    """The record store a command's --db/--backend/--project name, and whether it answers with --json."""
+
+    db: Path | None = None
+    backend: StoreBackend | None = None
+    project: str | None = None
+    as_json: bool = False
+
+    def open(self, *, create: bool = False) -> OpenStore:
+        """The store (an OperatorError, which `operator_errors` reports, when it cannot be opened)."""
+        from rlcleanup.cli.stores import open_store
+
+        return open_store(backend_name(self.backend), db_path(self.db), self.project, create=create)
+
+    def open_or_exit(self, *, create: bool = False) -> OpenStore:
+        return open_or_exit(backend_name(self.backend), self.db, self.project, create=create)
+
+
+# The options every record-reading command takes, in the order --help lists them.
+_STORE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("db", DbOption, None),
+    ("backend", BackendOption, None),
+    ("project", ProjectOption, None),
+    ("as_json", JsonOption, False),
+)
+
+
+def store_options(command: Callable[..., Result]) -> Callable[..., Result]:
+    """`command(..., store: StoreChoice)` as typer sees it: --db, --backend, --project and --json, declared once
+    here rather than four lines in every command (typer reads the signature this sets; the command gets one
+    StoreChoice). As Click's shared-option decorators do, in typer's signature terms."""
+    signature = inspect.signature(command, eval_str=True)
+    own = [param for name, param in signature.parameters.items() if name != "store"]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+        for name, annotation, default in _STORE_OPTIONS
+    ]
+
+    @functools.wraps(command)
+    def with_store(*args: Any, **kwargs: Any) -> Result:
+        chosen = {name: kwargs.pop(name, default) for name, _, default in _STORE_OPTIONS}
+        return command(*args, store=StoreChoice(**chosen), **kwargs)
+
+    hints = {k: v for k, v in get_type_hints(command, include_extras=True).items() if k != "store"}
+    seen_by_typer: Any = with_store  # inspect.signature reads __signature__ first
+    seen_by_typer.__signature__ = signature.replace(parameters=[*own, *added])
+    with_store.__annotations__ = {**hints, **{name: annotation for name, annotation, _ in _STORE_OPTIONS}}
+    return with_store

@@ -13,25 +13,20 @@ import json
 import typer
 
 from rlcleanup.cli.operator import EXIT_CODES, operator_errors
-from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
-from rlcleanup.cli.stores import EXIT_NOT_FOUND, OperatorError, open_store
+from rlcleanup.cli.options import RunIdArg, StoreChoice, store_options
+from rlcleanup.cli.stores import EXIT_NOT_FOUND, OperatorError
 from rlcleanup.runtime.backends import StoreBackend
 from rlcleanup.textsafe import neutralise
 
 
-def recover(
-    run_id: RunIdArg,
-    db: DbOption = None,
-    backend: BackendOption = None,
-    project: ProjectOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@store_options
+def recover(run_id: RunIdArg, *, store: StoreChoice) -> None:
     """Re-drive a run the record store lost (its record `failed` with record_store_lost) from scratch, with the
     event that started it: on Firestore published on job-events (the stack's or the project's Pub/Sub), on the
     SQLite records file run by the embedded pipeline. Preserved evidence is reused."""
     from rlcleanup.runtime.recovery import NotLost, lost_run_event
 
-    opened = open_store(backend_name(backend), db_path(db), project)
+    opened = store.open()
     try:
         event = lost_run_event(opened.store, run_id)
     except NotLost as exc:
@@ -44,11 +39,13 @@ def recover(
         where = f"the embedded pipeline over {opened.where}"
     else:
         from rlcleanup.runtime.backends import open_bus
+        from rlcleanup.runtime.topology import load_topology
 
-        bus = open_bus(project)
-        message_id = bus.publish("job-events", event.model_dump_json().encode(), {"source": event.source})
-        where = f"job-events (message {message_id})"
-    if as_json:
+        bus = open_bus(store.project)
+        topic = load_topology().entry_topic  # where job events enter the pipeline
+        message_id = bus.publish(topic, event.model_dump_json().encode(), {"source": event.source})
+        where = f"{topic} (message {message_id})"
+    if store.as_json:
         typer.echo(json.dumps({"run_id": run_id, "event": event.model_dump(mode="json"), "sent_to": where}, indent=2))
         return
     typer.echo(neutralise(f"re-drove {run_id}: {event.source} {event.state} for {event.run_uri} sent to {where}"))

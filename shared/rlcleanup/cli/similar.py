@@ -13,26 +13,21 @@ import json
 import typer
 
 from rlcleanup.cli.operator import EXIT_CODES, operator_errors
-from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, RunIdArg, backend_name, db_path
-from rlcleanup.cli.stores import get_record, open_store
+from rlcleanup.cli.options import RunIdArg, StoreChoice, store_options
+from rlcleanup.cli.stores import get_record
 from rlcleanup.steps.history import history_lines, similar_runs
 from rlcleanup.textsafe import neutralise
 
 
-def similar(
-    run_id: RunIdArg,
-    db: DbOption = None,
-    backend: BackendOption = None,
-    project: ProjectOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@store_options
+def similar(run_id: RunIdArg, *, store: StoreChoice) -> None:
     """The run's failure class and signature, every other run with the same signature, before and after this one
     (newest first, at most 20 on each side; runs that ended at the same instant ordered by run id), which came first,
     and, for each, what the next completed run of its experiment changed in its configuration."""
-    opened = open_store(backend_name(backend), db_path(db), project)
+    opened = store.open()
     record = get_record(opened, run_id)
     found = similar_runs(opened.store, record)
-    if as_json:
+    if store.as_json:
         payload = {
             "run_id": record.run_id,
             "failure_class": record.failure_class.value if record.failure_class else None,

@@ -10,17 +10,8 @@ from typing import Annotated, Any
 import typer
 
 from rlcleanup.cli.operator import operator_errors
-from rlcleanup.cli.options import (
-    BackendOption,
-    DbOption,
-    JsonOption,
-    ProjectOption,
-    RunIdArg,
-    backend_name,
-    db_path,
-    run_id_argument,
-)
-from rlcleanup.cli.stores import EXIT_FAILURE, get_record, open_store
+from rlcleanup.cli.options import JsonOption, RunIdArg, StoreChoice, run_id_argument, store_options
+from rlcleanup.cli.stores import EXIT_FAILURE, get_record
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.textsafe import neutralise
 
@@ -46,20 +37,19 @@ def storage_rows(records: list[CompletionRecord]) -> list[dict[str, Any]]:
 def register(app: typer.Typer) -> None:
     @app.command()
     @operator_errors
+    @store_options
     def storage(
         run_id: Annotated[str | None, run_id_argument("one run (default: every run; Tab completes it)")] = None,
         refresh: Annotated[bool, typer.Option("--refresh", help="list the runs' storage now and record it")] = False,
         limit: Annotated[int, typer.Option(help="runs to read at most")] = 1000,
-        db: DbOption = None,
-        backend: BackendOption = None,
-        project: ProjectOption = None,
-        as_json: JsonOption = False,
+        *,
+        store: StoreChoice,
     ) -> None:
         """What each run holds, by class (resume checkpoints, exports, logs, ... quarantine), largest first."""
         from rlcleanup.authority.storage_ledger import measure_and_record
         from rlcleanup.runtime.backends import open_storage
 
-        opened = open_store(backend_name(backend), db_path(db), project)
+        opened = store.open()
         records = [get_record(opened, run_id)] if run_id else list(opened.store.list_runs(limit=limit))
         if refresh:
             blobs = open_storage()
@@ -68,7 +58,7 @@ def register(app: typer.Typer) -> None:
                 measure_and_record(blobs, opened.store, r, "refreshed", now)
             records = [opened.store.get(r.run_id) or r for r in records]
         rows = storage_rows(records)
-        if as_json:
+        if store.as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
         if not rows:
@@ -85,12 +75,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @operator_errors
+    @store_options
     def restore(
         run_id: RunIdArg,
-        db: DbOption = None,
-        backend: BackendOption = None,
-        project: ProjectOption = None,
-        as_json: JsonOption = False,
+        *,
+        store: StoreChoice,
     ) -> None:
         """Put back, byte-exact, every object a reclaim of RUN_ID moved into quarantine (until its expiry)."""
         from rlcleanup.authority.quarantine import restore as restore_run
@@ -98,14 +87,14 @@ def register(app: typer.Typer) -> None:
         from rlcleanup.runtime.backends import open_storage
         from rlcleanup.settings import QuarantineSettings, read
 
-        opened = open_store(backend_name(backend), db_path(db), project)
+        opened = store.open()
         record = get_record(opened, run_id)
         blobs = open_storage()
         now = datetime.now(UTC)
         result = restore_run(blobs, opened.store, record, now, read(QuarantineSettings))
         if result.restored:
             measure_and_record(blobs, opened.store, record, "after restore", now)
-        if as_json:
+        if store.as_json:
             typer.echo(json.dumps(result.model_dump(), indent=2))
         else:
             typer.echo(f"restored {len(result.restored)} object(s) of {run_id}")

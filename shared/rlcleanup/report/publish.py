@@ -12,6 +12,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rlcleanup.errors import RunErrorCode
 from rlcleanup.models.record import CompletionRecord, RunError
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage, WriteOutcome
@@ -115,7 +116,9 @@ def publish_report(
             f"report not written ({type(exc).__name__}: {exc}); re-make it with `rlcleanup report {run_id} --out DIR`"
         )
         try:
-            records.add_errors(run_id, [RunError(step="report", code="report_failed", message=message[:2000])])
+            records.add_errors(
+                run_id, [RunError(step="report", code=RunErrorCode.report_failed, message=message[:2000])]
+            )
         except Exception:  # the store itself is failing: the warning above is all we can leave
             log.exception("could not record the report failure for %s", run_id, extra={"run_id": run_id})
         return {}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 
 from rlcleanup.authority.grants import real_location
-from rlcleanup.errors import PermanentError
+from rlcleanup.errors import PermanentError, RunErrorCode
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord, RunError
 from rlcleanup.models.vocab import RecordStatus
@@ -196,7 +196,7 @@ def record_conflict(p: Ports, conflict: RunIdConflict, located: str) -> None:
     """The conflict as an error on both records (never a merge, never a refusal of either run's evidence), and the
     holder's finished record needs a person now: its person's item, its status, record-ready again (notify)."""
     message = conflict_message(conflict, located)
-    error = RunError(step=CONFLICT_STEP, code="run_id_conflict", message=message)
+    error = RunError(step=CONFLICT_STEP, code=RunErrorCode.run_id_conflict, message=message)
     p.records.create_if_absent(CompletionRecord(run_id=located, run_uri=conflict.run_uri))
     p.records.add_errors(located, [error])
     p.records.put_doc(RUN_ID_CONFLICTS, located, {"holder": conflict.run_id, "run_uri": conflict.run_uri})

@@ -52,7 +52,7 @@ def dispatch(
     p = guarded_ports(p, table.topology.function(entry_point))  # publishes only what topology.yaml declares
     # This delivery's own copy: claims name it as their lease owner; its stages read the table's graph.
     p = replace(p, delivery_id=message_id, topology=table.topology)
-    origin = delivery_origin(entry_point, data)
+    origin = delivery_origin(p.topology, entry_point, data)
     p = carrying_origin(p, origin)  # every stage message it publishes carries it on
     try:
         check_not_lost(p, entry_point, data, origin)  # a stage message whose run's record is gone: lost

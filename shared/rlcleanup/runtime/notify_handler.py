@@ -17,7 +17,7 @@ from datetime import timedelta
 from functools import cache
 
 from rlcleanup.authority import precancel
-from rlcleanup.errors import PermanentError
+from rlcleanup.errors import PermanentError, RunErrorCode
 from rlcleanup.models.notifications import Notice, NotificationSent
 from rlcleanup.models.record import RunError
 from rlcleanup.ports.notifier import NotificationChannel, NotificationRefused, NotificationUndelivered
@@ -96,7 +96,9 @@ def _deliver(p: Ports, channel: NotificationChannel, notice: Notice, key: str) -
 
 def _give_up(p: Ports, channel: NotificationChannel, notice: Notice, why: str, attempts: int) -> NotificationSent:
     message = f"{channel.name}: state {notice.digest} not delivered: {why}"[:2000]
-    p.records.add_errors(notice.run_id, [RunError(step=NOTIFY_STEP, code="notification_failed", message=message)])
+    p.records.add_errors(
+        notice.run_id, [RunError(step=NOTIFY_STEP, code=RunErrorCode.notification_failed, message=message)]
+    )
     log.error("notification for %s given up: %s", notice.run_id, message)
     return NotificationSent(channel=channel.name, digest=notice.digest, delivered=False, attempts=attempts)
 

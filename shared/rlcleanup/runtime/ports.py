@@ -115,6 +115,12 @@ class Ports:
     # The notification channels by name (the notify function posts on those the settings configure).
     channels: ChannelRegistry = BUILTIN_CHANNELS
 
+    @property
+    def cancel_cleared_topic(self) -> str:
+        """Where a cleared cancel is announced (the grant functions' `cleared` route in topology.yaml): handed to
+        authority through its GrantPorts, since policy cannot import the wiring's topology."""
+        return self.topology.route("apply-grant", "cleared")
+
 
 def hub_upload_job(settings: DeploymentSettings, job_args: tuple[str, ...] = ()) -> JobLauncher | None:
     """The upload job RLCLEANUP_HUB_UPLOAD_JOB names: a Cloud Run job, or `local` (the same entry point as a

@@ -4,12 +4,15 @@ committed data): what it needs travels where the loss cannot take it.
 - **The origin travels in every stage message.** The job event that started a run's pass is the one thing needed
   to redo the run from scratch. `on-job-event` takes it from the event it classifies; every later delivery from
   its message's `origin` (models/events.py `_StageMsg`). The delivery's bus (`carrying_origin`) adds it to every
-  message the stage publishes on a pipeline topic that lacks one, so no stage has to pass it on by hand.
+  message the stage publishes on a pipeline topic that lacks one, so no stage has to pass it on by hand. Which
+  topics carry stage messages, and which function classifies, is read from the topology (`stage_message_topics`,
+  `is_entry`): a stage added in topology.yaml alone gets the origin too.
 - **A lost record is rebuilt from the message.** A stage message that finds its run's record gone (RecordMissing,
   a typed transient error, from any stage) carries its run's origin, so its record existed: the loss is
   `RecordStoreLost`. `keep_lost_run` writes the run's record again (status `failed`, the run's URI, what remains:
   the exact recover command) and keeps the origin in `lost_runs/{run_id}`.
-- **Re-driven with nothing to supply.** `redrive_lost_run` publishes the kept origin on `job-events`:
+- **Re-driven with nothing to supply.** `redrive_lost_run` publishes the kept origin on the pipeline's entry topic
+  (`job-events`):
   `rlcleanup recover RUN_ID` and the sweep's records pass call it. The re-emitted event is never a duplicate:
   `on-job-event` sees the run lost (`is_lost`) and `start_over` drops the claims written since the reset before it
   classifies the run again (preserved evidence is write-once, so the redo reuses it).
@@ -34,16 +37,11 @@ from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.envelope import identify
 from rlcleanup.runtime.guard import GuardedBus
 from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.topology import Topology
 
 log = logging.getLogger(__name__)
 
 LOST_RUNS = "lost_runs"  # lost_runs/{run_id}: a run the record store lost, and the event that re-drives it
-JOB_EVENTS = "job-events"
-# The topics whose messages are one run's stage messages (models/events.py `_StageMsg`).
-PIPELINE_TOPICS = frozenset(
-    {"run-classified", "log-scan-parts", "capture-parts", "candidate-validation", "run-selection"}
-)
-CLASSIFY_ENTRY_POINT = "on_job_event"
 
 
 def recover_command(run_id: str) -> str:
@@ -53,7 +51,7 @@ def recover_command(run_id: str) -> str:
 # ----------------------------------------------------------------- the origin travels with every stage message
 
 
-def delivery_origin(entry_point: str, data: bytes) -> JobEvent | None:
+def delivery_origin(topology: Topology, entry_point: str, data: bytes) -> JobEvent | None:
     """The job event that started the run this delivery works on: the event itself for `on-job-event` (a terminal
     one), else the stage message's `origin`. None when there is none to read (validation of the message proper is
     its stage's, not this)."""
@@ -61,7 +59,7 @@ def delivery_origin(entry_point: str, data: bytes) -> JobEvent | None:
         payload = json.loads(data)
         if not isinstance(payload, dict):
             return None
-        if entry_point == CLASSIFY_ENTRY_POINT:
+        if topology.is_entry(entry_point):
             event = JobEvent.model_validate(payload)
             return event if event.is_terminal and event.intent is None else None
         origin = payload.get("origin")
@@ -77,9 +75,10 @@ class OriginBus:
 
     inner: Bus
     origin: dict[str, Any]
+    stage_topics: frozenset[str]  # the topology's `stage_message_topics`
 
     def publish(self, topic: str, data: bytes, attributes: dict[str, str] | None = None) -> str:
-        if topic in PIPELINE_TOPICS:
+        if topic in self.stage_topics:
             data = with_origin(data, self.origin)
         return self.inner.publish(topic, data, attributes)
 
@@ -100,10 +99,11 @@ def carrying_origin(p: Ports, origin: JobEvent | None) -> Ports:
     if origin is None:
         return p
     carried = origin.model_dump(mode="json")
+    topics = p.topology.stage_message_topics
     bus = p.bus
     if isinstance(bus, GuardedBus):
-        return replace(p, bus=replace(bus, inner=OriginBus(bus.inner, carried)))
-    return replace(p, bus=OriginBus(bus, carried))
+        return replace(p, bus=replace(bus, inner=OriginBus(bus.inner, carried, topics)))
+    return replace(p, bus=OriginBus(bus, carried, topics))
 
 
 # ----------------------------------------------------------------- a lost record, rebuilt from the message
@@ -113,7 +113,7 @@ def check_not_lost(p: Ports, entry_point: str, data: bytes, origin: JobEvent | N
     """Raise RecordStoreLost for a stage message (it carries its run's origin: `on-job-event` created the record
     before publishing it) whose run has no record: the store lost it. Checked before the stage runs, so a worker
     that never saw the database before its reset still notices (one cheap read per stage delivery)."""
-    if origin is None or entry_point == CLASSIFY_ENTRY_POINT:
+    if origin is None or p.topology.is_entry(entry_point):
         return
     run_id = identify(data)[0]
     if run_id is None or p.records.has_record(run_id):
@@ -131,9 +131,9 @@ def _lost(p: Ports, run_id: str, entry_point: str) -> RecordStoreLost:
 def as_lost(p: Ports, entry_point: str, data: bytes, exc: Exception) -> Exception:
     """RecordStoreLost for a stage message whose run's record is gone (it carries its origin or its run's URI, so
     the record existed when it was published); `exc` unchanged otherwise (RecordMissing stays transient)."""
-    if not isinstance(exc, RecordMissing) or entry_point == CLASSIFY_ENTRY_POINT:
+    if not isinstance(exc, RecordMissing) or p.topology.is_entry(entry_point):
         return exc
-    if delivery_origin(entry_point, data) is None and identify(data)[1] is None:
+    if delivery_origin(p.topology, entry_point, data) is None and identify(data)[1] is None:
         return exc
     if p.records.has_record(exc.run_id):  # there again (a concurrent re-drive): retry as usual
         return exc
@@ -145,7 +145,7 @@ def as_lost(p: Ports, entry_point: str, data: bytes, exc: Exception) -> Exceptio
 def keep_lost_run(p: Ports, run_id: str, step: str, data: bytes) -> None:
     """The run's record again, as far as the message knows it (its URI; the rest is gone), `failed` with the exact
     recover command, and lost_runs/{run_id} holding the origin that re-drives it."""
-    origin = delivery_origin(step, data)
+    origin = delivery_origin(p.topology, step, data)
     run_uri = origin.run_uri if origin else identify(data)[1]
     command = recover_command(run_id)
     p.records.create_if_absent(
@@ -218,9 +218,12 @@ def lost_run_event(records: RunRecords, run_id: str) -> JobEvent:
 
 
 def redrive_lost_run(p: Ports, run_id: str) -> JobEvent:
-    """Publish the lost run's event on job-events (NotLost when there is nothing to re-drive)."""
+    """Publish the lost run's event where job events enter the pipeline (NotLost when there is nothing to
+    re-drive)."""
     event = lost_run_event(p.records, run_id)
-    p.bus.publish(JOB_EVENTS, event.model_dump_json().encode(), {"source": event.source, "state": event.state})
+    p.bus.publish(
+        p.topology.entry_topic, event.model_dump_json().encode(), {"source": event.source, "state": event.state}
+    )
     return event
 
 

@@ -140,4 +140,4 @@ def resume_messages(p: Ports, run_id: str) -> list[tuple[str, dict[str, Any]]]:
     if p.claims.result(run_id, keys.classify) is None:
         return []
     plan = plan_redrive(p.claims, record, p.preserve_root, keys)
-    return [(topic, payload) for topic, payload in plan.republish if topic != "job-events"]
+    return [(topic, payload) for topic, payload in plan.republish if topic != p.topology.entry_topic]

@@ -18,7 +18,7 @@ from typing import cast
 
 from pydantic import ValidationError
 
-from rlcleanup.errors import PermanentError
+from rlcleanup.errors import PermanentError, RunErrorCode
 from rlcleanup.formats.export_request import read_request
 from rlcleanup.models.claims import K8sEndPublished, StorageNoticeHandled
 from rlcleanup.models.events import JobEvent
@@ -191,7 +191,7 @@ def _sweep_records(p: Ports, now: datetime, config: SweepConfig) -> str:
                 p.records.update(record.run_id, stalled_fields(plan.missing, now))
             stalled += 1
             refresh_report(p, record.run_id)  # a finished record's later pass stalled: no-op while in progress
-            p.records.add_errors(record.run_id, [RunError(step="sweep", code="stalled", message=message)])
+            p.records.add_errors(record.run_id, [RunError(step="sweep", code=RunErrorCode.stalled, message=message)])
             log.warning("sweep marked %s stalled: %s", record.run_id, message)
     rechecked = _recheck_deadlines(p, now, config)
     lost = redrive_lost_runs(p, now)  # runs the record store lost: their kept event, published again

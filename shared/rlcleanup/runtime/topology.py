@@ -331,9 +331,27 @@ class Topology(_Strict):
         return [fn for fn in self.functions if self.in_pipeline(fn.name)]
 
     @property
+    def entry_function(self) -> FunctionSpec:
+        """The pipeline's first function: it classifies a job event and starts a run's pass."""
+        return self.pipeline_functions()[0]
+
+    def is_entry(self, function: str) -> bool:
+        """Whether `function` (name or entry point) is the pipeline's first function (it reads job events, not a
+        run's stage messages)."""
+        entry = self.entry_function
+        return function in (entry.name, entry.entry_point)
+
+    @property
     def entry_topic(self) -> str:
         """Where job events enter the pipeline: the trigger of its first function (sources publish there)."""
-        return self.pipeline_functions()[0].trigger
+        return self.entry_function.trigger
+
+    @property
+    def stage_message_topics(self) -> frozenset[str]:
+        """The topics whose messages are one run's stage messages (models/events.py `_StageMsg`): the triggers of
+        the pipeline's functions after its entry. A stage added in topology.yaml is one of them with no other edit
+        (runtime/recovery.py carries the run's origin on every message published there)."""
+        return frozenset(fn.trigger for fn in self.pipeline_functions()) - {self.entry_topic}
 
     @property
     def ready_topic(self) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from rlcleanup.errors import RunErrorCode
 from rlcleanup.models.record import CompletionRecord, Deadline, ExportRequestState, RunError
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.records import RunRecords
@@ -52,7 +53,7 @@ def recheck(
                 continue
         if deadline.at <= now and not deadline.item.startswith(_passed(deadline.at)):
             passed = deadline.item.replace(f"{DEADLINE_PREFIX}{stamp(deadline.at)}:", _passed(deadline.at), 1)
-            errors.append(RunError(step="sweep", code="deadline_passed", message=passed[:2000]))
+            errors.append(RunError(step="sweep", code=RunErrorCode.deadline_passed, message=passed[:2000]))
             items = [passed if item == deadline.item else item for item in items]
             deadline = deadline.model_copy(update={"item": passed})
         kept.append(deadline)

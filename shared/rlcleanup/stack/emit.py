@@ -29,12 +29,16 @@ def job_event(
     )
 
 
-def publish_event(event: JobEvent, project: str | None = None, topic: str = "job-events") -> str:
-    """Publish on the wiring's bus (Pub/Sub, PUBSUB_EMULATOR_HOST honoured); returns the message id."""
+def publish_event(event: JobEvent, project: str | None = None, topic: str | None = None) -> str:
+    """Publish on the wiring's bus (Pub/Sub, PUBSUB_EMULATOR_HOST honoured) to `topic`, by default where job events
+    enter the pipeline (the topology's entry topic); returns the message id."""
     from rlcleanup.runtime.backends import open_bus
+    from rlcleanup.runtime.topology import load_topology
 
     return open_bus(project).publish(
-        topic, event.model_dump_json().encode(), {"source": event.source, "state": event.state}
+        topic or load_topology().entry_topic,
+        event.model_dump_json().encode(),
+        {"source": event.source, "state": event.state},
     )
 
 

@@ -44,12 +44,16 @@ DEFAULT_PROJECT = "rlcleanup-local"
 DEFAULT_STATE_DIR = stack_dir()  # at import; up/down/status resolve it again per call (env may change)
 MARKER_VAR = "RLCLEANUP_STACK_ID"
 SUPERVISOR = "supervisor"  # the server that runs the functions' instances (stack/supervisor.py)
-STORAGE_EVENTS_TOPIC = "storage-events"  # the topology's topic for Cloud Storage notifications
 _REPO = Path(__file__).resolve().parents[3]  # shared/rlcleanup/stack/local.py -> repo root
 
 
 _SUPERVISOR_MAIN = "import sys; from rlcleanup.stack.supervisor import main; sys.exit(main(sys.argv))"
 PORT_ATTEMPTS = 3  # a lost choose-then-bind race is rare; three fresh port sets make a stuck start vanishingly rare
+
+
+def storage_events_topic() -> str:
+    """The topology's topic for Cloud Storage notifications: what `on-storage-event` is triggered by."""
+    return load_topology().function("on-storage-event").trigger
 
 
 def up(
@@ -163,7 +167,7 @@ def _up_once(
                     # is a 404): publish OBJECT_FINALIZE of the watched bucket to the storage-events topic on the
                     # Pub/Sub emulator (PUBSUB_EMULATOR_HOST is in its env). The topic is provisioned before any
                     # upload can happen; a publish to a missing topic would only be logged and lost.
-                    *("-event.pubsub-project-id", project, "-event.pubsub-topic", STORAGE_EVENTS_TOPIC),
+                    *("-event.pubsub-project-id", project, "-event.pubsub-topic", storage_events_topic()),
                     *("-event.bucket", state.buckets["watched-runs"], "-event.list", "finalize"),
                 ],
                 base_env,
