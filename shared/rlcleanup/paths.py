@@ -39,7 +39,10 @@ def default_db() -> Path:
 
 
 def default_preserve_root() -> Path:
-    return state_home() / "preserved"
+    # Its real path: the local backend walks every path without following a link (docs/authority.md P3), so a home
+    # or state directory reached through a symlinked mount (`/home -> /mnt/home`) is resolved once here, where the
+    # operator's own setting names it, never below it.
+    return (state_home() / "preserved").resolve()
 
 
 def keys_dir() -> Path:

@@ -12,9 +12,10 @@ from rlcleanup.uris import is_local, strip_file_scheme
 
 
 def absolute_if_local(uri: str) -> str:
-    """A local path as grants name it (absolute; `~/x` and `./x` alike); any `<scheme>://` URI (gs, s3, hf, ...)
-    as given: which schemes exist is the storage registry's business, not the CLI's."""
-    return str(Path(strip_file_scheme(uri)).expanduser().absolute()) if is_local(uri) else uri
+    """A local path as grants name it (its real path; `~/x` and `./x` alike: the approver named it, so a symlinked
+    mount above it is resolved here once, while below it the local backend follows no link); any `<scheme>://` URI
+    (gs, s3, hf, ...) as given: which schemes exist is the storage registry's business, not the CLI's."""
+    return str(Path(strip_file_scheme(uri)).expanduser().resolve()) if is_local(uri) else uri
 
 
 def scheme_typo(destination: str) -> str | None:
