@@ -18,6 +18,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_symlink_attacks import tree
+from test_symlink_properties import files, targets
 
 from rlcleanup.adapters.storage_router import RoutingStorage
 from rlcleanup.authority.pinning import pinned_copy
@@ -26,18 +27,7 @@ from rlcleanup.ports.storage import ObjectInfo, UnsafePathError
 OUTSIDE = b"outside-only bytes: "  # every outside file starts so; no run file does
 
 
-def _file_path(entry: tuple[list[str], str, bytes]) -> str:
-    return "/".join([*entry[0], entry[1]])
-
-
-names = st.sampled_from(["a", "b"])
-files = st.lists(
-    st.tuples(st.lists(names, max_size=2), st.sampled_from(["w.bin", "x.json"]), st.binary(min_size=1, max_size=64)),
-    min_size=1,
-    max_size=4,
-    unique_by=_file_path,
-)
-targets = st.sampled_from(["outside_dir", "outside_file", "dangling", "loop"])
+# The same random trees and link targets as the opted-in operations' properties (test_symlink_properties.py).
 plant = st.tuples(st.integers(0, 3), st.sampled_from(["run", "copy"]), st.integers(0, 12), targets)
 
 

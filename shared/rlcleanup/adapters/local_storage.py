@@ -116,32 +116,27 @@ class LocalStorage:
     @contextmanager
     def _parent(self, uri: str, *, create: bool) -> Iterator[tuple[int | None, str]]:
         """The directory holding `uri`, held open (None: it does not exist and nothing is created), and its name."""
-        path = str(self._path(uri))
-        anchor, parts, owned = self._place(path)
-        if not parts:
-            raise UnsafePathError(f"refusing {uri[:300]!r}: names a root, not an object in it")
-        try:
-            top = anchor.fd(create=create)
-            fd = None if top is None else open_dir(top, parts[:-1], uri, create=create)
-            try:
-                yield fd, parts[-1]
-            finally:
-                if fd is not None:
-                    os.close(fd)
-        finally:
-            if owned:
-                anchor.close()
+        with self._held(uri, create=create, leaf=True) as (fd, parts):
+            yield fd, parts[-1]
 
     @contextmanager
     def _directory(self, prefix_uri: str) -> Iterator[int | None]:
         """The directory `prefix_uri` names, held open; None when there is none."""
-        path = str(self._path(prefix_uri))
-        anchor, parts, owned = self._place(path)
+        with self._held(prefix_uri, create=False, leaf=False) as (fd, _parts):
+            yield fd
+
+    @contextmanager
+    def _held(self, uri: str, *, create: bool, leaf: bool) -> Iterator[tuple[int | None, list[str]]]:
+        """The directory `uri` names (`leaf`: the one holding it), walked from its anchor without following a link
+        and held open (None: it does not exist and nothing is created), with the components below the anchor."""
+        anchor, parts, owned = self._place(str(self._path(uri)))
+        if leaf and not parts:
+            raise UnsafePathError(f"refusing {uri[:300]!r}: names a root, not an object in it")
         try:
-            top = anchor.fd(create=False)
-            fd = None if top is None else open_dir(top, parts, prefix_uri, create=False)
+            top = anchor.fd(create=create)
+            fd = None if top is None else open_dir(top, parts[:-1] if leaf else parts, uri, create=create)
             try:
-                yield fd
+                yield fd, parts
             finally:
                 if fd is not None:
                     os.close(fd)
