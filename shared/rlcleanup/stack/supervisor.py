@@ -132,7 +132,10 @@ class Supervisor:
                     continue
                 new = self.start(name)
                 count = restarts(self.state_dir, name) + 1
-                (self.state_dir / f"{name}.restarts").write_text(f"{count}\n")
+                # Replaced whole (a reader never sees the truncated file: `restarts` would read it as 0).
+                counted = self.state_dir / f"{name}.restarts.tmp"
+                counted.write_text(f"{count}\n")
+                os.replace(counted, self.state_dir / f"{name}.restarts")
                 self._log(f"{name}: process group {server.pid} died; started again as {new.pid} (restart {count})")
             time.sleep(POLL_SECONDS)
         groups = [(s.pid, s.popen) for s in self.instances.values() if procs.group_alive(s.pid)]
