@@ -166,33 +166,42 @@ def test_not_found_and_conflicts_are_not_outages() -> None:
         _store(missing, []).records.update("run-9", {"status": "failed"})
 
 
+class _EpochSnap:
+    def __init__(self, exists: bool, data: dict[str, Any] | None = None) -> None:
+        self.exists, self.data = exists, data
+
+    def to_dict(self) -> dict[str, Any] | None:
+        return self.data
+
+
+class _EpochRef:
+    """The few Firestore client calls the epoch check makes: the meta document reads the next of `meta`, a run's
+    document exists when its id is in `runs`."""
+
+    def __init__(self, meta: Iterator[dict[str, Any]], runs: set[str], path: str = "") -> None:
+        self.meta, self.runs, self.path = meta, runs, path
+
+    def collection(self, name: str) -> _EpochRef:
+        return _EpochRef(self.meta, self.runs, name)
+
+    def document(self, doc_id: str) -> _EpochRef:
+        return _EpochRef(self.meta, self.runs, f"{self.path}/{doc_id}")
+
+    def get(self, **kwargs: Any) -> _EpochSnap:
+        if self.path.startswith("rlcleanup_meta/"):
+            return _EpochSnap(True, next(self.meta))
+        return _EpochSnap(self.path.removeprefix("runs/") in self.runs)
+
+
+def _epoch_store(meta: Iterator[dict[str, Any]], runs: set[str]) -> FirestoreIdempotencyStore:
+    return FirestoreIdempotencyStore(FirestoreRunRecords(project="p", client=_EpochRef(meta, runs), timeout=1))
+
+
 def test_changed_epoch_raises_lost_for_runs_whose_record_is_gone(json_log: io.StringIO) -> None:
     epochs = iter(["a", "a", "b", "b", "b", "b"])
     records = {"run-new"}  # created after the reset (e.g. by a re-emitted terminal event)
 
-    class Snap:
-        def __init__(self, exists: bool, data: dict[str, str] | None = None) -> None:
-            self.exists, self.data = exists, data
-
-        def to_dict(self) -> dict[str, str] | None:
-            return self.data
-
-    class Ref:
-        def __init__(self, path: str = "") -> None:
-            self.path = path
-
-        def collection(self, name: str) -> Ref:
-            return Ref(name)
-
-        def document(self, doc_id: str) -> Ref:
-            return Ref(f"{self.path}/{doc_id}")
-
-        def get(self, **kwargs: Any) -> Snap:
-            if self.path.startswith("rlcleanup_meta/"):
-                return Snap(True, {"epoch": next(epochs)})
-            return Snap(self.path.removeprefix("runs/") in records)
-
-    store = FirestoreIdempotencyStore(FirestoreRunRecords(project="p", client=Ref(), timeout=1))
+    store = _epoch_store(({"epoch": epoch} for epoch in epochs), records)
     store.check_epoch("run-1", "terminal")
     store.check_epoch("run-1", "terminal")  # unchanged epoch: no extra read, no error
     with pytest.raises(RecordStoreLost) as info:
@@ -219,27 +228,7 @@ def test_lost_since_is_when_the_database_was_created_again_not_when_the_worker_f
         ]
     )
 
-    class Snap:
-        def __init__(self, exists: bool, data: dict[str, Any] | None = None) -> None:
-            self.exists, self.data = exists, data
-
-        def to_dict(self) -> dict[str, Any] | None:
-            return self.data
-
-    class Ref:
-        def __init__(self, path: str = "") -> None:
-            self.path = path
-
-        def collection(self, name: str) -> Ref:
-            return Ref(name)
-
-        def document(self, doc_id: str) -> Ref:
-            return Ref(f"{self.path}/{doc_id}")
-
-        def get(self, **kwargs: Any) -> Snap:
-            return Snap(True, next(docs)) if self.path.startswith("rlcleanup_meta/") else Snap(False)
-
-    store = FirestoreIdempotencyStore(FirestoreRunRecords(project="p", client=Ref(), timeout=1))
+    store = _epoch_store(docs, set())
     store.check_epoch("run-1", "terminal")
     with pytest.raises(RecordStoreLost) as info:
         store.check_epoch("run-1", "capture-part:run-0")
