@@ -125,6 +125,15 @@ def _outside_untouched(p: Place, before: dict[str, tuple[str, bytes, int]]) -> N
     assert not any(kind == "file" and SECRET in data for kind, data, _ in inside.values())
 
 
+def _as_they_were(p: Place, refused: list[Path], before: dict[str, tuple[str, bytes, int]]) -> None:
+    """Every refused object's source and its quarantine slot are as they were before the operation."""
+    after = tree(p.bucket)
+    for s in refused:
+        for path in (s, p.slot(s)):
+            key = str(path.relative_to(p.bucket))
+            assert after.get(key) == before.get(key)
+
+
 fast = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -139,11 +148,7 @@ def test_reclaim_moves_nothing_through_a_planted_link(tree_files, planted) -> No
         _outside_untouched(p, outside)
         hit = [s for s in p.sources if _through(s, link) or _through(p.slot(s), link)]
         assert source in hit and set(hit) <= set(refused), (hit, refused)
-        after = tree(p.bucket)
-        for s in hit:  # refused: its source and its slot are as they were
-            for path in (s, p.slot(s)):
-                key = str(path.relative_to(p.bucket))
-                assert after.get(key) == inside.get(key)
+        _as_they_were(p, hit, inside)
 
 
 @fast
@@ -159,12 +164,9 @@ def test_restore_reads_writes_and_deletes_nothing_through_a_planted_link(tree_fi
         _outside_untouched(p, outside)
         hit = [s for s in p.sources if _through(s, link) or _through(p.slot(s), link)]
         assert source in hit and not set(map(str, hit)) & set(result.restored), result
-        after = tree(p.bucket)
         for s in hit:
             assert any(r.startswith(str(s)) for r in result.refused), result
-            for path in (s, p.slot(s)):
-                key = str(path.relative_to(p.bucket))
-                assert after.get(key) == inside.get(key)
+        _as_they_were(p, hit, inside)
 
 
 @fast
