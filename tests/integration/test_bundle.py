@@ -1,6 +1,8 @@
 """The deployable bundle: deterministic, installable into a fresh venv, every entry point importable, servable.
 
-Installs the bundle's requirements.txt from the package index into a throwaway venv (about 30 s).
+Installs the bundle's requirements.txt from the package index into a throwaway venv. The installer is uv (a dev
+dependency, `make lock` compiles the lock with it) with `--require-hashes`: the same hash-pinned requirements Cloud
+Run's pip installs, resolved to exactly the same pins, in about 3 s instead of pip's 150 s on 2 loaded cores.
 """
 
 from __future__ import annotations
@@ -71,8 +73,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
+    uv = Path(sys.executable).parent / "uv"
     proc = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "-r", str(app / "requirements.txt")],
+        [str(uv), "pip", "install", "--quiet", "--python", str(python), "--require-hashes"]
+        + ["-r", str(app / "requirements.txt")],
         capture_output=True,
         text=True,
         check=False,
