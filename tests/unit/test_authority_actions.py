@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from authority_support import files_under, make_world
+from google.api_core import exceptions as api_exceptions
 
 from rlcleanup.authority import actions
 from rlcleanup.authority import publish as publish_mod
@@ -55,10 +56,22 @@ def test_a_defect_after_staging_refuses_with_its_cause_and_empties_the_staging_a
     assert files_under(w.dest_root) == []
 
 
-def test_a_transient_error_propagates_for_a_redelivery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "error",
+    [
+        TransientError("store busy"),
+        # a client library's own outage error is transient by error_kind, not by class: it used to refuse the grant
+        api_exceptions.ServiceUnavailable("503 backend unavailable"),
+        api_exceptions.TooManyRequests("429 rate limited"),
+    ],
+    ids=type,
+)
+def test_a_transient_error_propagates_for_a_redelivery(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
     w = make_world(tmp_path)
     staged: list[Path] = []
-    monkeypatch.setattr(publish_mod, "scan_objects", _scan_fails_with(TransientError("store busy"), staged, w))
-    with pytest.raises(TransientError):
+    monkeypatch.setattr(publish_mod, "scan_objects", _scan_fails_with(error, staged, w))
+    with pytest.raises(type(error)):
         carry_out(w.stack.ports, GrantTask(w.grant(), "g-2", w.record, None))
     assert staged and files_under(w.dest_root) == []

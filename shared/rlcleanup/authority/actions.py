@@ -23,7 +23,7 @@ from rlcleanup.authority.publish import publish
 from rlcleanup.authority.reclaim import ReclaimPlan, reclaim
 from rlcleanup.authority.register import register
 from rlcleanup.authority.staging import discard_staging
-from rlcleanup.errors import TransientError
+from rlcleanup.errors import ErrorKind, error_kind
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.clock import Clock
@@ -90,15 +90,17 @@ ActionHandler = Callable[[GrantPorts, GrantTask], Applied]
 def carry_out(p: GrantPorts, task: GrantTask) -> Applied:
     """The action's handler, with one failure rule for all of them: transient errors propagate (the claim is
     released and a redelivery re-runs every check), anything else refuses the grant as apply_failed with the
-    cause named, after removing what this grant staged."""
+    cause named, after removing what this grant staged. Transient is `error_kind`'s reading, not the class alone:
+    a client library's own outage error (google-api-core's ServiceUnavailable, botocore's throttling) is one too,
+    and must never use the grant up as a refusal."""
     handler = ACTIONS.get(task.grant.action)
     if handler is None:
         return refuse(Refusal.apply_failed, f"no handler for action {task.grant.action!r}", task.grant.destination)
     try:
         return handler(p, task)
-    except TransientError:
-        raise
     except Exception as exc:
+        if error_kind(exc) is ErrorKind.transient:
+            raise
         if task.record is not None and task.grant.action in {Action.publish, Action.handoff}:
             discard_staging(p.storage, task.record, task.grant)
         return refuse(Refusal.apply_failed, f"{type(exc).__name__}: {str(exc)[:500]}", task.grant.destination)
