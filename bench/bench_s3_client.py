@@ -153,7 +153,7 @@ def header_only_export() -> list[tuple[str, bytes]]:
     """A 30-shard 70B export's files, each shard cut after its real header (as in bench_validate_many)."""
     import struct
 
-    from rlcleanup.samples.large import export_template, write_70b_export
+    from rlcleanup.samples.large_exports import export_template, write_70b_export
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,7 +19,7 @@ from typing import Any
 from _common import figure
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.ports.storage import ObjectInfo
-from rlcleanup.samples.large import llama70b_tensors as llama_tensors
+from rlcleanup.samples.large_exports import llama70b_tensors as llama_tensors
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.validate import validate_candidate
 

@@ -54,7 +54,7 @@ from rlcleanup.formats.checkpoints.base import HEADER_WORKERS
 from rlcleanup.formats.safetensors_header import SafetensorsHeader, parse_header
 from rlcleanup.models.record import Candidate
 from rlcleanup.ports.storage import Storage
-from rlcleanup.samples.large import export_template, write_70b_export
+from rlcleanup.samples.large_exports import export_template, write_70b_export
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.validate import CANDIDATES_PER_BATCH, validate_candidate, validate_many
 

@@ -74,9 +74,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
     uv = Path(sys.executable).parent / "uv"
+    requirements = ("--require-hashes", "-r", str(app / "requirements.txt"))
     proc = subprocess.run(
-        [str(uv), "pip", "install", "--quiet", "--python", str(python), "--require-hashes"]
-        + ["-r", str(app / "requirements.txt")],
+        [str(uv), "pip", "install", "--quiet", "--python", str(python), *requirements],
         capture_output=True,
         text=True,
         check=False,

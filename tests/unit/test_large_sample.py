@@ -17,16 +17,14 @@ from rlcleanup.formats.safetensors_header import parse_header
 from rlcleanup.runtime.embedded import run_embedded
 from rlcleanup.samples.large import (
     _NODE_FILES,
-    MODELS,
     RANKS_PER_NODE,
     SCALES,
     LargeSpec,
-    llama70b_tensors,
-    llama_tensors,
     planned_objects,
     write_large_run,
     write_spec,
 )
+from rlcleanup.samples.large_exports import MODELS, llama70b_tensors, llama_tensors
 from rlcleanup.steps.capture import MAX_PART_ITEMS
 
 MEDIUM = SCALES["medium"]

@@ -58,7 +58,7 @@ def test_moe_names_over_a_dense_model_type_do_not_read_valid(fused: bool) -> Non
     builds the dense Qwen3ForCausalLM the type names, whose meta model declares no experts: the expert tensors
     are unexpected and the dense MLP missing."""
     from rlcleanup.formats.checkpoints.tensor_layout import check_tensor_layout
-    from rlcleanup.samples.v2 import moe_config, moe_tensors
+    from rlcleanup.samples.moe import moe_config, moe_tensors
 
     report = check_tensor_layout(dict(moe_config(), model_type="qwen3"), set(moe_tensors(fused=fused)))
     assert report.checked and report.mismatch, report

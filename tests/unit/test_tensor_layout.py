@@ -19,7 +19,7 @@ from rlcleanup.formats.checkpoints import tensor_layout
 from rlcleanup.formats.checkpoints.tensor_layout import LayoutReport, check_tensor_layout
 from rlcleanup.models.record import Candidate
 from rlcleanup.samples.hf_export import model_config, shard_layout, write_hf_export
-from rlcleanup.samples.v2 import moe_config, moe_tensors, write_moe_export
+from rlcleanup.samples.moe import moe_config, moe_tensors, write_moe_export
 from rlcleanup.steps.validate import validate_candidate
 
 

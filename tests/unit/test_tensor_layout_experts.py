@@ -22,7 +22,7 @@ from test_validate import make_layout  # the small RunLayout builder of the vali
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.formats.checkpoints.tensor_layout import check_tensor_layout
-from rlcleanup.samples.v2 import write_moe_export
+from rlcleanup.samples.moe import write_moe_export
 from rlcleanup.steps.validate import validate_candidate
 
 H, FF, VOCAB = 64, 32, 256
