@@ -22,7 +22,6 @@ from rlcleanup.models.events import JobEvent, RunMessage
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime.claims import once
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
-from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stage_table import ROWS, StageRow, StageTable
 from rlcleanup.runtime.stages.barrier import own_claim
@@ -81,8 +80,7 @@ class SafetyEvaluated(BaseModel):
     run_uri: str
 
 
-def safety_eval(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    msg = decode(RunMessage, data)
+def safety_eval(p: Ports, msg: RunMessage, attributes: dict[str, str]) -> str:
 
     def work() -> SafetyEvaluated:
         publish(p, p.topology.next_of("safety-eval"), msg)  # what comes next is topology.yaml's
