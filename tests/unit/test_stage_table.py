@@ -313,6 +313,14 @@ def test_a_result_model_goes_with_a_declared_claim() -> None:
         StageTable((*ROWS, replace(DUMMY_ROWS[0], result=None), DUMMY_ROWS[1]), DUMMY_TOPOLOGY)
 
 
+def test_a_row_whose_message_is_no_model_is_refused() -> None:
+    """Dispatch decodes with the row's message: a row naming anything but a pydantic model (or `bytes`, a foreign
+    shape) would hand its handler what it cannot decode, so the table refuses it when it is built."""
+    rows = (*ROWS, replace(DUMMY_ROWS[0], message=dict), DUMMY_ROWS[1])
+    with pytest.raises(ValueError, match="dummy_planner's message must be a pydantic model or bytes"):
+        StageTable(rows, DUMMY_TOPOLOGY)
+
+
 def test_a_barrier_without_its_work_is_refused() -> None:
     raw = _with_dummy_stage(_raw())
     raw["barriers"][-1]["name"] = "dummy-unworked"

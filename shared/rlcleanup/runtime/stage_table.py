@@ -2,12 +2,13 @@
 claim stores, and, for a fan-out member, what it stores when it fails. Member keys, member sets, barrier claims and
 what each function publishes are topology.yaml's; what a barrier does is its stage module's `@barrier_work`.
 
-Dispatch reads this table (handler lookup, member failures, whether a failure fails the run); the entry points, the
+Dispatch reads this table (handler lookup, the message it decodes each payload with, member failures, whether a
+failure fails the run); the entry points, the
 reconciling sweep (`Topology.pipeline_keys`) and `rlcleanup watch` (`Topology.progress`) read the topology it is
 checked against.
 `StageTable` checks the rows against the topology when it is built and fails closed: a function without a row, a
 row without a function, a member row whose function is no fan-out's member (or the reverse), a barrier without
-its work. Adding a stage is a row here, its function in topology.yaml, and one module under runtime/stages/.
+its work, a message that is neither a pydantic model nor `bytes`. Adding a stage is a row here, its function in topology.yaml, and one module under runtime/stages/.
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ class StageTable:
                 f"rows without a function {sorted(set(self.rows) - functions)}"
             )
         for row in rows:
+            if row.message is not bytes and not (isinstance(row.message, type) and issubclass(row.message, BaseModel)):
+                raise ValueError(f"stage table: {row.entry_point}'s message must be a pydantic model or bytes")
             fan = topology.fan_out_of_member(row.entry_point)
             if (fan is None) != (row.failed_member is None):
                 raise ValueError(f"stage table: {row.entry_point} must have failed_member iff it is a fan-out member")
