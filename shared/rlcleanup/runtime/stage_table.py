@@ -3,12 +3,12 @@ claim stores, and, for a fan-out member, what it stores when it fails. Member ke
 what each function publishes are topology.yaml's; what a barrier does is its stage module's `@barrier_work`.
 
 Dispatch reads this table (handler lookup, the message it decodes each payload with, member failures, whether a
-failure fails the run); the entry points, the
-reconciling sweep (`Topology.pipeline_keys`) and `rlcleanup watch` (`Topology.progress`) read the topology it is
-checked against.
+failure fails the run); the entry points, the reconciling sweep (`Topology.pipeline_keys`) and `rlcleanup watch`
+(`Topology.progress`) read the topology it is checked against.
 `StageTable` checks the rows against the topology when it is built and fails closed: a function without a row, a
 row without a function, a member row whose function is no fan-out's member (or the reverse), a barrier without
-its work, a message that is neither a pydantic model nor `bytes`. Adding a stage is a row here, its function in topology.yaml, and one module under runtime/stages/.
+its work, a message that is neither a pydantic model nor `bytes`. Adding a stage is a row here, its function in
+topology.yaml, and one module under runtime/stages/.
 """
 
 from __future__ import annotations
