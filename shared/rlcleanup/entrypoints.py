@@ -51,8 +51,13 @@ def entry_point_names() -> list[str]:
     return [str(fn["entry_point"]) for fn in raw["functions"]]
 
 
+def register_entry_points(names: list[str]) -> dict[str, Callable[[CloudEvent], None]]:
+    """One registered entry point per name; a functions source binds them at its top level (as below)."""
+    return {name: _entry(name) for name in names}
+
+
 # One per function of topology.yaml (each has its stage table row: runtime/stage_table.py), named as its entry point
 # at the top level of this module, where functions-framework looks a target up.
-ENTRY_POINTS: dict[str, Callable[[CloudEvent], None]] = {name: _entry(name) for name in entry_point_names()}
+ENTRY_POINTS: dict[str, Callable[[CloudEvent], None]] = register_entry_points(entry_point_names())
 globals().update(ENTRY_POINTS)
 __all__ = sorted(ENTRY_POINTS)

@@ -175,7 +175,7 @@ def test_a_later_pass_member_failure_is_completed_as_a_member(tmp_path: Path) ->
     """A fan-out member of a later pass (its claim key carries the scope) fails like any member: completed as
     failed with what it could not do, so its fan-in still happens."""
     from rlcleanup.errors import PermanentError
-    from rlcleanup.models.events import LogScanPartMessage
+    from rlcleanup.models.events import LogScanPartMessage, LogScanPartsMessage
     from rlcleanup.models.parts import LogScanPart
     from rlcleanup.runtime.stages.terminal import failed_scan
 
@@ -185,7 +185,7 @@ def test_a_later_pass_member_failure_is_completed_as_a_member(tmp_path: Path) ->
     )
     stack = EmbeddedStack.create(tmp_path / "records.db", str(tmp_path / "preserved"))
     error = PermanentError("unreadable_log", "gone")
-    [(key, outcome)] = failed_scan(stack.ports, f"{scope}log-scan:a001-p0001", msg.model_dump_json().encode(), error)
+    [(key, outcome)] = failed_scan(stack.ports, f"{scope}log-scan:a001-p0001", LogScanPartsMessage(msg), error)
     assert key == f"{scope}log-scan:a001-p0001"
     assert outcome.model_dump()["ok"] is False and outcome.model_dump()["unread"] == ["/l"]
 

@@ -9,9 +9,7 @@ a one-page plan does.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,12 +18,9 @@ from rlcleanup.models.events import CapturePlanPageMessage, LogScanPlanPageMessa
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime import evidence
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
-from rlcleanup.runtime.stages import capture as capture_stage
-from rlcleanup.runtime.stages import terminal as terminal_stage
+from rlcleanup.runtime.stage_table import stage_table
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.settings import DeploymentSettings
-
-Handler = Callable[[Any, bytes, dict[str, str]], str]
 
 
 @pytest.fixture(autouse=True)
@@ -93,27 +88,24 @@ def test_a_paged_plan_preserves_what_one_page_does(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("message", "handler", "key"),
+    ("message", "entry_point", "key"),
     [
-        (CapturePlanPageMessage, capture_stage.capture_part, "capture-plan-page"),
-        (
-            LogScanPlanPageMessage,
-            terminal_stage.scan_log_part,
-            "terminal-plan-page",
-        ),  # tests/unit/test_logscan_pages.py
+        (CapturePlanPageMessage, "capture_part", "capture-plan-page"),
+        (LogScanPlanPageMessage, "scan_log_part", "terminal-plan-page"),  # tests/unit/test_logscan_pages.py
     ],
     ids=["capture", "log-scan"],
 )
 def test_a_page_without_the_page_before_it_waits_and_one_past_the_end_is_refused(
-    tmp_path: Path, message: type[CapturePlanPageMessage], handler: Handler, key: str
+    tmp_path: Path, message: type[CapturePlanPageMessage], entry_point: str, key: str
 ) -> None:
     """A continuation only names its page. With no stored page before it there is nowhere to resume from yet:
     it is retried (a continuation from before a record-store loss can arrive before the re-emitted run stores
     its page 0 again). After a page that ended the plan it is bad input."""
     stack = EmbeddedStack.create(tmp_path / "records.db", str(tmp_path / "preserved"))
+    row = stage_table().row(entry_point)  # its handler on the payload as the row decodes it, as dispatch runs it
     data = message(run_id="never-planned", plan_page=2).model_dump_json().encode()
     with pytest.raises(RetryLater) as waiting:
-        handler(stack.ports, data, {})
+        row.run(stack.ports, data, {})
     assert "page 1 is not stored yet" in str(waiting.value)
     stack.ports.claims.claim("ended", f"{key}:0", 60, stack.ports.clock.now(), owner="t")
     run = {"run_id": "ended", "run_uri": "/runs/ended", "preserve_root": "/p"}
@@ -121,7 +113,7 @@ def test_a_page_without_the_page_before_it_waits_and_one_past_the_end_is_refused
     stack.ports.claims.complete("ended", f"{key}:0", last_page)
     past_end = message(run_id="ended", plan_page=1).model_dump_json().encode()
     with pytest.raises(PermanentError) as refused:
-        handler(stack.ports, past_end, {})
+        row.run(stack.ports, past_end, {})
     assert refused.value.code == "bad_input" and "the plan ended before it" in str(refused.value)
 
 

@@ -50,7 +50,7 @@ def test_dispatch_runs_every_handler_behind_the_guard(
         return "published"
 
     table = stage_table()
-    monkeypatch.setitem(table.rows, "on_job_event", replace(table.row("on_job_event"), handler=strays))
+    monkeypatch.setitem(table.rows, "on_job_event", replace(table.row("on_job_event"), handler=strays, message=bytes))
     stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "preserved"))
     with pytest.raises(UndeclaredPublish):  # a defect, not bad input: raised (retried), never recorded as data
         handlers.dispatch(stack.ports, "on_job_event", "on-job-event-dlq", b"{}", {})

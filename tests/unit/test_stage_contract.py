@@ -1,104 +1,41 @@
 """Adding a stage touches three things (docs/architecture.md, "Add a stage"): its entry in topology.yaml, its row in
 the stage table and its stage module. Here a safety-eval stage goes between validation and selection through a
-copy of topology.yaml, one row and the handler below (this module stands for `runtime/stages/safety_eval.py`), with
-no other edit: the embedded default runs it, the sweep re-drives a run that stopped before or after it, and
-`watch` shows it in its place."""
+copy of topology.yaml, one row and its handler (safety_eval_stage.py, standing for `runtime/stages/safety_eval.py`),
+with no other edit: the embedded default runs it, the sweep re-drives a run that stopped before or after it, and
+`watch` shows it in its place. tests/e2e/test_stage_on_stack.py runs the same stage on the emulator stack."""
 
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import pytest
+import safety_eval_stage  # the stage's three pieces (tests/unit is on sys.path)
 import yaml
-from pydantic import BaseModel
 from test_sweep import LATER, DroppingBus, _Clock  # the sweep suite's lossy bus and clock (tests/unit is on sys.path)
 
 from rlcleanup.adapters.inprocess_bus import InProcessBus
 from rlcleanup.cli.progress import snapshot
-from rlcleanup.models.events import JobEvent, RunMessage
+from rlcleanup.models.events import JobEvent
 from rlcleanup.models.vocab import RecordStatus
-from rlcleanup.runtime.claims import once
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
-from rlcleanup.runtime.envelope import decode
-from rlcleanup.runtime.ports import Ports
-from rlcleanup.runtime.stage_table import ROWS, StageRow, StageTable
-from rlcleanup.runtime.stages.barrier import own_claim
-from rlcleanup.runtime.stages.common import publish
+from rlcleanup.runtime.stage_table import ROWS, StageTable
 from rlcleanup.runtime.topology import Topology, parse_topology
 from rlcleanup.samples.generator import VERSION, write_sample_run
 
 RUN_ID = f"math-rl-completed-resumed-{VERSION}"
-TOPIC = "safety-eval"
-
-
-# ---------------------------------------------------------------- 1. topology.yaml (a copy with the new stage)
+TOPIC = safety_eval_stage.TOPIC
 
 
 def topology_with_safety_eval(tmp_path: Path) -> Topology:
-    """The packaged topology.yaml, edited as a person adding the stage would, written out and read back."""
-    text = resources.files("rlcleanup.runtime").joinpath("topology.yaml").read_text(encoding="utf-8")
-    raw: dict[str, Any] = yaml.safe_load(text)
-    raw["project_topics"].append({"name": TOPIC, "description": "every candidate validated; run the safety eval"})
-    stages = [s["name"] for s in raw["stages"]]
-    raw["stages"].insert(stages.index("select"), {"name": "safety", "pipeline": True, "description": "safety eval"})
-    functions = [fn["name"] for fn in raw["functions"]]
-    raw["functions"].insert(
-        functions.index("select-candidate"),
-        {
-            "name": TOPIC,
-            "entry_point": "safety_eval",
-            "trigger": TOPIC,
-            "stage": "safety",
-            "claim": "safety-eval",
-            "claim_label": "safety eval",
-            "publishes": ["run-selection", "safety-eval-dlq"],
-            "next": "run-selection",
-            "description": "run the safety eval over the validated candidates",
-        },
-    )
-    for fn in raw["functions"]:
-        if fn["name"] == "validate-candidate":  # the selection fan-in now sends the run to the safety eval
-            fn["publishes"] = [TOPIC if t == "run-selection" else t for t in fn["publishes"]]
-        if fn["name"] == "sweep":  # the sweep may re-drive the new hop
-            fn["publishes"].insert(-1, TOPIC)
-    for barrier in raw["barriers"]:
-        if barrier["name"] == "selection":
-            barrier["publishes"] = [TOPIC]
+    """The packaged topology.yaml with the stage's entries (safety_eval_stage.py), written out and read back."""
     copy = tmp_path / "topology.yaml"
-    copy.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    copy.write_text(yaml.safe_dump(safety_eval_stage.topology_with_safety_eval(), sort_keys=False), encoding="utf-8")
     return parse_topology(yaml.safe_load(copy.read_text(encoding="utf-8")))
 
 
-# ---------------------------------------------------------------- 2. the stage module
-
-
-class SafetyEvaluated(BaseModel):
-    """What the stage's own claim stores."""
-
-    run_uri: str
-
-
-def safety_eval(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    msg = decode(RunMessage, data)
-
-    def work() -> SafetyEvaluated:
-        publish(p, p.topology.next_of("safety-eval"), msg)  # what comes next is topology.yaml's
-        return SafetyEvaluated(run_uri=msg.run_uri)
-
-    once(p, msg.run_id, own_claim(p, msg.scope, "safety-eval"), work, model=SafetyEvaluated)
-    return "safety eval done"
-
-
-# ---------------------------------------------------------------- 3. the stage table's row
-
-
 def table_with_safety_eval(tmp_path: Path) -> StageTable:
-    return StageTable(
-        (*ROWS, StageRow("safety_eval", safety_eval, RunMessage, SafetyEvaluated)), topology_with_safety_eval(tmp_path)
-    )
+    return StageTable((*ROWS, safety_eval_stage.ROW), topology_with_safety_eval(tmp_path))
 
 
 # ---------------------------------------------------------------- what follows from them

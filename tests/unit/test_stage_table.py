@@ -5,6 +5,7 @@ mismatch with topology.yaml."""
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -23,7 +24,6 @@ from rlcleanup.models.plans import SelectionStarted, ValidationSet
 from rlcleanup.models.record import CompletionRecord, ResumeSafety
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.runtime.claims import once, stored
-from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.guard import UndeclaredPublish
 from rlcleanup.runtime.handlers import dispatch
 from rlcleanup.runtime.ports import Ports
@@ -93,8 +93,7 @@ def _with_dummy_stage(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def dummy_planner(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    msg = decode(RunMessage, data)
+def dummy_planner(p: Ports, msg: RunMessage, attributes: dict[str, str]) -> str:
     targets = ValidationSet(targets=["candidate:1", "candidate:2", "resume"], run_uri=msg.run_uri, preserve_root="/p")
 
     def plan() -> ValidationSet:
@@ -108,8 +107,7 @@ def dummy_planner(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     return "planned"
 
 
-def dummy_member(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    msg = decode(CandidateMessage, data)
+def dummy_member(p: Ports, msg: CandidateMessage, attributes: dict[str, str]) -> str:
     if msg.target == "candidate:2":
 
         def refuse() -> ValidationOutcome:
@@ -127,7 +125,9 @@ def dummy_member(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
     return advance(p, msg.run_id, msg.scope, "dummy")
 
 
-def failed_dummy(p: Ports, key: str, data: bytes, error: PermanentError) -> list[tuple[str, ValidationOutcome]]:
+def failed_dummy(
+    p: Ports, key: str, msg: CandidateMessage, error: PermanentError
+) -> list[tuple[str, ValidationOutcome]]:
     return [(key, ValidationOutcome(ok=False, error=MemberError(code=error.code, message=str(error))))]
 
 
@@ -145,6 +145,10 @@ DUMMY_ROWS = (
     StageRow("dummy_planner", dummy_planner, RunMessage, ValidationSet),
     StageRow("dummy_member", dummy_member, CandidateMessage, failed_member=failed_dummy),
 )
+
+
+def _run_message() -> bytes:
+    return RunMessage(run_id="r", run_uri="/runs/r", preserve_root="/p").model_dump_json().encode()
 
 
 def _wired(tmp_path: Path, table: StageTable) -> tuple[Ports, InProcessBus]:
@@ -188,7 +192,7 @@ def test_a_dummy_stage_runs_through_the_tables_alone(tmp_path: Path) -> None:
 def test_a_dummy_stage_publishes_only_what_its_topology_entry_declares(
     tmp_path: Path, undeclared_publishes: list[str]
 ) -> None:
-    def strays(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    def strays(p: Ports, msg: RunMessage, attributes: dict[str, str]) -> str:
         p.bus.publish("record-ready", b"{}", {})
         return "published"
 
@@ -196,24 +200,88 @@ def test_a_dummy_stage_publishes_only_what_its_topology_entry_declares(
     table = StageTable(rows, DUMMY_TOPOLOGY)
     ports, _ = _wired(tmp_path, table)
     with pytest.raises(UndeclaredPublish):
-        dispatch(ports, "dummy_planner", "dummy-planner-dlq", b"{}", {}, table=table)
+        dispatch(ports, "dummy_planner", "dummy-planner-dlq", _run_message(), {}, table=table)
     assert undeclared_publishes == ["dummy-planner -> record-ready"]
     undeclared_publishes.clear()  # refused on purpose: the suite's guard check must not fail this test
 
 
 def test_a_permanent_error_in_a_pipeline_stage_fails_the_run(tmp_path: Path) -> None:
-    def broken(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    def broken(p: Ports, msg: RunMessage, attributes: dict[str, str]) -> str:
         raise PermanentError("bad_input", "the dummy planner cannot plan this run")
 
     table = StageTable((*ROWS, replace(DUMMY_ROWS[0], handler=broken), DUMMY_ROWS[1]), DUMMY_TOPOLOGY)
     ports, _ = _wired(tmp_path, table)
     ports.records.create_if_absent(CompletionRecord(run_id="r", run_uri="/runs/r"))
-    data = RunMessage(run_id="r", run_uri="/runs/r", preserve_root="/p").model_dump_json().encode()
-    answer = dispatch(ports, "dummy_planner", "dummy-planner-dlq", data, {}, table=table)
+    answer = dispatch(ports, "dummy_planner", "dummy-planner-dlq", _run_message(), {}, table=table)
     record = ports.records.get("r")
     assert answer.startswith("permanent error recorded: bad_input")
     assert record is not None and record.status is RecordStatus.failed
     assert [e.code for e in record.errors] == ["bad_input"]
+
+
+def test_dispatch_hands_the_handler_its_rows_message_and_refuses_a_payload_that_is_not_one(tmp_path: Path) -> None:
+    """Dispatch decodes every payload with its row's `message` (StageRow.payload): the handler gets the model, and a
+    payload that does not match is refused as invalid_message before the handler runs, parked and never run."""
+    seen: list[object] = []
+
+    def planner(p: Ports, msg: RunMessage, attributes: dict[str, str]) -> str:
+        seen.append(msg)
+        return "seen"
+
+    table = StageTable((*ROWS, replace(DUMMY_ROWS[0], handler=planner), DUMMY_ROWS[1]), DUMMY_TOPOLOGY)
+    ports, bus = _wired(tmp_path, table)
+    assert dispatch(ports, "dummy_planner", "dummy-planner-dlq", _run_message(), {}, table=table) == "seen"
+    assert seen == [RunMessage(run_id="r", run_uri="/runs/r", preserve_root="/p")]
+
+    for bad in (b"{}", b"[1]", b"not json", b'{"run_id": "r", "run_uri": 3, "preserve_root": "/p"}'):
+        answer = dispatch(ports, "dummy_planner", "dummy-planner-dlq", bad, {}, table=table)
+        assert answer == "permanent error recorded: invalid_message", bad
+    assert len(seen) == 1  # the handler never saw the refused payloads
+    assert [m.topic for m in bus.published] == ["dummy-planner-dlq"] * 4
+
+
+@pytest.mark.parametrize(
+    ("payload", "shape"),
+    [
+        ({"run_id": "r", "plan_page": 2}, "page"),
+        ({"run_id": "r", "plan_page": 2, "part": {}, "dest_root": "/d"}, None),  # a part with a page number: no part
+        (
+            {"run_id": "r", "dest_root": "/d", "part": {"part_id": "a001-p0001", "attempt_id": "a", "uris": ["/l"]}},
+            "part",
+        ),
+        ({"run_id": "r"}, None),  # neither: refused for what a part lacks
+    ],
+)
+def test_a_parts_topic_payload_is_a_part_or_a_plans_continuation(payload: dict[str, Any], shape: str | None) -> None:
+    """The parts topics carry two messages; the row's union (models/events.py `LogScanPartsMessage`) tells them
+    apart by the rule the handler applied by hand before: a page number and no part is a continuation."""
+    from rlcleanup.errors import InvalidMessage
+    from rlcleanup.models.events import LogScanPartMessage, LogScanPlanPageMessage
+
+    row = stage_table().row("scan_log_part")
+    data = json.dumps(payload).encode()
+    if shape is None:
+        with pytest.raises(InvalidMessage):
+            row.payload(data)
+        return
+    decoded = row.payload(data).root
+    assert isinstance(decoded, LogScanPlanPageMessage if shape == "page" else LogScanPartMessage)
+
+
+def test_no_stage_module_decodes_a_payload_by_hand() -> None:
+    """The rows' messages are the one decoding path: a stage module that parses its payload itself would be a
+    second one (and skip the row's model). Authority, notify and the sources parse foreign shapes (`bytes` rows)."""
+    stages = resources.files("rlcleanup.runtime.stages")
+    by_hand = [
+        f"{f.name}: {line.strip()}"
+        for f in stages.iterdir()
+        if f.name.endswith(".py")
+        for line in f.read_text(encoding="utf-8").splitlines()
+        if "decode(" in line or "model_validate_json(" in line or "json.loads(" in line
+    ]
+    assert by_hand == []
+    decoded = {row.entry_point for row in ROWS if row.message is not bytes}
+    assert {"on_job_event", "scan_log_part", "capture_part", "validate_candidate", "select_candidate"} <= decoded
 
 
 # ---------------------------------------------------------------- failing closed
@@ -243,6 +311,14 @@ def test_a_member_row_needs_its_failure_outcome_and_only_members_have_one() -> N
 def test_a_result_model_goes_with_a_declared_claim() -> None:
     with pytest.raises(ValueError, match=r"dummy_planner stores a result model iff topology\.yaml names its claim"):
         StageTable((*ROWS, replace(DUMMY_ROWS[0], result=None), DUMMY_ROWS[1]), DUMMY_TOPOLOGY)
+
+
+def test_a_row_whose_message_is_no_model_is_refused() -> None:
+    """Dispatch decodes with the row's message: a row naming anything but a pydantic model (or `bytes`, a foreign
+    shape) would hand its handler what it cannot decode, so the table refuses it when it is built."""
+    rows = (*ROWS, replace(DUMMY_ROWS[0], message=dict), DUMMY_ROWS[1])
+    with pytest.raises(ValueError, match="dummy_planner's message must be a pydantic model or bytes"):
+        StageTable(rows, DUMMY_TOPOLOGY)
 
 
 def test_a_barrier_without_its_work_is_refused() -> None:

@@ -12,8 +12,7 @@ from typing import Annotated
 import typer
 
 from rlcleanup.cli.destinations import absolute_if_local
-from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption
-from rlcleanup.cli.options import open_or_exit as _open
+from rlcleanup.cli.options import StoreChoice, store_options
 from rlcleanup.cli.stores import fail as _fail
 from rlcleanup.settings import platform
 from rlcleanup.textsafe import neutralise
@@ -22,6 +21,7 @@ approver_app = typer.Typer(add_completion=False, no_args_is_help=True, help="App
 
 
 @approver_app.command("add")
+@store_options
 def approver_add(
     approver_id: Annotated[str, typer.Argument(help="approver id; grants name it in granted_by")],
     public_key: Annotated[str, typer.Option("--public-key", help="base64 raw Ed25519 public key (from keygen)")],
@@ -33,10 +33,8 @@ def approver_add(
         bool,
         typer.Option("--replace", help="replace the approver's key and prefixes (default: add these prefixes)"),
     ] = False,
-    db: DbOption = None,
-    backend: BackendOption = None,
-    project: ProjectOption = None,
-    as_json: JsonOption = False,
+    *,
+    store: StoreChoice,
 ) -> None:
     """Register an approver, or add destination prefixes to one: its public key and the prefixes it may grant.
 
@@ -46,10 +44,10 @@ def approver_add(
 
     from rlcleanup.authority.grants import Approver, get_approver, register_approver
 
-    store = _open(backend, db, project, create=True).store
+    records = store.open_or_exit(create=True).store
     # A local prefix is stored absolute: grants name absolute destinations (`~/x` and `./x` alike).
     prefix = [absolute_if_local(p) for p in prefix]
-    existing = get_approver(store, approver_id)
+    existing = get_approver(records, approver_id)
     kept: list[str] = []
     if existing is not None and existing.revoked_at is not None:
         _fail(f"approver {approver_id} was revoked: a revoked approver is never registered again; add a new id", 2)
@@ -64,10 +62,10 @@ def approver_add(
     added = [p for p in dict.fromkeys(prefix) if p not in kept]
     try:
         approver = Approver(approver_id=approver_id, public_key=public_key, allowed_prefixes=kept + added)
-        register_approver(store, approver)
+        register_approver(records, approver)
     except (ValidationError, ValueError) as exc:
         _fail(f"invalid approver: {exc}", 2)
-    if as_json:
+    if store.as_json:
         row = {"approver_id": approver_id, "allowed_prefixes": approver.allowed_prefixes, "kept": kept, "added": added}
         typer.echo(json.dumps(row | {"replaced": existing is not None and replace}, indent=2))
         return
@@ -78,17 +76,16 @@ def approver_add(
 
 
 @approver_app.command("list")
+@store_options
 def approver_list(
-    db: DbOption = None,
-    backend: BackendOption = None,
-    project: ProjectOption = None,
-    as_json: JsonOption = False,
+    *,
+    store: StoreChoice,
 ) -> None:
     """Every registered approver: id, key, prefixes, and who revoked it when (revoked ones stay listed)."""
     from rlcleanup.authority.approvers import list_approvers
 
-    approvers = list_approvers(_open(backend, db, project).store)
-    if as_json:
+    approvers = list_approvers(store.open_or_exit().store)
+    if store.as_json:
         typer.echo(json.dumps([a.model_dump(mode="json") for a in approvers], indent=2))
         return
     if not approvers:
@@ -106,29 +103,26 @@ def approver_list(
 
 
 @approver_app.command("revoke")
+@store_options
 def approver_revoke(
     approver_id: Annotated[str, typer.Argument(help="the approver to revoke")],
     reason: Annotated[str, typer.Option(help="why (kept with the revocation)")] = "",
     by: Annotated[str, typer.Option(help="who revokes it (kept with the revocation)")] = (
         platform().user or "operator"
     ),
-    db: DbOption = None,
-    backend: BackendOption = None,
-    project: ProjectOption = None,
-    as_json: JsonOption = False,
+    *,
+    store: StoreChoice,
 ) -> None:
     """Revoke an approver and its key: grants it signed that were not used yet are refused as `approver_revoked`
     (pending ones too); its used grants stay on their records. Recorded with who, when and why."""
     from rlcleanup.authority.approvers import UnknownApprover, revoke_approver
 
     try:
-        revoked = revoke_approver(
-            _open(backend, db, project).store, approver_id, by=by, reason=reason, now=datetime.now(UTC)
-        )
+        revoked = revoke_approver(store.open_or_exit().store, approver_id, by=by, reason=reason, now=datetime.now(UTC))
     except UnknownApprover:
         _fail(f"no approver {approver_id!r} is registered (`rlcleanup approver list`)", 1)
         return
-    if as_json:
+    if store.as_json:
         typer.echo(json.dumps(revoked.model_dump(mode="json"), indent=2))
         return
     assert revoked.revoked_at is not None

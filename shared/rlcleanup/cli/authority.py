@@ -21,10 +21,7 @@ from rlcleanup.authority.grants import Action, GrantState, Visibility
 from rlcleanup.cli.approvers import approver_app
 from rlcleanup.cli.destinations import absolute_if_local, gcs_credentials_problem, scheme_typo
 from rlcleanup.cli.options import (
-    BackendOption,
     DbOption,
-    JsonOption,
-    ProjectOption,
     RunIdArg,
     StoreChoice,
     backend_name,
@@ -128,6 +125,7 @@ def _no_such_run(opened: OpenStore, run_id: str) -> None:
     _fail(str(error), error.code)
 
 
+@store_options
 def grant(  # noqa: C901 -- a typer command: one check per option before anything is signed
     run_id: RunIdArg,
     action: Annotated[Action, typer.Option(help="what the grant authorizes")],
@@ -152,10 +150,8 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
             "(reclaim: the deletion list) this grant would act on",
         ),
     ] = False,
-    db: DbOption = None,
-    backend: BackendOption = None,
-    project: ProjectOption = None,
-    as_json: JsonOption = False,
+    *,
+    store: StoreChoice,
 ) -> None:
     """Sign a grant; apply it (embedded) or publish it to authority-grants (Pub/Sub); prints its id and state."""
     from pydantic import ValidationError
@@ -179,13 +175,13 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
                 repo_of(destination)  # huggingface_hub's own validator, before anything is signed
             except ValueError as exc:
                 _fail(f"invalid destination: {exc}", 2)
-    project = project or platform().project
-    chosen_backend = backend_name(backend)
+    project = store.project or platform().project
+    chosen_backend = backend_name(store.backend)
     cloud = bool(platform().pubsub_emulator_host or (project and chosen_backend != StoreBackend.sqlite))
-    opened = _open(chosen_backend or (StoreBackend.firestore if cloud else None), db, project)
+    opened = _open(chosen_backend or (StoreBackend.firestore if cloud else None), store.db, project)
     bus = _bus(project) if cloud and not dry_run else None  # a dry run publishes nothing
-    store = opened.store
-    record = store.get(run_id)
+    records = opened.store
+    record = records.get(run_id)
     if record is None:
         _no_such_run(opened, run_id)
         return
@@ -196,7 +192,7 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
             valid = [c.step for c in record.candidates if c.valid]
             _fail(f"selection is unresolved: pass --step N (valid candidates: {valid or 'none'})", 2)
         step = chosen
-        digest = _digest(store, run_id, int(step or 0))
+        digest = _digest(records, run_id, int(step or 0))
     problem = gcs_credentials_problem(destination)  # the preview reads the bucket's IAM back too
     if problem:
         _fail(problem, 3)
@@ -212,9 +208,9 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
     except ValidationError as exc:
         _fail(f"invalid grant: {exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}", 2)
         return
-    previewed = _PreviewCheck(store, record, action.value, asked_step, destination, g.granted_by)
+    previewed = _PreviewCheck(records, record, action.value, asked_step, destination, g.granted_by)
     if dry_run:  # signed in memory, never sent: the preview verifies it as apply-grant would
-        _print_preview(record, g, json.dumps(sign(g, private)).encode(), now, as_json, store, previewed)
+        _print_preview(record, g, json.dumps(sign(g, private)).encode(), now, store.as_json, records, previewed)
         return
     if action is not Action.cancel:
         moved = previewed.moved(step, digest)
@@ -228,14 +224,14 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
     grants_topic = load_topology().function("apply-grant").trigger  # where signed grants go (topology.yaml)
     if bus is not None:
         message_id = bus.publish(grants_topic, data, {"run_id": run_id})
-        if as_json:
+        if store.as_json:
             typer.echo(json.dumps({"grant_id": g.grant_id, "state": "published", "message_id": message_id}))
         else:
             typer.echo(f"grant {g.grant_id} published to {grants_topic} (message {message_id})")
         return
     from rlcleanup.runtime.embedded import EmbeddedStack
 
-    stack = EmbeddedStack.create(db_path(db), str(default_preserve_root()))
+    stack = EmbeddedStack.create(db_path(store.db), str(default_preserve_root()))
     stack.bus.publish(grants_topic, data, {"run_id": run_id})
     stack.bus.drain()
     doc = ledger.filing_of(stack.ports.records, run_id, g.grant_id, data) or {}
@@ -245,7 +241,7 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
     refused = bool(doc.get("refusal")) or doc.get("state") in REFUSED_STATES
     state = outcome.get("state") or doc.get("state", "?")
     after = stack.ports.records.get(run_id)
-    if as_json:
+    if store.as_json:
         row = {
             "grant_id": g.grant_id, "action": action.value, "state": state, "refusal": doc.get("refusal"),
             "detail": doc.get("detail") or outcome.get("detail"), "record_status": after.status.value if after else None,

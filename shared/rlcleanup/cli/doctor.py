@@ -23,7 +23,7 @@ from typing import Literal, TypeVar
 import typer
 from pydantic import BaseModel, Field
 
-from rlcleanup.cli.options import BackendOption, DbOption, JsonOption, ProjectOption, backend_name, db_path
+from rlcleanup.cli.options import StoreChoice, backend_name, db_path, store_options
 from rlcleanup.textsafe import neutralise
 
 State = Literal["ok", "info", "fail"]
@@ -437,18 +437,14 @@ def register(app: typer.Typer) -> None:
     from rlcleanup.cli.stores import EXIT_CODES
 
     @app.command(epilog=EXIT_CODES.replace("1 not found", "1 something needed is missing"))
-    def doctor(
-        db: DbOption = None,
-        backend: BackendOption = None,
-        project: ProjectOption = None,
-        as_json: JsonOption = False,
-    ) -> None:
+    @store_options
+    def doctor(*, store: StoreChoice) -> None:
         """What this rlcleanup would use, each probed now: record store, preserve root, credentials per scheme,
         local stack, approvers, notification channels, version. Exit 1 when something needed is missing.
 
         Never prints a secret: credentials are present or not, endpoint URLs lose any user, password or query."""
-        diagnosis = diagnose(backend_name(backend), db_path(db), project)
-        if as_json:
+        diagnosis = diagnose(backend_name(store.backend), db_path(store.db), store.project)
+        if store.as_json:
             typer.echo(neutralise(json.dumps(diagnosis.model_dump(mode="json"), indent=2)))
         else:
             typer.echo(neutralise(render(diagnosis)))

@@ -19,12 +19,13 @@ import typer
 from rlcleanup.cli.options import (
     BackendOption,
     DbOption,
-    JsonOption,
     ProjectOption,
     ReportFormat,
+    StoreChoice,
     backend_name,
     db_path,
     run_id_argument,
+    store_options,
 )
 from rlcleanup.cli.stores import (
     EXIT_FAILURE,
@@ -111,6 +112,7 @@ _STATES = sorted({s.value for s in RecordStatus} | {s.value for s in TerminalSta
 _TONE = {"complete": "green", "awaiting_authority": "yellow", "failed": "red", "needs_person": "red"}
 
 
+@store_options
 def status(
     run_id: Annotated[str | None, run_id_argument("one run (default: every run, newest first)")] = None,
     state: Annotated[
@@ -120,16 +122,14 @@ def status(
         ),
     ] = None,
     limit: Annotated[int, typer.Option(min=1, help="most recent runs to list")] = 100,
-    db: DbOption = None,
-    backend: BackendOption = None,
-    project: ProjectOption = None,
-    as_json: JsonOption = False,
+    *,
+    store: StoreChoice,
 ) -> None:
     """A table of runs: status, terminal state, selection, last update. --json prints a list of objects."""
     unknown = sorted(set(state or []) - set(_STATES))
     if unknown:
         raise OperatorError(f"unknown --state {', '.join(unknown)}: use one of {', '.join(_STATES)}", EXIT_USAGE)
-    opened = open_store(backend_name(backend), db_path(db), project)
+    opened = store.open()
     records = [get_record(opened, run_id)] if run_id else list(opened.store.list_runs(limit=limit))
     if state:
         wanted = set(state)
@@ -137,7 +137,7 @@ def status(
             r for r in records if r.status.value in wanted or (r.terminal_state and r.terminal_state.value in wanted)
         ]
     rows = [status_row(r) for r in records]
-    if as_json:
+    if store.as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
     console = _console()

@@ -36,6 +36,13 @@ def stack_up(
     project: Annotated[str, typer.Option(help="emulator project id")] = "rlcleanup-local",
     timeout: Annotated[float, typer.Option(help="seconds to wait for every server")] = 90.0,
     quiet: QuietOption = False,
+    stages: Annotated[
+        str | None,
+        typer.Option(
+            help="development: serve this stage table (MODULE:ATTR, importable on PYTHONPATH) and its topology "
+            "instead of the packaged ones, e.g. a stage being added (docs/architecture.md, 'Add a stage')"
+        ),
+    ] = None,
 ) -> None:
     """Start the emulators and one functions-framework per function; print the env vars to export.
 
@@ -53,7 +60,7 @@ def stack_up(
             progress.stage(f"{total} servers ready")
 
     try:
-        state = up(where, project=project, timeout=timeout, on_ready=ready)
+        state = up(where, project=project, timeout=timeout, on_ready=ready, stages=stages)
     except StackError as exc:
         progress.close()
         _fail(str(exc))

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    RootModel,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from rlcleanup.models import controller_states
 from rlcleanup.models.controller_states import Verdict, is_absent
@@ -172,6 +182,39 @@ class LogScanPartMessage(_StageMsg):
     scope: str = _scope()
     dest_root: str
     part: LogScanPart
+
+
+def _part_or_page(payload: Any) -> str | None:
+    """Which message a parts topic's payload is: a paged plan's continuation names a page and no part; anything
+    else is read as a part (so a malformed one is refused for what a part lacks). Pydantic's callable
+    discriminator: one union, decoded once, by dispatch."""
+    if isinstance(payload, dict):
+        return "page" if "plan_page" in payload and "part" not in payload else "part"
+    if isinstance(payload, BaseModel):
+        return "page" if isinstance(payload, CapturePlanPageMessage) else "part"
+    return None  # not an object at all: pydantic refuses it (union_tag_not_found)
+
+
+class CapturePartsMessage(
+    RootModel[
+        Annotated[
+            Annotated[CapturePartMessage, Tag("part")] | Annotated[CapturePlanPageMessage, Tag("page")],
+            Discriminator(_part_or_page),
+        ]
+    ]
+):
+    """What the capture-parts topic carries: a part to copy, or a paged capture plan's continuation."""
+
+
+class LogScanPartsMessage(
+    RootModel[
+        Annotated[
+            Annotated[LogScanPartMessage, Tag("part")] | Annotated[LogScanPlanPageMessage, Tag("page")],
+            Discriminator(_part_or_page),
+        ]
+    ]
+):
+    """What the log-scan-parts topic carries: a slice of logs to scan, or a paged log-scan plan's continuation."""
 
 
 TARGET_PATTERN = r"^(resume|candidate:\d+)$"

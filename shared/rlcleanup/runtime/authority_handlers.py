@@ -24,7 +24,6 @@ from rlcleanup.models.record import CompletionRecord, PreCancelCapture
 from rlcleanup.ports.controllers import JobController
 from rlcleanup.runtime import admission
 from rlcleanup.runtime.claims import once_ran as _once_ran
-from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
@@ -162,8 +161,7 @@ def _admit_pre_cancel(p: Ports, event: JobEvent) -> tuple[str, RunLayout | None]
     return run_id, None
 
 
-def capture_pre_cancel(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    event = decode(JobEvent, data)
+def capture_pre_cancel(p: Ports, event: JobEvent, attributes: dict[str, str]) -> str:
     if event.intent != "pre_cancel":
         raise PermanentError("bad_input", "capture-pre-cancel needs an event with intent: pre_cancel")
     root = admission.deployment_preserve_root(p, event)  # every check before any identity is bound

@@ -97,7 +97,7 @@ class EmbeddedStack:
             table = self.table or stage_table()
             row = table.row(fn.entry_point)
             finish_failed(
-                p, table.route(fn.entry_point), msg.data, exc, error, lambda: row.handler(p, msg.data, msg.attributes)
+                p, table.route(fn.entry_point), msg.data, exc, error, lambda: row.run(p, msg.data, msg.attributes)
             )
         except Exception as again:  # the record store itself failing: the log keeps the reason
             log.error("could not record the dead letter of %s: %s", fn.name, defect_message(again), exc_info=again)

@@ -48,7 +48,8 @@ from rlcleanup.runtime.ports import Ports
 
 log = logging.getLogger(__name__)
 
-FailedMember = Callable[[Ports, str, bytes, PermanentError], Sequence[tuple[str, MemberOutcome]]]
+# (ports, the member's claim key, its message as its stage table row decodes it, the error) -> what to store
+FailedMember = Callable[[Ports, str, Any, PermanentError], Sequence[tuple[str, MemberOutcome]]]
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class FailureRoute:
     in_pipeline: bool  # a stage of a run's pipeline: an unfinished run is marked failed
     member_prefix: str | None = None  # a fan-out member: the key prefix of its members' claims
     failed_member: FailedMember | None = None  # ... and what such a member stores when it fails
+    decode: Callable[[bytes], Any] | None = None  # its row's decoding of a payload (a member's failure reads it)
 
     def member_claim(self, key: str) -> bool:
         """Whether the claim that failed is this function's own member claim (not a barrier it was running)."""
@@ -128,9 +130,9 @@ def finish_failed(
     """Complete the failed fan-out member (then re-run its fan-in), or mark the run's pipeline failed."""
     claim = failed_claim(exc)
     if claim is not None and route.member_claim(claim.key) and not isinstance(error, RecordStoreLost):
-        assert route.failed_member is not None  # the stage table gives every member its failure outcome
+        assert route.failed_member is not None and route.decode is not None  # the stage table gives every member both
         # What the member stores is its stage's (the stage table's row); a cut log's later segments too.
-        for key, outcome in route.failed_member(p, claim.key, data, error):
+        for key, outcome in route.failed_member(p, claim.key, route.decode(data), error):
             p.claims.complete(claim.run_id, key, outcome.model_dump(mode="json"))
         log.warning("fan-out member %s of run %s completed as failed: %s", claim.key, claim.run_id, error.code)
         try:

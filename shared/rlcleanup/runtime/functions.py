@@ -34,13 +34,14 @@ from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.handlers import dispatch, record_poison
 from rlcleanup.runtime.logging_setup import bind_cloud_event
 from rlcleanup.runtime.ports import Ports, cloud_ports
-from rlcleanup.runtime.stage_table import stage_table
-from rlcleanup.runtime.topology import FunctionSpec, load_topology
+from rlcleanup.runtime.stage_table import StageTable, stage_table
+from rlcleanup.runtime.topology import FunctionSpec
 from rlcleanup.settings import DeploymentSettings, load_settings
 
 log = logging.getLogger(__name__)
 _ports: Ports | None = None
 _lock = threading.Lock()
+_table: StageTable | None = None  # None: the packaged table (a deployment never sets another)
 
 ACCOUNTING_PREFIX = "invocation "
 SETTINGS: DeploymentSettings = load_settings()  # cold start: once per process, validated
@@ -59,9 +60,21 @@ def ports() -> Ports:
         return _ports
 
 
+def serve_table(table: StageTable) -> None:
+    """Serve `table` instead of the packaged stage table: only a development stack's functions source calls this
+    (stack/table_entrypoints.py, started by `rlcleanup stack up --stages`); the deployed entry points never do."""
+    global _table
+    _table = table
+
+
+def served_table() -> StageTable:
+    """The stage table this process dispatches through (and whose topology it checks and accounts against)."""
+    return _table or stage_table()
+
+
 def serving(entry_point: str, settings: DeploymentSettings | None = None) -> FunctionSpec:
     """The topology entry of the function being invoked, cross-checked with the one this process was deployed as."""
-    spec = load_topology().function(entry_point)
+    spec = served_table().topology.function(entry_point)
     deployed = (settings or SETTINGS).function
     if deployed is not None and deployed != spec.name:
         raise WrongFunction(f"this process serves {deployed} (RLCLEANUP_FUNCTION) but was invoked as {spec.name}")
@@ -126,9 +139,16 @@ def _handle(entry_point: str, cloud_event: Any) -> str:
         raw = _raw_copy(cloud_event.data)
         record_poison(guarded_ports(p, spec), entry_point, spec.dead_letter_topic, raw, {}, exc)
         return f"{PERMANENT_PREFIX}: {exc.code}"
-    stage_table().row(entry_point)  # fails closed (UnknownEntryPoint) before anything runs
+    table = served_table()
+    table.row(entry_point)  # fails closed (UnknownEntryPoint) before anything runs
     outcome = dispatch(
-        p, entry_point, spec.dead_letter_topic, message.data, message.attributes, message_id=message.message_id
+        p,
+        entry_point,
+        spec.dead_letter_topic,
+        message.data,
+        message.attributes,
+        message_id=message.message_id,
+        table=table,
     )
     log.info("%s: %s", entry_point, outcome, extra={"message_id": message.message_id})
     return outcome
@@ -169,7 +189,7 @@ def account_invocation(
         fields |= usage.totals()
     near: list[str] = []
     try:
-        spec = load_topology().function(entry_point)
+        spec = served_table().topology.function(entry_point)
     except KeyError:
         spec = None
     if spec is not None:

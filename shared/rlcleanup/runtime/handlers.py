@@ -56,14 +56,12 @@ def dispatch(
     p = carrying_origin(p, origin)  # every stage message it publishes carries it on
     try:
         check_not_lost(p, entry_point, data, origin)  # a stage message whose run's record is gone: lost
-        return row.handler(p, data, attributes)
+        return row.run(p, data, attributes)  # decoded as the row's message (InvalidMessage if it is not)
     except Exception as raised:
         exc = as_lost(p, entry_point, data, raised)  # a stage message whose run's record is gone: lost
         permanent = to_permanent(p, entry_point, data, message_id, exc)  # re-raises what should be retried
         record_poison(p, entry_point, dead_letter_topic, data, attributes, permanent)
-        return finish_failed(
-            p, table.route(entry_point), data, exc, permanent, lambda: row.handler(p, data, attributes)
-        )
+        return finish_failed(p, table.route(entry_point), data, exc, permanent, lambda: row.run(p, data, attributes))
 
 
 def record_poison(

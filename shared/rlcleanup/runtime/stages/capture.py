@@ -7,13 +7,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from rlcleanup.errors import PermanentError
-from rlcleanup.models.events import CapturePartMessage, CapturePlanPageMessage, RunMessage
+from rlcleanup.models.events import CapturePartMessage, CapturePartsMessage, CapturePlanPageMessage, RunMessage
 from rlcleanup.models.outcomes import CapturePartOutcome, MemberError
 from rlcleanup.models.plans import CapturePlan, PlanPage, ValidationSet
 from rlcleanup.models.record import Deadline
 from rlcleanup.runtime.attempt_scope import pass_id
 from rlcleanup.runtime.claims import once, stored
-from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.layouts import run_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages import large_copy, paged_plan
@@ -93,10 +92,10 @@ PLAN = paged_plan.PagedPlan(FAN_OUT, CapturePlanPageMessage, Page, plan_page=_pl
 plan_capture = paged_plan.first_page_handler(PLAN)  # the planner's handler (run-classified)
 
 
-def capture_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    if paged_plan.is_plan_page(data):  # a paged capture plan's continuation shares the capture-parts topic
-        return paged_plan.plan_later_page(p, PLAN, data, attributes)
-    msg = decode(CapturePartMessage, data)
+def capture_part(p: Ports, delivery: CapturePartsMessage, attributes: dict[str, str]) -> str:
+    msg = delivery.root
+    if isinstance(msg, CapturePlanPageMessage):  # a paged capture plan's continuation shares the capture-parts topic
+        return paged_plan.plan_later_page(p, PLAN, msg, attributes)
     key = member_key(p, msg.scope, FAN_OUT, msg.part.part_id)
     if large_copy.goes_to_job(p, msg.part) and stored(p, msg.run_id, key, CapturePartOutcome) is None:
         handed = large_copy.hand_off(p, msg, key)
@@ -200,10 +199,13 @@ def _unpreserved(outcomes: dict[str, CapturePartOutcome]) -> list[str]:
     ]
 
 
-def failed_copy(p: Ports, key: str, data: bytes, error: PermanentError) -> list[tuple[str, CapturePartOutcome]]:
+def failed_copy(
+    p: Ports, key: str, delivery: CapturePartsMessage, error: PermanentError
+) -> list[tuple[str, CapturePartOutcome]]:
     """What a capture part that failed stores: every source it was to preserve, unpreserved."""
     failure = MemberError(code=error.code, message=str(error)[:2000])
-    copy = CapturePartMessage.model_validate_json(data)
+    copy = delivery.root
+    assert isinstance(copy, CapturePartMessage)  # only a part is a member (a continuation is the plan's)
     unpreserved = [item.source for item in copy.part.items]
     dies = earliest(item.expires_at for item in copy.part.items)
     outcome = CapturePartOutcome(ok=False, error=failure, unpreserved=unpreserved, unpreserved_expires_at=dies)

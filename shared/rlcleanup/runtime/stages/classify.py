@@ -15,7 +15,6 @@ from rlcleanup.models.vocab import ClassificationKind, RecordStatus
 from rlcleanup.runtime import admission, attempt_scope, recovery
 from rlcleanup.runtime.attempt_scope import pass_id
 from rlcleanup.runtime.claims import once_ran
-from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.layouts import snapshot_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages.barrier import own_claim
@@ -29,7 +28,7 @@ from rlcleanup.steps.validate import resume_not_applicable
 from rlcleanup.uris import basename, parent
 
 
-def _not_a_run_end(p: Ports, event: JobEvent, hint: str, data: bytes) -> str | None:
+def _not_a_run_end(p: Ports, event: JobEvent, hint: str) -> str | None:
     """What happened to an event that does not start a run's cleanup (too old, a pre-cancel request, a state that
     is not terminal), recorded on the event ledger; None for a terminal event."""
     age = (p.clock.now() - event.observed_at).total_seconds()
@@ -38,7 +37,7 @@ def _not_a_run_end(p: Ports, event: JobEvent, hint: str, data: bytes) -> str | N
         return "dropped: older than the max event age"
     if event.intent == "pre_cancel":
         if p.records.record_event(hint, event.event_key, {"state": event.state, "outcome": "pre_cancel requested"}):
-            p.bus.publish(p.topology.route("on-job-event", "pre-cancel"), data, {"run_id": hint})
+            publish(p, p.topology.route("on-job-event", "pre-cancel"), event, run_id=hint)
         return "pre-cancel routed"
     if not event.is_terminal:
         p.records.record_event(hint, event.event_key, {"state": event.state, "outcome": "ignored: non-terminal"})
@@ -46,11 +45,10 @@ def _not_a_run_end(p: Ports, event: JobEvent, hint: str, data: bytes) -> str | N
     return None
 
 
-def on_job_event(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    event = decode(JobEvent, data)
+def on_job_event(p: Ports, event: JobEvent, attributes: dict[str, str]) -> str:
     admission.check_in_run_buckets(p, event.run_uri)  # before anything is read
     hint = safe_run_id(event.run_id or f"{basename(parent(event.run_uri))}-{basename(event.run_uri)}")
-    handled = _not_a_run_end(p, event, hint, data)
+    handled = _not_a_run_end(p, event, hint)
     if handled is not None:
         return handled
 

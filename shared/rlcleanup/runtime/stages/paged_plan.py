@@ -8,7 +8,6 @@ number; that page reads where to resume from the page before it in the claim sto
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +20,6 @@ from rlcleanup.models.events import CapturePlanPageMessage, RunMessage
 from rlcleanup.models.plans import MemberSet, PlanPage
 from rlcleanup.runtime.attempt_scope import scoped
 from rlcleanup.runtime.claims import once, stored
-from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages.barrier import advance, member_key, member_prefix, member_set_key
 
@@ -175,26 +173,15 @@ def every_page(p: Ports, run_id: str, scope: str, plan: str, key: str, last: int
     return [model.model_validate(found[k]) for k in keys]
 
 
-def is_plan_page(data: bytes) -> bool:
-    """Whether a payload on a parts topic is a plan's continuation (it names a page, not a part)."""
-    try:
-        payload = json.loads(data)
-    except ValueError:
-        return False  # decoding it as a part says what is wrong with it
-    return isinstance(payload, dict) and "plan_page" in payload and "part" not in payload
-
-
-def first_page_handler(plan: PagedPlan[P, S]) -> Callable[[Ports, bytes, dict[str, str]], str]:
+def first_page_handler(plan: PagedPlan[P, S]) -> Callable[[Ports, RunMessage, dict[str, str]], str]:
     """The planner's handler: a run message starts the plan at page 0."""
 
-    def plan_first_page(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-        msg = decode(RunMessage, data)
+    def plan_first_page(p: Ports, msg: RunMessage, attributes: dict[str, str]) -> str:
         return plan_page(p, plan, msg.run_id, msg.scope, 0, msg, attributes.get(REDRIVE))
 
     return plan_first_page
 
 
-def plan_later_page(p: Ports, plan: PagedPlan[P, S], data: bytes, attributes: dict[str, str]) -> str:
+def plan_later_page(p: Ports, plan: PagedPlan[P, S], page: CapturePlanPageMessage, attributes: dict[str, str]) -> str:
     """A continuation on the parts topic: plan the page it names (where to resume comes from the page before)."""
-    page = decode(plan.continuation, data)
     return plan_page(p, plan, page.run_id, page.scope, page.plan_page, None, attributes.get(REDRIVE))

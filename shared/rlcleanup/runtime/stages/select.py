@@ -15,7 +15,6 @@ from rlcleanup.models.plans import RecordFinished
 from rlcleanup.models.record import Candidate, HubAudit
 from rlcleanup.runtime import admission
 from rlcleanup.runtime.claims import once_ran, stored_under
-from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.evidence import finish_evidence
 from rlcleanup.runtime.layouts import run_layout
 from rlcleanup.runtime.ports import Ports
@@ -82,8 +81,7 @@ def measure_storage(p: Ports, run_id: str) -> None:
         p.records.update(run_id, {"storage_ledger_note": note})
 
 
-def select_candidate(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    msg = decode(RunMessage, data)
+def select_candidate(p: Ports, msg: RunMessage, attributes: dict[str, str]) -> str:
 
     def work() -> RecordFinished:
         outcomes = stored_under(p, msg.run_id, member_prefix(p, msg.scope, VALIDATION), ValidationOutcome).values()

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from rlcleanup.authority.config_screen import screen_command
 from rlcleanup.errors import PermanentError
-from rlcleanup.models.events import LogScanPartMessage, LogScanPlanPageMessage, RunMessage
+from rlcleanup.models.events import LogScanPartMessage, LogScanPartsMessage, LogScanPlanPageMessage, RunMessage
 from rlcleanup.models.outcomes import LogScanOutcome, MemberError
 from rlcleanup.models.plans import LogScanPlan, LogScanPlanEntry, PlanPage, TerminalSettled
 from rlcleanup.runtime.attempt_scope import pass_id
 from rlcleanup.runtime.claims import once
-from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.layouts import run_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages import paged_plan
@@ -58,10 +57,10 @@ PLAN = paged_plan.PagedPlan(FAN_OUT, LogScanPlanPageMessage, Page, plan_page=_pl
 establish_terminal_state = paged_plan.first_page_handler(PLAN)  # the planner's handler (run-classified)
 
 
-def scan_log_part(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    if paged_plan.is_plan_page(data):  # a paged log-scan plan's continuation shares the log-scan-parts topic
-        return paged_plan.plan_later_page(p, PLAN, data, attributes)
-    msg = decode(LogScanPartMessage, data)
+def scan_log_part(p: Ports, delivery: LogScanPartsMessage, attributes: dict[str, str]) -> str:
+    msg = delivery.root
+    if isinstance(msg, LogScanPlanPageMessage):  # a paged log-scan plan's continuation shares the log-scan-parts topic
+        return paged_plan.plan_later_page(p, PLAN, msg, attributes)
 
     def work() -> LogScanOutcome:
         uri, problems, after = logscan.scan_part(p.storage, msg.dest_root, msg.part)
@@ -112,12 +111,15 @@ def _unread_logs(outcomes: dict[str, LogScanOutcome]) -> list[str]:
     ]
 
 
-def failed_scan(p: Ports, key: str, data: bytes, error: PermanentError) -> list[tuple[str, LogScanOutcome]]:
+def failed_scan(
+    p: Ports, key: str, delivery: LogScanPartsMessage, error: PermanentError
+) -> list[tuple[str, LogScanOutcome]]:
     """What a log-scan part that failed stores: its files unread. A failed segment of a cut log also completes
     the segments after it (each is published by the one before, so none will run): the barrier counts them and
     the record names the file unread."""
     failure = MemberError(code=error.code, message=str(error)[:2000])
-    part = LogScanPartMessage.model_validate_json(data).part
+    assert isinstance(delivery.root, LogScanPartMessage)  # only a part is a member (a continuation is the plan's)
+    part = delivery.root.part
     own = LogScanOutcome(ok=False, error=failure, files=len(part.uris), bytes=part.bytes, unread=list(part.uris))
     if part.segment is None:
         return [(key, own)]

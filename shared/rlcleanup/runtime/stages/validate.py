@@ -17,7 +17,6 @@ from rlcleanup.models.record import Candidate, ResumeSafety
 from rlcleanup.models.vocab import CandidateProblem
 from rlcleanup.runtime.attempt_scope import unscoped
 from rlcleanup.runtime.claims import once, stored
-from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.layouts import run_layout
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages.barrier import (
@@ -45,8 +44,7 @@ def validation_message(run_id: str, scope: str, run_uri: str, preserve_root: str
     return CandidateMessage(run_id=run_id, scope=scope, run_uri=run_uri, preserve_root=preserve_root, **members)
 
 
-def validate_one(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    msg = decode(CandidateMessage, data)
+def validate_one(p: Ports, msg: CandidateMessage, attributes: dict[str, str]) -> str:
     if msg.targets:
         _validate_batch(p, msg)
     else:
@@ -149,10 +147,11 @@ def start_selection(p: Ports, run_id: str, scope: str, gathered: Gathered) -> Se
     return SelectionStarted()
 
 
-def failed_validation(p: Ports, key: str, data: bytes, error: PermanentError) -> list[tuple[str, ValidationOutcome]]:
+def failed_validation(
+    p: Ports, key: str, check: CandidateMessage, error: PermanentError
+) -> list[tuple[str, ValidationOutcome]]:
     """What a validation that failed stores: an invalid candidate (or an unsafe resume point) naming why."""
     failure = MemberError(code=error.code, message=str(error)[:2000])
-    check = CandidateMessage.model_validate_json(data)
     code = error.code if error.code in CandidateProblem.__members__ else CandidateProblem.internal_error.value
     problem = f"{code}: validation could not finish: {failure.message}"
     step = target_step(
