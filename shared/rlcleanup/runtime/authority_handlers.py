@@ -14,7 +14,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from rlcleanup.authority import ledger, precancel
+from rlcleanup.authority import announce, ledger, precancel
 from rlcleanup.authority.actions import GrantTask, carry_out
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, verify
 from rlcleanup.errors import ErrorKind, PermanentError, error_kind
@@ -60,8 +60,19 @@ def _apply_grant(p: Ports, data: bytes, attributes: dict[str, str]) -> tuple[str
         raise PermanentError("invalid_grant", verdict.detail)
     admission = ledger.admit(p.records, verdict, data, attributes.get("run_id"), now)
     if admission.answer is not None:
+        if verdict.authentic and _used_as_signed(p, verdict.grant.run_id, admission.gid, verdict.raw):
+            # A redelivery of a grant already carried out: announce again (same event id). The worker that carried
+            # it out may have died between filing the outcome and publishing, and this is the only delivery left.
+            announce_grant(p, verdict.grant, admission.gid)
         return admission.answer, verdict.grant.run_id
     return _try_apply(p, verdict.grant, admission.gid), verdict.grant.run_id
+
+
+def _used_as_signed(p: Ports, run_id: str, gid: str, raw: object) -> bool:
+    """The grant filed under `gid` was carried out (`used`) and is exactly this signed grant (not another one
+    reusing its id)."""
+    doc = ledger.get_grant_doc(p.records, run_id, gid) or {}
+    return doc.get("state") == GrantState.used.value and doc.get("grant") == raw
 
 
 def _message(doc: dict[str, Any]) -> bytes:
@@ -129,6 +140,7 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
         if isinstance(applied, dict):
             return GrantApplied.model_validate(applied)  # the job files the outcome; the grant stays `applying`
         filing.outcome(applied)
+        announce_grant(p, grant, gid)  # inside the claim: a crash before it completes announces again, same id
         return GrantApplied.model_validate(applied.as_doc())
 
     ran = _once_ran(p, run_id, f"grant:{gid}", apply_once, model=GrantApplied)
@@ -137,6 +149,29 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
     filing.sync()
     result = ran.result
     return f"{grant.action.value}: {result.state}" + (f" ({result.refusal})" if result.refusal else "")
+
+
+def announce_grant(p: Ports, grant: Grant, gid: str) -> str | None:
+    """Tell downstream what the record now says the grant did (model-published / model-reclaimed on the grant
+    functions' `announce` route); nothing when it did neither. The record is synced first: the event follows it.
+    Returns the event's id (its dedupe key), or None."""
+    ledger.sync_record(p.records, grant.run_id)
+    record = p.records.get(grant.run_id)
+    if record is None:
+        return None
+    event = announce.grant_event(
+        record, grant, gid, p.clock.now(), project=p.settings.project, record_url=record_url(p.records, grant.run_id)
+    )
+    if event is None:
+        return None
+    p.bus.publish(p.topology.route("apply-grant", "announce"), event.message(), event.pubsub_attributes())
+    return event.id
+
+
+def record_url(records: object, run_id: str) -> str | None:
+    """The run document's Cloud Console page where the store has one (Firestore); None for SQLite."""
+    console_url = getattr(records, "console_url", None)
+    return str(console_url(run_id)) if callable(console_url) else None
 
 
 # ---------------------------------------------------------------- pre-cancel capture
