@@ -60,6 +60,13 @@ locals {
     for fn, f in var.topology_functions : f.dead_letter_subscription => { function = fn, topic = f.dead_letter_topic }
   }
 
+  # A sink (an output topic's pull subscription) that declares `dead_letter` parks what its consumer keeps failing
+  # on its own "<subscription>-dlq" topic, read on "<subscription>-dlq-sub" (model-events-sub: docs/events-out.md).
+  sink_dead_letters = {
+    for sub, s in var.topology_sinks : sub => { topic = s.dead_letter_topic, subscription = s.dead_letter_subscription }
+    if s.dead_letter_topic != null
+  }
+
   # Service account IDs (6-30 chars): "<prefix>-<kind>-<function, truncated>-<4 hex of sha1(function)>".
   # kind "fn" = the function's runtime identity, "iv" = the push subscription's OIDC (invoker) identity.
   runtime_sa_ids = {

@@ -239,7 +239,9 @@ variable "topology_functions" {
 variable "topology_sinks" {
   description = "Pull subscriptions on output topics that other systems consume, keyed by subscription name. Generated."
   type = map(object({
-    topic = string
+    topic                    = string
+    dead_letter_topic        = optional(string)
+    dead_letter_subscription = optional(string)
   }))
 }
 
