@@ -83,7 +83,11 @@ def test_a_worker_dying_after_filing_still_announces_once_under_one_id(
     assert w.action(grant.grant_id)["state"] == "published"
 
 
-def test_a_reclaim_announces_model_reclaimed(tmp_path: Path) -> None:
+def test_a_reclaim_announces_model_reclaimed_and_a_restore_model_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "RLCLEANUP_DB"):
+        monkeypatch.delenv(var, raising=False)  # the CLI below uses this world's SQLite store
     w = make_world(tmp_path)
     w.deliver(w.message(w.grant()))  # a reclaim needs the verified publish it keeps the model at
     grant = w.grant("reclaim")
@@ -96,6 +100,7 @@ def test_a_reclaim_announces_model_reclaimed(tmp_path: Path) -> None:
     event = announced[1][0]
     assert event.data.grant.action == "reclaim" and event.data.reclaimed_bytes == action["reclaimed_bytes"]
     assert event.data.manifest_digest == grant.digest
+    _restore_events_after(w, grant.grant_id, grant.digest)
 
 
 def test_published_schema_is_the_models() -> None:
@@ -107,3 +112,23 @@ def test_published_schema_is_the_models() -> None:
     schema = json.loads(published)
     assert set(schema["required"]) >= {"specversion", "type", "source", "id", "time", "subject", "data"}
     assert all(prop.get("description") for prop in schema["$defs"]["ModelEventData"]["properties"].values())
+
+
+def _restore_events_after(w: World, grant_id: str, digest: str | None) -> None:
+    """`rlcleanup restore` puts the reclaimed export back and shows one model-restored event for the reclaim grant
+    (the embedded default has no bus anyone outside hears, and says so); the same event published on a bus is a
+    model-restored CloudEvent on the model-events topic."""
+    from typer.testing import CliRunner
+
+    from rlcleanup.cli.main import app
+    from rlcleanup.runtime.authority_handlers import publish_announcement
+
+    result = CliRunner().invoke(app, ["restore", w.run_id, "--db", str(w.tmp / "records.db"), "--json"])
+    assert result.exit_code == 0, result.stdout
+    out = json.loads(result.stdout)
+    assert out["restored"] and out["announced"] is None and "no event bus" in out["not_announced"]
+    [shown] = [ModelEvent.model_validate(e) for e in out["events"]]
+    assert shown.type is ModelEventType.restored and shown.data.grant.grant_id == grant_id
+    assert shown.data.restored_objects == sorted(out["restored"]) and shown.data.manifest_digest == digest
+    publish_announcement(w.stack.bus, shown)
+    assert _announced(w)[-1][0] == shown

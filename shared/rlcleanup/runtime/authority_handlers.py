@@ -14,20 +14,24 @@ import json
 from datetime import datetime
 from typing import Any
 
-from rlcleanup.authority import announce, ledger, precancel
+from rlcleanup.authority import announce, ledger, precancel, quarantine
 from rlcleanup.authority.actions import GrantTask, carry_out
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, verify
 from rlcleanup.errors import ErrorKind, PermanentError, error_kind
 from rlcleanup.models.claims import GrantApplied, PreCancelCaptured
 from rlcleanup.models.events import JobEvent
+from rlcleanup.models.model_events import ModelEvent
 from rlcleanup.models.record import CompletionRecord, PreCancelCapture
+from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.controllers import JobController
+from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime import admission
 from rlcleanup.runtime.claims import once_ran as _once_ran
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.topology import load_topology
 from rlcleanup.steps.capture import preserved_root
 from rlcleanup.steps.facts import location_run_id
 from rlcleanup.steps.layout import RunLayout, discover
@@ -166,6 +170,32 @@ def announce_grant(p: Ports, grant: Grant, gid: str) -> str | None:
         return None
     p.bus.publish(p.topology.route("apply-grant", "announce"), event.message(), event.pubsub_attributes())
     return event.id
+
+
+def restore_announcements(
+    records: RunRecords, record: CompletionRecord, restored: list[str], at: datetime, project: str | None
+) -> list[ModelEvent]:
+    """The model-restored events of a restore that put `restored` back (one per reclaim grant it undid), read
+    from the quarantine records the restore has just marked `restored`."""
+    wanted = set(restored)
+    entries = [
+        e
+        for _, e, _ in quarantine.entries(records, record.run_id)
+        if e and e.state == "restored" and e.source in wanted
+    ]
+    grants = dict(ledger.list_grants(records, record.run_id))
+    url = record_url(records, record.run_id)
+    return announce.restore_events(record, entries, grants, at, project=project, record_url=url)
+
+
+def model_events_topic() -> str:
+    """The topology's model-events topic (the grant functions' `announce` route)."""
+    return load_topology().route("apply-grant", "announce")
+
+
+def publish_announcement(bus: Bus, event: ModelEvent) -> str:
+    """Publish one model event on the model-events topic; its message id."""
+    return bus.publish(model_events_topic(), event.message(), event.pubsub_attributes())
 
 
 def record_url(records: object, run_id: str) -> str | None:
