@@ -757,3 +757,10 @@ def test_model_events_are_published_by_the_grant_functions_only_and_dead_letter(
     for kind in ("google_pubsub_topic_iam_member", "google_pubsub_subscription_iam_member"):
         name = "sink_dead_letter_publisher" if kind.startswith("google_pubsub_topic") else "sink_dead_letter_subscriber"
         assert _resource(parsed, kind, name)["member"] == "${local.pubsub_service_agent}"
+    # The Hub upload job finishes a large hand-off, so it announces it too; operators who restore may announce.
+    assert _locals(parsed)["job_hand_offs"]["model_events_topic"] == topic
+    on_topic = "${google_pubsub_topic.topic[local.job_hand_offs.model_events_topic].id}"
+    job = _resource(parsed, "google_pubsub_topic_iam_member", "hub_upload_announces")
+    assert job["topic"] == on_topic and job["member"] == "${google_service_account.hub_upload[0].member}"
+    operators = _resource(parsed, "google_pubsub_topic_iam_member", "restore_operators")
+    assert operators["topic"] == on_topic and operators["for_each"] == "${toset(var.restore_operators)}"

@@ -21,6 +21,9 @@ locals {
   job_hand_offs = {
     large_copy_starter = "capture-part"
     large_copy_topic   = "capture-parts"
+    # Where a verified publish / hand-off / reclaim / restore is announced (topology.yaml: apply-grant's `announce`
+    # route): the Hub upload job (hub.tf) and var.restore_operators publish there too.
+    model_events_topic = "model-events"
   }
 
   # What each function touches beyond Firestore and its own `publishes` topics. Keys must equal the topology's

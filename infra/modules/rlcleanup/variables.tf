@@ -352,6 +352,17 @@ variable "job_event_publishers" {
   }
 }
 
+variable "restore_operators" {
+  description = "IAM members who run `rlcleanup restore` against this deployment: publisher on the model events topic only, to announce a restore (docs/events-out.md)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for p in var.restore_operators : can(regex("^(user|group|serviceAccount):[^@\\s]+@[^@\\s]+\\.[a-z]+$", p))])
+    error_message = "restore_operators must be \"user:\", \"group:\" or \"serviceAccount:\" members with an email address."
+  }
+}
+
 variable "s3_endpoints" {
   description = "S3-compatible run stores (CoreWeave, R2), by name: each gets one Secret Manager secret <prefix>-s3-<name> holding its endpoint JSON (docs/s3.md), readable only by the functions that read runs. The buckets are documentation here; the secret's JSON routes them."
   type        = map(object({ buckets = list(string) }))
