@@ -36,6 +36,7 @@ module "rlcleanup" {
   k8s_log_sink_filter              = var.k8s_log_sink_filter
   k8s_run_uri_template             = var.k8s_run_uri_template
   job_event_publishers             = var.job_event_publishers
+  restore_operators                = var.restore_operators
   topology_topics                  = var.topology_topics
   topology_functions               = var.topology_functions
   topology_sinks                   = var.topology_sinks

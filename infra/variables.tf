@@ -210,6 +210,12 @@ variable "job_event_publishers" {
   default     = []
 }
 
+variable "restore_operators" {
+  description = "IAM members who run `rlcleanup restore` against this deployment (publisher on the model events topic only)."
+  type        = list(string)
+  default     = []
+}
+
 variable "s3_endpoints" {
   description = "S3-compatible run stores by name; one Secret Manager secret each (see the module)."
   type        = map(object({ buckets = list(string) }))

@@ -27,8 +27,10 @@ from rlcleanup.authority import ledger
 from rlcleanup.authority.grants import Approver, Grant, GrantState, new_key, public_b64, register_approver, verify
 from rlcleanup.authority.hub_card import model_card
 from rlcleanup.authority.hub_publish import MARKER
+from rlcleanup.models.model_events import ModelEvent, ModelEventType
 from rlcleanup.ports.hub import git_blob_sha
 from rlcleanup.runtime.ports import HUB_JOB_MODULE
+from rlcleanup.runtime.topology import load_topology
 
 pytestmark = pytest.mark.integration
 
@@ -251,6 +253,11 @@ def test_the_upload_job_reverifies_the_filed_grant_and_files_the_outcome(
     assert w.action(grant.grant_id)["state"] == "handed_off"  # synced onto the record
     assert MARKER in hub.files(f"rl-team/job-{uid}")
     assert run_job(p, w.run_id, grant.grant_id).detail == "already applied"  # a restarted job redoes nothing
+    # ... but announces the hand-off again under the same id (issue 49: at least once, deduped on the id)
+    topic = load_topology().route("apply-grant", "announce")
+    announced = [ModelEvent.model_validate_json(m.data) for m in w.stack.bus.published if m.topic == topic]
+    assert [e.type for e in announced] == [ModelEventType.published] * 2 and announced[0].id == announced[1].id
+    assert announced[0].data.destination == grant.destination and announced[0].data.provenance_uri == outcome.uri
 
     forged = _grant(w, f"hf://rl-team/forged-{uid}")
     other_key = new_key()
@@ -260,6 +267,7 @@ def test_the_upload_job_reverifies_the_filed_grant_and_files_the_outcome(
     refused = run_job(p, w.run_id, forged.grant_id)
     assert refused.refusal is not None and refused.refusal.value == "bad_signature"
     assert "rl-team/forged" not in json.dumps(hub.stats())
+    assert len([m for m in w.stack.bus.published if m.topic == topic]) == 2, "a refused job announced a model"
 
 
 def test_files_we_generate_are_scanned_as_staged_and_refused_before_the_hub_gets_anything(

@@ -736,3 +736,31 @@ def test_the_large_copy_job_is_least_privilege_and_only_capture_part_starts_it(
     assert hand_offs["large_copy_topic"] == capture.trigger  # the job's finished part returns to capture-part
     job_starters = [b for t, n, b in _resources(parsed) if t.startswith("google_cloud_run_v2_job_iam")]
     assert all(b["role"] == "roles/run.jobsExecutorWithOverrides" for b in job_starters)
+
+
+@needs_terraform
+def test_model_events_are_published_by_the_grant_functions_only_and_dead_letter(tmp_path: Path) -> None:
+    """Issue 49: the model-events topic (docs/events-out.md) gets publisher IAM for the functions that carry out
+    grants and nobody else, and its sink subscription parks what a consumer keeps failing on its own
+    dead-letter topic, which has a pull subscription (never lost) and the service agent's two bindings."""
+    topic = load_topology().route("apply-grant", "announce")
+    [sink] = [s for s in load_topology().sinks if s.topic == topic]
+    publishers, dead_letters = _console(tmp_path, ["local.function_publishers", "local.sink_dead_letters"])
+    assert {b["function"] for b in publishers.values() if b["topic"] == topic} == GRANT_APPLIERS
+    assert dead_letters == {
+        sink.subscription: {"topic": f"{sink.subscription}-dlq", "subscription": f"{sink.subscription}-dlq-sub"}
+    }
+    parsed = {p.name: _load(p) for p in sorted(MODULE.glob("*.tf"))}
+    policy = _resource(parsed, "google_pubsub_subscription", "sink")["dynamic"][0]["dead_letter_policy"]
+    assert "google_pubsub_topic.sink_dead_letter" in policy["content"][0]["dead_letter_topic"]
+    assert _resource(parsed, "google_pubsub_subscription", "sink_dead_letter")["retain_acked_messages"] is True
+    for kind in ("google_pubsub_topic_iam_member", "google_pubsub_subscription_iam_member"):
+        name = "sink_dead_letter_publisher" if kind.startswith("google_pubsub_topic") else "sink_dead_letter_subscriber"
+        assert _resource(parsed, kind, name)["member"] == "${local.pubsub_service_agent}"
+    # The Hub upload job finishes a large hand-off, so it announces it too; operators who restore may announce.
+    assert _locals(parsed)["job_hand_offs"]["model_events_topic"] == topic
+    on_topic = "${google_pubsub_topic.topic[local.job_hand_offs.model_events_topic].id}"
+    job = _resource(parsed, "google_pubsub_topic_iam_member", "hub_upload_announces")
+    assert job["topic"] == on_topic and job["member"] == "${google_service_account.hub_upload[0].member}"
+    operators = _resource(parsed, "google_pubsub_topic_iam_member", "restore_operators")
+    assert operators["topic"] == on_topic and operators["for_each"] == "${toset(var.restore_operators)}"

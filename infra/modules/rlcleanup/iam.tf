@@ -121,6 +121,23 @@ resource "google_pubsub_topic_iam_member" "dead_letter_publisher" {
   member = local.pubsub_service_agent
 }
 
+# The same for each sink that dead-letters (model-events-sub): publish on its dead-letter topic, acknowledge on it.
+resource "google_pubsub_topic_iam_member" "sink_dead_letter_publisher" {
+  for_each = local.sink_dead_letters
+
+  topic  = google_pubsub_topic.sink_dead_letter[each.value.topic].id
+  role   = "roles/pubsub.publisher"
+  member = local.pubsub_service_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "sink_dead_letter_subscriber" {
+  for_each = local.sink_dead_letters
+
+  subscription = google_pubsub_subscription.sink[each.key].id
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_service_agent
+}
+
 resource "google_pubsub_subscription_iam_member" "dead_letter_subscriber" {
   for_each = var.topology_functions
 

@@ -21,6 +21,9 @@ locals {
   job_hand_offs = {
     large_copy_starter = "capture-part"
     large_copy_topic   = "capture-parts"
+    # Where a verified publish / hand-off / reclaim / restore is announced (topology.yaml: apply-grant's `announce`
+    # route): the Hub upload job (hub.tf) and var.restore_operators publish there too.
+    model_events_topic = "model-events"
   }
 
   # What each function touches beyond Firestore and its own `publishes` topics. Keys must equal the topology's
@@ -58,6 +61,13 @@ locals {
   dead_letter_topics = { for fn, f in var.topology_functions : f.dead_letter_topic => fn }
   dead_letter_subscriptions = {
     for fn, f in var.topology_functions : f.dead_letter_subscription => { function = fn, topic = f.dead_letter_topic }
+  }
+
+  # A sink (an output topic's pull subscription) that declares `dead_letter` parks what its consumer keeps failing
+  # on its own "<subscription>-dlq" topic, read on "<subscription>-dlq-sub" (model-events-sub: docs/events-out.md).
+  sink_dead_letters = {
+    for sub, s in var.topology_sinks : sub => { topic = s.dead_letter_topic, subscription = s.dead_letter_subscription }
+    if s.dead_letter_topic != null
   }
 
   # Service account IDs (6-30 chars): "<prefix>-<kind>-<function, truncated>-<4 hex of sha1(function)>".

@@ -13,7 +13,7 @@ resource "google_monitoring_alert_policy" "dead_letter_backlog" {
       filter = join(" AND ", [
         "resource.type = \"pubsub_subscription\"",
         "metric.type = \"pubsub.googleapis.com/subscription/num_undelivered_messages\"",
-        "resource.label.subscription_id = one_of(${join(", ", [for s in keys(local.dead_letter_subscriptions) : "\"${s}\""])})",
+        "resource.label.subscription_id = one_of(${join(", ", [for s in concat(keys(local.dead_letter_subscriptions), [for d in values(local.sink_dead_letters) : d.subscription]) : "\"${s}\""])})",
       ])
       comparison      = "COMPARISON_GT"
       threshold_value = 0

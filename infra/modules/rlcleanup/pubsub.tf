@@ -91,6 +91,46 @@ resource "google_pubsub_subscription" "sink" {
   message_retention_duration = "604800s"
   labels                     = { app = "rlcleanup" }
 
+  # A consumer that keeps failing (nacks or lets the ack deadline pass) parks the message on the sink's own
+  # dead-letter topic after max_delivery_attempts, instead of redelivering it for the retention period.
+  dynamic "dead_letter_policy" {
+    for_each = contains(keys(local.sink_dead_letters), each.key) ? [local.sink_dead_letters[each.key].topic] : []
+    content {
+      dead_letter_topic     = google_pubsub_topic.sink_dead_letter[dead_letter_policy.value].id
+      max_delivery_attempts = 10
+    }
+  }
+
+  expiration_policy {
+    ttl = ""
+  }
+
+  depends_on = [google_pubsub_topic_iam_member.sink_dead_letter_publisher]
+}
+
+resource "google_pubsub_topic" "sink_dead_letter" {
+  for_each = { for sub, d in local.sink_dead_letters : d.topic => sub }
+
+  name                       = each.key
+  message_retention_duration = "604800s"
+  labels                     = { app = "rlcleanup", dead_letter_for = each.value }
+
+  # checkov:skip=CKV_GCP_83: Google-managed encryption is sufficient; dead letters are copies of the sink's events.
+
+  depends_on = [google_project_service.enabled]
+}
+
+# A pull subscription on every sink's dead-letter topic, or its dead letters would be lost.
+resource "google_pubsub_subscription" "sink_dead_letter" {
+  for_each = { for sub, d in local.sink_dead_letters : d.subscription => { sink = sub, topic = d.topic } }
+
+  name                       = each.key
+  topic                      = google_pubsub_topic.sink_dead_letter[each.value.topic].id
+  ack_deadline_seconds       = 60
+  message_retention_duration = "604800s"
+  retain_acked_messages      = true
+  labels                     = { app = "rlcleanup", dead_letter_for = each.value.sink }
+
   expiration_policy {
     ttl = ""
   }

@@ -239,7 +239,9 @@ variable "topology_functions" {
 variable "topology_sinks" {
   description = "Pull subscriptions on output topics that other systems consume, keyed by subscription name. Generated."
   type = map(object({
-    topic = string
+    topic                    = string
+    dead_letter_topic        = optional(string)
+    dead_letter_subscription = optional(string)
   }))
 }
 
@@ -347,6 +349,17 @@ variable "job_event_publishers" {
   validation {
     condition     = alltrue([for p in var.job_event_publishers : can(regex("^(user|group|serviceAccount):[^@\\s]+@[^@\\s]+\\.[a-z]+$", p))])
     error_message = "job_event_publishers must be \"user:\", \"group:\" or \"serviceAccount:\" members with an email address."
+  }
+}
+
+variable "restore_operators" {
+  description = "IAM members who run `rlcleanup restore` against this deployment: publisher on the model events topic only, to announce a restore (docs/events-out.md)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for p in var.restore_operators : can(regex("^(user|group|serviceAccount):[^@\\s]+@[^@\\s]+\\.[a-z]+$", p))])
+    error_message = "restore_operators must be \"user:\", \"group:\" or \"serviceAccount:\" members with an email address."
   }
 }
 

@@ -12,7 +12,9 @@ import typer
 from rlcleanup.cli.operator import operator_errors
 from rlcleanup.cli.options import JsonOption, RunIdArg, StoreChoice, run_id_argument, store_options
 from rlcleanup.cli.stores import EXIT_FAILURE, get_record
+from rlcleanup.models.model_events import ModelEvent
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.runtime.backends import OpenStore, StoreBackend
 from rlcleanup.textsafe import neutralise
 
 
@@ -32,6 +34,31 @@ def storage_rows(records: list[CompletionRecord]) -> list[dict[str, Any]]:
         if r.storage_ledger is not None
     ]
     return sorted(rows, key=lambda row: (-row["bytes"], row["run_id"]))
+
+
+def _announce_restore(
+    opened: OpenStore, store: StoreChoice, record: CompletionRecord, restored: list[str], now: datetime
+) -> tuple[list[ModelEvent], str | None, str | None]:
+    """The model-restored events of this restore, and where they were announced (the deployment's model-events
+    topic, on the Pub/Sub of the Firestore project) or why not. The embedded default (SQLite) has no bus anyone
+    outside this process hears: its events are shown, not sent."""
+    from rlcleanup.cli.stores import open_bus
+    from rlcleanup.runtime.authority_handlers import model_events_topic, publish_announcement, restore_announcements
+    from rlcleanup.settings import platform
+
+    if not restored:
+        return [], None, None
+    project = store.project or platform().project
+    events = restore_announcements(opened.store, record, restored, now, project)
+    if opened.backend != StoreBackend.firestore:
+        return events, None, "the embedded default (SQLite) has no event bus; the events are shown here"
+    try:
+        bus = open_bus(store.project)
+        for event in events:
+            publish_announcement(bus, event)
+    except Exception as exc:  # the restore stands (a bus down, no publisher IAM): say exactly what was not sent
+        return events, None, f"{type(exc).__name__}: {str(exc)[:300]}"
+    return events, model_events_topic(), None
 
 
 def register(app: typer.Typer) -> None:
@@ -94,13 +121,18 @@ def register(app: typer.Typer) -> None:
         result = restore_run(blobs, opened.store, record, now, read(QuarantineSettings))
         if result.restored:
             measure_and_record(blobs, opened.store, record, "after restore", now)
+        events, announced, unsent = _announce_restore(opened, store, record, result.restored, now)
         if store.as_json:
-            typer.echo(json.dumps(result.model_dump(), indent=2))
+            doc = {**result.model_dump(), "events": [e.model_dump(mode="json") for e in events]}
+            typer.echo(json.dumps({**doc, "announced": announced, "not_announced": unsent}, indent=2))
         else:
             typer.echo(f"restored {len(result.restored)} object(s) of {run_id}")
             for line in [*(f"  refused {r}" for r in result.refused), *(f"  expired {e}" for e in result.expired)]:
                 typer.echo(neutralise(line))
-        if result.refused:
+            for event in events:
+                said = f"announced on {announced}" if announced else f"not announced: {unsent}"
+                typer.echo(neutralise(f"  model-restored {event.id} ({said})"))
+        if result.refused or (events and not announced and opened.backend == StoreBackend.firestore):
             raise typer.Exit(EXIT_FAILURE)
 
     @app.command("quarantine-expire")

@@ -14,19 +14,23 @@ import json
 from datetime import datetime
 from typing import Any
 
-from rlcleanup.authority import ledger, precancel
+from rlcleanup.authority import announce, ledger, precancel, quarantine
 from rlcleanup.authority.actions import GrantTask, carry_out
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, verify
 from rlcleanup.errors import ErrorKind, PermanentError, error_kind
 from rlcleanup.models.claims import GrantApplied, PreCancelCaptured
 from rlcleanup.models.events import JobEvent
+from rlcleanup.models.model_events import ModelEvent
 from rlcleanup.models.record import CompletionRecord, PreCancelCapture
+from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.controllers import JobController
+from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime import admission
 from rlcleanup.runtime.claims import once_ran as _once_ran
 from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
+from rlcleanup.runtime.topology import load_topology
 from rlcleanup.steps.capture import preserved_root
 from rlcleanup.steps.facts import location_run_id
 from rlcleanup.steps.layout import RunLayout, discover
@@ -59,8 +63,19 @@ def _apply_grant(p: Ports, data: bytes, attributes: dict[str, str]) -> tuple[str
         raise PermanentError("invalid_grant", verdict.detail)
     admission = ledger.admit(p.records, verdict, data, attributes.get("run_id"), now)
     if admission.answer is not None:
+        if verdict.authentic and _used_as_signed(p, verdict.grant.run_id, admission.gid, verdict.raw):
+            # A redelivery of a grant already carried out: announce again (same event id). The worker that carried
+            # it out may have died between filing the outcome and publishing, and this is the only delivery left.
+            announce_grant(p, verdict.grant, admission.gid)
         return admission.answer, verdict.grant.run_id
     return _try_apply(p, verdict.grant, admission.gid), verdict.grant.run_id
+
+
+def _used_as_signed(p: Ports, run_id: str, gid: str, raw: object) -> bool:
+    """The grant filed under `gid` was carried out (`used`) and is exactly this signed grant (not another one
+    reusing its id)."""
+    doc = ledger.get_grant_doc(p.records, run_id, gid) or {}
+    return doc.get("state") == GrantState.used.value and doc.get("grant") == raw
 
 
 def _message(doc: dict[str, Any]) -> bytes:
@@ -128,6 +143,7 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
         if isinstance(applied, dict):
             return GrantApplied.model_validate(applied)  # the job files the outcome; the grant stays `applying`
         filing.outcome(applied)
+        announce_grant(p, grant, gid)  # inside the claim: a crash before it completes announces again, same id
         return GrantApplied.model_validate(applied.as_doc())
 
     ran = _once_ran(p, run_id, f"grant:{gid}", apply_once, model=GrantApplied)
@@ -136,6 +152,55 @@ def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
     filing.sync()
     result = ran.result
     return f"{grant.action.value}: {result.state}" + (f" ({result.refusal})" if result.refusal else "")
+
+
+def announce_grant(p: Ports, grant: Grant, gid: str) -> str | None:
+    """Tell downstream what the record now says the grant did (model-published / model-reclaimed on the grant
+    functions' `announce` route); nothing when it did neither. The record is synced first: the event follows it.
+    Returns the event's id (its dedupe key), or None."""
+    ledger.sync_record(p.records, grant.run_id)
+    record = p.records.get(grant.run_id)
+    if record is None:
+        return None
+    event = announce.grant_event(
+        record, grant, gid, p.clock.now(), project=p.settings.project, record_url=record_url(p.records, grant.run_id)
+    )
+    if event is None:
+        return None
+    p.bus.publish(p.topology.route("apply-grant", "announce"), event.message(), event.pubsub_attributes())
+    return event.id
+
+
+def restore_announcements(
+    records: RunRecords, record: CompletionRecord, restored: list[str], at: datetime, project: str | None
+) -> list[ModelEvent]:
+    """The model-restored events of a restore that put `restored` back (one per reclaim grant it undid), read
+    from the quarantine records the restore has just marked `restored`."""
+    wanted = set(restored)
+    entries = [
+        e
+        for _, e, _ in quarantine.entries(records, record.run_id)
+        if e and e.state == "restored" and e.source in wanted
+    ]
+    grants = dict(ledger.list_grants(records, record.run_id))
+    url = record_url(records, record.run_id)
+    return announce.restore_events(record, entries, grants, at, project=project, record_url=url)
+
+
+def model_events_topic() -> str:
+    """The topology's model-events topic (the grant functions' `announce` route)."""
+    return load_topology().route("apply-grant", "announce")
+
+
+def publish_announcement(bus: Bus, event: ModelEvent) -> str:
+    """Publish one model event on the model-events topic; its message id."""
+    return bus.publish(model_events_topic(), event.message(), event.pubsub_attributes())
+
+
+def record_url(records: object, run_id: str) -> str | None:
+    """The run document's Cloud Console page where the store has one (Firestore); None for SQLite."""
+    console_url = getattr(records, "console_url", None)
+    return str(console_url(run_id)) if callable(console_url) else None
 
 
 # ---------------------------------------------------------------- pre-cancel capture

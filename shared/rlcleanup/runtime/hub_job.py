@@ -27,10 +27,11 @@ import time
 from rlcleanup.authority import ledger
 from rlcleanup.authority.actions import HUB_JOB_GRANT_VAR, HUB_JOB_RUN_VAR
 from rlcleanup.authority.artifact import pin
-from rlcleanup.authority.grants import GrantState, Refusal, verify
+from rlcleanup.authority.grants import Grant, GrantState, Refusal, verify
 from rlcleanup.authority.hub_publish import UploadProgress, publish_to_hub
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.errors import PermanentError, TransientError
+from rlcleanup.runtime.authority_handlers import announce_grant
 from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.settings import HubSettings, platform, read
@@ -51,7 +52,8 @@ def run_job(p: Ports, run_id: str, gid: str, *, last_attempt: bool = True, batch
     doc = ledger.get_grant_doc(p.records, run_id, gid)
     if doc is None:
         raise PermanentError("bad_input", f"no grant {gid!r} is filed on run {run_id!r}")
-    if doc.get("state") in _FINAL:  # a finished job started again: nothing to redo
+    if doc.get("state") in _FINAL:  # a finished job started again: nothing to redo but the announcement
+        _announce_again(p, run_id, gid, doc)  # the attempt that filed it may have died before announcing
         return Outcome(state=str((doc.get("outcome") or {}).get("state", doc["state"])), detail="already applied")
     message = json.dumps({"grant": doc.get("grant"), "signature": doc.get("signature")}).encode()
     verdict = verify(
@@ -94,8 +96,19 @@ def run_job(p: Ports, run_id: str, gid: str, *, last_attempt: bool = True, batch
             outcome.destination = verdict.grant.destination
     ledger.file_outcome(p.records, run_id, gid, outcome, p.clock.now())
     ledger.sync_record(p.records, run_id)
+    if verdict.grant is not None:  # a verified hand-off is announced downstream (model-published), as apply-grant does
+        announce_grant(p, verdict.grant, gid)
     refresh_report(p, run_id)  # the report says where the model went (runtime/evidence.py)
     return outcome
+
+
+def _announce_again(p: Ports, run_id: str, gid: str, doc: dict[str, object]) -> None:
+    """Re-announce a hand-off this job already filed (same event id): at least once, never a lost announcement."""
+    try:
+        grant = Grant.model_validate(doc.get("grant"))
+    except ValueError:
+        return  # not a grant this job could have carried out: nothing it announced
+    announce_grant(p, grant, gid)
 
 
 def local_ports(db: str, preserve_root: str | None) -> Ports:
@@ -109,7 +122,7 @@ def local_ports(db: str, preserve_root: str | None) -> Ports:
         storage=RoutingStorage(),
         records=SqliteRunRecords(db),
         claims=SqliteIdempotencyStore(db),
-        bus=InProcessBus(),  # the job publishes nothing; the bus is never used
+        bus=InProcessBus(),  # the embedded default: its model-published announcement reaches nobody outside
         settings=load_settings().model_copy(update={"preserve_root": preserve_root}),
     )
 

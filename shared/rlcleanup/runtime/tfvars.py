@@ -32,7 +32,14 @@ def topology_tfvars(topology: Topology) -> dict[str, Any]:
         }
         for fn in topology.functions
     }
-    sinks = {s.subscription: {"topic": s.topic} for s in topology.sinks}
+    sinks = {
+        s.subscription: {
+            "topic": s.topic,
+            "dead_letter_topic": s.dead_letter_topic,  # null: a plain pull subscription
+            "dead_letter_subscription": s.dead_letter_subscription,
+        }
+        for s in topology.sinks
+    }
     return {"topology_topics": topics, "topology_functions": functions, "topology_sinks": sinks}
 
 

@@ -85,6 +85,16 @@ class FunctionSpec(_Strict):
 class Sink(_Strict):
     topic: str
     subscription: str
+    # A consumer that keeps failing parks the message on "<subscription>-dlq" (read on "<subscription>-dlq-sub").
+    dead_letter: bool = False
+
+    @property
+    def dead_letter_topic(self) -> str | None:
+        return f"{self.subscription}-dlq" if self.dead_letter else None
+
+    @property
+    def dead_letter_subscription(self) -> str | None:
+        return f"{self.subscription}-dlq-sub" if self.dead_letter else None
 
 
 class FanOut(_Strict):
@@ -403,7 +413,8 @@ class Topology(_Strict):
 
     @property
     def all_topic_names(self) -> list[str]:
-        return [t.name for t in self.topics] + [fn.dead_letter_topic for fn in self.functions]
+        sink_dead_letters = [s.dead_letter_topic for s in self.sinks if s.dead_letter_topic]
+        return [t.name for t in self.topics] + [fn.dead_letter_topic for fn in self.functions] + sink_dead_letters
 
 
 def parse_topology(raw: dict[str, Any]) -> Topology:

@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from rlcleanup.runtime.topology import FunctionSpec, Topology
 from rlcleanup.stack import s3_server
@@ -73,16 +74,17 @@ def provision(state: StackState, topology: Topology, served: list[FunctionSpec])
                     }
                 )
         pulls = [(fn.dead_letter_subscription, fn.dead_letter_topic) for fn in topology.functions]
-        pulls += [(sink.subscription, sink.topic) for sink in topology.sinks]
+        for sink in topology.sinks:
+            if sink.dead_letter_subscription and sink.dead_letter_topic:
+                pulls.append((sink.dead_letter_subscription, sink.dead_letter_topic))
         for sub, topic in pulls:
-            with contextlib.suppress(AlreadyExists):
-                subscriber.create_subscription(
-                    request={
-                        "name": subscriber.subscription_path(project, sub),
-                        "topic": publisher.topic_path(project, topic),
-                        "ack_deadline_seconds": 60,
-                    }
-                )
+            _pull_subscription(subscriber, publisher, project, sub, topic)
+        for sink in topology.sinks:  # a sink with a dead-letter topic parks what its consumer keeps failing on
+            parked = sink.dead_letter_topic
+            policy = {"dead_letter_topic": publisher.topic_path(project, parked), "max_delivery_attempts": 10}
+            _pull_subscription(
+                subscriber, publisher, project, sink.subscription, sink.topic, policy if parked else None
+            )
         for role, bucket in state.buckets.items():
             if role.startswith("s3-"):
                 s3_server.create_bucket(state.env["AWS_ENDPOINT_URL"], bucket)
@@ -92,6 +94,22 @@ def provision(state: StackState, topology: Topology, served: list[FunctionSpec])
     finally:
         subscriber.close()
         publisher.transport.close() if hasattr(publisher, "transport") else None
+
+
+def _pull_subscription(
+    subscriber: Any, publisher: Any, project: str, sub: str, topic: str, dead_letter: dict[str, Any] | None = None
+) -> None:
+    from google.api_core.exceptions import AlreadyExists
+
+    request: dict[str, Any] = {
+        "name": subscriber.subscription_path(project, sub),
+        "topic": publisher.topic_path(project, topic),
+        "ack_deadline_seconds": 60,
+    }
+    if dead_letter is not None:
+        request["dead_letter_policy"] = dead_letter
+    with contextlib.suppress(AlreadyExists):
+        subscriber.create_subscription(request=request)
 
 
 def function_env(fn: FunctionSpec, state: StackState) -> dict[str, str]:
