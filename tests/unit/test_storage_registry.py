@@ -247,3 +247,37 @@ def test_sample_upload_goes_through_the_port_for_any_registered_scheme(tmp_path:
     config.write_text(config.read_text().replace("{", '{"edited": 1, ', 1))
     with pytest.raises(FileExistsError, match=r"resolved-skyrl\.json"):  # write-once: different bytes are refused
         upload_sample_run_to(router, src, str(dest), rename="renamed-run")
+
+
+def test_a_pinned_copy_is_server_side_only_within_one_versioned_backend(tmp_path: Path) -> None:
+    """authority/pinning.py asks the port whether both ends share a versioned backend (versions_of of each), never
+    the router's registry: within it the copy is the backend's version-pinned one, to another backend it streams."""
+    from rlcleanup.authority.pinning import pinned_copy
+
+    calls: list[tuple[str, str, int]] = []
+
+    class Versioned(LocalStorage):  # a versioned object store, kept on the local disk under `ver://`
+        @staticmethod
+        def _path(uri: str) -> Path:
+            return Path(uri.removeprefix("ver://"))
+
+        def copy_version_if_absent(self, src_uri: str, dst_uri: str, source_generation: int) -> WriteOutcome:
+            calls.append((src_uri, dst_uri, source_generation))
+            return self.copy_if_absent(src_uri, dst_uri)
+
+        def delete_version(self, uri: str, generation: int) -> bool:
+            return self.delete(uri)
+
+        def read_generation(self, uri: str, generation: int | None, max_bytes: int = 1 << 20) -> bytes | None:
+            return self.read_bytes(uri, max_bytes)
+
+    caps = dataclasses.replace(LOCAL.capabilities, visibility_readback=False, object_version=True)
+    router = RoutingStorage(registry=StorageRegistry([LOCAL, StorageBackend("ver", caps, adapter=Versioned)]))
+    (tmp_path / "a").write_bytes(b"pinned bytes")
+    src = router.stat(f"ver://{tmp_path / 'a'}")
+    assert src is not None
+    src = dataclasses.replace(src, generation=7)
+    assert pinned_copy(router, src, f"ver://{tmp_path / 'b'}").outcome == "created"
+    assert calls == [(f"ver://{tmp_path / 'a'}", f"ver://{tmp_path / 'b'}", 7)]  # the backend's pinned copy
+    assert pinned_copy(router, src, str(tmp_path / "c")).outcome == "created" and len(calls) == 1  # streamed
+    assert (tmp_path / "c").read_bytes() == b"pinned bytes"
