@@ -158,3 +158,22 @@ def test_an_unregistered_scheme_still_fails_closed(tmp_path: Path) -> None:
     assert caught.value.code == "unpriced_scheme"
     with pytest.raises(UnknownSchemeError):
         RoutingStorage().list("mem://runs/iris")  # registered in this test's registry only, not the built-in one
+
+
+def test_protection_and_the_visibility_fix_are_what_the_backend_declares(tmp_path: Path) -> None:
+    """The reclaim preview's protection and a publish refusal's fix come from the scheme's SchemeFacts: a new
+    scheme states its own, an undescribed one gets the safe generic text, never GCS's or S3's."""
+    from rlcleanup.authority import publish, quarantine
+
+    facts = SchemeFacts(protection="mem: nothing outlives the process", visibility_fix="mem: keep it in-process")
+    described = dataclasses.replace(MEM, facts=facts)
+    storage = RoutingStorage(registry=StorageRegistry([LOCAL, GCS, described]))
+    assert quarantine.protection(storage, "mem://runs/x") == "mem: nothing outlives the process"
+    assert publish.visibility_fix(storage, "mem://models/m", "no credentials here") == "mem: keep it in-process"
+    undescribed = RoutingStorage(registry=StorageRegistry([LOCAL, GCS, MEM]))
+    for uri in ("mem://runs/x", "az://c/x"):  # declared without facts, and not registered at all
+        assert quarantine.protection(undescribed, uri) == SchemeFacts().protection
+        assert publish.visibility_fix(undescribed, uri, "no credentials") == SchemeFacts().visibility_fix
+    assert "soft delete" in quarantine.protection(storage, "gs://b/x")  # GCS's own, from its registration
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in publish.visibility_fix(storage, "gs://b/m", "DefaultCredentialsError")
+    assert publish.visibility_fix(storage, "gs://b/m", "allUsers can read") == GCS.facts.visibility_fix

@@ -192,7 +192,7 @@ def create_private_dirs(dirs: list[Path]) -> None:
         directory.chmod(0o700)
 
 
-def _visibility_fix(storage: Storage, dest: str, evidence: str) -> str:
+def visibility_fix(storage: Storage, dest: str, evidence: str) -> str:
     """The fix the destination's store declares (SchemeFacts); its credentials fix when the read-back failed for
     want of credentials."""
     facts = scheme_facts(storage, dest)
@@ -223,7 +223,7 @@ def plan_publish(
         if seen.visibility is None:
             return None, refuse(
                 Refusal.visibility_unknown,
-                f"{seen.evidence}; fix: {_visibility_fix(storage, dest, seen.evidence)}",
+                f"{seen.evidence}; fix: {visibility_fix(storage, dest, seen.evidence)}",
                 dest,
             )
         seen_visibility, seen_evidence = seen.visibility, seen.evidence
@@ -231,7 +231,7 @@ def plan_publish(
         return None, refuse(
             Refusal.visibility_broader,
             f"destination is {seen_visibility.value}, granted {grant.visibility.value}: {seen_evidence}; "
-            f"fix: {_visibility_fix(storage, dest, seen_evidence)}",
+            f"fix: {visibility_fix(storage, dest, seen_evidence)}",
             dest,
         )
 
