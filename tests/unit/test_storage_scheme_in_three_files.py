@@ -31,6 +31,7 @@ from rlcleanup.ports.storage import (
     StoragePrice,
     UnknownSchemeError,
     WriteOutcome,
+    child_names,
 )
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
 from rlcleanup.samples.generator import write_sample_run
@@ -177,3 +178,14 @@ def test_protection_and_the_visibility_fix_are_what_the_backend_declares(tmp_pat
     assert "soft delete" in quarantine.protection(storage, "gs://b/x")  # GCS's own, from its registration
     assert "GOOGLE_APPLICATION_CREDENTIALS" in publish.visibility_fix(storage, "gs://b/m", "DefaultCredentialsError")
     assert publish.visibility_fix(storage, "gs://b/m", "allUsers can read") == GCS.facts.visibility_fix
+
+
+def test_a_backend_without_a_children_listing_is_listed_whole_by_discovery_and_refused_by_the_sweep() -> None:
+    """Discovery cuts a whole listing at the first component (ports.storage.children reads `children_listing`);
+    the sweep's paged children listing is refused (its `sweep_unsupported_storage`), never an unbounded listing."""
+    storage = RoutingStorage(registry=StorageRegistry([LOCAL, MEM]))
+    for key in ("a/x.json", "a/b/y.json", "c.json"):
+        storage.write_if_absent(f"mem://runs/{key}", b"{}")
+    assert child_names(storage, "mem://runs") == ["mem://runs/a", "mem://runs/c.json"]
+    with pytest.raises(NotImplementedError, match="cannot list a prefix's children page by page"):
+        storage.list_children("mem://runs")

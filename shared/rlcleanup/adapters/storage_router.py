@@ -34,7 +34,6 @@ from rlcleanup.ports.storage import (
     VersionedStorage,
     VisibilityReading,
     WriteOutcome,
-    children,
     list_in_passes,
 )
 from rlcleanup.uris import LOCAL_SCHEME
@@ -114,13 +113,13 @@ class RoutingStorage:
         return self._for(uri).iter_lines(uri)
 
     def list_children(self, prefix_uri: str, page_token: str | None = None, page_size: int = 200) -> ChildPage:
-        """A page of the prefix's immediate children; a backend without a children listing gives them all in one
-        page, cut from its whole listing (ports.storage.children)."""
+        """A page of the prefix's immediate children, where the backend has a children listing; else
+        NotImplementedError (the sweep refuses such a root as `sweep_unsupported_storage` rather than list it
+        whole: ports.storage.children, which may, reads `children_listing` and lists whole itself)."""
         entry, backend = self._entry(prefix_uri)
-        if entry.capabilities.children_listing:
-            return cast(ListsChildren, backend).list_children(prefix_uri, page_token, page_size)
-        prefixes, objects = children(backend, prefix_uri)
-        return ChildPage(prefixes, objects, None)
+        if not entry.capabilities.children_listing:
+            raise NotImplementedError(f"{prefix_uri}: this storage cannot list a prefix's children page by page")
+        return cast(ListsChildren, backend).list_children(prefix_uri, page_token, page_size)
 
     def read_generation(self, uri: str, generation: int | None, max_bytes: int = 1024 * 1024) -> bytes | None:
         """An object at a generation (GCS); a backend without object versions has one version, so generation is

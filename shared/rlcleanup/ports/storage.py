@@ -280,7 +280,9 @@ def children(storage: Storage, prefix_uri: str, page_size: int = 1000) -> tuple[
     """prefix_uri's immediate sub-prefixes (URIs, sorted) and objects (with what the listing said of them, in name
     order), from one children listing: a caller that needs an object's size or time has it without a stat."""
     base = prefix_uri.rstrip("/")
-    if isinstance(storage, ListsChildren):
+    if isinstance(storage, ListsChildren) and (
+        not isinstance(storage, SchemeAwareStorage) or storage.capabilities(base).children_listing
+    ):
         prefixes: set[str] = set()
         objects: dict[str, ObjectInfo] = {}
         token: str | None = None
