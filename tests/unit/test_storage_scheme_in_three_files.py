@@ -111,7 +111,9 @@ MEM_CAPABILITIES = StorageCapabilities(
 )
 # The registry entry a new scheme adds (in adapters/storage_registry.py, one StorageBackend beside LOCAL/GCS/S3).
 MEM = StorageBackend(scheme="mem", capabilities=MEM_CAPABILITIES, adapter=MemoryStorage)
-MEM_PRICED = dataclasses.replace(MEM, facts=SchemeFacts(price=StoragePrice(0.5, "mem: a made-up $0.50 for the test")))
+MEM_PRICED = dataclasses.replace(
+    MEM, facts=SchemeFacts(price=StoragePrice(0.5, "a made-up $0.50/GiB-month for the test"))
+)
 
 
 def _uploaded(tmp_path: Path, backend: StorageBackend) -> tuple[RoutingStorage, str]:
@@ -147,7 +149,7 @@ def test_the_embedded_pipeline_runs_on_a_scheme_added_through_the_registry(tmp_p
     held = sum(o.size for o in storage.list("mem://runs/iris"))  # the run root and its temp root
     assert sum(c.bytes for c in ledger.classes if c.name != "preserved_evidence") == held > 0  # each byte once
     assert ledger.monthly_usd == pytest.approx(held / 2**30 * 0.5, abs=1e-6)
-    assert "mem: a made-up $0.50" in ledger.prices and "file: local disk 0" in ledger.prices
+    assert ledger.prices == "file: local disk $0 (the host's own disk); mem: a made-up $0.50/GiB-month for the test"
 
 
 def test_an_unregistered_scheme_still_fails_closed(tmp_path: Path) -> None:

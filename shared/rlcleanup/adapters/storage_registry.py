@@ -158,7 +158,7 @@ LOCAL = StorageBackend(
     ),
     adapter=LocalStorage,
     facts=SchemeFacts(
-        price=StoragePrice(0.0, "local disk 0 (a disk the run's host already pays for)"),
+        price=StoragePrice(0.0, "local disk $0 (the host's own disk)"),
         protection="rlcleanup quarantine (restore until expiry); a local file system has no soft delete",
         visibility_fix="make the destination private (`chmod go-rwx DIR` on it or an ancestor), choose a new "
         "directory (rlcleanup creates it 0700), or grant the wider visibility",
@@ -181,7 +181,7 @@ GCS = StorageBackend(
     adapter=GcsStorage,
     facts=SchemeFacts(
         # https://cloud.google.com/storage/pricing (Standard, regional us-central1: $0.020/GB-month)
-        price=StoragePrice(0.020, f"GCS Standard regional us-central1 $0.020, {_PRICES_AS_OF}"),
+        price=StoragePrice(0.020, f"GCS Standard regional us-central1 $0.020/GiB-month, {_PRICES_AS_OF}"),
         protection="rlcleanup quarantine (restore until expiry); a bucket with GCS soft delete also keeps deleted "
         "objects for its retention window, but restoring from it is a bucket admin's job and Marin's main buckets "
         "run without it",
@@ -210,7 +210,7 @@ S3 = StorageBackend(
     adapter=S3Storage,  # endpoints and credentials from the environment (docs/s3.md)
     facts=SchemeFacts(
         # https://aws.amazon.com/s3/pricing/ (S3 Standard, first 50 TB, us-east-1: $0.023/GB-month)
-        price=StoragePrice(0.023, f"S3 Standard us-east-1 $0.023, {_PRICES_AS_OF}"),
+        price=StoragePrice(0.023, f"S3 Standard us-east-1 $0.023/GiB-month, {_PRICES_AS_OF}"),
         protection="rlcleanup quarantine (restore until expiry); S3 has no soft delete unless the bucket is versioned",
     ),
 )

@@ -66,8 +66,10 @@ class Prices:
         return size / 2**30 * price.usd_per_gib_month
 
     def source(self) -> str:
+        """The prices used, per scheme, each with its source and date (the ledger's `prices`, quoted by the report
+        as "... a month at list prices (<this>)")."""
         listed = "; ".join(f"{name}: {source}" for name, source in sorted(self.used.items()))
-        return f"list prices per GiB-month of standard storage ({listed or 'nothing held'})"
+        return listed or "no store held any bytes"
 
 
 @dataclass
