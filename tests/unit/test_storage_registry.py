@@ -8,14 +8,22 @@ from pathlib import Path
 import pytest
 
 from rlcleanup.adapters.local_storage import LocalStorage
-from rlcleanup.adapters.storage_registry import BUILTIN, GCS, LOCAL, StorageBackend, StorageRegistry
+from rlcleanup.adapters.storage_registry import (
+    BUILTIN,
+    GCS,
+    LOCAL,
+    S3,
+    StorageBackend,
+    StorageRegistrationError,
+    StorageRegistry,
+    capability_mismatches,
+)
 from rlcleanup.adapters.storage_router import RoutingStorage
 from rlcleanup.authority.visibility import read_visibility
 from rlcleanup.errors import ErrorKind, error_kind
 from rlcleanup.models.vocab import Visibility
 from rlcleanup.ports.storage import (
     NoObjectVersionsError,
-    StorageCapabilities,
     UnknownSchemeError,
     VersionedStorage,
     WriteOutcome,
@@ -86,28 +94,53 @@ def test_local_visibility_goes_through_the_registry(tmp_path: Path) -> None:
 
 
 def test_a_backend_without_visibility_readback_reads_unknown(tmp_path: Path) -> None:
-    caps = StorageCapabilities(
-        ranged_read=True,
-        listing=True,
-        server_side_copy=False,
-        streaming_copy=False,
-        visibility_readback=False,
-        object_version=False,
-        strong_checksum=False,
-    )
-    registry = StorageRegistry([LOCAL, StorageBackend("mem", caps, make=LocalStorage)])
+    caps = dataclasses.replace(LOCAL.capabilities, server_side_copy=False, visibility_readback=False)
+    registry = StorageRegistry([LOCAL, StorageBackend("mem", caps, adapter=LocalStorage)])
     reading = read_visibility(RoutingStorage(registry=registry), "mem://bucket/models")
     assert reading.visibility is None and "cannot read back" in reading.evidence
 
 
 def test_registration_refuses_duplicates_and_missing_visibility_readers() -> None:
     registry = StorageRegistry([LOCAL])
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(StorageRegistrationError, match="already registered"):
         registry.register(LOCAL)
-    with pytest.raises(ValueError, match="visibility"):
-        registry.register(StorageBackend("x", GCS.capabilities, make=LocalStorage))
+    with pytest.raises(StorageRegistrationError, match="visibility"):
+        registry.register(StorageBackend("x", GCS.capabilities, adapter=LocalStorage))
     with pytest.raises(UnknownSchemeError):
         RoutingStorage({"az": LocalStorage()})  # a prebuilt adapter for an unregistered scheme
+
+
+@pytest.mark.parametrize(
+    ("flags", "builtin", "expected"),
+    [
+        # declared, not implemented: the router would cast LocalStorage to a VersionedStorage it is not
+        ({"object_version": True}, LOCAL, "declares object_version but LocalStorage does not implement"),
+        # implemented, not declared: GCS's generations would go unused, its pinned copies streamed
+        ({"object_version": False}, GCS, "GcsStorage implements VersionedStorage but does not declare"),
+        ({"multipart_uploads": False}, S3, "implements ListsIncompleteUploads but does not declare"),
+        ({"etag_pinned_copy": False}, S3, "implements EtagPinnedStorage but does not declare"),
+        ({"local_paths": False}, LOCAL, "implements AnchorsLocalPaths but does not declare local_paths"),
+        ({"streaming_copy": False}, LOCAL, "implements StreamingStorage but does not declare"),
+    ],
+)
+def test_declared_capabilities_must_be_the_protocols_the_adapter_implements(
+    flags: dict[str, bool], builtin: StorageBackend, expected: str
+) -> None:
+    """One mechanism: a capability flag and its protocol are checked against each other once, when the backend is
+    registered (a startup error), so no call checks both."""
+    caps = dataclasses.replace(builtin.capabilities, **flags)
+    with pytest.raises(StorageRegistrationError, match=expected):
+        StorageRegistry([dataclasses.replace(builtin, scheme="x", capabilities=caps)])
+    assert capability_mismatches(builtin.capabilities, builtin.adapter) == []  # as built in: one declaration
+    assert all(capability_mismatches(b.capabilities, b.adapter) == [] for b in (LOCAL, GCS, S3))
+
+
+def test_a_ready_made_adapter_must_implement_what_its_scheme_declares(tmp_path: Path) -> None:
+    """An adapter handed to the router for a scheme (a test's emulator-bound one) is held to the same declaration:
+    a LocalStorage in the gs slot has no generations, so the router refuses it rather than cast it later."""
+    with pytest.raises(StorageRegistrationError, match="declares object_version but LocalStorage"):
+        RoutingStorage({"gs": LocalStorage()})
+    assert RoutingStorage({"file": LocalStorage()}).backend("file") is not None
 
 
 def test_capabilities_per_backend() -> None:
@@ -149,7 +182,7 @@ def test_cross_backend_copy_streams_between_registered_backends(tmp_path: Path) 
             raise AssertionError("streaming backends are copied in chunks, not as one whole object")
 
     caps = dataclasses.replace(LOCAL.capabilities, visibility_readback=False)
-    backend = StorageBackend("mem", caps, make=Remote)
+    backend = StorageBackend("mem", caps, adapter=Remote)
     router = RoutingStorage(registry=StorageRegistry([LOCAL, backend]))
     src = tmp_path / "a.log"
     src.write_bytes(b"hello\n" * 1000)
@@ -214,3 +247,37 @@ def test_sample_upload_goes_through_the_port_for_any_registered_scheme(tmp_path:
     config.write_text(config.read_text().replace("{", '{"edited": 1, ', 1))
     with pytest.raises(FileExistsError, match=r"resolved-skyrl\.json"):  # write-once: different bytes are refused
         upload_sample_run_to(router, src, str(dest), rename="renamed-run")
+
+
+def test_a_pinned_copy_is_server_side_only_within_one_versioned_backend(tmp_path: Path) -> None:
+    """authority/pinning.py asks the port whether both ends share a versioned backend (versions_of of each), never
+    the router's registry: within it the copy is the backend's version-pinned one, to another backend it streams."""
+    from rlcleanup.authority.pinning import pinned_copy
+
+    calls: list[tuple[str, str, int]] = []
+
+    class Versioned(LocalStorage):  # a versioned object store, kept on the local disk under `ver://`
+        @staticmethod
+        def _path(uri: str) -> Path:
+            return Path(uri.removeprefix("ver://"))
+
+        def copy_version_if_absent(self, src_uri: str, dst_uri: str, source_generation: int) -> WriteOutcome:
+            calls.append((src_uri, dst_uri, source_generation))
+            return self.copy_if_absent(src_uri, dst_uri)
+
+        def delete_version(self, uri: str, generation: int) -> bool:
+            return self.delete(uri)
+
+        def read_generation(self, uri: str, generation: int | None, max_bytes: int = 1 << 20) -> bytes | None:
+            return self.read_bytes(uri, max_bytes)
+
+    caps = dataclasses.replace(LOCAL.capabilities, visibility_readback=False, object_version=True)
+    router = RoutingStorage(registry=StorageRegistry([LOCAL, StorageBackend("ver", caps, adapter=Versioned)]))
+    (tmp_path / "a").write_bytes(b"pinned bytes")
+    src = router.stat(f"ver://{tmp_path / 'a'}")
+    assert src is not None
+    src = dataclasses.replace(src, generation=7)
+    assert pinned_copy(router, src, f"ver://{tmp_path / 'b'}").outcome == "created"
+    assert calls == [(f"ver://{tmp_path / 'a'}", f"ver://{tmp_path / 'b'}", 7)]  # the backend's pinned copy
+    assert pinned_copy(router, src, str(tmp_path / "c")).outcome == "created" and len(calls) == 1  # streamed
+    assert (tmp_path / "c").read_bytes() == b"pinned bytes"

@@ -74,11 +74,6 @@ class _Files(Protocol):
     def upload_file_if_absent(self, path: Path, dst_uri: str) -> WriteOutcome: ...
 
 
-def _same_backend(storage: Storage, a: str, b: str) -> bool:
-    registry = getattr(storage, "registry", None)
-    return registry is not None and registry.for_uri(a).scheme == registry.for_uri(b).scheme
-
-
 class _Hashes:
     def __init__(self) -> None:
         self.sha = hashlib.sha256()
@@ -176,7 +171,9 @@ def pinned_copy(storage: Storage, src: ObjectInfo, dst_uri: str, *, grant_id: st
     `conflict` when the destination holds other bytes (never overwritten)."""
     pin = require_pin(src)
     versions = versions_of(storage, src.uri)
-    if versions is not None and src.generation is not None and _same_backend(storage, src.uri, dst_uri):
+    # Server-side only within one versioned backend: the destination's port is the source's (through the port,
+    # never by reading the router's registry or the URIs' schemes).
+    if versions is not None and src.generation is not None and versions_of(storage, dst_uri) is versions:
         outcome = versions.copy_version_if_absent(src.uri, dst_uri, src.generation)
         if outcome is WriteOutcome.conflict:
             return CopyProof(

@@ -29,10 +29,10 @@ from rlcleanup.authority.staging import clean_prefix, staging_root
 from rlcleanup.authority.visibility import read_visibility
 from rlcleanup.models.record import Candidate, CompletionRecord, PreservedObject
 from rlcleanup.ports.hub import is_hub
-from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage, WriteOutcome
+from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage, WriteOutcome, scheme_facts
 from rlcleanup.steps.evidence_check import changed_in_listing, mismatch
 from rlcleanup.steps.validate import reserved_names
-from rlcleanup.uris import is_local, join, relative_to, scheme, strip_file_scheme
+from rlcleanup.uris import join, relative_to, strip_file_scheme
 
 log = logging.getLogger(__name__)
 
@@ -192,21 +192,13 @@ def create_private_dirs(dirs: list[Path]) -> None:
         directory.chmod(0o700)
 
 
-def _visibility_fix(dest: str, evidence: str) -> str:
-    if not is_local(dest) and scheme(dest) != "gs":  # a scheme without a specific hint
-        return "grant the destination's actual visibility, or choose a private destination"
-    if scheme(dest) == "gs":
-        if "DefaultCredentialsError" in evidence or "credentials" in evidence.lower():
-            return (
-                "no Google Cloud credentials to read the bucket's IAM: set GOOGLE_APPLICATION_CREDENTIALS to a "
-                "service-account key (or run `gcloud auth application-default login`); for the local stack set "
-                'STORAGE_EMULATOR_HOST (`eval "$(rlcleanup stack up)"`), or publish to a local directory'
-            )
-        return "grant the bucket's actual visibility, or remove its public IAM members"
-    return (
-        "make the destination private (`chmod go-rwx DIR` on it or an ancestor), choose a new directory "
-        "(rlcleanup creates it 0700), or grant the wider visibility"
-    )
+def visibility_fix(storage: Storage, dest: str, evidence: str) -> str:
+    """The fix the destination's store declares (SchemeFacts); its credentials fix when the read-back failed for
+    want of credentials."""
+    facts = scheme_facts(storage, dest)
+    if facts.credentials_fix and ("DefaultCredentialsError" in evidence or "credentials" in evidence.lower()):
+        return facts.credentials_fix
+    return facts.visibility_fix
 
 
 def plan_publish(
@@ -230,14 +222,16 @@ def plan_publish(
         seen = read_visibility(storage, dest)
         if seen.visibility is None:
             return None, refuse(
-                Refusal.visibility_unknown, f"{seen.evidence}; fix: {_visibility_fix(dest, seen.evidence)}", dest
+                Refusal.visibility_unknown,
+                f"{seen.evidence}; fix: {visibility_fix(storage, dest, seen.evidence)}",
+                dest,
             )
         seen_visibility, seen_evidence = seen.visibility, seen.evidence
     if seen_visibility.rank > grant.visibility.rank:
         return None, refuse(
             Refusal.visibility_broader,
             f"destination is {seen_visibility.value}, granted {grant.visibility.value}: {seen_evidence}; "
-            f"fix: {_visibility_fix(dest, seen_evidence)}",
+            f"fix: {visibility_fix(storage, dest, seen_evidence)}",
             dest,
         )
 

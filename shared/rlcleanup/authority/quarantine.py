@@ -13,7 +13,8 @@ prefix of the same bucket, recorded object by object, and can be restored byte-e
   reads only those documents, checks each against this run's roots and the deployment's prefix, re-verifies the
   quarantined bytes against the recorded CRC32C/MD5/SHA-256 and never writes over an object that now holds other
   bytes.
-- A bucket's own soft delete is a second net, not the first: `protection()` says which mechanism protects a scheme.
+- A bucket's own soft delete is a second net, not the first: `protection()` says which mechanism protects a store,
+  as its backend declares it (`SchemeFacts.protection`, adapters/storage_registry.py).
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from rlcleanup.ports.storage import (
     Storage,
     UnsafePathError,
     anchored_to,
+    scheme_facts,
     versions_of,
 )
 from rlcleanup.settings import QuarantineSettings
-from rlcleanup.uris import LOCAL_SCHEME, scheme, strip_file_scheme
+from rlcleanup.uris import is_local, strip_file_scheme
 
 
 def collection(run_id: str) -> str:
@@ -67,7 +69,7 @@ class QuarantineEntry(BaseModel):
 
 def bucket_root(uri: str, run_uri: str) -> str:
     """The bucket `uri` lies in (`gs://b`, `s3://b`); for a local path, the run root's parent directory."""
-    if scheme(uri) == LOCAL_SCHEME:
+    if is_local(uri):  # a path: no bucket in it
         return strip_file_scheme(run_uri).rstrip("/").rsplit("/", 1)[0] or "/"
     head, _, rest = uri.partition("://")
     return f"{head}://{rest.split('/', 1)[0]}"
@@ -80,7 +82,7 @@ def quarantine_root(uri: str, run_uri: str, settings: QuarantineSettings) -> str
 def quarantine_uri(uri: str, record: CompletionRecord, grant_id: str, settings: QuarantineSettings) -> str | None:
     """Where `uri` goes; None when it does not lie in the bucket the quarantine would be in (never guessed)."""
     bucket = bucket_root(uri, record.run_uri).rstrip("/")
-    path = strip_file_scheme(uri) if scheme(uri) == LOCAL_SCHEME else uri
+    path = strip_file_scheme(uri) if is_local(uri) else uri
     if not path.startswith(bucket + "/"):
         return None
     key = path[len(bucket) + 1 :]
@@ -89,17 +91,9 @@ def quarantine_uri(uri: str, record: CompletionRecord, grant_id: str, settings: 
     return f"{quarantine_root(uri, record.run_uri, settings)}/{record.run_id}/{grant_id}/{key}"
 
 
-def protection(uri: str) -> str:
-    """Which mechanism protects what a reclaim removes from this bucket (shown in the preview and the outcome)."""
-    kind = scheme(uri)
-    if kind == "gs":
-        return (
-            "rlcleanup quarantine (restore until expiry); a bucket with GCS soft delete also keeps deleted objects for "
-            "its retention window, but restoring from it is a bucket admin's job and Marin's main buckets run without it"
-        )
-    if kind == "s3":
-        return "rlcleanup quarantine (restore until expiry); S3 has no soft delete unless the bucket is versioned"
-    return "rlcleanup quarantine (restore until expiry); a local file system has no soft delete"
+def protection(storage: Storage, uri: str) -> str:
+    """Which mechanism protects what a reclaim removes from this store (shown in the preview and the outcome)."""
+    return scheme_facts(storage, uri).protection
 
 
 def _doc_id(grant_id: str, source: str) -> str:

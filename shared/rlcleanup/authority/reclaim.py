@@ -248,7 +248,7 @@ def make_plan(
         retention=kept_by.reasons(),
         quarantine=f"{quarantine.quarantine_root(candidate.uri, record.run_uri, settings)}/{record.run_id}/"
         f"{grant.grant_id}/ for {settings.days} days",
-        protection=quarantine.protection(candidate.uri),
+        protection=quarantine.protection(storage, candidate.uri),
     )
 
 

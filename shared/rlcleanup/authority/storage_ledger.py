@@ -14,8 +14,10 @@ knows them by; a few KB re-rendered as the record changes). Counting them would 
 the ledger measured at completion depend on whether an earlier delivery (or an earlier pass onto the same preserved
 root) had written them yet: the ledger is of what the run holds, and the same run gives the same ledger.
 
-Prices: `PRICES` below, list prices per GiB-month of standard storage; the figure is an estimate of holding the
-bytes, not a bill (no free tier, no discounts, no operations).
+Prices: each store's list price per GiB-month of standard storage, as its backend declares it in the storage
+registry (`SchemeFacts.price`, adapters/storage_registry.py); the figure is an estimate of holding the bytes, not a
+bill (no free tier, no discounts, no operations). A store that declares no price, or a scheme no backend serves, is
+refused `unpriced_scheme` (the record's `storage_ledger_note` says so), never priced as another store.
 """
 
 from __future__ import annotations
@@ -31,32 +33,43 @@ from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.storage_ledger import LEDGER_CLASSES, LedgerClass, LedgerTotals, StorageLedger
 from rlcleanup.ports.hub import is_hub
 from rlcleanup.ports.records import RunRecords
-from rlcleanup.ports.storage import ListsIncompleteUploads, ObjectInfo, Storage
+from rlcleanup.ports.storage import ListsIncompleteUploads, ObjectInfo, Storage, scheme_facts
 from rlcleanup.settings import QuarantineSettings, read
 from rlcleanup.steps.expiry import expires_at
 from rlcleanup.steps.manifest import written_by_rlcleanup
-from rlcleanup.uris import LOCAL_SCHEME, scheme, strip_file_scheme
+from rlcleanup.uris import scheme, strip_file_scheme
 
-# USD per GiB-month, standard class. Sources (list prices, as of 2026-12-03, the date of bench/prices.json):
-# GCS https://cloud.google.com/storage/pricing (Standard, regional us-central1: $0.020/GB-month);
-# S3 https://aws.amazon.com/s3/pricing/ (S3 Standard, first 50 TB, us-east-1: $0.023/GB-month).
-PRICES = {"gs": 0.020, "s3": 0.023, LOCAL_SCHEME: 0.0}
-PRICE_SOURCE = "list prices per GB-month as of 2026-12-03: GCS Standard regional $0.020, S3 Standard $0.023, local 0"
 HISTORY_KEPT = 50  # the record holds at most this many earlier totals
 
 _LOGS = re.compile(r"/logs?/|\.log$|\.log\.\d+$|/stdout|/stderr")
 _DEBUG = re.compile(r"/debug_artifacts/|/debug/|/outcomes/|termination|\.exception\.json$|/crash|/core\.")
 
 
-def monthly_usd(uri: str, size: int) -> float:
-    """The list price of holding `size` bytes at `uri` for a month. A scheme without a price is refused
-    (`unpriced_scheme`), never estimated at another store's price: the ledger names what it could not price."""
-    price = PRICES.get(scheme(uri))
-    if price is None:
-        raise PermanentError(
-            "unpriced_scheme", f"no list price for scheme {scheme(uri)!r} (priced: {', '.join(sorted(PRICES))})"
-        )
-    return size / 2**30 * price
+class Prices:
+    """The list prices of the stores one measurement holds bytes in, as each backend declares them; remembers
+    which it used, for the ledger's `prices`."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.used: dict[str, str] = {}  # scheme -> the price's source
+
+    def monthly_usd(self, uri: str, size: int) -> float:
+        """The list price of holding `size` bytes at `uri` for a month. A store without a declared price (or a
+        scheme no backend serves) is refused (`unpriced_scheme`), never estimated at another store's price."""
+        price = scheme_facts(self.storage, uri).price
+        if price is None:
+            raise PermanentError(
+                "unpriced_scheme",
+                f"no list price for scheme {scheme(uri)!r} ({uri[:200]}): its storage backend declares none",
+            )
+        self.used.setdefault(scheme(uri), price.source)
+        return size / 2**30 * price.usd_per_gib_month
+
+    def source(self) -> str:
+        """The prices used, per scheme, each with its source and date (the ledger's `prices`, quoted by the report
+        as "... a month at list prices (<this>)")."""
+        listed = "; ".join(f"{name}: {source}" for name, source in sorted(self.used.items()))
+        return listed or "no store held any bytes"
 
 
 @dataclass
@@ -146,6 +159,7 @@ def measure(  # noqa: C901 -- one pass over the ledger's root kinds (run, preser
     """List what the run holds now and sum it by class: one listing per root, none per object. With
     `max_objects`, LedgerTooLarge once the listings pass that many objects (a bounded pass)."""
     counting = _Counting(storage, max_objects)
+    prices = Prices(storage)
     settings = quarantine_settings or read(QuarantineSettings)  # the deployment's (cold start), else read now
     acc = {name: _Acc() for name in LEDGER_CLASSES}
     seen: set[str] = set()
@@ -154,7 +168,7 @@ def measure(  # noqa: C901 -- one pass over the ledger's root kinds (run, preser
         if info.uri in seen:
             return
         seen.add(info.uri)
-        acc[cls].add(where, info.size, monthly_usd(info.uri, info.size), expiry)
+        acc[cls].add(where, info.size, prices.monthly_usd(info.uri, info.size), expiry)
 
     listed: dict[str, ObjectInfo] = {}
     roots = [record.run_uri, *([record.temp_root] if record.temp_root else [])]
@@ -186,7 +200,8 @@ def measure(  # noqa: C901 -- one pass over the ledger's root kinds (run, preser
             for upload in storage.incomplete_uploads(root):
                 if upload.key_uri in seen:
                     continue
-                acc["incomplete_uploads"].add(root, upload.bytes, monthly_usd(upload.key_uri, upload.bytes), None)
+                usd = prices.monthly_usd(upload.key_uri, upload.bytes)
+                acc["incomplete_uploads"].add(root, upload.bytes, usd, None)
     classes = [
         LedgerClass(
             name=name,
@@ -207,7 +222,7 @@ def measure(  # noqa: C901 -- one pass over the ledger's root kinds (run, preser
         monthly_usd=round(sum(c.monthly_usd for c in classes), 6),
         classes=sorted(classes, key=lambda c: -c.bytes),
         listings=counting.listings,
-        prices=PRICE_SOURCE,
+        prices=prices.source(),
     )
 
 

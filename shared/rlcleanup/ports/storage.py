@@ -1,7 +1,10 @@
 """Object storage port: what steps may ask of any backend, and the capabilities that differ between backends.
 
 URIs are `<scheme>://...` or bare local paths (scheme `file`); which schemes exist is the storage registry's
-business (adapters/storage_registry.py). Steps talk only to this port and to `StorageCapabilities`.
+business (adapters/storage_registry.py). Steps talk only to this port, to `StorageCapabilities` (what a backend
+can do) and to `SchemeFacts` (what policy must know of its store: price, protection, how to fix its visibility),
+both declared by the backend where it is registered and reached through `storage.capabilities(uri)` /
+`scheme_facts(storage, uri)`; policy never branches on the URI's scheme.
 """
 
 from __future__ import annotations
@@ -68,18 +71,49 @@ class WriteOutcome(StrEnum):
 
 @dataclass(frozen=True)
 class StorageCapabilities:
-    """What a backend can do beyond the port's minimum; callers branch on these, never on the URI's scheme."""
+    """What a backend can do beyond the port's minimum; callers branch on these, never on the URI's scheme.
+
+    A capability that brings methods is one flag and one protocol (adapters/storage_registry.py `CAPABILITY_PROTOCOLS`): the registry
+    refuses a backend whose declared flags differ from the protocols its adapter implements, at registration, so
+    the router dispatches on the flag alone."""
 
     ranged_read: bool  # read_range is one request for just those bytes (header-only validation relies on it)
     listing: bool  # list(prefix) enumerates objects with sizes
     server_side_copy: bool  # copy_if_absent within the backend moves no byte through this process
-    streaming_copy: bool  # download_to / upload_file_if_absent: cross-backend copies in bounded memory
-    visibility_readback: bool  # who can read a destination can be read back from the backend itself
-    object_version: bool  # objects carry a version (GCS generation) usable as a write/delete precondition
+    streaming_copy: bool  # StreamingStorage: cross-backend copies in bounded memory
+    visibility_readback: bool  # who can read a destination can be read back (the registry entry's reader)
+    object_version: bool  # VersionedStorage: a version (GCS generation) usable as a write/delete precondition
     strong_checksum: bool  # every listing reports a content checksum without reading the bytes
-    # A server-side copy conditioned on the source's ETag (S3 CopySourceIfMatch, and x-amz-copy-source-if-match
-    # on every UploadPartCopy): how a grant's pinned copy stays server-side without object versions (P36).
+    # EtagPinnedStorage: a server-side copy conditioned on the source's ETag (S3 CopySourceIfMatch, and
+    # x-amz-copy-source-if-match on every UploadPartCopy): a grant's pinned copy stays server-side without versions.
     etag_pinned_copy: bool = False
+    children_listing: bool = False  # ListsChildren: a prefix's immediate children page by page (a delimiter)
+    resumable_listing: bool = False  # ListsAfter: a listing resumed after a name on the server
+    unordered_listing: bool = False  # ListsInAnyOrder: the server's own order, streamed (its `list` sorts)
+    multipart_uploads: bool = False  # ListsIncompleteUploads: billed parts of uploads never completed
+    local_paths: bool = False  # AnchorsLocalPaths: paths on this host, held under anchors, never through a link
+
+
+@dataclass(frozen=True)
+class StoragePrice:
+    """A store's list price of holding bytes, per GiB-month of its standard class, and where it comes from."""
+
+    usd_per_gib_month: float
+    source: str  # the price list and its date, as the ledger's `prices` names it
+
+
+@dataclass(frozen=True)
+class SchemeFacts:
+    """What policy must know of a store that is not an ability: declared with its backend in the registry, read
+    through `scheme_facts(storage, uri)`. The defaults are what holds for a store nobody described: no price (the
+    ledger refuses it as `unpriced_scheme`, never priced as another store), no protection beyond the quarantine,
+    the generic visibility fix."""
+
+    price: StoragePrice | None = None
+    protection: str = "rlcleanup quarantine (restore until expiry); no other protection is known for this store"
+    visibility_fix: str = "grant the destination's actual visibility, or choose a private destination"
+    # The fix when a visibility read-back failed for want of credentials (its evidence names them); None: the above.
+    credentials_fix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +218,10 @@ class VersionedStorage(Storage, Protocol):
         it is another version now, which then stays."""
         ...
 
+    def read_generation(self, uri: str, generation: int | None, max_bytes: int = 1024 * 1024) -> bytes | None:
+        """A small object as it was at `generation` (None: the live one); None when that version is gone."""
+        ...
+
 
 @runtime_checkable
 class EtagPinnedStorage(Storage, Protocol):
@@ -242,7 +280,9 @@ def children(storage: Storage, prefix_uri: str, page_size: int = 1000) -> tuple[
     """prefix_uri's immediate sub-prefixes (URIs, sorted) and objects (with what the listing said of them, in name
     order), from one children listing: a caller that needs an object's size or time has it without a stat."""
     base = prefix_uri.rstrip("/")
-    if isinstance(storage, ListsChildren):
+    if isinstance(storage, ListsChildren) and (
+        not isinstance(storage, SchemeAwareStorage) or storage.capabilities(base).children_listing
+    ):
         prefixes: set[str] = set()
         objects: dict[str, ObjectInfo] = {}
         token: str | None = None
@@ -302,13 +342,25 @@ def list_in_name_order(
     if isinstance(storage, ListsAfter):
         yield from storage.list_after(prefix_uri, start_after)
         return
+    listing = storage.list_any_order if isinstance(storage, ListsInAnyOrder) else storage.list
+    yield from list_in_passes(listing, prefix_uri, start_after, chunk=chunk)
+
+
+def list_in_passes(
+    listing: Callable[[str], Iterator[ObjectInfo]],
+    prefix_uri: str,
+    start_after: str | None = None,
+    *,
+    chunk: int = NAME_ORDER_CHUNK,
+) -> Iterator[ObjectInfo]:
+    """`list_in_name_order`'s passes over `listing` (a backend's `list`, or its `list_any_order` where the router
+    knows it has one): the `chunk` smallest names after the cursor per pass."""
     cursor = start_after
     while True:
         seen = 0
 
         def after_cursor(bound: str | None) -> Iterator[ObjectInfo]:
             nonlocal seen
-            listing = storage.list_any_order if isinstance(storage, ListsInAnyOrder) else storage.list
             for info in listing(prefix_uri):
                 if bound is None or info.uri > bound:
                     seen += 1
@@ -349,6 +401,10 @@ class SchemeAwareStorage(Storage, Protocol):
 
     def capabilities(self, uri: str) -> StorageCapabilities: ...
 
+    def facts(self, uri: str) -> SchemeFacts:
+        """What the backend serving `uri` declares of its store; UnknownSchemeError for an unregistered scheme."""
+        ...
+
     def read_visibility(self, uri: str) -> VisibilityReading:
         """Read back who can read `uri`; visibility None (never a guess) when the backend cannot tell."""
         ...
@@ -356,6 +412,17 @@ class SchemeAwareStorage(Storage, Protocol):
     def versioned(self, uri: str) -> VersionedStorage:
         """The backend of `uri` as a VersionedStorage; NoObjectVersionsError when it has no `object_version`."""
         ...
+
+
+def scheme_facts(storage: Storage, uri: str) -> SchemeFacts:
+    """What the store holding `uri` declares (price, protection, visibility fix); for a storage that does not route
+    by scheme (a bare adapter) or a scheme nobody registered, the facts of an undescribed store: nothing assumed."""
+    if not isinstance(storage, SchemeAwareStorage):
+        return SchemeFacts()
+    try:
+        return storage.facts(uri)
+    except UnknownSchemeError:
+        return SchemeFacts()
 
 
 def versions_of(storage: Storage, uri: str) -> VersionedStorage | None:
