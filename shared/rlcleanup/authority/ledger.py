@@ -313,6 +313,7 @@ def _actions(gid: str, doc: dict[str, Any]) -> list[AuthorityAction]:
         uri=out.get("uri"),
         reclaimed_bytes=int(out.get("reclaimed_bytes") or 0),
         progress=doc.get("progress"),
+        export_job=out.get("export_job"),
     )
     if not doc.get("replays"):
         return [action]

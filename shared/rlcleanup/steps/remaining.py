@@ -30,6 +30,7 @@ NEEDS_PERSON_PREFIX = "needs person: "  # a person item without a deadline that 
 PREVIEW_PREFIX = "preview a publish:"  # the exact command for the person who chooses; a used publish closes it
 DESTINATION_PLACEHOLDER, KEY_PLACEHOLDER = "<destination>", "<key id>"
 AUTHORITY_ITEMS = (PUBLISH_ITEM, REGISTER_ITEM, RECLAIM_ITEM)
+EXPORT_JOB_PREFIX = "export job "  # an export grant's submitted job (authority/export.py); re-derived from the grants
 
 
 @dataclass(frozen=True)
@@ -121,4 +122,19 @@ def still_open(items: Iterable[str], actions: Iterable[AuthorityAction]) -> Rema
         closed.add(RECLAIM_ITEM)
     published = bool(done & PUBLISHED)
     chose = (SELECTION_PREFIX, PREVIEW_PREFIX)
-    return Remaining([i for i in items if i not in closed and not (published and i.startswith(chose))])
+    kept = [i for i in items if i not in closed and not (published and i.startswith(chose)) and not is_export_job(i)]
+    return Remaining(kept + [export_job_item(a) for a in actions if a.export_job is not None and a.refusal is None])
+
+
+def export_job_item(action: AuthorityAction) -> str:
+    """An export grant's job, until a pass of the run validates what it wrote (the owed item stays open too)."""
+    job = action.export_job
+    assert job is not None
+    return (
+        f"{EXPORT_JOB_PREFIX}{job.job_id} submitted to {job.controller} for global_step_{action.step} (grant "
+        f"{action.grant_id}): when it ends, run the pipeline on the run again to validate the new export"
+    )
+
+
+def is_export_job(item: str) -> bool:
+    return item.startswith(EXPORT_JOB_PREFIX)
