@@ -474,6 +474,7 @@ def unconfigured() -> DeploymentSettings:
         ray=RaySettings.model_construct(),
         notify=NotifySettings.model_construct(),
         grant_limits=GrantLimits.model_construct(),
+        export=ExportSettings.model_construct(),
     )
 
 

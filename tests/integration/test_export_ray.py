@@ -179,3 +179,6 @@ def test_an_owed_export_runs_under_a_grant_on_a_real_ray_head(
     now = next(c for c in rerun.candidates if c.step == 20)
     assert owed.state.value == "convertible" and now.valid and now.state.value == "valid", now.problems
     assert now.uri.rstrip("/").endswith("exports/global_step_20/policy")
+    # Nothing is owed for step 20 any more: neither the owed export nor its job is left to do.
+    left = [i for i in rerun.remaining_work if i.startswith("export job ") or i.startswith("export owed")]
+    assert left and not [i for i in left if "global_step_20" in i or i.startswith("export job ")], left

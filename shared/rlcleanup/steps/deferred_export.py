@@ -18,6 +18,7 @@ No convertible or partial candidate is ever `valid`: selection never picks it an
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 
 from rlcleanup.formats.checkpoints.base import Findings, Listing, list_dir
@@ -31,6 +32,12 @@ from rlcleanup.uris import basename, parent
 
 STAGING_PREFIX = ".tmp-hf-export-"  # fsdp_strategy._atomic_local_export_dir's tempfile.mkdtemp prefix
 EXPORT_TOOL = "cloud/iris/export_hf_checkpoint.py --request <checkpoint dir>"
+KEY_PLACEHOLDER = "<key id>"
+
+
+def export_grant_command(run_id: str, step: int) -> str:
+    """The export grant's dry run a person pastes (authority/export.py; docs/authority.md §9)."""
+    return f"rlcleanup grant {shlex.quote(run_id)} --action export --step {step} --key {KEY_PLACEHOLDER} --dry-run"
 
 
 def export_request(storage: Storage, layout: RunLayout, step: int) -> ExportRequestState | None:
@@ -121,8 +128,9 @@ def owed_problem(layout: RunLayout, step: int, request: ExportRequestState) -> t
     return CP.export_not_converted, f"no export yet: the checkpoint's {describe(request)}"
 
 
-def owed_exports(candidates: Iterable[Candidate]) -> list[str]:
-    """Remaining-work items: which exports are owed and why (one line per state, naming the steps)."""
+def owed_exports(candidates: Iterable[Candidate], run_id: str | None = None) -> list[str]:
+    """Remaining-work items: which exports are owed and why (one line per state, naming the steps), and for each
+    convertible step the export grant's command when the run id is known."""
     items: list[str] = []
     convertible = [c for c in candidates if c.state is CandidateState.convertible]
     partial = [c for c in candidates if c.state is CandidateState.partial]
@@ -134,6 +142,11 @@ def owed_exports(candidates: Iterable[Candidate]) -> list[str]:
             f"export owed: {owed}: committed checkpoints whose HF export was requested but never made; "
             f"convert each ({EXPORT_TOOL}) before it can be handed off"
         )
+        if run_id is not None:
+            items += [
+                f"export owed: run global_step_{c.step}'s export under a grant: `{export_grant_command(run_id, c.step)}`"
+                for c in convertible
+            ]
     if partial:
         steps = "; ".join(
             f"global_step_{c.step} ({describe(c.export_request) if c.export_request else 'no export request'})"

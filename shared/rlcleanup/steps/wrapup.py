@@ -87,7 +87,7 @@ def finish_record(
             f"lists nothing; export attempt: {protocol.export_failure}): no export can be made from them; the "
             "training receipt and resolved config are preserved, retrain or restore the checkpoint to export"
         )
-    notes.extend(owed_exports(candidates))  # deferred HF exports not made yet, or stopped mid-write
+    notes.extend(owed_exports(candidates, record.run_id))  # deferred HF exports not made yet, or stopped mid-write
     expiry = expiry_fields(storage, layout, record, candidates, now)
     notes.extend(d["item"] for d in expiry["deadlines"])
     notes.extend(expired_item(ExpiredEvidence.model_validate(g)) for g in expiry["evidence_expired"])
@@ -132,7 +132,7 @@ def expiry_fields(
     of them, and the temp evidence that was already gone (run-layout-v3.md §1; steps/expiry.py)."""
     exports = [
         Deadline(at=at, source="export", item=item, checkpoint=uri)
-        for at, item, uri in owed_export_deadlines(candidates, now)
+        for at, item, uri in owed_export_deadlines(candidates, now, record.run_id)
     ]
     deadlines = sorted([*(d for d in record.deadlines if d.source != "export"), *exports], key=lambda d: d.at)
     gone = expired_evidence(storage, layout, now)
