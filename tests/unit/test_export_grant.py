@@ -29,6 +29,7 @@ from rlcleanup.ports.controllers import ExportJobSpec, SubmittedJob
 from rlcleanup.samples.exports_v3 import HUB_REPO, export_request
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.settings import ExportSettings
+from rlcleanup.steps.expiry import owed_export_deadlines
 
 CONVERTER = ["python3", "-m", "tiny_converter"]
 RAY = "http://127.0.0.1:9"  # configured, never reached: every case below is decided before a submission
@@ -230,3 +231,17 @@ def test_all_three_upstream_schema_versions_validate_and_a_stranger_does_not() -
         validate_request({**v2, "script": "x.sh"})
     with pytest.raises(RequestSchemaError):
         validate_request({**v3, "hf_upload_mode": "everything"})
+
+
+def test_an_owed_export_near_its_expiry_names_the_exact_grant_command(run: tuple[str, Path, Path]) -> None:
+    run_id, _, _ = run
+    code, out, err = invoke("show", run_id, "--json")
+    assert code == 0, err
+    record = CompletionRecord.model_validate(json.loads(out))
+    owed = next(c for c in record.candidates if c.step == 20)
+    assert owed.expires_at is not None
+    [(at, item, _uri)] = [d for d in owed_export_deadlines([owed], owed.expires_at - timedelta(hours=24), run_id)]
+    assert at == owed.expires_at and item.startswith("needs person by ")
+    assert f"`rlcleanup grant {run_id} --action export --step 20 --key <key id> --dry-run`" in item
+    command = next(i for i in record.remaining_work if i.startswith("export owed: run global_step_20"))
+    assert f"rlcleanup grant {run_id} --action export --step 20" in command

@@ -120,13 +120,13 @@ def test_remaining_work_names_the_owed_exports_and_why(records: dict[str, Comple
         "export owed: global_step_10 (request pending (2 attempts, last exit code 1)); global_step_20 (request "
         "pending (0 attempts)): committed checkpoints whose HF export was requested but never made; convert each "
         "(cloud/iris/export_hf_checkpoint.py --request <checkpoint dir>) before it can be handed off",
+        "export owed: global_step_15 (request in_progress (1 attempt)): the export job stopped mid-write (partial "
+        "export, never valid); rerun the export from the checkpoint and discard the partial output",
         *(
             f"export owed: run global_step_{step}'s export under a grant: `rlcleanup grant "
             f"{records['deferred'].run_id} --action export --step {step} --key <key id> --dry-run`"
             for step in (10, 20)
         ),
-        "export owed: global_step_15 (request in_progress (1 attempt)): the export job stopped mid-write (partial "
-        "export, never valid); rerun the export from the checkpoint and discard the partial output",
     ]
     hub = [item for item in records["deferred"].remaining_work if "Hub repo" in item]
     assert hub and HUB_REPO in hub[0] and "outside any grant" in hub[0]

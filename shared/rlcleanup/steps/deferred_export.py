@@ -128,9 +128,8 @@ def owed_problem(layout: RunLayout, step: int, request: ExportRequestState) -> t
     return CP.export_not_converted, f"no export yet: the checkpoint's {describe(request)}"
 
 
-def owed_exports(candidates: Iterable[Candidate], run_id: str | None = None) -> list[str]:
-    """Remaining-work items: which exports are owed and why (one line per state, naming the steps), and for each
-    convertible step the export grant's command when the run id is known."""
+def owed_exports(candidates: Iterable[Candidate]) -> list[str]:
+    """Remaining-work items: which exports are owed and why (one line per state, naming the steps)."""
     items: list[str] = []
     convertible = [c for c in candidates if c.state is CandidateState.convertible]
     partial = [c for c in candidates if c.state is CandidateState.partial]
@@ -142,11 +141,6 @@ def owed_exports(candidates: Iterable[Candidate], run_id: str | None = None) -> 
             f"export owed: {owed}: committed checkpoints whose HF export was requested but never made; "
             f"convert each ({EXPORT_TOOL}) before it can be handed off"
         )
-        if run_id is not None:
-            items += [
-                f"export owed: run global_step_{c.step}'s export under a grant: `{export_grant_command(run_id, c.step)}`"
-                for c in convertible
-            ]
     if partial:
         steps = "; ".join(
             f"global_step_{c.step} ({describe(c.export_request) if c.export_request else 'no export request'})"
@@ -169,6 +163,16 @@ def owed_exports(candidates: Iterable[Candidate], run_id: str | None = None) -> 
             "outside any grant"
         )
     return items
+
+
+def owed_export_commands(candidates: Iterable[Candidate], run_id: str) -> list[str]:
+    """For each convertible step, the export grant's command (listed after the deadlines: a notice shows those
+    first, and a deadline item names the command too)."""
+    return [
+        f"export owed: run global_step_{c.step}'s export under a grant: `{export_grant_command(run_id, c.step)}`"
+        for c in candidates
+        if c.state is CandidateState.convertible
+    ]
 
 
 def _hub_note(request: ExportRequestState) -> str:

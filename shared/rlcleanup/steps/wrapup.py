@@ -17,7 +17,7 @@ from rlcleanup.models.record import (
 from rlcleanup.models.vocab import TerminalState
 from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.candidate_metrics import candidate_metrics, metric_policy
-from rlcleanup.steps.deferred_export import owed_exports
+from rlcleanup.steps.deferred_export import owed_export_commands, owed_exports
 from rlcleanup.steps.expiry import earliest, expired_evidence, expired_item, owed_export_deadlines
 from rlcleanup.steps.failure_rules import REWARD_METRIC
 from rlcleanup.steps.grant_binding import bind_grants
@@ -87,10 +87,11 @@ def finish_record(
             f"lists nothing; export attempt: {protocol.export_failure}): no export can be made from them; the "
             "training receipt and resolved config are preserved, retrain or restore the checkpoint to export"
         )
-    notes.extend(owed_exports(candidates, record.run_id))  # deferred HF exports not made yet, or stopped mid-write
+    notes.extend(owed_exports(candidates))  # deferred HF exports not made yet, or stopped mid-write
     expiry = expiry_fields(storage, layout, record, candidates, now)
     notes.extend(d["item"] for d in expiry["deadlines"])
     notes.extend(expired_item(ExpiredEvidence.model_validate(g)) for g in expiry["evidence_expired"])
+    notes.extend(owed_export_commands(candidates, record.run_id))  # after the deadlines, which name it too
     notes.extend(person_items or ())
     remaining = derive_remaining(
         terminal_state=record.terminal_state,
