@@ -190,6 +190,10 @@ def test_no_converter_or_no_controller_refuses_every_export(
     preview, granted = _both(run_id, 20)
     assert preview["refusal"] == granted["refusal"] == "not_allowed"
     assert "RLCLEANUP_EXPORT_CONVERTER" in preview["detail"]
+    code, out, err = invoke("grants", run_id, "--json")  # the refused export grants are listed with their refusal
+    assert code == 0, err
+    refused = [g for g in json.loads(out) if g.get("action") == "export" and g.get("refusal") == "not_allowed"]
+    assert refused, out
 
 
 def test_only_an_owed_export_is_granted(run: tuple[str, Path, Path]) -> None:
