@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -101,6 +102,7 @@ def ray_head() -> Iterator[str]:
         yield url
     finally:
         _stop(sid)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _cli(*args: str) -> tuple[int, str]:
