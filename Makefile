@@ -41,6 +41,15 @@ $(CHECKOV_STAMP):
 	.venv-checkov/bin/pip install -q 'checkov==3.*'
 	touch $(CHECKOV_STAMP)
 
+# A real local Ray head for the export-grant test (tests/integration/test_export_ray.py: `ray start --head`, the
+# dashboard's Job Submission REST API). Its own venv: ray[default] pins packages (grpcio, pydantic extras, aiohttp)
+# rlcleanup does not need, and rlcleanup never imports ray: it only starts the head and speaks HTTP to it.
+RAY_STAMP := .venv-ray/.installed
+$(RAY_STAMP):
+	$(PY) -m venv .venv-ray
+	.venv-ray/bin/pip install -q 'ray[default]==2.60.0'
+	touch $(RAY_STAMP)
+
 # Headless Chromium for tests/e2e/test_report_browser.py (Debian's package); that test skips only without it.
 chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
@@ -59,7 +68,7 @@ lint: $(STAMP)
 # own emulator stack on free ports with its own state dir (tests/conftest.py), so they never share a server. Measured
 # on 2 cores: 590 s with 2 workers vs 885 s serial for the same suite. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
-test: $(STAMP) lint $(CHECKOV_STAMP) chromium
+test: $(STAMP) lint $(CHECKOV_STAMP) $(RAY_STAMP) chromium
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Recompile the lock after changing [project].dependencies (keeps current pins where they still fit).

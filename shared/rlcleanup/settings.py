@@ -75,6 +75,35 @@ class RaySettings(BaseSettings):
         return _unset_if_empty(value)
 
 
+class ExportSettings(BaseSettings):
+    """Export grants (authority/export.py, docs/authority.md §9), failing closed: no `converter` (the command's argv
+    as a JSON list; the request's fields follow as upstream's `++checkpoint_export.*` overrides) or no `controller`
+    (the one the deployment's runs train on: `ray`) refuses every export. `allowed_prefixes`: where a request's model
+    source may lie. `throughput_bytes_per_second`: the stated default an export's time is estimated from when no
+    earlier export was measured; `margin_seconds`: what the job needs beyond that before the checkpoint expires."""
+
+    model_config = SettingsConfigDict(env_prefix="RLCLEANUP_EXPORT_", extra="ignore", frozen=True)
+
+    converter: tuple[str, ...] | None = None
+    controller: str | None = None
+    allowed_prefixes: CsvList = None
+    throughput_bytes_per_second: float = Field(default=50e6, gt=0)
+    margin_seconds: float = Field(default=1800.0, ge=0)
+
+    @field_validator("converter", "controller", "allowed_prefixes", mode="before")
+    @classmethod
+    def _parse(cls, value: Any, info: Any) -> Any:
+        value = _unset_if_empty(value)
+        if info.field_name == "allowed_prefixes" and isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        if info.field_name != "converter" or value is None:
+            return value
+        argv = json.loads(value) if isinstance(value, str) else value
+        if not isinstance(argv, list | tuple) or not argv or not all(isinstance(v, str) and v for v in argv):
+            raise ValueError("a JSON list of non-empty strings: the converter's argv")
+        return tuple(argv)
+
+
 class QuarantineSettings(BaseSettings):
     """Where a reclaim puts what it removes, and for how long (authority/quarantine.py). The prefix is the
     deployment's, never a run's: every object goes to `<its bucket>/<prefix>/<run>/<grant>/<its key>` (for local
@@ -160,6 +189,7 @@ class DeploymentSettings(BaseSettings):
     ray: RaySettings = Field(default_factory=lambda: RaySettings())
     # Where a reclaim quarantines what it removes, and for how long (RLCLEANUP_QUARANTINE_PREFIX / _DAYS).
     quarantine: QuarantineSettings = Field(default_factory=lambda: QuarantineSettings())
+    export: ExportSettings = Field(default_factory=lambda: ExportSettings())  # RLCLEANUP_EXPORT_* (export grants)
     grant_limits: GrantLimits = Field(default_factory=lambda: GrantLimits())  # RLCLEANUP_GRANT_*
     notify: NotifySettings = Field(default_factory=lambda: NotifySettings())  # RLCLEANUP_NOTIFY_*
     # Event sources (sources/, docs/events.md). The sweep's run roots: a JSON list of {"uri", "depth"} or
@@ -444,6 +474,7 @@ def unconfigured() -> DeploymentSettings:
         ray=RaySettings.model_construct(),
         notify=NotifySettings.model_construct(),
         grant_limits=GrantLimits.model_construct(),
+        export=ExportSettings.model_construct(),
     )
 
 

@@ -122,6 +122,11 @@ def test_remaining_work_names_the_owed_exports_and_why(records: dict[str, Comple
         "(cloud/iris/export_hf_checkpoint.py --request <checkpoint dir>) before it can be handed off",
         "export owed: global_step_15 (request in_progress (1 attempt)): the export job stopped mid-write (partial "
         "export, never valid); rerun the export from the checkpoint and discard the partial output",
+        *(
+            f"export owed: run global_step_{step}'s export under a grant: `rlcleanup grant "
+            f"{records['deferred'].run_id} --action export --step {step} --key <key id> --dry-run`"
+            for step in (10, 20)
+        ),
     ]
     hub = [item for item in records["deferred"].remaining_work if "Hub repo" in item]
     assert hub and HUB_REPO in hub[0] and "outside any grant" in hub[0]

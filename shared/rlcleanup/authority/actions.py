@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rlcleanup.authority import ledger, quarantine, storage_ledger
+from rlcleanup.authority import export, ledger, quarantine, storage_ledger
 from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal
 from rlcleanup.authority.hub_publish import publish_to_hub
@@ -27,6 +27,7 @@ from rlcleanup.errors import ErrorKind, error_kind
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.clock import Clock
+from rlcleanup.ports.controllers import ExportSubmitter
 from rlcleanup.ports.hub import HubFactory, is_hub
 from rlcleanup.ports.jobs import JobLauncher
 from rlcleanup.ports.records import RunRecords
@@ -71,6 +72,8 @@ class GrantPorts(Protocol):
 
     @property
     def hub_job_threshold_bytes(self) -> int: ...
+
+    def export_submitter(self, name: str) -> ExportSubmitter | None: ...  # the controller that runs export jobs
 
 
 @dataclass(frozen=True)
@@ -215,7 +218,18 @@ def _start_upload_job(p: GrantPorts, task: GrantTask, size: int) -> dict[str, An
     return {**outcome, "execution": execution, "detail": why}
 
 
+def _export(p: GrantPorts, task: GrantTask) -> Outcome:
+    """Run the owed export on the run's controller (authority/export.py): the same plan the preview showed, then
+    one submission under an id derived from the grant."""
+    record, grant = _needs_record(task), task.grant
+    plan = export.plan_export(p.storage, record, grant, p.settings.export, p.clock.now(), p.export_submitter)
+    if isinstance(plan, Outcome):
+        return plan
+    return export.submit(plan, grant)
+
+
 ACTIONS: dict[Action, ActionHandler] = {
+    Action.export: _export,
     Action.cancel: _clear_cancel,
     Action.register: _register,
     Action.reclaim: _reclaim,

@@ -44,6 +44,7 @@ class Action(StrEnum):
     reclaim = "reclaim"
     cancel = "cancel"
     purge = "purge"  # delete what a reclaim quarantined before its expiry (authority/quarantine.py)
+    export = "export"  # run an owed HF export on the run's controller (authority/export.py); rlcleanup converts nothing
 
 
 class GrantState(StrEnum):
@@ -89,6 +90,11 @@ class Refusal(StrEnum):
     evidence_tampered = "evidence_tampered"  # a preserved object no longer matches the sealed manifest's hashes
     run_ended = "run_ended"  # a cancel for a run whose end was already observed: there is no live job to cancel
     approver_revoked = "approver_revoked"  # signed by an approver (or a key) revoked since: never applied (P37)
+    # Export grants (authority/export.py).
+    request_invalid = "request_invalid"  # hf_export_request.json is not upstream's schema, or names another step
+    not_allowed = "not_allowed"  # a path, host or command outside the allowed set, or no converter configured
+    expires_too_soon = "expires_too_soon"  # the checkpoint expires before the export could finish
+    no_controller = "no_controller"  # the run's controller is not configured in this deployment
 
 
 class Grant(BaseModel):

@@ -20,7 +20,7 @@ from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, Verdi
 from rlcleanup.authority.outcome import Outcome
 from rlcleanup.errors import redact_credentials
 from rlcleanup.models.record import AuthorityAction, CompletionRecord
-from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.models.vocab import CandidateState, RecordStatus
 from rlcleanup.ports.clock import Clock
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.steps.facts import safe_run_id
@@ -313,6 +313,7 @@ def _actions(gid: str, doc: dict[str, Any]) -> list[AuthorityAction]:
         uri=out.get("uri"),
         reclaimed_bytes=int(out.get("reclaimed_bytes") or 0),
         progress=doc.get("progress"),
+        export_job=out.get("export_job"),
     )
     if not doc.get("replays"):
         return [action]
@@ -335,7 +336,8 @@ def _remaining_fields(record: CompletionRecord | None, actions: list[AuthorityAc
     closes). Layout-derived items wrap-up wrote (diagnose, expired checkpoints...) stay as they were."""
     if record is None or not is_ready(record):  # still in progress, routed, failed: not ours to move
         return {}
-    remaining = still_open(record.remaining_work, actions)
+    owed = [c.step for c in record.candidates if c.state in (CandidateState.convertible, CandidateState.partial)]
+    remaining = still_open(record.remaining_work, actions, owed)
     return {"remaining_work": remaining.items, "status": remaining.status.value}
 
 

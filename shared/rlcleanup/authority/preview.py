@@ -2,7 +2,8 @@
 
 publish / handoff: `publish.plan_publish` (objects, sizes, checksums, destination visibility read back); to an
 `hf://` destination `hub_publish.plan_hub` (the same, the repo's visibility read from the Hub, nothing created);
-reclaim: `reclaim.make_plan` (twins re-verified, the exact deletion list). Nothing is written.
+reclaim: `reclaim.make_plan` (twins re-verified, the exact deletion list); export: `export.plan_export` (the
+request's digest and schema, the allowed set, the expiry preflight, the exact argv). Nothing is written or submitted.
 
 `preview_signed` is what `grant --dry-run` runs: the signed grant goes through `grants.verify` first, the very
 check `apply-grant` runs on arrival (signature, approver and its revocation, lifetime, the approver's and the
@@ -11,10 +12,11 @@ deployment's destination prefixes), so a preview never says "would" where the gr
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rlcleanup.authority import quarantine
+from rlcleanup.authority import export, quarantine
 from rlcleanup.authority.actions import cancel_refusal
 from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.grants import Action, Grant, Refusal, verify
@@ -26,6 +28,7 @@ from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.hub import HubFactory, is_hub
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage, StorageAccessError, StorageError
+from rlcleanup.settings import ExportSettings
 
 
 def _refused(grant: Grant, outcome: Outcome) -> dict[str, Any]:
@@ -84,6 +87,27 @@ def preview_purge(records: RunRecords, record: CompletionRecord, grant: Grant) -
     }
 
 
+@dataclass(frozen=True)
+class ExportContext:
+    """What an export preview needs beyond the storage: the deployment's export settings and its controllers."""
+
+    settings: ExportSettings
+    submitters: export.Submitters
+
+
+def preview_export(
+    storage: Storage, record: CompletionRecord, grant: Grant, now: datetime, context: ExportContext | None
+) -> dict[str, Any]:
+    """What an export grant would submit: `export.plan_export`, the checks the grant runs, nothing submitted."""
+    if context is None:
+        why = "this preview was given no export settings or controllers"
+        return _refused(grant, refuse(Refusal.no_controller, why, grant.destination))
+    plan = export.plan_export(storage, record, grant, context.settings, now, context.submitters)
+    if isinstance(plan, Outcome):
+        return _refused(grant, plan)
+    return {"action": grant.action.value, "would": "submit", "destination": grant.destination, **plan.preview()}
+
+
 def preview_grant(
     storage: Storage,
     record: CompletionRecord,
@@ -91,6 +115,7 @@ def preview_grant(
     now: datetime,
     records: RunRecords,
     hub: HubFactory | None = None,
+    export_context: ExportContext | None = None,
 ) -> dict[str, Any]:
     if grant.action in {Action.publish, Action.handoff} and grant.destination and is_hub(grant.destination):
         return _preview_hub(storage, record, grant, hub)
@@ -126,6 +151,8 @@ def preview_grant(
         }
     if grant.action is Action.purge:
         return preview_purge(records, record, grant)
+    if grant.action is Action.export:
+        return preview_export(storage, record, grant, now, export_context)
     if grant.action is Action.cancel and (refused_cancel := cancel_refusal(record, grant)) is not None:
         return _refused(grant, refused_cancel)
     return {
@@ -145,6 +172,7 @@ def preview_signed(
     *,
     deployment_prefixes: tuple[str, ...] | None,
     hub: HubFactory | None = None,
+    export_context: ExportContext | None = None,
 ) -> dict[str, Any]:
     """The preview of a signed grant message: refused exactly as `apply-grant` would refuse it on arrival (the same
     `verify`, for the run the message is delivered for), else what `preview_grant` computes."""
@@ -157,4 +185,4 @@ def preview_signed(
             "detail": verdict.detail,
             "destination": verdict.grant.destination if verdict.grant else None,
         }
-    return preview_grant(storage, record, verdict.grant, now, records, hub)
+    return preview_grant(storage, record, verdict.grant, now, records, hub, export_context)

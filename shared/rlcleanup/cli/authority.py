@@ -19,7 +19,7 @@ import typer
 from rlcleanup.authority import ledger
 from rlcleanup.authority.grants import Action, GrantState, Visibility
 from rlcleanup.cli.approvers import approver_app
-from rlcleanup.cli.destinations import absolute_if_local, gcs_credentials_problem, scheme_typo
+from rlcleanup.cli.destinations import absolute_if_local, export_target_or_exit, gcs_credentials_problem, scheme_typo
 from rlcleanup.cli.options import (
     DbOption,
     RunIdArg,
@@ -186,7 +186,9 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
         _no_such_run(opened, run_id)
         return
     asked_step = step  # the preview this command follows was filed under the step as asked
-    if action is not Action.cancel and digest is None:
+    if action is Action.export:  # pins the request's bytes; the destination is where the request exports to
+        step, digest, destination = export_target_or_exit(record, step, digest, destination)
+    elif action is not Action.cancel and digest is None:
         chosen = step if step is not None else (record.selection.step if record.selection else None)
         if chosen is None:
             valid = [c.step for c in record.candidates if c.valid]
@@ -212,7 +214,7 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
     if dry_run:  # signed in memory, never sent: the preview verifies it as apply-grant would
         _print_preview(record, g, json.dumps(sign(g, private)).encode(), now, store.as_json, records, previewed)
         return
-    if action is not Action.cancel:
+    if action not in {Action.cancel, Action.export}:  # an export grant pins the request's digest itself
         moved = previewed.moved(step, digest)
         if moved:
             _fail(
@@ -296,15 +298,24 @@ class _PreviewCheck:
 def _print_preview(
     record: Any, g: Any, signed: bytes, now: datetime, as_json: bool, store: Any, previewed: _PreviewCheck
 ) -> None:
-    from rlcleanup.authority.preview import preview_signed
-    from rlcleanup.runtime.ports import hugging_face_hub
+    from rlcleanup.authority.preview import ExportContext, preview_signed
+    from rlcleanup.runtime.ports import export_submitter, hugging_face_hub
     from rlcleanup.settings import load_settings
 
     prefixes = load_settings().allowed_destination_prefixes  # the bound apply-grant enforces in this deployment
+    settings = load_settings()
+    exports = ExportContext(settings.export, lambda name: export_submitter(name, settings))
     preview = preview_signed(
-        open_storage(), record, signed, now, store, deployment_prefixes=prefixes, hub=hugging_face_hub
+        open_storage(),
+        record,
+        signed,
+        now,
+        store,
+        deployment_prefixes=prefixes,
+        hub=hugging_face_hub,
+        export_context=exports,
     )
-    if preview["would"] != "refuse" and g.action is not Action.cancel:
+    if preview["would"] != "refuse" and g.action not in {Action.cancel, Action.export}:
         previewed.remember(g.step, g.digest, now)  # the grant command that follows signs only this
     if as_json:
         typer.echo(json.dumps(preview, indent=2))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from rlcleanup.settings import platform
 from rlcleanup.uris import is_local, strip_file_scheme
@@ -57,3 +58,20 @@ def gcs_credentials_problem(destination: str | None) -> str | None:
             "STORAGE_EMULATOR_HOST; or grant a local destination directory"
         )
     return None
+
+
+def export_target_or_exit(
+    record: Any, step: int | None, digest: str | None, destination: str | None
+) -> tuple[int, str, str]:
+    """An export grant's step, the request's digest read now and where it exports (authority/export.py
+    `export_target`), or the command's exit with the reason; nothing is signed then."""
+    from rlcleanup.authority.export import ExportTargetError, export_target
+    from rlcleanup.cli.stores import fail
+    from rlcleanup.runtime.backends import open_storage
+
+    try:
+        step, digest, dest = export_target(open_storage(), record, step, digest, destination)
+    except ExportTargetError as exc:
+        fail(str(exc), exc.exit_code)
+        raise
+    return step, digest, absolute_if_local(dest)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -107,3 +107,49 @@ def checked_job_id(grammar: re.Pattern[str], source: str, job_id: str) -> str:
         shown = job_id[:80] if isinstance(job_id, str) else type(job_id).__name__
         raise ControllerRefused(source, f"job id {shown!r} is not a {source} job id; not sent to the controller")
     return job_id
+
+
+# ---------------------------------------------------------------- submitting an export job (export grants)
+
+
+class ExportJobSpec(BaseModel):
+    """One export job to submit (authority/export.py builds it; docs/authority.md §9). `argv` is the command as a
+    list (the deployment's converter, then the request's validated fields): an adapter that needs one string joins
+    it with `shlex.join`, never a shell string taken from the run. `submission_id` is derived from the grant, so a
+    redelivered grant names the same job and a controller that refuses a duplicate id is read as "already
+    submitted". `metadata` says which run and step the job exports for (never a credential: the job gets the run's
+    paths through its argv and nothing of rlcleanup's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    submission_id: str
+    argv: tuple[str, ...]
+    metadata: dict[str, str] = {}
+
+
+class SubmittedJob(BaseModel):
+    """A submitted job as its controller reports it: `already` when an earlier delivery had submitted it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    controller: str
+    job_id: str
+    state: str
+    already: bool = False
+    exit_code: int | None = None
+    message: str | None = None
+
+
+@runtime_checkable
+class ExportSubmitter(Protocol):
+    """A controller that can run an export job: the one capability beyond reading that the port offers, used only
+    by an export grant (the command is the deployment's converter, never the run's)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def submit(self, job: ExportJobSpec) -> SubmittedJob:
+        """Submit once: a duplicate `submission_id` returns the existing job with `already=True`."""
+
+    def job_state(self, job_id: str) -> SubmittedJob:
+        """The job's state now; `ControllerError` when it cannot be read."""

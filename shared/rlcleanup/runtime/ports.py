@@ -11,6 +11,7 @@ from rlcleanup.adapters.notify_registry import BUILTIN as BUILTIN_CHANNELS
 from rlcleanup.adapters.notify_registry import ChannelRegistry
 from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.clock import Clock, SystemClock
+from rlcleanup.ports.controllers import ExportSubmitter
 from rlcleanup.ports.hub import HubFactory, HubReader, HubReaderFactory, ModelHub
 from rlcleanup.ports.jobs import JobLauncher
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
@@ -115,11 +116,23 @@ class Ports:
     # The notification channels by name (the notify function posts on those the settings configure).
     channels: ChannelRegistry = BUILTIN_CHANNELS
 
+    def export_submitter(self, name: str) -> ExportSubmitter | None:
+        return export_submitter(name, self.settings, self.controllers)
+
     @property
     def cancel_cleared_topic(self) -> str:
         """Where a cleared cancel is announced (the grant functions' `cleared` route in topology.yaml): handed to
         authority through its GrantPorts, since policy cannot import the wiring's topology."""
         return self.topology.route("apply-grant", "cleared")
+
+
+def export_submitter(
+    name: str, settings: DeploymentSettings, controllers: ControllerRegistry = BUILTIN_CONTROLLERS
+) -> ExportSubmitter | None:
+    """The named controller as an export submitter (export grants): None when this deployment does not configure
+    it or it cannot submit (Iris: not yet); an unknown name is refused as the registry refuses it."""
+    controller = controllers.build(name, settings)
+    return controller if isinstance(controller, ExportSubmitter) else None
 
 
 def hub_upload_job(settings: DeploymentSettings, job_args: tuple[str, ...] = ()) -> JobLauncher | None:

@@ -18,6 +18,7 @@ No convertible or partial candidate is ever `valid`: selection never picks it an
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 
 from rlcleanup.formats.checkpoints.base import Findings, Listing, list_dir
@@ -31,6 +32,12 @@ from rlcleanup.uris import basename, parent
 
 STAGING_PREFIX = ".tmp-hf-export-"  # fsdp_strategy._atomic_local_export_dir's tempfile.mkdtemp prefix
 EXPORT_TOOL = "cloud/iris/export_hf_checkpoint.py --request <checkpoint dir>"
+KEY_PLACEHOLDER = "<key id>"
+
+
+def export_grant_command(run_id: str, step: int) -> str:
+    """The export grant's dry run a person pastes (authority/export.py; docs/authority.md §9)."""
+    return f"rlcleanup grant {shlex.quote(run_id)} --action export --step {step} --key {KEY_PLACEHOLDER} --dry-run"
 
 
 def export_request(storage: Storage, layout: RunLayout, step: int) -> ExportRequestState | None:
@@ -156,6 +163,16 @@ def owed_exports(candidates: Iterable[Candidate]) -> list[str]:
             "outside any grant"
         )
     return items
+
+
+def owed_export_commands(candidates: Iterable[Candidate], run_id: str) -> list[str]:
+    """For each convertible step, the export grant's command (listed after the deadlines: a notice shows those
+    first, and a deadline item names the command too)."""
+    return [
+        f"export owed: run global_step_{c.step}'s export under a grant: `{export_grant_command(run_id, c.step)}`"
+        for c in candidates
+        if c.state is CandidateState.convertible
+    ]
 
 
 def _hub_note(request: ExportRequestState) -> str:

@@ -27,7 +27,7 @@ from rlcleanup.models.vocab import CandidateState
 from rlcleanup.ports.lifecycle import GCS_AGE, LifecycleRule
 from rlcleanup.ports.storage import ObjectInfo, Storage
 from rlcleanup.steps import layout_d
-from rlcleanup.steps.deferred_export import EXPORT_TOOL
+from rlcleanup.steps.deferred_export import EXPORT_TOOL, export_grant_command
 from rlcleanup.steps.layout_model import RunLayout
 
 _TTL = re.compile(r"/tmp/ttl=(\d+)d(?:/|$)")
@@ -88,7 +88,9 @@ def has_deadline(items: Iterable[str]) -> bool:
     return any(item.startswith(DEADLINE_PREFIX) for item in items)
 
 
-def owed_export_deadlines(candidates: Iterable[Candidate], now: datetime) -> list[tuple[datetime, str, str]]:
+def owed_export_deadlines(
+    candidates: Iterable[Candidate], now: datetime, run_id: str | None = None
+) -> list[tuple[datetime, str, str]]:
     """(deadline, item, checkpoint uri) for each owed export whose checkpoint dies within DEADLINE_HORIZON of `now` (or already
     died: then the item says so, and the deadline is past)."""
     found: list[tuple[datetime, str, str]] = []
@@ -103,7 +105,7 @@ def owed_export_deadlines(candidates: Iterable[Candidate], now: datetime) -> lis
             f"global_step_{c.step}'s HF export is owed ({describe(request)}) and its checkpoint {c.uri} {dies} at "
             f"{stamp(c.expires_at)} (temp storage, tmp/ttl={ttl_days(c.uri)}d): convert it ({EXPORT_TOOL}) or copy "
             "the checkpoint to durable storage before then"
-        )
+        ) + (f"; grant the export: `{export_grant_command(run_id, c.step)}`" if run_id is not None else "")
         found.append((c.expires_at, deadline_item(c.expires_at, what), c.uri))
     return sorted(found)
 

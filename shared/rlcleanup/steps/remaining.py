@@ -10,11 +10,11 @@ reclaim) is what `awaiting_authority` waits for, and each item closes when a gra
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from rlcleanup.models.record import AuthorityAction, Candidate, ResumeSafety
-from rlcleanup.models.vocab import RecordStatus, TerminalState
+from rlcleanup.models.vocab import CandidateState, RecordStatus, TerminalState
 from rlcleanup.steps.expiry import has_deadline
 
 # Outcome states (AuthorityAction.state) that mean the action was carried out.
@@ -30,6 +30,7 @@ NEEDS_PERSON_PREFIX = "needs person: "  # a person item without a deadline that 
 PREVIEW_PREFIX = "preview a publish:"  # the exact command for the person who chooses; a used publish closes it
 DESTINATION_PLACEHOLDER, KEY_PLACEHOLDER = "<destination>", "<key id>"
 AUTHORITY_ITEMS = (PUBLISH_ITEM, REGISTER_ITEM, RECLAIM_ITEM)
+EXPORT_JOB_PREFIX = "export job "  # an export grant's submitted job (authority/export.py); re-derived from the grants
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ def derive_remaining(
 ) -> Remaining:
     """Wrap-up's full list. `by_design`: why a run has no export candidates on purpose (generation-only,
     metrics mode); `notes`: further person items wrap-up found in the layout (e.g. expired checkpoints)."""
+    candidates = list(candidates)
     valid = [c.step for c in candidates if c.valid]
     items: list[str] = []
     if terminal_state is TerminalState.failed:
@@ -88,7 +90,8 @@ def derive_remaining(
         if registers:
             items.append(REGISTER_ITEM)
         items.append(RECLAIM_ITEM)
-    return still_open(items, actions)
+    owed = [c.step for c in candidates if c.state in (CandidateState.convertible, CandidateState.partial)]
+    return still_open(items, actions, owed)
 
 
 def publish_preview_command(run_id: str, step: int) -> str:
@@ -108,7 +111,7 @@ def publish_preview_item(run_id: str, step: int) -> str:
     )
 
 
-def still_open(items: Iterable[str], actions: Iterable[AuthorityAction]) -> Remaining:
+def still_open(items: Iterable[str], actions: Iterable[AuthorityAction], owed: Collection[int] = ()) -> Remaining:
     """The items no used grant has closed. A used publish/hand-off names its step: the person chose, so it also
     closes an unresolved selection."""
     done = {a.state for a in actions if a.refusal is None}
@@ -121,4 +124,21 @@ def still_open(items: Iterable[str], actions: Iterable[AuthorityAction]) -> Rema
         closed.add(RECLAIM_ITEM)
     published = bool(done & PUBLISHED)
     chose = (SELECTION_PREFIX, PREVIEW_PREFIX)
-    return Remaining([i for i in items if i not in closed and not (published and i.startswith(chose))])
+    kept = [i for i in items if i not in closed and not (published and i.startswith(chose)) and not is_export_job(i)]
+    jobs = [a for a in actions if a.export_job is not None and a.refusal is None and a.step in owed]
+    return Remaining(kept + [export_job_item(a) for a in jobs])
+
+
+def export_job_item(action: AuthorityAction) -> str:
+    """An export grant's job, while its step's export is still owed (`owed`: the convertible and partial steps):
+    once a pass of the run finds the export it wrote, the item is gone with the owed one."""
+    job = action.export_job
+    assert job is not None
+    return (
+        f"{EXPORT_JOB_PREFIX}{job.job_id} submitted to {job.controller} for global_step_{action.step} (grant "
+        f"{action.grant_id}): when it ends, run the pipeline on the run again to validate the new export"
+    )
+
+
+def is_export_job(item: str) -> bool:
+    return item.startswith(EXPORT_JOB_PREFIX)

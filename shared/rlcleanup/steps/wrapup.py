@@ -17,7 +17,7 @@ from rlcleanup.models.record import (
 from rlcleanup.models.vocab import TerminalState
 from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.candidate_metrics import candidate_metrics, metric_policy
-from rlcleanup.steps.deferred_export import owed_exports
+from rlcleanup.steps.deferred_export import owed_export_commands, owed_exports
 from rlcleanup.steps.expiry import earliest, expired_evidence, expired_item, owed_export_deadlines
 from rlcleanup.steps.failure_rules import REWARD_METRIC
 from rlcleanup.steps.grant_binding import bind_grants
@@ -91,6 +91,7 @@ def finish_record(
     expiry = expiry_fields(storage, layout, record, candidates, now)
     notes.extend(d["item"] for d in expiry["deadlines"])
     notes.extend(expired_item(ExpiredEvidence.model_validate(g)) for g in expiry["evidence_expired"])
+    notes.extend(owed_export_commands(candidates, record.run_id))  # after the deadlines, which name it too
     notes.extend(person_items or ())
     remaining = derive_remaining(
         terminal_state=record.terminal_state,
@@ -132,7 +133,7 @@ def expiry_fields(
     of them, and the temp evidence that was already gone (run-layout-v3.md §1; steps/expiry.py)."""
     exports = [
         Deadline(at=at, source="export", item=item, checkpoint=uri)
-        for at, item, uri in owed_export_deadlines(candidates, now)
+        for at, item, uri in owed_export_deadlines(candidates, now, record.run_id)
     ]
     deadlines = sorted([*(d for d in record.deadlines if d.source != "export"), *exports], key=lambda d: d.at)
     gone = expired_evidence(storage, layout, now)

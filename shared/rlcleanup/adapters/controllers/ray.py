@@ -9,6 +9,15 @@ driver_node_id, driver_exit_code}` with `status` one of PENDING, RUNNING, STOPPE
 Unix milliseconds. Older servers answered a map `{job_id: {...}}` (the REST page's example still shows it):
 both are accepted. Note the trailing slash: `/api/jobs` without it is not the list route.
 
+Export grants submit through the same server (`submit`, `job_state`): `POST /api/jobs/` with `entrypoint`
+(`shlex.join` of the grant's argv), `submission_id` and `metadata` (Ray's `JobSubmitRequest`, same
+pydantic_models.py / `dashboard/modules/job/common.py`), answered `{"job_id", "submission_id"}`; a submission id
+Ray already holds is refused (Ray 2.60.0 answers HTTP 500 with the agent's traceback, "ValueError: Job with
+submission_id ... already exists", measured on a real head), so the id is looked up first (`GET /api/jobs/{id}`:
+404 "Job ... does not exist" when new) and again after a failed POST: a job that exists is "already submitted". An export job carries
+`rlcleanup_export_of` metadata, never `rlcleanup_run_uri`: the sweep's poll must not read an export job's end as
+the run's.
+
 A job maps to its run through the contract (docs/events.md): `metadata.rlcleanup_run_uri` given at submit
 (`ray job submit --metadata-json '{"rlcleanup_run_uri": "gs://..."}'`), else `RLCLEANUP_RUN_URI` in the job's
 `runtime_env.env_vars`. A job is identified by (cluster, submission id, else job id).
@@ -18,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 import urllib.parse
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,7 +38,16 @@ from pydantic import BaseModel, ConfigDict
 from rlcleanup.adapters.controllers.http import HttpClient
 from rlcleanup.models.controller_states import RAY
 from rlcleanup.models.events import JobEvent
-from rlcleanup.ports.controllers import ControllerRefused, ControllerSnapshot, FinishedJob, Seen, checked_job_id
+from rlcleanup.ports.controllers import (
+    ControllerError,
+    ControllerRefused,
+    ControllerSnapshot,
+    ExportJobSpec,
+    FinishedJob,
+    Seen,
+    SubmittedJob,
+    checked_job_id,
+)
 from rlcleanup.settings import RaySettings
 
 NAME = "ray"
@@ -164,4 +183,41 @@ class RayController:
             ],
             raw=details,
             logs=text,
+        )
+
+    def submit(self, job: ExportJobSpec) -> SubmittedJob:
+        """POST /api/jobs/ once: a submission id Ray already holds is that job, read back (module docstring)."""
+        submission_id = checked_job_id(JOB_ID, NAME, job.submission_id)
+        existing = self._existing(submission_id)
+        if existing is not None:
+            return existing
+        body = {"entrypoint": shlex.join(job.argv), "submission_id": submission_id, "metadata": dict(job.metadata)}
+        try:
+            answer = self.http.post_json("/api/jobs/", body)
+        except ControllerError:
+            existing = self._existing(submission_id)  # a retried POST whose first attempt got through
+            if existing is not None:
+                return existing
+            raise
+        if not isinstance(answer, dict) or answer.get("submission_id") != submission_id:
+            raise ControllerRefused(NAME, f"POST /api/jobs/ answered {str(answer)[:200]!r}, not the job submitted")
+        return SubmittedJob(controller=NAME, job_id=submission_id, state="PENDING")
+
+    def _existing(self, submission_id: str) -> SubmittedJob | None:
+        try:
+            return self.job_state(submission_id).model_copy(update={"already": True})
+        except ControllerRefused as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def job_state(self, job_id: str) -> SubmittedJob:
+        segment = urllib.parse.quote(checked_job_id(JOB_ID, NAME, job_id), safe="")
+        details = JobDetails.model_validate(self._get_object(f"/api/jobs/{segment}"))
+        return SubmittedJob(
+            controller=NAME,
+            job_id=details.submission_id or job_id,
+            state=RAY.spell(details.status),
+            exit_code=details.driver_exit_code,
+            message=details.message,
         )
