@@ -39,6 +39,7 @@ module "rlcleanup" {
   topology_topics                  = var.topology_topics
   topology_functions               = var.topology_functions
   topology_sinks                   = var.topology_sinks
+  topology_dead_letter_recorder    = var.topology_dead_letter_recorder
   s3_endpoints                     = var.s3_endpoints
   enable_hub_destination           = var.enable_hub_destination
   hf_endpoint                      = var.hf_endpoint

@@ -118,6 +118,11 @@ variable "topology_functions" {
   type        = any
 }
 
+variable "topology_dead_letter_recorder" {
+  description = "The function every other function's dead-letter topic is pushed to. Generated."
+  type        = string
+}
+
 variable "topology_sinks" {
   description = "Pull subscriptions on output topics that other systems consume, keyed by subscription name. Generated."
   type        = any

@@ -71,6 +71,31 @@ PERMANENT_PREFIX = "permanent error recorded"
 _LOGGED = "_rlcleanup_logged"
 
 
+class RetriesExhausted(PermanentError):
+    """A step whose deliveries kept failing until the bus gave up on its message (the in-process bus, or Pub/Sub
+    after max_delivery_attempts: runtime/dead_letters.py). `last`: the last delivery's error, where known."""
+
+    def __init__(self, step: str, attempts: int, last: Exception | None, *, fix: str | None = None) -> None:
+        if last is not None:
+            what = f"({error_kind(last).value}), the last with {defect_message(last)}"
+        else:
+            what = "(a transient error that never cleared, a delivery that timed out, or a server that was down)"
+        super().__init__(
+            "retries_exhausted",
+            f"{step} failed on all {attempts} deliveries {what}; fix: "
+            + (
+                fix
+                or "the cause named here (a storage or service that kept failing, a run file that changed while it "
+                "was read), then `rlcleanup run <run root>` again: it resumes the run, keeping what was done"
+            ),
+        )
+
+
+def gave_up(step: str, attempts: int, last: Exception) -> PermanentError:
+    """The error a dead-lettered message is recorded with: its own when it was permanent, else RetriesExhausted."""
+    return last if isinstance(last, PermanentError) else RetriesExhausted(step, attempts, last)
+
+
 def already_logged(exc: BaseException) -> bool:
     """Whether `exc` was logged (with its traceback) where it was classified: the entry path must not log it
     again (one line per failed delivery)."""

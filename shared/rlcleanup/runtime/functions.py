@@ -28,6 +28,7 @@ from werkzeug.exceptions import InternalServerError
 
 from rlcleanup.errors import ErrorKind, PermanentError, defect_message, error_kind
 from rlcleanup.ports import usage
+from rlcleanup.runtime.dead_letters import DEAD_LETTER_TOPIC
 from rlcleanup.runtime.envelope import decode_cloud_event
 from rlcleanup.runtime.failures import PERMANENT_PREFIX, already_logged
 from rlcleanup.runtime.guard import guarded_ports
@@ -127,9 +128,10 @@ def _handle(entry_point: str, cloud_event: Any) -> str:
         record_poison(guarded_ports(p, spec), entry_point, spec.dead_letter_topic, raw, {}, exc)
         return f"{PERMANENT_PREFIX}: {exc.code}"
     stage_table().row(entry_point)  # fails closed (UnknownEntryPoint) before anything runs
-    outcome = dispatch(
-        p, entry_point, spec.dead_letter_topic, message.data, message.attributes, message_id=message.message_id
-    )
+    attributes = message.attributes
+    if spec.trigger is None:  # the dead-letter recorder: which function's dead letter is the push's topic
+        attributes = {**attributes, DEAD_LETTER_TOPIC: message.topic or ""}
+    outcome = dispatch(p, entry_point, spec.dead_letter_topic, message.data, attributes, message_id=message.message_id)
     log.info("%s: %s", entry_point, outcome, extra={"message_id": message.message_id})
     return outcome
 

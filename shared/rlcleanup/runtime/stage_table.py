@@ -26,7 +26,7 @@ from rlcleanup.models.plans import (
     LogScanPlan,
     RecordFinished,
 )
-from rlcleanup.runtime import authority_handlers, notify_handler, source_handlers
+from rlcleanup.runtime import authority_handlers, dead_letters, notify_handler, source_handlers
 from rlcleanup.runtime.failures import FailedMember, FailureRoute
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages import barrier, capture, classify, select, terminal, validate
@@ -63,6 +63,7 @@ ROWS: tuple[StageRow, ...] = (
     StageRow("on_storage_event", source_handlers.on_storage_event, None),
     StageRow("sweep", source_handlers.sweep, None),
     StageRow("on_k8s_log_entry", source_handlers.on_k8s_log_entry, None),
+    StageRow("record_dead_letter", dead_letters.record_dead_letter, None),  # another function's dead letter
 )
 
 

@@ -53,7 +53,7 @@ PORT_ATTEMPTS = 3  # a lost choose-then-bind race is rare; three fresh port sets
 
 def storage_events_topic() -> str:
     """The topology's topic for Cloud Storage notifications: what `on-storage-event` is triggered by."""
-    return load_topology().function("on-storage-event").trigger
+    return load_topology().trigger_of("on-storage-event")
 
 
 def up(
