@@ -86,6 +86,7 @@ def test_a_member_pubsub_gave_up_on_is_recorded_and_completed_as_failed(tmp_path
     [error] = [e for e in record.errors if e.code == "retries_exhausted"]
     assert error.step == "capture_part"
     assert "all 10 deliveries" in error.message
+    assert "connection reset by peer" in error.message and "terminal.json" in error.message  # the last error noted
     assert "fix:" in error.message and "capture-part-dlq-sub" in error.message and "rlcleanup emit" in error.message
     unpreserved = [e for e in record.errors if e.step == "capture"]
     assert any("could not preserve" in e.message and "retries_exhausted" in e.message for e in unpreserved)
@@ -114,6 +115,7 @@ def test_a_pipeline_stage_pubsub_gave_up_on_fails_the_run(tmp_path: Path) -> Non
     assert record.status is RecordStatus.failed, record.status
     [error] = [e for e in record.errors if e.code == "retries_exhausted"]
     assert error.step == "plan_capture" and "fix:" in error.message
+    assert "a server that was down" in error.message  # this handler never ran dispatch: no last error was noted
     assert any("could not finish step plan_capture (retries_exhausted)" in w for w in record.remaining_work)
 
 

@@ -8,7 +8,8 @@ out, a server that was down for every attempt. Pub/Sub forwards that message to 
 (topology.yaml `dead_letters`); the parked copy stays on `<function>-dlq-sub` for a person, whatever happens here.
 
 For such a dead letter it does what the failing function would have done with a permanent error (runtime/failures.py
-`finish_failed`, the same FailureRoute): the error `retries_exhausted` (the step, the attempts, the fix) on the run,
+`finish_failed`, the same FailureRoute): the error `retries_exhausted` (the step, the attempts, the last error where
+the function could note it, `failures.note_transient`, and the fix) on the run,
 then a fan-out member's claims completed as failed (and its fan-ins tried, so the run goes on) or, in any other
 stage of the run's pipeline, the run marked `failed`. A copy the function parked after recording (attribute
 `rlcleanup_error`) is recorded already: skipped. At-least-once delivery is harmless: the same error is stored once
@@ -26,9 +27,15 @@ from functools import partial
 
 from pydantic import ValidationError
 
-from rlcleanup.errors import PermanentError
+from rlcleanup.errors import PermanentError, RunErrorCode
 from rlcleanup.runtime.claims import tag_failed_claim
-from rlcleanup.runtime.failures import FailureRoute, RetriesExhausted, finish_failed
+from rlcleanup.runtime.failures import (
+    ATTEMPTS_COLLECTION,
+    FailureRoute,
+    RetriesExhausted,
+    finish_failed,
+    last_error_key,
+)
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages.barrier import advance, member_key
 from rlcleanup.runtime.topology import FunctionSpec
@@ -59,12 +66,16 @@ def record_dead_letter(p: Ports, data: bytes, attributes: dict[str, str]) -> str
     topic = attributes.get(DEAD_LETTER_TOPIC)
     source = p.topology.dead_letter_source(topic)
     if source is None:
-        raise PermanentError("unknown_dead_letter_topic", f"no function's dead letters are recorded from {topic!r}")
+        raise PermanentError(
+            RunErrorCode.unknown_dead_letter_topic, f"no function's dead letters are recorded from {topic!r}"
+        )
     if attributes.get(RECORDED_ERROR):
         return f"{source.name} recorded it already ({attributes[RECORDED_ERROR]})"
     count = attributes.get(PUBSUB_DELIVERY_COUNT, "")
     attempts = int(count) if count.isdigit() else source.max_delivery_attempts
-    error = RetriesExhausted(source.entry_point, attempts, None, fix=pubsub_fix(source))
+    noted = p.records.get_doc(ATTEMPTS_COLLECTION, last_error_key(source.entry_point, data)) or {}
+    last = str(noted.get("last_error") or "") or None  # None: the function never ran far enough to note one
+    error = RetriesExhausted(source.entry_point, attempts, last, fix=pubsub_fix(source))
     log.warning("%s: Pub/Sub gave up on a message after %d deliveries", source.name, attempts)
     record_poison(p, source.entry_point, source.dead_letter_topic, data, attributes, error, park=False)
     route = stage_table().route(source.entry_point)
@@ -73,7 +84,7 @@ def record_dead_letter(p: Ports, data: bytes, attributes: dict[str, str]) -> str
         return finish_failed(p, route, data, error, error, lambda: "")
     outcomes = []
     for run_id, scope, key, fan_out in members:
-        failed = RetriesExhausted(source.entry_point, attempts, None, fix=pubsub_fix(source))
+        failed = RetriesExhausted(source.entry_point, attempts, last, fix=pubsub_fix(source))
         tag_failed_claim(failed, run_id, key)
         outcomes.append(finish_failed(p, route, data, failed, error, partial(advance, p, run_id, scope, fan_out)))
     return "; ".join(outcomes)
