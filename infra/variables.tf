@@ -150,6 +150,12 @@ variable "sweep_schedule" {
   default     = "*/15 * * * *"
 }
 
+variable "gpu_prices_usd_per_hour" {
+  description = "USD per GPU-hour by accelerator type (e.g. { H100 = 2.99 }): the report's compute cost. A type without a price is reported unknown."
+  type        = map(number)
+  default     = {}
+}
+
 variable "sweep_roots" {
   description = "Run roots the sweep lists: Marin output prefixes (depth 2: <prefix>/<name>/<version>) and Layout C roots (depth 1)."
   type        = list(object({ uri = string, depth = optional(number, 2) }))
