@@ -119,6 +119,21 @@ def test_a_pipeline_stage_pubsub_gave_up_on_fails_the_run(tmp_path: Path) -> Non
     assert any("could not finish step plan_capture (retries_exhausted)" in w for w in record.remaining_work)
 
 
+def test_a_member_stored_before_its_dead_letter_arrived_fails_nothing(tmp_path: Path) -> None:
+    """At-least-once: a dead letter of a member whose outcome is stored (a duplicate forwarded late, a delivery that
+    stored its work but never got its ack through) records nothing, fails nothing and leaves the member as it is."""
+    stack = _pubsub_stack(tmp_path, RoutingStorage(), [])
+    parts: list[bytes] = []
+    stack.bus.subscribe("capture-parts", lambda data, attributes, message_id: parts.append(data))
+    stack.emit(manual_event(str(write_sample_run(tmp_path / "src", "completed-resumed"))))
+    assert parts
+    stack.ports.records.update(RUN_ID, {"status": RecordStatus.in_progress.value})  # as while its fan-in still runs
+    outcome = deliver_to_recorder(stack, parts[0], {DEAD_LETTER_TOPIC: "capture-part-dlq"})
+    assert "stored already" in outcome
+    record = _record(tmp_path)
+    assert record.status is RecordStatus.in_progress and record.errors == []
+
+
 def test_a_copy_the_function_parked_after_recording_is_not_recorded_twice(tmp_path: Path) -> None:
     stack = _pubsub_stack(tmp_path, RoutingStorage(), [])
     stack.emit(manual_event(str(write_sample_run(tmp_path / "src", "completed-resumed"))))

@@ -13,8 +13,8 @@ the function could note it, `failures.note_transient`, and the fix) on the run,
 then a fan-out member's claims completed as failed (and its fan-ins tried, so the run goes on) or, in any other
 stage of the run's pipeline, the run marked `failed`. A copy the function parked after recording (attribute
 `rlcleanup_error`) is recorded already: skipped. At-least-once delivery is harmless: the same error is stored once
-(errors are deduplicated on step, code and message), a member already stored is left as it is, and a run that
-has ended is not failed again.
+(errors are deduplicated on step, code and message), a dead letter whose members are all stored records and fails
+nothing, and a run that has ended is not failed again.
 
 The Pub/Sub attribute `CloudPubSubDeadLetterSourceDeliveryCount` (set by Pub/Sub on a forwarded message) gives the
 attempts; where it is missing (the emulator) the subscription's `max_delivery_attempts` from the topology does.
@@ -77,10 +77,12 @@ def record_dead_letter(p: Ports, data: bytes, attributes: dict[str, str]) -> str
     last = str(noted.get("last_error") or "") or None  # None: the function never ran far enough to note one
     error = RetriesExhausted(source.entry_point, attempts, last, fix=pubsub_fix(source))
     log.warning("%s: Pub/Sub gave up on a message after %d deliveries", source.name, attempts)
-    record_poison(p, source.entry_point, source.dead_letter_topic, data, attributes, error, park=False)
     route = stage_table().route(source.entry_point)
     members = _unfinished_members(p, source, data, route)
-    if not members:
+    if members == []:  # a duplicate, or the member was stored after all (its ack lost): nothing failed
+        return f"{source.name}: every member this message carries is stored already"
+    record_poison(p, source.entry_point, source.dead_letter_topic, data, attributes, error, park=False)
+    if members is None:  # not a fan-out member's message: its step fails the run (in a run's pipeline)
         return finish_failed(p, route, data, error, error, lambda: "")
     outcomes = []
     for run_id, scope, key, fan_out in members:
@@ -92,23 +94,23 @@ def record_dead_letter(p: Ports, data: bytes, attributes: dict[str, str]) -> str
 
 def _unfinished_members(
     p: Ports, source: FunctionSpec, data: bytes, route: FailureRoute
-) -> list[tuple[str, str, str, str]]:
+) -> list[tuple[str, str, str, str]] | None:
     """(run id, scope, claim key, fan-out) of each fan-out member the dead letter carries that has stored no
-    outcome yet; none when the function is no fan-out's member or the message is not one of its members (a paged
+    outcome yet; None when the function is no fan-out's member or the message is not one of its members (a paged
     plan's continuation on the same topic)."""
     from rlcleanup.runtime.stage_table import stage_table
 
     fan = p.topology.fan_out_of_member(source.name)
     message = stage_table().row(source.entry_point).message
     if fan is None or message is None or route.member_prefix is None:
-        return []
+        return None
     try:
         msg = message.model_validate_json(data)
     except ValidationError:
-        return []
+        return None
     run_id, scope = getattr(msg, "run_id", None), getattr(msg, "scope", "")
     ids = getattr(msg, "members", None)
     if not isinstance(run_id, str) or not isinstance(ids, list):
-        return []
+        return None
     keys = [(member_key(p, scope, fan.name, str(member)), fan.name) for member in ids]
     return [(run_id, scope, key, name) for key, name in keys if p.claims.result(run_id, key) is None]
