@@ -134,6 +134,18 @@ def test_a_member_stored_before_its_dead_letter_arrived_fails_nothing(tmp_path: 
     assert record.status is RecordStatus.in_progress and record.errors == []
 
 
+def test_a_pipeline_step_stored_before_its_dead_letter_arrived_fails_nothing(tmp_path: Path) -> None:
+    stack = _pubsub_stack(tmp_path, RoutingStorage(), [])
+    classified: list[bytes] = []
+    stack.bus.subscribe("run-classified", lambda data, attributes, message_id: classified.append(data))
+    stack.emit(manual_event(str(write_sample_run(tmp_path / "src", "completed-resumed"))))
+    stack.ports.records.update(RUN_ID, {"status": RecordStatus.in_progress.value})
+    outcome = deliver_to_recorder(stack, classified[0], {DEAD_LETTER_TOPIC: "plan-capture-dlq"})
+    assert "stored already" in outcome  # plan-capture's claim (capture-plan) is done for this run and pass
+    record = _record(tmp_path)
+    assert record.status is RecordStatus.in_progress and record.errors == []
+
+
 def test_a_copy_the_function_parked_after_recording_is_not_recorded_twice(tmp_path: Path) -> None:
     stack = _pubsub_stack(tmp_path, RoutingStorage(), [])
     stack.emit(manual_event(str(write_sample_run(tmp_path / "src", "completed-resumed"))))

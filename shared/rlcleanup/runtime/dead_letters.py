@@ -22,12 +22,16 @@ attempts; where it is missing (the emulator) the subscription's `max_delivery_at
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from functools import partial
 
 from pydantic import ValidationError
 
 from rlcleanup.errors import PermanentError, RunErrorCode
+from rlcleanup.models.events import SCOPE_PATTERN
+from rlcleanup.runtime.attempt_scope import scoped
 from rlcleanup.runtime.claims import tag_failed_claim
 from rlcleanup.runtime.failures import (
     ATTEMPTS_COLLECTION,
@@ -41,6 +45,7 @@ from rlcleanup.runtime.stages.barrier import advance, member_key
 from rlcleanup.runtime.topology import FunctionSpec
 
 log = logging.getLogger(__name__)
+SCOPE = re.compile(SCOPE_PATTERN)
 
 # Which dead-letter topic a delivery came from: set by the entry point from the push's topic (never the sender's).
 DEAD_LETTER_TOPIC = "rlcleanup_dead_letter_topic"
@@ -79,8 +84,9 @@ def record_dead_letter(p: Ports, data: bytes, attributes: dict[str, str]) -> str
     log.warning("%s: Pub/Sub gave up on a message after %d deliveries", source.name, attempts)
     route = stage_table().route(source.entry_point)
     members = _unfinished_members(p, source, data, route)
-    if members == []:  # a duplicate, or the member was stored after all (its ack lost): nothing failed
-        return f"{source.name}: every member this message carries is stored already"
+    if members == [] or (members is None and _step_done(p, source, data)):
+        # a duplicate, or the work was stored after all (its ack lost): nothing failed
+        return f"{source.name}: the step this message carries is stored already"
     record_poison(p, source.entry_point, source.dead_letter_topic, data, attributes, error, park=False)
     if members is None:  # not a fan-out member's message: its step fails the run (in a run's pipeline)
         return finish_failed(p, route, data, error, error, lambda: "")
@@ -90,6 +96,22 @@ def record_dead_letter(p: Ports, data: bytes, attributes: dict[str, str]) -> str
         tag_failed_claim(failed, run_id, key)
         outcomes.append(finish_failed(p, route, data, failed, error, partial(advance, p, run_id, scope, fan_out)))
     return "; ".join(outcomes)
+
+
+def _step_done(p: Ports, source: FunctionSpec, data: bytes) -> bool:
+    """Whether the function's own claim for the run and pass the message names is stored (read only: a payload
+    that names another run can make the recorder skip, never write)."""
+    if source.claim is None:
+        return False
+    try:
+        payload = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False
+    run_id = payload.get("run_id") if isinstance(payload, dict) else None
+    scope = payload.get("scope", "") if isinstance(payload, dict) else ""
+    if not isinstance(run_id, str) or not isinstance(scope, str) or not SCOPE.fullmatch(scope):
+        return False
+    return p.claims.result(run_id, scoped(scope, source.claim)) is not None
 
 
 def _unfinished_members(
