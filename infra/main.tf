@@ -27,6 +27,7 @@ module "rlcleanup" {
   run_bucket_notification_prefixes = var.run_bucket_notification_prefixes
   sweep_schedule                   = var.sweep_schedule
   sweep_roots                      = var.sweep_roots
+  gpu_prices_usd_per_hour          = var.gpu_prices_usd_per_hour
   iris_controller_url              = var.iris_controller_url
   iris_cluster                     = var.iris_cluster
   iris_token_secret                = var.iris_token_secret
@@ -40,6 +41,7 @@ module "rlcleanup" {
   topology_topics                  = var.topology_topics
   topology_functions               = var.topology_functions
   topology_sinks                   = var.topology_sinks
+  topology_dead_letter_recorder    = var.topology_dead_letter_recorder
   s3_endpoints                     = var.s3_endpoints
   enable_hub_destination           = var.enable_hub_destination
   hf_endpoint                      = var.hf_endpoint

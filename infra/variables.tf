@@ -118,6 +118,11 @@ variable "topology_functions" {
   type        = any
 }
 
+variable "topology_dead_letter_recorder" {
+  description = "The function every other function's dead-letter topic is pushed to. Generated."
+  type        = string
+}
+
 variable "topology_sinks" {
   description = "Pull subscriptions on output topics that other systems consume, keyed by subscription name. Generated."
   type        = any
@@ -143,6 +148,12 @@ variable "sweep_schedule" {
   description = "Cloud Scheduler cron (UTC) of the reconciling sweep."
   type        = string
   default     = "*/15 * * * *"
+}
+
+variable "gpu_prices_usd_per_hour" {
+  description = "USD per GPU-hour by accelerator type (e.g. { H100 = 2.99 }): the report's compute cost. A type without a price is reported unknown."
+  type        = map(number)
+  default     = {}
 }
 
 variable "sweep_roots" {

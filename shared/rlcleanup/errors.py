@@ -69,6 +69,7 @@ class RunErrorCode(StrEnum):
     undecodable = "undecodable"
     unknown_channel = "unknown_channel"
     unknown_controller = "unknown_controller"
+    unknown_dead_letter_topic = "unknown_dead_letter_topic"
     unknown_signature = "unknown_signature"
     unknown_state_source = "unknown_state_source"
     unreadable_run = "unreadable_run"

@@ -195,6 +195,9 @@ class DeploymentSettings(BaseSettings):
     # Event sources (sources/, docs/events.md). The sweep's run roots: a JSON list of {"uri", "depth"} or
     # comma-separated URIs; its tunables (0 = the sweep's default); the k8s adapter.
     sweep_roots: str = ""
+    # The report's compute cost (report/compute.py): USD per GPU-hour by accelerator type, a JSON object such as
+    # {"H100": 2.99}; a type without a price gives "unknown", never an estimate.
+    gpu_prices_usd_per_hour: dict[str, float] = Field(default_factory=dict)
     stall_seconds: float = Field(default=0, ge=0)
     sweep_page_size: int = Field(default=0, ge=0, le=1000)
     sweep_lock_stale_seconds: float = Field(default=0, ge=0)

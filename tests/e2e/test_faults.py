@@ -261,6 +261,72 @@ def test_poison_through_push_is_dead_lettered_once(stack: StackState, firestore_
     assert len(unknown_records[0]["errors"]) == 1, unknown_records
 
 
+@contextlib.contextmanager
+def _server_down_for_every_delivery(stack: StackState, function: str) -> Iterator[None]:
+    """The function's push subscription made again pointing at a port nothing listens on (its server down for
+    every delivery: each push refused), with the shortest retry policy and delivery limit Pub/Sub allows (0-1 s
+    backoff, 5 attempts), so the emulator dead-letters its messages in seconds; then made again as provisioned."""
+    import socket
+
+    from google.cloud import pubsub_v1
+
+    subscriber = pubsub_v1.SubscriberClient()
+    sub = subscriber.subscription_path(stack.project, f"{function}-push")
+    provisioned = subscriber.get_subscription(request={"subscription": sub})
+    with socket.socket() as probe:  # a free port, closed again: pushes to it are refused
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()[1]
+    down = pubsub_v1.types.Subscription()
+    down._pb.CopyFrom(provisioned._pb)
+    down.push_config.push_endpoint = f"http://127.0.0.1:{dead}/projects/{stack.project}/topics/{provisioned.topic}"
+    down.retry_policy.minimum_backoff = {"seconds": 0}
+    down.retry_policy.maximum_backoff = {"seconds": 1}
+    down.dead_letter_policy.max_delivery_attempts = 5
+    subscriber.delete_subscription(request={"subscription": sub})
+    subscriber.create_subscription(request=down)
+    try:
+        yield
+    finally:
+        subscriber.delete_subscription(request={"subscription": sub})
+        subscriber.create_subscription(request=provisioned)
+        subscriber.close()
+
+
+def test_a_message_pubsub_dead_letters_lands_on_the_run_record(
+    stack: StackState, gcs_client: Any, tmp_path: Path, uid: str
+) -> None:
+    """Issue 47 item 2 on the stack: plan-capture's server is down for every delivery, so Pub/Sub dead-letters the
+    run's capture-planning message after its attempts, and nothing of plan-capture ever ran to record it. The
+    dead-letter recorder (pushed plan-capture-dlq through plan-capture-dlq-record) records retries_exhausted
+    with the step and the fix on the run and fails it; `rlcleanup show` prints both."""
+    run_uri, run_id = sample_on_gcs(stack, gcs_client, tmp_path, "completed-resumed", f"dlq-{uid}")
+    with _server_down_for_every_delivery(stack, "plan-capture"):
+        publish_event(job_event(run_uri, "SUCCEEDED"), stack.project)
+        store = FirestoreRunRecords(project=stack.project)
+        deadline = time.monotonic() + 60
+        record = store.get(run_id)
+        while (record is None or record.status.value != "failed") and time.monotonic() < deadline:
+            time.sleep(0.2)
+            record = store.get(run_id)
+    assert record is not None and record.status.value == "failed", (record, _log_tail(stack, "fn-record-dead-letter"))
+    [error] = [e for e in record.errors if e.code == "retries_exhausted"]
+    assert error.step == "plan_capture", record.errors
+    assert "all 5 deliveries" in error.message  # Pub/Sub's own count (CloudPubSubDeadLetterSourceDeliveryCount)
+    assert "fix:" in error.message and "plan-capture-dlq-sub" in error.message, error.message
+    assert any("could not finish step plan_capture" in w for w in record.remaining_work), record.remaining_work
+    rlcleanup = shutil.which("rlcleanup", path=str(Path(sys.executable).parent))
+    assert rlcleanup
+    shown = subprocess.run(
+        [rlcleanup, "show", run_id, "--backend", "firestore", "--project", stack.project],
+        env={**os.environ, **stack.env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    text = " ".join((shown.stdout + shown.stderr).split())
+    assert "failed" in text and "retries_exhausted" in text and "plan-capture-dlq-sub" in text, text
+
+
 def _log_tail(stack: StackState, name: str, lines: int = 15) -> str:
     text = Path(stack.state_dir, f"{name}.log").read_text(errors="replace").splitlines()
     return "\n".join(line[:400] for line in text[-lines:])

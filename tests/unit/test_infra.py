@@ -177,7 +177,11 @@ def test_module_has_no_provider_or_backend(parsed: dict[str, dict[str, Any]]) ->
 
 def test_topology_resources_use_for_each_over_generated_maps(parsed: dict[str, dict[str, Any]]) -> None:
     assert _resource(parsed, "google_pubsub_topic", "topic")["for_each"] == "${var.topology_topics}"
-    assert _resource(parsed, "google_pubsub_subscription", "push")["for_each"] == "${var.topology_functions}"
+    assert _resource(parsed, "google_pubsub_subscription", "push")["for_each"] == "${local.triggered_functions}"
+    assert (
+        _resource(parsed, "google_pubsub_subscription", "dead_letter_record")["for_each"]
+        == "${local.dead_letter_records}"
+    )
     assert _resource(parsed, "google_pubsub_subscription", "sink")["for_each"] == "${var.topology_sinks}"
     assert _resource(parsed, "google_cloudfunctions2_function", "fn")["for_each"] == "${var.topology_functions}"
     assert _resource(parsed, "google_pubsub_topic", "dead_letter")["for_each"] == "${local.dead_letter_topics}"
@@ -216,8 +220,8 @@ def test_function_access_covers_exactly_the_topology_functions(parsed: dict[str,
 
 def test_every_push_subscription_has_dead_letter_retry_and_oidc(parsed: dict[str, dict[str, Any]]) -> None:
     push_subs = [(n, b) for t, n, b in _resources(parsed) if t == "google_pubsub_subscription" and "push_config" in b]
-    assert [n for n, _ in push_subs] == ["push"]
-    for name, body in push_subs:
+    assert [n for n, _ in push_subs] == ["push", "dead_letter_record"]
+    for name, body in push_subs[:1]:
         push = _block(body, "push_config")
         oidc = _block(push, "oidc_token")
         assert oidc["service_account_email"] == "${google_service_account.invoker[each.key].email}", name
@@ -233,6 +237,21 @@ def test_every_push_subscription_has_dead_letter_retry_and_oidc(parsed: dict[str
         }
         assert body["name"] == "${each.value.push_subscription}"
         assert body["ack_deadline_seconds"] == "${each.value.ack_deadline_seconds}"
+    # The recorder's push subscriptions on the dead-letter topics: its endpoint, identity, retries and dead letters.
+    _, record = push_subs[1]
+    recorder = "var.topology_functions[var.topology_dead_letter_recorder]"
+    push = _block(record, "push_config")
+    assert push["push_endpoint"].endswith("/projects/${var.project_id}/topics/${each.value.topic}")
+    assert push["push_endpoint"].startswith(
+        "${google_cloudfunctions2_function.fn[var.topology_dead_letter_recorder].service_config[0].uri}"
+    )
+    oidc = _block(push, "oidc_token")
+    assert oidc["service_account_email"] == "${google_service_account.invoker[var.topology_dead_letter_recorder].email}"
+    assert _block(record, "dead_letter_policy")["dead_letter_topic"] == (
+        f"${{google_pubsub_topic.dead_letter[{recorder}.dead_letter_topic].id}}"
+    )
+    assert _block(record, "dead_letter_policy")["max_delivery_attempts"] == f"${{{recorder}.max_delivery_attempts}}"
+    assert record["ack_deadline_seconds"] == f"${{{recorder}.ack_deadline_seconds}}"
 
 
 def test_ack_deadline_covers_function_timeout(parsed: dict[str, dict[str, Any]], tfvars: dict[str, Any]) -> None:
@@ -260,8 +279,11 @@ def test_dead_letter_grants_for_pubsub_service_agent(parsed: dict[str, dict[str,
     assert pub["for_each"] == "${local.dead_letter_topics}" and pub["role"] == "roles/pubsub.publisher"
     assert pub["member"] == "${local.pubsub_service_agent}"
     sub = _resource(parsed, "google_pubsub_subscription_iam_member", "dead_letter_subscriber")
-    assert sub["for_each"] == "${var.topology_functions}" and sub["role"] == "roles/pubsub.subscriber"
+    assert sub["for_each"] == "${local.triggered_functions}" and sub["role"] == "roles/pubsub.subscriber"
     assert sub["subscription"] == "${google_pubsub_subscription.push[each.key].id}"
+    rec = _resource(parsed, "google_pubsub_subscription_iam_member", "dead_letter_record_subscriber")
+    assert rec["for_each"] == "${local.dead_letter_records}" and rec["role"] == "roles/pubsub.subscriber"
+    assert rec["subscription"] == "${google_pubsub_subscription.dead_letter_record[each.key].id}"
     assert _locals(parsed)["pubsub_service_agent"].endswith("@gcp-sa-pubsub.iam.gserviceaccount.com")
 
 
@@ -449,6 +471,7 @@ def test_derived_iam_maps(tmp_path: Path, tfvars: dict[str, Any]) -> None:
         "scan-log-part",
         "plan-capture",
         "select-candidate",
+        "record-dead-letter",  # a failed member's fan-in writes the capture manifest; a failed run its manifest
         *GRANT_APPLIERS,
     }
     assert not any(b["role"] == "roles/storage.objectUser" for b in evidence.values()), "nobody deletes evidence"

@@ -252,8 +252,9 @@ def test_the_banner_links_the_runs_files_and_its_firestore_record_and_invents_no
     runs: dict[str, CompletionRecord],
 ) -> None:
     """Issue 47: the banner links the run's bucket (a gs:// run opens in the Cloud Console's storage browser, a local
-    one is its path) and, where the store is Firestore, the record's console page. The record carries no accelerator
-    count nor price, so no GPU-hours nor compute cost is stated; storage cost only where the ledger measured it."""
+    one is its path) and, where the store is Firestore, the record's console page. Given no compute facts (the record
+    alone: tests/unit/test_report_compute.py reads them from the resolved config) no GPU-hours nor compute cost is
+    stated; storage cost only where the ledger measured it."""
     from rlcleanup.adapters.firestore_records import FirestoreRunRecords
     from rlcleanup.report.build import banner_facts
     from rlcleanup.report.markdown import render_markdown

@@ -46,6 +46,7 @@ resource "google_cloudfunctions2_function" "fn" {
       RLCLEANUP_LIMIT_WARN_FRACTION          = tostring(var.limit_warn_fraction)
       RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS = tostring(var.record_store_timeout_seconds)
       RLCLEANUP_LOG_LEVEL                    = var.log_level
+      RLCLEANUP_GPU_PRICES_USD_PER_HOUR      = jsonencode(var.gpu_prices_usd_per_hour) # the report's compute cost
       RLCLEANUP_IRIS_STATUS_CMD              = var.iris_status_cmd
       RLCLEANUP_RAY_DASHBOARD                = var.ray_dashboard
       # Event sources (modules/rlcleanup/events.tf): the sweep reads these (and RLCLEANUP_RAY_DASHBOARD), on-k8s-log-entry the last.

@@ -139,9 +139,17 @@ resource "google_pubsub_subscription_iam_member" "sink_dead_letter_subscriber" {
 }
 
 resource "google_pubsub_subscription_iam_member" "dead_letter_subscriber" {
-  for_each = var.topology_functions
+  for_each = local.triggered_functions
 
   subscription = google_pubsub_subscription.push[each.key].id
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_service_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "dead_letter_record_subscriber" {
+  for_each = local.dead_letter_records
+
+  subscription = google_pubsub_subscription.dead_letter_record[each.key].id
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_service_agent
 }

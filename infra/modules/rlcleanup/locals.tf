@@ -51,6 +51,8 @@ locals {
     "sweep"                    = { read_runs = true, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
     "notify"                   = { read_runs = false, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
     "on-k8s-log-entry"         = { read_runs = false, delete_in_runs = false, read_evidence = false, write_evidence = false, write_destinations = false }
+    # completes a dead-lettered member as failed and runs its fan-ins (the capture manifest), or fails the run
+    "record-dead-letter" = { read_runs = true, delete_in_runs = false, read_evidence = true, write_evidence = true, write_destinations = false }
   }
 
   # Indexing by every topology function makes plan fail when a function has no access entry; iterating over
@@ -59,6 +61,12 @@ locals {
 
   # Dead-letter topics and their pull subscriptions, keyed by topic / subscription name.
   dead_letter_topics = { for fn, f in var.topology_functions : f.dead_letter_topic => fn }
+  # Functions with a trigger topic get a push subscription on it; the recorder is pushed the others' dead letters.
+  triggered_functions = { for fn, f in var.topology_functions : fn => f if f.trigger != null }
+  dead_letter_records = {
+    for fn, f in var.topology_functions : f.dead_letter_record_subscription => { function = fn, topic = f.dead_letter_topic }
+    if f.dead_letter_record_subscription != null
+  }
   dead_letter_subscriptions = {
     for fn, f in var.topology_functions : f.dead_letter_subscription => { function = fn, topic = f.dead_letter_topic }
   }

@@ -28,7 +28,7 @@ resource "google_pubsub_topic" "dead_letter" {
 # retry policy and dead-letter policy. The endpoint path /projects/P/topics/T makes functions-framework put the
 # topic into the CloudEvent `source`.
 resource "google_pubsub_subscription" "push" {
-  for_each = var.topology_functions
+  for_each = local.triggered_functions
 
   name                       = each.value.push_subscription
   topic                      = google_pubsub_topic.topic[each.value.trigger].id
@@ -79,6 +79,47 @@ resource "google_pubsub_subscription" "dead_letter" {
   expiration_policy {
     ttl = ""
   }
+}
+
+# Every dead-letter topic but the recorder's own is also pushed to the dead-letter recorder (topology.yaml
+# `dead_letters`): a message Pub/Sub gave up on lands on its run's record (runtime/dead_letters.py); the parked copy
+# stays on the pull subscription above. The recorder's own settings and its own dead-letter topic apply.
+resource "google_pubsub_subscription" "dead_letter_record" {
+  for_each = local.dead_letter_records
+
+  name                       = each.key
+  topic                      = google_pubsub_topic.dead_letter[each.value.topic].id
+  ack_deadline_seconds       = var.topology_functions[var.topology_dead_letter_recorder].ack_deadline_seconds
+  message_retention_duration = "604800s"
+  labels                     = { app = "rlcleanup", function = var.topology_dead_letter_recorder, dead_letter_for = each.value.function }
+
+  push_config {
+    push_endpoint = "${google_cloudfunctions2_function.fn[var.topology_dead_letter_recorder].service_config[0].uri}/projects/${var.project_id}/topics/${each.value.topic}"
+
+    oidc_token {
+      service_account_email = google_service_account.invoker[var.topology_dead_letter_recorder].email
+      audience              = google_cloudfunctions2_function.fn[var.topology_dead_letter_recorder].service_config[0].uri
+    }
+  }
+
+  retry_policy {
+    minimum_backoff = var.topology_functions[var.topology_dead_letter_recorder].minimum_backoff
+    maximum_backoff = var.topology_functions[var.topology_dead_letter_recorder].maximum_backoff
+  }
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.dead_letter[var.topology_functions[var.topology_dead_letter_recorder].dead_letter_topic].id
+    max_delivery_attempts = var.topology_functions[var.topology_dead_letter_recorder].max_delivery_attempts
+  }
+
+  expiration_policy {
+    ttl = ""
+  }
+
+  depends_on = [
+    google_cloud_run_service_iam_member.push_invoker,
+    google_pubsub_topic_iam_member.dead_letter_publisher,
+  ]
 }
 
 # Pull subscriptions on output topics that other systems consume.

@@ -205,7 +205,7 @@ variable "topology_functions" {
   type = map(object({
     entry_point              = string
     description              = string
-    trigger                  = string
+    trigger                  = optional(string) # null: the dead-letter recorder (pushed the dead-letter topics)
     stage                    = string
     publishes                = list(string)
     timeout_seconds          = number
@@ -218,6 +218,8 @@ variable "topology_functions" {
     push_subscription        = string
     dead_letter_topic        = string
     dead_letter_subscription = string
+    # the recorder's push subscription on this function's dead-letter topic (null: the recorder itself)
+    dead_letter_record_subscription = optional(string)
   }))
 
   validation {
@@ -234,6 +236,11 @@ variable "topology_functions" {
     condition     = !anytrue([for f in values(var.topology_functions) : contains(f.publishes, "authority-grants")])
     error_message = "No function may publish to authority-grants: only var.approver_principals may."
   }
+}
+
+variable "topology_dead_letter_recorder" {
+  description = "The function every other function's dead-letter topic is pushed to (topology.yaml dead_letters.recorder). Generated."
+  type        = string
 }
 
 variable "topology_sinks" {
@@ -270,6 +277,12 @@ variable "sweep_schedule" {
   description = "Cloud Scheduler cron (UTC) of the reconciling sweep."
   type        = string
   default     = "*/15 * * * *"
+}
+
+variable "gpu_prices_usd_per_hour" {
+  description = "USD per GPU-hour by accelerator type (e.g. { H100 = 2.99 }): the report's compute cost. A type without a price is reported unknown."
+  type        = map(number)
+  default     = {}
 }
 
 variable "sweep_roots" {

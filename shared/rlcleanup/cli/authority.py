@@ -223,7 +223,7 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
                 3,
             )
     data = json.dumps(sign(g, private)).encode()
-    grants_topic = load_topology().function("apply-grant").trigger  # where signed grants go (topology.yaml)
+    grants_topic = load_topology().trigger_of("apply-grant")  # where signed grants go (topology.yaml)
     if bus is not None:
         message_id = bus.publish(grants_topic, data, {"run_id": run_id})
         if store.as_json:

@@ -162,6 +162,11 @@ class CapturePartMessage(_StageMsg):
     dest_root: str
     part: CapturePart
 
+    @property
+    def members(self) -> list[str]:
+        """The fan-out members this message carries (their claims' ids): its one part."""
+        return [self.part.part_id]
+
 
 class CapturePlanPageMessage(_StageMsg):
     """capture-parts payload that continues a paged capture plan: only which page. Where to resume, and the run's
@@ -182,6 +187,11 @@ class LogScanPartMessage(_StageMsg):
     scope: str = _scope()
     dest_root: str
     part: LogScanPart
+
+    @property
+    def members(self) -> list[str]:
+        """The fan-out members this message carries (their claims' ids): its one part."""
+        return [self.part.part_id]
 
 
 def _part_or_page(payload: Any) -> str | None:

@@ -70,7 +70,9 @@ class ModelEventData(_Strict):
     verified_objects: int = Field(default=0, description="Objects verified at the destination (deleted: reclaim).")
     reclaimed_bytes: int = Field(default=0, description="Bytes a reclaim freed (0 for the other events).")
     restored_objects: list[str] = Field(default_factory=list, description="What a restore put back (restore only).")
-    grant: GrantRef
+    grant: GrantRef = Field(
+        description="The signed grant that made the change (a restore names the reclaim grant it undid)."
+    )
     record_url: str | None = Field(
         description="The run's completion record in the Cloud Console (Firestore); null for a local record store."
     )
@@ -126,6 +128,9 @@ def event_source(project: str | None) -> str:
 def model_event_schema() -> str:
     """The ModelEvent JSON Schema as published in docs/model-event.schema.json (a unit test checks for drift)."""
     schema = ModelEvent.model_json_schema()
+    # What a subscriber receives: every field is always sent, those defaulted when we build one (specversion,
+    # datacontenttype) included, so the published schema requires them all.
+    schema["required"] = list(ModelEvent.model_fields)
     schema["title"] = "ModelEvent"
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from rlcleanup.models.record import Attempt, CompletionRecord
 from rlcleanup.report.candidates import candidates_section
+from rlcleanup.report.compute import compute_facts
 from rlcleanup.report.document import BAD, GOOD, WARN, Block, Bullets, Code, Document, Figure, Para, Section, Table
 from rlcleanup.report.failures import failure_section
 from rlcleanup.report.fold import headline
@@ -221,7 +222,9 @@ def build_document(inputs: ReportInputs, *, with_figure: bool = True, every_row:
         verdict=build_verdict(r),
         sections=[s for s in sections if s is not None],
         title=f"rlcleanup report: {r.run_id}",
-        facts=banner_facts(r, record_console=inputs.record_console),
+        facts=banner_facts(
+            r, record_console=inputs.record_console, compute=compute_facts(r, inputs.gpus, inputs.gpu_prices)
+        ),
     )
 
 
@@ -249,11 +252,14 @@ def storage_link(run_uri: str) -> str:
     return run_uri
 
 
-def banner_facts(r: CompletionRecord, *, record_console: str | None = None) -> list[str]:
+def banner_facts(
+    r: CompletionRecord, *, record_console: str | None = None, compute: list[str] | None = None
+) -> list[str]:
     """What the banner says under the verdict (issue 47): the first cause with its message (the verdict names only
-    its type), when the run ended and how long it ran, from its first attempt's start, what its storage costs where
-    the ledger measured it, and links to its files and (Firestore) its record. The record carries no accelerator
-    count nor price, so GPU-hours and compute cost are not stated: nothing is estimated."""
+    its type), when the run ended and how long it ran, from its first attempt's start, its GPU-hours and compute
+    cost where the resolved configuration and a declared price give them, else "unknown" (`compute`:
+    report/compute.py `compute_facts`; nothing is estimated), what its storage costs where the ledger measured it,
+    and links to its files and (Firestore) its record."""
     facts: list[str] = []
     cause = r.first_failure_cause
     if cause is not None:
@@ -264,6 +270,7 @@ def banner_facts(r: CompletionRecord, *, record_console: str | None = None) -> l
         starts = [a.started_at for a in r.chain.attempts if a.started_at is not None]
         if starts and min(starts) < r.ended_at:
             facts.append(f"ran {_duration((r.ended_at - min(starts)).total_seconds())}")
+    facts += compute or []
     ledger = r.storage_ledger
     if ledger is not None:
         facts.append(f"storage {ledger.bytes} bytes, ${ledger.monthly_usd:.2f}/month at list prices")

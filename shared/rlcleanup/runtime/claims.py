@@ -38,6 +38,12 @@ def failed_claim(exc: BaseException) -> FailedClaim | None:
     return found if isinstance(found, FailedClaim) else None
 
 
+def tag_failed_claim(exc: BaseException, run_id: str, key: str) -> None:
+    """Say that `exc` is the failure of claim `key` (as `once` does for an exception its work raised): what the
+    dead-letter recorder does for a member whose deliveries never reached the recorder's process."""
+    setattr(exc, _FAILED_CLAIM, FailedClaim(run_id, key))
+
+
 @dataclass(frozen=True)
 class Ran(Generic[M]):
     """What a claimed step gave: its result, and whether an earlier delivery did it (`result` is what it stored)."""

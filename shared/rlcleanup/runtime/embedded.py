@@ -12,7 +12,7 @@ from pathlib import Path
 from rlcleanup.adapters.inprocess_bus import Delivered, Handler, InProcessBus
 from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.adapters.storage_router import RoutingStorage
-from rlcleanup.errors import PermanentError, defect_message, error_kind
+from rlcleanup.errors import PermanentError, defect_message
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
@@ -20,7 +20,7 @@ from rlcleanup.paths import default_db, default_preserve_root
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime import admission, resume
-from rlcleanup.runtime.failures import finish_failed
+from rlcleanup.runtime.failures import RetriesExhausted, finish_failed, gave_up
 from rlcleanup.runtime.handlers import POISON_COLLECTION, dispatch, poison_key, record_poison, resolve_run_id
 from rlcleanup.runtime.ports import Ports, hub_upload_job, large_copy_job
 from rlcleanup.runtime.stage_table import StageTable, stage_table
@@ -31,7 +31,16 @@ from rlcleanup.steps.layout import discover
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EmbeddedStack", "RunNotAdmitted", "bound_run_id_of", "manual_event", "resolve_run_id", "run_embedded"]
+__all__ = [
+    "EmbeddedStack",
+    "RetriesExhausted",
+    "RunNotAdmitted",
+    "bound_run_id_of",
+    "gave_up",
+    "manual_event",
+    "resolve_run_id",
+    "run_embedded",
+]
 
 
 @dataclass
@@ -75,9 +84,12 @@ class EmbeddedStack:
         )
         stack = cls(ports=ports, bus=bus, table=table)
         functions = topology.functions
-        for fn in functions:  # every function has its stage table row (runtime/stage_table.py)
-            bus.subscribe(fn.trigger, stack._handler(fn))
-        by_trigger = {fn.trigger: fn for fn in functions}
+        # Every function has its stage table row (runtime/stage_table.py). The dead-letter recorder has no trigger:
+        # this bus knows the exception it gave up on, and records it itself (_dead_letter).
+        triggered = [(fn.trigger, fn) for fn in functions if fn.trigger is not None]
+        for trigger, fn in triggered:
+            bus.subscribe(trigger, stack._handler(fn))
+        by_trigger = dict(triggered)
         if bus.on_dead_letter is None:
             bus.on_dead_letter = lambda msg, exc: stack._dead_letter(by_trigger.get(msg.topic), msg, exc)
         return stack
@@ -122,24 +134,6 @@ class EmbeddedStack:
     def emit(self, event: JobEvent) -> None:
         self.bus.publish(self.ports.topology.entry_topic, event.model_dump_json().encode(), {"source": event.source})
         self.bus.drain()
-
-
-class RetriesExhausted(PermanentError):
-    """A step whose deliveries kept failing until the in-process bus gave up on its message."""
-
-    def __init__(self, step: str, attempts: int, last: Exception) -> None:
-        kind = error_kind(last).value
-        super().__init__(
-            "retries_exhausted",
-            f"{step} failed on all {attempts} deliveries ({kind}), the last with {defect_message(last)}; fix: the "
-            "cause named here (a storage or service that kept failing, a run file that changed while it was read), "
-            "then `rlcleanup run <run root>` again: it resumes the run, keeping what was done",
-        )
-
-
-def gave_up(step: str, attempts: int, last: Exception) -> PermanentError:
-    """The error a dead-lettered message is recorded with: its own when it was permanent, else RetriesExhausted."""
-    return last if isinstance(last, PermanentError) else RetriesExhausted(step, attempts, last)
 
 
 def manual_event(run_uri: str, state: str | None = None, source: str = "manual") -> JobEvent:

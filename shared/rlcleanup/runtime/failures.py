@@ -32,7 +32,10 @@ from rlcleanup.errors import (
     ErrorKind,
     InvalidMessage,
     PermanentError,
+    RecordMissing,
     RecordStoreLost,
+    RecordStoreUnavailable,
+    RetryLater,
     defect_message,
     error_kind,
 )
@@ -73,6 +76,33 @@ PERMANENT_PREFIX = "permanent error recorded"
 _LOGGED = "_rlcleanup_logged"
 
 
+class RetriesExhausted(PermanentError):
+    """A step whose deliveries kept failing until the bus gave up on its message (the in-process bus, or Pub/Sub
+    after max_delivery_attempts: runtime/dead_letters.py). `last`: the last delivery's error, where known."""
+
+    def __init__(self, step: str, attempts: int, last: Exception | str | None, *, fix: str | None = None) -> None:
+        if isinstance(last, Exception):
+            what = f"({error_kind(last).value}), the last with {defect_message(last)}"
+        elif last:  # what the function noted of its last transient failure (note_transient)
+            what = f"(transient), the last seen with {last}"
+        else:
+            what = "(a transient error that never cleared, a delivery that timed out, or a server that was down)"
+        super().__init__(
+            "retries_exhausted",
+            f"{step} failed on all {attempts} deliveries {what}; fix: "
+            + (
+                fix
+                or "the cause named here (a storage or service that kept failing, a run file that changed while it "
+                "was read), then `rlcleanup run <run root>` again: it resumes the run, keeping what was done"
+            ),
+        )
+
+
+def gave_up(step: str, attempts: int, last: Exception) -> PermanentError:
+    """The error a dead-lettered message is recorded with: its own when it was permanent, else RetriesExhausted."""
+    return last if isinstance(last, PermanentError) else RetriesExhausted(step, attempts, last)
+
+
 def already_logged(exc: BaseException) -> bool:
     """Whether `exc` was logged (with its traceback) where it was classified: the entry path must not log it
     again (one line per failed delivery)."""
@@ -83,6 +113,7 @@ def to_permanent(p: Ports, entry_point: str, data: bytes, message_id: str | None
     """The permanent error to finish with, or re-raise `exc` when the delivery should be retried."""
     kind = error_kind(exc)
     if kind is ErrorKind.transient:
+        note_transient(p, entry_point, data, exc)
         raise exc
     if kind is ErrorKind.domain:
         assert isinstance(exc, PermanentError)
@@ -107,6 +138,25 @@ def to_permanent(p: Ports, entry_point: str, data: bytes, message_id: str | None
     if attempt < DEFECT_DELIVERY_BUDGET:
         raise exc
     return PermanentError(INTERNAL_ERROR, defect_message(exc))
+
+
+def last_error_key(entry_point: str, data: bytes) -> str:
+    """Where a message's last transient failure is noted: by its bytes (a dead letter Pub/Sub forwards keeps them,
+    not its message id)."""
+    return f"{entry_point}:last:{hashlib.sha256(data).hexdigest()[:32]}"
+
+
+def note_transient(p: Ports, entry_point: str, data: bytes, exc: Exception) -> None:
+    """Note the error of a delivery that will be retried, so that the dead-letter recorder can name it if Pub/Sub
+    gives up on the message (runtime/dead_letters.py). Best effort, and not for a busy claim (the common, harmless
+    case) nor for the record store's own failures (the note would wait on the same outage)."""
+    if isinstance(exc, RetryLater | RecordStoreUnavailable | RecordMissing):
+        return
+    try:
+        note = {"entry_point": entry_point, "last_error": defect_message(exc)[:500]}
+        p.records.put_doc(ATTEMPTS_COLLECTION, last_error_key(entry_point, data), note)
+    except Exception as again:
+        log.debug("could not note the transient error of %s: %s", entry_point, defect_message(again))
 
 
 def count_delivery(p: Ports, entry_point: str, message_id: str | None, data: bytes) -> int:

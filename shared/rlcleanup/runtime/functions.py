@@ -28,6 +28,7 @@ from werkzeug.exceptions import InternalServerError
 
 from rlcleanup.errors import ErrorKind, PermanentError, defect_message, error_kind
 from rlcleanup.ports import usage
+from rlcleanup.runtime.dead_letters import DEAD_LETTER_TOPIC
 from rlcleanup.runtime.envelope import decode_cloud_event
 from rlcleanup.runtime.failures import PERMANENT_PREFIX, already_logged
 from rlcleanup.runtime.guard import guarded_ports
@@ -141,12 +142,15 @@ def _handle(entry_point: str, cloud_event: Any) -> str:
         return f"{PERMANENT_PREFIX}: {exc.code}"
     table = served_table()
     table.row(entry_point)  # fails closed (UnknownEntryPoint) before anything runs
+    attributes = message.attributes
+    if spec.trigger is None:  # the dead-letter recorder: which function's dead letter is the push's topic
+        attributes = {**attributes, DEAD_LETTER_TOPIC: message.topic or ""}
     outcome = dispatch(
         p,
         entry_point,
         spec.dead_letter_topic,
         message.data,
-        message.attributes,
+        attributes,
         message_id=message.message_id,
         table=table,
     )

@@ -28,6 +28,10 @@ from rlcleanup.steps.layout import discover
 log = logging.getLogger(__name__)
 
 POISON_COLLECTION = "poison_messages"
+# The attributes of a copy a function parks on its dead-letter topic after recording its error (the dead-letter
+# recorder skips those: recorded already).
+RECORDED_ERROR = "rlcleanup_error"
+RECORDED_STEP = "rlcleanup_step"
 
 
 def handler(entry_point: str) -> Handler:
@@ -65,11 +69,19 @@ def dispatch(
 
 
 def record_poison(
-    p: Ports, step: str, dead_letter_topic: str, data: bytes, attributes: dict[str, str], error: PermanentError
+    p: Ports,
+    step: str,
+    dead_letter_topic: str,
+    data: bytes,
+    attributes: dict[str, str],
+    error: PermanentError,
+    *,
+    park: bool = True,
 ) -> None:
     """Attach the error to the run whose record the message's own location is bound to (admission.attachable_run),
-    else file it under poison_messages; always park a copy on the dead-letter topic. A refusal never creates a
-    record nor binds an id: a message naming another run's id is refused without touching that run."""
+    else file it under poison_messages; park a copy on the dead-letter topic (unless `park` is False: a dead letter
+    Pub/Sub forwarded there itself is parked already). A refusal never creates a record nor binds an id: a message
+    naming another run's id is refused without touching that run."""
     run_id = attachable_run(p, data)
     message = f"{error}"[:2000]
     named_id, named_uri = identify(data)
@@ -95,7 +107,8 @@ def record_poison(
                 "named_run_uri": named_uri[:2000] if named_uri else None,
             },
         )
-    p.bus.publish(dead_letter_topic, data, {**attributes, "rlcleanup_error": error.code, "rlcleanup_step": step})
+    if park:
+        p.bus.publish(dead_letter_topic, data, {**attributes, RECORDED_ERROR: error.code, RECORDED_STEP: step})
     # The log names the run the payload names (as data) when the error went on no record: an operator searching
     # the function's log for a run finds its refusals too.
     who = run_id or (f"? (the message names {named_id})" if named_id else "?")

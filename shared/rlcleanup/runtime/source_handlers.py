@@ -242,7 +242,7 @@ def _deadline_notice(p: Ports, record: CompletionRecord | None, now: datetime, w
 
 def _sweep_topic(p: Ports) -> str:
     """The sweep's own trigger: its continuations (pages, the record scan, polls) go back there."""
-    return p.topology.function("sweep").trigger
+    return p.topology.trigger_of("sweep")
 
 
 def _pass_text(scope: str) -> str:

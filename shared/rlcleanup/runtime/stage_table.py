@@ -28,7 +28,7 @@ from rlcleanup.models.plans import (
     LogScanPlan,
     RecordFinished,
 )
-from rlcleanup.runtime import authority_handlers, notify_handler, source_handlers
+from rlcleanup.runtime import authority_handlers, dead_letters, notify_handler, source_handlers
 from rlcleanup.runtime.envelope import decode
 from rlcleanup.runtime.failures import FailedMember, FailureRoute
 from rlcleanup.runtime.ports import Ports
@@ -82,6 +82,7 @@ ROWS: tuple[StageRow[Any], ...] = (
     StageRow("on_storage_event", source_handlers.on_storage_event, bytes),
     StageRow("sweep", source_handlers.sweep, bytes),
     StageRow("on_k8s_log_entry", source_handlers.on_k8s_log_entry, bytes),
+    StageRow("record_dead_letter", dead_letters.record_dead_letter, bytes),  # another function's dead letter
 )
 
 

@@ -16,11 +16,15 @@ from rlcleanup.runtime.topology import Topology, load_topology
 
 
 def topology_tfvars(topology: Topology) -> dict[str, Any]:
-    """Return the Terraform variables `topology_topics`, `topology_functions` and `topology_sinks`.
+    """Return the Terraform variables `topology_topics`, `topology_functions`, `topology_sinks` and
+    `topology_dead_letter_recorder`.
 
     Each is a map keyed by the resource name; function entries carry the derived names of their push
-    subscription, dead-letter topic and dead-letter subscription so Terraform does not re-derive them.
+    subscription, dead-letter topic and dead-letter subscription so Terraform does not re-derive them, and
+    `dead_letter_record_subscription`: the recorder's push subscription on that dead-letter topic (null for the
+    recorder itself, whose trigger is null too: it has no push subscription of its own).
     """
+    recorded = {fn.name for fn in topology.recorded_functions}
     topics = {t.name: {"description": t.description} for t in topology.topics}
     functions = {
         fn.name: {
@@ -29,6 +33,7 @@ def topology_tfvars(topology: Topology) -> dict[str, Any]:
             "push_subscription": fn.push_subscription,
             "dead_letter_topic": fn.dead_letter_topic,
             "dead_letter_subscription": fn.dead_letter_subscription,
+            "dead_letter_record_subscription": fn.dead_letter_record_subscription if fn.name in recorded else None,
         }
         for fn in topology.functions
     }
@@ -40,7 +45,12 @@ def topology_tfvars(topology: Topology) -> dict[str, Any]:
         }
         for s in topology.sinks
     }
-    return {"topology_topics": topics, "topology_functions": functions, "topology_sinks": sinks}
+    return {
+        "topology_topics": topics,
+        "topology_functions": functions,
+        "topology_sinks": sinks,
+        "topology_dead_letter_recorder": topology.dead_letter_recorder,
+    }
 
 
 def render(topology: Topology | None = None) -> str:

@@ -47,7 +47,9 @@ class Stage(_Strict):
 class FunctionSpec(_Strict):
     name: str
     entry_point: str
-    trigger: str
+    # Its trigger topic (a push subscription "<name>-push"); None only for the dead-letter recorder, which is pushed
+    # every other function's dead-letter topic instead (Topology.dead_letter_recorder).
+    trigger: str | None
     stage: str
     publishes: list[str]
     description: str
@@ -80,6 +82,12 @@ class FunctionSpec(_Strict):
     @property
     def dead_letter_subscription(self) -> str:
         return f"{self.name}-dlq-sub"
+
+    @property
+    def dead_letter_record_subscription(self) -> str:
+        """The push subscription on this function's dead-letter topic that delivers each dead letter to the
+        dead-letter recorder (the parked copy stays on `dead_letter_subscription`)."""
+        return f"{self.name}-dlq-record"
 
 
 class Sink(_Strict):
@@ -164,14 +172,21 @@ class Topology(_Strict):
     fan_outs: list[FanOut]
     barriers: list[Barrier]
     sinks: list[Sink]
+    # The function every other function's dead letters are pushed to (topology.yaml `dead_letters.recorder`).
+    dead_letter_recorder: str | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Topology:
         project_topics = {t.name for t in self.topics}
         dead_letter_topics = {fn.dead_letter_topic for fn in self.functions}
         stages = {s.name for s in self.stages}
+        names = {fn.name for fn in self.functions}
+        if self.dead_letter_recorder is not None and self.dead_letter_recorder not in names:
+            raise ValueError(f"dead_letters.recorder names unknown function {self.dead_letter_recorder}")
         for fn in self.functions:
-            if fn.trigger not in project_topics:
+            if (fn.trigger is None) != (fn.name == self.dead_letter_recorder):
+                raise ValueError(f"function {fn.name}: only the dead-letter recorder has no trigger topic")
+            if fn.trigger is not None and fn.trigger not in project_topics:
                 raise ValueError(f"function {fn.name} is triggered by unknown topic {fn.trigger}")
             missing = set(fn.publishes) - project_topics - dead_letter_topics
             if missing:
@@ -251,6 +266,30 @@ class Topology(_Strict):
             else:
                 needed |= set(barriers[name].runs_in)
         return needed
+
+    @property
+    def recorder(self) -> FunctionSpec | None:
+        """The dead-letter recorder (None: a topology without one)."""
+        return self.function(self.dead_letter_recorder) if self.dead_letter_recorder is not None else None
+
+    @property
+    def recorded_functions(self) -> list[FunctionSpec]:
+        """The functions whose dead-letter topic feeds the recorder: every one but the recorder itself (its own
+        dead letters are only parked: a recorder that cannot record must not feed itself in a loop)."""
+        if self.dead_letter_recorder is None:
+            return []
+        return [fn for fn in self.functions if fn.name != self.dead_letter_recorder]
+
+    def dead_letter_source(self, topic: str | None) -> FunctionSpec | None:
+        """The function whose dead-letter topic `topic` is, if the recorder is fed from it."""
+        return next((fn for fn in self.recorded_functions if fn.dead_letter_topic == topic), None)
+
+    def trigger_of(self, function: str) -> str:
+        """The trigger topic of `function` (name or entry point); KeyError for the recorder, which has none."""
+        trigger = self.function(function).trigger
+        if trigger is None:
+            raise KeyError(f"function {function} has no trigger topic (it is pushed the dead-letter topics)")
+        return trigger
 
     def function(self, name: str) -> FunctionSpec:
         for fn in self.functions:
@@ -354,14 +393,14 @@ class Topology(_Strict):
     @property
     def entry_topic(self) -> str:
         """Where job events enter the pipeline: the trigger of its first function (sources publish there)."""
-        return self.entry_function.trigger
+        return self.trigger_of(self.entry_function.name)
 
     @property
     def stage_message_topics(self) -> frozenset[str]:
         """The topics whose messages are one run's stage messages (models/events.py `_StageMsg`): the triggers of
         the pipeline's functions after its entry. A stage added in topology.yaml is one of them with no other edit
         (runtime/recovery.py carries the run's origin on every message published there)."""
-        return frozenset(fn.trigger for fn in self.pipeline_functions()) - {self.entry_topic}
+        return frozenset(self.trigger_of(fn.name) for fn in self.pipeline_functions()) - {self.entry_topic}
 
     @property
     def ready_topic(self) -> str:
@@ -388,7 +427,7 @@ class Topology(_Strict):
             index = next((i for i, hop in enumerate(hops) if hop.topic == fn.trigger), len(hops))
             if index == len(hops):  # the first hop carries the job event; a member's hop, one member each
                 member = fan_keys[fan.name] if fan is not None else None
-                hops.append(PipelineHop(topic=fn.trigger, event=not hops, members=member))
+                hops.append(PipelineHop(topic=self.trigger_of(fn.name), event=not hops, members=member))
             hop_of[fn.name] = index
             planned = tuple(fan_keys[f.name] for f in self.fan_outs if fn.name in f.planned_by)
             claims = (fn.claim,) if fn.claim and fan is None else ()
@@ -420,6 +459,11 @@ class Topology(_Strict):
 def parse_topology(raw: dict[str, Any]) -> Topology:
     defaults = raw.get("defaults", {})
     functions = [{**defaults, **fn} for fn in raw.get("functions", [])]
+    recorder = (raw.get("dead_letters") or {}).get("recorder")
+    fan_in_topics = [topic for barrier in raw.get("barriers", []) for topic in barrier.get("publishes", [])]
+    for fn in functions:
+        if fn.get("name") == recorder:  # it runs the fan-ins of the members it completes: it publishes theirs
+            fn["publishes"] = list(dict.fromkeys([*fn.get("publishes", []), *fan_in_topics]))
     return Topology(
         topics=raw["project_topics"],
         stages=raw.get("stages", []),
@@ -427,6 +471,7 @@ def parse_topology(raw: dict[str, Any]) -> Topology:
         fan_outs=raw.get("fan_outs", []),
         barriers=raw.get("barriers", []),
         sinks=raw.get("sinks", []),
+        dead_letter_recorder=recorder,
     )
 
 

@@ -54,7 +54,7 @@ PORT_ATTEMPTS = 3  # a lost choose-then-bind race is rare; three fresh port sets
 
 def storage_events_topic(topology: Topology) -> str:
     """The topology's topic for Cloud Storage notifications: what `on-storage-event` is triggered by."""
-    return topology.function("on-storage-event").trigger
+    return topology.trigger_of("on-storage-event")
 
 
 def up(

@@ -52,15 +52,24 @@ def provision(state: StackState, topology: Topology, served: list[FunctionSpec])
             with contextlib.suppress(AlreadyExists):
                 publisher.create_topic(request={"name": publisher.topic_path(project, topic)})
         urls = state.functions
-        for fn in topology.functions:
+        # Each function's push subscription on its trigger; the dead-letter recorder's, one on each other
+        # function's dead-letter topic (topology.yaml `dead_letters`), as Terraform makes them.
+        recorder = topology.recorder
+        pushes = [(fn, fn.push_subscription, fn.trigger) for fn in topology.functions if fn.trigger is not None]
+        if recorder is not None:
+            pushes += [
+                (recorder, fed.dead_letter_record_subscription, fed.dead_letter_topic)
+                for fed in topology.recorded_functions
+            ]
+        for fn, name, topic in pushes:
             if fn not in served:
                 continue
-            endpoint = f"{urls[fn.name]}/projects/{project}/topics/{fn.trigger}"
+            endpoint = f"{urls[fn.name]}/projects/{project}/topics/{topic}"
             with contextlib.suppress(AlreadyExists):
                 subscriber.create_subscription(
                     request={
-                        "name": subscriber.subscription_path(project, fn.push_subscription),
-                        "topic": publisher.topic_path(project, fn.trigger),
+                        "name": subscriber.subscription_path(project, name),
+                        "topic": publisher.topic_path(project, topic),
                         "push_config": {"push_endpoint": endpoint},
                         "ack_deadline_seconds": fn.ack_deadline_seconds,
                         "retry_policy": {
