@@ -67,7 +67,8 @@ def stack_up(
     )
     if "s3-runs" in state.buckets:
         typer.echo(
-            f"# S3 (SeaweedFS) at {state.env.get('AWS_ENDPOINT_URL')}: runs bucket s3://{state.buckets['s3-runs']}"
+            f"# S3 (SeaweedFS) at {state.s3_endpoint}: runs bucket s3://{state.buckets['s3-runs']}"
+            " ($RLCLEANUP_S3_ENDPOINT_STACK; your AWS_* variables are left as they are)"
         )
     down = 'eval "$(rlcleanup stack down' + ("" if state_dir is None else f" --state-dir {where}") + ')"'
     typer.echo(f"# {len(state.pgids)} servers; logs and state in {where}; stop from any directory with: {down}")
