@@ -88,6 +88,7 @@ def keygen(
             show_default=False,
         ),
     ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Create an approver signing key; prints the public key and the command that registers it."""
     from rlcleanup.authority.grants import new_key, private_pem, public_b64
@@ -102,15 +103,15 @@ def keygen(
     with os.fdopen(fd, "wb") as fh:
         fh.write(private_pem(key))
     public = public_b64(key)
+    register_line = f"rlcleanup approver add {approver_id} --public-key {public} --prefix gs://BUCKET/PREFIX"
+    key_flag = f"--key {approver_id}" if out == keys_dir() / f"{approver_id}.pem" else f"--key {out}"
+    if as_json:
+        shown = {"approver_id": approver_id, "private_key_path": str(out), "public_key": public}
+        typer.echo(json.dumps(shown | {"register_with": register_line, "sign_with": key_flag}, indent=2))
+        return
     typer.echo(f"private key: {out} (keep it secret)\npublic key:  {public}\nregister it with:")
-    typer.echo(
-        f"  rlcleanup approver add {approver_id} --public-key {public} --prefix gs://BUCKET/PREFIX  (or a local dir)"
-    )
-    typer.echo(
-        f"sign grants with: --key {approver_id}"
-        if out == keys_dir() / f"{approver_id}.pem"
-        else f"sign grants with: --key {out}"
-    )
+    typer.echo(f"  {register_line}  (or a local dir)")
+    typer.echo(f"sign grants with: {key_flag}")
 
 
 def _digest(store: RunRecords, run_id: str, step: int) -> str:
@@ -464,18 +465,25 @@ def cause(
     note: Annotated[str, typer.Option(help="the recorded cause")],
     by: Annotated[str, typer.Option(help="who recorded it")] = (platform().user or "operator"),
     db: DbOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Record the cause of a reproducing failure (embedded): withheld cancel grants are retried."""
     from rlcleanup.runtime.authority_handlers import record_cause
     from rlcleanup.runtime.embedded import EmbeddedStack
 
     stack = EmbeddedStack.create(db_path(db), str(default_preserve_root()))
+    at = datetime.now(UTC)
     try:
-        typer.echo(neutralise(record_cause(stack.ports, run_id, signature_id, note, by, datetime.now(UTC))))
+        retried = record_cause(stack.ports, run_id, signature_id, note, by, at)
     except PermanentError as exc:  # a signature id no capture of this run observed: nothing recorded
         typer.echo(neutralise(f"refused ({exc.code}): {exc}"), err=True)
         raise typer.Exit(3) from None
     stack.bus.drain()
+    if as_json:
+        shown = {"run_id": run_id, "signature_id": signature_id, "note": note, "recorded_by": by}
+        typer.echo(neutralise(json.dumps(shown | {"at": at.isoformat(), "waiting_grants": retried}, indent=2)))
+        return
+    typer.echo(neutralise(retried))
 
 
 def register(app: typer.Typer) -> None:
