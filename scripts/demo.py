@@ -1,7 +1,9 @@
 """`make demo`: write bundled sample runs and run the whole pipeline on them (embedded default, no cloud).
 
 Records and evidence go to the default locations (`$XDG_STATE_HOME/rlcleanup`), so `rlcleanup status`, `show`,
-`report` and the README's Authority block work on them afterwards from any directory. A second `make demo` writes
+`report` and the README's Authority block work on them afterwards from any directory. It needs no `layout-check`
+extra (the Makefile's demo install leaves out torch + transformers): the tensor layout check is then skipped, a
+warning on each candidate, and the demo says so. A second `make demo` writes
 the sample runs afresh in the same place and re-runs them (`run --rerun`: the earlier records are kept as
 history). The same place, because a run's id is bound to where it lives (runtime/admission.py): samples at a new
 path each time would be other runs claiming the same ids.
@@ -18,6 +20,20 @@ from pathlib import Path
 from rlcleanup.paths import default_db, default_preserve_root, state_home
 
 SCENARIOS = ("completed-resumed", "failed-first-link")
+
+
+def layout_check_note() -> str | None:
+    """What the demo says when the `layout-check` extra (torch + transformers) is not installed, as on the demo's
+    own install (Makefile: `make demo` leaves it out; `make test` adds it): the check of export tensor names against
+    the architecture was skipped, which each candidate's record carries as a warning, never as a problem."""
+    import importlib.util
+
+    if all(importlib.util.find_spec(name) is not None for name in ("torch", "transformers")):
+        return None
+    return (
+        "Tensor layout check: skipped on every export (the optional `layout-check` extra, torch + transformers, is not "
+        "installed; each candidate's warnings say so). `make test` or pip install 'rlcleanup[layout-check]' adds it."
+    )
 
 
 def _forget_an_older_demos_record(rlcleanup: str, run_id: str, samples: Path) -> None:
@@ -58,6 +74,9 @@ def main() -> int:
         subprocess.run([rlcleanup, "run", run_root, "--rerun"], check=True)
         run_ids.append(run_id)
     print(f"\nSample runs: {work}\nRecords: {default_db()}\nPreserved evidence: {default_preserve_root()}")
+    note = layout_check_note()
+    if note:
+        print(note)
     for run_id in run_ids:
         shown_record = subprocess.run([rlcleanup, "show", run_id, "--json"], capture_output=True, text=True)
         locations = json.loads(shown_record.stdout).get("preserved_locations") if shown_record.returncode == 0 else []

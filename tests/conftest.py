@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rlcleanup.stack import StackState, down, up
+from rlcleanup.stack import StackState, down, s3_server, up
 from rlcleanup.stack.provision import client_env
 
 
@@ -35,7 +35,10 @@ def stack() -> Iterator[StackState]:
 
     atexit.register(stop)
     try:
-        with client_env(state.env):  # the tests' clients reach the stack; the environment is restored before stop
+        # The tests' clients reach the stack; the environment is restored before stop. The S3 tests' own buckets
+        # (made per test) are on the stack's server too: this process's default S3 endpoint is pointed there, which
+        # `stack up` never exports to a user's shell (it claims only its own buckets, RLCLEANUP_S3_ENDPOINT_STACK).
+        with client_env({**state.env, **s3_server.client_env(state.s3_endpoint)}):
             yield state
     finally:
         stop()
@@ -119,7 +122,7 @@ def _no_delivery_context() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def s3_endpoint(stack: StackState) -> str:
     """The stack's real S3-compatible server (SeaweedFS, started by `up` in its own process group)."""
-    return stack.env["AWS_ENDPOINT_URL"]
+    return stack.s3_endpoint
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ Resolved at call time (not import time) so `XDG_*` / `RLCLEANUP_*` set by a test
     records + preserved evidence (embedded)   $XDG_STATE_HOME/rlcleanup/   (~/.local/state/rlcleanup)
     approver keys                             $XDG_CONFIG_HOME/rlcleanup/keys/   (~/.config/rlcleanup/keys)
     local stack pids, logs, state.json        $XDG_CACHE_HOME/rlcleanup/stack   (~/.cache/rlcleanup/stack)
+    reports opened by `report --web`          $XDG_CACHE_HOME/rlcleanup/reports/<run id>/
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ def default_preserve_root() -> Path:
 
 def keys_dir() -> Path:
     return config_home() / "keys"
+
+
+def reports_dir() -> Path:
+    """Where `report --web` renders a report to open it (rendered again each time: a cache, never the evidence)."""
+    return cache_home() / "reports"
 
 
 def stack_dir() -> Path:

@@ -407,8 +407,10 @@ S3_ENDPOINT_PREFIX = "RLCLEANUP_S3_ENDPOINT_"
 
 def s3_endpoint_specs(environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Every `RLCLEANUP_S3_ENDPOINT_<NAME>` (a JSON object, one Secret Manager secret each) by lower-case name, in
-    name order. The names are the deployment's, so they are found by prefix, not declared as fields. A bad one is a
-    `SettingsError` naming the variable, never its (secret) value."""
+    name order. The names are the deployment's, so they are found by prefix, not declared as fields; the local
+    stack's S3 server is one of them (`RLCLEANUP_S3_ENDPOINT_STACK`, claiming only the stack's buckets), so `stack
+    up` never sets the standard AWS_* variables a user's own S3 commands read. A bad one is a `SettingsError`
+    naming the variable, never its (secret) value."""
     env = os.environ if environ is None else environ
     out: dict[str, dict[str, Any]] = {}
     for var in sorted(k for k in env if k.startswith(S3_ENDPOINT_PREFIX)):

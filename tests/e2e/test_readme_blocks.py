@@ -108,6 +108,10 @@ def test_every_block_is_run_or_says_why_not() -> None:
     assert unclassified == [], f"README blocks neither run by this test nor listed in NOT_RUN: {unclassified}"
     first_block = bash_blocks()[0].splitlines()
     assert [_command(line) for line in first_block] == [DEMO, "make test"]
+    # Issue 47: the first sentence says what rlcleanup is, and the test command its time, before any command.
+    intro = README.read_text().split("```bash", 1)[0].split("\n", 1)[1].strip()
+    assert intro.startswith("rlcleanup is ") and re.search(r"`make test` — about \d+ min on 2 cores", intro)
+    assert re.search(r"about \d+ min on 2 cores", first_block[1])
 
 
 def test_demo_then_authority_block_closes_the_record(user_env: dict[str, str], tmp_path: Path) -> None:

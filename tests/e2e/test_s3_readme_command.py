@@ -43,7 +43,7 @@ def test_the_readme_s3_command_runs_in_virtual_hosted_style(  # type: ignore[no-
     bucket = run_uri.removeprefix("s3://").split("/", 1)[0]
     assert run_uri.endswith("/durable/math-rl/2026.11.30"), f"the README's run path changed: {README}"
 
-    path_style = stack.env["AWS_ENDPOINT_URL"]  # setup only: the IP endpoint, path style
+    path_style = stack.s3_endpoint  # setup only: the IP endpoint, path style
     create_bucket(path_style, bucket)
     if gcs_client.lookup_bucket(preserve.removeprefix("gs://")) is None:
         gcs_client.create_bucket(preserve.removeprefix("gs://"))

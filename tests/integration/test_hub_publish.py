@@ -410,7 +410,7 @@ def test_dry_run_for_a_hub_destination_shows_what_the_hand_off_would_upload(
     from rlcleanup.authority.artifact import Pinned, pin
     from rlcleanup.authority.hub_publish import plan_hub
     from rlcleanup.authority.preview import preview_grant
-    from rlcleanup.cli.authority import render_preview
+    from rlcleanup.cli.preview_text import render_preview
 
     w, _ = world
     p = w.stack.ports

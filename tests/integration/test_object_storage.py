@@ -35,7 +35,7 @@ def store(request: pytest.FixtureRequest, uid: str) -> Store:
         client.create_bucket(bucket)
         return Store("gs", GcsStorage(client), bucket, lambda n, b: client.bucket(bucket).blob(n).upload_from_string(b))
     admin = request.getfixturevalue("s3_admin")
-    request.getfixturevalue("s3_endpoint")  # the stack exported AWS_ENDPOINT_URL and the admin keys
+    request.getfixturevalue("s3_endpoint")  # conftest points this process's default S3 endpoint at the stack
     admin.create_bucket(Bucket=bucket)
     return Store("s3", S3Storage(), bucket, lambda n, b: admin.put_object(Bucket=bucket, Key=n, Body=b))
 

@@ -192,7 +192,7 @@ def test_s3_incomplete_uploads_are_listed_in_preview_and_ledger_and_aborted_only
     from test_s3_authority import _s3_world
 
     from rlcleanup.authority import storage_ledger
-    from rlcleanup.cli.authority import render_preview
+    from rlcleanup.cli.preview_text import render_preview
 
     bucket = f"s3-mpu-{uid}"
     s3_admin.create_bucket(Bucket=bucket)

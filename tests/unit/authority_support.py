@@ -99,7 +99,7 @@ def rendered_preview(storage: Any, records: Any, record: CompletionRecord, grant
     """`grant --dry-run` as the CLI shows it, text and JSON (issue 38 item 3): the preview of `grant` computed by
     the code that applies it, JSON-serialisable, and its text naming every object with its size."""
     from rlcleanup.authority.preview import preview_grant
-    from rlcleanup.cli.authority import render_preview
+    from rlcleanup.cli.preview_text import render_preview
 
     preview = preview_grant(storage, record, grant, datetime.now(UTC), records)
     assert json.loads(json.dumps(preview)) == preview

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from collections.abc import Iterator
@@ -111,3 +112,41 @@ def test_bash_completion_offers_run_ids(records: Path) -> None:
     env = {"_RLCLEANUP_COMPLETE": "complete_bash", "COMP_WORDS": f"rlcleanup show --db {records} math-rl-f"}
     result = runner.invoke(app, [], prog_name="rlcleanup", env={**env, "COMP_CWORD": "4"})
     assert FAILED in result.stdout and COMPLETED not in result.stdout
+
+
+def _prose(help_text: str) -> list[list[str]]:
+    """The help's description paragraphs (after `Usage:`, before the first panel), each a list of its lines."""
+    lines = help_text.splitlines()
+    start = next(i for i, line in enumerate(lines) if "Usage:" in line) + 1
+    end = next((i for i, line in enumerate(lines) if line.startswith("╭")), len(lines))
+    paragraphs: list[list[str]] = [[]]
+    for line in lines[start:end]:
+        if line.strip():
+            paragraphs[-1].append(line.strip())
+        elif paragraphs[-1]:
+            paragraphs.append([])
+    return [p for p in paragraphs if p]
+
+
+def test_every_help_fits_80_columns_reads_as_prose_and_shows_no_bool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 47: `run -h` wrapped badly at 80 columns (the docstring's own line breaks kept, each broken again by
+    the terminal), and every flag without a value showed `<bool>` as if it wanted one."""
+    monkeypatch.setenv("COLUMNS", "80")
+    for path, _ in _commands():
+        shown = runner.invoke(app, [*path, "--help"])
+        assert shown.exit_code == 0, (path, shown.stderr)
+        assert "<bool>" not in shown.stdout, path
+        too_long = [line for line in shown.stdout.splitlines() if len(line.rstrip()) > 80]
+        assert too_long == [], (path, too_long)
+        for paragraph in _prose(shown.stdout):
+            # Only a paragraph's last line (or a list item) may stop short: a short line inside a paragraph
+            # is a docstring line break the terminal wrapped again.
+            ragged = [
+                line
+                for line, after in itertools.pairwise(paragraph)
+                if len(line) < 56 and not re.match(r"[-*•] |\d+[.)] ", after)
+            ]
+            assert ragged == [], (path, ragged, paragraph)
+    run_help = runner.invoke(app, ["run", "--help"]).stdout
+    assert re.search(r"--rerun\s+process the run again", run_help)  # a flag: nothing between it and its help
+    assert re.search(r"--db\s+<path>\s+SQLite", run_help)  # an option with a value keeps its type

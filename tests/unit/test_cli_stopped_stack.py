@@ -132,25 +132,43 @@ def _stack_env() -> dict[str, str]:
 
     ports = {"pubsub": 8085, "firestore": 8080, "gcs": 4443}
     buckets = {"preserve": "p-preserve", "watched-runs": "p-watched-runs"}
-    return client_env("p", ports, buckets, s3_server.client_env("http://127.0.0.1:8333"))
+    return client_env("p", ports, buckets, s3_server.stack_endpoint_env("http://127.0.0.1:8333", ["p-s3-runs"]))
 
 
 def test_client_env_names_are_what_stack_up_exports() -> None:
     assert sorted(_stack_env()) == sorted(CLIENT_ENV_NAMES)
+    assert not [name for name in CLIENT_ENV_NAMES if name.startswith("AWS_")]  # the standard ones stay the user's
 
 
-def test_stack_up_leaves_no_addressing_style_for_other_s3_endpoints() -> None:
-    """Issue 47 item 7: AWS_S3_ADDRESSING_STYLE=path exported by `stack up` turned the README's CoreWeave command
-    path-style in that shell. The stack's own endpoint (an IP) is path-style by the adapter's rule; CoreWeave's
-    host name stays virtual-hosted in a shell that evaluated `stack up`."""
-    from rlcleanup.adapters.s3_client import default_endpoint
+def test_after_stack_up_a_coreweave_command_keeps_its_own_endpoint_keys_and_virtual_hosted_style() -> None:
+    """Issue 47 item 7: `stack up` exported AWS_ENDPOINT_URL, the stack's admin keys and AWS_S3_ADDRESSING_STYLE=path,
+    which turned the README's CoreWeave command (and any AWS tool) in that shell towards the stack, path-style.
+    Now the stack's S3 server is one rlcleanup variable claiming only the stack's buckets: the settings resolve the
+    README's command to CoreWeave with the user's keys, virtual-hosted, and the stack's bucket to the stack."""
+    from rlcleanup.adapters.s3_storage import S3Storage
 
-    env = _stack_env()
-    assert not any("ADDRESSING_STYLE" in name for name in env)
-    assert default_endpoint(env).path_style  # the stack's own 127.0.0.1 endpoint
-    coreweave = {**env, "AWS_ENDPOINT_URL": "https://cwobject.com"}  # the README's command, in the same shell
-    assert not default_endpoint(coreweave).path_style
-    assert "AWS_S3_ADDRESSING_STYLE" in unset_line(None).split()  # still forgotten by `stack down` (older stacks)
+    # What the shell holds after `eval "$(rlcleanup stack up)"`, then the README's CoreWeave command's variables.
+    shell = _exported_after(_state_exports())
+    coreweave = {**shell, "AWS_ENDPOINT_URL": "https://cwobject.com", "AWS_ACCESS_KEY_ID": "cw-key"}
+    coreweave["AWS_SECRET_ACCESS_KEY"] = "cw-secret"
+    storage = S3Storage.from_env(coreweave)
+    readme_bucket = storage.endpoint_for("marin-us-east-02a")
+    assert readme_bucket.endpoint_url == "https://cwobject.com" and not readme_bucket.path_style
+    assert readme_bucket.access_key_id == "cw-key"  # the user's keys, not the stack's admin identity
+    stack_bucket = storage.endpoint_for("p-s3-runs")
+    assert stack_bucket.endpoint_url == "http://127.0.0.1:8333" and stack_bucket.path_style
+    # Nothing the stack exported reaches the standard variables, with or without the user's own.
+    assert not [name for name in shell if name.startswith("AWS_")]
+    assert not S3Storage.from_env(shell).endpoint_for("marin-us-east-02a").endpoint_url  # AWS itself, as before
+    # `stack down` unsets exactly what `stack up` set: never the user's own AWS_* variables, except those an
+    # older stack itself exported (recorded in its state.json).
+    assert not [name for name in unset_line(None).split()[1:] if name.startswith("AWS_")]
+    older = StackState(state_dir="/nonexistent", project="p", stack_id="s", env={"AWS_ENDPOINT_URL": "http://x"})
+    assert unset_line(older) == "unset AWS_ENDPOINT_URL"
+
+
+def _state_exports() -> str:
+    return StackState(state_dir="/nonexistent", project="p", stack_id="s", env=_stack_env()).exports()
 
 
 @pytest.mark.parametrize("recorded", [True, False], ids=["stack-recorded", "already-down"])

@@ -15,7 +15,7 @@ from rlcleanup.authority import retention
 from rlcleanup.authority.preview import preview_grant
 from rlcleanup.authority.reclaim import ReclaimPlan, make_plan
 from rlcleanup.authority.storage_ledger import measure
-from rlcleanup.cli.authority import render_preview
+from rlcleanup.cli.preview_text import render_preview
 from rlcleanup.models.record import (
     Candidate,
     CompletionRecord,

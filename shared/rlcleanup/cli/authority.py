@@ -22,6 +22,7 @@ from rlcleanup.cli.approvers import approver_app
 from rlcleanup.cli.destinations import absolute_if_local, export_target_or_exit, gcs_credentials_problem, scheme_typo
 from rlcleanup.cli.options import (
     DbOption,
+    JsonOption,
     RunIdArg,
     StoreChoice,
     backend_name,
@@ -29,6 +30,7 @@ from rlcleanup.cli.options import (
     store_options,
 )
 from rlcleanup.cli.options import open_or_exit as _open
+from rlcleanup.cli.preview_text import render_preview
 from rlcleanup.cli.stores import OperatorError, not_found, open_bus
 from rlcleanup.cli.stores import fail as _fail
 from rlcleanup.errors import PermanentError
@@ -85,6 +87,7 @@ def keygen(
             show_default=False,
         ),
     ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Create an approver signing key; prints the public key and the command that registers it."""
     from rlcleanup.authority.grants import new_key, private_pem, public_b64
@@ -99,15 +102,15 @@ def keygen(
     with os.fdopen(fd, "wb") as fh:
         fh.write(private_pem(key))
     public = public_b64(key)
+    register_line = f"rlcleanup approver add {approver_id} --public-key {public} --prefix gs://BUCKET/PREFIX"
+    key_flag = f"--key {approver_id}" if out == keys_dir() / f"{approver_id}.pem" else f"--key {out}"
+    if as_json:
+        shown = {"approver_id": approver_id, "private_key_path": str(out), "public_key": public}
+        typer.echo(json.dumps(shown | {"register_with": register_line, "sign_with": key_flag}, indent=2))
+        return
     typer.echo(f"private key: {out} (keep it secret)\npublic key:  {public}\nregister it with:")
-    typer.echo(
-        f"  rlcleanup approver add {approver_id} --public-key {public} --prefix gs://BUCKET/PREFIX  (or a local dir)"
-    )
-    typer.echo(
-        f"sign grants with: --key {approver_id}"
-        if out == keys_dir() / f"{approver_id}.pem"
-        else f"sign grants with: --key {out}"
-    )
+    typer.echo(f"  {register_line}  (or a local dir)")
+    typer.echo(f"sign grants with: {key_flag}")
 
 
 def _digest(store: RunRecords, run_id: str, step: int) -> str:
@@ -325,74 +328,6 @@ def _print_preview(
         raise typer.Exit(3)
 
 
-def _retention_lines(preview: dict[str, Any]) -> list[str]:
-    """The reclaim plan's retention (issue 40): where removed objects go, what is refused and why, what is kept."""
-    lines = []
-    if preview.get("quarantine"):
-        lines.append(f"  moved to quarantine {preview['quarantine']} ({preview.get('protection')})")
-    lines += [f"  refused {r['uri']}: {r['reason']}" for r in preview.get("refused") or []]
-    lines += [f"  retention: {reason}" for reason in preview.get("retention") or []]
-    lines += [f"  keeps {n}: {reason}" for reason, n in (preview.get("keep_reasons") or {}).items()]
-    uploads = preview.get("incomplete_uploads") or []
-    if uploads:
-        lines.append(f"  incomplete uploads: {len(uploads)}, {sum(u['bytes'] for u in uploads)} B in their parts")
-    for u in uploads:
-        verb = "aborts" if u.get("abort") else "lists"
-        lines.append(
-            f"  {verb} incomplete upload {u['key_uri']} ({u['parts']} parts, {u['bytes']} B, {_age(u['initiated'])})"
-        )
-    return lines
-
-
-def _age(initiated: str | None) -> str:
-    """An upload's age as a person reads it (the S3 Initiated time; unknown where the server gave none)."""
-    if not initiated:
-        return "started at an unknown time"
-    started = datetime.fromisoformat(initiated)
-    hours = max(0.0, (datetime.now(UTC) - started).total_seconds() / 3600)
-    return f"started {initiated}, {hours:.1f} h ago"
-
-
-def render_preview(preview: dict[str, Any]) -> str:
-    """The dry-run in words: what, how much, where, and who could read it."""
-    action, dest = preview["action"], preview.get("destination")
-    if preview["would"] == "refuse":
-        return f"dry run: {action} to {dest} would be REFUSED ({preview['refusal']}): {preview['detail']}"
-    if action == "reclaim":
-        lines = [
-            f"dry run: reclaim step {preview['step']} would delete {preview['delete_count']} object(s), "
-            f"{preview['delete_bytes']} bytes (keeps {preview['keep_count']}); destination {dest} verified"
-        ]
-        lines += [f"  delete {d['uri']}  {_object_facts(d)}" for d in preview["delete"]]
-        lines += _retention_lines(preview)
-        return "\n".join(lines)
-    if action == "purge":
-        lines = [
-            f"dry run: purge step {preview['step']} would delete {preview['delete_count']} quarantined object(s), "
-            f"{preview['delete_bytes']} bytes, before their expiry (no restore after this)"
-        ]
-        lines += [f"  delete {d['uri']}  {_object_facts(d)}" for d in preview["delete"]]
-        return "\n".join(lines)
-    if "objects" not in preview:
-        return f"dry run: {action}: {preview.get('detail', '')}"
-    lines = [
-        f"dry run: {action} step {preview['step']} ({preview['digest']}) → {dest}",
-        f"  {preview['object_count']} object(s), {preview['total_bytes']} bytes; visibility "
-        f"{preview['visibility']} ({preview['visibility_evidence']}); secret scan {preview['secret_scan']}",
-    ]
-    lines += [f"  creates {c}" + ("" if "://" in c else " (mode 0700)") for c in preview["creates"]]
-    lines += [f"  {o['name']}  {_object_facts(o)}" for o in preview["objects"]]
-    return "\n".join(lines)
-
-
-def _object_facts(row: dict[str, Any]) -> str:
-    """An object's size and the checksums its backend gave (a reclaim row has none, a generated Hub file none,
-    an S3 object no CRC32C): only what is there, never a KeyError or "crc32c None"."""
-    facts = [f"{row['size']} B" if row.get("size") is not None else "size unknown"]
-    facts += [f"{name} {row[name]}" for name in ("crc32c", "md5") if row.get(name)]
-    return "  ".join(facts)
-
-
 @store_options
 def grants(run_id: RunIdArg, *, store: StoreChoice) -> None:
     """List a run's grants with their state (pending, applying, used, refused, expired) and result."""
@@ -471,18 +406,25 @@ def cause(
     note: Annotated[str, typer.Option(help="the recorded cause")],
     by: Annotated[str, typer.Option(help="who recorded it")] = (platform().user or "operator"),
     db: DbOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Record the cause of a reproducing failure (embedded): withheld cancel grants are retried."""
     from rlcleanup.runtime.authority_handlers import record_cause
     from rlcleanup.runtime.embedded import EmbeddedStack
 
     stack = EmbeddedStack.create(db_path(db), str(default_preserve_root()))
+    at = datetime.now(UTC)
     try:
-        typer.echo(neutralise(record_cause(stack.ports, run_id, signature_id, note, by, datetime.now(UTC))))
+        retried = record_cause(stack.ports, run_id, signature_id, note, by, at)
     except PermanentError as exc:  # a signature id no capture of this run observed: nothing recorded
         typer.echo(neutralise(f"refused ({exc.code}): {exc}"), err=True)
         raise typer.Exit(3) from None
     stack.bus.drain()
+    if as_json:
+        shown = {"run_id": run_id, "signature_id": signature_id, "note": note, "recorded_by": by}
+        typer.echo(neutralise(json.dumps(shown | {"at": at.isoformat(), "waiting_grants": retried}, indent=2)))
+        return
+    typer.echo(neutralise(retried))
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,6 @@ import json
 import logging
 import sys
 import time
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +13,7 @@ import typer
 
 from rlcleanup.cli.authority import register as register_authority_commands
 from rlcleanup.cli.doctor import register as register_doctor_command
+from rlcleanup.cli.helptext import hide_flag_types, reflow_commands
 from rlcleanup.cli.operator import operator_errors
 from rlcleanup.cli.operator import register as register_operator_commands
 from rlcleanup.cli.options import (
@@ -27,6 +27,7 @@ from rlcleanup.cli.options import (
 )
 from rlcleanup.cli.recover import register as register_recover_command
 from rlcleanup.cli.rerun import Rerun, prepare_rerun, preserve_target_problem
+from rlcleanup.cli.samples_cmd import register as register_sample_command
 from rlcleanup.cli.similar import register as register_similar_command
 from rlcleanup.cli.stack_cmds import register as register_stack_commands
 from rlcleanup.cli.storage_cmds import register as register_storage_commands
@@ -367,57 +368,6 @@ def emit(
     typer.echo(f"sent {event.source} {event.state} for {event.run_uri} to {where}: message {message_id}")
 
 
-class Scale(StrEnum):
-    ci = "ci"
-    medium = "medium"
-    large = "large"
-
-
-@app.command("sample-run", epilog=EXIT_CODES)
-def sample_run(
-    dest: Annotated[
-        Path | None, typer.Argument(help="directory to write into (not needed for --scenario list)")
-    ] = None,
-    scenario: Annotated[str, typer.Option(help="scenario name; `--scenario list` shows them")] = "completed-resumed",
-    scale: Annotated[
-        Scale | None,
-        typer.Option(
-            help="ci (sized for the in-memory GCS emulator), medium, or large (500 ranks, 1 GiB logs, 40 70B exports)"
-        ),
-    ] = None,
-    ranks: Annotated[int | None, typer.Option(help="with --scale: worker ranks")] = None,
-    attempts: Annotated[int | None, typer.Option(help="with --scale: chained attempts")] = None,
-    exports: Annotated[int | None, typer.Option(help="with --scale: 70B-shaped exports")] = None,
-    log_mb: Annotated[int | None, typer.Option(help="with --scale: total log MiB")] = None,
-) -> None:
-    """Write a realistic sample run (Layout A unless the scenario says otherwise); prints its run root.
-
-    --scale writes one large synthetic run instead of a scenario (sparse tensor data: little disk).
-    """
-    from rlcleanup.samples.generator import SCENARIOS, write_sample_run
-
-    if scenario == "list" or (scenario not in SCENARIOS and scale is None):
-        for name, text in SCENARIOS.items():
-            typer.echo(f"{name:28} {text}")
-        if scenario != "list":
-            _fail(f"unknown scenario {scenario!r}", EXIT_USAGE)
-        return
-    if dest is None:
-        _fail("missing DEST: the directory to write the sample run into", EXIT_USAGE)
-        return
-    if scale is not None:
-        from rlcleanup.samples.large import spec_for, write_spec
-
-        log_bytes = log_mb * 1024 * 1024 if log_mb is not None else None
-        try:
-            spec = spec_for(scale.value, ranks=ranks, attempts=attempts, exports=exports, log_bytes_total=log_bytes)
-            typer.echo(str(write_spec(dest, spec)))
-        except ValueError as exc:
-            _fail(str(exc), EXIT_USAGE)
-        return
-    typer.echo(str(write_sample_run(dest, scenario)))
-
-
 @app.command(epilog=EXIT_CODES)
 def schema() -> None:
     """Print the completion record's JSON Schema (of the record as written: derived fields such as problem_codes
@@ -433,7 +383,10 @@ register_storage_commands(app)  # storage, restore, quarantine-expire: cli/stora
 register_similar_command(app)  # similar: cli/similar.py (learning across runs)
 register_recover_command(app)  # recover: cli/recover.py (a run the record store lost)
 register_stack_commands(app)  # stack up, down, status: cli/stack_cmds.py
+register_sample_command(app)  # sample-run: cli/samples_cmd.py
 register_doctor_command(app)  # doctor: cli/doctor.py
+reflow_commands(app)  # help prose wraps to the terminal, not to the docstring's lines: cli/helptext.py
+hide_flag_types()  # no `<bool>` beside a flag that takes no value
 
 
 def main() -> None:

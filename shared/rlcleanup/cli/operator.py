@@ -7,6 +7,7 @@ FIRESTORE_EMULATOR_HOST is set). Every command takes --json. Exit codes: 0 ok, 1
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -291,13 +292,24 @@ def report(
     every_row: Annotated[
         bool, typer.Option("--all", help="every candidate on its own row (identical ones are folded into ranges)")
     ] = False,
+    web: Annotated[
+        bool,
+        typer.Option(
+            "--web", help="open the HTML report in a web browser ($BROWSER, else the system's); prints its path"
+        ),
+    ] = False,
 ) -> None:
     """Render a run's completion record: the verdict line, then the evidence, with the chain timeline.
 
-    Without --out the report goes to stdout (Markdown then omits the picture; HTML inlines it as SVG)."""
+    Without --out the report goes to stdout (Markdown then omits the picture; HTML inlines it as SVG). --web
+    writes report.html (into --out, else $XDG_CACHE_HOME/rlcleanup/reports/RUN_ID/) and opens it."""
     from rlcleanup.report import load_inputs, render_report
     from rlcleanup.runtime.backends import open_storage
 
+    if web:
+        if as_json or fmt is not ReportFormat.md:
+            raise OperatorError("--web opens the HTML report: leave out --format and --json", EXIT_USAGE)
+        fmt, out = ReportFormat.html, out or _web_dir(run_id)
     if as_json:
         fmt = ReportFormat.json
     record = get_record(open_store(backend_name(backend), db_path(db), project), run_id)
@@ -324,6 +336,26 @@ def report(
     if image and rendered.timeline is not None:
         (out / image).write_bytes(rendered.timeline.png)
         typer.echo(str(out / image))
+    if web:
+        _open_in_browser(target)
+
+
+def _web_dir(run_id: str) -> Path:
+    """The run's own directory under the reports cache: its id made one safe path segment (never a way out)."""
+    from rlcleanup.paths import reports_dir
+
+    return reports_dir() / (re.sub(r"[^A-Za-z0-9._-]", "_", run_id).lstrip(".") or "_")
+
+
+def _open_in_browser(report_html: Path) -> None:
+    """The standard library's browser choice (webbrowser: $BROWSER first, then the desktop's); a machine with none
+    says so with the file's URL to open elsewhere, exit 3."""
+    import webbrowser
+
+    url = report_html.resolve().as_uri()
+    if not webbrowser.open(url):
+        raise OperatorError(f"no web browser found to open {url} (set BROWSER, or open it yourself)", EXIT_FAILURE)
+    typer.echo(f"opened {url} in the browser", err=True)
 
 
 def register(app: typer.Typer) -> None:

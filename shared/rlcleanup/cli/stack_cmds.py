@@ -43,6 +43,7 @@ def stack_up(
             "instead of the packaged ones, e.g. a stage being added (docs/architecture.md, 'Add a stage')"
         ),
     ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Start the emulators and one functions-framework per function; print the env vars to export.
 
@@ -66,6 +67,11 @@ def stack_up(
         _fail(str(exc))
         return
     progress.stage("topics, subscriptions and buckets provisioned")
+    down = 'eval "$(rlcleanup stack down' + ("" if state_dir is None else f" --state-dir {where}") + ')"'
+    if as_json:  # the same facts as the comments below, for a program (it sets `env` itself: nothing to eval)
+        shown = {"state_dir": str(where), "env": state.env, "buckets": state.buckets, "s3_endpoint": state.s3_endpoint}
+        typer.echo(json.dumps(shown | {"servers": sorted(state.pgids), "stop_with": down}, indent=2, sort_keys=True))
+        return
     typer.echo(state.exports())
     typer.echo(f"# runs bucket gs://{state.buckets['runs']}, preserve bucket gs://{state.buckets['preserve']}")
     typer.echo(
@@ -74,14 +80,14 @@ def stack_up(
     )
     if "s3-runs" in state.buckets:
         typer.echo(
-            f"# S3 (SeaweedFS) at {state.env.get('AWS_ENDPOINT_URL')}: runs bucket s3://{state.buckets['s3-runs']}"
+            f"# S3 (SeaweedFS) at {state.s3_endpoint}: runs bucket s3://{state.buckets['s3-runs']}"
+            " ($RLCLEANUP_S3_ENDPOINT_STACK; your AWS_* variables are left as they are)"
         )
-    down = 'eval "$(rlcleanup stack down' + ("" if state_dir is None else f" --state-dir {where}") + ')"'
     typer.echo(f"# {len(state.pgids)} servers; logs and state in {where}; stop from any directory with: {down}")
 
 
 @stack_app.command("down", epilog=EXIT_CODES)
-def stack_down(state_dir: StateDirOption = None) -> None:
+def stack_down(state_dir: StateDirOption = None, as_json: JsonOption = False) -> None:
     """Stop every server of the stack by process group (from any directory); print the `unset` line.
 
     Use as `eval "$(rlcleanup stack down)"`: the shell forgets the variables `stack up` exported, so no command
@@ -90,11 +96,17 @@ def stack_down(state_dir: StateDirOption = None) -> None:
     from rlcleanup.stack.state import unset_line
 
     where = _stack_dir(state_dir)
-    typer.echo(unset_line(StackState.load(where)))  # first: a shell forgets the stack even if stopping fails
+    unset = unset_line(StackState.load(where))
+    if not as_json:
+        typer.echo(unset)  # first: a shell forgets the stack even if stopping fails
     try:
         stopped = down(where)
     except StackError as exc:
         _fail(str(exc))
+        return
+    if as_json:
+        shown = {"state_dir": str(where), "stopped": sorted(stopped), "unset": unset.split()[1:]}
+        typer.echo(json.dumps(shown, indent=2, sort_keys=True))
         return
     if stopped:
         typer.echo(f"stopped {len(stopped)} server(s) of the stack in {where}", err=True)

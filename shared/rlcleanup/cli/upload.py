@@ -1,6 +1,8 @@
-"""Upload a sample run into a bucket through the wiring's storage: the local stack's (or a test's) GCS.
+"""Upload a sample run into a bucket through the wiring's storage: the local stack's (or a test's) GCS or S3.
 
-`python -m rlcleanup.cli.upload LOCAL_DEST BUCKET PREFIX [--rename NAME] [--status-last]` prints the run URI.
+`python -m rlcleanup.cli.upload LOCAL_DEST BUCKET PREFIX [--rename NAME] [--status-last]` prints the run URI; a
+plain BUCKET is a GCS bucket, `s3://BUCKET` the S3 one (the stack's: its RLCLEANUP_S3_ENDPOINT_STACK). The same
+upload is `rlcleanup sample-run DIR --upload-to URI` (cli/samples_cmd.py).
 The upload itself is `rlcleanup.samples.upload.upload_sample_run_to`, which writes through the storage port; this
 face only chooses the storage (the wiring's router, its gs:// backend bound to a given client if any).
 """
@@ -16,7 +18,9 @@ from rlcleanup.samples.upload import upload_sample_run_to
 
 
 def gs_root(bucket: str, prefix: str) -> str:
-    return f"gs://{bucket}/{prefix.strip('/')}" if prefix.strip("/") else f"gs://{bucket}"
+    """`bucket` (a GCS bucket's name, or `<scheme>://bucket`) and `prefix` as one URI."""
+    base = bucket.rstrip("/") if "://" in bucket else f"gs://{bucket}"
+    return f"{base}/{prefix.strip('/')}" if prefix.strip("/") else base
 
 
 def upload_sample_run(

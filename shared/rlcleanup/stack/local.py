@@ -140,7 +140,8 @@ def _up_once(
     state.leftovers = [str(path) for path in s3_server.socket_paths(s3_ports)]
     s3_endpoint = f"http://{HOST}:{s3_ports['s3']}"
     state.functions = {fn.name: f"http://{HOST}:{allocated[f'fn-{fn.name}']}" for fn in served}
-    state.env = client_env(project, allocated, state.buckets, s3_server.client_env(s3_endpoint))
+    s3_buckets = [bucket for role, bucket in state.buckets.items() if role.startswith("s3-")]
+    state.env = client_env(project, allocated, state.buckets, s3_server.stack_endpoint_env(s3_endpoint, s3_buckets))
     base_env = {**os.environ, **state.env, MARKER_VAR: state.stack_id}
     base_env.pop("GOOGLE_APPLICATION_CREDENTIALS", None)  # never reach a real project from the local stack
     fn_env = {

@@ -96,7 +96,7 @@ def provision(state: StackState, topology: Topology, served: list[FunctionSpec])
             )
         for role, bucket in state.buckets.items():
             if role.startswith("s3-"):
-                s3_server.create_bucket(state.env["AWS_ENDPOINT_URL"], bucket)
+                s3_server.create_bucket(state.s3_endpoint, bucket)
                 continue
             with contextlib.suppress(Conflict):
                 gcs.create_bucket(bucket)

@@ -176,15 +176,35 @@ def create_bucket(endpoint: str, bucket: str) -> None:
 
 
 def client_env(endpoint: str) -> dict[str, str]:
+    """The standard AWS variables that point a process's *default* S3 endpoint at this server (admin identity): for
+    tests and benches that start their own processes against a server or a proxy in front of it. Never what `stack
+    up` exports into a shell (`stack_endpoint_env`): there they would reroute every other S3 tool and endpoint."""
     return {
         "AWS_ENDPOINT_URL": endpoint,
         "AWS_ACCESS_KEY_ID": ADMIN_KEY,
         "AWS_SECRET_ACCESS_KEY": ADMIN_SECRET,
         "AWS_REGION": REGION,
-        # No AWS_S3_ADDRESSING_STYLE: exported into a shell it would turn every other endpoint path-style too (a
-        # CoreWeave command run in the same shell). 127.0.0.1 has no per-bucket host names, and an IP endpoint is
-        # path-style by the adapter's own rule (adapters/s3_client.S3Endpoint.path_style) and by botocore's.
     }
+
+
+STACK_ENDPOINT_VAR = "RLCLEANUP_S3_ENDPOINT_STACK"
+
+
+def stack_endpoint_env(endpoint: str, buckets: list[str]) -> dict[str, str]:
+    """What `stack up` exports for its S3 server: one named endpoint in rlcleanup's own variable (settings.py
+    `s3_endpoint_specs`, the same form a deployment's per-endpoint secret takes), claiming only the stack's buckets,
+    path-style (127.0.0.1 has no per-bucket host names). The standard AWS_* variables stay the user's: a CoreWeave
+    command or any other S3 tool run in the same shell keeps its own endpoint, keys and virtual-hosted addressing
+    (issue 47; the stack once exported AWS_ENDPOINT_URL, the admin keys and AWS_S3_ADDRESSING_STYLE=path)."""
+    spec = {
+        "endpoint_url": endpoint,
+        "buckets": sorted(buckets),
+        "region": REGION,
+        "addressing_style": "path",
+        "access_key_id": ADMIN_KEY,  # the local server's fixed identity, no secret of anyone's
+        "secret_access_key": ADMIN_SECRET,
+    }
+    return {STACK_ENDPOINT_VAR: json.dumps(spec, sort_keys=True, separators=(",", ":"))}
 
 
 def writable(endpoint: str) -> bool:

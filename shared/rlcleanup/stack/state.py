@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -15,24 +16,24 @@ HOST = "127.0.0.1"  # every server of the stack listens here only
 
 # Every variable `stack up` prints for a shell to export (`client_env` builds them; a unit test holds the two
 # together): `stack down` prints `unset` for all of them, so a shell that evals it keeps no dead emulator's address
-# even when the stack's state is already gone.
+# even when the stack's state is already gone. The S3 server is one rlcleanup variable (s3_server.stack_endpoint_env),
+# never the standard AWS_* ones: those stay the user's, for CoreWeave and every other S3 tool in the same shell.
+# The Google emulators' *_EMULATOR_HOST names are the Google client libraries' own switch (only emulator-aware
+# clients read them), and the functions and `rlcleanup emit/watch/run` reach the stack through them.
 CLIENT_ENV_NAMES = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_ENDPOINT_URL",
-    "AWS_REGION",
-    "AWS_SECRET_ACCESS_KEY",
     "FIRESTORE_EMULATOR_HOST",
     "GOOGLE_CLOUD_PROJECT",
     "PUBSUB_EMULATOR_HOST",
     "RLCLEANUP_PRESERVE_ROOT",
     "RLCLEANUP_RUNS_BUCKET",
+    "RLCLEANUP_S3_ENDPOINT_STACK",
     "STORAGE_EMULATOR_HOST",
 )
 
 
 def client_env(project: str, ports: dict[str, int], buckets: dict[str, str], s3_env: dict[str, str]) -> dict[str, str]:
     """What a client exports to use the stack: the emulators' addresses, the project, the buckets, the S3 server's
-    endpoint and keys (`s3_env`)."""
+    named endpoint (`s3_env`: s3_server.stack_endpoint_env)."""
     return {
         "PUBSUB_EMULATOR_HOST": f"{HOST}:{ports['pubsub']}",
         "FIRESTORE_EMULATOR_HOST": f"{HOST}:{ports['firestore']}",
@@ -44,15 +45,11 @@ def client_env(project: str, ports: dict[str, int], buckets: dict[str, str], s3_
     }
 
 
-# What earlier versions of `stack up` exported and this one no longer does: `stack down` still unsets them, so a
-# shell that evaluated an older `stack up` is cleaned too (AWS_S3_ADDRESSING_STYLE=path leaked into every other S3
-# endpoint used from that shell, issue 47 item 7).
-FORMER_CLIENT_ENV_NAMES = ("AWS_S3_ADDRESSING_STYLE",)
-
-
 def unset_line(state: StackState | None) -> str:
-    """The shell line that forgets the stack's variables (`eval "$(rlcleanup stack down)"`)."""
-    names = set(CLIENT_ENV_NAMES) | set(FORMER_CLIENT_ENV_NAMES) | set(state.env if state else ())
+    """The shell line that forgets the stack's variables (`eval "$(rlcleanup stack down)"`): exactly the names this
+    stack exported (its state.json), else the names `stack up` exports. Never a name it did not set: an older
+    stack's AWS_* exports are in its own state.json, and unsetting AWS_* blindly would drop a user's own keys."""
+    names = set(state.env) if state and state.env else set(CLIENT_ENV_NAMES)
     return "unset " + " ".join(sorted(names))
 
 
@@ -88,8 +85,13 @@ class StackState:
             return None
         return cls(**json.loads(path.read_text()))
 
+    @property
+    def s3_endpoint(self) -> str:
+        """The stack's S3 server (SeaweedFS), path-style on 127.0.0.1."""
+        return f"http://{HOST}:{self.ports['s3']}"
+
     def exports(self) -> str:
-        return "\n".join(f"export {k}={v}" for k, v in sorted(self.env.items()))
+        return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
 
 
 def launch_file(state_dir: Path, name: str) -> Path:
