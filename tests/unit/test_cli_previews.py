@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from test_cli_operator_day import SELECTED, _approver, _invoke, _json, _sample, _xdg  # noqa: F401 - fixture
 
-from rlcleanup.cli.authority import render_preview
+from rlcleanup.cli.preview_text import render_preview
 
 # A cancel of this (ended) run is refused as run_ended, by its preview as by the grant (issue 47 item 3:
 # tests/unit/test_preview_refuses_as_grant.py); its preview rendering is checked there.
