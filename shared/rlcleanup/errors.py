@@ -228,8 +228,11 @@ _CREDENTIAL_PATTERNS: tuple[tuple[str, str], ...] = (
     ),
     (r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}", rf"\1\2{_REDACTED}"),  # a scheme and its value
     (r"(?i)\b(token)(\s+)(?=[A-Za-z._~+/=-]*[0-9])[A-Za-z0-9._~+/=-]{16,}", rf"\1\2{_REDACTED}"),
+    # A token's body is random: it holds a capital or a digit. A snake_case name after the same prefix (a run's
+    # `hf_export_request.json`, `sk-learn`) is a word, never redacted: that mangled refusals naming the file.
     (
-        r"(?<![A-Za-z0-9])(hf_|api_org_|github_pat_|gh[pousr]_|glpat-|xox[abpors]-|sk-|sk_live_)[A-Za-z0-9_-]{8,}",
+        r"(?<![A-Za-z0-9])(hf_|api_org_|github_pat_|gh[pousr]_|glpat-|xox[abpors]-|sk-|sk_live_)"
+        r"(?=[a-z_-]*[A-Z0-9])[A-Za-z0-9_-]{8,}",
         rf"\1{_REDACTED}",
     ),
     (r"(?<![A-Z0-9])((?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Z0-9])", _REDACTED),

@@ -48,6 +48,23 @@ def test_redaction_keeps_what_is_not_a_credential() -> None:
     assert redact_credentials(text) == text
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "checkpoints/global_step_20/hf_export_request.json was edited after the grant",  # MarinSkyRL's request file
+        "hf_hub_private is false but the repo is public; see hf_upload_mode and sk-learn_version",
+        "config names api_org_settings_override and ghp_is_not_a_token_here",
+    ],
+)
+def test_a_name_after_a_token_prefix_is_a_word_not_a_credential(text: str) -> None:
+    assert redact_credentials(text) == text
+
+
+def test_a_token_spelled_in_lowercase_letters_and_digits_is_still_redacted() -> None:
+    token = "hf_" + "qw3rty8uiop2asdf5ghjk1lzxc7vbn4mmnbv"
+    assert token not in redact_credentials(f"token {token} refused") and "hf_[REDACTED]" in redact_credentials(token)
+
+
 def test_the_models_that_keep_error_text_redact_it() -> None:
     text, secret = ECHOED["requests headers dict"]
     assert secret not in RunError(step="x", code="c", message=text).message
