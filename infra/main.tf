@@ -59,4 +59,5 @@ module "rlcleanup" {
   quarantine_prefix                = var.quarantine_prefix
   quarantine_days                  = var.quarantine_days
   notifications                    = var.notifications
+  export_grants                    = var.export_grants
 }

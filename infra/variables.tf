@@ -322,6 +322,18 @@ variable "notifications" {
   default = {}
 }
 
+variable "export_grants" {
+  description = "Export grants: the converter argv, the controller, allowed model sources and the expiry preflight's default throughput and margin (see the module; docs/authority.md §9)."
+  type = object({
+    converter                   = optional(list(string), [])
+    controller                  = optional(string, "")
+    allowed_prefixes            = optional(list(string), [])
+    throughput_bytes_per_second = optional(number, 50000000)
+    margin_seconds              = optional(number, 1800)
+  })
+  default = {}
+}
+
 variable "large_copy_image" {
   description = "Container image of the large-copy job; empty: every capture part is copied inline (see the module)."
   type        = string

@@ -405,13 +405,28 @@ CONSOLE_VARS = {
 
 
 def _console(tmp_path: Path, expressions: list[str], **overrides: Any) -> list[Any]:
+    proc = _run_console(tmp_path, expressions, **overrides)
+    assert proc.returncode == 0, proc.stderr
+    values_out: list[Any] = json.loads(json.loads(proc.stdout.strip()))
+    assert len(values_out) == len(expressions), proc.stdout
+    return values_out
+
+
+def _validation_errors(tmp_path: Path, **overrides: Any) -> str:
+    """What `terraform console` says about the variables' validation rules (it reports a failed rule on stderr and
+    goes on), as one line of text without the box drawing."""
+    stderr = _run_console(tmp_path, ["0"], **overrides).stderr
+    return " ".join(re.sub(r"\x1b\[[0-9;]*m|[│╷╵]", " ", stderr).split())
+
+
+def _run_console(tmp_path: Path, expressions: list[str], **overrides: Any) -> subprocess.CompletedProcess[str]:
     for name in ("variables.tf", "locals.tf"):
         shutil.copy(MODULE / name, tmp_path / name)
     shutil.copy(TFVARS, tmp_path / TFVARS.name)
     (tmp_path / "bundle-0123456789abcdef.zip").write_bytes(b"PK\x05\x06" + b"\0" * 18)
     values = {**CONSOLE_VARS, "bundle_path": "bundle-0123456789abcdef.zip", **overrides}
     (tmp_path / "test.auto.tfvars.json").write_text(json.dumps(values), encoding="utf-8")
-    proc = subprocess.run(
+    return subprocess.run(
         [TERRAFORM or "terraform", "console"],
         input=f"jsonencode([{', '.join(expressions)}])\n",
         cwd=tmp_path,
@@ -421,10 +436,6 @@ def _console(tmp_path: Path, expressions: list[str], **overrides: Any) -> list[A
         check=False,
         timeout=60,
     )
-    assert proc.returncode == 0, proc.stderr
-    values_out: list[Any] = json.loads(json.loads(proc.stdout.strip()))
-    assert len(values_out) == len(expressions), proc.stdout
-    return values_out
 
 
 @needs_terraform
@@ -787,3 +798,74 @@ def test_model_events_are_published_by_the_grant_functions_only_and_dead_letter(
     assert job["topic"] == on_topic and job["member"] == "${google_service_account.hub_upload[0].member}"
     operators = _resource(parsed, "google_pubsub_topic_iam_member", "restore_operators")
     assert operators["topic"] == on_topic and operators["for_each"] == "${toset(var.restore_operators)}"
+
+
+# --- export grants (issue 49, docs/authority.md §9) ---------------------------------------------------------------
+
+EXPORT_GRANTS = {
+    "converter": ["python", "-m", "skyrl_train.entrypoints.checkpoint_export"],
+    "controller": "ray",
+    "allowed_prefixes": ["gs://models-x/base/", "/mnt/models/"],
+    "throughput_bytes_per_second": 120000000,
+    "margin_seconds": 900,
+}
+
+
+@needs_terraform
+def test_export_grant_settings_reach_the_grant_functions_only(
+    tmp_path: Path, parsed: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`export_grants` is what ExportSettings reads, evaluated by terraform itself: on apply-grant and
+    retry-waiting-grants the converter, controller and allowed prefixes parse back to exactly what was configured;
+    on any other function they are empty, so it refuses every export grant (it never applies one)."""
+    from rlcleanup.settings import ExportSettings
+
+    env = _block(_resource(parsed, "google_cloudfunctions2_function", "fn"), "service_config")["environment_variables"]
+    names = sorted(n for n in env if n.startswith("RLCLEANUP_EXPORT_"))
+    assert set(names) == {n for n in env_names() if n.startswith("RLCLEANUP_EXPORT_")}
+    other = next(fn for fn in json.loads(TFVARS.read_text())["topology_functions"] if fn not in GRANT_APPLIERS)
+    functions = [*sorted(GRANT_APPLIERS), other]
+    expressions = [
+        env[name].removeprefix("${").removesuffix("}").replace("each.key", json.dumps(fn))
+        for fn in functions
+        for name in names
+    ]
+    values = iter(_console(tmp_path, expressions, export_grants=EXPORT_GRANTS))
+    for fn in functions:
+        for name in names:
+            monkeypatch.setenv(name, next(values))
+        settings = ExportSettings()
+        assert settings.throughput_bytes_per_second == EXPORT_GRANTS["throughput_bytes_per_second"], fn
+        assert settings.margin_seconds == EXPORT_GRANTS["margin_seconds"], fn
+        if fn in GRANT_APPLIERS:
+            assert settings.converter == tuple(EXPORT_GRANTS["converter"]), fn
+            assert settings.controller == "ray", fn
+            assert settings.allowed_prefixes == tuple(EXPORT_GRANTS["allowed_prefixes"]), fn
+        else:
+            assert (settings.converter, settings.controller, settings.allowed_prefixes) == (None, None, None), fn
+    # The default deployment configures no export: every function refuses export grants.
+    defaults = _console(
+        tmp_path, [env[n].removeprefix("${").removesuffix("}").replace("each.key", '"apply-grant"') for n in names]
+    )
+    for name, value in zip(names, defaults, strict=True):
+        monkeypatch.setenv(name, value)
+    assert (ExportSettings().converter, ExportSettings().controller) == (None, None)
+
+
+@needs_terraform
+def test_export_grant_settings_are_validated(tmp_path: Path) -> None:
+    """An argv with an empty element, a controller without an export submitter, a relative model-source prefix and
+    a zero throughput are each refused at plan time, by name; a controller without a converter too; the example
+    setting passes every rule."""
+    bad = {
+        "converter": ["python", ""],
+        "controller": "iris",
+        "allowed_prefixes": ["models/"],
+        "throughput_bytes_per_second": 0,
+    }
+    errors = _validation_errors(tmp_path, export_grants=bad)
+    for message in ("non-empty strings", "must be ray", "or absolute paths", "must be above 0"):
+        assert message in errors, (message, errors)
+    assert "set together" not in errors
+    assert "set together" in _validation_errors(tmp_path, export_grants={"controller": "ray"})
+    assert "export_grants" not in _validation_errors(tmp_path, export_grants=EXPORT_GRANTS)

@@ -93,6 +93,13 @@ resource "google_cloudfunctions2_function" "fn" {
       RLCLEANUP_NOTIFY_MAX_ATTEMPTS           = "3"
       RLCLEANUP_NOTIFY_TIMEOUT_SECONDS        = "10"
       RLCLEANUP_NOTIFY_CHANNELS               = join(",", var.notifications.channels)
+      # Export grants (docs/authority.md §9): what an owed export runs and where, on the grant-applying functions
+      # only (elsewhere empty: refused); the preflight's default throughput and margin are plain numbers everywhere.
+      RLCLEANUP_EXPORT_CONVERTER                   = contains(local.grant_appliers, each.key) && length(var.export_grants.converter) > 0 ? jsonencode(var.export_grants.converter) : ""
+      RLCLEANUP_EXPORT_CONTROLLER                  = contains(local.grant_appliers, each.key) ? var.export_grants.controller : ""
+      RLCLEANUP_EXPORT_ALLOWED_PREFIXES            = contains(local.grant_appliers, each.key) ? join(",", var.export_grants.allowed_prefixes) : ""
+      RLCLEANUP_EXPORT_THROUGHPUT_BYTES_PER_SECOND = tostring(var.export_grants.throughput_bytes_per_second)
+      RLCLEANUP_EXPORT_MARGIN_SECONDS              = tostring(var.export_grants.margin_seconds)
       # Grant lifetime limits (settings.GrantLimits, read once at cold start): the package's defaults, 7 days, 120 s.
       RLCLEANUP_GRANT_MAX_LIFETIME_SECONDS = "604800"
       RLCLEANUP_GRANT_CLOCK_SKEW_SECONDS   = "120"

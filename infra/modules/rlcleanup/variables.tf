@@ -516,6 +516,43 @@ variable "notifications" {
   }
 }
 
+variable "export_grants" {
+  description = "Export grants (docs/authority.md §9): converter = the argv of the command an owed Hugging Face export runs as a job (RLCLEANUP_EXPORT_CONVERTER, e.g. [\"python\", \"-m\", \"skyrl_train.entrypoints.checkpoint_export\"]; upstream's ++checkpoint_export.* overrides follow it); controller = the controller the jobs are submitted to (RLCLEANUP_EXPORT_CONTROLLER: ray, whose dashboard is ray_dashboard); allowed_prefixes = where a request's model_path / model_source_uri may lie (RLCLEANUP_EXPORT_ALLOWED_PREFIXES; empty: none); throughput_bytes_per_second and margin_seconds = the expiry preflight's stated default throughput and the time the job needs beyond it. Set on the grant-applying functions only; the default (no converter, no controller) refuses every export grant."
+  type = object({
+    converter                   = optional(list(string), [])
+    controller                  = optional(string, "")
+    allowed_prefixes            = optional(list(string), [])
+    throughput_bytes_per_second = optional(number, 50000000)
+    margin_seconds              = optional(number, 1800)
+  })
+  default = {}
+
+  validation {
+    condition     = (length(var.export_grants.converter) == 0) == (var.export_grants.controller == "")
+    error_message = "export_grants.converter and export_grants.controller are set together (either alone refuses every export grant)."
+  }
+
+  validation {
+    condition     = alltrue([for arg in var.export_grants.converter : arg != ""])
+    error_message = "export_grants.converter is an argv list of non-empty strings, never one shell string to split."
+  }
+
+  validation {
+    condition     = contains(["", "ray"], var.export_grants.controller)
+    error_message = "export_grants.controller must be ray (the controller with an export submitter; Iris has none yet) or empty."
+  }
+
+  validation {
+    condition     = alltrue([for p in var.export_grants.allowed_prefixes : can(regex("^([a-z][a-z0-9+.-]*://[^/\\s]+/?|/)\\S*$", p)) && !strcontains(p, ",")])
+    error_message = "export_grants.allowed_prefixes must be URIs (gs://bucket/prefix/, s3://..., hf://namespace/) or absolute paths, without commas."
+  }
+
+  validation {
+    condition     = var.export_grants.throughput_bytes_per_second > 0 && var.export_grants.margin_seconds >= 0
+    error_message = "export_grants.throughput_bytes_per_second must be above 0 and export_grants.margin_seconds 0 or more."
+  }
+}
+
 variable "large_copy_image" {
   description = "Container image of the large-copy job (the rlcleanup package, as hub_upload_image). Empty: no job; every capture part is copied inline by capture-part."
   type        = string
