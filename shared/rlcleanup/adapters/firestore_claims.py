@@ -147,6 +147,20 @@ class FirestoreIdempotencyStore(IdempotencyStore):
             return False
         return True
 
+    def claims_of(self, run_id: str) -> dict[str, StepDoc]:
+        with self.records.guard("read claims", run_id):
+            snaps = list(self.records.run_doc(run_id).collection("steps").stream(**self.records.stream_rpc))
+        out: dict[str, StepDoc] = {}
+        for snap in snaps:
+            data = snap.to_dict() or {}
+            out[str(data.get("key", snap.id))] = StepDoc(
+                state=str(data.get("state")),
+                lease_until=data.get("lease_until"),
+                owner=data.get("owner"),
+                result=data.get("result"),
+            )
+        return dict(sorted(out.items()))
+
     def forget_claims(self, run_id: str) -> int:
         with self.records.guard("forget claims", run_id):
             refs = [snap.reference for snap in self.records.run_doc(run_id).collection("steps").stream()]

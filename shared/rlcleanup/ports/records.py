@@ -20,6 +20,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal, Protocol, get_args
 
+from pydantic import BaseModel, ConfigDict
+
 from rlcleanup.errors import RetryLater
 from rlcleanup.models.record import CompletionRecord, RunError
 
@@ -57,6 +59,25 @@ def check_indexed(field: str, limit: int) -> int:
     if field not in INDEXED_FIELDS:
         raise ValueError(f"records are not indexed by {field!r}; indexed: {', '.join(INDEXED_FIELDS)}")
     return max(0, min(limit, MAX_LOOKUP))
+
+
+class ForgetReport(BaseModel):
+    """What `RunRecords.forget_run` removed."""
+
+    model_config = ConfigDict(frozen=True)
+    run_id: str
+    had_record: bool  # the run had a completion record
+    removed: int  # documents (rows) removed in all: the record, its claims, events and every document filed under it
+
+
+class SetAside(BaseModel):
+    """A run's record, claims and event ledger as `RunRecords.set_aside` took them out, for `put_back` (a rerun that
+    did not finish leaves the record as it was). Its content is the backend's own: only that backend reads it."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    run_id: str
+    backend: str
+    rows: dict[str, list[Any]]
 
 
 class RunRecords(Protocol):
@@ -98,6 +119,23 @@ class RunRecords(Protocol):
     def get_doc(self, collection: str, doc_id: str) -> dict[str, Any] | None: ...
 
     def list_docs(self, collection: str, prefix: str = "") -> list[tuple[str, dict[str, Any]]]: ...
+
+    # Operator maintenance (`rlcleanup forget`, `run --rerun`): the pipeline itself never removes anything.
+
+    def forget_run(self, run_id: str) -> ForgetReport:
+        """Remove the run's record, claims and events, every collection filed under it (ports/collections.py
+        `RunCollection`), its documents in the run-keyed collections (`RUN_KEYED`) and those naming it
+        (`RUN_NAMED`); no other run's document. The ended-grant ledger and the approvers stay."""
+        ...
+
+    def set_aside(self, run_id: str) -> SetAside:
+        """Take the run's record, claims and event ledger out (so every step runs again) and return them; the
+        documents filed under it (grants, history) stay: they are its authority trail."""
+        ...
+
+    def put_back(self, kept: SetAside) -> None:
+        """Replace whatever the run's record, claims and events are now with what `set_aside` took out."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -142,6 +180,10 @@ class IdempotencyStore(ABC):
     def _done_count(self, run_id: str, prefix: str) -> int:
         """How many done claims have a key starting with prefix (adapters count server side, reading no results)."""
         return len(self._done_results(run_id, prefix))
+
+    @abstractmethod
+    def claims_of(self, run_id: str) -> dict[str, StepDoc]:
+        """Every claim of the run, done and in flight, by key: what `rlcleanup watch`/`status` show (leases too)."""
 
     @abstractmethod
     def forget_claims(self, run_id: str) -> int:
