@@ -17,13 +17,14 @@ from typing import Any
 from rlcleanup.adapters.firestore_client import FirestoreConnection, check_size, plain
 from rlcleanup.context import current_context
 from rlcleanup.errors import RecordStoreLost
+from rlcleanup.models.claims import PRE_CANCEL
 from rlcleanup.models.record import utcnow
 from rlcleanup.ports.records import DONE, IdempotencyStore, StepDoc
 
 log = logging.getLogger(__name__)
 META_COLLECTION = "rlcleanup_meta"
 META_DOC = "database"
-RUN_START_KEYS = ("classify", "pre-cancel:")  # claims that begin work on a run: nothing before them to lose
+RUN_START_KEYS = ("classify", PRE_CANCEL)  # claims that begin work on a run: nothing before them to lose
 _KEY_RANGE_END = "\uf8ff"  # keys starting with a prefix sort in [prefix, prefix + U+F8FF)
 
 

@@ -20,13 +20,14 @@ from typing import Any
 
 from rlcleanup.authority.publish import preserved_log_names
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.ports.collections import PREVIEWS
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
 from rlcleanup.uris import relative_to
 
 
 def previews_collection(run_id: str) -> str:
-    return f"runs/{run_id}/previews"
+    return PREVIEWS.path(run_id)
 
 
 def preview_key(action: str, step: int | None, destination: str | None, approver: str) -> str:

@@ -11,11 +11,12 @@ from rlcleanup.authority.grants import Grant, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.publish import read_marker
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.ports.collections import MODEL_REGISTRY
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.facts import safe_run_id
 
-REGISTRY = "model_registry"
+REGISTRY = MODEL_REGISTRY.name
 DOES_NOT_APPLY = "registration does not apply: the experiment declares no cleanup.registration"
 
 

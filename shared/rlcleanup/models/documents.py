@@ -8,6 +8,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
+from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord
 
 
@@ -48,3 +49,15 @@ class EndedGrant(_Document):
     run_id: str
     state: str
     at: datetime
+
+
+class LostRun(_Document):
+    """lost_runs/{run_id}: a run the record store lost, the event that re-drives it, and whether it was."""
+
+    run_id: str
+    run_uri: str | None = None
+    event: JobEvent | None = None  # the origin that started it; None: re-driven by its URI as a manual end
+    step: str
+    lost_at: datetime
+    recovered_at: datetime | None = None  # re-driven from scratch (its claims dropped)
+    redriven_at: datetime | None = None  # the sweep published its event once

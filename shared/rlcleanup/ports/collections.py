@@ -11,10 +11,11 @@ A collection is either top level (`Collection`: `run_ids/{id}`) or filed under o
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from rlcleanup.ports.records import RunRecords
 
@@ -42,6 +43,17 @@ class Documents(Generic[M]):
     def list(self, prefix: str = "") -> list[tuple[str, M]]:
         """(id, document) for every document whose id starts with prefix, in id order."""
         return [(doc_id, self.model.model_validate(doc)) for doc_id, doc in self.records.list_docs(self.path, prefix)]
+
+    def list_checked(self) -> builtins.list[tuple[str, M | None, dict[str, Any]]]:
+        """(id, document or None when it is not one, as stored) for a reader that must report a damaged or forged
+        document instead of stopping at it (authority/quarantine.py's restore)."""
+        out: builtins.list[tuple[str, M | None, dict[str, Any]]] = []
+        for doc_id, doc in self.records.list_docs(self.path):
+            try:
+                out.append((doc_id, self.model.model_validate(doc), doc))
+            except ValidationError:
+                out.append((doc_id, None, doc))
+        return out
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Literal, Protocol, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -149,6 +149,7 @@ class StepDoc:
 
 
 RUNNING, DONE = "running", "done"
+StoredM = TypeVar("StoredM", bound=BaseModel)
 _COMPLETE_TRIES = 5
 
 
@@ -247,6 +248,26 @@ class IdempotencyStore(ABC):
     def results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
         """Completed results whose key starts with prefix (fan-in reads these)."""
         return self._done_results(run_id, prefix)
+
+    # ------------------------------------------------------------------ typed reads (every claim as its model)
+
+    def complete_as(self, run_id: str, key: str, result: BaseModel) -> None:
+        """Complete the claim with a model's result (stored as its JSON: `result_as` reads it back)."""
+        self.complete(run_id, key, result.model_dump(mode="json"))
+
+    def result_as(self, run_id: str, key: str, model: type[StoredM]) -> StoredM | None:
+        """The result a done claim stored, as its model (None: not done)."""
+        raw = self.result(run_id, key)
+        return None if raw is None else model.model_validate(raw)
+
+    def results_as(self, run_id: str, prefix: str, model: type[StoredM]) -> dict[str, StoredM]:
+        """Every done claim's result under a key prefix, each as its model, by full key."""
+        return {key: model.model_validate(raw) for key, raw in self.results(run_id, prefix).items()}
+
+    def done_keys(self, run_id: str, prefix: str) -> set[str]:
+        """The keys of the done claims under a prefix: what a reader that needs only "is it done" asks (their
+        results are read through `result_as`/`results_as`)."""
+        return set(self.results(run_id, prefix))
 
     def done_count(self, run_id: str, prefix: str) -> int:
         """How many claims whose key starts with prefix are done: a fan-in's cheap gate. Fewer than its members

@@ -39,6 +39,7 @@ from rlcleanup.errors import (
 from rlcleanup.models.outcomes import MemberOutcome
 from rlcleanup.models.record import RunError, utcnow
 from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.ports.collections import DELIVERY_ATTEMPTS
 from rlcleanup.runtime.admission import attachable_run
 from rlcleanup.runtime.attempt_scope import unscoped
 from rlcleanup.runtime.claims import failed_claim
@@ -66,7 +67,7 @@ class FailureRoute:
 
 
 DEFECT_DELIVERY_BUDGET = 3
-ATTEMPTS_COLLECTION = "delivery_attempts"
+ATTEMPTS_COLLECTION = DELIVERY_ATTEMPTS.name
 PERMANENT_PREFIX = "permanent error recorded"
 _LOGGED = "_rlcleanup_logged"
 
@@ -131,7 +132,7 @@ def finish_failed(
         assert route.failed_member is not None  # the stage table gives every member its failure outcome
         # What the member stores is its stage's (the stage table's row); a cut log's later segments too.
         for key, outcome in route.failed_member(p, claim.key, data, error):
-            p.claims.complete(claim.run_id, key, outcome.model_dump(mode="json"))
+            p.claims.complete_as(claim.run_id, key, outcome)
         log.warning("fan-out member %s of run %s completed as failed: %s", claim.key, claim.run_id, error.code)
         try:
             retry_fan_in()  # the member's claim is done now: the handler goes straight to its fan-in

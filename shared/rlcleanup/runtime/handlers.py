@@ -16,6 +16,7 @@ from dataclasses import replace
 from rlcleanup.errors import PermanentError, RecordStoreLost
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import RunError
+from rlcleanup.ports.collections import POISON_MESSAGES
 from rlcleanup.runtime.admission import attachable_run, bound_run_id, choose_run_id
 from rlcleanup.runtime.envelope import identify
 from rlcleanup.runtime.failures import finish_failed, to_permanent
@@ -27,7 +28,7 @@ from rlcleanup.steps.layout import discover
 
 log = logging.getLogger(__name__)
 
-POISON_COLLECTION = "poison_messages"
+POISON_COLLECTION = POISON_MESSAGES.name
 
 
 def handler(entry_point: str) -> Handler:

@@ -51,9 +51,9 @@ def run_job(p: Ports, run_id: str, gid: str, *, last_attempt: bool = True, batch
     doc = ledger.get_grant_doc(p.records, run_id, gid)
     if doc is None:
         raise PermanentError("bad_input", f"no grant {gid!r} is filed on run {run_id!r}")
-    if doc.get("state") in _FINAL:  # a finished job started again: nothing to redo
-        return Outcome(state=str((doc.get("outcome") or {}).get("state", doc["state"])), detail="already applied")
-    message = json.dumps({"grant": doc.get("grant"), "signature": doc.get("signature")}).encode()
+    if doc.state in _FINAL:  # a finished job started again: nothing to redo
+        return Outcome(state=str(doc.result.get("state", doc.state.value)), detail="already applied")
+    message = doc.message()
     verdict = verify(
         p.records,
         message,

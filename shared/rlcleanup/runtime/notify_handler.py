@@ -20,13 +20,14 @@ from rlcleanup.authority import precancel
 from rlcleanup.errors import PermanentError, RunErrorCode
 from rlcleanup.models.notifications import Notice, NotificationSent
 from rlcleanup.models.record import RunError
+from rlcleanup.ports.collections import NOTIFY_ATTEMPTS
 from rlcleanup.ports.notifier import NotificationChannel, NotificationRefused, NotificationUndelivered
 from rlcleanup.report.notice import NOTIFY_STEP, build_notice
 from rlcleanup.runtime.claims import once_ran
 from rlcleanup.runtime.ports import Ports
 
 log = logging.getLogger(__name__)
-ATTEMPTS_COLLECTION = "notify_attempts"
+ATTEMPTS_COLLECTION = NOTIFY_ATTEMPTS.name
 
 
 @cache

@@ -33,6 +33,7 @@ from rlcleanup.models.events import JobEvent, RunMessage
 from rlcleanup.models.plans import Classified, FanOutKeys, MemberSet, PassMark, PipelineHop, PipelineKeys
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
+from rlcleanup.ports.collections import SOURCE_SEEN
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import ListsChildren, ObjectInfo
 from rlcleanup.settings import DeploymentSettings
@@ -289,7 +290,7 @@ def ended_again(
     return RunVerdict(run_uri, token, reason, status.updated), seen
 
 
-SEEN = "source_seen"  # hints already given (runtime/source_handlers.py keeps controller jobs there too)
+SEEN = SOURCE_SEEN.name  # hints already given (runtime/source_handlers.py keeps controller jobs there too)
 
 # ---------------------------------------------------------------- stalled records
 
@@ -337,15 +338,15 @@ def stalled_records(
 def open_later_pass(claims: IdempotencyStore, run_id: str, keys: PipelineKeys) -> str | None:
     """The scope of the run's latest later pass when it is unfinished (classified standard, not finished yet,
     or not classified at all), else None."""
-    passes = claims.results(run_id, keys.pass_prefix)
+    passes = claims.results_as(run_id, keys.pass_prefix, PassMark)
     if not passes:
         return None
-    latest = max(passes.items(), key=lambda kv: PassMark.model_validate(kv[1]).n)[0]
+    latest = max(passes.items(), key=lambda kv: kv[1].n)[0]
     scope = f"{latest.removeprefix(keys.pass_prefix)}/"
-    classified = claims.result(run_id, f"{scope}{keys.classify}")
-    if classified is not None and Classified.model_validate(classified).kind != ClassificationKind.standard.value:
+    classified = claims.result_as(run_id, f"{scope}{keys.classify}", Classified)
+    if classified is not None and classified.kind != ClassificationKind.standard.value:
         return None  # routed or left to a person at classification: nothing more runs in this pass
-    if claims.result(run_id, f"{scope}{keys.finish}") is not None:
+    if f"{scope}{keys.finish}" in claims.done_keys(run_id, f"{scope}{keys.finish}"):
         return None
     return scope
 
@@ -357,12 +358,13 @@ def plan_redrive(
     finish, from what the stages stored; list what nothing can redo."""
     run_id = record.run_id
     # A later pass's keys carry its scope; without it, the first pass's keys (other passes' never match them).
-    done = {k.removeprefix(scope): v for k, v in claims.results(run_id, scope).items()}
+    done = {k.removeprefix(scope) for k in claims.done_keys(run_id, scope)}
     sets = {
-        fan.name: fan.set_model.model_validate(done[fan.member_set])
+        fan.name: stored_set
         for hop in keys.hops
         for fan in (*hop.plans, *([hop.members] if hop.members else []))
         if fan.member_set in done
+        and (stored_set := claims.result_as(run_id, f"{scope}{fan.member_set}", fan.set_model)) is not None
     }
     preserve = next((kept for s in sets.values() if (kept := s.kept_preserve_root)), None) or preserve_root
     if preserve is None:
@@ -395,7 +397,7 @@ def plan_redrive(
 
 
 def _redrive_members(
-    run: RunMessage, hop: PipelineHop, fan: FanOutKeys, member_set: MemberSet | None, done: dict[str, Any]
+    run: RunMessage, hop: PipelineHop, fan: FanOutKeys, member_set: MemberSet | None, done: set[str]
 ) -> Redrive:
     """A fan-out a barrier planned: one message per member with no outcome (a member's message names only its id),
     or, when every member is in, one of them again, which re-tries the fan-in its delivery missed."""

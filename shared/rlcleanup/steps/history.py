@@ -20,13 +20,14 @@ from rlcleanup.formats.config_diff import diff_flat, flatten_config
 from rlcleanup.models.failures import ConfigChange, KnownFix, SimilarRun
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import TerminalState
+from rlcleanup.ports.collections import RUN_CONFIGS
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.steps.failure_rules import classify_failure
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.signature import signature
 from rlcleanup.uris import basename, parent
 
-CONFIG_COLLECTION = "run_configs"
+CONFIG_COLLECTION = RUN_CONFIGS.name
 SIMILAR_LIMIT = 20  # runs listed per record on each side (before, after), newest first
 TIE_WINDOW = timedelta(seconds=1)  # the "before" lookup reaches past this run's end: its own second is all read
 FIX_LOOKUPS = 5  # of those, how many get a "what fixed it" lookup (one query each)
