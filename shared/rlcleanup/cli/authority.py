@@ -290,9 +290,9 @@ class _PreviewCheck:
         remember_preview(self.store, self.record.run_id, self.key, seen, now)
 
     def moved(self, step: int | None, digest: str | None) -> str | None:
-        from rlcleanup.authority.previewed import moved_since_preview, seen_artifact
+        from rlcleanup.authority.previewed import SeenArtifact, moved_since_preview, seen_artifact
 
-        def seen_now() -> dict[str, Any]:  # listed only when a preview exists to compare with
+        def seen_now() -> SeenArtifact:  # listed only when a preview exists to compare with
             return seen_artifact(open_storage(), self.record, step, digest)
 
         return moved_since_preview(self.store, self.record.run_id, self.key, seen_now)

@@ -61,3 +61,30 @@ class LostRun(_Document):
     lost_at: datetime
     recovered_at: datetime | None = None  # re-driven from scratch (its claims dropped)
     redriven_at: datetime | None = None  # the sweep published its event once
+
+
+class AttemptCount(_Document):
+    """delivery_attempts/{entry point:message} (a message's deliveries that hit a defect) and
+    notify_attempts/{run:state:channel} (a notification's tries)."""
+
+    attempts: int = 0
+    entry_point: str | None = None
+
+
+class PoisonMessage(_Document):
+    """poison_messages/{hash}: a delivery refused for good that names no run it could be recorded on."""
+
+    step: str
+    code: str
+    message: str
+    size: int
+    named_run_id: str | None = None
+    named_run_uri: str | None = None
+
+
+class SourceSeen(_Document):
+    """source_seen/{hint key}: a hint a source already gave (a status version, a controller job's end, a re-drive
+    or stall report), so it is given once."""
+
+    source: str
+    outcome: str | None = None

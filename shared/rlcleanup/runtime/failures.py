@@ -36,6 +36,7 @@ from rlcleanup.errors import (
     defect_message,
     error_kind,
 )
+from rlcleanup.models.documents import AttemptCount
 from rlcleanup.models.outcomes import MemberOutcome
 from rlcleanup.models.record import RunError, utcnow
 from rlcleanup.models.vocab import RecordStatus
@@ -67,7 +68,6 @@ class FailureRoute:
 
 
 DEFECT_DELIVERY_BUDGET = 3
-ATTEMPTS_COLLECTION = DELIVERY_ATTEMPTS.name
 PERMANENT_PREFIX = "permanent error recorded"
 _LOGGED = "_rlcleanup_logged"
 
@@ -112,9 +112,10 @@ def count_delivery(p: Ports, entry_point: str, message_id: str | None, data: byt
     """This message's deliveries that hit a defect, this one included. Read-then-write: two concurrent duplicates
     may count once, which only grants one more retry."""
     key = f"{entry_point}:{message_id or hashlib.sha256(data).hexdigest()[:32]}"
-    seen = p.records.get_doc(ATTEMPTS_COLLECTION, key) or {}
-    attempt = int(seen.get("attempts") or 0) + 1
-    p.records.put_doc(ATTEMPTS_COLLECTION, key, {"attempts": attempt, "entry_point": entry_point})
+    counts = DELIVERY_ATTEMPTS.bind(p.records, AttemptCount)
+    seen = counts.get(key) or AttemptCount()
+    attempt = seen.attempts + 1
+    counts.put(key, AttemptCount(attempts=attempt, entry_point=entry_point))
     return attempt
 
 

@@ -14,6 +14,7 @@ import logging
 from dataclasses import replace
 
 from rlcleanup.errors import PermanentError, RecordStoreLost
+from rlcleanup.models.documents import PoisonMessage
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import RunError
 from rlcleanup.ports.collections import POISON_MESSAGES
@@ -27,8 +28,6 @@ from rlcleanup.runtime.stage_table import Handler, StageTable, stage_table
 from rlcleanup.steps.layout import discover
 
 log = logging.getLogger(__name__)
-
-POISON_COLLECTION = POISON_MESSAGES.name
 
 
 def handler(entry_point: str) -> Handler:
@@ -86,18 +85,15 @@ def record_poison(
     if run_id:
         p.records.add_errors(run_id, [RunError(step=step, code=error.code, message=message)])
     else:
-        p.records.put_doc(
-            POISON_COLLECTION,
-            poison_key(data),
-            {
-                "step": step,
-                "code": error.code,
-                "message": message,
-                "size": len(data),
-                "named_run_id": named_id,
-                "named_run_uri": named_uri[:2000] if named_uri else None,
-            },
+        poison = PoisonMessage(
+            step=step,
+            code=error.code,
+            message=message,
+            size=len(data),
+            named_run_id=named_id,
+            named_run_uri=named_uri[:2000] if named_uri else None,
         )
+        POISON_MESSAGES.bind(p.records, PoisonMessage).put(poison_key(data), poison)
     p.bus.publish(dead_letter_topic, data, {**attributes, "rlcleanup_error": error.code, "rlcleanup_step": step})
     # The log names the run the payload names (as data) when the error went on no record: an operator searching
     # the function's log for a run finds its refusals too.

@@ -29,11 +29,12 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rlcleanup.models.documents import SourceSeen
 from rlcleanup.models.events import JobEvent, RunMessage
 from rlcleanup.models.plans import Classified, FanOutKeys, MemberSet, PassMark, PipelineHop, PipelineKeys
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
-from rlcleanup.ports.collections import SOURCE_SEEN
+from rlcleanup.ports.collections import SOURCE_SEEN, Documents
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import ListsChildren, ObjectInfo
 from rlcleanup.settings import DeploymentSettings
@@ -224,7 +225,7 @@ class PageOutcome:
     continuations: list[SweepPage]
     events: list[JobEvent]
     skipped: dict[str, str]  # run URI -> why no event
-    seen: list[str] = field(default_factory=list)  # SEEN keys to mark after the events are published
+    seen: list[str] = field(default_factory=list)  # source_seen keys to mark after the events are published
 
 
 def sweep_page(
@@ -272,7 +273,7 @@ def ended_again(
     """A finished run whose status token was rewritten after its record last changed, and reads terminal: maybe a
     resubmitted step's new end (runs without storage notifications learn of it here). One stat per recorded run;
     the token is read only when the stat says rewritten. on-job-event decides from the run's end marks whether
-    it is a new end (runtime/attempt_scope.py). Returns the verdict and the `SEEN` key to mark once the hint is
+    it is a new end (runtime/attempt_scope.py). Returns the verdict and the `source_seen` key to mark once the hint is
     handled: each status version is looked at once, so a rewrite that was no new end costs one stat later on."""
     if record.status is RecordStatus.in_progress:
         return None, None  # the stalled-record scan owns it
@@ -281,7 +282,7 @@ def ended_again(
         return None, None
     version = status.fingerprint or str(status.generation or status.updated.isoformat())
     seen = safe_run_id(f"ended-again-{record.run_id}-{version}")
-    if records.get_doc(SEEN, seen) is not None:
+    if seen_hints(records).get(seen) is not None:
         return None, None
     token = parse_executor_status(storage.read_bytes(status.uri, 1024 * 1024).decode("utf-8", "replace"))
     if token not in TERMINAL_TOKENS:
@@ -290,7 +291,13 @@ def ended_again(
     return RunVerdict(run_uri, token, reason, status.updated), seen
 
 
-SEEN = SOURCE_SEEN.name  # hints already given (runtime/source_handlers.py keeps controller jobs there too)
+SWEPT = SourceSeen(source="sweep")  # a hint the sweep gave
+
+
+def seen_hints(records: RunRecords) -> Documents[SourceSeen]:
+    """Hints already given (runtime/source_handlers.py keeps controller jobs there too)."""
+    return SOURCE_SEEN.bind(records, SourceSeen)
+
 
 # ---------------------------------------------------------------- stalled records
 
