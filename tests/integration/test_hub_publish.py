@@ -249,7 +249,7 @@ def test_the_upload_job_reverifies_the_filed_grant_and_files_the_outcome(
     outcome = run_job(p, w.run_id, grant.grant_id)
     assert outcome.state == "handed_off", outcome
     doc = ledger.get_grant_doc(p.records, w.run_id, grant.grant_id)
-    assert doc is not None and doc["state"] == "used" and doc["outcome"]["uri"] == outcome.uri
+    assert doc is not None and doc.state == "used" and doc.result["uri"] == outcome.uri
     assert w.action(grant.grant_id)["state"] == "handed_off"  # synced onto the record
     assert MARKER in hub.files(f"rl-team/job-{uid}")
     assert run_job(p, w.run_id, grant.grant_id).detail == "already applied"  # a restarted job redoes nothing

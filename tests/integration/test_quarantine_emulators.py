@@ -36,7 +36,7 @@ def _gcs_sums(gcs_client: Any, bucket: str, prefix: str) -> dict[str, tuple[str,
 
 def _refusals(records: Any, run_id: str, grant_id: str) -> list[str]:
     """The refusals filed for a grant (a forged one is filed under its own document, not the grant id)."""
-    return [d.get("refusal") for _g, d in ledger.list_grants(records, run_id) if d["grant"].get("grant_id") == grant_id]
+    return [d.refusal for _g, d in ledger.list_grants(records, run_id) if d.body.get("grant_id") == grant_id]
 
 
 def _restore(ports: Any, run_id: str, now: datetime | None = None) -> quarantine.RestoreResult:

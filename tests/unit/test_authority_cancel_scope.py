@@ -11,7 +11,7 @@ import pytest
 from authority_support import World, cancel_grant, cleared, make_world
 from typer.testing import CliRunner
 
-from rlcleanup.authority.precancel import causes_collection
+from rlcleanup.authority.precancel import causes
 from rlcleanup.cli.main import app
 from rlcleanup.errors import PermanentError
 from rlcleanup.models.events import JobEvent
@@ -111,7 +111,7 @@ def test_a_cause_naming_no_observed_failure_is_refused_and_nothing_is_recorded(
     with pytest.raises(PermanentError) as err:
         record_cause(w.stack.ports, w.run_id, fingerprint, "whatever", "mallory", datetime.now(UTC))
     assert err.value.code == "unknown_signature"
-    assert w.stack.ports.records.get_doc(causes_collection(w.run_id), fingerprint) is None
+    assert causes(w.stack.ports.records, w.run_id).get(fingerprint) is None
     w.stack.bus.drain()
     assert cleared(w) == [] and w.action(grant.grant_id)["state"] == "withheld"
 

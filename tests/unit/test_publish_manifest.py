@@ -113,7 +113,11 @@ def test_a_hub_hand_off_checks_the_manifest_before_the_repo_exists(tmp_path: Pat
         assert hub.repos == {} and hub.commits == []
     else:
         assert out.refusal is None, out.detail
-        assert "sha256 verified" in out.detail and out.extra["model_manifest"]["sha256_not_checked"] == []
+        assert (
+            "sha256 verified" in out.detail
+            and out.model_manifest is not None
+            and out.model_manifest["sha256_not_checked"] == []
+        )
 
 
 def _proof(tmp_path: Path, name: str, data: bytes, sha256: str | None) -> CopyProof:

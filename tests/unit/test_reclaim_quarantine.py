@@ -184,11 +184,9 @@ def test_purge_needs_its_own_grant(tmp_path: Path) -> None:
     forged = w.grant("purge")
     w.deliver(w.message(forged, key=new_key()))
     filed = [
-        d
-        for _g, d in ledger.list_grants(w.stack.ports.records, w.run_id)
-        if d["grant"].get("grant_id") == forged.grant_id
+        d for _g, d in ledger.list_grants(w.stack.ports.records, w.run_id) if d.body.get("grant_id") == forged.grant_id
     ]
-    assert [d["refusal"] for d in filed] in (["unknown_approver"], ["bad_signature"]), filed
+    assert [d.refusal for d in filed] in (["unknown_approver"], ["bad_signature"]), filed
     assert _held(tmp_path) == held
     # the approver's purge grant deletes exactly the quarantined objects, and a restore then has nothing to do
     purge = w.grant("purge")

@@ -63,8 +63,8 @@ def test_a_rerun_that_cannot_finish_puts_the_record_back(
     assert SqliteRunRecords(db).get(RUN) == before  # the good record, unchanged
     assert SqliteIdempotencyStore(db).results(RUN, "") == claims_before  # and its claims: nothing runs again
     kept = history(open_store(None, db, None), RUN)
-    assert [doc["record"]["status"] for doc in kept] == ["awaiting_authority", "failed"]
-    todo = kept[-1]["record"]["remaining_work"][-1]
+    assert [doc.record.status.value for doc in kept] == ["awaiting_authority", "failed"]
+    todo = kept[-1].record.remaining_work[-1]
     assert f"`rlcleanup run {root} --rerun`" in todo and "re-emit" not in todo, todo
     # Plain `run` prints the good record again.
     code, out, err = invoke("run", str(root), "--db", str(db), "--preserve-to", str(tmp_path / "p"), "--json")

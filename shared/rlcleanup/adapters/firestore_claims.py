@@ -17,13 +17,14 @@ from typing import Any
 from rlcleanup.adapters.firestore_client import FirestoreConnection, check_size, plain
 from rlcleanup.context import current_context
 from rlcleanup.errors import RecordStoreLost
+from rlcleanup.models.claims import PRE_CANCEL
 from rlcleanup.models.record import utcnow
 from rlcleanup.ports.records import DONE, IdempotencyStore, StepDoc
 
 log = logging.getLogger(__name__)
 META_COLLECTION = "rlcleanup_meta"
 META_DOC = "database"
-RUN_START_KEYS = ("classify", "pre-cancel:")  # claims that begin work on a run: nothing before them to lose
+RUN_START_KEYS = ("classify", PRE_CANCEL)  # claims that begin work on a run: nothing before them to lose
 _KEY_RANGE_END = "\uf8ff"  # keys starting with a prefix sort in [prefix, prefix + U+F8FF)
 
 
@@ -146,6 +147,20 @@ class FirestoreIdempotencyStore(IdempotencyStore):
         except (FailedPrecondition, NotFound):
             return False
         return True
+
+    def claims_of(self, run_id: str) -> dict[str, StepDoc]:
+        with self.records.guard("read claims", run_id):
+            snaps = list(self.records.run_doc(run_id).collection("steps").stream(**self.records.stream_rpc))
+        out: dict[str, StepDoc] = {}
+        for snap in snaps:
+            data = snap.to_dict() or {}
+            out[str(data.get("key", snap.id))] = StepDoc(
+                state=str(data.get("state")),
+                lease_until=data.get("lease_until"),
+                owner=data.get("owner"),
+                result=data.get("result"),
+            )
+        return dict(sorted(out.items()))
 
     def forget_claims(self, run_id: str) -> int:
         with self.records.guard("forget claims", run_id):

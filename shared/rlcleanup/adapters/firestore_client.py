@@ -19,6 +19,7 @@ from typing import Any
 from rlcleanup.context import current_context
 from rlcleanup.errors import RecordStoreUnavailable
 from rlcleanup.ports import usage
+from rlcleanup.ports.collections import RUNS
 from rlcleanup.settings import load_settings
 
 log = logging.getLogger(__name__)
@@ -214,7 +215,7 @@ class FirestoreConnection:
         return self._client
 
     def run_doc(self, run_id: str) -> Any:
-        return self.db.collection("runs").document(run_id)
+        return self.db.collection(RUNS).document(run_id)
 
 
 def plain(value: Any) -> Any:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rlcleanup.ports.collections import RUNS
+
 ORDER_FIELD = "ended_at"
 
 
@@ -35,7 +37,7 @@ class ConsoleQuery:
         from google.cloud.firestore_v1.base_query import FieldFilter
 
         op = "array_contains" if self.op == "array-contains" else "=="
-        runs = client.collection("runs").where(filter=FieldFilter(self.field, op, self.value))
+        runs = client.collection(RUNS).where(filter=FieldFilter(self.field, op, self.value))
         return runs.order_by(ORDER_FIELD, direction=firestore.Query.DESCENDING).limit(limit)
 
 

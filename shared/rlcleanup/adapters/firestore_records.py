@@ -25,9 +25,14 @@ from rlcleanup.adapters.firestore_client import FirestoreConnection, check_size,
 from rlcleanup.adapters.firestore_queries import ORDER_FIELD
 from rlcleanup.errors import RecordMissing
 from rlcleanup.models.record import DERIVED_FROM, CompletionRecord, RunError, utcnow
-from rlcleanup.ports.records import IndexedField, check_indexed
+from rlcleanup.ports.collections import RUN_KEYED, RUN_NAMED, RUNS
+from rlcleanup.ports.records import ForgetReport, IndexedField, SetAside, check_indexed
 
 MAX_INLINE_ERRORS = 20
+# The record's own subcollections (the rest under runs/{id} are ports/collections.py's run collections: grants,
+# history, ... which a rerun keeps).
+RECORD_SUBCOLLECTIONS = ("steps", "events", "candidates", "attempts", "errors")
+_BATCH_WRITES = 500  # Firestore's limit per batch
 ERROR_BATCH = 400  # error documents per commit (Firestore allows 500 writes per batch; +1 for the run document)
 
 
@@ -191,7 +196,7 @@ class FirestoreRunRecords(FirestoreConnection):
     def list_runs(self, limit: int = 100) -> Iterator[CompletionRecord]:
         from google.cloud import firestore
 
-        query = self.db.collection("runs").order_by("updated_at", direction=firestore.Query.DESCENDING).limit(limit)
+        query = self.db.collection(RUNS).order_by("updated_at", direction=firestore.Query.DESCENDING).limit(limit)
         with self.guard("list runs"):
             snaps = list(query.stream(**self.stream_rpc))
         for snap in snaps:
@@ -208,7 +213,7 @@ class FirestoreRunRecords(FirestoreConnection):
         bounded = check_indexed(field, limit)
         if bounded == 0:
             return []
-        query = self.db.collection("runs").where(filter=FieldFilter(field, "==", value))
+        query = self.db.collection(RUNS).where(filter=FieldFilter(field, "==", value))
         if ended_before is not None:
             query = query.where(filter=FieldFilter(ORDER_FIELD, "<", ended_before))
         query = query.order_by(ORDER_FIELD, direction=firestore.Query.DESCENDING).limit(bounded)
@@ -256,6 +261,64 @@ class FirestoreRunRecords(FirestoreConnection):
             snaps = list(self.db.collection(collection).stream(**self.stream_rpc))
         docs = [(s.id, s.to_dict() or {}) for s in snaps if s.id.startswith(prefix)]
         return sorted(docs)
+
+    # ----------------------------------------------------------- operator maintenance
+
+    def forget_run(self, run_id: str) -> ForgetReport:
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        ref = self.run_doc(run_id)
+        with self.guard("forget", run_id):
+            had = ref.get(field_paths=["run_id"], **self.rpc).exists
+            removed = int(self.db.recursive_delete(ref))  # the record and everything filed under runs/{id}
+            doomed = [self.db.collection(keyed.name).document(run_id) for keyed in RUN_KEYED]
+            doomed = [snap.reference for snap in self.db.get_all(doomed, **self.rpc) if snap.exists]
+            for named, field in RUN_NAMED:
+                query = self.db.collection(named.name).where(filter=FieldFilter(field, "==", run_id))
+                doomed += [snap.reference for snap in query.stream(**self.stream_rpc)]
+            self._delete_all(doomed)
+        return ForgetReport(run_id=run_id, had_record=had, removed=removed + len(doomed))
+
+    def set_aside(self, run_id: str) -> SetAside:
+        with self.guard("set aside", run_id):
+            rows, refs = self._record_documents(run_id)
+            self._delete_all(refs)
+        return SetAside(run_id=run_id, backend="firestore", rows=rows)
+
+    def put_back(self, kept: SetAside) -> None:
+        if kept.backend != "firestore":
+            raise ValueError(f"{kept.run_id}: documents set aside by {kept.backend}, not Firestore")
+        ref = self.run_doc(kept.run_id)
+        with self.guard("put back", kept.run_id):
+            self._delete_all(self._record_documents(kept.run_id)[1])
+            writes = [(ref, data) for _, data in kept.rows.get("", [])]
+            for name in RECORD_SUBCOLLECTIONS:
+                writes += [(ref.collection(name).document(doc_id), data) for doc_id, data in kept.rows.get(name, [])]
+            for start in range(0, len(writes), _BATCH_WRITES):
+                batch = self.db.batch()
+                for doc_ref, data in writes[start : start + _BATCH_WRITES]:
+                    batch.set(doc_ref, data)
+                batch.commit(**self.rpc)
+
+    def _record_documents(self, run_id: str) -> tuple[dict[str, list[Any]], list[Any]]:
+        """The run document and its record subcollections: (id, data) per collection ("" the run document) and
+        their references."""
+        ref = self.run_doc(run_id)
+        snap = ref.get(**self.rpc)
+        rows: dict[str, list[Any]] = {"": [(run_id, snap.to_dict())] if snap.exists else []}
+        refs = [ref] if snap.exists else []
+        for name in RECORD_SUBCOLLECTIONS:
+            snaps = list(ref.collection(name).stream(**self.stream_rpc))
+            rows[name] = [(s.id, s.to_dict() or {}) for s in snaps]
+            refs += [s.reference for s in snaps]
+        return rows, refs
+
+    def _delete_all(self, refs: list[Any]) -> None:
+        for start in range(0, len(refs), _BATCH_WRITES):
+            batch = self.db.batch()
+            for ref in refs[start : start + _BATCH_WRITES]:
+                batch.delete(ref)
+            batch.commit(**self.rpc)
 
 
 def firestore_stores(

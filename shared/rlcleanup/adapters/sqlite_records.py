@@ -20,10 +20,13 @@ from pydantic import TypeAdapter
 
 from rlcleanup.errors import RecordMissing
 from rlcleanup.models.record import CompletionRecord, RunError, utcnow
+from rlcleanup.ports.collections import RUN_KEYED, RUN_NAMED, run_prefix
 from rlcleanup.ports.records import (
     INDEXED_FIELDS,
+    ForgetReport,
     IdempotencyStore,
     IndexedField,
+    SetAside,
     StepDoc,
     check_document_value,
     check_indexed,
@@ -118,6 +121,10 @@ class _SqliteFile:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
+
+
+# The tables holding a run's record, its claims and its event ledger (by run_id): what a rerun sets aside.
+_RUN_TABLES = ("records", "claims", "claim_versions", "events")
 
 
 class SqliteRunRecords(_SqliteFile):
@@ -223,6 +230,41 @@ class SqliteRunRecords(_SqliteFile):
         )
         return [(doc_id, json.loads(data)) for doc_id, data in rows]
 
+    # ----------------------------------------------------------- operator maintenance
+
+    def forget_run(self, run_id: str) -> ForgetReport:
+        prefix = run_prefix(run_id)
+        with self._tx() as db:
+            had = db.execute("SELECT 1 FROM records WHERE run_id = ?", (run_id,)).fetchone() is not None
+            removed = sum(db.execute(f"DELETE FROM {t} WHERE run_id = ?", (run_id,)).rowcount for t in _RUN_TABLES)
+            removed += db.execute("DELETE FROM docs WHERE substr(collection, 1, ?) = ?", (len(prefix), prefix)).rowcount
+            for keyed in RUN_KEYED:
+                removed += db.execute(
+                    "DELETE FROM docs WHERE collection = ? AND doc_id = ?", (keyed.name, run_id)
+                ).rowcount
+            for named, field in RUN_NAMED:
+                removed += db.execute(
+                    "DELETE FROM docs WHERE collection = ? AND json_extract(data, ?) = ?",
+                    (named.name, f"$.{field}", run_id),
+                ).rowcount
+        return ForgetReport(run_id=run_id, had_record=had, removed=removed)
+
+    def set_aside(self, run_id: str) -> SetAside:
+        with self._tx() as db:
+            rows = {t: db.execute(f"SELECT * FROM {t} WHERE run_id = ?", (run_id,)).fetchall() for t in _RUN_TABLES}
+            for table in _RUN_TABLES:
+                db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        return SetAside(run_id=run_id, backend="sqlite", rows=rows)
+
+    def put_back(self, kept: SetAside) -> None:
+        if kept.backend != "sqlite":
+            raise ValueError(f"{kept.run_id}: rows set aside by {kept.backend}, not SQLite")
+        with self._tx() as db:
+            for table in _RUN_TABLES:
+                db.execute(f"DELETE FROM {table} WHERE run_id = ?", (kept.run_id,))
+                for row in kept.rows.get(table, []):
+                    db.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(row))})", tuple(row))
+
 
 class SqliteIdempotencyStore(_SqliteFile, IdempotencyStore):
     """Claim primitives: a row per claim plus its version (bumped by every compare-and-set)."""
@@ -303,6 +345,26 @@ class SqliteIdempotencyStore(_SqliteFile, IdempotencyStore):
             .fetchone()
         )
         return int(row[0])
+
+    def claims_of(self, run_id: str) -> dict[str, StepDoc]:
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT c.key, c.state, c.lease_until, c.result, v.owner FROM claims c LEFT JOIN claim_versions v"
+                " ON v.run_id = c.run_id AND v.key = c.key WHERE c.run_id = ? ORDER BY c.key",
+                (run_id,),
+            )
+            .fetchall()
+        )
+        return {
+            key: StepDoc(
+                state=state,
+                lease_until=datetime.fromisoformat(until) if until else None,
+                owner=owner,
+                result=json.loads(result) if result else None,
+            )
+            for key, state, until, result, owner in rows
+        }
 
     def running(self, run_id: str) -> list[tuple[str, StepDoc]]:
         """The run's unfinished claims with their leases and owners (key order): what `run` reads to resume an

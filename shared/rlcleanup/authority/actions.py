@@ -24,6 +24,7 @@ from rlcleanup.authority.reclaim import ReclaimPlan, reclaim
 from rlcleanup.authority.register import register
 from rlcleanup.authority.staging import discard_staging
 from rlcleanup.errors import ErrorKind, error_kind
+from rlcleanup.models.claims import PreCancelCaptured
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.clock import Clock
@@ -84,7 +85,7 @@ class GrantTask:
     grant: Grant
     gid: str
     record: CompletionRecord | None
-    capture: dict[str, Any] | None
+    capture: PreCancelCaptured | None
 
 
 ActionHandler = Callable[[GrantPorts, GrantTask], Applied]
@@ -129,17 +130,17 @@ def _clear_cancel(p: GrantPorts, task: GrantTask) -> Outcome:
     refused = cancel_refusal(task.record, grant)
     if refused is not None:
         return refused
-    capture = task.capture or {}
+    capture = task.capture
     cleared = {
         "run_id": grant.run_id,
-        "job_id": capture.get("job_id"),
-        "source": capture.get("source"),
+        "job_id": capture.job_id if capture else None,
+        "source": capture.source if capture else None,
         "grant_id": task.gid,
-        "capture_uri": capture.get("capture_uri"),
+        "capture_uri": capture.capture_uri if capture else None,
         "cleared_at": p.clock.now().isoformat(),
     }
     p.bus.publish(p.cancel_cleared_topic, json.dumps(cleared).encode(), {"run_id": grant.run_id})
-    return Outcome(state="cleared", uri=capture.get("capture_uri"), detail="cancel-cleared published")
+    return Outcome(state="cleared", uri=cleared["capture_uri"], detail="cancel-cleared published")
 
 
 def _register(p: GrantPorts, task: GrantTask) -> Outcome:
@@ -187,7 +188,7 @@ def _purge(p: GrantPorts, task: GrantTask) -> Outcome:
     detail = f"purged {len(purged)} quarantined object(s)" + (
         f"; refused {len(refused)}: {refused[:5]}" if refused else ""
     )
-    return Outcome(state="purged", destination=grant.destination, detail=detail, extra={"purged": purged})
+    return Outcome(state="purged", destination=grant.destination, detail=detail, purged=purged)
 
 
 def _hand_off(p: GrantPorts, task: GrantTask) -> Applied:

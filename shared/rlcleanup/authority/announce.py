@@ -109,13 +109,13 @@ def restore_events(
     record_url: str | None,
 ) -> list[ModelEvent]:
     """One `model-restored` per reclaim grant whose quarantined objects a restore put back. `grants`: the
-    run's grant documents by id (the reclaim grant names the destination and its approver)."""
+    run's signed grants by id, as filed (the reclaim grant names the destination and its approver)."""
     by_grant: dict[str, list[QuarantineEntry]] = {}
     for entry in restored:
         by_grant.setdefault(entry.grant_id, []).append(entry)
     events = []
     for gid, group in sorted(by_grant.items()):
-        signed = (grants.get(gid) or {}).get("grant") or {}
+        signed = grants.get(gid) or {}
         first = group[0]
         ref = GrantRef(grant_id=gid, action=str(signed.get("action") or "reclaim"), granted_by=signed.get("granted_by"))
         events.append(

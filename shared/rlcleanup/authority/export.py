@@ -291,7 +291,7 @@ def submit(plan: ExportPlan, grant: Grant) -> Outcome:
         destination=grant.destination,
         detail=detail,
         uri=plan.request_uri,
-        extra={"export_job": job.model_dump(mode="json")},
+        export_job=job.model_dump(mode="json"),
     )
 
 

@@ -25,15 +25,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rlcleanup.models.vocab import Visibility as Visibility  # re-exported: grants name one, callers import it here
+from rlcleanup.ports import collections
 from rlcleanup.ports.hub import is_hub, repo_of
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.settings import GrantLimits, read, within
 from rlcleanup.uris import LOCAL_SCHEME, scheme, strip_file_scheme
 
-APPROVERS = "approvers"
+APPROVERS = collections.APPROVERS.name
 # Every revoked public key, by its fingerprint, outside `approvers/`: re-adding an approver (or another id) with a
 # revoked key never brings it back (authority/approvers.py writes it; P37).
-REVOKED_KEYS = "revoked_keys"
+REVOKED_KEYS = collections.REVOKED_KEYS.name
 _ID = r"^[A-Za-z0-9._=-]{1,200}$"
 
 

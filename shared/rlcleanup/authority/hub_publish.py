@@ -356,7 +356,7 @@ def publish_to_hub(
         out = _upload(storage, record, grant, hub, hub_plan, listed, len(report.scanned), progress, batch)
         if verdict is not None and not out.refused:  # what the staged copy proved against the model manifest
             out.detail += f"; {verdict.statement()}"
-            out.extra["model_manifest"] = verdict.as_doc()
+            out.model_manifest = verdict.as_doc()
         return out
     finally:
         clean_prefix(storage, staging)

@@ -16,12 +16,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, Verdict
 from rlcleanup.authority.outcome import Outcome
 from rlcleanup.errors import redact_credentials
+from rlcleanup.models.documents import EndedGrant
 from rlcleanup.models.record import AuthorityAction, CompletionRecord
 from rlcleanup.models.vocab import CandidateState, RecordStatus
+from rlcleanup.ports import collections
 from rlcleanup.ports.clock import Clock
+from rlcleanup.ports.collections import Documents
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.steps.facts import safe_run_id
 from rlcleanup.steps.grant_binding import Binding, bind_grants
@@ -43,8 +48,52 @@ def is_ready(record: CompletionRecord | None) -> bool:
     return record.status in READY or (record.status is RecordStatus.needs_person and person)
 
 
+class GrantAttempt(BaseModel):
+    """A failed attempt of an upload job that was retried (and resumed)."""
+
+    model_config = ConfigDict(extra="forbid")
+    execution: str
+    failed: str
+    at: str
+    progress: dict[str, int] | None = None
+
+
+class GrantDoc(BaseModel):
+    """runs/{run_id}/grants/{gid}: one grant as it arrived and every state it moved through."""
+
+    model_config = ConfigDict(extra="forbid")
+    grant: dict[str, Any] | None = None  # as sent: the signature can be re-verified later (pending grants are)
+    signature: str | None = None
+    state: GrantState
+    refusal: Refusal | None = None
+    detail: str = ""
+    received_at: str = ""
+    updated_at: str = ""
+    outcome: dict[str, Any] | None = None  # the action's outcome (Outcome.as_doc), or the state a wait shows
+    replays: int = 0  # deliveries after it was used
+    progress: dict[str, int] | None = None  # an upload job's files/bytes done
+    attempts: list[GrantAttempt] = Field(default_factory=list)
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return self.grant or {}
+
+    @property
+    def result(self) -> dict[str, Any]:
+        return self.outcome or {}
+
+    def message(self) -> bytes:
+        """The grant message as it was signed, to verify again."""
+        return json.dumps({"grant": self.grant, "signature": self.signature}).encode()
+
+
 def grants_collection(run_id: str) -> str:
-    return f"runs/{run_id}/grants"
+    return collections.GRANTS.path(run_id)
+
+
+def grant_docs(records: RunRecords, run_id: str) -> Documents[GrantDoc]:
+    """The run's grants, bound once to their model."""
+    return collections.GRANTS.bind(records, run_id, GrantDoc)
 
 
 def doc_id(verdict: Verdict, data: bytes) -> str:
@@ -65,16 +114,16 @@ def file_grant(
     detail: str = "",
 ) -> bool:
     """Create the grant's document; False when it already exists (the caller then decides: replay or resume)."""
-    doc: dict[str, Any] = {
-        "grant": verdict.raw,  # as sent: the signature can be re-verified later (pending grants are)
-        "signature": verdict.signature,
-        "state": state.value,
-        "refusal": refusal.value if refusal else None,
-        "detail": redact_credentials(detail),
-        "received_at": now.isoformat(),
-        "updated_at": now.isoformat(),
-    }
-    return records.put_doc(grants_collection(run_id), gid, doc, only_if_absent=True)
+    doc = GrantDoc(
+        grant=verdict.raw,
+        signature=verdict.signature,
+        state=state,
+        refusal=refusal,
+        detail=redact_credentials(detail),
+        received_at=now.isoformat(),
+        updated_at=now.isoformat(),
+    )
+    return grant_docs(records, run_id).put(gid, doc, only_if_absent=True)
 
 
 def set_state(
@@ -88,20 +137,16 @@ def set_state(
     detail: str = "",
     outcome: dict[str, Any] | None = None,
 ) -> None:
-    doc = records.get_doc(grants_collection(run_id), gid) or {}
-    doc.update(
-        {
-            "state": state.value,
-            "refusal": refusal.value if refusal else None,
-            "detail": redact_credentials(detail),
-            "updated_at": now.isoformat(),
-        }
+    docs = grant_docs(records, run_id)
+    doc = docs.get(gid) or GrantDoc(state=state)
+    doc = doc.model_copy(
+        update={"state": state, "refusal": refusal, "detail": redact_credentials(detail), "updated_at": now.isoformat()}
     )
     if outcome is not None:
-        doc["outcome"] = _redacted(outcome)
+        doc.outcome = _redacted(outcome)
     elif refusal is not None:  # refused while it waited: the wait's shown state ("pending") must not outlive it
-        doc.pop("outcome", None)
-    records.put_doc(grants_collection(run_id), gid, doc)
+        doc.outcome = None
+    docs.put(gid, doc)
 
 
 def _redacted(outcome: dict[str, Any]) -> dict[str, Any]:
@@ -111,11 +156,11 @@ def _redacted(outcome: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def get_grant_doc(records: RunRecords, run_id: str, gid: str) -> dict[str, Any] | None:
-    return records.get_doc(grants_collection(run_id), gid)
+def get_grant_doc(records: RunRecords, run_id: str, gid: str) -> GrantDoc | None:
+    return grant_docs(records, run_id).get(gid)
 
 
-def filing_of(records: RunRecords, run_id: str, gid: str, data: bytes) -> dict[str, Any] | None:
+def filing_of(records: RunRecords, run_id: str, gid: str, data: bytes) -> GrantDoc | None:
     """Where `admit` filed the message `data` carrying grant `gid`: under the grant's id when it was authentic,
     else under the hash of its bytes (an unknown approver, a bad signature), or beside it for an envelope refusal.
     A signer reads its grant's fate here (`rlcleanup grant`): never "no such grant" for a refused one."""
@@ -128,12 +173,12 @@ def filing_of(records: RunRecords, run_id: str, gid: str, data: bytes) -> dict[s
     return None
 
 
-def list_grants(records: RunRecords, run_id: str) -> list[tuple[str, dict[str, Any]]]:
-    return records.list_docs(grants_collection(run_id))
+def list_grants(records: RunRecords, run_id: str) -> list[tuple[str, GrantDoc]]:
+    return grant_docs(records, run_id).list()
 
 
-def pending(records: RunRecords, run_id: str) -> list[tuple[str, dict[str, Any]]]:
-    return [(gid, doc) for gid, doc in list_grants(records, run_id) if doc.get("state") == GrantState.pending.value]
+def pending(records: RunRecords, run_id: str) -> list[tuple[str, GrantDoc]]:
+    return [(gid, doc) for gid, doc in list_grants(records, run_id) if doc.state is GrantState.pending]
 
 
 def state_for(refusal: Refusal) -> GrantState:
@@ -154,7 +199,7 @@ def admit(records: RunRecords, verdict: Verdict, data: bytes, envelope_run_id: s
     ended = ended_grant(records, gid) if verdict.authentic and verdict.refusal not in _ENVELOPE_REFUSALS else None
     if ended is not None and get_grant_doc(records, grant.run_id, gid) is None:
         # Its document is gone (`forget`, a store rebuilt) but the grant ended once: never applied again.
-        detail = f"grant {gid} already ended ({ended.get('state')} at {ended.get('at')}); a grant is used once"
+        detail = f"grant {gid} already ended ({ended.state} at {ended.at.isoformat()}); a grant is used once"
         file_grant(
             records, grant.run_id, gid, verdict, GrantState.refused, now, refusal=Refusal.replayed, detail=detail
         )
@@ -181,17 +226,17 @@ def admit(records: RunRecords, verdict: Verdict, data: bytes, envelope_run_id: s
         if created and verdict.authentic:
             remember_ended(records, grant.run_id, gid, state, now)
         if not created and verdict.authentic:
-            existing = get_grant_doc(records, grant.run_id, gid) or {}
-            if existing.get("state") == GrantState.used.value:
+            existing = get_grant_doc(records, grant.run_id, gid)
+            if existing is not None and existing.state is GrantState.used:
                 return Admission(gid, note_replay(records, grant.run_id, gid))
-            if existing.get("state") == GrantState.pending.value and verdict.refusal is Refusal.expired:
+            if existing is not None and existing.state is GrantState.pending and verdict.refusal is Refusal.expired:
                 set_state(records, grant.run_id, gid, state, now, refusal=verdict.refusal, detail=verdict.detail)
         sync_record(records, grant.run_id)
         return Admission(gid, f"refused: {verdict.refusal.value}: {verdict.detail}")
     if not file_grant(records, grant.run_id, gid, verdict, GrantState.pending, now):
-        existing = get_grant_doc(records, grant.run_id, gid) or {}
-        reused = existing.get("grant") != verdict.raw  # another grant reusing this id
-        if reused or existing.get("state") not in {GrantState.pending.value, GrantState.applying.value}:
+        existing = get_grant_doc(records, grant.run_id, gid)
+        reused = existing is None or existing.grant != verdict.raw  # another grant reusing this id
+        if reused or existing is None or existing.state not in {GrantState.pending, GrantState.applying}:
             return Admission(gid, note_replay(records, grant.run_id, gid))
     return Admission(gid, None)
 
@@ -215,21 +260,26 @@ def file_outcome(records: RunRecords, run_id: str, gid: str, outcome: Outcome, n
 # Every grant that ended (used, refused, expired), by id, outside `runs/`: `forget` removes a run's documents and
 # grants with them, never this ledger, so a signed grant re-sent after its record was forgotten and the run
 # re-processed is a replay, not a second publish or delete.
-ENDED_GRANTS = "ended_grants"
+ENDED_GRANTS = collections.ENDED_GRANTS.name
+
+
+def _ended(records: RunRecords) -> Documents[EndedGrant]:
+    return collections.ENDED_GRANTS.bind(records, EndedGrant)
 
 
 def remember_ended(records: RunRecords, run_id: str, gid: str, state: GrantState, now: datetime) -> None:
-    records.put_doc(ENDED_GRANTS, gid, {"run_id": run_id, "state": state.value, "at": now.isoformat()})
+    _ended(records).put(gid, EndedGrant(run_id=run_id, state=state.value, at=now))
 
 
-def ended_grant(records: RunRecords, gid: str) -> dict[str, Any] | None:
-    return records.get_doc(ENDED_GRANTS, gid)
+def ended_grant(records: RunRecords, gid: str) -> EndedGrant | None:
+    return _ended(records).get(gid)
 
 
 def note_replay(records: RunRecords, run_id: str, gid: str) -> str:
-    doc = get_grant_doc(records, run_id, gid) or {}
-    doc["replays"] = int(doc.get("replays") or 0) + 1
-    records.put_doc(grants_collection(run_id), gid, doc)
+    docs = grant_docs(records, run_id)
+    doc = docs.get(gid)
+    if doc is not None:
+        docs.put(gid, doc.model_copy(update={"replays": doc.replays + 1}))
     sync_record(records, run_id)
     return f"refused: replayed ({gid} was already used)"
 
@@ -274,7 +324,7 @@ def sync_record(records: RunRecords, run_id: str) -> bool:
     if record is None:
         return False
     actions: list[AuthorityAction] = []
-    for gid, doc in sorted(list_grants(records, run_id), key=lambda kv: (kv[1].get("received_at") or "", kv[0])):
+    for gid, doc in sorted(list_grants(records, run_id), key=lambda kv: (kv[1].received_at, kv[0])):
         actions += _actions(gid, doc)
     # Candidates are final only on a finished record; while a rerun is in progress they are not derived yet.
     binding = bind_grants(record.candidates, actions) if record.status in READY else Binding(actions, [])
@@ -296,31 +346,30 @@ def sync_record(records: RunRecords, run_id: str) -> bool:
     return True
 
 
-def _actions(gid: str, doc: dict[str, Any]) -> list[AuthorityAction]:
+def _actions(gid: str, doc: GrantDoc) -> list[AuthorityAction]:
     """A grant document as the record shows it: its action, and a refused replay when it was delivered again."""
-    grant = doc.get("grant") or {}
-    out = doc.get("outcome") or {}
+    grant, out = doc.body, doc.result
     action = AuthorityAction(
         action=str(grant.get("action", "unknown")),
         grant_id=gid,
-        state=str(out.get("state") or doc.get("state")),
+        state=str(out.get("state") or doc.state.value),
         destination=out.get("destination") or grant.get("destination"),
         step=grant.get("step") if isinstance(grant.get("step"), int) else None,
         digest=grant.get("digest") if isinstance(grant.get("digest"), str) else None,
         verified_objects=int(out.get("verified_objects") or 0),
-        refusal=doc.get("refusal"),
-        detail=(doc.get("detail") or out.get("detail") or None),
+        refusal=doc.refusal.value if doc.refusal else None,
+        detail=(doc.detail or out.get("detail") or None),
         uri=out.get("uri"),
         reclaimed_bytes=int(out.get("reclaimed_bytes") or 0),
-        progress=doc.get("progress"),
+        progress=doc.progress,
         export_job=out.get("export_job"),
     )
-    if not doc.get("replays"):
+    if not doc.replays:
         return [action]
     replay = {
         "state": "refused",
         "refusal": Refusal.replayed.value,
-        "detail": f"delivered {doc['replays']} more time(s) after it was used; not applied again",
+        "detail": f"delivered {doc.replays} more time(s) after it was used; not applied again",
         "verified_objects": 0,
         "reclaimed_bytes": 0,
     }
@@ -345,17 +394,24 @@ def set_progress(
     records: RunRecords, run_id: str, gid: str, progress: dict[str, int], detail: str, now: datetime
 ) -> None:
     """An upload's progress on its grant (state stays `applying`); kept after the outcome is filed."""
-    doc = records.get_doc(grants_collection(run_id), gid) or {}
-    doc.update({"progress": progress, "detail": redact_credentials(detail), "updated_at": now.isoformat()})
-    records.put_doc(grants_collection(run_id), gid, doc)
+    docs = grant_docs(records, run_id)
+    doc = docs.get(gid)
+    if doc is None:
+        return
+    update = {"progress": progress, "detail": redact_credentials(detail), "updated_at": now.isoformat()}
+    docs.put(gid, doc.model_copy(update=update))
 
 
 def note_attempt(records: RunRecords, run_id: str, gid: str, execution: str, cause: str, now: datetime) -> None:
     """A failed attempt of an upload job that will be retried (and resume): kept on the grant, in order."""
-    doc = records.get_doc(grants_collection(run_id), gid) or {}
-    attempts = list(doc.get("attempts") or [])
+    docs = grant_docs(records, run_id)
+    doc = docs.get(gid)
+    if doc is None:
+        return
     cause = redact_credentials(cause)
-    attempts.append({"execution": execution, "failed": cause, "at": now.isoformat(), "progress": doc.get("progress")})
-    doc.update({"attempts": attempts, "detail": f"attempt {len(attempts)} failed, retried (resumes): {cause}"})
-    doc["updated_at"] = now.isoformat()
-    records.put_doc(grants_collection(run_id), gid, doc)
+    attempts = [
+        *doc.attempts,
+        GrantAttempt(execution=execution, failed=cause, at=now.isoformat(), progress=doc.progress),
+    ]
+    detail = f"attempt {len(attempts)} failed, retried (resumes): {cause}"
+    docs.put(gid, doc.model_copy(update={"attempts": attempts, "detail": detail, "updated_at": now.isoformat()}))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rlcleanup.authority.grants import Refusal
@@ -18,7 +18,15 @@ class Outcome:
     verified_objects: int = 0
     uri: str | None = None  # provenance.json, reclaim plan or capture summary
     reclaimed_bytes: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    # What an action adds (each stored only when set; models/claims.py GrantApplied has one field per fact):
+    twins: list[dict[str, Any]] | None = None  # publish: per exported object its pinned source and its copy's proof
+    model_manifest: dict[str, Any] | None = None  # publish, hand-off: the model manifest's check (ManifestCheck)
+    purged: list[str] | None = None  # purge: the quarantined objects deleted
+    deleted: list[str] | None = None  # reclaim: the objects deleted (moved to quarantine)
+    kept_changed: list[str] | None = None  # reclaim: objects changed after the plan, kept
+    quarantined: list[str] | None = None  # reclaim: where each moved object is now
+    refused_objects: list[dict[str, Any]] | None = None  # reclaim: what the retention plan would not let go
+    export_job: dict[str, Any] | None = None  # export: the job submitted on the run's controller (ExportJob)
 
     @property
     def refused(self) -> bool:
@@ -33,8 +41,20 @@ class Outcome:
             "verified_objects": self.verified_objects,
             "uri": self.uri,
             "reclaimed_bytes": self.reclaimed_bytes,
-            **self.extra,
+            **{name: value for name in ACTION_FACTS if (value := getattr(self, name)) is not None},
         }
+
+
+ACTION_FACTS = (
+    "twins",
+    "model_manifest",
+    "purged",
+    "deleted",
+    "kept_changed",
+    "quarantined",
+    "refused_objects",
+    "export_job",
+)
 
 
 def refuse(reason: Refusal, detail: str, destination: str | None = None) -> Outcome:

@@ -17,12 +17,17 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from rlcleanup.authority.precancel_sync import wait_for_final_sync
 from rlcleanup.formats.weight_files import is_bulk_weight
+from rlcleanup.models.claims import PreCancelCaptured, ReproducingFailure
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.parsing.attempt_logs import attempt_log_objects, scan_attempt
+from rlcleanup.ports.collections import CAUSES, Documents
 from rlcleanup.ports.controllers import ControllerError, JobController
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage, WriteOutcome
@@ -34,8 +39,18 @@ _UTIL_KEYS = ("gpu_util", "utilization", "device_util", "util", "gpu_utilization
 _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-f]{8,}\b|\d+")
 
 
-def causes_collection(run_id: str) -> str:
-    return f"runs/{run_id}/causes"
+class CauseNote(BaseModel):
+    """runs/{run_id}/causes/{signature id}: a person's note on why a reproducing failure happens."""
+
+    model_config = ConfigDict(extra="forbid")
+    note: str
+    recorded_by: str
+    at: datetime
+
+
+def causes(records: RunRecords, run_id: str) -> Documents[CauseNote]:
+    """The run's recorded causes, bound once to their model."""
+    return CAUSES.bind(records, run_id, CauseNote)
 
 
 def signature_id(signature: str) -> str:
@@ -123,16 +138,17 @@ def reproducing_failures(storage: Storage, records: RunRecords, layout: RunLayou
             signature=sig,
             signature_id=signature_id(sig),
             attempts=attempts,
-            cause_recorded=records.get_doc(causes_collection(run_id), signature_id(sig)) is not None,
+            cause_recorded=causes(records, run_id).get(signature_id(sig)) is not None,
         )
         for sig, attempts in sorted(seen.items())
         if len(attempts) >= 2
     ]
 
 
-def unexplained(records: RunRecords, run_id: str, found: list[dict[str, Any]]) -> list[str]:
+def unexplained(records: RunRecords, run_id: str, found: list[ReproducingFailure]) -> list[str]:
     """Signatures still without a cause, checked now (a cause may have been recorded since the capture)."""
-    return [r["signature"] for r in found if records.get_doc(causes_collection(run_id), r["signature_id"]) is None]
+    recorded = causes(records, run_id)
+    return [r.signature for r in found if recorded.get(r.signature_id) is None]
 
 
 def run_has_ended(record: CompletionRecord | None) -> bool:
@@ -141,31 +157,26 @@ def run_has_ended(record: CompletionRecord | None) -> bool:
     return record is not None and (record.classification is not None or record.terminal_state is not None)
 
 
-def observed_signature_ids(captures: list[dict[str, Any]]) -> set[str]:
+def observed_signature_ids(captures: list[PreCancelCaptured]) -> set[str]:
     """The reproducing-failure signature ids the run's own pre-cancel captures saw: the only ids a cause may name."""
-    return {
-        sig["signature_id"]
-        for c in captures
-        for sig in c.get("reproducing", [])
-        if isinstance(sig, dict) and isinstance(sig.get("signature_id"), str)
-    }
+    return {sig.signature_id for c in captures for sig in c.reproducing}
 
 
 def clearance(
-    records: RunRecords, run_id: str, run_uri: str | None, captures: list[dict[str, Any]]
-) -> tuple[dict[str, Any] | None, str, str]:
+    records: RunRecords, run_id: str, run_uri: str | None, captures: list[PreCancelCaptured]
+) -> tuple[PreCancelCaptured | None, str, str]:
     """Whether a cancel may be cleared: (the capture it rests on, "", "") or (None, why it waits, the state shown).
 
     Only a capture that read *this* run's files counts: an event naming the run id with an unreadable (or another)
     run URI captured nothing of it and must not clear anything. Every reproducing failure any capture of the run
     saw needs its cause recorded, not just the latest's."""
-    own = [c for c in captures if c.get("layout_read") and (run_uri is None or c.get("run_uri") == run_uri)]
+    own = [c for c in captures if c.layout_read and (run_uri is None or c.run_uri == run_uri)]
     if not own:
         return None, "waiting for a pre-cancel capture of the run's own files", "pending"
-    open_sigs = unexplained(records, run_id, [sig for c in captures for sig in c.get("reproducing", [])])
+    open_sigs = unexplained(records, run_id, [sig for c in captures for sig in c.reproducing])
     if open_sigs:
         return None, f"withheld: reproducing failure without a recorded cause: {open_sigs[:3]}", "withheld"
-    return max(own, key=lambda c: c.get("captured_at", "")), "", ""
+    return max(own, key=lambda c: c.captured_at), "", ""
 
 
 def _copy_inflight(storage: Storage, layout: RunLayout, dest: str, result: CaptureResult) -> None:

@@ -16,17 +16,15 @@ import hashlib
 import json
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from rlcleanup.authority.publish import preserved_log_names
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.ports.collections import PREVIEWS, Documents
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
 from rlcleanup.uris import relative_to
-
-
-def previews_collection(run_id: str) -> str:
-    return f"runs/{run_id}/previews"
 
 
 def preview_key(action: str, step: int | None, destination: str | None, approver: str) -> str:
@@ -36,39 +34,61 @@ def preview_key(action: str, step: int | None, destination: str | None, approver
     return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
-def seen_artifact(storage: Storage, record: CompletionRecord, step: int | None, digest: str | None) -> dict[str, Any]:
+class SeenArtifact(BaseModel):
+    """What an approver saw of the artifact a grant would act on."""
+
+    model_config = ConfigDict(extra="forbid")
+    step: int | None
+    digest: str | None
+    export_files: list[str]
+    logs: list[str]
+
+
+class Preview(SeenArtifact):
+    """runs/{run_id}/previews/{key}: the artifact as the approver's preview of one command showed it."""
+
+    previewed_at: str
+
+
+def _previews(records: RunRecords, run_id: str) -> Documents[Preview]:
+    return PREVIEWS.bind(records, run_id, Preview)
+
+
+def seen_artifact(storage: Storage, record: CompletionRecord, step: int | None, digest: str | None) -> SeenArtifact:
     """The artifact a grant for `step` would act on now: its step, digest, export files and preserved logs."""
     candidate = next((c for c in record.candidates if c.step == step), None)
     export_files: list[str] = []
     if candidate is not None:
         export_files = sorted(relative_to(o.uri, candidate.uri) for o in storage.list(candidate.uri))
-    return {"step": step, "digest": digest, "export_files": export_files, "logs": preserved_log_names(storage, record)}
+    logs = preserved_log_names(storage, record)
+    return SeenArtifact(step=step, digest=digest, export_files=export_files, logs=logs)
 
 
-def remember_preview(records: RunRecords, run_id: str, key: str, artifact: dict[str, Any], now: datetime) -> None:
-    records.put_doc(previews_collection(run_id), key, {**artifact, "previewed_at": now.isoformat()})
+def remember_preview(records: RunRecords, run_id: str, key: str, artifact: SeenArtifact, now: datetime) -> None:
+    _previews(records, run_id).put(key, Preview(**artifact.model_dump(), previewed_at=now.isoformat()))
 
 
-def moved_since_preview(
-    records: RunRecords, run_id: str, key: str, seen_now: Callable[[], dict[str, Any]]
-) -> str | None:
+def moved_since_preview(records: RunRecords, run_id: str, key: str, seen_now: Callable[[], SeenArtifact]) -> str | None:
     """What changed since the approver's preview (None: nothing, or no preview of this command was made; then
     nothing is read: `seen_now` lists the export only when there is a preview to compare with)."""
-    seen = records.get_doc(previews_collection(run_id), key)
+    seen = _previews(records, run_id).get(key)
     if seen is None:
         return None
     now_seen = seen_now()
     changes = []
-    if seen.get("step") != now_seen["step"]:
-        changes.append(f"step {seen.get('step')} -> {now_seen['step']}")
-    if seen.get("digest") != now_seen["digest"]:
-        changes.append(f"digest {str(seen.get('digest'))[:16]}... -> {str(now_seen['digest'])[:16]}...")
-    for field, what in (("export_files", "export file"), ("logs", "log")):
-        before, after = set(seen.get(field) or []), set(now_seen[field])
+    if seen.step != now_seen.step:
+        changes.append(f"step {seen.step} -> {now_seen.step}")
+    if seen.digest != now_seen.digest:
+        changes.append(f"digest {str(seen.digest)[:16]}... -> {str(now_seen.digest)[:16]}...")
+    for before_files, after_files, what in (
+        (seen.export_files, now_seen.export_files, "export file"),
+        (seen.logs, now_seen.logs, "log"),
+    ):
+        before, after = set(before_files), set(after_files)
         if after - before:
             changes.append(f"{what}s added: {sorted(after - before)[:10]}")
         if before - after:
             changes.append(f"{what}s removed: {sorted(before - after)[:10]}")
     if not changes:
         return None
-    return f"the artifact changed since your preview at {seen.get('previewed_at')}: " + "; ".join(changes)
+    return f"the artifact changed since your preview at {seen.previewed_at}: " + "; ".join(changes)

@@ -424,10 +424,10 @@ def _carry_out(storage: Storage, record: CompletionRecord, grant: Grant, pinned:
     # The proofs go to the record store (the caller files them on the grant): reclaim re-verifies each
     # destination twin against them, never against files an approver's bucket could hold.
     out = _published(grant, plan, len(items), len(report.scanned))
-    out.extra["twins"] = _twins(items, staged, proofs, dest)
+    out.twins = _twins(items, staged, proofs, dest)
     if verdict is not None:  # what the copy proved against the export's model manifest, said on the outcome
         out.detail += f"; {verdict.statement()}"
-        out.extra["model_manifest"] = verdict.as_doc()
+        out.model_manifest = verdict.as_doc()
     return out
 
 

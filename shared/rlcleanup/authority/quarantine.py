@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlcleanup.authority.pinning import CopyProof, pinned_copy, sha256_of, still_pinned, twin_mismatch
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.ports.collections import QUARANTINE, Documents
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import (
     ObjectInfo,
@@ -42,7 +43,12 @@ from rlcleanup.uris import is_local, strip_file_scheme
 
 
 def collection(run_id: str) -> str:
-    return f"runs/{run_id}/quarantine"
+    return QUARANTINE.path(run_id)
+
+
+def _entries(records: RunRecords, run_id: str) -> Documents[QuarantineEntry]:
+    """The run's quarantine entries, bound once to their model."""
+    return QUARANTINE.bind(records, run_id, QuarantineEntry)
 
 
 class QuarantineEntry(BaseModel):
@@ -144,7 +150,7 @@ def move(
     )
     # Recorded before the source goes: a crash after the delete still leaves the way back on the record.
     doc_id = _doc_id(grant_id, source.uri)
-    records.put_doc(collection(record.run_id), doc_id, entry.model_dump(mode="json"))
+    _entries(records, record.run_id).put(doc_id, entry)
     try:
         _delete_pinned(storage, source)
     except SourceChangedError:
@@ -160,11 +166,7 @@ def move(
 
 def entries(records: RunRecords, run_id: str) -> Iterator[tuple[str, QuarantineEntry | None, dict[str, object]]]:
     """(doc id, entry or None when the document is not one, raw document) of every quarantine record of the run."""
-    for doc_id, doc in records.list_docs(collection(run_id)):
-        try:
-            yield doc_id, QuarantineEntry.model_validate(doc), doc
-        except ValueError:
-            yield doc_id, None, doc
+    yield from _entries(records, run_id).list_checked()
 
 
 def _roots(record: CompletionRecord) -> list[str]:
@@ -335,7 +337,7 @@ def _set_state(
     if restored_fingerprint is not None:
         changes["restored_fingerprint"] = restored_fingerprint
     updated = entry.model_copy(update=changes)
-    records.put_doc(collection(entry.run_id), doc_id, updated.model_dump(mode="json"))
+    _entries(records, entry.run_id).put(doc_id, updated)
 
 
 def restored_versions(records: RunRecords, run_id: str, step: int | None, digest: str | None) -> dict[str, str]:

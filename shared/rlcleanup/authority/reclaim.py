@@ -29,15 +29,12 @@ from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.pinning import CopyProof, twin_mismatch
 from rlcleanup.authority.publish import read_marker
 from rlcleanup.models.record import CompletionRecord
+from rlcleanup.ports.collections import RECLAIM_PLANS, reclaim_results
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import ListsIncompleteUploads, ObjectInfo, SourceChangedError, Storage, anchored_to
 from rlcleanup.settings import QuarantineSettings, read
 
 MAX_KEEP_LISTED = 500  # the store's documents are bounded; the count of everything kept is always exact
-
-
-def plans_collection(run_id: str) -> str:
-    return f"runs/{run_id}/reclaim_plans"
 
 
 class PlanEntry(BaseModel):
@@ -140,10 +137,10 @@ def _published_twins(
     dest = (grant.destination or "").rstrip("/")
     no_longer = {s.grant_id for s in record.superseded_grants}
     for gid, doc in ledger.list_grants(records, grant.run_id):
-        body, out = doc.get("grant") or {}, doc.get("outcome") or {}
+        body, out = doc.body, doc.result
         if (
             gid not in no_longer
-            and doc.get("state") == GrantState.used.value
+            and doc.state is GrantState.used
             and body.get("action") in {Action.publish.value, Action.handoff.value}
             and body.get("digest") == grant.digest
             and body.get("step") == grant.step
@@ -349,30 +346,29 @@ def _reclaim(
     preserve_root: str | None,
     quarantine_settings: QuarantineSettings | None,
 ) -> Outcome:
-    collection = plans_collection(record.run_id)
-    stored = records.get_doc(collection, grant.grant_id)
-    if stored is None:
-        made = make_plan(storage, records, record, grant, now, quarantine_settings)
-        if isinstance(made, Outcome):
-            return made
-        problem = plan_problem(made, record, grant, preserve_root)
-        if problem:
-            return refuse(Refusal.plan_rejected, problem, grant.destination)
-        if not records.put_doc(collection, grant.grant_id, made.model_dump(mode="json"), only_if_absent=True):
-            stored = records.get_doc(collection, grant.grant_id)  # a concurrent worker stored it first: follow it
-        else:
-            stored = made.model_dump(mode="json")
+    plans = RECLAIM_PLANS.bind(records, record.run_id, ReclaimPlan)
     try:
-        plan = ReclaimPlan.model_validate(stored)
+        plan = plans.get(grant.grant_id)
+        if plan is None:
+            made = make_plan(storage, records, record, grant, now, quarantine_settings)
+            if isinstance(made, Outcome):
+                return made
+            problem = plan_problem(made, record, grant, preserve_root)
+            if problem:
+                return refuse(Refusal.plan_rejected, problem, grant.destination)
+            # A concurrent worker may have stored its plan first: follow that one.
+            plan = made if plans.put(grant.grant_id, made, only_if_absent=True) else plans.get(grant.grant_id)
     except ValueError as exc:
         return refuse(Refusal.plan_rejected, f"the stored plan is not a plan: {exc}"[:500], grant.destination)
+    if plan is None:  # stored by another worker, then removed (`forget`) before this one read it
+        return refuse(Refusal.plan_rejected, "the stored plan is gone", grant.destination)
     problem = plan_problem(plan, record, grant, preserve_root)  # on every attempt, resumes included
     if problem:
         return refuse(Refusal.plan_rejected, problem, grant.destination)
-    plan_ref = f"{collection}/{grant.grant_id}"
+    plan_ref = f"{plans.path}/{grant.grant_id}"
     on_plan(plan_ref, plan)
     result = execute(storage, plan, records=records, record=record, now=now, settings=quarantine_settings)
-    records.put_doc(f"{collection}/{grant.grant_id}/results", now.isoformat(), result.model_dump(mode="json"))
+    reclaim_results(grant.grant_id).bind(records, record.run_id, PlanResult).put(now.isoformat(), result)
     summary = (
         f"deleted {len(result.deleted)} of {len(plan.delete)} planned objects (moved to quarantine "
         f"{plan.quarantine}: `rlcleanup restore {record.run_id}` puts them back); kept {plan.keep_count}"
@@ -383,7 +379,7 @@ def _reclaim(
     if result.stopped:
         out = refuse(Refusal.destination_altered, f"{result.stopped}; {summary}", grant.destination)
         out.reclaimed_bytes = result.reclaimed_bytes
-        out.extra["deleted"] = result.deleted
+        out.deleted = result.deleted
         return out
     return Outcome(
         state="reclaimed",
@@ -392,10 +388,8 @@ def _reclaim(
         uri=plan_ref,
         reclaimed_bytes=result.reclaimed_bytes,
         detail=summary,
-        extra={
-            "deleted": result.deleted,
-            "kept_changed": result.kept_changed,
-            "quarantined": result.quarantined,
-            "refused_objects": [r.model_dump() for r in plan.refused],
-        },
+        deleted=result.deleted,
+        kept_changed=result.kept_changed,
+        quarantined=result.quarantined,
+        refused_objects=[r.model_dump() for r in plan.refused],
     )

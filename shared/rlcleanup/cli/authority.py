@@ -239,7 +239,8 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
     stack = EmbeddedStack.create(db_path(store.db), str(default_preserve_root()))
     stack.bus.publish(grants_topic, data, {"run_id": run_id})
     stack.bus.drain()
-    doc = ledger.filing_of(stack.ports.records, run_id, g.grant_id, data) or {}
+    filing = ledger.filing_of(stack.ports.records, run_id, g.grant_id, data)
+    doc = filing.model_dump(mode="json") if filing is not None else {}
     if not doc:  # every message admit sees is filed: none means the grant never reached it
         _fail(f"grant {g.grant_id} was not filed: the grant's outcome is unknown (`rlcleanup grants {run_id}`)", 3)
     outcome = doc.get("outcome") or {}
@@ -290,9 +291,9 @@ class _PreviewCheck:
         remember_preview(self.store, self.record.run_id, self.key, seen, now)
 
     def moved(self, step: int | None, digest: str | None) -> str | None:
-        from rlcleanup.authority.previewed import moved_since_preview, seen_artifact
+        from rlcleanup.authority.previewed import SeenArtifact, moved_since_preview, seen_artifact
 
-        def seen_now() -> dict[str, Any]:  # listed only when a preview exists to compare with
+        def seen_now() -> SeenArtifact:  # listed only when a preview exists to compare with
             return seen_artifact(open_storage(), self.record, step, digest)
 
         return moved_since_preview(self.store, self.record.run_id, self.key, seen_now)
@@ -338,7 +339,8 @@ def grants(run_id: RunIdArg, *, store: StoreChoice) -> None:
         _no_such_run(opened, run_id)
     superseded = {s.grant_id: s.reason for s in record.superseded_grants} if record else {}
     # In the order they arrived (ids are random), as the record's authority_actions list them.
-    docs = sorted(records.list_docs(f"runs/{run_id}/grants"), key=lambda kv: (kv[1].get("received_at") or "", kv[0]))
+    filed = sorted(ledger.list_grants(records, run_id), key=lambda kv: (kv[1].received_at, kv[0]))
+    docs = [(gid, doc.model_dump(mode="json")) for gid, doc in filed]  # as `--json` prints them
     rows: list[dict[str, Any]] = []
     revoked = _revocations(records, {str((doc.get("grant") or {}).get("granted_by")) for _, doc in docs})
     for gid, doc in docs:

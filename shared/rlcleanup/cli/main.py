@@ -7,7 +7,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -284,13 +284,14 @@ def forget(
 
     opened = store.open()
     record = get_record(opened, run_id)
-    if yes:
-        maintenance.forget(opened, run_id)
-    outcome = {"run_id": run_id, "status": record.status.value, "where": opened.where, "removed": yes}
+    report = maintenance.forget(opened, run_id) if yes else None
+    outcome: dict[str, Any] = {"run_id": run_id, "status": record.status.value, "where": opened.where, "removed": yes}
+    if report is not None:
+        outcome["documents_removed"] = report.removed  # the record, its claims, events and every document of it
     if store.as_json:
         typer.echo(json.dumps(outcome, indent=2))
-    elif yes:
-        typer.echo(f"forgot {run_id} ({record.status.value}) in {opened.where}")
+    elif report is not None:
+        typer.echo(f"forgot {run_id} ({record.status.value}) in {opened.where}: {report.removed} documents removed")
     else:
         typer.echo(f"would forget {run_id} ({record.status.value}) in {opened.where}: add --yes to remove it")
 

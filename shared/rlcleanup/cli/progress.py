@@ -146,9 +146,8 @@ def follow_run(run_uri: str, progress: StderrProgress) -> Callable[[Ports], None
             if run_id is None:
                 return
             bound.append(run_id)
-        states = {
-            key: {"state": "done", "result": result} for key, result in ports.claims.results(bound[0], "").items()
-        }
+        claims = ports.claims.claims_of(bound[0])
+        states = {key: {"state": claim.state, "result": claim.result or {}} for key, claim in claims.items()}
         progress.stages(stages(states, ports.topology))
 
     return after_each

@@ -4,22 +4,20 @@ finish, keeping the attempt as history beside it."""
 
 from __future__ import annotations
 
-import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rlcleanup.cli import maintenance
 from rlcleanup.cli.stores import EXIT_FAILURE, EXIT_USAGE, open_store
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.ports.records import SetAside
 from rlcleanup.runtime.backends import OpenStore, StoreBackend, open_storage
 from rlcleanup.uris import LOCAL_SCHEME, scheme
 
 # Where `run` can preserve evidence: the two backends the capture's write-once copies and the sealed manifest are
 # built and tested for (README: "--preserve-to local paths or gs://").
 PRESERVE_SCHEMES = (LOCAL_SCHEME, "gs")
-_TABLES = ("records", "claims", "claim_versions", "events")
 
 
 def preserve_target_problem(preserve: str) -> tuple[str, int] | None:
@@ -53,7 +51,7 @@ class Rerun:
     run_id: str
     kept: str  # where the old record is kept as history
     old: CompletionRecord
-    rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+    set_aside: SetAside  # its record, claims and events as they were
 
     def finished(self, record: CompletionRecord | None) -> bool:
         """Whether the rerun replaced the record with one that finished (not failed, not left in progress) or
@@ -65,12 +63,7 @@ class Rerun:
     def undo(self, attempt: CompletionRecord | None) -> str:
         """Put the redone record back as it was (record, claims, events); the attempt is kept as history."""
         kept_attempt = maintenance.archive(self.opened, attempt) if attempt is not None else None
-        assert self.opened.db_path is not None
-        with sqlite3.connect(str(self.opened.db_path), timeout=30) as conn:
-            for table in _TABLES:
-                conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (self.run_id,))
-                for row in self.rows.get(table, []):
-                    conn.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(row))})", row)
+        self.opened.store.put_back(self.set_aside)
         where = f"; the attempt is kept as {kept_attempt}" if kept_attempt else ""
         return f"the record of {self.run_id} was left as it was ({self.old.status.value}){where}"
 
@@ -82,10 +75,7 @@ def prepare_rerun(uri: str, db_file: Path) -> Rerun | None:
     opened = open_store(StoreBackend.sqlite, db_file, None, create=True)  # `run` writes SQLite records
     run_id = bound_run_id_of(opened.store, open_storage(), uri)
     old = opened.store.get(run_id) if run_id else None
-    if old is None or run_id is None or opened.db_path is None:
+    if old is None or run_id is None:
         return None
-    with sqlite3.connect(str(opened.db_path), timeout=30) as conn:
-        rows = {t: conn.execute(f"SELECT * FROM {t} WHERE run_id = ?", (run_id,)).fetchall() for t in _TABLES}
     kept = maintenance.archive(opened, old)
-    maintenance.reset_for_rerun(opened, run_id)
-    return Rerun(opened, run_id, kept, old, rows)
+    return Rerun(opened, run_id, kept, old, maintenance.reset_for_rerun(opened, run_id))

@@ -6,8 +6,6 @@ with close matches; and the per-step claim states `watch` polls (SQLite claims t
 from __future__ import annotations
 
 import difflib
-import json
-import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -19,7 +17,6 @@ from rlcleanup.runtime.backends import (
     BusUnreachable,
     NoRecordsDatabase,
     OpenStore,
-    StoreBackend,
     StoreChoiceInvalid,
     StoreSetupError,
     StoreUnreachable,
@@ -95,17 +92,7 @@ def get_record(opened: OpenStore, run_id: str) -> CompletionRecord:
 
 def step_states(opened: OpenStore, run_id: str) -> dict[str, dict[str, Any]]:
     """key -> {"state": running|done, "result": {...}} for every claim of the run (done and in flight)."""
-    if opened.backend == StoreBackend.sqlite and opened.db_path is not None:
-        # Read-only and outside the adapter: the port exposes only finished results, watch also shows leases.
-        uri = f"file:{opened.db_path.resolve()}?mode=ro"
-        with sqlite3.connect(uri, uri=True, timeout=10) as conn:
-            rows = conn.execute("SELECT key, state, result FROM claims WHERE run_id = ?", (run_id,)).fetchall()
-        return {k: {"state": s, "result": json.loads(res) if res else {}} for k, s, res in rows}
-    db = getattr(opened.store, "db", None)
-    if opened.backend == StoreBackend.firestore and db is not None:
-        out: dict[str, dict[str, Any]] = {}
-        for snap in db.collection("runs").document(run_id).collection("steps").stream():
-            data = snap.to_dict() or {}
-            out[str(data.get("key", snap.id))] = {"state": data.get("state"), "result": data.get("result") or {}}
-        return out
-    return {k: {"state": "done", "result": v} for k, v in opened.claims.results(run_id, "").items()}
+    return {
+        key: {"state": claim.state, "result": claim.result or {}}
+        for key, claim in opened.claims.claims_of(run_id).items()
+    }

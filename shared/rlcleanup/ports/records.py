@@ -18,7 +18,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Literal, Protocol, TypeVar, get_args
+
+from pydantic import BaseModel, ConfigDict
 
 from rlcleanup.errors import RetryLater
 from rlcleanup.models.record import CompletionRecord, RunError
@@ -57,6 +59,25 @@ def check_indexed(field: str, limit: int) -> int:
     if field not in INDEXED_FIELDS:
         raise ValueError(f"records are not indexed by {field!r}; indexed: {', '.join(INDEXED_FIELDS)}")
     return max(0, min(limit, MAX_LOOKUP))
+
+
+class ForgetReport(BaseModel):
+    """What `RunRecords.forget_run` removed."""
+
+    model_config = ConfigDict(frozen=True)
+    run_id: str
+    had_record: bool  # the run had a completion record
+    removed: int  # documents (rows) removed in all: the record, its claims, events and every document filed under it
+
+
+class SetAside(BaseModel):
+    """A run's record, claims and event ledger as `RunRecords.set_aside` took them out, for `put_back` (a rerun that
+    did not finish leaves the record as it was). Its content is the backend's own: only that backend reads it."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    run_id: str
+    backend: str
+    rows: dict[str, list[Any]]
 
 
 class RunRecords(Protocol):
@@ -99,6 +120,23 @@ class RunRecords(Protocol):
 
     def list_docs(self, collection: str, prefix: str = "") -> list[tuple[str, dict[str, Any]]]: ...
 
+    # Operator maintenance (`rlcleanup forget`, `run --rerun`): the pipeline itself never removes anything.
+
+    def forget_run(self, run_id: str) -> ForgetReport:
+        """Remove the run's record, claims and events, every collection filed under it (ports/collections.py
+        `RunCollection`), its documents in the run-keyed collections (`RUN_KEYED`) and those naming it
+        (`RUN_NAMED`); no other run's document. The ended-grant ledger and the approvers stay."""
+        ...
+
+    def set_aside(self, run_id: str) -> SetAside:
+        """Take the run's record, claims and event ledger out (so every step runs again) and return them; the
+        documents filed under it (grants, history) stay: they are its authority trail."""
+        ...
+
+    def put_back(self, kept: SetAside) -> None:
+        """Replace whatever the run's record, claims and events are now with what `set_aside` took out."""
+        ...
+
 
 @dataclass(frozen=True)
 class StepDoc:
@@ -111,6 +149,7 @@ class StepDoc:
 
 
 RUNNING, DONE = "running", "done"
+StoredM = TypeVar("StoredM", bound=BaseModel)
 _COMPLETE_TRIES = 5
 
 
@@ -142,6 +181,10 @@ class IdempotencyStore(ABC):
     def _done_count(self, run_id: str, prefix: str) -> int:
         """How many done claims have a key starting with prefix (adapters count server side, reading no results)."""
         return len(self._done_results(run_id, prefix))
+
+    @abstractmethod
+    def claims_of(self, run_id: str) -> dict[str, StepDoc]:
+        """Every claim of the run, done and in flight, by key: what `rlcleanup watch`/`status` show (leases too)."""
 
     @abstractmethod
     def forget_claims(self, run_id: str) -> int:
@@ -205,6 +248,26 @@ class IdempotencyStore(ABC):
     def results(self, run_id: str, prefix: str) -> dict[str, dict[str, Any]]:
         """Completed results whose key starts with prefix (fan-in reads these)."""
         return self._done_results(run_id, prefix)
+
+    # ------------------------------------------------------------------ typed reads (every claim as its model)
+
+    def complete_as(self, run_id: str, key: str, result: BaseModel) -> None:
+        """Complete the claim with a model's result (stored as its JSON: `result_as` reads it back)."""
+        self.complete(run_id, key, result.model_dump(mode="json"))
+
+    def result_as(self, run_id: str, key: str, model: type[StoredM]) -> StoredM | None:
+        """The result a done claim stored, as its model (None: not done)."""
+        raw = self.result(run_id, key)
+        return None if raw is None else model.model_validate(raw)
+
+    def results_as(self, run_id: str, prefix: str, model: type[StoredM]) -> dict[str, StoredM]:
+        """Every done claim's result under a key prefix, each as its model, by full key."""
+        return {key: model.model_validate(raw) for key, raw in self.results(run_id, prefix).items()}
+
+    def done_keys(self, run_id: str, prefix: str) -> set[str]:
+        """The keys of the done claims under a prefix: what a reader that needs only "is it done" asks (their
+        results are read through `result_as`/`results_as`)."""
+        return set(self.results(run_id, prefix))
 
     def done_count(self, run_id: str, prefix: str) -> int:
         """How many claims whose key starts with prefix are done: a fan-in's cheap gate. Fewer than its members

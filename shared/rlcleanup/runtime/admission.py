@@ -23,9 +23,11 @@ import hashlib
 
 from rlcleanup.authority.grants import real_location
 from rlcleanup.errors import PermanentError, RunErrorCode
+from rlcleanup.models.documents import RunIdBinding, RunIdConflictNote, RunLocation
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord, RunError
 from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.ports.collections import RUN_ID_CONFLICTS, RUN_IDS, RUN_LOCATIONS, Documents
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.envelope import identify
 from rlcleanup.runtime.ports import Ports
@@ -35,10 +37,22 @@ from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.readable_roots import check_readable_roots
 from rlcleanup.steps.remaining import NEEDS_PERSON_PREFIX, Remaining
 
-RUN_IDS = "run_ids"  # {id}: {"run_uri"}: where the run holding this id lives
-RUN_ID_CONFLICTS = "run_id_conflicts"  # {located id}: {"holder": the id it declared, "run_uri"}
 FINISHED = {RecordStatus.awaiting_authority, RecordStatus.complete, RecordStatus.needs_person}
-RUN_LOCATIONS = "run_locations"  # {sha256 of the location}: {"run_id", "run_uri"}: the id a location holds
+
+
+def _run_ids(records: RunRecords) -> Documents[RunIdBinding]:
+    """{id}: where the run holding this id lives."""
+    return RUN_IDS.bind(records, RunIdBinding)
+
+
+def _run_locations(records: RunRecords) -> Documents[RunLocation]:
+    """{sha256 of the location}: the id a location holds."""
+    return RUN_LOCATIONS.bind(records, RunLocation)
+
+
+def _conflicts(records: RunRecords) -> Documents[RunIdConflictNote]:
+    """{located id}: the id it declared and was not given."""
+    return RUN_ID_CONFLICTS.bind(records, RunIdConflictNote)
 
 
 class RunIdConflict(PermanentError):
@@ -64,17 +78,16 @@ def bound_run_id(p: Ports, run_uri: str) -> str | None:
 
 
 def location_binding(records: RunRecords, run_uri: str) -> str | None:
-    doc = records.get_doc(RUN_LOCATIONS, location_key(run_uri))
-    run_id = doc.get("run_id") if doc else None
-    return run_id if isinstance(run_id, str) else None
+    doc = _run_locations(records).get(location_key(run_uri))
+    return doc.run_id if doc else None
 
 
 def holder_of(p: Ports, run_id: str) -> str | None:
     """Where the run holding `run_id` lives (None: nobody holds it). Records from before the identity documents
     count by their run_uri."""
-    doc = p.records.get_doc(RUN_IDS, run_id)
-    if doc and isinstance(doc.get("run_uri"), str):
-        return str(doc["run_uri"])
+    doc = _run_ids(p.records).get(run_id)
+    if doc is not None:
+        return doc.run_uri
     existing = p.records.get(run_id)
     if existing is None or existing.run_uri == UNKNOWN_RUN_URI:
         return None
@@ -134,12 +147,12 @@ def bind_run_identity(p: Ports, run_id: str, run_uri: str) -> None:
     holder = holder_of(p, run_id)
     if holder is not None and not same_location(holder, run_uri):
         raise RunIdConflict(run_id, run_uri, holder)
-    if not p.records.put_doc(RUN_IDS, run_id, {"run_uri": run_uri}, only_if_absent=True):
+    if not _run_ids(p.records).put(run_id, RunIdBinding(run_uri=run_uri), only_if_absent=True):
         holder = holder_of(p, run_id)  # another delivery bound it first: the same run, or a conflict
         if holder is not None and not same_location(holder, run_uri):
             raise RunIdConflict(run_id, run_uri, holder)
     key = location_key(run_uri)
-    if not p.records.put_doc(RUN_LOCATIONS, key, {"run_id": run_id, "run_uri": run_uri}, only_if_absent=True):
+    if not _run_locations(p.records).put(key, RunLocation(run_id=run_id, run_uri=run_uri), only_if_absent=True):
         bound = bound_run_id(p, run_uri)
         if bound is not None and bound != run_id:
             raise PermanentError("run_id_conflict", f"{run_uri[:300]} is already recorded as {bound!r}")
@@ -199,7 +212,7 @@ def record_conflict(p: Ports, conflict: RunIdConflict, located: str) -> None:
     error = RunError(step=CONFLICT_STEP, code=RunErrorCode.run_id_conflict, message=message)
     p.records.create_if_absent(CompletionRecord(run_id=located, run_uri=conflict.run_uri))
     p.records.add_errors(located, [error])
-    p.records.put_doc(RUN_ID_CONFLICTS, located, {"holder": conflict.run_id, "run_uri": conflict.run_uri})
+    _conflicts(p.records).put(located, RunIdConflictNote(holder=conflict.run_id, run_uri=conflict.run_uri))
     holder = p.records.get(conflict.run_id)
     if holder is None:
         return
@@ -214,9 +227,8 @@ def record_conflict(p: Ports, conflict: RunIdConflict, located: str) -> None:
 def conflict_holders(p: Ports, run_id: str) -> list[str]:
     """The runs whose id this run declared (admitted under its location's id instead): wrap-up announces their
     records again once this one is ready (record-ready: each is notified of the conflict)."""
-    doc = p.records.get_doc(RUN_ID_CONFLICTS, run_id)
-    holder = doc.get("holder") if doc else None
-    return [holder] if isinstance(holder, str) else []
+    doc = _conflicts(p.records).get(run_id)
+    return [doc.holder] if doc else []
 
 
 def check_in_run_buckets(p: Ports, run_uri: str) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from rlcleanup.errors import RetryLater
+from rlcleanup.models.plans import Classified, PassMark
 from rlcleanup.ports.records import IdempotencyStore
 from rlcleanup.ports.storage import ObjectInfo, Storage
 from rlcleanup.steps.layout import RunLayout
@@ -122,12 +123,12 @@ def choose_scope(
     attempts come from discovery and the version from a later stat, so a status rewritten between the two (a
     resubmission's RUNNING over FAILED) would otherwise pair the old token with the new version and open a pass
     for an end that has not happened. Two observations that differ mean the run is changing: retried later."""
-    first = claims.result(run_id, CLASSIFY_KEY)
+    first = claims.result_as(run_id, CLASSIFY_KEY, Classified)
     if first is None:
         return ""
-    later = sorted(claims.results(run_id, PASS_PREFIX).items(), key=lambda kv: int(kv[1].get("n", 0)))
-    passes: list[tuple[str, dict[str, Any] | None]] = [("", first.get("end"))]
-    passes += [(f"{key.removeprefix(PASS_PREFIX)}/", value.get("end")) for key, value in later]
+    later = sorted(claims.results_as(run_id, PASS_PREFIX, PassMark).items(), key=lambda kv: kv[1].n)
+    passes: list[tuple[str, dict[str, Any] | None]] = [("", first.end or None)]
+    passes += [(f"{key.removeprefix(PASS_PREFIX)}/", value.end) for key, value in later]
     for scope, end in passes:
         if end is not None and EndMarks.model_validate(end).key == marks.key:
             return scope
@@ -136,5 +137,5 @@ def choose_scope(
         return None  # a run classified before marks were kept is never re-driven by a guess
     if confirm is not None and confirm() != marks:
         raise RetryLater(f"{run_id}: the run's status files or attempts changed while its end was read")
-    claims.complete(run_id, f"{PASS_PREFIX}{marks.key}", {"end": marks.model_dump(mode="json"), "n": len(passes)})
+    claims.complete_as(run_id, f"{PASS_PREFIX}{marks.key}", PassMark(end=marks.model_dump(mode="json"), n=len(passes)))
     return f"{marks.key}/"

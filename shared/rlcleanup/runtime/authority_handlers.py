@@ -11,14 +11,14 @@ releases the claim and a redelivery resumes, and any delivery after completion i
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from datetime import datetime
-from typing import Any
 
 from rlcleanup.authority import announce, ledger, precancel, quarantine
 from rlcleanup.authority.actions import GrantTask, carry_out
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal, verify
 from rlcleanup.errors import ErrorKind, PermanentError, error_kind
-from rlcleanup.models.claims import GrantApplied, PreCancelCaptured
+from rlcleanup.models.claims import PRE_CANCEL, GrantApplied, PreCancelCaptured, ReproducingFailure
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.model_events import ModelEvent
 from rlcleanup.models.record import CompletionRecord, PreCancelCapture
@@ -27,6 +27,7 @@ from rlcleanup.ports.controllers import JobController
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime import admission
 from rlcleanup.runtime.claims import once_ran as _once_ran
+from rlcleanup.runtime.claims import stored_under
 from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.ports import Ports
@@ -74,12 +75,8 @@ def _apply_grant(p: Ports, data: bytes, attributes: dict[str, str]) -> tuple[str
 def _used_as_signed(p: Ports, run_id: str, gid: str, raw: object) -> bool:
     """The grant filed under `gid` was carried out (`used`) and is exactly this signed grant (not another one
     reusing its id)."""
-    doc = ledger.get_grant_doc(p.records, run_id, gid) or {}
-    return doc.get("state") == GrantState.used.value and doc.get("grant") == raw
-
-
-def _message(doc: dict[str, Any]) -> bytes:
-    return json.dumps({"grant": doc.get("grant"), "signature": doc.get("signature")}).encode()
+    doc = ledger.get_grant_doc(p.records, run_id, gid)
+    return doc is not None and doc.state is GrantState.used and doc.grant == raw
 
 
 def retry_waiting_grants(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
@@ -100,7 +97,7 @@ def _retry(p: Ports, run_id: str, *, record_changed: bool = False) -> str:
         now = p.clock.now()
         verdict = verify(
             p.records,
-            _message(doc),
+            doc.message(),
             now,
             expected_run=run_id,
             deployment_prefixes=p.allowed_destination_prefixes,
@@ -123,12 +120,12 @@ def _retry(p: Ports, run_id: str, *, record_changed: bool = False) -> str:
 def _try_apply(p: Ports, grant: Grant, gid: str) -> str:
     run_id = grant.run_id
     record = p.records.get(run_id)
-    capture: dict[str, Any] | None = None
+    capture: PreCancelCaptured | None = None
     waiting, shown = None, GrantState.pending.value  # why the grant cannot run yet, and the state it waits in
     if grant.action is Action.cancel and precancel.run_has_ended(record):
         pass  # no live run to cancel: carried out at once, where the action refuses it as run_ended
     elif grant.action is Action.cancel:  # a cancel waits for the pre-cancel capture, not for the record
-        captures = list(p.claims.results(run_id, "pre-cancel:").values())
+        captures = list(stored_under(p, run_id, PRE_CANCEL, PreCancelCaptured).values())
         capture, why, shown = precancel.clearance(p.records, run_id, record.run_uri if record else None, captures)
         waiting = why if capture is None else None
     elif not ledger.is_ready(record):
@@ -182,7 +179,7 @@ def restore_announcements(
         for _, e, _ in quarantine.entries(records, record.run_id)
         if e and e.state == "restored" and e.source in wanted
     ]
-    grants = dict(ledger.list_grants(records, record.run_id))
+    grants = {gid: doc.body for gid, doc in ledger.list_grants(records, record.run_id)}
     url = record_url(records, record.run_id)
     return announce.restore_events(record, entries, grants, at, project=project, record_url=url)
 
@@ -263,12 +260,12 @@ def capture_pre_cancel(p: Ports, event: JobEvent, attributes: dict[str, str]) ->
             job_id=event.job_id,
             source=event.source,
             captured_at=p.clock.now().isoformat(),
-            reproducing=result.to_doc()["reproducing"],
+            reproducing=[ReproducingFailure.model_validate(asdict(r)) for r in result.reproducing],
             run_uri=event.run_uri,
             layout_read=layout is not None,
         )
 
-    fresh = not _once_ran(p, run_id, f"pre-cancel:{event.event_key}", work, model=PreCancelCaptured).repeat
+    fresh = not _once_ran(p, run_id, f"{PRE_CANCEL}{event.event_key}", work, model=PreCancelCaptured).repeat
     if fresh:
         _tell_if_unexplained(p, run_id)
     retried = _retry(p, run_id, record_changed=fresh)  # a cancel grant may wait for this capture
@@ -294,7 +291,7 @@ def record_cause(p: Ports, run_id: str, sig_id: str, note: str, recorded_by: str
     """A person recorded why a reproducing failure happens: waiting cancel grants are retried (outside any delivery,
     as retry-waiting-grants would: its declared topics bound what the retry may publish)."""
     p = guarded_ports(p, p.topology.function("retry-waiting-grants"))
-    observed = precancel.observed_signature_ids(list(p.claims.results(run_id, "pre-cancel:").values()))
+    observed = precancel.observed_signature_ids(list(stored_under(p, run_id, PRE_CANCEL, PreCancelCaptured).values()))
     if sig_id not in observed:
         known = ", ".join(sorted(observed)) or "none: no pre-cancel capture of this run saw a reproducing failure"
         raise PermanentError(
@@ -302,7 +299,5 @@ def record_cause(p: Ports, run_id: str, sig_id: str, note: str, recorded_by: str
             f"{sig_id!r} names no reproducing failure observed in run {run_id}'s pre-cancel captures "
             f"(observed: {known}); nothing recorded",
         )
-    p.records.put_doc(
-        precancel.causes_collection(run_id), sig_id, {"note": note, "recorded_by": recorded_by, "at": at.isoformat()}
-    )
+    precancel.causes(p.records, run_id).put(sig_id, precancel.CauseNote(note=note, recorded_by=recorded_by, at=at))
     return _retry(p, run_id)

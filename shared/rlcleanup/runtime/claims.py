@@ -84,7 +84,7 @@ def once_or_busy(p: Ports, run_id: str, key: str, work: Callable[[], M]) -> M | 
     return result
 
 
-def _run_claimed(p: Ports, run_id: str, key: str, work: Callable[[], Any], *, busy_ok: bool) -> Any:
+def _run_claimed(p: Ports, run_id: str, key: str, work: Callable[[], BaseModel], *, busy_ok: bool) -> Any:
     state = p.claims.claim(run_id, key, p.lease_seconds, p.clock.now(), owner=p.delivery_id)
     if state is Claim.done:
         return None
@@ -99,16 +99,15 @@ def _run_claimed(p: Ports, run_id: str, key: str, work: Callable[[], Any], *, bu
         if failed_claim(exc) is None:
             setattr(exc, _FAILED_CLAIM, FailedClaim(run_id, key))
         raise
-    p.claims.complete(run_id, key, result.model_dump(mode="json") if isinstance(result, BaseModel) else result)
+    p.claims.complete_as(run_id, key, result)
     return result
 
 
 def stored(p: Ports, run_id: str, key: str, model: type[M]) -> M | None:
     """The result a claim stored, as its model (None: not done yet)."""
-    raw = p.claims.result(run_id, key)
-    return None if raw is None else model.model_validate(raw)
+    return p.claims.result_as(run_id, key, model)
 
 
 def stored_under(p: Ports, run_id: str, prefix: str, model: type[M]) -> dict[str, M]:
     """Every done claim's result under a key prefix, each as its model, by full key."""
-    return {key: model.model_validate(raw) for key, raw in p.claims.results(run_id, prefix).items()}
+    return p.claims.results_as(run_id, prefix, model)

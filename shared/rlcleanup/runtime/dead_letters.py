@@ -30,11 +30,12 @@ from functools import partial
 from pydantic import RootModel
 
 from rlcleanup.errors import InvalidMessage, PermanentError, RunErrorCode
+from rlcleanup.models.documents import LastTransientError
 from rlcleanup.models.events import SCOPE_PATTERN
+from rlcleanup.ports.collections import DELIVERY_LAST_ERRORS
 from rlcleanup.runtime.attempt_scope import scoped
 from rlcleanup.runtime.claims import tag_failed_claim
 from rlcleanup.runtime.failures import (
-    ATTEMPTS_COLLECTION,
     FailureRoute,
     RetriesExhausted,
     finish_failed,
@@ -78,8 +79,8 @@ def record_dead_letter(p: Ports, data: bytes, attributes: dict[str, str]) -> str
         return f"{source.name} recorded it already ({attributes[RECORDED_ERROR]})"
     count = attributes.get(PUBSUB_DELIVERY_COUNT, "")
     attempts = int(count) if count.isdigit() else source.max_delivery_attempts
-    noted = p.records.get_doc(ATTEMPTS_COLLECTION, last_error_key(source.entry_point, data)) or {}
-    last = str(noted.get("last_error") or "") or None  # None: the function never ran far enough to note one
+    noted = DELIVERY_LAST_ERRORS.bind(p.records, LastTransientError).get(last_error_key(source.entry_point, data))
+    last = noted.last_error if noted else None  # None: the function never ran far enough to note one
     error = RetriesExhausted(source.entry_point, attempts, last, fix=pubsub_fix(source))
     log.warning("%s: Pub/Sub gave up on a message after %d deliveries", source.name, attempts)
     route = stage_table().route(source.entry_point)

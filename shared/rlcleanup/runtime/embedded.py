@@ -13,15 +13,17 @@ from rlcleanup.adapters.inprocess_bus import Delivered, Handler, InProcessBus
 from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.adapters.storage_router import RoutingStorage
 from rlcleanup.errors import PermanentError, defect_message
+from rlcleanup.models.documents import PoisonMessage
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.paths import default_db, default_preserve_root
+from rlcleanup.ports.collections import POISON_MESSAGES
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime import admission, resume
 from rlcleanup.runtime.failures import RetriesExhausted, finish_failed, gave_up
-from rlcleanup.runtime.handlers import POISON_COLLECTION, dispatch, poison_key, record_poison, resolve_run_id
+from rlcleanup.runtime.handlers import dispatch, poison_key, record_poison, resolve_run_id
 from rlcleanup.runtime.ports import Ports, hub_upload_job, large_copy_job
 from rlcleanup.runtime.stage_table import StageTable, stage_table
 from rlcleanup.runtime.topology import FunctionSpec
@@ -201,9 +203,9 @@ def run_embedded(
     bound = admission.bound_run_id(stack.ports, run_uri) or _admitted_root_id(stack.ports, run_uri)
     if bound is not None:
         return stack.ports.records.get(bound)
-    filed = stack.ports.records.get_doc(POISON_COLLECTION, poison_key(event.model_dump_json().encode()))
+    filed = POISON_MESSAGES.bind(stack.ports.records, PoisonMessage).get(poison_key(event.model_dump_json().encode()))
     if filed is not None:
-        raise RunNotAdmitted(str(filed.get("code") or "refused"), str(filed.get("message") or ""))
+        raise RunNotAdmitted(filed.code or "refused", filed.message)
     return None
 
 

@@ -39,9 +39,11 @@ from rlcleanup.errors import (
     defect_message,
     error_kind,
 )
+from rlcleanup.models.documents import AttemptCount, LastTransientError
 from rlcleanup.models.outcomes import MemberOutcome
 from rlcleanup.models.record import RunError, utcnow
 from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.ports.collections import DELIVERY_ATTEMPTS, DELIVERY_LAST_ERRORS
 from rlcleanup.runtime.admission import attachable_run
 from rlcleanup.runtime.attempt_scope import unscoped
 from rlcleanup.runtime.claims import failed_claim
@@ -71,7 +73,6 @@ class FailureRoute:
 
 
 DEFECT_DELIVERY_BUDGET = 3
-ATTEMPTS_COLLECTION = "delivery_attempts"
 PERMANENT_PREFIX = "permanent error recorded"
 _LOGGED = "_rlcleanup_logged"
 
@@ -153,8 +154,8 @@ def note_transient(p: Ports, entry_point: str, data: bytes, exc: Exception) -> N
     if isinstance(exc, RetryLater | RecordStoreUnavailable | RecordMissing):
         return
     try:
-        note = {"entry_point": entry_point, "last_error": defect_message(exc)[:500]}
-        p.records.put_doc(ATTEMPTS_COLLECTION, last_error_key(entry_point, data), note)
+        note = LastTransientError(entry_point=entry_point, last_error=defect_message(exc)[:500])
+        DELIVERY_LAST_ERRORS.bind(p.records, LastTransientError).put(last_error_key(entry_point, data), note)
     except Exception as again:
         log.debug("could not note the transient error of %s: %s", entry_point, defect_message(again))
 
@@ -163,9 +164,10 @@ def count_delivery(p: Ports, entry_point: str, message_id: str | None, data: byt
     """This message's deliveries that hit a defect, this one included. Read-then-write: two concurrent duplicates
     may count once, which only grants one more retry."""
     key = f"{entry_point}:{message_id or hashlib.sha256(data).hexdigest()[:32]}"
-    seen = p.records.get_doc(ATTEMPTS_COLLECTION, key) or {}
-    attempt = int(seen.get("attempts") or 0) + 1
-    p.records.put_doc(ATTEMPTS_COLLECTION, key, {"attempts": attempt, "entry_point": entry_point})
+    counts = DELIVERY_ATTEMPTS.bind(p.records, AttemptCount)
+    seen = counts.get(key) or AttemptCount()
+    attempt = seen.attempts + 1
+    counts.put(key, AttemptCount(attempts=attempt, entry_point=entry_point))
     return attempt
 
 
@@ -183,7 +185,7 @@ def finish_failed(
         assert route.failed_member is not None and route.decode is not None  # the stage table gives every member both
         # What the member stores is its stage's (the stage table's row); a cut log's later segments too.
         for key, outcome in route.failed_member(p, claim.key, route.decode(data), error):
-            p.claims.complete(claim.run_id, key, outcome.model_dump(mode="json"))
+            p.claims.complete_as(claim.run_id, key, outcome)
         log.warning("fan-out member %s of run %s completed as failed: %s", claim.key, claim.run_id, error.code)
         try:
             retry_fan_in()  # the member's claim is done now: the handler goes straight to its fan-in

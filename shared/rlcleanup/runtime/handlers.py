@@ -14,8 +14,10 @@ import logging
 from dataclasses import replace
 
 from rlcleanup.errors import PermanentError, RecordStoreLost
+from rlcleanup.models.documents import PoisonMessage
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import RunError
+from rlcleanup.ports.collections import POISON_MESSAGES
 from rlcleanup.runtime.admission import attachable_run, bound_run_id, choose_run_id
 from rlcleanup.runtime.envelope import identify
 from rlcleanup.runtime.failures import finish_failed, to_permanent
@@ -27,7 +29,6 @@ from rlcleanup.steps.layout import discover
 
 log = logging.getLogger(__name__)
 
-POISON_COLLECTION = "poison_messages"
 # The attributes of a copy a function parks on its dead-letter topic after recording its error (the dead-letter
 # recorder skips those: recorded already).
 RECORDED_ERROR = "rlcleanup_error"
@@ -95,18 +96,15 @@ def record_poison(
     if run_id:
         p.records.add_errors(run_id, [RunError(step=step, code=error.code, message=message)])
     else:
-        p.records.put_doc(
-            POISON_COLLECTION,
-            poison_key(data),
-            {
-                "step": step,
-                "code": error.code,
-                "message": message,
-                "size": len(data),
-                "named_run_id": named_id,
-                "named_run_uri": named_uri[:2000] if named_uri else None,
-            },
+        poison = PoisonMessage(
+            step=step,
+            code=error.code,
+            message=message,
+            size=len(data),
+            named_run_id=named_id,
+            named_run_uri=named_uri[:2000] if named_uri else None,
         )
+        POISON_MESSAGES.bind(p.records, PoisonMessage).put(poison_key(data), poison)
     if park:
         p.bus.publish(dead_letter_topic, data, {**attributes, RECORDED_ERROR: error.code, RECORDED_STEP: step})
     # The log names the run the payload names (as data) when the error went on no record: an operator searching

@@ -29,6 +29,7 @@ from rlcleanup.authority.actions import HUB_JOB_GRANT_VAR, HUB_JOB_RUN_VAR
 from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.grants import Grant, GrantState, Refusal, verify
 from rlcleanup.authority.hub_publish import UploadProgress, publish_to_hub
+from rlcleanup.authority.ledger import GrantDoc
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.errors import PermanentError, TransientError
 from rlcleanup.runtime.authority_handlers import announce_grant
@@ -52,10 +53,10 @@ def run_job(p: Ports, run_id: str, gid: str, *, last_attempt: bool = True, batch
     doc = ledger.get_grant_doc(p.records, run_id, gid)
     if doc is None:
         raise PermanentError("bad_input", f"no grant {gid!r} is filed on run {run_id!r}")
-    if doc.get("state") in _FINAL:  # a finished job started again: nothing to redo but the announcement
-        _announce_again(p, run_id, gid, doc)  # the attempt that filed it may have died before announcing
-        return Outcome(state=str((doc.get("outcome") or {}).get("state", doc["state"])), detail="already applied")
-    message = json.dumps({"grant": doc.get("grant"), "signature": doc.get("signature")}).encode()
+    if doc.state in _FINAL:  # a finished job started again: nothing to redo but the announcement
+        _announce_again(p, gid, doc)  # the attempt that filed it may have died before announcing
+        return Outcome(state=str(doc.result.get("state", doc.state.value)), detail="already applied")
+    message = doc.message()
     verdict = verify(
         p.records,
         message,
@@ -102,10 +103,10 @@ def run_job(p: Ports, run_id: str, gid: str, *, last_attempt: bool = True, batch
     return outcome
 
 
-def _announce_again(p: Ports, run_id: str, gid: str, doc: dict[str, object]) -> None:
+def _announce_again(p: Ports, gid: str, doc: GrantDoc) -> None:
     """Re-announce a hand-off this job already filed (same event id): at least once, never a lost announcement."""
     try:
-        grant = Grant.model_validate(doc.get("grant"))
+        grant = Grant.model_validate(doc.grant)
     except ValueError:
         return  # not a grant this job could have carried out: nothing it announced
     announce_grant(p, grant, gid)

@@ -8,6 +8,7 @@ listings). A run classified before snapshots existed is discovered again, as it 
 
 from __future__ import annotations
 
+from rlcleanup.models.plans import Classified
 from rlcleanup.runtime import attempt_scope
 from rlcleanup.runtime.attempt_scope import pass_id, scoped
 from rlcleanup.runtime.ports import Ports
@@ -27,8 +28,8 @@ def snapshot_layout(p: Ports, run_id: str, preserve_root: str, layout: RunLayout
 def run_layout(p: Ports, run_id: str, run_uri: str, scope: str = "") -> RunLayout:
     """The layout classification stored for this pass of the run (or a fresh discovery for a run classified
     without one)."""
-    stored = p.claims.result(run_id, scoped(scope, CLASSIFY_KEY)) or {}
-    uri, dest_root = stored.get("layout_uri"), stored.get("dest_root")
-    if not isinstance(uri, str) or not isinstance(dest_root, str):
+    stored = p.claims.result_as(run_id, scoped(scope, CLASSIFY_KEY), Classified)
+    uri, dest_root = (stored.layout_uri, stored.dest_root) if stored else (None, None)
+    if uri is None or dest_root is None:
         return discover(p.storage, run_uri)
     return load_layout(p.storage, uri, dest_root=dest_root, run_uri=run_uri)

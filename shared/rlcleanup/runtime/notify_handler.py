@@ -18,15 +18,16 @@ from functools import cache
 
 from rlcleanup.authority import precancel
 from rlcleanup.errors import PermanentError, RunErrorCode
+from rlcleanup.models.documents import AttemptCount
 from rlcleanup.models.notifications import Notice, NotificationSent
 from rlcleanup.models.record import RunError
+from rlcleanup.ports.collections import NOTIFY_ATTEMPTS
 from rlcleanup.ports.notifier import NotificationChannel, NotificationRefused, NotificationUndelivered
 from rlcleanup.report.notice import NOTIFY_STEP, build_notice
 from rlcleanup.runtime.claims import once_ran
 from rlcleanup.runtime.ports import Ports
 
 log = logging.getLogger(__name__)
-ATTEMPTS_COLLECTION = "notify_attempts"
 
 
 @cache
@@ -105,7 +106,7 @@ def _give_up(p: Ports, channel: NotificationChannel, notice: Notice, why: str, a
 
 def _count_attempt(p: Ports, run_id: str, key: str) -> int:
     doc_id = f"{run_id}:{key}"
-    seen = p.records.get_doc(ATTEMPTS_COLLECTION, doc_id) or {}
-    attempts = int(seen.get("attempts") or 0) + 1
-    p.records.put_doc(ATTEMPTS_COLLECTION, doc_id, {"attempts": attempts})
-    return attempts
+    counts = NOTIFY_ATTEMPTS.bind(p.records, AttemptCount)
+    seen = counts.get(doc_id) or AttemptCount()
+    counts.put(doc_id, AttemptCount(attempts=seen.attempts + 1))
+    return seen.attempts + 1

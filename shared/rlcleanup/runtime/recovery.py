@@ -29,10 +29,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from rlcleanup.errors import RecordMissing, RecordStoreLost
+from rlcleanup.models.documents import LostRun
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord, utcnow
 from rlcleanup.models.vocab import RecordStatus
+from rlcleanup.ports import collections
 from rlcleanup.ports.bus import Bus
+from rlcleanup.ports.collections import Documents
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.envelope import identify
 from rlcleanup.runtime.guard import GuardedBus
@@ -41,7 +44,11 @@ from rlcleanup.runtime.topology import Topology
 
 log = logging.getLogger(__name__)
 
-LOST_RUNS = "lost_runs"  # lost_runs/{run_id}: a run the record store lost, and the event that re-drives it
+LOST_RUNS = collections.LOST_RUNS.name  # a run the record store lost, and the event that re-drives it
+
+
+def _lost_runs(records: RunRecords) -> Documents[LostRun]:
+    return collections.LOST_RUNS.bind(records, LostRun)
 
 
 def recover_command(run_id: str) -> str:
@@ -159,22 +166,11 @@ def keep_lost_run(p: Ports, run_id: str, step: str, data: bytes) -> None:
             ],
         )
     )
-    kept = p.records.get_doc(LOST_RUNS, run_id)
-    if kept is not None and kept.get("recovered_at") is None and (kept.get("event") or origin is None):
+    lost_runs = _lost_runs(p.records)
+    kept = lost_runs.get(run_id)
+    if kept is not None and kept.recovered_at is None and (kept.event or origin is None):
         return  # this loss is kept already
-    p.records.put_doc(
-        LOST_RUNS,
-        run_id,
-        {
-            "run_id": run_id,
-            "run_uri": run_uri,
-            "event": origin.model_dump(mode="json") if origin else None,
-            "step": step,
-            "lost_at": utcnow(),
-            "recovered_at": None,
-            "redriven_at": None,
-        },
-    )
+    lost_runs.put(run_id, LostRun(run_id=run_id, run_uri=run_uri, event=origin, step=step, lost_at=utcnow()))
 
 
 # ----------------------------------------------------------------- re-driving a lost run
@@ -186,30 +182,31 @@ class NotLost(LookupError):
 
 def is_lost(p: Ports, run_id: str) -> bool:
     """A run lost to a reset of the record store and not re-driven since (one document read per terminal event)."""
-    kept = p.records.get_doc(LOST_RUNS, run_id)
-    return kept is not None and kept.get("recovered_at") is None
+    kept = _lost_runs(p.records).get(run_id)
+    return kept is not None and kept.recovered_at is None
 
 
 def start_over(p: Ports, run_id: str) -> int:
     """Before a lost run's event is classified again: drop the claims written since the reset (the lost ones are
     gone already), so none of them makes the event a duplicate, and mark the loss re-driven."""
     dropped = p.claims.forget_claims(run_id)
-    kept = p.records.get_doc(LOST_RUNS, run_id)
+    lost_runs = _lost_runs(p.records)
+    kept = lost_runs.get(run_id)
     if kept is not None:
-        p.records.put_doc(LOST_RUNS, run_id, {**kept, "recovered_at": utcnow()})
+        lost_runs.put(run_id, kept.model_copy(update={"recovered_at": utcnow()}))
     log.warning("run %s was lost by the record store: re-driven from scratch (%d claims dropped)", run_id, dropped)
     return dropped
 
 
 def lost_run_event(records: RunRecords, run_id: str) -> JobEvent:
     """The event that re-drives a lost run: the one that started it, else one naming its URI (a manual end)."""
-    kept = records.get_doc(LOST_RUNS, run_id)
-    if kept is None or kept.get("recovered_at") is not None:
-        raise NotLost(f"run {run_id!r} was not lost by the record store (no pending lost_runs/{run_id})")
-    if isinstance(kept.get("event"), dict):
-        return JobEvent.model_validate(kept["event"])
-    run_uri = kept.get("run_uri")
-    if not isinstance(run_uri, str) or run_uri == UNKNOWN_RUN_URI:
+    kept = _lost_runs(records).get(run_id)
+    if kept is None or kept.recovered_at is not None:
+        raise NotLost(f"run {run_id!r} was not lost by the record store (no pending {LOST_RUNS}/{run_id})")
+    if kept.event is not None:
+        return kept.event
+    run_uri = kept.run_uri
+    if run_uri is None or run_uri == UNKNOWN_RUN_URI:
         raise NotLost(
             f"run {run_id!r} was lost with no URI kept: re-emit its terminal event "
             "(`rlcleanup emit --run-uri URI --state STATE`)"
@@ -231,15 +228,16 @@ def redrive_lost_runs(p: Ports, now: datetime) -> int:
     """The sweep's part: every lost run not re-driven yet, once each (`redriven_at`); a run still lost at the next
     pass was re-driven already and is left to `rlcleanup recover`."""
     count = 0
-    for run_id, kept in p.records.list_docs(LOST_RUNS):
-        if kept.get("recovered_at") is not None or kept.get("redriven_at") is not None:
+    lost_runs = _lost_runs(p.records)
+    for run_id, kept in lost_runs.list():
+        if kept.recovered_at is not None or kept.redriven_at is not None:
             continue
         try:
             event = redrive_lost_run(p, run_id)
         except NotLost as exc:
             log.warning("sweep cannot re-drive lost run %s: %s", run_id, exc, extra={"run_id": run_id})
             continue
-        p.records.put_doc(LOST_RUNS, run_id, {**kept, "redriven_at": now})
+        lost_runs.put(run_id, kept.model_copy(update={"redriven_at": now}))
         log.info("sweep re-drove lost run %s from its %s %s event", run_id, event.source, event.state)
         count += 1
     return count

@@ -137,7 +137,7 @@ def resume_messages(p: Ports, run_id: str) -> list[tuple[str, dict[str, Any]]]:
     if record is None or record.status is not RecordStatus.in_progress:
         return []
     keys = p.topology.pipeline_keys(PASS_PREFIX)
-    if p.claims.result(run_id, keys.classify) is None:
+    if keys.classify not in p.claims.done_keys(run_id, keys.classify):
         return []
     plan = plan_redrive(p.claims, record, p.preserve_root, keys)
     return [(topic, payload) for topic, payload in plan.republish if topic != p.topology.entry_topic]

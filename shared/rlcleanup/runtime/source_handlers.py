@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from rlcleanup.errors import PermanentError, RunErrorCode
 from rlcleanup.formats.export_request import read_request
 from rlcleanup.models.claims import K8sEndPublished, StorageNoticeHandled
+from rlcleanup.models.documents import SourceSeen
 from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord, ExportRequestState, RunError
 from rlcleanup.report.notice import urgency
@@ -114,8 +115,6 @@ def _no_read(uri: str, generation: int | None) -> bytes | None:
 
 # ---------------------------------------------------------------- sweep (scheduler ticks and continuations)
 
-SEEN = sweep_source.SEEN  # hints already given: controller jobs ((cluster, job uid) -> outcome), status versions
-
 
 def settings(p: Ports) -> DeploymentSettings:
     return p.settings if p.settings is not None else unconfigured()
@@ -150,7 +149,7 @@ def sweep(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
         for event in out.events:
             publish_job_event(p, event)
         for key in out.seen:  # after publishing: a crash in between hints again (harmless)
-            p.records.put_doc(SEEN, key, {"source": "sweep"}, only_if_absent=True)
+            sweep_source.seen_hints(p.records).put(key, sweep_source.SWEPT, only_if_absent=True)
         return f"page {msg.prefix}: {len(out.events)} events, {len(out.continuations)} continuations"
     if isinstance(msg, SweepRecords):
         return _sweep_records(p, now, config)
@@ -166,8 +165,8 @@ def _sweep_records(p: Ports, now: datetime, config: SweepConfig) -> str:
         if (
             plan.missing
             and plan.republish
-            and not p.records.put_doc(
-                SEEN, f"redrive:{record.run_id}:{scope.rstrip('/')}", {"source": "sweep"}, only_if_absent=True
+            and not sweep_source.seen_hints(p.records).put(
+                f"redrive:{record.run_id}:{scope.rstrip('/')}", sweep_source.SWEPT, only_if_absent=True
             )
         ):
             plan = replace(plan, republish=[])  # re-driven once already and still missing: marked below
@@ -181,8 +180,8 @@ def _sweep_records(p: Ports, now: datetime, config: SweepConfig) -> str:
             if scope:
                 # A later pass keeps the finished record's outcome (it never regresses): its stall is reported
                 # beside it, once per pass, instead of replacing the status.
-                if not p.records.put_doc(
-                    SEEN, f"stalled:{record.run_id}:{scope.rstrip('/')}", {"source": "sweep"}, only_if_absent=True
+                if not sweep_source.seen_hints(p.records).put(
+                    f"stalled:{record.run_id}:{scope.rstrip('/')}", sweep_source.SWEPT, only_if_absent=True
                 ):
                     continue
                 remaining = [*record.remaining_work, *stalled_fields(plan.missing, now)["remaining_work"]]
@@ -233,11 +232,13 @@ def _deadline_notice(p: Ports, record: CompletionRecord | None, now: datetime, w
         json.dumps([how_urgent, *sorted(f"{d.at.isoformat()} {d.item}" for d in record.deadlines)]).encode()
     ).hexdigest()[:16]
     seen = f"deadline-notice:{record.run_id}:{state}"
-    if p.records.get_doc(SEEN, seen) is not None:
+    if sweep_source.seen_hints(p.records).get(seen) is not None:
         return
     ready = {"run_id": record.run_id, "status": record.status.value, "deadline": how_urgent}
     p.bus.publish(p.topology.ready_topic, json.dumps(ready).encode(), {"run_id": record.run_id, "reason": "deadline"})
-    p.records.put_doc(SEEN, seen, {"source": "sweep"}, only_if_absent=True)  # after: a crash in between says it again
+    sweep_source.seen_hints(p.records).put(
+        seen, sweep_source.SWEPT, only_if_absent=True
+    )  # after: a crash in between says it again
 
 
 def _sweep_topic(p: Ports) -> str:
@@ -253,7 +254,7 @@ def _poll_controller(p: Ports, source: str, now: datetime) -> str:
     """One poll of the named controller (an unknown name: `UnknownControllerError`, dead-lettered)."""
 
     def seen(key: str) -> bool:
-        return p.records.get_doc(SEEN, key) is not None
+        return sweep_source.seen_hints(p.records).get(key) is not None
 
     controller = p.controllers.build(source, settings(p))
     if controller is None or not controller.polls:
@@ -266,7 +267,8 @@ def _poll_controller(p: Ports, source: str, now: datetime) -> str:
             published += 1
         else:
             log.warning("%s poll: %s", source, item.reason)
-        p.records.put_doc(SEEN, item.key, {"source": source, "outcome": item.reason}, only_if_absent=True)
+        hint = SourceSeen(source=source, outcome=item.reason)
+        sweep_source.seen_hints(p.records).put(item.key, hint, only_if_absent=True)
     return f"{source}: {published} events, {len(found) - published} jobs without a run"
 
 

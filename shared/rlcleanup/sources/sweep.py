@@ -29,10 +29,12 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rlcleanup.models.documents import SourceSeen
 from rlcleanup.models.events import JobEvent, RunMessage
 from rlcleanup.models.plans import Classified, FanOutKeys, MemberSet, PassMark, PipelineHop, PipelineKeys
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import ClassificationKind, RecordStatus
+from rlcleanup.ports.collections import SOURCE_SEEN, Documents
 from rlcleanup.ports.records import IdempotencyStore, RunRecords
 from rlcleanup.ports.storage import ListsChildren, ObjectInfo
 from rlcleanup.settings import DeploymentSettings
@@ -223,7 +225,7 @@ class PageOutcome:
     continuations: list[SweepPage]
     events: list[JobEvent]
     skipped: dict[str, str]  # run URI -> why no event
-    seen: list[str] = field(default_factory=list)  # SEEN keys to mark after the events are published
+    seen: list[str] = field(default_factory=list)  # source_seen keys to mark after the events are published
 
 
 def sweep_page(
@@ -271,7 +273,7 @@ def ended_again(
     """A finished run whose status token was rewritten after its record last changed, and reads terminal: maybe a
     resubmitted step's new end (runs without storage notifications learn of it here). One stat per recorded run;
     the token is read only when the stat says rewritten. on-job-event decides from the run's end marks whether
-    it is a new end (runtime/attempt_scope.py). Returns the verdict and the `SEEN` key to mark once the hint is
+    it is a new end (runtime/attempt_scope.py). Returns the verdict and the `source_seen` key to mark once the hint is
     handled: each status version is looked at once, so a rewrite that was no new end costs one stat later on."""
     if record.status is RecordStatus.in_progress:
         return None, None  # the stalled-record scan owns it
@@ -280,7 +282,7 @@ def ended_again(
         return None, None
     version = status.fingerprint or str(status.generation or status.updated.isoformat())
     seen = safe_run_id(f"ended-again-{record.run_id}-{version}")
-    if records.get_doc(SEEN, seen) is not None:
+    if seen_hints(records).get(seen) is not None:
         return None, None
     token = parse_executor_status(storage.read_bytes(status.uri, 1024 * 1024).decode("utf-8", "replace"))
     if token not in TERMINAL_TOKENS:
@@ -289,7 +291,13 @@ def ended_again(
     return RunVerdict(run_uri, token, reason, status.updated), seen
 
 
-SEEN = "source_seen"  # hints already given (runtime/source_handlers.py keeps controller jobs there too)
+SWEPT = SourceSeen(source="sweep")  # a hint the sweep gave
+
+
+def seen_hints(records: RunRecords) -> Documents[SourceSeen]:
+    """Hints already given (runtime/source_handlers.py keeps controller jobs there too)."""
+    return SOURCE_SEEN.bind(records, SourceSeen)
+
 
 # ---------------------------------------------------------------- stalled records
 
@@ -337,15 +345,15 @@ def stalled_records(
 def open_later_pass(claims: IdempotencyStore, run_id: str, keys: PipelineKeys) -> str | None:
     """The scope of the run's latest later pass when it is unfinished (classified standard, not finished yet,
     or not classified at all), else None."""
-    passes = claims.results(run_id, keys.pass_prefix)
+    passes = claims.results_as(run_id, keys.pass_prefix, PassMark)
     if not passes:
         return None
-    latest = max(passes.items(), key=lambda kv: PassMark.model_validate(kv[1]).n)[0]
+    latest = max(passes.items(), key=lambda kv: kv[1].n)[0]
     scope = f"{latest.removeprefix(keys.pass_prefix)}/"
-    classified = claims.result(run_id, f"{scope}{keys.classify}")
-    if classified is not None and Classified.model_validate(classified).kind != ClassificationKind.standard.value:
+    classified = claims.result_as(run_id, f"{scope}{keys.classify}", Classified)
+    if classified is not None and classified.kind != ClassificationKind.standard.value:
         return None  # routed or left to a person at classification: nothing more runs in this pass
-    if claims.result(run_id, f"{scope}{keys.finish}") is not None:
+    if f"{scope}{keys.finish}" in claims.done_keys(run_id, f"{scope}{keys.finish}"):
         return None
     return scope
 
@@ -357,12 +365,13 @@ def plan_redrive(
     finish, from what the stages stored; list what nothing can redo."""
     run_id = record.run_id
     # A later pass's keys carry its scope; without it, the first pass's keys (other passes' never match them).
-    done = {k.removeprefix(scope): v for k, v in claims.results(run_id, scope).items()}
+    done = {k.removeprefix(scope) for k in claims.done_keys(run_id, scope)}
     sets = {
-        fan.name: fan.set_model.model_validate(done[fan.member_set])
+        fan.name: stored_set
         for hop in keys.hops
         for fan in (*hop.plans, *([hop.members] if hop.members else []))
         if fan.member_set in done
+        and (stored_set := claims.result_as(run_id, f"{scope}{fan.member_set}", fan.set_model)) is not None
     }
     preserve = next((kept for s in sets.values() if (kept := s.kept_preserve_root)), None) or preserve_root
     if preserve is None:
@@ -395,7 +404,7 @@ def plan_redrive(
 
 
 def _redrive_members(
-    run: RunMessage, hop: PipelineHop, fan: FanOutKeys, member_set: MemberSet | None, done: dict[str, Any]
+    run: RunMessage, hop: PipelineHop, fan: FanOutKeys, member_set: MemberSet | None, done: set[str]
 ) -> Redrive:
     """A fan-out a barrier planned: one message per member with no outcome (a member's message names only its id),
     or, when every member is in, one of them again, which re-tries the fan-in its delivery missed."""

@@ -15,18 +15,20 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from rlcleanup.formats.config import get
 from rlcleanup.formats.config_diff import diff_flat, flatten_config
 from rlcleanup.models.failures import ConfigChange, KnownFix, SimilarRun
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import TerminalState
+from rlcleanup.ports.collections import RUN_CONFIGS, Documents
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.steps.failure_rules import classify_failure
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.signature import signature
 from rlcleanup.uris import basename, parent
 
-CONFIG_COLLECTION = "run_configs"
 SIMILAR_LIMIT = 20  # runs listed per record on each side (before, after), newest first
 TIE_WINDOW = timedelta(seconds=1)  # the "before" lookup reaches past this run's end: its own second is all read
 FIX_LOOKUPS = 5  # of those, how many get a "what fixed it" lookup (one query each)
@@ -90,36 +92,60 @@ def own_locations(flat: Mapping[str, str], roots: tuple[str | None, ...]) -> dic
 ConfigScreen = Callable[[Mapping[str, str]], tuple[dict[str, str], list[str]]]
 
 
+class ConfigKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str
+    value: str
+
+
+class KeptConfig(BaseModel):
+    """run_configs/{run_id}: the run's configuration, flattened, screened and bounded."""
+
+    model_config = ConfigDict(extra="forbid")
+    run_id: str
+    keys: list[ConfigKey] = Field(default_factory=list)
+    truncated: bool = False
+    screened: int | None = None  # SCREENED once screened for credentials; a document from before is never shown
+    withheld: list[str] = Field(default_factory=list)  # the findings, `key: rule`
+
+
+def _kept_configs(records: RunRecords) -> Documents[KeptConfig]:
+    return RUN_CONFIGS.bind(records, KeptConfig)
+
+
 def keep_config(records: RunRecords, record: CompletionRecord, config: Mapping[str, Any], screen: ConfigScreen) -> None:
     """Keep the run's resolved configuration flattened (`run_configs/{run_id}`), its own locations tokenised,
     screened (a value a secret rule flags or whose key names a credential is kept as its rule, never its value),
     bounded in size."""
     screened, withheld = screen(own_locations(flatten_config(config), (record.run_uri, record.temp_root)))
     flat = screened
-    keys: list[dict[str, str]] = []
+    keys: list[ConfigKey] = []
     used = 0
     for key, value in flat.items():
         used += len(key) + len(value)
         if used > MAX_CONFIG_CHARS:
             break
-        keys.append({"key": key, "value": value})
-    doc = {
-        "run_id": record.run_id,
-        "keys": keys,
-        "truncated": used > MAX_CONFIG_CHARS,
-        "screened": SCREENED,
-        "withheld": withheld[: MAX_CHANGES * 5],
-    }
-    records.put_doc(CONFIG_COLLECTION, record.run_id, doc)
+        keys.append(ConfigKey(key=key, value=value))
+    doc = KeptConfig(
+        run_id=record.run_id,
+        keys=keys,
+        truncated=used > MAX_CONFIG_CHARS,
+        screened=SCREENED,
+        withheld=withheld[: MAX_CHANGES * 5],
+    )
+    _kept_configs(records).put(record.run_id, doc)
 
 
 def kept_config(records: RunRecords, run_id: str) -> dict[str, str] | None:
     """The kept configuration; None when none was kept, or it was kept before configurations were screened (its
     values may hold credentials: never shown)."""
-    doc = records.get_doc(CONFIG_COLLECTION, run_id)
-    if doc is None or not isinstance(doc.get("keys"), list) or doc.get("screened") != SCREENED:
+    try:
+        doc = _kept_configs(records).get(run_id)
+    except ValueError:  # not a kept configuration as this version writes one: nothing to compare, never shown
         return None
-    return {str(k["key"]): str(k["value"]) for k in doc["keys"] if isinstance(k, dict) and "key" in k}
+    if doc is None or doc.screened != SCREENED:
+        return None
+    return {k.key: k.value for k in doc.keys}
 
 
 def known_fix(records: RunRecords, failed: CompletionRecord) -> KnownFix | None:

@@ -64,7 +64,8 @@ def gather(p: Ports, run_id: str, scope: str, barrier: Barrier, topology: Topolo
     outcomes: dict[str, dict[str, MemberOutcome]] = {}
     for name in barrier.waits_for:
         if name not in {fan.name for fan in topology.fan_outs}:
-            if p.claims.result(run_id, scoped(scope, topology.barrier(name).claim)) is None:
+            claim = scoped(scope, topology.barrier(name).claim)
+            if claim not in p.claims.done_keys(run_id, claim):
                 return f"waiting: {topology.barrier(name).label}"
             continue
         fan = topology.fan_out(name)
@@ -76,12 +77,12 @@ def gather(p: Ports, run_id: str, scope: str, barrier: Barrier, topology: Topolo
         finished = p.claims.done_count(run_id, prefix)  # the cheap gate: a count, no results read
         if finished < len(ids):
             return f"waiting: {len(ids) - finished} {fan.label}"
-        done = p.claims.results(run_id, prefix)
+        done = p.claims.results_as(run_id, prefix, fan.outcome)
         pending = [member for member in ids if scoped(scope, fan.key_of(member)) not in done]
         if pending:
             return f"waiting: {len(pending)} {fan.label}"
         sets[name] = member_set
-        outcomes[name] = {member: fan.outcome.model_validate(done[scoped(scope, fan.key_of(member))]) for member in ids}
+        outcomes[name] = {member: done[scoped(scope, fan.key_of(member))] for member in ids}
     return Gathered(sets, outcomes)
 
 

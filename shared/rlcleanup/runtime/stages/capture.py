@@ -143,7 +143,7 @@ def finish_capture(p: Ports, run_id: str, scope: str, gathered: Gathered) -> Val
     targets = ValidationSet(targets=[*candidates, "resume"], run_uri=run_uri, preserve_root=plan.preserve_root)
     # The member set is stored BEFORE the fan-out: a validation that finishes before this barrier completes must
     # still know which siblings to wait for (an empty/unknown set would look like "all done").
-    p.claims.complete(run_id, member_set_key(p, scope, VALIDATION), targets.model_dump(mode="json"))
+    p.claims.complete_as(run_id, member_set_key(p, scope, VALIDATION), targets)
     # One message per batch of candidates (one invocation validates a batch together), one for resume.
     run, topic = (run_id, scope, run_uri, plan.preserve_root), p.topology.fan_out(VALIDATION).topic
     for i in range(0, len(candidates), CANDIDATES_PER_BATCH):

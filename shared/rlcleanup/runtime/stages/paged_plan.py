@@ -95,7 +95,7 @@ def republish_lost_members(p: Ports, plan: PagedPlan[P, S], run_id: str, scope: 
     file list travels only in its message: the page is listed again from its stored cursor (a terminal run's
     objects do not change) and only the parts still missing are published. A part that is merely slow is
     harmless to publish twice: its claim makes the copy run once. Returns how many were published."""
-    outcomes = p.claims.results(run_id, member_prefix(p, scope, plan.fan_out))
+    outcomes = p.claims.done_keys(run_id, member_prefix(p, scope, plan.fan_out))
     ids = [part if isinstance(part, str) else str(getattr(part, "part_id", "")) for part in done.parts]
     lost = frozenset(i for i in ids if i and member_key(p, scope, plan.fan_out, i) not in outcomes)
     if not lost:
@@ -165,12 +165,12 @@ def queue_next(p: Ports, topic: str, nxt: BaseModel, page: str, done: PlanPage[A
 
 def every_page(p: Ports, run_id: str, scope: str, plan: str, key: str, last: int, model: type[P]) -> list[P]:
     """Pages 0..last in order, once every one is readable (the last page joins them into the whole plan)."""
-    found = p.claims.results(run_id, scoped(scope, f"{key}:"))
+    found = p.claims.results_as(run_id, scoped(scope, f"{key}:"), model)
     keys = [scoped(scope, f"{key}:{n}") for n in range(last + 1)]
     missing = [k for k in keys if k not in found]
     if missing:
         raise RetryLater(f"{run_id}: {plan} pages {missing} not readable yet")
-    return [model.model_validate(found[k]) for k in keys]
+    return [found[k] for k in keys]
 
 
 def first_page_handler(plan: PagedPlan[P, S]) -> Callable[[Ports, RunMessage, dict[str, str]], str]:

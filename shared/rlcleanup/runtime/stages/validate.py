@@ -77,7 +77,7 @@ def _validate_batch(p: Ports, msg: CandidateMessage) -> None:
     todo = list(msg.targets)
     results: dict[str, Candidate | Exception]
     try:
-        done = p.claims.results(run_id, member_prefix(p, scope, FAN_OUT))  # a redelivery redoes only the rest
+        done = p.claims.done_keys(run_id, member_prefix(p, scope, FAN_OUT))  # a redelivery redoes only the rest
         todo = [t for t in todo if member_key(p, scope, FAN_OUT, t) not in done]
         inputs = _validation_inputs(p, msg)
         target_of = {step: t for t in todo if (step := target_step(t)) is not None}
