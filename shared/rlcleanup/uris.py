@@ -74,3 +74,18 @@ def basename(uri: str) -> str:
 
 def parent(uri: str) -> str:
     return uri.rstrip("/").rsplit("/", 1)[0]
+
+
+def within(uri: str, prefixes: tuple[str, ...] | None) -> bool:
+    """`uri` is under one of `prefixes` (at a '/' boundary); None = not restricted."""
+    if prefixes is None:
+        return True
+    return any(uri == p.rstrip("/") or uri.startswith(p.rstrip("/") + "/") for p in prefixes)
+
+
+def in_run_buckets(uri: str, buckets: tuple[str, ...] | None) -> bool:
+    """`uri` is in one of `buckets` (a plain name is a GCS bucket; `s3://name` another scheme's); None = not
+    restricted (local paths allowed)."""
+    if buckets is None:
+        return True
+    return within(uri, tuple(b if "://" in b else f"gs://{b}" for b in buckets))

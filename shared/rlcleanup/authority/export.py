@@ -43,10 +43,10 @@ from rlcleanup.models.record import Candidate, CompletionRecord
 from rlcleanup.models.vocab import CandidateState
 from rlcleanup.ports.controllers import ExportJobSpec, ExportSubmitter, SubmittedJob
 from rlcleanup.ports.storage import Storage
-from rlcleanup.settings import ExportSettings, within
+from rlcleanup.settings import ExportSettings
 from rlcleanup.steps.expiry import earliest_of, stamp
 from rlcleanup.steps.export_measure import measured_throughput
-from rlcleanup.uris import parent
+from rlcleanup.uris import parent, within
 
 REQUEST_CAP = 64 * 1024  # a request is a few hundred bytes; anything larger is not one
 EXPORT_METADATA_RUN, EXPORT_METADATA_STEP, EXPORT_METADATA_GRANT = (

@@ -28,8 +28,8 @@ from rlcleanup.models.vocab import Visibility as Visibility  # re-exported: gran
 from rlcleanup.ports import collections
 from rlcleanup.ports.hub import is_hub, repo_of
 from rlcleanup.ports.records import RunRecords
-from rlcleanup.settings import GrantLimits, read, within
-from rlcleanup.uris import LOCAL_SCHEME, scheme, strip_file_scheme
+from rlcleanup.settings import GrantLimits, read
+from rlcleanup.uris import LOCAL_SCHEME, scheme, strip_file_scheme, within
 
 APPROVERS = collections.APPROVERS.name
 # Every revoked public key, by its fingerprint, outside `approvers/`: re-adding an approver (or another id) with a

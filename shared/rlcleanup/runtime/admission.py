@@ -31,11 +31,11 @@ from rlcleanup.ports.collections import RUN_ID_CONFLICTS, RUN_IDS, RUN_LOCATIONS
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.runtime.envelope import identify
 from rlcleanup.runtime.ports import Ports
-from rlcleanup.settings import in_run_buckets
 from rlcleanup.steps.facts import located_run_id, location_run_id, run_facts, safe_run_id
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.readable_roots import check_readable_roots
 from rlcleanup.steps.remaining import NEEDS_PERSON_PREFIX, Remaining
+from rlcleanup.uris import in_run_buckets
 
 FINISHED = {RecordStatus.awaiting_authority, RecordStatus.complete, RecordStatus.needs_person}
 

@@ -112,7 +112,8 @@ def _step_done(p: Ports, source: FunctionSpec, data: bytes) -> bool:
     scope = payload.get("scope", "") if isinstance(payload, dict) else ""
     if not isinstance(run_id, str) or not isinstance(scope, str) or not SCOPE.fullmatch(scope):
         return False
-    return p.claims.result(run_id, scoped(scope, source.claim)) is not None
+    key = scoped(scope, source.claim)
+    return key in p.claims.done_keys(run_id, key)
 
 
 def _unfinished_members(
@@ -137,4 +138,4 @@ def _unfinished_members(
     if not isinstance(run_id, str) or not isinstance(ids, list):
         return None
     keys = [(member_key(p, scope, fan.name, str(member)), fan.name) for member in ids]
-    return [(run_id, scope, key, name) for key, name in keys if p.claims.result(run_id, key) is None]
+    return [(run_id, scope, key, name) for key, name in keys if key not in p.claims.done_keys(run_id, key)]

@@ -30,7 +30,7 @@ from rlcleanup.runtime.claims import once_ran
 from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.recovery import redrive_lost_runs
-from rlcleanup.settings import DeploymentSettings, in_run_buckets, unconfigured
+from rlcleanup.settings import DeploymentSettings, unconfigured
 from rlcleanup.sources import gcs_notifications as gcsn
 from rlcleanup.sources import k8s
 from rlcleanup.sources import sweep as sweep_source
@@ -48,7 +48,7 @@ from rlcleanup.sources.sweep import (
     tick,
 )
 from rlcleanup.steps.facts import safe_run_id
-from rlcleanup.uris import basename, parent
+from rlcleanup.uris import basename, in_run_buckets, parent
 
 log = logging.getLogger(__name__)
 
