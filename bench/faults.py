@@ -270,7 +270,10 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-faults-"))
     load_runs = f" ({args.load_runs} in the load scenario)" if any(n.startswith("load") for n in names) else ""
-    print(f"load average {_load()} on {os.cpu_count()} cores; {len(names)} scenarios of {args.runs} runs{load_runs}")
+    print(
+        f"load average {_load()} on {os.cpu_count()} cores; {len(names)} scenarios of {args.runs} runs{load_runs}",
+        flush=True,
+    )
     t = time.monotonic()
     state = up(tmp / "stack", project="rlcleanup-faults", timeout=300)
     print(f"stack up in {time.monotonic() - t:.1f} s; load {_load()}", flush=True)
