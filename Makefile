@@ -97,7 +97,8 @@ lock: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
-# The fault scenarios on the emulator stack, one table (bench/faults.py; ~10 min on 2 cores).
+# The fault scenarios on the emulator stack, one table (bench/faults.py; ~10 min on 2 cores, plus 20-40 min for the
+# 200-run load scenario: `python -m bench.faults --only kill firestore storage` leaves it out).
 faults: $(STAMP)
 	$(BIN)/python -m bench.faults
 

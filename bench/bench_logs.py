@@ -218,8 +218,12 @@ def one_file(run: Path, mib: int) -> None:
         cut = run_child([{"attempt_id": "one", "log_uris": [str(big)]}], "cut")
         report(f"block scanner, cut as scan-log-part cuts it ({cut['segments']} segments)", cut, written / 1e6)
         res = cut
+        _, g_cpu, _ = grep([str(big)])
+        ratio = float(res["cpu"]) / max(g_cpu, 1e-9)  # type: ignore[arg-type]
+        print(f"  grep -n -E over the same file: {g_cpu:.2f} s CPU; the cut scan takes {ratio:.1f}x grep's CPU")
         label = f"one file of {fmt_bytes(written)}, cut as the pipeline cuts it"
         figure(f"log scan MB/s per core ({label})", f"{written / 1e6 / float(res['cpu']):.1f}", ">= 150")  # type: ignore[arg-type]
+        figure(f"log scan CPU / grep CPU ({label})", f"{ratio:.1f}x", "<= 3x")
         figure(f"log scan peak RSS ({label})", fmt_bytes(int(res["rss_peak_kib"]) * 1024), "<= 64 MiB")  # type: ignore[call-overload]
 
 

@@ -35,16 +35,21 @@ Run: .venv/bin/python bench/bench_validate_many.py [--full | --exports N] [--lat
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
+import socket
 import statistics
 import struct
 import tempfile
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from _common import CountingStorage, fake_gcs, figure, fmt_bytes, gcs_client
 from latency_proxy import latency_proxy
@@ -146,6 +151,38 @@ def run_batches(storage: Storage, lay: RunLayout, steps: list[int]) -> tuple[flo
     return time.perf_counter() - t0, cands
 
 
+@contextmanager
+def on_the_wire() -> Iterator[Counter[str]]:
+    """What this process sends while inside, counted on the wire rather than at the Storage port: HTTP requests
+    for a shard (`shard`: the object name ends in .safetensors) and for anything else (`other`: listings,
+    config.json, the index), and TCP connections opened (`connections`: each costs a round trip before its first
+    request). Requests go through http.client's putrequest on both paths (the lean reader's bare connections and
+    urllib3's, which subclasses it); every connection through socket.connect. fake-gcs-server and the latency
+    proxy are other processes, so nothing of theirs is counted."""
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+    putrequest, connect = http.client.HTTPConnection.putrequest, socket.socket.connect
+
+    def counted_putrequest(self: http.client.HTTPConnection, method: str, url: str, *args: Any, **kw: Any) -> None:
+        kind = "shard" if unquote(urlsplit(url).path).endswith(".safetensors") else "other"
+        with lock:
+            counts[kind] += 1
+        putrequest(self, method, url, *args, **kw)
+
+    def counted_connect(self: socket.socket, address: Any) -> None:
+        with lock:
+            counts["connections"] += 1
+        connect(self, address)
+
+    http.client.HTTPConnection.putrequest = counted_putrequest  # type: ignore[method-assign]
+    socket.socket.connect = counted_connect  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        http.client.HTTPConnection.putrequest = putrequest  # type: ignore[method-assign]
+        socket.socket.connect = connect  # type: ignore[method-assign]
+
+
 def fan_out(make: Callable[[], Storage], lay: RunLayout, steps: list[int], workers: int) -> float:
     """All candidates at once, each with its own storage (its own connection pool), like separate invocations."""
     stores = [make() for _ in steps]
@@ -223,10 +260,22 @@ def measure_gcs(label: str, url: str, steps: list[int], workers: int) -> dict[st
     blob_wall, _ = run_candidates(GcsStorage(gcs_client(url), lean_reads=False), lay, steps, workers)
     seq_wall, _ = run_candidates(GcsStorage(gcs_client(url)), lay, steps, workers)
     counting = CountingStorage(GcsStorage(gcs_client(url)))
-    pool_wall, cands = run_batches(counting, lay, steps)
+    with on_the_wire() as wire:
+        pool_wall, cands = run_batches(counting, lay, steps)
     client = gcs_client(url)  # one client (stat/list/config) shared, a lean range pool per candidate
     fan_wall = fan_out(lambda: GcsStorage(client), lay, steps, workers)
     report_io(f"fake-gcs-server, {label}", counting, cands, shards, small, headers, expect)
+    every = wire["shard"] + wire["other"]
+    print(
+        f"  on the wire (pool): {wire['shard'] / len(shards):.3f} HTTP requests per shard header, "
+        f"{every / len(shards):.3f} per shard with the listings, config.json and indexes ({every} requests), "
+        f"{wire['connections']} connections opened"
+    )
+    figure(f"HTTP requests per shard header, on the wire (pool, {label})", f"{wire['shard'] / len(shards):.3f}", "<= 1")
+    figure(
+        f"round trips per shard, every request and connection (pool, {label})",
+        f"{(every + wire['connections']) / len(shards):.3f}",
+    )
     walls = {
         "baseline": base_wall,
         "ours-1": one_wall,

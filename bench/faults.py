@@ -8,13 +8,17 @@ run, publishes their terminal events at once and, with the runs in flight, injec
   replaces a crashed instance); the deliveries it held come back through Pub/Sub redelivery;
 - `firestore restart`: the Firestore emulator SIGKILLed when the first capture part runs and started again, empty;
   the runs it lost are then re-driven with what `rlcleanup recover RUN_ID` does (the kept event, published again);
-- `storage outage`: fake-gcs-server frozen (SIGSTOP) for `--outage` seconds while capture parts run, then resumed.
+- `storage outage`: fake-gcs-server frozen (SIGSTOP) for `--outage` seconds while capture parts run, then resumed;
+- `load N at once`: no fault, `--load-runs` run ends (default 200) published together, as the in-repo
+  `bench_load.py` does but read from outside: lost, doubled, and each run's seconds from the publish to its final
+  record (p50 / p99 / max, to the driver's poll of about a second). The longest scenario (20-40 min on 2 shared
+  cores); `--only load` runs it alone.
 
 For each: how many runs finished complete, failed, were lost (no final record within the timeout) or doubled (more
 than one record for one run location), how many were recovered, and the seconds until the last run settled.
 Nothing here imports the stack's functions: the driver reads Firestore and publishes events like any client.
 
-    .venv/bin/python -m bench.faults [--runs 10] [--only capture-part firestore] [--short]
+    .venv/bin/python -m bench.faults [--runs 10] [--load-runs 200] [--only capture-part firestore] [--short]
 """
 
 from __future__ import annotations
@@ -116,12 +120,23 @@ class Driver:
                 out[run_id] = None
         return out
 
-    def settle(self, runs: list[tuple[str, str]], timeout: float) -> tuple[dict[str, str | None], float]:
+    def settle(
+        self, runs: list[tuple[str, str]], timeout: float, settled_at: dict[str, float] | None = None
+    ) -> tuple[dict[str, str | None], float]:
+        """Poll until every run's record is final (or the timeout); `settled_at` gets the monotonic time each run
+        was first seen final. Runs already final are not read again."""
         t0 = time.monotonic()
+        seen: dict[str, str | None] = {}
         while True:
-            seen = self.statuses(runs)
-            if all(s in FINAL for s in seen.values()) or time.monotonic() - t0 > timeout:
-                return seen, time.monotonic() - t0
+            pending = [r for r in runs if seen.get(r[1]) not in FINAL]
+            now_seen = self.statuses(pending)
+            now = time.monotonic()
+            for run_id, status in now_seen.items():
+                if status in FINAL and settled_at is not None:
+                    settled_at.setdefault(run_id, now)
+            seen.update(now_seen)
+            if all(seen.get(r[1]) in FINAL for r in runs) or now - t0 > timeout:
+                return seen, now - t0
             time.sleep(1.0)
 
     def doubled(self, runs: list[tuple[str, str]]) -> int:
@@ -166,10 +181,22 @@ def run_scenario(driver: Driver, name: str, n: int, timeout: float, outage: floa
     from rlcleanup.stack import kill_server, start_server
 
     state = driver.state
+    if name.startswith("load"):
+        n = int(name.split()[1])
+        timeout = max(timeout, 12.0 * n)  # a queue on 2 cores: 200 runs took 1,393 s in bench_load.py
     runs = driver.runs(n)
     t0 = time.monotonic()
     driver.publish(runs)
+    published = time.monotonic() - t0
     outcome = Outcome(name, n)
+    if name.startswith("load"):
+        settled_at: dict[str, float] = {}
+        seen, _ = driver.settle(runs, timeout, settled_at)
+        took = sorted(at - t0 for at in settled_at.values())
+        if took:
+            p50, p99 = took[len(took) // 2], took[min(len(took) - 1, int(0.99 * len(took)))]
+            outcome.note = f"published in {published:.1f} s; event -> record p50 {p50:.0f} s, p99 {p99:.0f} s"
+        return _counted(outcome, driver, runs, seen, t0)
     if name.startswith("kill -9 "):
         function = name.removeprefix("kill -9 ")
         if driver.wait_claim(runs, PIPELINE[function]):
@@ -194,6 +221,12 @@ def run_scenario(driver: Driver, name: str, n: int, timeout: float, outage: floa
         outcome.note = f"{lost_before} failed record_store_lost before `recover`"
         driver.wait_taken_over(recovered, timeout)  # on-job-event started each lost run over
         seen, _ = driver.settle(runs, timeout)
+    return _counted(outcome, driver, runs, seen, t0)
+
+
+def _counted(
+    outcome: Outcome, driver: Driver, runs: list[tuple[str, str]], seen: dict[str, str | None], t0: float
+) -> Outcome:
     outcome.seconds = round(time.monotonic() - t0, 1)
     outcome.complete = sum(1 for s in seen.values() if s in COMPLETE)
     outcome.failed = sum(1 for s in seen.values() if s in FINAL - COMPLETE)
@@ -218,6 +251,7 @@ def table(outcomes: list[Outcome]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=10, help="run ends in flight per scenario")
+    ap.add_argument("--load-runs", type=int, default=200, help="run ends published at once in the load scenario")
     ap.add_argument("--outage", type=float, default=30.0, help="seconds the storage server is frozen")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds a scenario's runs may take to settle")
     ap.add_argument("--only", nargs="*", help="scenarios whose name contains one of these words")
@@ -225,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--short", action="store_true", help="3 runs, a 10 s outage, capture-part and firestore only")
     args = ap.parse_args(argv)
     names = [f"kill -9 {fn}" for fn in PIPELINE] + ["firestore restart", "storage outage"]
+    names.append(f"load {args.load_runs} at once")
     if args.short:
         args.runs, args.outage = 3, 10.0
         names = ["kill -9 capture-part", "firestore restart"]
@@ -234,7 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     from rlcleanup.stack import down, up
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-faults-"))
-    print(f"load average {_load()} on {os.cpu_count()} cores; {len(names)} scenarios of {args.runs} runs", flush=True)
+    load_runs = f" ({args.load_runs} in the load scenario)" if any(n.startswith("load") for n in names) else ""
+    print(
+        f"load average {_load()} on {os.cpu_count()} cores; {len(names)} scenarios of {args.runs} runs{load_runs}",
+        flush=True,
+    )
     t = time.monotonic()
     state = up(tmp / "stack", project="rlcleanup-faults", timeout=300)
     print(f"stack up in {time.monotonic() - t:.1f} s; load {_load()}", flush=True)

@@ -221,3 +221,45 @@ def test_relaxing_drops_lookarounds_copies_backreferences_and_keeps_blocks_newli
     relaxed = F.relaxed(re.compile(r"(?i)(?<=\W)api_?key\s*[:=]\s*(['\"])(\w{8,})\1"), block=True)
     assert "\\x{a}" not in relaxed  # block mode: no class admits a newline
     assert re.search(r"\(\?<", relaxed) is None and "\\1" not in relaxed  # lookbehind gone, backreference copied
+
+
+# ---------------------------------------------------------------- base64 runs
+
+VLLM_METRICS = (
+    "(AsyncVLLMInferenceEngine pid=812) INFO 11-30 12:00:01 [loggers.py:123] Engine 000: "
+    "Avg prompt throughput: 1520.3 tokens/s, Running: 64 reqs"
+)
+
+
+def test_a_line_whose_base64_runs_decode_to_nothing_is_not_a_candidate() -> None:
+    """`AsyncVLLMInferenceEngine` is a mixed-case base64-alphabet run of 24 on every vLLM metrics line, and decodes
+    to nothing printable: the line has no view to scan, so it is not a candidate (it was, and cost a search, a
+    decode and two base64 attempts per line: most of the bench's logs). A run that decodes to text still is."""
+    assert not any(V.b64_decoded(VLLM_METRICS))
+    assert list(S._candidates("\n".join([VLLM_METRICS] * 3).encode())) == []
+    hidden = "cfg " + base64.b64encode(f"HF_TOKEN={HF}".encode()).decode()
+    assert [i for i, *_ in S._candidates("\n".join([VLLM_METRICS, hidden, VLLM_METRICS]).encode())] == [1]
+
+
+_B64_PIECES = st.one_of(
+    st.binary(min_size=12, max_size=40).map(lambda b: base64.b64encode(b).decode()),
+    st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=12, max_size=40).map(
+        lambda t: base64.urlsafe_b64encode(t.encode()).decode()
+    ),
+    st.sampled_from(KNOWN).map(lambda s: base64.b64encode(s.encode()).decode()),
+    st.text(alphabet="AsyncVLMInferEgi0+/_-=", min_size=20, max_size=40),
+    st.sampled_from([" ", "=", "==", "===", ":", "\u00e9", "\t", "x"]),
+)
+_B64_LINES = st.lists(st.lists(_B64_PIECES, max_size=6).map("".join), min_size=1, max_size=6)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=_B64_LINES)
+def test_every_line_with_a_decodable_base64_run_is_a_candidate_and_scans_as_the_slow_path(lines: list[str]) -> None:
+    """Runs that decode to text or not, padded or not, side by side or split by one character: a line is left out
+    only when none of its runs decodes (b64_decoded, the views the scan would run the rules on, is empty)."""
+    buf = "\n".join(lines).encode()
+    candidates = {i for i, *_ in S._candidates(buf)}
+    assert {i for i, line in enumerate(lines) if any(V.b64_decoded(line))} <= candidates
+    slow = S.reference_findings(S._decode(buf))
+    assert _fast(buf, 64) == slow

@@ -117,13 +117,20 @@ class _Printer:
         raise ValueError(f"secret prefilter: unhandled regex node {op}")  # a new construct: extend, never guess
 
     def cls(self, items: list[Any], flags: int) -> str:
-        members, other_non_ascii = _class_members(items, bool(flags & re.IGNORECASE))
-        if self.block:
-            members.discard("\n")
-        body = "".join(f"\\x{{{ord(c):x}}}" for c in sorted(members))
-        if other_non_ascii:
-            body += "\\x{80}-\\x{d7ff}\\x{e000}-\\x{10ffff}"
-        return f"[{body}]" if body else "[^\\x{0}-\\x{10ffff}]"  # matches nothing
+        return _class_source(tuple(items), bool(flags & re.IGNORECASE), self.block)
+
+
+@cache
+def _class_source(items: tuple[Any, ...], ignorecase: bool, block: bool) -> str:
+    """RE2 source of one character class. Cached: the rules spell the same few classes thousands of times (every
+    literal is one), and building them was most of the pre-filter's one-time cost per process."""
+    members, other_non_ascii = _class_members(list(items), ignorecase)
+    if block:
+        members.discard("\n")
+    body = "".join(f"\\x{{{ord(c):x}}}" for c in sorted(members))
+    if other_non_ascii:
+        body += "\\x{80}-\\x{d7ff}\\x{e000}-\\x{10ffff}"
+    return f"[{body}]" if body else "[^\\x{0}-\\x{10ffff}]"  # matches nothing
 
 
 def _class_members(items: list[Any], ignorecase: bool) -> tuple[set[str], bool]:
@@ -161,8 +168,14 @@ def _class_members(items: list[Any], ignorecase: bool) -> tuple[set[str], bool]:
 
 @cache
 def relaxed(pattern: re.Pattern[str], block: bool) -> str:
-    parsed = P.parse(pattern.pattern, pattern.flags)
+    parsed = _parsed(pattern)
     return _Printer(parsed, block).seq(parsed, parsed.state.flags)
+
+
+@cache
+def _parsed(pattern: re.Pattern[str]) -> Any:
+    """A rule's parse tree, once for both spellings (block and view): only read, never changed."""
+    return P.parse(pattern.pattern, pattern.flags)
 
 
 # ---------------------------------------------------------------- the rules in force

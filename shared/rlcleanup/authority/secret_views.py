@@ -10,6 +10,7 @@ import base64
 import binascii
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 
 WINDOW, OVERLAP = 8192, 2048  # long lines are scanned in windows this size, overlapping this much
 
@@ -59,18 +60,40 @@ def b64_decoded(line: str) -> Iterator[str]:
     """Printable text encoded in base64 runs. Only runs with both cases count: base64 of text always has both
     (and hex ids, lowercase paths and digits decode to nothing printable), which keeps the pre-filter narrow."""
     for m in _B64_RUN.finditer(line):
-        run = m.group(0)
-        if not _mixed_case(run):
+        text = decoded_run(m.group(0))
+        if text is not None:
+            yield text
+
+
+# A trainer writes the same identifiers on every line (`AsyncVLLMInferenceEngine` in each vLLM metrics line, a
+# mixed-case run of 24): their decoding is remembered instead of redone per line. Only short runs are kept, so the
+# cache holds at most _RUN_CACHE_SIZE x _CACHED_RUN_CHARS characters of keys.
+_CACHED_RUN_CHARS, _RUN_CACHE_SIZE = 256, 4096
+
+
+def decoded_run(run: str) -> str | None:
+    """The printable text one base64 run (as `_B64_RUN` matches it, padding included) decodes to; None when it
+    decodes to nothing printable (or has one case only)."""
+    return _decoded_short_run(run) if len(run) <= _CACHED_RUN_CHARS else _decode_run(run)
+
+
+@lru_cache(maxsize=_RUN_CACHE_SIZE)
+def _decoded_short_run(run: str) -> str | None:
+    return _decode_run(run)
+
+
+def _decode_run(run: str) -> str | None:
+    if not _mixed_case(run):
+        return None
+    for decode in (base64.b64decode, base64.urlsafe_b64decode):
+        try:
+            raw = decode(run + "=" * (-len(run) % 4))
+        except (binascii.Error, ValueError):
             continue
-        for decode in (base64.b64decode, base64.urlsafe_b64decode):
-            try:
-                raw = decode(run + "=" * (-len(run) % 4))
-            except (binascii.Error, ValueError):
-                continue
-            text = raw.decode("utf-8", errors="ignore")
-            if len(text) >= 16 and len(_NON_PRINTABLE.findall(text)) <= 0.1 * len(text):
-                yield text
-                break
+        text = raw.decode("utf-8", errors="ignore")
+        if len(text) >= 16 and len(_NON_PRINTABLE.findall(text)) <= 0.1 * len(text):
+            return text
+    return None
 
 
 def _windows(line: str) -> Iterator[str]:

@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from rlcleanup.authority import secret_prefilter as prefilter
-from rlcleanup.authority.secret_views import WINDOW, b64_decoded, iter_line_views, line_views, unescape
+from rlcleanup.authority.secret_views import (
+    WINDOW,
+    b64_decoded,
+    decoded_run,
+    iter_line_views,
+    line_views,
+    unescape,
+)
 from rlcleanup.formats.safetensors_header import CorruptHeaderError, read_header
 from rlcleanup.ports.storage import ObjectInfo, Storage
 
@@ -167,9 +174,14 @@ def _candidates(buf: bytes) -> Iterator[tuple[int, int, int, bool]]:
     pos = 0
     while pos <= len(buf) and (m := block_rx.search(buf, pos)) is not None:
         pos = mark(m.start(), True)
-    pos = 0
-    while pos <= len(buf) and (m := b64_rx.search(buf, pos)) is not None:
-        pos = mark(m.start(1), False)  # the run itself (the match may begin with the newline before it)
+    # Every base64 run; its line is a candidate only when the run decodes to printable text (decoded_run, what
+    # b64_decoded yields for it): a line found only here is scanned through those decodings alone, so a run that
+    # decodes to nothing (`AsyncVLLMInferenceEngine` on every vLLM metrics line) adds nothing to scan.
+    for m in b64_rx.finditer(buf):
+        run_start, run_end = m.span(1)  # the run itself (the match may begin with the character before it)
+        padded_end = run_end + len(buf[run_end : run_end + 2]) - len(buf[run_end : run_end + 2].lstrip(b"="))
+        if decoded_run(buf[run_start:padded_end].decode("ascii")) is not None:
+            mark(run_start, False)
     # A line over WINDOW bytes holds a whole aligned segment of half that without a newline: find those by
     # memchr over each segment instead of splitting the block into lines.
     # Each line is looked at once: after a segment without a newline the loop jumps past that line's end, so the
