@@ -77,8 +77,8 @@ demo:
 	$(BIN)/python scripts/demo.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared functions tests bench scripts
-	$(BIN)/ruff format --check shared functions tests bench scripts
+	$(BIN)/ruff check shared functions tests bench scripts examples
+	$(BIN)/ruff format --check shared functions tests bench scripts examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports  # the layer contract in pyproject.toml ([tool.importlinter])
 
