@@ -80,6 +80,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check shared functions tests bench scripts examples
 	$(BIN)/ruff format --check shared functions tests bench scripts examples
 	$(BIN)/mypy
+	$(BIN)/mypy examples/evaluation_trigger/main.py  # its own module named main: checked on its own
 	$(BIN)/lint-imports  # the layer contract in pyproject.toml ([tool.importlinter])
 
 # Two xdist workers, files kept whole (--dist loadfile: module fixtures stay in one process). Each worker starts its
