@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rlcleanup.adapters.local_storage import LocalStorage
+from rlcleanup.adapters.storage_router import RoutingStorage
 from rlcleanup.authority.storage_ledger import measure
 from rlcleanup.models.record import Candidate, CompletionRecord, ResumeSafety
 from rlcleanup.models.vocab import CandidateState
@@ -53,7 +54,9 @@ def main() -> None:
         print(f"scale {args.scale}: run written in {written:.1f} s")
         # The local adapter hashes small files while listing (CRC32C/MD5 up to its bound); the ledger needs sizes
         # only, as GCS/S3 listings give them for free: both are timed.
-        for label, storage in (("local, checksums", LocalStorage()), ("local, sizes only", LocalStorage(False))):
+        # Through the router, as the pipeline reads it: prices are what the scheme's registration declares.
+        local = (("local, checksums", LocalStorage()), ("local, sizes only", LocalStorage(False)))
+        for label, storage in ((name, RoutingStorage({"file": adapter})) for name, adapter in local):
             seconds = []
             ledger = None
             for _ in range(args.repeat):
