@@ -84,3 +84,18 @@ def test_a_bound_collection_reads_and_writes_its_model(tmp_path: Path) -> None:
     records.put_doc(notes.path, "bad", {"text": 3})  # a document that is not one is an error, never a dict
     with pytest.raises(ValidationError):
         notes.get("bad")
+
+
+def test_an_id_field_is_the_documents_id_never_a_stored_field(tmp_path: Path) -> None:
+    """approvers/{id}: the approver's id is the document's; the stored document is what it always was (no id in
+    it, so documents filed before the typed repository read back unchanged) and reads back as the model."""
+    from rlcleanup.adapters.sqlite_records import SqliteRunRecords
+    from rlcleanup.authority.grants import Approver, approvers, get_approver, new_key, public_b64, register_approver
+
+    records = SqliteRunRecords(tmp_path / "r.db")
+    register_approver(records, Approver(approver_id="alice", public_key=public_b64(new_key()), allowed_prefixes=["/m"]))
+    stored = records.get_doc("approvers", "alice")
+    assert stored is not None and "approver_id" not in stored and stored["allowed_prefixes"] == ["/m"]
+    back = get_approver(records, "alice")
+    assert back is not None and back.approver_id == "alice" and back.allowed_prefixes == ["/m"]
+    assert [(doc_id, a.approver_id) for doc_id, a in approvers(records).list()] == [("alice", "alice")]

@@ -73,7 +73,7 @@ _READERS = [("status", ()), ("grants", ("some-run",)), ("show", ("some-run",))]
 
 
 def test_approver_add_creates_the_records_database(tmp_path: Path) -> None:
-    from rlcleanup.authority.grants import APPROVERS, new_key, public_b64
+    from rlcleanup.authority.grants import get_approver, new_key, public_b64
 
     db = tmp_path / "fresh.db"
     public = public_b64(new_key())
@@ -81,7 +81,7 @@ def test_approver_add_creates_the_records_database(tmp_path: Path) -> None:
     code, err = _invoke(*args)
     assert code == 0, err
     assert db.exists()
-    assert backends.open_store(None, db, None).store.get_doc(APPROVERS, "alice") is not None
+    assert get_approver(backends.open_store(None, db, None).store, "alice") is not None
 
 
 def test_check_scheme_refuses_an_unregistered_scheme() -> None:

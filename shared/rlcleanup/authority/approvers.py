@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from rlcleanup.authority.grants import APPROVERS, REVOKED_KEYS, Approver, get_approver, key_fingerprint
+from rlcleanup.authority.grants import Approver, RevokedKey, approvers, get_approver, key_fingerprint, revoked_keys
 from rlcleanup.ports.records import RunRecords
 
 
@@ -21,8 +21,7 @@ class UnknownApprover(LookupError):
 
 def list_approvers(records: RunRecords) -> list[Approver]:
     """Every registered approver, revoked ones included (their revocation is part of the record), by id."""
-    approvers = [Approver.model_validate({**doc, "approver_id": aid}) for aid, doc in records.list_docs(APPROVERS)]
-    return sorted(approvers, key=lambda a: a.approver_id)
+    return sorted((approver for _, approver in approvers(records).list()), key=lambda a: a.approver_id)
 
 
 def revoke_approver(records: RunRecords, approver_id: str, *, by: str, reason: str, now: datetime) -> Approver:
@@ -34,10 +33,7 @@ def revoke_approver(records: RunRecords, approver_id: str, *, by: str, reason: s
         return approver
     revoked = approver.model_copy(update={"revoked_at": now, "revoked_by": by, "revoked_reason": reason})
     # The key first: a crash between the two writes still leaves every grant it signed refused.
-    records.put_doc(
-        REVOKED_KEYS,
-        key_fingerprint(approver.public_key),
-        {"approver_id": approver_id, "revoked_at": now.isoformat(), "revoked_by": by, "reason": reason},
-    )
-    records.put_doc(APPROVERS, approver_id, revoked.model_dump(mode="json", exclude={"approver_id"}))
+    key = RevokedKey(approver_id=approver_id, revoked_at=now.isoformat(), revoked_by=by, reason=reason)
+    revoked_keys(records).put(key_fingerprint(approver.public_key), key)
+    approvers(records).put(approver_id, revoked)
     return revoked

@@ -26,15 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rlcleanup.models.vocab import Visibility as Visibility  # re-exported: grants name one, callers import it here
 from rlcleanup.ports import collections
+from rlcleanup.ports.collections import Documents
 from rlcleanup.ports.hub import is_hub, repo_of
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.settings import GrantLimits, read
 from rlcleanup.uris import LOCAL_SCHEME, scheme, strip_file_scheme, within
 
-APPROVERS = collections.APPROVERS.name
 # Every revoked public key, by its fingerprint, outside `approvers/`: re-adding an approver (or another id) with a
 # revoked key never brings it back (authority/approvers.py writes it; P37).
-REVOKED_KEYS = collections.REVOKED_KEYS.name
 _ID = r"^[A-Za-z0-9._=-]{1,200}$"
 
 
@@ -219,10 +218,29 @@ def key_fingerprint(public_key: str) -> str:
     return hashlib.sha256(base64.b64decode(public_key, validate=True)).hexdigest()
 
 
-def key_revocation(records: RunRecords, public_key: str) -> dict[str, Any] | None:
+class RevokedKey(BaseModel):
+    """revoked_keys/{key fingerprint}: a key that signs nothing any more, whoever presents it."""
+
+    model_config = ConfigDict(extra="forbid")
+    approver_id: str
+    revoked_at: str
+    revoked_by: str
+    reason: str = ""
+
+
+def revoked_keys(records: RunRecords) -> Documents[RevokedKey]:
+    return collections.REVOKED_KEYS.bind(records, RevokedKey)
+
+
+def approvers(records: RunRecords) -> Documents[Approver]:
+    """Approvers by id; the id is the document's, never a field stored in it."""
+    return collections.APPROVERS.bind(records, Approver, id_field="approver_id")
+
+
+def key_revocation(records: RunRecords, public_key: str) -> RevokedKey | None:
     """The revocation of this key (who, when, which approver), or None."""
     try:
-        return records.get_doc(REVOKED_KEYS, key_fingerprint(public_key))
+        return revoked_keys(records).get(key_fingerprint(public_key))
     except (binascii.Error, ValueError):
         return None  # a key that does not decode verifies nothing anyway
 
@@ -235,17 +253,16 @@ def register_approver(records: RunRecords, approver: Approver) -> None:
     revoked = key_revocation(records, approver.public_key)
     if revoked is not None:
         raise ValueError(
-            f"this public key was revoked at {revoked.get('revoked_at')} by {revoked.get('revoked_by')} "
-            f"(approver {revoked.get('approver_id')}): a revoked key is never registered again; `rlcleanup keygen` "
+            f"this public key was revoked at {revoked.revoked_at} by {revoked.revoked_by} "
+            f"(approver {revoked.approver_id}): a revoked key is never registered again; `rlcleanup keygen` "
             "makes a new one"
         )
-    doc = approver.model_dump(mode="json", exclude={"approver_id", "revoked_at", "revoked_by", "revoked_reason"})
-    records.put_doc(APPROVERS, approver.approver_id, doc)
+    fresh = approver.model_copy(update={"revoked_at": None, "revoked_by": None, "revoked_reason": ""})
+    approvers(records).put(approver.approver_id, fresh)
 
 
 def get_approver(records: RunRecords, approver_id: str) -> Approver | None:
-    doc = records.get_doc(APPROVERS, approver_id)
-    return Approver.model_validate({**doc, "approver_id": approver_id}) if doc else None
+    return approvers(records).get(approver_id)
 
 
 def revocation(records: RunRecords, approver: Approver) -> str | None:
@@ -257,7 +274,7 @@ def revocation(records: RunRecords, approver: Approver) -> str | None:
         )
     key = key_revocation(records, approver.public_key)
     if key is not None:
-        return f"{approver.approver_id}'s key was revoked at {key.get('revoked_at')} by {key.get('revoked_by')}"
+        return f"{approver.approver_id}'s key was revoked at {key.revoked_at} by {key.revoked_by}"
     return None
 
 

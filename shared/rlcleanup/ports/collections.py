@@ -32,17 +32,23 @@ class Documents(Generic[M]):
     path: str
     model: type[M]
 
+    id_field: str | None = None  # a model field that is the document's id: never stored in it, filled on read
+
+    def _read(self, doc_id: str, doc: dict[str, Any]) -> M:
+        return self.model.model_validate({**doc, self.id_field: doc_id} if self.id_field else doc)
+
     def get(self, doc_id: str) -> M | None:
         doc = self.records.get_doc(self.path, doc_id)
-        return None if doc is None else self.model.model_validate(doc)
+        return None if doc is None else self._read(doc_id, doc)
 
     def put(self, doc_id: str, doc: M, *, only_if_absent: bool = False) -> bool:
         """Write the document (False when only_if_absent and it exists)."""
-        return self.records.put_doc(self.path, doc_id, doc.model_dump(mode="json"), only_if_absent=only_if_absent)
+        stored = doc.model_dump(mode="json", exclude={self.id_field} if self.id_field else None)
+        return self.records.put_doc(self.path, doc_id, stored, only_if_absent=only_if_absent)
 
     def list(self, prefix: str = "") -> list[tuple[str, M]]:
         """(id, document) for every document whose id starts with prefix, in id order."""
-        return [(doc_id, self.model.model_validate(doc)) for doc_id, doc in self.records.list_docs(self.path, prefix)]
+        return [(doc_id, self._read(doc_id, doc)) for doc_id, doc in self.records.list_docs(self.path, prefix)]
 
     def list_checked(self) -> builtins.list[tuple[str, M | None, dict[str, Any]]]:
         """(id, document or None when it is not one, as stored) for a reader that must report a damaged or forged
@@ -62,8 +68,9 @@ class Collection:
 
     name: str
 
-    def bind(self, records: RunRecords, model: type[M]) -> Documents[M]:
-        return Documents(records, self.name, model)
+    def bind(self, records: RunRecords, model: type[M], *, id_field: str | None = None) -> Documents[M]:
+        """`id_field`: the model's field that is the document id (an approver's `approver_id`)."""
+        return Documents(records, self.name, model, id_field)
 
 
 @dataclass(frozen=True)
