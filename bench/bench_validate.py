@@ -8,7 +8,6 @@ Run: .venv/bin/python bench/bench_validate.py
 from __future__ import annotations
 
 import json
-import struct
 import tempfile
 import time
 from collections import Counter
@@ -19,6 +18,7 @@ from typing import Any
 from _common import figure
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.ports.storage import ObjectInfo
+from rlcleanup.samples.large_exports import bf16_shard_head
 from rlcleanup.samples.large_exports import llama70b_tensors as llama_tensors
 from rlcleanup.steps.layout import RunLayout
 from rlcleanup.steps.validate import validate_candidate
@@ -68,17 +68,11 @@ def nbytes(shape: list[int]) -> int:
 
 def write_shard(path: Path, tensors: list[tuple[str, list[int]]]) -> int:
     """Real header (8-byte aligned like the library's), then a sparse data section of the right length."""
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    cursor = 0
-    for name, shape in tensors:
-        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [cursor, cursor + nbytes(shape)]}
-        cursor += nbytes(shape)
-    body = json.dumps(header, separators=(",", ":")).encode()
-    body += b" " * (-len(body) % 8)
+    head, data_len = bf16_shard_head(tensors)
     with path.open("wb") as fh:
-        fh.write(struct.pack("<Q", len(body)) + body)
-        fh.truncate(8 + len(body) + cursor)
-    return 8 + len(body)
+        fh.write(head)
+        fh.truncate(len(head) + data_len)
+    return len(head)
 
 
 def build_export(root: Path) -> tuple[Path, int]:

@@ -12,6 +12,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from rlcleanup.authority.grants import Approver, Grant, new_key, public_b64, register_approver, sign
+from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import Candidate, CompletionRecord
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
 from rlcleanup.samples.generator import write_sample_run
@@ -69,6 +70,18 @@ class World:
 
     def action(self, grant_id: str) -> dict[str, Any]:
         return next(a.model_dump() for a in self.record.authority_actions if a.grant_id == grant_id)
+
+
+def pre_cancel_event(run_uri: str, job_id: str = "job-1") -> JobEvent:
+    """An operator's request to capture a live run before it is cancelled (intent pre_cancel)."""
+    return JobEvent(
+        source="manual",
+        job_id=job_id,
+        run_uri=run_uri,
+        state="RUNNING",
+        observed_at=datetime.now(UTC),
+        intent="pre_cancel",
+    )
 
 
 def files_under(path: Path) -> list[Path]:

@@ -10,12 +10,11 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
-from authority_support import World, files_under, make_world
+from authority_support import World, files_under, make_world, pre_cancel_event
 
 from rlcleanup.authority.approvers import revoke_approver
 from rlcleanup.authority.grants import Approver, new_key, public_b64, register_approver
 from rlcleanup.authority.ledger import grants_collection
-from rlcleanup.models.events import JobEvent
 
 QUARANTINE = "/_rlcleanup-quarantine/"
 
@@ -93,14 +92,7 @@ def test_a_final_sync_manifest_naming_paths_outside_the_run_is_refused_and_the_c
     manifest.write_text(json.dumps(doc))
     ports = w.stack.ports
     ports.settings = ports.settings.model_copy(update={"precancel_sync_wait_seconds": 0.0})
-    event = JobEvent(
-        source="manual",
-        job_id="j1",
-        run_uri=w.run_uri,
-        state="RUNNING",
-        observed_at=datetime.now(UTC),
-        intent="pre_cancel",
-    )
+    event = pre_cancel_event(w.run_uri, "j1")
     w.stack.emit(event)
     pre = w.record.pre_cancel
     assert pre is not None and pre.final_sync is True and pre.copied_objects > 0  # captured all the same

@@ -4,15 +4,14 @@ nothing else there (as `show --json` and `doctor --json`), the words a person re
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from authority_support import cancel_grant, make_world
+from authority_support import cancel_grant, make_world, pre_cancel_event
 from cli_support import invoke, isolated_cli_env
 
-from rlcleanup.models.events import JobEvent
 from rlcleanup.stack import StackState, s3_server
 from rlcleanup.stack.state import client_env
 
@@ -74,16 +73,7 @@ def test_cause_json_says_what_was_recorded_and_what_the_waiting_grants_did(tmp_p
     logs = sorted((w.tmp / "runs").rglob("attempts/*/logs/finelog.log"))
     for row, log in enumerate(logs[:2]):
         log.write_text(log.read_text() + TRACEBACK.format(row=1000 + row))
-    w.stack.emit(
-        JobEvent(
-            source="manual",
-            job_id="job-1",
-            run_uri=w.run_uri,
-            state="RUNNING",
-            observed_at=datetime.now(UTC),
-            intent="pre_cancel",
-        )
-    )
+    w.stack.emit(pre_cancel_event(w.run_uri))
     pre = w.record.pre_cancel
     assert pre is not None
     grant = cancel_grant(w)

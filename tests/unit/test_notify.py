@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from authority_support import pre_cancel_event
 
 from rlcleanup.models.record import CompletionRecord, Deadline, RunError
 from rlcleanup.models.vocab import RecordStatus
@@ -280,7 +281,6 @@ def test_an_unexplained_failure_before_a_cancel_tells_a_person_the_cause_command
     from authority_support import make_world
 
     from rlcleanup.authority.precancel import signature_id
-    from rlcleanup.models.events import JobEvent
 
     w = make_world(tmp_path, "completed-resumed", run=False)
     w.stack.ports.settings = w.stack.ports.settings.model_copy(
@@ -291,14 +291,7 @@ def test_an_unexplained_failure_before_a_cancel_tells_a_person_the_cause_command
             log.read_text() + 'Traceback (most recent call last):\n  File "/app/t.py", line 4, in train\n'
             f"ValueError: reward function returned NaN for row {1000 + row}\n"
         )
-    event = JobEvent(
-        source="manual",
-        job_id="job-1",
-        run_uri=w.run_uri,
-        state="RUNNING",
-        observed_at=datetime.now(UTC),
-        intent="pre_cancel",
-    )
+    event = pre_cancel_event(w.run_uri)
     w.stack.bus.publish("pre-cancel", event.model_dump_json().encode(), {})
     w.stack.bus.drain()
     record = w.record

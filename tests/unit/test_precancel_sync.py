@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 
-from authority_support import make_world
+from authority_support import make_world, pre_cancel_event
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.authority.precancel_sync import wait_for_final_sync
-from rlcleanup.models.events import JobEvent
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.steps.layout import discover
 
@@ -78,14 +76,7 @@ def test_the_pre_cancel_capture_puts_what_was_not_synced_on_the_record(tmp_path:
     manifest.write_text(json.dumps(doc | {"reason": "periodic"}))
     ports = w.stack.ports
     ports.settings = ports.settings.model_copy(update={"precancel_sync_wait_seconds": 0.0})  # no real wait here
-    event = JobEvent(
-        source="manual",
-        job_id="j1",
-        run_uri=w.run_uri,
-        state="RUNNING",
-        observed_at=datetime.now(UTC),
-        intent="pre_cancel",
-    )
+    event = pre_cancel_event(w.run_uri, "j1")
     w.stack.emit(event)
     pre = w.record.pre_cancel
     assert pre is not None and pre.final_sync is False

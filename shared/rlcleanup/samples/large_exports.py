@@ -64,6 +64,19 @@ def _nbytes(shape: list[int]) -> int:
     return math.prod(shape) * BF16
 
 
+def bf16_shard_head(tensors: list[tuple[str, list[int]]]) -> tuple[bytes, int]:
+    """A shard's first bytes as the safetensors library writes them (the 8-byte little-endian header length, then
+    the JSON header padded with spaces to 8 bytes), for bf16 tensors laid end to end; and the data section's length."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, shape in tensors:
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + _nbytes(shape)]}
+        offset += _nbytes(shape)
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw, offset
+
+
 @dataclass(frozen=True)
 class ShardTemplate:
     name: str
@@ -83,14 +96,7 @@ def export_template(shards: int = 30, model: ModelShape = LLAMA_70B) -> list[Sha
         cursor += _nbytes(shape)
     out = []
     for k, group in enumerate(groups, start=1):
-        header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-        offset = 0
-        for name, shape in group:
-            header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + _nbytes(shape)]}
-            offset += _nbytes(shape)
-        raw = json.dumps(header, separators=(",", ":")).encode()
-        raw += b" " * (-len(raw) % 8)
-        head = struct.pack("<Q", len(raw)) + raw
+        head, offset = bf16_shard_head(group)
         name = f"model-{k:05d}-of-{shards:05d}.safetensors"
         out.append(ShardTemplate(name, head, offset, tuple(t for t, _ in group)))
     return out
