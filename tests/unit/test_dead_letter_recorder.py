@@ -21,7 +21,8 @@ from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.storage import StorageError, WriteOutcome
 from rlcleanup.runtime.dead_letters import DEAD_LETTER_TOPIC, PUBSUB_DELIVERY_COUNT
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
-from rlcleanup.runtime.handlers import RECORDED_ERROR, dispatch
+from rlcleanup.runtime.handlers import dispatch
+from rlcleanup.runtime.poison import RECORDED_ERROR
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.samples.generator import write_sample_run
 

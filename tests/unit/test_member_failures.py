@@ -23,7 +23,7 @@ from rlcleanup.errors import INTERNAL_ERROR, RecordStoreLost, UnreadableRunFile
 from rlcleanup.models.record import UNKNOWN_RUN_URI, CompletionRecord
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.storage import UnsafePathError
-from rlcleanup.runtime import handlers
+from rlcleanup.runtime import poison
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event, resolve_run_id
 from rlcleanup.runtime.failures import DEFECT_DELIVERY_BUDGET
 from rlcleanup.runtime.stages import select as select_stage
@@ -348,7 +348,7 @@ def test_a_placeholder_record_binds_no_identity(tmp_path: Path, run_uri: str, na
     run_id = resolve_run_id(stack.ports, event)
     lost = RecordStoreLost(run_id, "scan_log_part", "2026-12-03T00:00:00+00:00")
     payload = {"run_id": run_id, **({"run_uri": run_uri} if names_location else {})}
-    handlers.record_poison(stack.ports, "scan_log_part", "scan-log-part-dlq", json.dumps(payload).encode(), {}, lost)
+    poison.record_poison(stack.ports, "scan_log_part", "scan-log-part-dlq", json.dumps(payload).encode(), {}, lost)
     placeholder = stack.ports.records.get(run_id)
     # The URI the message carries is kept on it (issue 48: "unknown" left the operator nothing to re-emit).
     assert placeholder is not None and placeholder.run_uri == (run_uri if names_location else UNKNOWN_RUN_URI)

@@ -26,6 +26,7 @@ import json
 import logging
 import re
 from functools import partial
+from typing import Any, Protocol
 
 from pydantic import RootModel
 
@@ -41,6 +42,7 @@ from rlcleanup.runtime.failures import (
     finish_failed,
     last_error_key,
 )
+from rlcleanup.runtime.poison import RECORDED_ERROR, record_poison
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.stages.barrier import advance, member_key
 from rlcleanup.runtime.topology import FunctionSpec
@@ -63,11 +65,16 @@ def pubsub_fix(fn: FunctionSpec) -> str:
     )
 
 
-def record_dead_letter(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+class StageRows(Protocol):
+    """What the recorder reads of the stage table it serves in (passed in: the table names this handler)."""
+
+    def route(self, entry_point: str) -> FailureRoute: ...
+
+    def row(self, entry_point: str) -> Any: ...
+
+
+def record_dead_letter(p: Ports, data: bytes, attributes: dict[str, str], table: StageRows) -> str:
     """Record one dead letter of another function on its run and finish its step as failed."""
-    # Imported here: the stage table's rows name this handler, and dispatch (handlers) reads the table.
-    from rlcleanup.runtime.handlers import RECORDED_ERROR, record_poison
-    from rlcleanup.runtime.stage_table import stage_table
 
     topic = attributes.get(DEAD_LETTER_TOPIC)
     source = p.topology.dead_letter_source(topic)
@@ -83,8 +90,8 @@ def record_dead_letter(p: Ports, data: bytes, attributes: dict[str, str]) -> str
     last = noted.last_error if noted else None  # None: the function never ran far enough to note one
     error = RetriesExhausted(source.entry_point, attempts, last, fix=pubsub_fix(source))
     log.warning("%s: Pub/Sub gave up on a message after %d deliveries", source.name, attempts)
-    route = stage_table().route(source.entry_point)
-    members = _unfinished_members(p, source, data, route)
+    route = table.route(source.entry_point)
+    members = _unfinished_members(p, source, data, route, table)
     if members == [] or (members is None and _step_done(p, source, data)):
         # a duplicate, or the work was stored after all (its ack lost): nothing failed
         return f"{source.name}: the step this message carries is stored already"
@@ -117,15 +124,14 @@ def _step_done(p: Ports, source: FunctionSpec, data: bytes) -> bool:
 
 
 def _unfinished_members(
-    p: Ports, source: FunctionSpec, data: bytes, route: FailureRoute
+    p: Ports, source: FunctionSpec, data: bytes, route: FailureRoute, table: StageRows
 ) -> list[tuple[str, str, str, str]] | None:
     """(run id, scope, claim key, fan-out) of each fan-out member the dead letter carries that has stored no
     outcome yet; None when the function is no fan-out's member or the message is not one of its members (a paged
     plan's continuation on the same topic)."""
-    from rlcleanup.runtime.stage_table import stage_table
 
     fan = p.topology.fan_out_of_member(source.name)
-    row = stage_table().row(source.entry_point)
+    row = table.row(source.entry_point)
     if fan is None or row.message is bytes or route.member_prefix is None:
         return None
     try:

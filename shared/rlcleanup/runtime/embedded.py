@@ -23,7 +23,8 @@ from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage
 from rlcleanup.runtime import admission, resume
 from rlcleanup.runtime.failures import RetriesExhausted, finish_failed, gave_up
-from rlcleanup.runtime.handlers import dispatch, poison_key, record_poison, resolve_run_id
+from rlcleanup.runtime.handlers import dispatch, resolve_run_id
+from rlcleanup.runtime.poison import poison_key, record_poison
 from rlcleanup.runtime.ports import Ports, hub_upload_job, large_copy_job
 from rlcleanup.runtime.stage_table import StageTable, stage_table
 from rlcleanup.runtime.topology import FunctionSpec

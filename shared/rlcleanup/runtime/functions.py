@@ -32,8 +32,9 @@ from rlcleanup.runtime.dead_letters import DEAD_LETTER_TOPIC
 from rlcleanup.runtime.envelope import decode_cloud_event
 from rlcleanup.runtime.failures import PERMANENT_PREFIX, already_logged
 from rlcleanup.runtime.guard import guarded_ports
-from rlcleanup.runtime.handlers import dispatch, record_poison
+from rlcleanup.runtime.handlers import dispatch
 from rlcleanup.runtime.logging_setup import bind_cloud_event
+from rlcleanup.runtime.poison import record_poison
 from rlcleanup.runtime.ports import Ports, cloud_ports
 from rlcleanup.runtime.stage_table import StageTable, stage_table
 from rlcleanup.runtime.topology import FunctionSpec

@@ -67,6 +67,12 @@ class StageRow(Generic[M]):
         return self.handler(p, self.payload(data), attributes)
 
 
+def _record_dead_letter(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    """The dead-letter recorder reads the failed function's row and route from this table (handed over here, so
+    runtime/dead_letters.py never imports the table that names it)."""
+    return dead_letters.record_dead_letter(p, data, attributes, stage_table())
+
+
 ROWS: tuple[StageRow[Any], ...] = (
     StageRow("on_job_event", classify.on_job_event, JobEvent, Classified),
     StageRow("establish_terminal_state", terminal.establish_terminal_state, RunMessage, LogScanPlan),
@@ -82,7 +88,7 @@ ROWS: tuple[StageRow[Any], ...] = (
     StageRow("on_storage_event", source_handlers.on_storage_event, bytes),
     StageRow("sweep", source_handlers.sweep, bytes),
     StageRow("on_k8s_log_entry", source_handlers.on_k8s_log_entry, bytes),
-    StageRow("record_dead_letter", dead_letters.record_dead_letter, bytes),  # another function's dead letter
+    StageRow("record_dead_letter", _record_dead_letter, bytes),  # another function's dead letter
 )
 
 
