@@ -22,13 +22,12 @@ from rlcleanup.settings import (
     S3Settings,
     SettingsError,
     env_names,
-    in_run_buckets,
     load_settings,
     read,
     s3_endpoint_specs,
     unconfigured,
-    within,
 )
+from rlcleanup.uris import in_run_buckets, within
 
 ROOT = Path(__file__).resolve().parents[2]
 
