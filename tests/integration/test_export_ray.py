@@ -184,9 +184,3 @@ def test_an_owed_export_runs_under_a_grant_on_a_real_ray_head(
     # Nothing is owed for step 20 any more: neither the owed export nor its job is left to do.
     left = [i for i in rerun.remaining_work if i.startswith("export job ") or i.startswith("export owed")]
     assert left and not [i for i in left if "global_step_20" in i or i.startswith("export job ")], left
-    # The pass that found the export measured the job: the export's bytes, submission to its newest object.
-    [measured] = rerun.export_measurements
-    assert (measured.step, measured.job_id, measured.export_uri) == (20, job_id, now.uri)
-    assert measured.export_bytes == sum(f.stat().st_size for f in policy.rglob("*") if f.is_file())
-    assert action.export_job.submitted_at is not None and measured.seconds > 0
-    assert measured.checkpoint_bytes == action.export_job.checkpoint_bytes and measured.checkpoint_bytes > 0

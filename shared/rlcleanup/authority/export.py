@@ -12,8 +12,8 @@ sha256 of the file as read when the grant was signed). Carrying it out (`plan_ex
 3. the command is the deployment's converter (RLCLEANUP_EXPORT_CONVERTER, never the run's) followed by upstream's
    `++checkpoint_export.*` overrides from the validated fields, an argv list; the request's Hub repo is not passed
    (the job would publish outside any grant: the new export is published by a publish grant once it validates);
-4. the expiry preflight: the checkpoint's bytes over the export throughput (what earlier export jobs of the run
-   measured, steps/export_measure.py, else a stated default, RLCLEANUP_EXPORT_THROUGHPUT_BYTES_PER_SECOND) plus a margin must end before the checkpoint's first object
+4. the expiry preflight: the checkpoint's bytes over the export throughput (a stated default,
+   RLCLEANUP_EXPORT_THROUGHPUT_BYTES_PER_SECOND) plus a margin must end before the checkpoint's first object
    expires (its backend's lifecycle rule, steps/expiry.py), else `expires_too_soon` with the numbers;
 5. the job is submitted through the controller port (`ExportSubmitter`) under a submission id derived from the grant,
    so a redelivery finds the job it already submitted.
@@ -45,7 +45,6 @@ from rlcleanup.ports.controllers import ExportJobSpec, ExportSubmitter, Submitte
 from rlcleanup.ports.storage import Storage
 from rlcleanup.settings import ExportSettings
 from rlcleanup.steps.expiry import earliest_of, stamp
-from rlcleanup.steps.export_measure import measured_throughput
 from rlcleanup.uris import parent, within
 
 REQUEST_CAP = 64 * 1024  # a request is a few hundred bytes; anything larger is not one
@@ -85,7 +84,6 @@ class ExportPlan:
     needs_seconds: float
     expires_at: datetime | None
     notes: list[str]
-    planned_at: datetime  # the job is submitted in the same invocation: its measured duration starts here
 
     def preview(self) -> dict[str, Any]:
         return {
@@ -111,8 +109,6 @@ class ExportPlan:
             state=submitted.state,
             exit_code=submitted.exit_code,
             message=submitted.message,
-            submitted_at=self.planned_at,
-            checkpoint_bytes=self.checkpoint_bytes,
         )
 
 
@@ -192,32 +188,20 @@ def _paths_refusal(
 
 
 def _preflight(
-    storage: Storage,
-    record: CompletionRecord,
-    checkpoint: str,
-    settings: ExportSettings,
-    now: datetime,
-    dest: str | None,
+    storage: Storage, checkpoint: str, settings: ExportSettings, now: datetime, dest: str | None
 ) -> tuple[int, float, datetime | None] | Outcome:
-    """(bytes, seconds the export needs, the checkpoint's first expiry), or the refusal naming the numbers. The
-    throughput is what earlier export jobs of this run measured (steps/export_measure.py), else the stated default."""
+    """(bytes, seconds the export needs, the checkpoint's first expiry), or the refusal naming the numbers."""
     objects = list(storage.list(checkpoint))
     size = sum(o.size for o in objects)
-    measured = measured_throughput(record.export_measurements)
-    throughput = measured or settings.throughput_bytes_per_second
-    basis = (
-        f"measured over {len(record.export_measurements)} earlier export job(s) of this run"
-        if measured
-        else "the stated default throughput"
-    )
-    needs = size / throughput + settings.margin_seconds
+    needs = size / settings.throughput_bytes_per_second + settings.margin_seconds
     expires = earliest_of(objects)
     if expires is not None and now + timedelta(seconds=needs) > expires:
         left = max(0.0, (expires - now).total_seconds())
         why = (
             f"the checkpoint {checkpoint} ({size} bytes) expires at {stamp(expires)}, in {left:.0f} s; the export needs "
-            f"about {needs:.0f} s ({size} B / {throughput:.0f} B/s, {basis}, + {settings.margin_seconds:.0f} s "
-            f"margin): it cannot finish in time. Instead: {PRESERVE_ALTERNATIVE}"
+            f"about {needs:.0f} s ({size} B / {settings.throughput_bytes_per_second:.0f} B/s, the stated default "
+            f"throughput, + {settings.margin_seconds:.0f} s margin): it cannot finish in time. Instead: "
+            f"{PRESERVE_ALTERNATIVE}"
         )
         return refuse(Refusal.expires_too_soon, why, dest)
     return size, needs, expires
@@ -256,7 +240,7 @@ def plan_export(
     refused = _paths_refusal(record, grant, uri, request, settings)
     if refused is not None:
         return refused
-    timing = _preflight(storage, record, request.checkpoint_path, settings, now, dest)
+    timing = _preflight(storage, request.checkpoint_path, settings, now, dest)
     if isinstance(timing, Outcome):
         return timing
     notes = []
@@ -275,9 +259,7 @@ def plan_export(
     }
     job = ExportJobSpec(submission_id=submission_id(grant), argv=argv, metadata=metadata)
     size, needs, expires = timing
-    return ExportPlan(
-        candidate, uri, request, job, settings.controller, submitter, size, needs, expires, notes, planned_at=now
-    )
+    return ExportPlan(candidate, uri, request, job, settings.controller, submitter, size, needs, expires, notes)
 
 
 def submit(plan: ExportPlan, grant: Grant) -> Outcome:

@@ -1,9 +1,6 @@
-"""An export job an export grant submitted (authority/export.py), as the record keeps it on the grant's action, and
-what a later pass measured of it once it found the export the job wrote (steps/export_measure.py)."""
+"""An export job an export grant submitted (authority/export.py), as the record keeps it on the grant's action."""
 
 from __future__ import annotations
-
-from datetime import datetime
 
 from pydantic import Field
 
@@ -22,24 +19,3 @@ class ExportJob(_Model):
     state: str = "PENDING"
     exit_code: int | None = None
     message: RunText | None = None
-    submitted_at: datetime | None = Field(
-        default=None, description="when the grant submitted it (records before: none)"
-    )
-    checkpoint_bytes: int | None = Field(default=None, ge=0, description="the checkpoint's bytes the preflight listed")
-
-
-class ExportMeasurement(_Model):
-    """One export a grant's job wrote, as a later pass of the run found it: the job's duration runs from its
-    submission to the export's newest object, and the checkpoint's bytes over it are the throughput the next export
-    grant's expiry preflight uses (the same quantity the preflight divides)."""
-
-    step: int
-    job_id: str
-    export_uri: str
-    export_bytes: int = Field(ge=0, description="the export's bytes as found")
-    checkpoint_bytes: int = Field(ge=0, description="the checkpoint's bytes when the job was submitted")
-    seconds: float = Field(gt=0, description="submission to the export's newest object")
-
-    @property
-    def throughput_bytes_per_second(self) -> float:
-        return self.checkpoint_bytes / self.seconds

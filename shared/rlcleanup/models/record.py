@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field, computed_field, field_validator, model_validator
 
 from rlcleanup.errors import redact_credentials
-from rlcleanup.models.export_jobs import ExportJob, ExportMeasurement
+from rlcleanup.models.export_jobs import ExportJob
 from rlcleanup.models.failures import FailureClass, FailureEvidence, SignatureBasis, SimilarRun
 from rlcleanup.models.record_base import RunText as RunText
 from rlcleanup.models.record_base import _Model, _without
@@ -410,8 +410,6 @@ class CompletionRecord(_Model):
         "or is gone: they no longer apply, and their effects are not this record's",
     )
     reclaimed_bytes: int = 0
-    # Exports a grant's job wrote, as a later pass found them: the next export grant's preflight uses their throughput.
-    export_measurements: list[ExportMeasurement] = Field(default_factory=list)
     # --- storage ledger (issue 40): what the run holds, by class; latest in full, earlier ones as totals
     storage_ledger: StorageLedger | None = Field(
         default=None, description="the run's storage by class, where, expiry and monthly list-price cost"

@@ -19,7 +19,6 @@ from rlcleanup.ports.storage import Storage
 from rlcleanup.steps.candidate_metrics import candidate_metrics, metric_policy
 from rlcleanup.steps.deferred_export import owed_export_commands, owed_exports
 from rlcleanup.steps.expiry import earliest, expired_evidence, expired_item, owed_export_deadlines
-from rlcleanup.steps.export_measure import export_measurements
 from rlcleanup.steps.failure_rules import REWARD_METRIC
 from rlcleanup.steps.grant_binding import bind_grants
 from rlcleanup.steps.history import failure_fields
@@ -115,11 +114,6 @@ def finish_record(
         "declared_registration": declared.model_dump(mode="json") if declared else None,
         "remaining_work": remaining.items,
         "status": remaining.status.value,
-        # Before binding: a found export supersedes its convertible candidate's export grant, which it measures.
-        "export_measurements": [
-            m.model_dump(mode="json")
-            for m in export_measurements(storage, candidates, record.authority_actions, record.export_measurements)
-        ],
         **expiry,
         **failure_fields(record, layout, _rewards_without_cause(storage, record)),
     }
