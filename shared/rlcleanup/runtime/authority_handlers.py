@@ -25,6 +25,7 @@ from rlcleanup.models.record import CompletionRecord, PreCancelCapture
 from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.controllers import JobController
 from rlcleanup.ports.records import RunRecords
+from rlcleanup.report.publish import record_console_url
 from rlcleanup.runtime import admission
 from rlcleanup.runtime.claims import once_ran as _once_ran
 from rlcleanup.runtime.claims import stored_under
@@ -160,11 +161,16 @@ def announce_grant(p: Ports, grant: Grant, gid: str) -> str | None:
     if record is None:
         return None
     event = announce.grant_event(
-        record, grant, gid, p.clock.now(), project=p.settings.project, record_url=record_url(p.records, grant.run_id)
+        record,
+        grant,
+        gid,
+        p.clock.now(),
+        project=p.settings.project,
+        record_url=record_console_url(p.records, grant.run_id),
     )
     if event is None:
         return None
-    p.bus.publish(p.topology.route("apply-grant", "announce"), event.message(), event.pubsub_attributes())
+    publish_announcement(p.bus, event, p.topology.route("apply-grant", "announce"))
     return event.id
 
 
@@ -180,7 +186,7 @@ def restore_announcements(
         if e and e.state == "restored" and e.source in wanted
     ]
     grants = {gid: doc.body for gid, doc in ledger.list_grants(records, record.run_id)}
-    url = record_url(records, record.run_id)
+    url = record_console_url(records, record.run_id)
     return announce.restore_events(record, entries, grants, at, project=project, record_url=url)
 
 
@@ -189,15 +195,10 @@ def model_events_topic() -> str:
     return load_topology().route("apply-grant", "announce")
 
 
-def publish_announcement(bus: Bus, event: ModelEvent) -> str:
-    """Publish one model event on the model-events topic; its message id."""
-    return bus.publish(model_events_topic(), event.message(), event.pubsub_attributes())
-
-
-def record_url(records: object, run_id: str) -> str | None:
-    """The run document's Cloud Console page where the store has one (Firestore); None for SQLite."""
-    console_url = getattr(records, "console_url", None)
-    return str(console_url(run_id)) if callable(console_url) else None
+def publish_announcement(bus: Bus, event: ModelEvent, topic: str | None = None) -> str:
+    """Publish one model event on the model-events topic (`topic`: the one the caller's topology names, else the
+    packaged one's); its message id."""
+    return bus.publish(topic or model_events_topic(), event.message(), event.pubsub_attributes())
 
 
 # ---------------------------------------------------------------- pre-cancel capture
