@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from rlcleanup.adapters.firestore_client import MAX_DOC_BYTES, approx_size
-from rlcleanup.adapters.firestore_records import MAX_INLINE_ERRORS, firestore_stores
+from rlcleanup.adapters.firestore_records import MAX_INLINE_ERRORS, FirestoreRunRecords, firestore_stores
 from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.models.record import CompletionRecord, RunError
 from rlcleanup.models.vocab import RecordStatus
@@ -157,6 +157,20 @@ def test_event_ledger_dedupes(store: RunRecords, uid: str) -> None:
     assert store.record_event(run_id, "e1", {"state": "SUCCEEDED", "outcome": "terminal"}) is True
     assert store.record_event(run_id, "e1", {"state": "SUCCEEDED", "outcome": "terminal"}) is False
     assert store.record_event(run_id, "e2", {"state": "RUNNING", "outcome": "ignored"}) is True
+
+
+def test_the_console_page_is_the_stores_own(stores: tuple[RunRecords, IdempotencyStore], uid: str) -> None:
+    """Every store answers the port's console_url: the emulator's Firestore names its run document's page in its
+    project, a SQLite file has none (tests/unit/test_records_console.py has the quoting)."""
+    store, _ = stores
+    url = store.console_url(f"con-{uid}")
+    if isinstance(store, FirestoreRunRecords):
+        assert url == (
+            "https://console.cloud.google.com/firestore/databases/-default-/data/panel/runs/"
+            f"con-{uid}?project={store.project}"
+        )
+    else:
+        assert url is None
 
 
 def test_aux_docs(store: RunRecords, uid: str) -> None:

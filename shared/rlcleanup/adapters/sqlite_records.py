@@ -134,6 +134,10 @@ class SqliteRunRecords(_SqliteFile):
         row = self._one("SELECT doc FROM records WHERE run_id = ?", (run_id,))
         return CompletionRecord.model_validate_json(row[0]) if row else None
 
+    def console_url(self, run_id: str) -> None:
+        """A records file has no console to link: the report names the run by its id and files instead."""
+        return None
+
     def has_record(self, run_id: str) -> bool:
         return self._one("SELECT 1 FROM records WHERE run_id = ?", (run_id,)) is not None
 

@@ -85,6 +85,12 @@ class RunRecords(Protocol):
 
     def get(self, run_id: str) -> CompletionRecord | None: ...
 
+    def console_url(self, run_id: str) -> str | None:
+        """The run's record as a page in the store's own console (Firestore's data viewer), which the report's
+        banner and the model events link; None for a store that has no console (a SQLite file). Every backend
+        answers it: no caller probes a store for what it can do."""
+        ...
+
     def has_record(self, run_id: str) -> bool:
         """Whether the run has a record (one cheap read: no decoding, no subcollections)."""
         ...

@@ -96,12 +96,6 @@ def write_report(storage: Storage, record: CompletionRecord, *, record_console: 
     return written
 
 
-def record_console_url(records: RunRecords, run_id: str) -> str | None:
-    """The run document's console page where the store has one (Firestore says where); None for others (SQLite)."""
-    console_url = getattr(records, "console_url", None)
-    return str(console_url(run_id)) if callable(console_url) else None
-
-
 def publish_report(
     storage: Storage, records: RunRecords, run_id: str, *, manifest_uri: str | None = None
 ) -> dict[str, str]:
@@ -112,7 +106,7 @@ def publish_report(
         record = records.get(run_id)
         if record is not None and manifest_uri is not None:
             record = record.model_copy(update={"manifest_uri": manifest_uri})
-        console = record_console_url(records, run_id) if record is not None else None
+        console = records.console_url(run_id) if record is not None else None
         written = write_report(storage, record, record_console=console) if record is not None else {}
     except Exception as exc:
         log.warning("report for %s not written: %s: %s", run_id, type(exc).__name__, exc, extra={"run_id": run_id})

@@ -25,7 +25,6 @@ from rlcleanup.models.record import CompletionRecord, PreCancelCapture
 from rlcleanup.ports.bus import Bus
 from rlcleanup.ports.controllers import JobController
 from rlcleanup.ports.records import RunRecords
-from rlcleanup.report.publish import record_console_url
 from rlcleanup.runtime import admission
 from rlcleanup.runtime.claims import once_ran as _once_ran
 from rlcleanup.runtime.claims import stored_under
@@ -166,7 +165,7 @@ def announce_grant(p: Ports, grant: Grant, gid: str) -> str | None:
         gid,
         p.clock.now(),
         project=p.settings.project,
-        record_url=record_console_url(p.records, grant.run_id),
+        record_url=p.records.console_url(grant.run_id),
     )
     if event is None:
         return None
@@ -186,7 +185,7 @@ def restore_announcements(
         if e and e.state == "restored" and e.source in wanted
     ]
     grants = {gid: doc.body for gid, doc in ledger.list_grants(records, record.run_id)}
-    url = record_console_url(records, record.run_id)
+    url = records.console_url(record.run_id)
     return announce.restore_events(record, entries, grants, at, project=project, record_url=url)
 
 
