@@ -9,20 +9,26 @@ The storage is a real one (the local files) that always fails one copy transient
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+import safety_eval_stage  # the development stage (tests/unit is on sys.path)
 
 from rlcleanup.adapters.inprocess_bus import Delivered, InProcessBus
-from rlcleanup.adapters.sqlite_records import SqliteRunRecords
+from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.adapters.storage_router import RoutingStorage
+from rlcleanup.models.events import CandidateMessage
+from rlcleanup.models.outcomes import ValidationOutcome
 from rlcleanup.models.vocab import RecordStatus
 from rlcleanup.ports.storage import StorageError, WriteOutcome
 from rlcleanup.runtime.dead_letters import DEAD_LETTER_TOPIC, PUBSUB_DELIVERY_COUNT
 from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
 from rlcleanup.runtime.handlers import dispatch
 from rlcleanup.runtime.poison import RECORDED_ERROR
+from rlcleanup.runtime.stage_table import StageTable
+from rlcleanup.runtime.stages.barrier import member_key
 from rlcleanup.runtime.topology import load_topology
 from rlcleanup.samples.generator import write_sample_run
 
@@ -44,12 +50,17 @@ class FailingCopies(RoutingStorage):
 
 
 def _pubsub_stack(
-    tmp_path: Path, storage: RoutingStorage, forwarded: list[Delivered], failing: str | None = None
+    tmp_path: Path,
+    storage: RoutingStorage,
+    forwarded: list[Delivered],
+    failing: str | None = None,
+    table: StageTable | None = None,
 ) -> EmbeddedStack:
     """An embedded stack whose give-ups are Pub/Sub's: the message goes to the recorder, the exception nowhere.
-    `failing`: the function whose messages are given up on, where its trigger feeds more than one."""
+    `failing`: the function whose messages are given up on, where its trigger feeds more than one. `table`: the
+    stage table served (a development stack's, `stack up --stages`; None: the packaged one)."""
     bus = InProcessBus()
-    topology = load_topology()
+    topology = table.topology if table else load_topology()
     stack: EmbeddedStack | None = None
 
     def forward(msg: Delivered, exc: Exception) -> None:
@@ -60,13 +71,17 @@ def _pubsub_stack(
         deliver_to_recorder(stack, msg.data, attributes)
 
     bus.on_dead_letter = forward
-    stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "p"), bus=bus, storage=storage)
+    stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "p"), bus=bus, storage=storage, table=table)
     return stack
 
 
 def deliver_to_recorder(stack: EmbeddedStack, data: bytes, attributes: dict[str, str]) -> str:
+    """The recorder's push, dispatched through the table the stack serves (as runtime/functions.py dispatches a
+    development stack's deliveries through the table `serve_table` gave it)."""
     recorder = stack.ports.topology.function(RECORDER)
-    return dispatch(stack.ports, RECORDER, recorder.dead_letter_topic, data, attributes, message_id="dl-1")
+    return dispatch(
+        stack.ports, RECORDER, recorder.dead_letter_topic, data, attributes, message_id="dl-1", table=stack.table
+    )
 
 
 def _record(tmp_path: Path) -> Any:
@@ -164,3 +179,68 @@ def test_only_another_functions_dead_letter_topic_is_recorded(tmp_path: Path, to
     stack = _pubsub_stack(tmp_path, RoutingStorage(), [])
     outcome = deliver_to_recorder(stack, b"{}", {DEAD_LETTER_TOPIC: topic})
     assert "unknown_dead_letter_topic" in outcome
+
+
+def test_a_development_stages_dead_letter_finds_its_row_in_the_served_table(tmp_path: Path) -> None:
+    """Issue 46: the recorder reads the failed function's row from the stage table dispatch serves (`Ports.stages`),
+    not the packaged one. On a `stack up --stages safety_eval_stage:TABLE` stack the new stage's dead letter is
+    recorded on the run under its name and fails the run, as a packaged stage's does (the packaged table has no row
+    for it: the recorder used to fail on it as a defect, and the run stayed in progress)."""
+    forwarded: list[Delivered] = []
+    table = safety_eval_stage.TABLE
+    stack = _pubsub_stack(tmp_path, RoutingStorage(), forwarded, table=table)
+    [handlers] = [stack.bus.subscribers[safety_eval_stage.TOPIC]]
+
+    def every_delivery_fails(data: bytes, attributes: dict[str, str], message_id: str) -> None:
+        raise StorageError("the safety model's endpoint timed out")
+
+    handlers[0] = every_delivery_fails
+    stack.emit(manual_event(str(write_sample_run(tmp_path / "src", "completed-resumed"))))
+    assert [m.topic for m in forwarded] == [safety_eval_stage.TOPIC]
+    record = _record(tmp_path)
+    [error] = [e for e in record.errors if e.code == "retries_exhausted"]
+    assert error.step == "safety_eval" and "safety-eval-dlq-sub" in error.message
+    assert record.status is RecordStatus.failed, record.status
+    assert any("could not finish step safety_eval (retries_exhausted)" in w for w in record.remaining_work)
+
+
+class CountingClaims(SqliteIdempotencyStore):
+    """The stack's own claims store, noting the prefix of every done-key read."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.done_key_reads: list[str] = []
+
+    def done_keys(self, run_id: str, prefix: str) -> set[str]:
+        self.done_key_reads.append(prefix)
+        return super().done_keys(run_id, prefix)
+
+
+def test_a_dead_letter_of_a_batch_reads_its_members_outcomes_once(tmp_path: Path) -> None:
+    """Issue 46: a validation batch of several members is one dead letter: the recorder reads which of them are
+    stored once, not once per member, and still fails only those not stored."""
+    stack = _pubsub_stack(tmp_path, RoutingStorage(), [])
+    batches: list[CandidateMessage] = []
+    stack.bus.subscribe(
+        "candidate-validation",
+        lambda data, attributes, message_id: batches.append(CandidateMessage.model_validate_json(data)),
+    )
+    stack.emit(manual_event(str(write_sample_run(tmp_path / "src", "completed-resumed"))))
+    [batch] = [b for b in batches if len(b.members) > 1]  # a batch, or the count below proves nothing
+    keys = {member: member_key(stack.ports, batch.scope, "validation", member) for member in batch.members}
+    kept, *lost = batch.members
+    before = stack.ports.claims.result(RUN_ID, keys[kept])
+    for member in lost:  # as if these members' deliveries had died before storing their outcomes
+        found = stack.ports.claims._get(RUN_ID, keys[member])
+        assert found is not None and stack.ports.claims._delete(RUN_ID, keys[member], found[1])
+    stack.ports.records.update(RUN_ID, {"status": RecordStatus.in_progress.value})
+    counting = CountingClaims(tmp_path / "r.db")
+    stack.ports = replace(stack.ports, claims=counting)
+
+    deliver_to_recorder(stack, batch.model_dump_json().encode(), {DEAD_LETTER_TOPIC: "validate-candidate-dlq"})
+    member_reads = [prefix for prefix in counting.done_key_reads if prefix.startswith("validate:")]
+    assert len(member_reads) == 1, counting.done_key_reads  # was one per member
+    assert counting.result(RUN_ID, keys[kept]) == before  # the stored member is left as it was
+    for member in lost:  # the others are completed as failed, each with its own error
+        outcome = counting.result_as(RUN_ID, keys[member], ValidationOutcome)
+        assert outcome is not None and "retries_exhausted" in outcome.model_dump_json(), member

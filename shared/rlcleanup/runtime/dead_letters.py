@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from functools import partial
 from typing import Any, Protocol
@@ -66,16 +67,24 @@ def pubsub_fix(fn: FunctionSpec) -> str:
 
 
 class StageRows(Protocol):
-    """What the recorder reads of the stage table it serves in (passed in: the table names this handler)."""
+    """What the recorder reads of the stage table it is served from (`Ports.stages`, set by dispatch)."""
 
     def route(self, entry_point: str) -> FailureRoute: ...
 
     def row(self, entry_point: str) -> Any: ...
 
 
-def record_dead_letter(p: Ports, data: bytes, attributes: dict[str, str], table: StageRows) -> str:
-    """Record one dead letter of another function on its run and finish its step as failed."""
+def served_stages(p: Ports) -> StageRows:
+    """The stage table this delivery was dispatched through: the packaged one, or a development stack's
+    (`stack up --stages`), whose new stages' dead letters have rows only there."""
+    if p.stages is None:
+        raise RuntimeError("the dead-letter recorder ran outside dispatch: no stage table was handed to it")
+    return p.stages
 
+
+def record_dead_letter(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
+    """Record one dead letter of another function on its run and finish its step as failed."""
+    table = served_stages(p)
     topic = attributes.get(DEAD_LETTER_TOPIC)
     source = p.topology.dead_letter_source(topic)
     if source is None:
@@ -143,5 +152,9 @@ def _unfinished_members(
     ids = getattr(msg, "members", None)
     if not isinstance(run_id, str) or not isinstance(ids, list):
         return None
-    keys = [(member_key(p, scope, fan.name, str(member)), fan.name) for member in ids]
-    return [(run_id, scope, key, name) for key, name in keys if key not in p.claims.done_keys(run_id, key)]
+    keys = [member_key(p, scope, fan.name, str(member)) for member in ids]
+    # One read for the whole message (a validation batch carries up to 8 members): the done claims under the
+    # longest prefix its members' keys share, at most the fan-out's member prefix, which a fan-in reads anyway.
+    shared = os.path.commonprefix(keys)  # noqa: RUF071 - claim keys are strings: done_keys takes a string prefix
+    done = p.claims.done_keys(run_id, shared) if keys else set()
+    return [(run_id, scope, key, fan.name) for key in keys if key not in done]

@@ -70,7 +70,8 @@ class EmbeddedStack:
         # Message ids name this process: they are the leases' owners, so a later `run` knows whether the process
         # that holds a step is still alive (runtime/resume.py).
         bus = bus or InProcessBus(id_prefix=resume.this_process_prefix())
-        topology = (table or stage_table()).topology
+        table = table or stage_table()
+        topology = table.topology
         settings = settings or load_settings()
         job_args = ("--sqlite", str(db_path), "--preserve-root", preserve_root)  # the child opens the same store
         ports = Ports(
@@ -109,7 +110,7 @@ class EmbeddedStack:
         try:
             p = replace(self.ports, delivery_id=msg.message_id)
             record_poison(p, fn.entry_point, fn.dead_letter_topic, msg.data, msg.attributes, error)
-            table = self.table or stage_table()
+            table = self.table or stage_table()  # one built by hand (not `create`) serves the packaged table
             row = table.row(fn.entry_point)
             finish_failed(
                 p, table.route(fn.entry_point), msg.data, exc, error, lambda: row.run(p, msg.data, msg.attributes)

@@ -20,15 +20,10 @@ from rlcleanup.runtime.guard import guarded_ports
 from rlcleanup.runtime.poison import record_poison
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.recovery import as_lost, carrying_origin, check_not_lost, delivery_origin
-from rlcleanup.runtime.stage_table import Handler, StageTable, stage_table
+from rlcleanup.runtime.stage_table import StageTable, stage_table
 from rlcleanup.steps.layout import discover
 
 log = logging.getLogger(__name__)
-
-
-def handler(entry_point: str) -> Handler:
-    """The handler serving `entry_point` (UnknownEntryPoint for one the stage table has no row for)."""
-    return stage_table().row(entry_point).handler
 
 
 def dispatch(
@@ -46,8 +41,9 @@ def dispatch(
     table = table or stage_table()
     row = table.row(entry_point)
     p = guarded_ports(p, table.topology.function(entry_point))  # publishes only what topology.yaml declares
-    # This delivery's own copy: claims name it as their lease owner; its stages read the table's graph.
-    p = replace(p, delivery_id=message_id, topology=table.topology)
+    # This delivery's own copy: claims name it as their lease owner; its stages read the table's graph, and a
+    # handler that reads the table (the dead-letter recorder) reads this one.
+    p = replace(p, delivery_id=message_id, topology=table.topology, stages=table)
     origin = delivery_origin(p.topology, entry_point, data)
     p = carrying_origin(p, origin)  # every stage message it publishes carries it on
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Generic, Never, TypeVar, overload
+from typing import Any, Generic, Never, Protocol, TypeVar, overload
 
 from rlcleanup.adapters.controllers.registry import BUILTIN as BUILTIN_CONTROLLERS
 from rlcleanup.adapters.controllers.registry import ControllerRegistry
@@ -67,6 +67,19 @@ class _FromSettings(Generic[T]):
         raise AttributeError(f"Ports.{self.name} is read-only: replace ports.settings (model_copy(update=...))")
 
 
+class ServedStages(Protocol):
+    """The stage table a delivery is dispatched through (runtime/stage_table.py `StageTable`), as a handler that
+    reads it sees it: the dead-letter recorder finds the failed function's row and failure route there. Declared
+    here, not imported: the table's module builds on these ports."""
+
+    @property
+    def topology(self) -> Topology: ...
+
+    def row(self, entry_point: str) -> Any: ...
+
+    def route(self, entry_point: str) -> Any: ...
+
+
 @dataclass
 class Ports:
     """The adapters one handler talks to, and the deployment settings it obeys: one `DeploymentSettings` object
@@ -92,6 +105,10 @@ class Ports:
     # The pipeline graph the handlers run in (claim keys, fan-outs, barriers): the packaged topology.yaml, or the
     # one the dispatching stage table was checked against (runtime/stage_table.py).
     topology: Topology = field(default_factory=load_topology)
+    # The stage table this delivery is dispatched through, whose graph `topology` is: `dispatch` sets both on its
+    # own copy of the ports (the packaged table, or the one a development stack serves, `stack up --stages`), so a
+    # handler that reads the table reads the one it was served from, never a module's. None outside dispatch.
+    stages: ServedStages | None = None
     # The embedded default (`rlcleanup run`): no sweep and no event source; a to-do for a person names the
     # command that redoes a run there (`rlcleanup run ROOT --rerun`), not the terminal event a deployment re-emits.
     embedded: bool = False

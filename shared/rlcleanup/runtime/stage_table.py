@@ -3,7 +3,8 @@ claim stores, and, for a fan-out member, what it stores when it fails. Member ke
 what each function publishes are topology.yaml's; what a barrier does is its stage module's `@barrier_work`.
 
 Dispatch reads this table (handler lookup, the message it decodes each payload with, member failures, whether a
-failure fails the run); the entry points, the reconciling sweep (`Topology.pipeline_keys`) and `rlcleanup watch`
+failure fails the run) and hands it to the handler on its ports (`Ports.stages`: the dead-letter recorder reads the
+failed function's row there); the entry points, the reconciling sweep (`Topology.pipeline_keys`) and `rlcleanup watch`
 (`Topology.progress`) read the topology it is checked against.
 `StageTable` checks the rows against the topology when it is built and fails closed: a function without a row, a
 row without a function, a member row whose function is no fan-out's member (or the reverse), a barrier without
@@ -67,12 +68,6 @@ class StageRow(Generic[M]):
         return self.handler(p, self.payload(data), attributes)
 
 
-def _record_dead_letter(p: Ports, data: bytes, attributes: dict[str, str]) -> str:
-    """The dead-letter recorder reads the failed function's row and route from this table (handed over here, so
-    runtime/dead_letters.py never imports the table that names it)."""
-    return dead_letters.record_dead_letter(p, data, attributes, stage_table())
-
-
 ROWS: tuple[StageRow[Any], ...] = (
     StageRow("on_job_event", classify.on_job_event, JobEvent, Classified),
     StageRow("establish_terminal_state", terminal.establish_terminal_state, RunMessage, LogScanPlan),
@@ -88,7 +83,9 @@ ROWS: tuple[StageRow[Any], ...] = (
     StageRow("on_storage_event", source_handlers.on_storage_event, bytes),
     StageRow("sweep", source_handlers.sweep, bytes),
     StageRow("on_k8s_log_entry", source_handlers.on_k8s_log_entry, bytes),
-    StageRow("record_dead_letter", _record_dead_letter, bytes),  # another function's dead letter
+    # Another function's dead letter: the recorder reads that function's row and route from the table dispatch
+    # serves (`Ports.stages`), so runtime/dead_letters.py never imports the table that names it.
+    StageRow("record_dead_letter", dead_letters.record_dead_letter, bytes),
 )
 
 
