@@ -154,7 +154,7 @@ def _unfinished_members(
         return None
     keys = [member_key(p, scope, fan.name, str(member)) for member in ids]
     # One read for the whole message (a validation batch carries up to 8 members): the done claims under the
-    # longest prefix its members' keys share, at most the fan-out's member prefix, which a fan-in reads anyway.
+    # longest prefix its members' keys share, never wider than the fan-out's member prefix (what a fan-in reads).
     shared = os.path.commonprefix(keys)  # noqa: RUF071 - claim keys are strings: done_keys takes a string prefix
     done = p.claims.done_keys(run_id, shared) if keys else set()
     return [(run_id, scope, key, fan.name) for key in keys if key not in done]
