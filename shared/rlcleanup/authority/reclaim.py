@@ -21,13 +21,14 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from rlcleanup.authority import artifact, ledger, quarantine, retention
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.pinning import CopyProof, twin_mismatch
 from rlcleanup.authority.publish import read_marker
+from rlcleanup.models.documents import Document
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.collections import RECLAIM_PLANS, reclaim_results
 from rlcleanup.ports.records import RunRecords
@@ -37,9 +38,7 @@ from rlcleanup.settings import QuarantineSettings, read
 MAX_KEEP_LISTED = 500  # the store's documents are bounded; the count of everything kept is always exact
 
 
-class PlanEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class PlanEntry(Document):
     uri: str
     name: str
     size: int = Field(ge=0)
@@ -48,16 +47,12 @@ class PlanEntry(BaseModel):
     twin: CopyProof
 
 
-class KeepEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class KeepEntry(Document):
     uri: str
     reason: str
 
 
-class UploadEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class UploadEntry(Document):
     key_uri: str
     upload_id: str
     bytes: int = 0
@@ -66,9 +61,7 @@ class UploadEntry(BaseModel):
     abort: bool = False  # under the granted export: aborted by this reclaim
 
 
-class ReclaimPlan(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ReclaimPlan(Document):
     run_id: str
     grant_id: str
     publish_grant_id: str
