@@ -74,6 +74,21 @@ def _block(body: dict[str, Any], key: str) -> dict[str, Any]:
     return value[0]
 
 
+def _service_publisher(parsed: dict[str, dict[str, Any]], name: str) -> tuple[str, str, str]:
+    """(when it is on, its topic, its member) of one entry of `local.service_publishers` (iam.tf), as written; and
+    the one resource it drives publishes on that topic, as that member, as publisher only."""
+    resource = _resource(parsed, "google_pubsub_topic_iam_member", "service_publisher")
+    assert resource["for_each"] == "${local.service_publishers}" and resource["role"] == "roles/pubsub.publisher"
+    assert resource["topic"] == "${google_pubsub_topic.topic[each.value.topic].id}"
+    assert resource["member"] == "${each.value.member}"
+    entry = re.search(
+        rf"{name} = \{{on = ([^,]+), topic = ([^,]+), member = (.+?)\}}", _locals(parsed)["service_publishers"]
+    )
+    assert entry is not None, name
+    on, topic, member = entry.groups()
+    return on, topic, member
+
+
 def _locals(parsed: dict[str, dict[str, Any]]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for doc in parsed.values():
@@ -556,9 +571,9 @@ def test_run_buckets_notify_storage_events(parsed: dict[str, dict[str, Any]], tf
     assert notification["for_each"] == "${local.run_bucket_notifications}"
     assert notification["topic"] == "${google_pubsub_topic.topic[local.event_sources.storage_events].id}"
     assert (notification["payload_format"], notification["event_types"]) == ("JSON_API_V1", ["OBJECT_FINALIZE"])
-    agent = _resource(parsed, "google_pubsub_topic_iam_member", "gcs_notifications_publisher")
-    assert agent["topic"] == notification["topic"] and agent["role"] == "roles/pubsub.publisher"
-    assert "data.google_storage_project_service_account.gcs.email_address" in agent["member"]
+    on, topic, member = _service_publisher(parsed, "gcs-notifications")
+    assert on == "true" and f"${{google_pubsub_topic.topic[{topic}].id}}" == notification["topic"]
+    assert "data.google_storage_project_service_account.gcs.email_address" in member
     assert tfvars["topology_functions"]["on-storage-event"]["trigger"] == "storage-events"
 
 
@@ -585,8 +600,9 @@ def test_k8s_sink_and_job_event_publishers(parsed: dict[str, dict[str, Any]]) ->
         == "pubsub.googleapis.com/${google_pubsub_topic.topic[local.event_sources.k8s_job_events].id}"
     )
     assert sink["unique_writer_identity"] is True
-    writer = _resource(parsed, "google_pubsub_topic_iam_member", "k8s_sink_publisher")
-    assert writer["member"] == "${google_logging_project_sink.k8s_job_ends[0].writer_identity}"
+    on, topic, member = _service_publisher(parsed, "k8s-log-sink")
+    assert (on, topic) == ("var.k8s_log_sink", "local.event_sources.k8s_job_events")
+    assert member == "one(google_logging_project_sink.k8s_job_ends[*].writer_identity)"
     publishers = _resource(parsed, "google_pubsub_topic_iam_member", "job_event_publishers")
     assert publishers["topic"] == "${google_pubsub_topic.topic[local.event_sources.job_events].id}"
     assert publishers["for_each"] == "${toset(var.job_event_publishers)}"
@@ -747,7 +763,6 @@ def test_the_large_copy_job_is_least_privilege_and_only_capture_part_starts_it(
     assert {(t, n, b.get("role")) for (t, n), b in grants.items()} == {
         ("google_storage_bucket_iam_member", "large_copy_storage", "${each.value.role}"),
         ("google_project_iam_member", "large_copy_firestore", "roles/datastore.user"),
-        ("google_pubsub_topic_iam_member", "large_copy_publisher", "roles/pubsub.publisher"),
         ("google_secret_manager_secret_iam_member", "s3_endpoint_large_copy", "roles/secretmanager.secretAccessor"),
     }
     # Runs: read only. Evidence: create and read back, never overwrite or delete (no objectUser / objectAdmin).
@@ -757,8 +772,13 @@ def test_the_large_copy_job_is_least_privilege_and_only_capture_part_starts_it(
     assert "google_storage_bucket.evidence.name" in storage and "objectUser" not in storage and "Admin" not in storage
     firestore = _block(grants["google_project_iam_member", "large_copy_firestore"], "condition")
     assert firestore["expression"] == 'resource.name == "${google_firestore_database.records.id}"'
-    publisher = grants["google_pubsub_topic_iam_member", "large_copy_publisher"]
-    assert publisher["topic"] == "${google_pubsub_topic.topic[local.job_hand_offs.large_copy_topic].id}"
+    # and publisher on the one topic that returns a finished part to capture-part
+    on, topic, member = _service_publisher(parsed, "large-copy")
+    assert (on, topic, member) == (
+        "local.large_copy",
+        "local.job_hand_offs.large_copy_topic",
+        "one(google_service_account.large_copy[*].member)",
+    )
 
     # Who may start it: capture-part alone, with overrides (run id, ticket, task count), never an admin role.
     starter = _resource(parsed, "google_cloud_run_v2_job_iam_member", "large_copy_starter")
@@ -794,8 +814,9 @@ def test_model_events_are_published_by_the_grant_functions_only_and_dead_letter(
     # The Hub upload job finishes a large hand-off, so it announces it too; operators who restore may announce.
     assert _locals(parsed)["job_hand_offs"]["model_events_topic"] == topic
     on_topic = "${google_pubsub_topic.topic[local.job_hand_offs.model_events_topic].id}"
-    job = _resource(parsed, "google_pubsub_topic_iam_member", "hub_upload_announces")
-    assert job["topic"] == on_topic and job["member"] == "${google_service_account.hub_upload[0].member}"
+    on, topic, member = _service_publisher(parsed, "hub-upload")
+    assert on == "var.enable_hub_destination" and f"${{google_pubsub_topic.topic[{topic}].id}}" == on_topic
+    assert member == "one(google_service_account.hub_upload[*].member)"
     operators = _resource(parsed, "google_pubsub_topic_iam_member", "restore_operators")
     assert operators["topic"] == on_topic and operators["for_each"] == "${toset(var.restore_operators)}"
 
