@@ -192,11 +192,9 @@ def test_module_has_no_provider_or_backend(parsed: dict[str, dict[str, Any]]) ->
 
 def test_topology_resources_use_for_each_over_generated_maps(parsed: dict[str, dict[str, Any]]) -> None:
     assert _resource(parsed, "google_pubsub_topic", "topic")["for_each"] == "${var.topology_topics}"
-    assert _resource(parsed, "google_pubsub_subscription", "push")["for_each"] == "${local.triggered_functions}"
-    assert (
-        _resource(parsed, "google_pubsub_subscription", "dead_letter_record")["for_each"]
-        == "${local.dead_letter_records}"
-    )
+    pushes = _locals(parsed)["push_subscriptions"]
+    assert pushes["functions"].startswith("${{for fn, f in local.triggered_functions : fn => {")
+    assert pushes["dead-letter-records"].startswith("${{for sub, r in local.dead_letter_records : sub => {")
     assert _resource(parsed, "google_pubsub_subscription", "sink")["for_each"] == "${var.topology_sinks}"
     assert _resource(parsed, "google_cloudfunctions2_function", "fn")["for_each"] == "${var.topology_functions}"
     assert _resource(parsed, "google_pubsub_topic", "dead_letter")["for_each"] == "${local.dead_letter_topics}"
@@ -233,48 +231,70 @@ def test_function_access_covers_exactly_the_topology_functions(parsed: dict[str,
 # --- push subscriptions -------------------------------------------------------------------------------------------
 
 
+def _push_module(parsed: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    """The push subscriptions: the module call, its one resource, and the two typed maps that drive it."""
+    [call] = [
+        b["push_subscriptions"] for doc in parsed.values() for b in doc.get("module", []) if "push_subscriptions" in b
+    ]
+    assert call["source"] == "./push_subscriptions" and call["for_each"] == "${local.push_subscriptions}"
+    assert (call["subscriptions"], call["functions"]) == ("${each.value}", "${local.push_targets}")
+    child = {p.name: _load(p) for p in sorted((MODULE / "push_subscriptions").glob("*.tf"))}
+    return call, _resource(child, "google_pubsub_subscription", "this"), _locals(parsed)
+
+
 def test_every_push_subscription_has_dead_letter_retry_and_oidc(parsed: dict[str, dict[str, Any]]) -> None:
-    push_subs = [(n, b) for t, n, b in _resources(parsed) if t == "google_pubsub_subscription" and "push_config" in b]
-    assert [n for n, _ in push_subs] == ["push", "dead_letter_record"]
-    for name, body in push_subs[:1]:
-        push = _block(body, "push_config")
-        oidc = _block(push, "oidc_token")
-        assert oidc["service_account_email"] == "${google_service_account.invoker[each.key].email}", name
-        assert push["push_endpoint"].endswith("/projects/${var.project_id}/topics/${each.value.trigger}")
-        assert push["push_endpoint"].startswith("${google_cloudfunctions2_function.fn[each.key].service_config[0].uri}")
-        dlq = _block(body, "dead_letter_policy")
-        assert dlq["dead_letter_topic"] == "${google_pubsub_topic.dead_letter[each.value.dead_letter_topic].id}"
-        assert dlq["max_delivery_attempts"] == "${each.value.max_delivery_attempts}"
-        retry = _block(body, "retry_policy")
-        assert retry == {
-            "minimum_backoff": "${each.value.minimum_backoff}",
-            "maximum_backoff": "${each.value.maximum_backoff}",
-        }
-        assert body["name"] == "${each.value.push_subscription}"
-        assert body["ack_deadline_seconds"] == "${each.value.ack_deadline_seconds}"
-    # The recorder's push subscriptions on the dead-letter topics: its endpoint, identity, retries and dead letters.
-    _, record = push_subs[1]
-    recorder = "var.topology_functions[var.topology_dead_letter_recorder]"
-    push = _block(record, "push_config")
-    assert push["push_endpoint"].endswith("/projects/${var.project_id}/topics/${each.value.topic}")
-    assert push["push_endpoint"].startswith(
-        "${google_cloudfunctions2_function.fn[var.topology_dead_letter_recorder].service_config[0].uri}"
-    )
-    oidc = _block(push, "oidc_token")
-    assert oidc["service_account_email"] == "${google_service_account.invoker[var.topology_dead_letter_recorder].email}"
-    assert _block(record, "dead_letter_policy")["dead_letter_topic"] == (
-        f"${{google_pubsub_topic.dead_letter[{recorder}.dead_letter_topic].id}}"
-    )
-    assert _block(record, "dead_letter_policy")["max_delivery_attempts"] == f"${{{recorder}.max_delivery_attempts}}"
-    assert record["ack_deadline_seconds"] == f"${{{recorder}.ack_deadline_seconds}}"
+    # No push subscription is declared twice: both kinds are instances of the module's one resource, moved there
+    # whole (every instance keeps its key), so an apply over an earlier deployment recreates none.
+    assert not [n for t, n, b in _resources(parsed) if t == "google_pubsub_subscription" and "push_config" in b]
+    moved = [m for doc in parsed.values() for m in doc.get("moved", [])]
+    for old, key in (("push", "functions"), ("dead_letter_record", "dead-letter-records")):
+        target = f'${{module.push_subscriptions["{key}"].google_pubsub_subscription.this}}'
+        assert {"from": f"${{google_pubsub_subscription.{old}}}", "to": target} in moved
+    _, body, local = _push_module(parsed)
+    target = "var.functions[each.value.function]"
+    push = _block(body, "push_config")
+    assert push["push_endpoint"] == f"${{{target}.topics_endpoint}}/${{each.value.topic_name}}"
+    assert _block(push, "oidc_token") == {
+        "service_account_email": f"${{{target}.invoker_email}}",
+        "audience": f"${{{target}.uri}}",
+    }
+    assert _block(body, "dead_letter_policy") == {
+        "dead_letter_topic": f"${{{target}.dead_letter_topic_id}}",
+        "max_delivery_attempts": f"${{{target}.max_delivery_attempts}}",
+    }
+    assert _block(body, "retry_policy") == {
+        "minimum_backoff": f"${{{target}.minimum_backoff}}",
+        "maximum_backoff": f"${{{target}.maximum_backoff}}",
+    }
+    assert (body["name"], body["topic"]) == ("${each.value.name}", "${each.value.topic_id}")
+    # What a subscription takes from the function it pushes to: its endpoint (/projects/P/topics/T puts the topic
+    # into the CloudEvent `source`), its own invoker identity, its topology settings, its own dead-letter topic.
+    targets = local["push_targets"]
+    assert targets.startswith("${{for fn, f in var.topology_functions : fn => {")
+    for part in (
+        'topics_endpoint = "${google_cloudfunctions2_function.fn[fn].service_config[0].uri}/projects/${var.project_id}/topics"',
+        "uri = google_cloudfunctions2_function.fn[fn].service_config[0].uri",
+        "invoker_email = google_service_account.invoker[fn].email",
+        "dead_letter_topic_id = google_pubsub_topic.dead_letter[f.dead_letter_topic].id",
+        "max_delivery_attempts = f.max_delivery_attempts",
+        "minimum_backoff = f.minimum_backoff, maximum_backoff = f.maximum_backoff",
+    ):
+        assert part in targets, part
+    # A function's own subscription reads its trigger and pushes to it; the recorder's read the dead-letter topics.
+    functions, records = local["push_subscriptions"]["functions"], local["push_subscriptions"]["dead-letter-records"]
+    assert "name = f.push_subscription, topic_id = google_pubsub_topic.topic[f.trigger].id" in functions
+    assert "topic_name = f.trigger, function = fn" in functions
+    assert "name = sub, topic_id = google_pubsub_topic.dead_letter[r.topic].id, topic_name = r.topic" in records
+    assert "function = var.topology_dead_letter_recorder" in records and "dead_letter_for = r.function" in records
 
 
 def test_ack_deadline_covers_function_timeout(parsed: dict[str, dict[str, Any]], tfvars: dict[str, Any]) -> None:
     # Both sides read the same topology entry ...
     fn = _resource(parsed, "google_cloudfunctions2_function", "fn")
     assert _block(fn, "service_config")["timeout_seconds"] == "${each.value.timeout_seconds}"
-    sub = _resource(parsed, "google_pubsub_subscription", "push")
-    assert sub["ack_deadline_seconds"] == "${each.value.ack_deadline_seconds}"
+    _, sub, local = _push_module(parsed)
+    assert sub["ack_deadline_seconds"] == "${var.functions[each.value.function].ack_deadline_seconds}"
+    assert "ack_deadline_seconds = f.ack_deadline_seconds" in local["push_targets"]
     # ... whose values satisfy timeout <= ack deadline <= 600 for every function.
     for name, f in tfvars["topology_functions"].items():
         assert f["timeout_seconds"] <= f["ack_deadline_seconds"] <= 600, name
@@ -295,10 +315,10 @@ def test_dead_letter_grants_for_pubsub_service_agent(parsed: dict[str, dict[str,
     assert pub["member"] == "${local.pubsub_service_agent}"
     sub = _resource(parsed, "google_pubsub_subscription_iam_member", "dead_letter_subscriber")
     assert sub["for_each"] == "${local.triggered_functions}" and sub["role"] == "roles/pubsub.subscriber"
-    assert sub["subscription"] == "${google_pubsub_subscription.push[each.key].id}"
+    assert sub["subscription"] == '${module.push_subscriptions["functions"].ids[each.key]}'
     rec = _resource(parsed, "google_pubsub_subscription_iam_member", "dead_letter_record_subscriber")
     assert rec["for_each"] == "${local.dead_letter_records}" and rec["role"] == "roles/pubsub.subscriber"
-    assert rec["subscription"] == "${google_pubsub_subscription.dead_letter_record[each.key].id}"
+    assert rec["subscription"] == '${module.push_subscriptions["dead-letter-records"].ids[each.key]}'
     assert _locals(parsed)["pubsub_service_agent"].endswith("@gcp-sa-pubsub.iam.gserviceaccount.com")
 
 

@@ -179,7 +179,7 @@ resource "google_pubsub_subscription_iam_member" "sink_dead_letter_subscriber" {
 resource "google_pubsub_subscription_iam_member" "dead_letter_subscriber" {
   for_each = local.triggered_functions
 
-  subscription = google_pubsub_subscription.push[each.key].id
+  subscription = module.push_subscriptions["functions"].ids[each.key]
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_service_agent
 }
@@ -187,7 +187,7 @@ resource "google_pubsub_subscription_iam_member" "dead_letter_subscriber" {
 resource "google_pubsub_subscription_iam_member" "dead_letter_record_subscriber" {
   for_each = local.dead_letter_records
 
-  subscription = google_pubsub_subscription.dead_letter_record[each.key].id
+  subscription = module.push_subscriptions["dead-letter-records"].ids[each.key]
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_service_agent
 }

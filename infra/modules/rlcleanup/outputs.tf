@@ -10,7 +10,7 @@ output "runtime_service_accounts" {
 
 output "push_subscriptions" {
   description = "Push subscription of each function."
-  value       = { for k, s in google_pubsub_subscription.push : k => s.id }
+  value       = module.push_subscriptions["functions"].ids
 }
 
 output "dead_letter_subscriptions" {
