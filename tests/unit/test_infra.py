@@ -198,10 +198,11 @@ def test_topology_resources_use_for_each_over_generated_maps(parsed: dict[str, d
     assert _resource(parsed, "google_pubsub_subscription", "sink")["for_each"] == "${var.topology_sinks}"
     assert _resource(parsed, "google_cloudfunctions2_function", "fn")["for_each"] == "${var.topology_functions}"
     assert _resource(parsed, "google_pubsub_topic", "dead_letter")["for_each"] == "${local.dead_letter_topics}"
-    assert (
-        _resource(parsed, "google_pubsub_subscription", "dead_letter")["for_each"]
-        == "${local.dead_letter_subscriptions}"
-    )
+    [pulls] = [
+        b["dead_letter_pulls"] for doc in parsed.values() for b in doc.get("module", []) if "dead_letter_pulls" in b
+    ]
+    assert pulls["for_each"]["functions"].startswith("${{for sub, d in local.dead_letter_subscriptions : sub => {")
+    assert pulls["for_each"]["sinks"].startswith("${{for sink, d in local.sink_dead_letters : d.subscription => {")
     # No topology name is spelled out in a .tf file. Exceptions: the access table, the event sources and the job
     # hand-offs in locals.tf, and the grants topic (local.grants_topic, and the validation that no function publishes
     # to it: validations cannot read locals).
@@ -827,7 +828,14 @@ def test_model_events_are_published_by_the_grant_functions_only_and_dead_letter(
     parsed = {p.name: _load(p) for p in sorted(MODULE.glob("*.tf"))}
     policy = _resource(parsed, "google_pubsub_subscription", "sink")["dynamic"][0]["dead_letter_policy"]
     assert "google_pubsub_topic.sink_dead_letter" in policy["content"][0]["dead_letter_topic"]
-    assert _resource(parsed, "google_pubsub_subscription", "sink_dead_letter")["retain_acked_messages"] is True
+    # Every dead-letter pull subscription (a function's, a sink's) keeps what was acked and never expires.
+    child = {p.name: _load(p) for p in sorted((MODULE / "dead_letter_pulls").glob("*.tf"))}
+    pull = _resource(child, "google_pubsub_subscription", "this")
+    assert pull["retain_acked_messages"] is True and _block(pull, "expiration_policy") == {"ttl": ""}
+    moved = [m for doc in parsed.values() for m in doc.get("moved", [])]
+    for old, key in (("dead_letter", "functions"), ("sink_dead_letter", "sinks")):
+        target = f'${{module.dead_letter_pulls["{key}"].google_pubsub_subscription.this}}'
+        assert {"from": f"${{google_pubsub_subscription.{old}}}", "to": target} in moved
     for kind in ("google_pubsub_topic_iam_member", "google_pubsub_subscription_iam_member"):
         name = "sink_dead_letter_publisher" if kind.startswith("google_pubsub_topic") else "sink_dead_letter_subscriber"
         assert _resource(parsed, kind, name)["member"] == "${local.pubsub_service_agent}"

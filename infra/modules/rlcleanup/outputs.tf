@@ -15,7 +15,7 @@ output "push_subscriptions" {
 
 output "dead_letter_subscriptions" {
   description = "Pull subscription on each dead-letter topic (where failed messages wait for an operator)."
-  value       = { for k, s in google_pubsub_subscription.dead_letter : k => s.id }
+  value       = module.dead_letter_pulls["functions"].ids
 }
 
 output "topics" {

@@ -58,6 +58,12 @@ locals {
   }
 }
 
+# The functions' former resource, moved whole (every instance under its key): nothing is recreated.
+moved {
+  from = google_pubsub_subscription.push
+  to   = module.push_subscriptions["functions"].google_pubsub_subscription.this
+}
+
 module "push_subscriptions" {
   source   = "./push_subscriptions"
   for_each = local.push_subscriptions
@@ -71,31 +77,40 @@ module "push_subscriptions" {
   ]
 }
 
-# The two resources the module's one replaced, moved with every instance under its key: nothing is recreated.
-moved {
-  from = google_pubsub_subscription.push
-  to   = module.push_subscriptions["functions"].google_pubsub_subscription.this
-}
-
+# The recorder's former resource, moved whole (every instance under its key): nothing is recreated.
 moved {
   from = google_pubsub_subscription.dead_letter_record
   to   = module.push_subscriptions["dead-letter-records"].google_pubsub_subscription.this
 }
 
-# A pull subscription on every dead-letter topic, or dead-lettered messages would be lost.
-resource "google_pubsub_subscription" "dead_letter" {
-  for_each = local.dead_letter_subscriptions
+# The functions' former resource, moved whole: nothing is recreated.
+moved {
+  from = google_pubsub_subscription.dead_letter
+  to   = module.dead_letter_pulls["functions"].google_pubsub_subscription.this
+}
 
-  name                       = each.key
-  topic                      = google_pubsub_topic.dead_letter[each.value.topic].id
-  ack_deadline_seconds       = 60
-  message_retention_duration = "604800s"
-  retain_acked_messages      = true
-  labels                     = { app = "rlcleanup", dead_letter_for = each.value.function }
-
-  expiration_policy {
-    ttl = ""
+# A pull subscription on every dead-letter topic, a function's or a sink's, or dead-lettered messages would be lost
+# (dead_letter_pulls/: one typed map, one resource; moved there whole, every instance under its name).
+module "dead_letter_pulls" {
+  source = "./dead_letter_pulls"
+  for_each = {
+    functions = { for sub, d in local.dead_letter_subscriptions : sub => {
+      topic_id        = google_pubsub_topic.dead_letter[d.topic].id
+      dead_letter_for = d.function
+    } }
+    sinks = { for sink, d in local.sink_dead_letters : d.subscription => {
+      topic_id        = google_pubsub_topic.sink_dead_letter[d.topic].id
+      dead_letter_for = sink
+    } }
   }
+
+  subscriptions = each.value
+}
+
+# The sinks' former resource, moved whole: nothing is recreated.
+moved {
+  from = google_pubsub_subscription.sink_dead_letter
+  to   = module.dead_letter_pulls["sinks"].google_pubsub_subscription.this
 }
 
 # Pull subscriptions on output topics that other systems consume.
@@ -137,18 +152,4 @@ resource "google_pubsub_topic" "sink_dead_letter" {
   depends_on = [google_project_service.enabled]
 }
 
-# A pull subscription on every sink's dead-letter topic, or its dead letters would be lost.
-resource "google_pubsub_subscription" "sink_dead_letter" {
-  for_each = { for sub, d in local.sink_dead_letters : d.subscription => { sink = sub, topic = d.topic } }
-
-  name                       = each.key
-  topic                      = google_pubsub_topic.sink_dead_letter[each.value.topic].id
-  ack_deadline_seconds       = 60
-  message_retention_duration = "604800s"
-  retain_acked_messages      = true
-  labels                     = { app = "rlcleanup", dead_letter_for = each.value.sink }
-
-  expiration_policy {
-    ttl = ""
-  }
-}
+# Its pull subscription (<subscription>-dlq-sub): module.dead_letter_pulls["sinks"] above.
