@@ -322,16 +322,12 @@ variable "notifications" {
   default = {}
 }
 
+# Typed, defaulted and validated once, by the module's declaration (infra/modules/rlcleanup/variables.tf): the root
+# passes the object through as given, so the two can never disagree on a field or a default.
 variable "export_grants" {
   description = "Export grants: the converter argv, the controller, allowed model sources and the expiry preflight's default throughput and margin (see the module; docs/authority.md §9)."
-  type = object({
-    converter                   = optional(list(string), [])
-    controller                  = optional(string, "")
-    allowed_prefixes            = optional(list(string), [])
-    throughput_bytes_per_second = optional(number, 50000000)
-    margin_seconds              = optional(number, 1800)
-  })
-  default = {}
+  type        = any
+  default     = {}
 }
 
 variable "large_copy_image" {

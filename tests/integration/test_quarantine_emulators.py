@@ -207,7 +207,8 @@ def test_s3_incomplete_uploads_are_listed_in_preview_and_ledger_and_aborted_only
     assert set(started) == set(sizes)
 
     ports = w.stack.ports
-    ledger = storage_ledger.measure_and_record(ports.storage, ports.records, w.record, "test", datetime.now(UTC))
+    measured = storage_ledger.measure(ports.storage, w.record, "test", datetime.now(UTC))
+    ledger = storage_ledger.record_ledger(ports.records, w.record.run_id, measured)
     uploads = next(c for c in ledger.classes if c.name == "incomplete_uploads")
     assert (uploads.objects, uploads.bytes) == (2, sum(sizes.values()))
     assert (w.record.incomplete_uploads, w.record.incomplete_upload_bytes) == (2, sum(sizes.values()))

@@ -141,3 +141,14 @@ def cancel_grant(w: World) -> Grant:
 def cleared(w: World) -> list[dict[str, Any]]:
     """Every cancel-cleared message published so far."""
     return [json.loads(m.data) for m in w.stack.bus.published if m.topic == "cancel-cleared"]
+
+
+def published_then_reclaimed(w: World) -> dict[str, bytes]:
+    """Publish step 40, then reclaim it: returns the export's bytes by path as they were (now in quarantine)."""
+    w.deliver(w.message(w.grant("publish")))
+    export = {str(p): p.read_bytes() for p in files_under(Path(w.candidate(40).uri))}
+    reclaim = w.grant("reclaim")
+    w.deliver(w.message(reclaim))
+    assert w.action(reclaim.grant_id)["state"] == "reclaimed"
+    assert not any(Path(p).exists() for p in export)
+    return export

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import invoke, isolated_cli_env, runner
+from cli_support import invoke, isolated_cli_env, runner, without_ambient_credentials
 
 from rlcleanup.cli.doctor import ProbeTimeout, _bounded
 from rlcleanup.cli.main import app
@@ -26,32 +26,12 @@ from rlcleanup.stack import StackState
 
 REPO = Path(__file__).resolve().parents[2]
 STACK_FIX = 'eval "$(rlcleanup stack down)"'
-# Variables of the developer's own shell that would change what doctor finds.
-AMBIENT = (
-    "STORAGE_EMULATOR_HOST",
-    "GOOGLE_APPLICATION_CREDENTIALS",
-    "HF_TOKEN",
-    "RLCLEANUP_PRESERVE_ROOT",
-    "RLCLEANUP_NOTIFY_WEBHOOK_URL",
-    "RLCLEANUP_NOTIFY_CHANNELS",
-    "RLCLEANUP_NOTIFY_SMTP_HOST",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_PROFILE",
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_S3_ADDRESSING_STYLE",
-    "RLCLEANUP_S3_ADDRESSING_STYLE",
-)
 
 
 @pytest.fixture(autouse=True)
 def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = isolated_cli_env(tmp_path, monkeypatch)
-    for var in AMBIENT:
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("NO_GCE_CHECK", "True")  # off GCP, google.auth would otherwise ping the metadata server
-    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))  # no gcloud ADC of the developer's
+    without_ambient_credentials(tmp_path, monkeypatch)
     return home
 
 

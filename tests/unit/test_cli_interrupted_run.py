@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from cli_support import invoke
+from cli_support import invoke, read_terminal
 
 from rlcleanup.adapters.sqlite_records import SqliteIdempotencyStore, SqliteRunRecords
 from rlcleanup.runtime.embedded import run_embedded
@@ -45,10 +45,7 @@ def _run_in_pty(args: list[str], env: dict[str, str], interrupt_after: str, time
             ready, _, _ = select.select([fd], [], [], 0.5)
             if not ready:
                 continue
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:  # EIO: the child closed the terminal
-                break
+            chunk = read_terminal(fd)
             if not chunk:
                 break
             seen += chunk

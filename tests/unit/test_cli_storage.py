@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from authority_support import World, files_under, make_world, rendered_preview
+from authority_support import World, make_world, published_then_reclaimed, rendered_preview
 from typer.testing import CliRunner
 
 from rlcleanup.authority.storage_ledger import measure
@@ -62,12 +62,7 @@ def test_restore_through_the_cli_gives_back_every_reclaimed_object(
 ) -> None:
     _sqlite_only(monkeypatch)
     w = make_world(tmp_path)
-    w.deliver(w.message(w.grant("publish")))
-    export = {str(p): p.read_bytes() for p in files_under(Path(w.candidate(40).uri))}
-    grant = w.grant("reclaim")
-    w.deliver(w.message(grant))
-    assert w.action(grant.grant_id)["state"] == "reclaimed"
-    assert not any(Path(p).exists() for p in export)
+    export = published_then_reclaimed(w)
     code, out = _cli("restore", w.run_id, "--db", str(tmp_path / "records.db"), "--json")
     assert code == 0, out
     assert sorted(json.loads(out)["restored"]) == sorted(export)

@@ -36,12 +36,8 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def env(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for var in ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "RLCLEANUP_DB"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.delenv("RLCLEANUP_STACK_DIR", raising=False)
-    for var, name in (("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "config"), ("XDG_CACHE_HOME", "cache")):
-        monkeypatch.setenv(var, str(home / name))
-    monkeypatch.setenv("HOME", str(home / "home"))
+    """Each test back in the module's environment (its home was made by the module fixture)."""
+    isolated_cli_env(home, monkeypatch)
     return home
 
 

@@ -74,6 +74,21 @@ def _block(body: dict[str, Any], key: str) -> dict[str, Any]:
     return value[0]
 
 
+def _service_publisher(parsed: dict[str, dict[str, Any]], name: str) -> tuple[str, str, str]:
+    """(when it is on, its topic, its member) of one entry of `local.service_publishers` (iam.tf), as written; and
+    the one resource it drives publishes on that topic, as that member, as publisher only."""
+    resource = _resource(parsed, "google_pubsub_topic_iam_member", "service_publisher")
+    assert resource["for_each"] == "${local.service_publishers}" and resource["role"] == "roles/pubsub.publisher"
+    assert resource["topic"] == "${google_pubsub_topic.topic[each.value.topic].id}"
+    assert resource["member"] == "${each.value.member}"
+    entry = re.search(
+        rf"{name} = \{{on = ([^,]+), topic = ([^,]+), member = (.+?)\}}", _locals(parsed)["service_publishers"]
+    )
+    assert entry is not None, name
+    on, topic, member = entry.groups()
+    return on, topic, member
+
+
 def _locals(parsed: dict[str, dict[str, Any]]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for doc in parsed.values():
@@ -177,18 +192,17 @@ def test_module_has_no_provider_or_backend(parsed: dict[str, dict[str, Any]]) ->
 
 def test_topology_resources_use_for_each_over_generated_maps(parsed: dict[str, dict[str, Any]]) -> None:
     assert _resource(parsed, "google_pubsub_topic", "topic")["for_each"] == "${var.topology_topics}"
-    assert _resource(parsed, "google_pubsub_subscription", "push")["for_each"] == "${local.triggered_functions}"
-    assert (
-        _resource(parsed, "google_pubsub_subscription", "dead_letter_record")["for_each"]
-        == "${local.dead_letter_records}"
-    )
+    pushes = _locals(parsed)["push_subscriptions"]
+    assert pushes["functions"].startswith("${{for fn, f in local.triggered_functions : fn => {")
+    assert pushes["dead-letter-records"].startswith("${{for sub, r in local.dead_letter_records : sub => {")
     assert _resource(parsed, "google_pubsub_subscription", "sink")["for_each"] == "${var.topology_sinks}"
     assert _resource(parsed, "google_cloudfunctions2_function", "fn")["for_each"] == "${var.topology_functions}"
     assert _resource(parsed, "google_pubsub_topic", "dead_letter")["for_each"] == "${local.dead_letter_topics}"
-    assert (
-        _resource(parsed, "google_pubsub_subscription", "dead_letter")["for_each"]
-        == "${local.dead_letter_subscriptions}"
-    )
+    [pulls] = [
+        b["dead_letter_pulls"] for doc in parsed.values() for b in doc.get("module", []) if "dead_letter_pulls" in b
+    ]
+    assert pulls["for_each"]["functions"].startswith("${{for sub, d in local.dead_letter_subscriptions : sub => {")
+    assert pulls["for_each"]["sinks"].startswith("${{for sink, d in local.sink_dead_letters : d.subscription => {")
     # No topology name is spelled out in a .tf file. Exceptions: the access table, the event sources and the job
     # hand-offs in locals.tf, and the grants topic (local.grants_topic, and the validation that no function publishes
     # to it: validations cannot read locals).
@@ -218,48 +232,70 @@ def test_function_access_covers_exactly_the_topology_functions(parsed: dict[str,
 # --- push subscriptions -------------------------------------------------------------------------------------------
 
 
+def _push_module(parsed: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    """The push subscriptions: the module call, its one resource, and the two typed maps that drive it."""
+    [call] = [
+        b["push_subscriptions"] for doc in parsed.values() for b in doc.get("module", []) if "push_subscriptions" in b
+    ]
+    assert call["source"] == "./push_subscriptions" and call["for_each"] == "${local.push_subscriptions}"
+    assert (call["subscriptions"], call["functions"]) == ("${each.value}", "${local.push_targets}")
+    child = {p.name: _load(p) for p in sorted((MODULE / "push_subscriptions").glob("*.tf"))}
+    return call, _resource(child, "google_pubsub_subscription", "this"), _locals(parsed)
+
+
 def test_every_push_subscription_has_dead_letter_retry_and_oidc(parsed: dict[str, dict[str, Any]]) -> None:
-    push_subs = [(n, b) for t, n, b in _resources(parsed) if t == "google_pubsub_subscription" and "push_config" in b]
-    assert [n for n, _ in push_subs] == ["push", "dead_letter_record"]
-    for name, body in push_subs[:1]:
-        push = _block(body, "push_config")
-        oidc = _block(push, "oidc_token")
-        assert oidc["service_account_email"] == "${google_service_account.invoker[each.key].email}", name
-        assert push["push_endpoint"].endswith("/projects/${var.project_id}/topics/${each.value.trigger}")
-        assert push["push_endpoint"].startswith("${google_cloudfunctions2_function.fn[each.key].service_config[0].uri}")
-        dlq = _block(body, "dead_letter_policy")
-        assert dlq["dead_letter_topic"] == "${google_pubsub_topic.dead_letter[each.value.dead_letter_topic].id}"
-        assert dlq["max_delivery_attempts"] == "${each.value.max_delivery_attempts}"
-        retry = _block(body, "retry_policy")
-        assert retry == {
-            "minimum_backoff": "${each.value.minimum_backoff}",
-            "maximum_backoff": "${each.value.maximum_backoff}",
-        }
-        assert body["name"] == "${each.value.push_subscription}"
-        assert body["ack_deadline_seconds"] == "${each.value.ack_deadline_seconds}"
-    # The recorder's push subscriptions on the dead-letter topics: its endpoint, identity, retries and dead letters.
-    _, record = push_subs[1]
-    recorder = "var.topology_functions[var.topology_dead_letter_recorder]"
-    push = _block(record, "push_config")
-    assert push["push_endpoint"].endswith("/projects/${var.project_id}/topics/${each.value.topic}")
-    assert push["push_endpoint"].startswith(
-        "${google_cloudfunctions2_function.fn[var.topology_dead_letter_recorder].service_config[0].uri}"
-    )
-    oidc = _block(push, "oidc_token")
-    assert oidc["service_account_email"] == "${google_service_account.invoker[var.topology_dead_letter_recorder].email}"
-    assert _block(record, "dead_letter_policy")["dead_letter_topic"] == (
-        f"${{google_pubsub_topic.dead_letter[{recorder}.dead_letter_topic].id}}"
-    )
-    assert _block(record, "dead_letter_policy")["max_delivery_attempts"] == f"${{{recorder}.max_delivery_attempts}}"
-    assert record["ack_deadline_seconds"] == f"${{{recorder}.ack_deadline_seconds}}"
+    # No push subscription is declared twice: both kinds are instances of the module's one resource, moved there
+    # whole (every instance keeps its key), so an apply over an earlier deployment recreates none.
+    assert not [n for t, n, b in _resources(parsed) if t == "google_pubsub_subscription" and "push_config" in b]
+    moved = [m for doc in parsed.values() for m in doc.get("moved", [])]
+    for old, key in (("push", "functions"), ("dead_letter_record", "dead-letter-records")):
+        target = f'${{module.push_subscriptions["{key}"].google_pubsub_subscription.this}}'
+        assert {"from": f"${{google_pubsub_subscription.{old}}}", "to": target} in moved
+    _, body, local = _push_module(parsed)
+    target = "var.functions[each.value.function]"
+    push = _block(body, "push_config")
+    assert push["push_endpoint"] == f"${{{target}.topics_endpoint}}/${{each.value.topic_name}}"
+    assert _block(push, "oidc_token") == {
+        "service_account_email": f"${{{target}.invoker_email}}",
+        "audience": f"${{{target}.uri}}",
+    }
+    assert _block(body, "dead_letter_policy") == {
+        "dead_letter_topic": f"${{{target}.dead_letter_topic_id}}",
+        "max_delivery_attempts": f"${{{target}.max_delivery_attempts}}",
+    }
+    assert _block(body, "retry_policy") == {
+        "minimum_backoff": f"${{{target}.minimum_backoff}}",
+        "maximum_backoff": f"${{{target}.maximum_backoff}}",
+    }
+    assert (body["name"], body["topic"]) == ("${each.value.name}", "${each.value.topic_id}")
+    # What a subscription takes from the function it pushes to: its endpoint (/projects/P/topics/T puts the topic
+    # into the CloudEvent `source`), its own invoker identity, its topology settings, its own dead-letter topic.
+    targets = local["push_targets"]
+    assert targets.startswith("${{for fn, f in var.topology_functions : fn => {")
+    for part in (
+        'topics_endpoint = "${google_cloudfunctions2_function.fn[fn].service_config[0].uri}/projects/${var.project_id}/topics"',
+        "uri = google_cloudfunctions2_function.fn[fn].service_config[0].uri",
+        "invoker_email = google_service_account.invoker[fn].email",
+        "dead_letter_topic_id = google_pubsub_topic.dead_letter[f.dead_letter_topic].id",
+        "max_delivery_attempts = f.max_delivery_attempts",
+        "minimum_backoff = f.minimum_backoff, maximum_backoff = f.maximum_backoff",
+    ):
+        assert part in targets, part
+    # A function's own subscription reads its trigger and pushes to it; the recorder's read the dead-letter topics.
+    functions, records = local["push_subscriptions"]["functions"], local["push_subscriptions"]["dead-letter-records"]
+    assert "name = f.push_subscription, topic_id = google_pubsub_topic.topic[f.trigger].id" in functions
+    assert "topic_name = f.trigger, function = fn" in functions
+    assert "name = sub, topic_id = google_pubsub_topic.dead_letter[r.topic].id, topic_name = r.topic" in records
+    assert "function = var.topology_dead_letter_recorder" in records and "dead_letter_for = r.function" in records
 
 
 def test_ack_deadline_covers_function_timeout(parsed: dict[str, dict[str, Any]], tfvars: dict[str, Any]) -> None:
     # Both sides read the same topology entry ...
     fn = _resource(parsed, "google_cloudfunctions2_function", "fn")
     assert _block(fn, "service_config")["timeout_seconds"] == "${each.value.timeout_seconds}"
-    sub = _resource(parsed, "google_pubsub_subscription", "push")
-    assert sub["ack_deadline_seconds"] == "${each.value.ack_deadline_seconds}"
+    _, sub, local = _push_module(parsed)
+    assert sub["ack_deadline_seconds"] == "${var.functions[each.value.function].ack_deadline_seconds}"
+    assert "ack_deadline_seconds = f.ack_deadline_seconds" in local["push_targets"]
     # ... whose values satisfy timeout <= ack deadline <= 600 for every function.
     for name, f in tfvars["topology_functions"].items():
         assert f["timeout_seconds"] <= f["ack_deadline_seconds"] <= 600, name
@@ -280,10 +316,10 @@ def test_dead_letter_grants_for_pubsub_service_agent(parsed: dict[str, dict[str,
     assert pub["member"] == "${local.pubsub_service_agent}"
     sub = _resource(parsed, "google_pubsub_subscription_iam_member", "dead_letter_subscriber")
     assert sub["for_each"] == "${local.triggered_functions}" and sub["role"] == "roles/pubsub.subscriber"
-    assert sub["subscription"] == "${google_pubsub_subscription.push[each.key].id}"
+    assert sub["subscription"] == '${module.push_subscriptions["functions"].ids[each.key]}'
     rec = _resource(parsed, "google_pubsub_subscription_iam_member", "dead_letter_record_subscriber")
     assert rec["for_each"] == "${local.dead_letter_records}" and rec["role"] == "roles/pubsub.subscriber"
-    assert rec["subscription"] == "${google_pubsub_subscription.dead_letter_record[each.key].id}"
+    assert rec["subscription"] == '${module.push_subscriptions["dead-letter-records"].ids[each.key]}'
     assert _locals(parsed)["pubsub_service_agent"].endswith("@gcp-sa-pubsub.iam.gserviceaccount.com")
 
 
@@ -556,9 +592,9 @@ def test_run_buckets_notify_storage_events(parsed: dict[str, dict[str, Any]], tf
     assert notification["for_each"] == "${local.run_bucket_notifications}"
     assert notification["topic"] == "${google_pubsub_topic.topic[local.event_sources.storage_events].id}"
     assert (notification["payload_format"], notification["event_types"]) == ("JSON_API_V1", ["OBJECT_FINALIZE"])
-    agent = _resource(parsed, "google_pubsub_topic_iam_member", "gcs_notifications_publisher")
-    assert agent["topic"] == notification["topic"] and agent["role"] == "roles/pubsub.publisher"
-    assert "data.google_storage_project_service_account.gcs.email_address" in agent["member"]
+    on, topic, member = _service_publisher(parsed, "gcs-notifications")
+    assert on == "true" and f"${{google_pubsub_topic.topic[{topic}].id}}" == notification["topic"]
+    assert "data.google_storage_project_service_account.gcs.email_address" in member
     assert tfvars["topology_functions"]["on-storage-event"]["trigger"] == "storage-events"
 
 
@@ -585,8 +621,9 @@ def test_k8s_sink_and_job_event_publishers(parsed: dict[str, dict[str, Any]]) ->
         == "pubsub.googleapis.com/${google_pubsub_topic.topic[local.event_sources.k8s_job_events].id}"
     )
     assert sink["unique_writer_identity"] is True
-    writer = _resource(parsed, "google_pubsub_topic_iam_member", "k8s_sink_publisher")
-    assert writer["member"] == "${google_logging_project_sink.k8s_job_ends[0].writer_identity}"
+    on, topic, member = _service_publisher(parsed, "k8s-log-sink")
+    assert (on, topic) == ("var.k8s_log_sink", "local.event_sources.k8s_job_events")
+    assert member == "one(google_logging_project_sink.k8s_job_ends[*].writer_identity)"
     publishers = _resource(parsed, "google_pubsub_topic_iam_member", "job_event_publishers")
     assert publishers["topic"] == "${google_pubsub_topic.topic[local.event_sources.job_events].id}"
     assert publishers["for_each"] == "${toset(var.job_event_publishers)}"
@@ -747,7 +784,6 @@ def test_the_large_copy_job_is_least_privilege_and_only_capture_part_starts_it(
     assert {(t, n, b.get("role")) for (t, n), b in grants.items()} == {
         ("google_storage_bucket_iam_member", "large_copy_storage", "${each.value.role}"),
         ("google_project_iam_member", "large_copy_firestore", "roles/datastore.user"),
-        ("google_pubsub_topic_iam_member", "large_copy_publisher", "roles/pubsub.publisher"),
         ("google_secret_manager_secret_iam_member", "s3_endpoint_large_copy", "roles/secretmanager.secretAccessor"),
     }
     # Runs: read only. Evidence: create and read back, never overwrite or delete (no objectUser / objectAdmin).
@@ -757,8 +793,13 @@ def test_the_large_copy_job_is_least_privilege_and_only_capture_part_starts_it(
     assert "google_storage_bucket.evidence.name" in storage and "objectUser" not in storage and "Admin" not in storage
     firestore = _block(grants["google_project_iam_member", "large_copy_firestore"], "condition")
     assert firestore["expression"] == 'resource.name == "${google_firestore_database.records.id}"'
-    publisher = grants["google_pubsub_topic_iam_member", "large_copy_publisher"]
-    assert publisher["topic"] == "${google_pubsub_topic.topic[local.job_hand_offs.large_copy_topic].id}"
+    # and publisher on the one topic that returns a finished part to capture-part
+    on, topic, member = _service_publisher(parsed, "large-copy")
+    assert (on, topic, member) == (
+        "local.large_copy",
+        "local.job_hand_offs.large_copy_topic",
+        "one(google_service_account.large_copy[*].member)",
+    )
 
     # Who may start it: capture-part alone, with overrides (run id, ticket, task count), never an admin role.
     starter = _resource(parsed, "google_cloud_run_v2_job_iam_member", "large_copy_starter")
@@ -787,15 +828,23 @@ def test_model_events_are_published_by_the_grant_functions_only_and_dead_letter(
     parsed = {p.name: _load(p) for p in sorted(MODULE.glob("*.tf"))}
     policy = _resource(parsed, "google_pubsub_subscription", "sink")["dynamic"][0]["dead_letter_policy"]
     assert "google_pubsub_topic.sink_dead_letter" in policy["content"][0]["dead_letter_topic"]
-    assert _resource(parsed, "google_pubsub_subscription", "sink_dead_letter")["retain_acked_messages"] is True
+    # Every dead-letter pull subscription (a function's, a sink's) keeps what was acked and never expires.
+    child = {p.name: _load(p) for p in sorted((MODULE / "dead_letter_pulls").glob("*.tf"))}
+    pull = _resource(child, "google_pubsub_subscription", "this")
+    assert pull["retain_acked_messages"] is True and _block(pull, "expiration_policy") == {"ttl": ""}
+    moved = [m for doc in parsed.values() for m in doc.get("moved", [])]
+    for old, key in (("dead_letter", "functions"), ("sink_dead_letter", "sinks")):
+        target = f'${{module.dead_letter_pulls["{key}"].google_pubsub_subscription.this}}'
+        assert {"from": f"${{google_pubsub_subscription.{old}}}", "to": target} in moved
     for kind in ("google_pubsub_topic_iam_member", "google_pubsub_subscription_iam_member"):
         name = "sink_dead_letter_publisher" if kind.startswith("google_pubsub_topic") else "sink_dead_letter_subscriber"
         assert _resource(parsed, kind, name)["member"] == "${local.pubsub_service_agent}"
     # The Hub upload job finishes a large hand-off, so it announces it too; operators who restore may announce.
     assert _locals(parsed)["job_hand_offs"]["model_events_topic"] == topic
     on_topic = "${google_pubsub_topic.topic[local.job_hand_offs.model_events_topic].id}"
-    job = _resource(parsed, "google_pubsub_topic_iam_member", "hub_upload_announces")
-    assert job["topic"] == on_topic and job["member"] == "${google_service_account.hub_upload[0].member}"
+    on, topic, member = _service_publisher(parsed, "hub-upload")
+    assert on == "var.enable_hub_destination" and f"${{google_pubsub_topic.topic[{topic}].id}}" == on_topic
+    assert member == "one(google_service_account.hub_upload[*].member)"
     operators = _resource(parsed, "google_pubsub_topic_iam_member", "restore_operators")
     assert operators["topic"] == on_topic and operators["for_each"] == "${toset(var.restore_operators)}"
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import read_terminal
 
 from rlcleanup.cli import stack_cmds
 from rlcleanup.cli.progress import Stage, StderrProgress
@@ -26,16 +27,7 @@ MARK = "✓"
 
 
 def _read_all(fd: int) -> bytes:
-    chunks = []
-    while True:
-        try:
-            data = os.read(fd, 4096)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    return b"".join(chunks)
+    return b"".join(iter(lambda: read_terminal(fd), b""))
 
 
 def _run(argv: list[str], out: Path, *, tty: bool, env: dict[str, str] | None = None) -> tuple[int, str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from authority_support import files_under, make_world
+from authority_support import make_world, published_then_reclaimed
 
 from rlcleanup.authority.quarantine import restore
 from rlcleanup.settings import QuarantineSettings, read
@@ -16,11 +16,7 @@ from rlcleanup.settings import QuarantineSettings, read
 
 def _reclaim_then_restore(tmp_path: Path):  # type: ignore[no-untyped-def]
     w = make_world(tmp_path)
-    w.deliver(w.message(w.grant("publish")))
-    export = {str(p): p.read_bytes() for p in files_under(Path(w.candidate(40).uri))}
-    first = w.grant("reclaim")
-    w.deliver(w.message(first))
-    assert w.action(first.grant_id)["state"] == "reclaimed"
+    export = published_then_reclaimed(w)
     back = restore(
         w.stack.ports.storage, w.stack.ports.records, w.record, w.stack.ports.clock.now(), read(QuarantineSettings)
     )

@@ -57,11 +57,13 @@ def test_many_tiny_files_under_the_ceiling_are_paged_and_every_one_preserved(
     note = record.storage_ledger_note
     assert record.storage_ledger is None and note is not None
     assert "more than 100 objects" in note and f"rlcleanup storage --refresh {record.run_id}" in note
-    from rlcleanup.authority.storage_ledger import measure_and_record
+    from rlcleanup.authority.storage_ledger import measure, record_ledger
     from rlcleanup.runtime.embedded import EmbeddedStack
 
     stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "p"))
-    ledger = measure_and_record(stack.ports.storage, stack.ports.records, record, "refresh", record.updated_at)
+    ledger = record_ledger(
+        stack.ports.records, record.run_id, measure(stack.ports.storage, record, "refresh", record.updated_at)
+    )
     refreshed = stack.ports.records.get(record.run_id)
     assert refreshed is not None and refreshed.storage_ledger_note is None  # measured now: the note is gone
     assert refreshed.storage_bytes == ledger.bytes and ledger.objects > 450

@@ -134,76 +134,93 @@ def _as_they_were(p: Place, refused: list[Path], before: dict[str, tuple[str, by
             assert after.get(key) == before.get(key)
 
 
+@dataclass
+class Planted:
+    """A place with a link planted in it, and what its outside and its bucket held just before the link."""
+
+    p: Place
+    now: datetime
+    source: Path
+    link: Path
+    outside: dict[str, tuple[str, bytes, int]]
+    inside: dict[str, tuple[str, bytes, int]]
+
+
+@contextmanager
+def planted_in(
+    tree_files: list[tuple[list[str], str, bytes]], planted: tuple[int, str, int, str], *, moved: bool
+) -> Iterator[Planted]:
+    """A place whose sources are already in quarantine when `moved` (restore, purge and expiry start there), then one
+    planted link; the outside is read before the link, the bucket after it (the link's own rename is not the
+    operation's doing)."""
+    with place(tree_files) as p:
+        now = datetime.now(UTC)
+        if moved:
+            assert not move_all(p, now)
+        outside = tree(p.outside)
+        source, link = plant_link(p, *planted)
+        yield Planted(p, now, source, link, outside, tree(p.bucket))
+
+
+def _hit(p: Place, link: Path) -> list[Path]:
+    """The sources whose path or quarantine slot the link lies on."""
+    return [s for s in p.sources if _through(s, link) or _through(p.slot(s), link)]
+
+
 fast = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @fast
 @given(files, plant)
 def test_reclaim_moves_nothing_through_a_planted_link(tree_files, planted) -> None:  # type: ignore[no-untyped-def]
-    with place(tree_files) as p:
-        outside = tree(p.outside)
-        source, link = plant_link(p, *planted)
-        inside = tree(p.bucket)
-        refused = move_all(p, datetime.now(UTC))
-        _outside_untouched(p, outside)
-        hit = [s for s in p.sources if _through(s, link) or _through(p.slot(s), link)]
-        assert source in hit and set(hit) <= set(refused), (hit, refused)
-        _as_they_were(p, hit, inside)
+    with planted_in(tree_files, planted, moved=False) as t:
+        refused = move_all(t.p, t.now)
+        _outside_untouched(t.p, t.outside)
+        hit = _hit(t.p, t.link)
+        assert t.source in hit and set(hit) <= set(refused), (hit, refused)
+        _as_they_were(t.p, hit, t.inside)
 
 
 @fast
 @given(files, plant)
 def test_restore_reads_writes_and_deletes_nothing_through_a_planted_link(tree_files, planted) -> None:  # type: ignore[no-untyped-def]
-    with place(tree_files) as p:
-        now = datetime.now(UTC)
-        assert not move_all(p, now)
-        outside = tree(p.outside)
-        source, link = plant_link(p, *planted)
-        inside = tree(p.bucket)
-        result = quarantine.restore(p.storage, p.records, p.record, now, SETTINGS)
-        _outside_untouched(p, outside)
-        hit = [s for s in p.sources if _through(s, link) or _through(p.slot(s), link)]
-        assert source in hit and not set(map(str, hit)) & set(result.restored), result
+    with planted_in(tree_files, planted, moved=True) as t:
+        result = quarantine.restore(t.p.storage, t.p.records, t.p.record, t.now, SETTINGS)
+        _outside_untouched(t.p, t.outside)
+        hit = _hit(t.p, t.link)
+        assert t.source in hit and not set(map(str, hit)) & set(result.restored), result
         for s in hit:
             assert any(r.startswith(str(s)) for r in result.refused), result
-        _as_they_were(p, hit, inside)
+        _as_they_were(t.p, hit, t.inside)
 
 
 @fast
 @given(files, plant)
 def test_purge_deletes_only_inside_the_real_quarantine(tree_files, planted) -> None:  # type: ignore[no-untyped-def]
-    with place(tree_files) as p:
-        now = datetime.now(UTC)
-        assert not move_all(p, now)
-        outside = tree(p.outside)
-        _source, link = plant_link(p, *planted)
-        inside = tree(p.bucket)
-        purged, refused = quarantine.purge(p.storage, p.records, p.record, now, SETTINGS, step=1, digest="d")
-        _outside_untouched(p, outside)
-        hit = [s for s in p.sources if _through(p.slot(s), link)]
+    with planted_in(tree_files, planted, moved=True) as t:
+        p = t.p
+        purged, refused = quarantine.purge(p.storage, p.records, p.record, t.now, SETTINGS, step=1, digest="d")
+        _outside_untouched(p, t.outside)
+        hit = [s for s in p.sources if _through(p.slot(s), t.link)]
         assert not {str(p.slot(s)) for s in hit} & set(purged) and len(refused) == len(hit), (purged, refused)
         after = tree(p.bucket)
         for s in hit:
             key = str(p.slot(s).relative_to(p.bucket))
-            assert after.get(key) == inside.get(key)
+            assert after.get(key) == t.inside.get(key)
 
 
 @fast
 @given(files, plant)
 def test_quarantine_expiry_deletes_only_inside_the_real_quarantine(tree_files, planted) -> None:  # type: ignore[no-untyped-def]
-    with place(tree_files) as p:
-        now = datetime.now(UTC)
-        assert not move_all(p, now)
-        outside = tree(p.outside)
-        _source, link = plant_link(p, *planted)
-        inside = tree(p.bucket)
-        later = now + timedelta(days=SETTINGS.days + 1)
+    with planted_in(tree_files, planted, moved=True) as t:
+        p = t.p
+        later = t.now + timedelta(days=SETTINGS.days + 1)
         try:
             gone = quarantine.expire(p.storage, str(p.bucket), SETTINGS, later)
         except UnsafePathError:
             gone = None
-        _outside_untouched(p, outside)
-        if any(_through(p.slot(s), link) for s in p.sources):
-            assert gone is None and tree(p.bucket) == inside  # refused before anything was deleted
+        _outside_untouched(p, t.outside)
+        if any(_through(p.slot(s), t.link) for s in p.sources):
+            assert gone is None and tree(p.bucket) == t.inside  # refused before anything was deleted
         else:  # the link lies on a source path only: the quarantine expires as usual
             assert gone is not None and sorted(gone) == sorted(str(p.slot(s)) for s in p.sources)

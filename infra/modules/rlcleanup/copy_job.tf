@@ -125,12 +125,10 @@ resource "google_project_iam_member" "large_copy_firestore" {
   }
 }
 
-resource "google_pubsub_topic_iam_member" "large_copy_publisher" {
-  count = local.large_copy ? 1 : 0
-
-  topic  = google_pubsub_topic.topic[local.job_hand_offs.large_copy_topic].id
-  role   = "roles/pubsub.publisher"
-  member = google_service_account.large_copy[0].member
+# The job returns each finished part to capture-part: google_pubsub_topic_iam_member.service_publisher (iam.tf).
+moved {
+  from = google_pubsub_topic_iam_member.large_copy_publisher[0]
+  to   = google_pubsub_topic_iam_member.service_publisher["large-copy"]
 }
 
 # Runs on S3-compatible storage: the job reads the endpoint secrets as the capture functions do.

@@ -20,10 +20,9 @@ data "google_storage_project_service_account" "gcs" {
   project = var.project_id
 }
 
-resource "google_pubsub_topic_iam_member" "gcs_notifications_publisher" {
-  topic  = google_pubsub_topic.topic[local.event_sources.storage_events].id
-  role   = "roles/pubsub.publisher"
-  member = "serviceAccount:${data.google_storage_project_service_account.gcs.email_address}"
+moved {
+  from = google_pubsub_topic_iam_member.gcs_notifications_publisher
+  to   = google_pubsub_topic_iam_member.service_publisher["gcs-notifications"]
 }
 
 resource "google_storage_notification" "run_bucket" {
@@ -36,7 +35,7 @@ resource "google_storage_notification" "run_bucket" {
   object_name_prefix = each.value == "" ? null : each.value
   custom_attributes  = { rlcleanup = "run-bucket" }
 
-  depends_on = [google_pubsub_topic_iam_member.gcs_notifications_publisher]
+  depends_on = [google_pubsub_topic_iam_member.service_publisher]
 }
 
 # --- The reconciling sweep ------------------------------------------------------------------------------------------
@@ -78,12 +77,10 @@ resource "google_logging_project_sink" "k8s_job_ends" {
   unique_writer_identity = true
 }
 
-resource "google_pubsub_topic_iam_member" "k8s_sink_publisher" {
-  count = var.k8s_log_sink ? 1 : 0
-
-  topic  = google_pubsub_topic.topic[local.event_sources.k8s_job_events].id
-  role   = "roles/pubsub.publisher"
-  member = google_logging_project_sink.k8s_job_ends[0].writer_identity
+# The sink's writer publishes on k8s-job-events: google_pubsub_topic_iam_member.service_publisher (iam.tf).
+moved {
+  from = google_pubsub_topic_iam_member.k8s_sink_publisher[0]
+  to   = google_pubsub_topic_iam_member.service_publisher["k8s-log-sink"]
 }
 
 # --- Anyone else's hook ---------------------------------------------------------------------------------------------

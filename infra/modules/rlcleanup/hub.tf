@@ -170,16 +170,6 @@ resource "google_secret_manager_secret_iam_member" "hub_audit_token_reader" {
   member    = google_service_account.runtime[local.event_sources.hub_audit].member
 }
 
-# A large hand-off is finished by the job, so the job announces it (on the model events topic, as apply-grant
-# does for an inline one): publisher on that one topic.
-resource "google_pubsub_topic_iam_member" "hub_upload_announces" {
-  count = var.enable_hub_destination ? 1 : 0
-
-  topic  = google_pubsub_topic.topic[local.job_hand_offs.model_events_topic].id
-  role   = "roles/pubsub.publisher"
-  member = google_service_account.hub_upload[0].member
-}
-
 # `rlcleanup restore` is an operator's command: whoever runs it against the deployment announces the restore.
 resource "google_pubsub_topic_iam_member" "restore_operators" {
   for_each = toset(var.restore_operators)
@@ -187,4 +177,10 @@ resource "google_pubsub_topic_iam_member" "restore_operators" {
   topic  = google_pubsub_topic.topic[local.job_hand_offs.model_events_topic].id
   role   = "roles/pubsub.publisher"
   member = each.key
+}
+
+# The job's publisher binding on the model events topic: google_pubsub_topic_iam_member.service_publisher (iam.tf).
+moved {
+  from = google_pubsub_topic_iam_member.hub_upload_announces[0]
+  to   = google_pubsub_topic_iam_member.service_publisher["hub-upload"]
 }

@@ -93,6 +93,44 @@ resource "google_pubsub_topic_iam_member" "function_publisher" {
   member = google_service_account.runtime[each.value.function].member
 }
 
+# Each service identity that is not a function and publishes on one topic of ours, while its feature is on: the
+# project's GCS service agent (storage notifications), the k8s log sink's writer, the Hub upload job (it announces a
+# large hand-off on the model events topic, as apply-grant does an inline one) and the large-copy job (a finished
+# part goes back to capture-part). Publisher on that one topic only. Name => the topic (a key of
+# google_pubsub_topic.topic) and the member.
+locals {
+  service_publishers = { for name, p in {
+    gcs-notifications = {
+      on     = true
+      topic  = local.event_sources.storage_events
+      member = "serviceAccount:${data.google_storage_project_service_account.gcs.email_address}"
+    }
+    k8s-log-sink = {
+      on     = var.k8s_log_sink
+      topic  = local.event_sources.k8s_job_events
+      member = one(google_logging_project_sink.k8s_job_ends[*].writer_identity)
+    }
+    hub-upload = {
+      on     = var.enable_hub_destination
+      topic  = local.job_hand_offs.model_events_topic
+      member = one(google_service_account.hub_upload[*].member)
+    }
+    large-copy = {
+      on     = local.large_copy
+      topic  = local.job_hand_offs.large_copy_topic
+      member = one(google_service_account.large_copy[*].member)
+    }
+  } : name => { topic = p.topic, member = p.member } if p.on }
+}
+
+resource "google_pubsub_topic_iam_member" "service_publisher" {
+  for_each = local.service_publishers
+
+  topic  = google_pubsub_topic.topic[each.value.topic].id
+  role   = "roles/pubsub.publisher"
+  member = each.value.member
+}
+
 # A permanent error (bad input) is recorded on the run, acked, and a copy parked on the function's own dead-letter
 # topic by the function itself, so each runtime identity publishes there too (only there: not another's).
 resource "google_pubsub_topic_iam_member" "function_dead_letter_publisher" {
@@ -141,7 +179,7 @@ resource "google_pubsub_subscription_iam_member" "sink_dead_letter_subscriber" {
 resource "google_pubsub_subscription_iam_member" "dead_letter_subscriber" {
   for_each = local.triggered_functions
 
-  subscription = google_pubsub_subscription.push[each.key].id
+  subscription = module.push_subscriptions["functions"].ids[each.key]
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_service_agent
 }
@@ -149,7 +187,7 @@ resource "google_pubsub_subscription_iam_member" "dead_letter_subscriber" {
 resource "google_pubsub_subscription_iam_member" "dead_letter_record_subscriber" {
   for_each = local.dead_letter_records
 
-  subscription = google_pubsub_subscription.dead_letter_record[each.key].id
+  subscription = module.push_subscriptions["dead-letter-records"].ids[each.key]
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_service_agent
 }

@@ -48,5 +48,5 @@ resource "google_monitoring_alert_policy" "dead_letter_backlog" {
     EOT
   }
 
-  depends_on = [google_pubsub_subscription.dead_letter]
+  depends_on = [module.dead_letter_pulls]
 }

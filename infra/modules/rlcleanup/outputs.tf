@@ -10,12 +10,12 @@ output "runtime_service_accounts" {
 
 output "push_subscriptions" {
   description = "Push subscription of each function."
-  value       = { for k, s in google_pubsub_subscription.push : k => s.id }
+  value       = module.push_subscriptions["functions"].ids
 }
 
 output "dead_letter_subscriptions" {
   description = "Pull subscription on each dead-letter topic (where failed messages wait for an operator)."
-  value       = { for k, s in google_pubsub_subscription.dead_letter : k => s.id }
+  value       = module.dead_letter_pulls["functions"].ids
 }
 
 output "topics" {

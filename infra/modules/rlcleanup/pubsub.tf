@@ -24,40 +24,52 @@ resource "google_pubsub_topic" "dead_letter" {
   depends_on = [google_project_service.enabled]
 }
 
-# One direct push subscription per function (Google's recommended Pub/Sub trigger): we own the ack deadline,
-# retry policy and dead-letter policy. The endpoint path /projects/P/topics/T makes functions-framework put the
-# topic into the CloudEvent `source`.
-resource "google_pubsub_subscription" "push" {
-  for_each = local.triggered_functions
-
-  name                       = each.value.push_subscription
-  topic                      = google_pubsub_topic.topic[each.value.trigger].id
-  ack_deadline_seconds       = each.value.ack_deadline_seconds
-  message_retention_duration = "604800s"
-  labels                     = { app = "rlcleanup", function = each.key }
-
-  push_config {
-    push_endpoint = "${google_cloudfunctions2_function.fn[each.key].service_config[0].uri}/projects/${var.project_id}/topics/${each.value.trigger}"
-
-    oidc_token {
-      service_account_email = google_service_account.invoker[each.key].email
-      audience              = google_cloudfunctions2_function.fn[each.key].service_config[0].uri
-    }
+# The push subscriptions (push_subscriptions/: one typed map, one resource). One per function on its trigger topic
+# (we own the ack deadline, retry policy and dead-letter policy), and one on every dead-letter topic but the
+# recorder's own, pushed to the dead-letter recorder (topology.yaml `dead_letters`): a message Pub/Sub gave up on
+# lands on its run's record (runtime/dead_letters.py); the parked copy stays on the pull subscription below. A
+# subscription takes its settings and its own dead-letter topic from the function it pushes to.
+locals {
+  push_targets = { for fn, f in var.topology_functions : fn => {
+    uri                   = google_cloudfunctions2_function.fn[fn].service_config[0].uri
+    topics_endpoint       = "${google_cloudfunctions2_function.fn[fn].service_config[0].uri}/projects/${var.project_id}/topics"
+    invoker_email         = google_service_account.invoker[fn].email
+    ack_deadline_seconds  = f.ack_deadline_seconds
+    minimum_backoff       = f.minimum_backoff
+    maximum_backoff       = f.maximum_backoff
+    dead_letter_topic_id  = google_pubsub_topic.dead_letter[f.dead_letter_topic].id
+    max_delivery_attempts = f.max_delivery_attempts
+  } }
+  push_subscriptions = {
+    functions = { for fn, f in local.triggered_functions : fn => {
+      name       = f.push_subscription
+      topic_id   = google_pubsub_topic.topic[f.trigger].id
+      topic_name = f.trigger
+      function   = fn
+      labels     = { app = "rlcleanup", function = fn }
+    } }
+    dead-letter-records = { for sub, r in local.dead_letter_records : sub => {
+      name       = sub
+      topic_id   = google_pubsub_topic.dead_letter[r.topic].id
+      topic_name = r.topic
+      function   = var.topology_dead_letter_recorder
+      labels     = { app = "rlcleanup", function = var.topology_dead_letter_recorder, dead_letter_for = r.function }
+    } }
   }
+}
 
-  retry_policy {
-    minimum_backoff = each.value.minimum_backoff
-    maximum_backoff = each.value.maximum_backoff
-  }
+# The functions' former resource, moved whole (every instance under its key): nothing is recreated.
+moved {
+  from = google_pubsub_subscription.push
+  to   = module.push_subscriptions["functions"].google_pubsub_subscription.this
+}
 
-  dead_letter_policy {
-    dead_letter_topic     = google_pubsub_topic.dead_letter[each.value.dead_letter_topic].id
-    max_delivery_attempts = each.value.max_delivery_attempts
-  }
+module "push_subscriptions" {
+  source   = "./push_subscriptions"
+  for_each = local.push_subscriptions
 
-  expiration_policy {
-    ttl = ""
-  }
+  subscriptions = each.value
+  functions     = local.push_targets
 
   depends_on = [
     google_cloud_run_service_iam_member.push_invoker,
@@ -65,61 +77,40 @@ resource "google_pubsub_subscription" "push" {
   ]
 }
 
-# A pull subscription on every dead-letter topic, or dead-lettered messages would be lost.
-resource "google_pubsub_subscription" "dead_letter" {
-  for_each = local.dead_letter_subscriptions
-
-  name                       = each.key
-  topic                      = google_pubsub_topic.dead_letter[each.value.topic].id
-  ack_deadline_seconds       = 60
-  message_retention_duration = "604800s"
-  retain_acked_messages      = true
-  labels                     = { app = "rlcleanup", dead_letter_for = each.value.function }
-
-  expiration_policy {
-    ttl = ""
-  }
+# The recorder's former resource, moved whole (every instance under its key): nothing is recreated.
+moved {
+  from = google_pubsub_subscription.dead_letter_record
+  to   = module.push_subscriptions["dead-letter-records"].google_pubsub_subscription.this
 }
 
-# Every dead-letter topic but the recorder's own is also pushed to the dead-letter recorder (topology.yaml
-# `dead_letters`): a message Pub/Sub gave up on lands on its run's record (runtime/dead_letters.py); the parked copy
-# stays on the pull subscription above. The recorder's own settings and its own dead-letter topic apply.
-resource "google_pubsub_subscription" "dead_letter_record" {
-  for_each = local.dead_letter_records
+# The functions' former resource, moved whole: nothing is recreated.
+moved {
+  from = google_pubsub_subscription.dead_letter
+  to   = module.dead_letter_pulls["functions"].google_pubsub_subscription.this
+}
 
-  name                       = each.key
-  topic                      = google_pubsub_topic.dead_letter[each.value.topic].id
-  ack_deadline_seconds       = var.topology_functions[var.topology_dead_letter_recorder].ack_deadline_seconds
-  message_retention_duration = "604800s"
-  labels                     = { app = "rlcleanup", function = var.topology_dead_letter_recorder, dead_letter_for = each.value.function }
-
-  push_config {
-    push_endpoint = "${google_cloudfunctions2_function.fn[var.topology_dead_letter_recorder].service_config[0].uri}/projects/${var.project_id}/topics/${each.value.topic}"
-
-    oidc_token {
-      service_account_email = google_service_account.invoker[var.topology_dead_letter_recorder].email
-      audience              = google_cloudfunctions2_function.fn[var.topology_dead_letter_recorder].service_config[0].uri
-    }
+# A pull subscription on every dead-letter topic, a function's or a sink's, or dead-lettered messages would be lost
+# (dead_letter_pulls/: one typed map, one resource; moved there whole, every instance under its name).
+module "dead_letter_pulls" {
+  source = "./dead_letter_pulls"
+  for_each = {
+    functions = { for sub, d in local.dead_letter_subscriptions : sub => {
+      topic_id        = google_pubsub_topic.dead_letter[d.topic].id
+      dead_letter_for = d.function
+    } }
+    sinks = { for sink, d in local.sink_dead_letters : d.subscription => {
+      topic_id        = google_pubsub_topic.sink_dead_letter[d.topic].id
+      dead_letter_for = sink
+    } }
   }
 
-  retry_policy {
-    minimum_backoff = var.topology_functions[var.topology_dead_letter_recorder].minimum_backoff
-    maximum_backoff = var.topology_functions[var.topology_dead_letter_recorder].maximum_backoff
-  }
+  subscriptions = each.value
+}
 
-  dead_letter_policy {
-    dead_letter_topic     = google_pubsub_topic.dead_letter[var.topology_functions[var.topology_dead_letter_recorder].dead_letter_topic].id
-    max_delivery_attempts = var.topology_functions[var.topology_dead_letter_recorder].max_delivery_attempts
-  }
-
-  expiration_policy {
-    ttl = ""
-  }
-
-  depends_on = [
-    google_cloud_run_service_iam_member.push_invoker,
-    google_pubsub_topic_iam_member.dead_letter_publisher,
-  ]
+# The sinks' former resource, moved whole: nothing is recreated.
+moved {
+  from = google_pubsub_subscription.sink_dead_letter
+  to   = module.dead_letter_pulls["sinks"].google_pubsub_subscription.this
 }
 
 # Pull subscriptions on output topics that other systems consume.
@@ -161,18 +152,4 @@ resource "google_pubsub_topic" "sink_dead_letter" {
   depends_on = [google_project_service.enabled]
 }
 
-# A pull subscription on every sink's dead-letter topic, or its dead letters would be lost.
-resource "google_pubsub_subscription" "sink_dead_letter" {
-  for_each = { for sub, d in local.sink_dead_letters : d.subscription => { sink = sub, topic = d.topic } }
-
-  name                       = each.key
-  topic                      = google_pubsub_topic.sink_dead_letter[each.value.topic].id
-  ack_deadline_seconds       = 60
-  message_retention_duration = "604800s"
-  retain_acked_messages      = true
-  labels                     = { app = "rlcleanup", dead_letter_for = each.value.sink }
-
-  expiration_policy {
-    ttl = ""
-  }
-}
+# Its pull subscription (<subscription>-dlq-sub): module.dead_letter_pulls["sinks"] above.

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from pydantic import BaseModel
@@ -202,11 +203,14 @@ class ServerSideCopier:
             held = self._parts(d, state.upload_id)
             if held is None:  # the upload is gone (aborted, or completed by a copy that then died)
                 state = None
-            elif not self._verified_or_aborted(src, s, d, state, held, state_key):
-                self._abort(d, state.upload_id)  # a listed part not vouched for by the source: start afresh
-                state = None
             else:
-                done = held
+                with self._aborted_on_refusal(d, state.upload_id, state_key):  # the source moved or is gone
+                    kept = self._verified(src, s, state, held)
+                if kept:
+                    done = held
+                else:
+                    self._abort(d, state.upload_id)  # a listed part not vouched for by the source: start afresh
+                    state = None
         if state is None:
             upload_id = self._create(src, d)
             state = MultipartCopyState(
@@ -219,13 +223,9 @@ class ServerSideCopier:
             )
             self.client.put_object(Bucket=d[0], Key=state_key, Body=state.model_dump_json().encode())
             done = {}
-        try:
+        with self._aborted_on_refusal(d, state.upload_id, state_key):
             etags = self._copy_parts(src, s, d, state, done)
             self._complete(src, d, state.upload_id, etags)
-        except (Precondition, SourceChangedError, StorageAccessError, FileNotFoundError):
-            self._abort(d, state.upload_id)  # refused for good: no incomplete upload keeps the bytes
-            self._delete_state(d[0], state_key)
-            raise
         self._delete_state(d[0], state_key)
         return WriteOutcome.created
 
@@ -306,19 +306,14 @@ class ServerSideCopier:
                 raise StorageError(f"copy of {src.uri}: part {number} is {held}, expected {etags[number]}")
         return [etags[n] for n, _, _ in ranges]
 
-    def _verified_or_aborted(
-        self,
-        src: ObjectInfo,
-        s: tuple[str, str],
-        d: tuple[str, str],
-        state: MultipartCopyState,
-        held: dict[int, tuple[str, int]],
-        state_key: str,
-    ) -> bool:
+    @contextmanager
+    def _aborted_on_refusal(self, d: tuple[str, str], upload_id: str, state_key: str) -> Iterator[None]:
+        """A refusal for good (the source changed, moved or is gone, or a precondition failed) aborts the upload and
+        drops its state before it propagates: no incomplete upload keeps the bytes, nothing is left to resume."""
         try:
-            return self._verified(src, s, state, held)
-        except (SourceChangedError, StorageAccessError, FileNotFoundError):
-            self._abort(d, state.upload_id)  # the source moved or is gone: refused for good, nothing left behind
+            yield
+        except (Precondition, SourceChangedError, StorageAccessError, FileNotFoundError):
+            self._abort(d, upload_id)
             self._delete_state(d[0], state_key)
             raise
 

@@ -164,12 +164,14 @@ def _reclaim(p: GrantPorts, task: GrantTask) -> Outcome:
     # Fresh state on purpose: reclaim lists the record's roots now and re-pins the export, days after classification.
     record = _needs_record(task)
     held = p.settings.quarantine  # the deployment's, read once at cold start
-    label = f"before reclaim {task.gid}"
-    storage_ledger.measure_and_record(p.storage, p.records, record, label, p.clock.now(), quarantine_settings=held)
+
+    def measured(label: str, of: CompletionRecord) -> None:
+        ledger = storage_ledger.measure(p.storage, of, label, p.clock.now(), quarantine_settings=held)
+        storage_ledger.record_ledger(p.records, grant.run_id, ledger)
+
+    measured(f"before reclaim {task.gid}", record)
     outcome = reclaim(p.storage, p.records, record, grant, p.clock.now(), on_plan, p.preserve_root, held)
-    after = p.records.get(grant.run_id) or record
-    label = f"after reclaim {task.gid}"
-    storage_ledger.measure_and_record(p.storage, p.records, after, label, p.clock.now(), quarantine_settings=held)
+    measured(f"after reclaim {task.gid}", p.records.get(grant.run_id) or record)
     return outcome
 
 

@@ -21,13 +21,14 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from rlcleanup.authority import artifact, ledger, quarantine, retention
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.pinning import CopyProof, twin_mismatch
 from rlcleanup.authority.publish import read_marker
+from rlcleanup.models.documents import Document
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.collections import RECLAIM_PLANS, reclaim_results
 from rlcleanup.ports.records import RunRecords
@@ -37,9 +38,7 @@ from rlcleanup.settings import QuarantineSettings, read
 MAX_KEEP_LISTED = 500  # the store's documents are bounded; the count of everything kept is always exact
 
 
-class PlanEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class PlanEntry(Document):
     uri: str
     name: str
     size: int = Field(ge=0)
@@ -48,16 +47,12 @@ class PlanEntry(BaseModel):
     twin: CopyProof
 
 
-class KeepEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class KeepEntry(Document):
     uri: str
     reason: str
 
 
-class UploadEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class UploadEntry(Document):
     key_uri: str
     upload_id: str
     bytes: int = 0
@@ -66,9 +61,7 @@ class UploadEntry(BaseModel):
     abort: bool = False  # under the granted export: aborted by this reclaim
 
 
-class ReclaimPlan(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ReclaimPlan(Document):
     run_id: str
     grant_id: str
     publish_grant_id: str
@@ -88,6 +81,10 @@ class ReclaimPlan(BaseModel):
     incomplete_uploads: list[UploadEntry] = Field(default_factory=list)
     quarantine: str | None = None  # where the moved objects go (the deployment's prefix) and for how long
     protection: str | None = None  # which mechanism protects what is removed (quarantine, a bucket's soft delete)
+
+
+# The fields of a plan's result that a reclaim's Outcome reports as they are.
+EXECUTED = {"reclaimed_bytes", "deleted", "kept_changed", "quarantined"}
 
 
 class PlanResult(BaseModel):
@@ -333,63 +330,47 @@ def reclaim(
         *([grant.destination] if grant.destination else []),
     ]
     with anchored_to(storage, roots) as held_storage:
-        return _reclaim(held_storage, records, record, grant, now, on_plan, preserve_root, quarantine_settings)
-
-
-def _reclaim(
-    storage: Storage,
-    records: RunRecords,
-    record: CompletionRecord,
-    grant: Grant,
-    now: datetime,
-    on_plan: Callable[[str, ReclaimPlan], None],
-    preserve_root: str | None,
-    quarantine_settings: QuarantineSettings | None,
-) -> Outcome:
-    plans = RECLAIM_PLANS.bind(records, record.run_id, ReclaimPlan)
-    try:
-        plan = plans.get(grant.grant_id)
-        if plan is None:
-            made = make_plan(storage, records, record, grant, now, quarantine_settings)
-            if isinstance(made, Outcome):
-                return made
-            problem = plan_problem(made, record, grant, preserve_root)
-            if problem:
-                return refuse(Refusal.plan_rejected, problem, grant.destination)
-            # A concurrent worker may have stored its plan first: follow that one.
-            plan = made if plans.put(grant.grant_id, made, only_if_absent=True) else plans.get(grant.grant_id)
-    except ValueError as exc:
-        return refuse(Refusal.plan_rejected, f"the stored plan is not a plan: {exc}"[:500], grant.destination)
-    if plan is None:  # stored by another worker, then removed (`forget`) before this one read it
-        return refuse(Refusal.plan_rejected, "the stored plan is gone", grant.destination)
-    problem = plan_problem(plan, record, grant, preserve_root)  # on every attempt, resumes included
-    if problem:
-        return refuse(Refusal.plan_rejected, problem, grant.destination)
-    plan_ref = f"{plans.path}/{grant.grant_id}"
-    on_plan(plan_ref, plan)
-    result = execute(storage, plan, records=records, record=record, now=now, settings=quarantine_settings)
-    reclaim_results(grant.grant_id).bind(records, record.run_id, PlanResult).put(now.isoformat(), result)
-    summary = (
-        f"deleted {len(result.deleted)} of {len(plan.delete)} planned objects (moved to quarantine "
-        f"{plan.quarantine}: `rlcleanup restore {record.run_id}` puts them back); kept {plan.keep_count}"
-        + (f"; refused {len(plan.refused)} the retention plan keeps" if plan.refused else "")
-        + (f"; {len(result.kept_changed)} changed after the plan and were kept" if result.kept_changed else "")
-        + f"; plan {plan_ref}"
-    )
-    if result.stopped:
-        out = refuse(Refusal.destination_altered, f"{result.stopped}; {summary}", grant.destination)
-        out.reclaimed_bytes = result.reclaimed_bytes
-        out.deleted = result.deleted
-        return out
-    return Outcome(
-        state="reclaimed",
-        destination=grant.destination,
-        verified_objects=len(plan.delete),
-        uri=plan_ref,
-        reclaimed_bytes=result.reclaimed_bytes,
-        detail=summary,
-        deleted=result.deleted,
-        kept_changed=result.kept_changed,
-        quarantined=result.quarantined,
-        refused_objects=[r.model_dump() for r in plan.refused],
-    )
+        plans = RECLAIM_PLANS.bind(records, record.run_id, ReclaimPlan)
+        try:
+            plan = plans.get(grant.grant_id)
+            if plan is None:
+                made = make_plan(held_storage, records, record, grant, now, quarantine_settings)
+                if isinstance(made, Outcome):
+                    return made
+                problem = plan_problem(made, record, grant, preserve_root)
+                if problem:
+                    return refuse(Refusal.plan_rejected, problem, grant.destination)
+                # A concurrent worker may have stored its plan first: follow that one.
+                plan = made if plans.put(grant.grant_id, made, only_if_absent=True) else plans.get(grant.grant_id)
+        except ValueError as exc:
+            return refuse(Refusal.plan_rejected, f"the stored plan is not a plan: {exc}"[:500], grant.destination)
+        if plan is None:  # stored by another worker, then removed (`forget`) before this one read it
+            return refuse(Refusal.plan_rejected, "the stored plan is gone", grant.destination)
+        problem = plan_problem(plan, record, grant, preserve_root)  # on every attempt, resumes included
+        if problem:
+            return refuse(Refusal.plan_rejected, problem, grant.destination)
+        plan_ref = f"{plans.path}/{grant.grant_id}"
+        on_plan(plan_ref, plan)
+        result = execute(held_storage, plan, records=records, record=record, now=now, settings=quarantine_settings)
+        reclaim_results(grant.grant_id).bind(records, record.run_id, PlanResult).put(now.isoformat(), result)
+        summary = (
+            f"deleted {len(result.deleted)} of {len(plan.delete)} planned objects (moved to quarantine "
+            f"{plan.quarantine}: `rlcleanup restore {record.run_id}` puts them back); kept {plan.keep_count}"
+            + (f"; refused {len(plan.refused)} the retention plan keeps" if plan.refused else "")
+            + (f"; {len(result.kept_changed)} changed after the plan and were kept" if result.kept_changed else "")
+            + f"; plan {plan_ref}"
+        )
+        if result.stopped:
+            out = refuse(Refusal.destination_altered, f"{result.stopped}; {summary}", grant.destination)
+            out.reclaimed_bytes = result.reclaimed_bytes
+            out.deleted = result.deleted
+            return out
+        return Outcome(
+            state="reclaimed",
+            destination=grant.destination,
+            verified_objects=len(plan.delete),
+            uri=plan_ref,
+            **result.model_dump(include=EXECUTED),  # what the execution did, under the outcome's own names
+            detail=summary,
+            refused_objects=[r.model_dump() for r in plan.refused],
+        )

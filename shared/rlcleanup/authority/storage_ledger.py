@@ -231,14 +231,13 @@ def _same_measure(a: StorageLedger, b: StorageLedger) -> bool:
     return a.model_dump(exclude={"measured_at"}) == b.model_dump(exclude={"measured_at"})
 
 
-def record_ledger(records: RunRecords, run_id: str, ledger: StorageLedger) -> None:
-    """Put `ledger` on the record as the latest; the one it replaces joins the history as totals. A measurement
-    equal to the latest (same label, same figures: a redelivery) changes nothing, so the record stays as it was."""
+def record_ledger(records: RunRecords, run_id: str, ledger: StorageLedger) -> StorageLedger:
+    """Put `ledger` (a `measure`) on the record as the latest and return it; the one it replaces joins the history
+    as totals. A measurement equal to the latest (same label, same figures: a redelivery) changes nothing, so the
+    record stays as it was."""
     record = records.get(run_id)
-    if record is None:
-        return
-    if record.storage_ledger is not None and _same_measure(record.storage_ledger, ledger):
-        return
+    if record is None or (record.storage_ledger is not None and _same_measure(record.storage_ledger, ledger)):
+        return ledger
     uploads = next(
         (c for c in ledger.classes if c.name == "incomplete_uploads"), LedgerClass(name="incomplete_uploads")
     )
@@ -258,18 +257,4 @@ def record_ledger(records: RunRecords, run_id: str, ledger: StorageLedger) -> No
             "storage_ledger_history": [h.model_dump(mode="json") for h in history[-HISTORY_KEPT:]],
         },
     )
-
-
-def measure_and_record(
-    storage: Storage,
-    records: RunRecords,
-    record: CompletionRecord,
-    label: str,
-    now: datetime,
-    *,
-    max_objects: int | None = None,
-    quarantine_settings: QuarantineSettings | None = None,
-) -> StorageLedger:
-    ledger = measure(storage, record, label, now, max_objects=max_objects, quarantine_settings=quarantine_settings)
-    record_ledger(records, record.run_id, ledger)
     return ledger

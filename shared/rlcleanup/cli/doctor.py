@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -28,6 +28,7 @@ from rlcleanup.textsafe import neutralise
 
 State = Literal["ok", "info", "fail"]
 _T = TypeVar("_T")
+Facts = Mapping[str, object]
 STORE_DEADLINE_SECONDS = 5.0  # opening the store and listing approvers (a real Firestore answers in well under it)
 PROBE_DEADLINE_SECONDS = 4.0  # anything else: credentials, the stack's servers, an emulator
 
@@ -40,6 +41,19 @@ class Finding(BaseModel):
     detail: str
     fix: str | None = None
     facts: dict[str, object] = Field(default_factory=dict)  # for --json: the same facts, as fields
+
+    # One constructor a state: a check's findings then say only what differs (what was found, the fix, the facts).
+    @classmethod
+    def ok(cls, check: str, detail: str, *, facts: Facts | None = None) -> Finding:
+        return cls(check=check, state="ok", detail=detail, facts=dict(facts or {}))
+
+    @classmethod
+    def info(cls, check: str, detail: str, fix: str | None = None, facts: Facts | None = None) -> Finding:
+        return cls(check=check, state="info", detail=detail, fix=fix, facts=dict(facts or {}))
+
+    @classmethod
+    def fail(cls, check: str, detail: str, fix: str | None = None, facts: Facts | None = None) -> Finding:
+        return cls(check=check, state="fail", detail=detail, fix=fix, facts=dict(facts or {}))
 
 
 class Diagnosis(BaseModel):
@@ -109,8 +123,8 @@ def _settings() -> Finding:
     try:
         load_settings()
     except SettingsError as exc:  # names the variable; a secret one's value is never in it
-        return Finding(check="settings", state="fail", detail=str(exc), fix="correct or unset the variable named")
-    return Finding(check="settings", state="ok", detail="every RLCLEANUP_* variable set is valid")
+        return Finding.fail("settings", str(exc), "correct or unset the variable named")
+    return Finding.ok("settings", "every RLCLEANUP_* variable set is valid")
 
 
 def _emulators() -> list[Finding]:
@@ -135,18 +149,9 @@ def _emulator(check: str, variable: str, host: str) -> Finding:
     except ProbeTimeout:
         up = False
     if up:
-        return Finding(
-            check=check,
-            state="ok",
-            detail=f"emulator at {host} ({variable}) answers",
-            facts=facts | {"reachable": True},
-        )
-    return Finding(
-        check=check,
-        state="fail",
-        detail=f"emulator at {host} ({variable}) is not reachable",
-        fix=STACK_FIX,
-        facts=facts | {"reachable": False},
+        return Finding.ok(check, f"emulator at {host} ({variable}) answers", facts=facts | {"reachable": True})
+    return Finding.fail(
+        check, f"emulator at {host} ({variable}) is not reachable", STACK_FIX, facts | {"reachable": False}
     )
 
 
@@ -159,17 +164,15 @@ def _record_store(backend: str | None, db: Path, project: str | None) -> tuple[F
     if chosen == StoreBackend.sqlite and not db.exists():
         parent = next((p for p in (db, *db.parents) if p.exists()), Path("/"))
         if not os.access(parent, os.W_OK):
-            return Finding(
-                check="record store",
-                state="fail",
-                detail=f"SQLite {db}: cannot be created ({parent} is not writable)",
-                fix="pass --db PATH (or set RLCLEANUP_DB) to a writable place",
-                facts={"backend": "sqlite", "path": str(db)},
-            ), Finding(check="approvers", state="info", detail="none (no record store)")
-        store = Finding(
-            check="record store",
-            state="ok",
-            detail=f"SQLite {db} (no records yet: the first `rlcleanup run` creates it)",
+            return Finding.fail(
+                "record store",
+                f"SQLite {db}: cannot be created ({parent} is not writable)",
+                "pass --db PATH (or set RLCLEANUP_DB) to a writable place",
+                {"backend": "sqlite", "path": str(db)},
+            ), Finding.info("approvers", "none (no record store)")
+        store = Finding.ok(
+            "record store",
+            f"SQLite {db} (no records yet: the first `rlcleanup run` creates it)",
             facts={"backend": "sqlite", "path": str(db), "exists": False},
         )
         return store, _no_approvers()
@@ -190,30 +193,28 @@ def _record_store(backend: str | None, db: Path, project: str | None) -> tuple[F
     except Exception as exc:
         # A StoreSetupError's own words name the fix; anything else (a timeout, a defect) gets the general one.
         fix = None if isinstance(exc, StoreSetupError) else "check the --backend/--db/--project given, and the network"
-        return Finding(
-            check="record store", state="fail", detail=_one_line(exc), fix=fix, facts=facts | {"reachable": False}
-        ), Finding(check="approvers", state="info", detail="not read (the record store is not usable)")
-    store = Finding(check="record store", state="ok", detail=where, facts=facts | {"reachable": True})
+        return Finding.fail("record store", _one_line(exc), fix, facts | {"reachable": False}), Finding.info(
+            "approvers", "not read (the record store is not usable)"
+        )
+    store = Finding.ok("record store", where, facts=facts | {"reachable": True})
     if not approvers:
         return store, _no_approvers()
     active = [(a, prefixes) for a, prefixes, live in approvers if live]
     lines = "; ".join(f"{a}: {', '.join(prefixes)}" for a, prefixes in active) or "every one revoked"
     revoked = len(approvers) - len(active)
-    return store, Finding(
-        check="approvers",
-        state="ok",
-        detail=lines + (f" ({revoked} revoked)" if revoked else ""),
+    return store, Finding.ok(
+        "approvers",
+        lines + (f" ({revoked} revoked)" if revoked else ""),
         facts={"approvers": [{"approver_id": a, "prefixes": p, "active": live} for a, p, live in approvers]},
     )
 
 
 def _no_approvers() -> Finding:
-    return Finding(
-        check="approvers",
-        state="info",
-        detail="none registered (needed only to grant a publish or a reclaim)",
-        fix="`rlcleanup keygen --id NAME` then `rlcleanup approver add NAME --public-key KEY --prefix DEST`",
-        facts={"approvers": []},
+    return Finding.info(
+        "approvers",
+        "none registered (needed only to grant a publish or a reclaim)",
+        "`rlcleanup keygen --id NAME` then `rlcleanup approver add NAME --public-key KEY --prefix DEST`",
+        {"approvers": []},
     )
 
 
@@ -226,25 +227,21 @@ def _preserve_root() -> list[Finding]:
     writable = existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
     facts: dict[str, object] = {"path": str(root), "writable": writable}
     found = [
-        Finding(
-            check="preserve root", state="ok", detail=f"{root} (writable; `run --preserve-to` overrides)", facts=facts
-        )
+        Finding.ok("preserve root", f"{root} (writable; `run --preserve-to` overrides)", facts=facts)
         if writable
-        else Finding(
-            check="preserve root",
-            state="fail",
-            detail=f"{root} is not writable ({existing} refuses)",
-            fix="set XDG_STATE_HOME to a writable directory, or pass `run --preserve-to DIR`",
-            facts=facts,
+        else Finding.fail(
+            "preserve root",
+            f"{root} is not writable ({existing} refuses)",
+            "set XDG_STATE_HOME to a writable directory, or pass `run --preserve-to DIR`",
+            facts,
         )
     ]
     functions_root = os.environ.get("RLCLEANUP_PRESERVE_ROOT", "").strip()
     if functions_root:
         found.append(
-            Finding(
-                check="functions preserve to",
-                state="info",
-                detail=f"{functions_root} (RLCLEANUP_PRESERVE_ROOT: the stack's and a deployment's functions)",
+            Finding.info(
+                "functions preserve to",
+                f"{functions_root} (RLCLEANUP_PRESERVE_ROOT: the stack's and a deployment's functions)",
                 facts={"uri": functions_root},
             )
         )
@@ -260,25 +257,22 @@ def _gs() -> Finding:
     try:
         found = _bounded(PROBE_DEADLINE_SECONDS, google_credentials)
     except Exception as exc:
-        return Finding(
-            check="gs://",
-            state="info",
-            detail=f"Google credentials not determined: {_one_line(exc)}",
-            fix="`gcloud auth application-default login`, or GOOGLE_APPLICATION_CREDENTIALS=KEY.json",
+        return Finding.info(
+            "gs://",
+            f"Google credentials not determined: {_one_line(exc)}",
+            "`gcloud auth application-default login`, or GOOGLE_APPLICATION_CREDENTIALS=KEY.json",
         )
     if not found.found:
-        return Finding(
-            check="gs://",
-            state="info",
-            detail="no Google credentials (needed only for gs:// runs and Firestore)",
-            fix="`gcloud auth application-default login`, or GOOGLE_APPLICATION_CREDENTIALS=KEY.json",
-            facts={"credentials": None},
+        return Finding.info(
+            "gs://",
+            "no Google credentials (needed only for gs:// runs and Firestore)",
+            "`gcloud auth application-default login`, or GOOGLE_APPLICATION_CREDENTIALS=KEY.json",
+            {"credentials": None},
         )
     project = f", project {found.project}" if found.project else ""
-    return Finding(
-        check="gs://",
-        state="ok",
-        detail=f"Google Application Default Credentials ({found.kind}{project})",
+    return Finding.ok(
+        "gs://",
+        f"Google Application Default Credentials ({found.kind}{project})",
         facts={"credentials": found.kind, "project": found.project},
     )
 
@@ -292,13 +286,7 @@ def _s3() -> Finding:
         for e in facts.endpoints
     ]
     if facts.problem:
-        return Finding(
-            check="s3://",
-            state="fail",
-            detail=facts.problem,
-            fix="correct the variable named",
-            facts={"endpoints": endpoints},
-        )
+        return Finding.fail("s3://", facts.problem, "correct the variable named", {"endpoints": endpoints})
     parts = [
         f"{e.name}: {e.endpoint or 'AWS'} ({e.region}), {e.credentials}"
         + (f", buckets {', '.join(e.buckets)}" if e.buckets else "")
@@ -321,16 +309,15 @@ def _hf() -> Finding:
     try:
         hub = read(HubSettings, secret=True)
     except SettingsError as exc:
-        return Finding(check="hf://", state="fail", detail=str(exc), fix="correct the variable named")
+        return Finding.fail("hf://", str(exc), "correct the variable named")
     facts = {"endpoint": shown_url(hub.endpoint), "token": hub.token is not None}
     if hub.token:
-        return Finding(check="hf://", state="ok", detail=f"HF_TOKEN set, endpoint {facts['endpoint']}", facts=facts)
-    return Finding(
-        check="hf://",
-        state="info",
-        detail=f"no HF_TOKEN (needed only to publish to hf://), endpoint {facts['endpoint']}",
-        fix="export HF_TOKEN (a write token for the repos you publish to)",
-        facts=facts,
+        return Finding.ok("hf://", f"HF_TOKEN set, endpoint {facts['endpoint']}", facts=facts)
+    return Finding.info(
+        "hf://",
+        f"no HF_TOKEN (needed only to publish to hf://), endpoint {facts['endpoint']}",
+        "export HF_TOKEN (a write token for the repos you publish to)",
+        facts,
     )
 
 
@@ -342,14 +329,13 @@ def _stack() -> Finding:
     try:
         states = _bounded(PROBE_DEADLINE_SECONDS * 2, lambda: status(where))
     except Exception as exc:
-        return Finding(check="local stack", state="info", detail=f"{where}: not probed: {_one_line(exc)}")
+        return Finding.info("local stack", f"{where}: not probed: {_one_line(exc)}")
     if not states:
-        return Finding(
-            check="local stack",
-            state="info",
-            detail=f"none recorded in {where} (needed only for the emulator mode)",
-            fix='`eval "$(rlcleanup stack up)"`',
-            facts={"state_dir": str(where), "servers": {}},
+        return Finding.info(
+            "local stack",
+            f"none recorded in {where} (needed only for the emulator mode)",
+            '`eval "$(rlcleanup stack up)"`',
+            {"state_dir": str(where), "servers": {}},
         )
     running = sorted(name for name, state in states.items() if state == "running")
     others = sorted(f"{name} {state}" for name, state in states.items() if state != "running")
@@ -371,22 +357,20 @@ def _notifications() -> Finding:
     channels = notify_channels()
     facts: dict[str, object] = {"channels": list(channels.configured), "known": list(channels.known)}
     if channels.problem:
-        return Finding(
-            check="notifications",
-            state="fail",
-            detail=channels.problem,
-            fix="set RLCLEANUP_NOTIFY_CHANNELS to known channels (docs/notifications.md)",
-            facts=facts,
+        return Finding.fail(
+            "notifications",
+            channels.problem,
+            "set RLCLEANUP_NOTIFY_CHANNELS to known channels (docs/notifications.md)",
+            facts,
         )
     if not channels.configured:
-        return Finding(
-            check="notifications",
-            state="info",
-            detail=f"no channel configured (known: {', '.join(channels.known)})",
-            fix="RLCLEANUP_NOTIFY_WEBHOOK_URL, or RLCLEANUP_NOTIFY_SMTP_HOST and _SMTP_TO",
-            facts=facts,
+        return Finding.info(
+            "notifications",
+            f"no channel configured (known: {', '.join(channels.known)})",
+            "RLCLEANUP_NOTIFY_WEBHOOK_URL, or RLCLEANUP_NOTIFY_SMTP_HOST and _SMTP_TO",
+            facts,
         )
-    return Finding(check="notifications", state="ok", detail=", ".join(channels.configured), facts=facts)
+    return Finding.ok("notifications", ", ".join(channels.configured), facts=facts)
 
 
 def _guarded(check: str, probe: Callable[[], Finding | list[Finding]]) -> list[Finding]:
@@ -394,7 +378,7 @@ def _guarded(check: str, probe: Callable[[], Finding | list[Finding]]) -> list[F
     try:
         found = probe()
     except Exception as exc:
-        return [Finding(check=check, state="fail", detail=f"could not be checked: {_one_line(exc)}")]
+        return [Finding.fail(check, f"could not be checked: {_one_line(exc)}")]
     return found if isinstance(found, list) else [found]
 
 

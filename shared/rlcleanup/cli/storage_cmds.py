@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
         store: StoreChoice,
     ) -> None:
         """What each run holds, by class (resume checkpoints, exports, logs, ... quarantine), largest first."""
-        from rlcleanup.authority.storage_ledger import measure_and_record
+        from rlcleanup.authority.storage_ledger import measure, record_ledger
         from rlcleanup.runtime.backends import open_storage
 
         opened = store.open()
@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
             blobs = open_storage()
             now = datetime.now(UTC)
             for r in records:
-                measure_and_record(blobs, opened.store, r, "refreshed", now)
+                record_ledger(opened.store, r.run_id, measure(blobs, r, "refreshed", now))
             records = [opened.store.get(r.run_id) or r for r in records]
         rows = storage_rows(records)
         if store.as_json:
@@ -110,7 +110,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Put back, byte-exact, every object a reclaim of RUN_ID moved into quarantine (until its expiry)."""
         from rlcleanup.authority.quarantine import restore as restore_run
-        from rlcleanup.authority.storage_ledger import measure_and_record
+        from rlcleanup.authority.storage_ledger import measure, record_ledger
         from rlcleanup.runtime.backends import open_storage
         from rlcleanup.settings import QuarantineSettings, read
 
@@ -120,7 +120,7 @@ def register(app: typer.Typer) -> None:
         now = datetime.now(UTC)
         result = restore_run(blobs, opened.store, record, now, read(QuarantineSettings))
         if result.restored:
-            measure_and_record(blobs, opened.store, record, "after restore", now)
+            record_ledger(opened.store, record.run_id, measure(blobs, record, "after restore", now))
         events, announced, unsent = _announce_restore(opened, store, record, result.restored, now)
         if store.as_json:
             doc = {**result.model_dump(), "events": [e.model_dump(mode="json") for e in events]}

@@ -65,32 +65,30 @@ class _Common(BaseModel):
     last_exit_code: StrictInt | None = None
 
 
-class RequestV1(_Common):
+class _TimeoutSeconds(_Common):
+    """What v1 and v2 share beyond the common fields: `schema_version` and `status` required, the upload mode free
+    text, the timeout in `timeout_seconds`."""
+
+    schema_version: Literal[1]
+    status: RequestStatus
+    hf_upload_mode: StrictStr = Field(default=DEFAULT_HF_UPLOAD_MODE, min_length=1, max_length=32)
+    timeout_seconds: StrictInt | None = Field(default=None, gt=0)
+
+    @property
+    def timeout(self) -> int | None:
+        return self.timeout_seconds
+
+
+class RequestV1(_TimeoutSeconds):
     """hf_export.py@0bc9286: `strategy`, no `checkpoint_base_path`."""
 
-    schema_version: Literal[1]
-    status: RequestStatus
     strategy: StrictStr = Field(min_length=1, max_length=64)
-    hf_upload_mode: StrictStr = Field(default=DEFAULT_HF_UPLOAD_MODE, min_length=1, max_length=32)
-    timeout_seconds: StrictInt | None = Field(default=None, gt=0)
-
-    @property
-    def timeout(self) -> int | None:
-        return self.timeout_seconds
 
 
-class RequestV2(_Common):
+class RequestV2(_TimeoutSeconds):
     """hf_export_schema.py@332ebde: `checkpoint_base_path`, still `timeout_seconds`."""
 
-    schema_version: Literal[1]
-    status: RequestStatus
     checkpoint_base_path: StrictStr = _Text
-    hf_upload_mode: StrictStr = Field(default=DEFAULT_HF_UPLOAD_MODE, min_length=1, max_length=32)
-    timeout_seconds: StrictInt | None = Field(default=None, gt=0)
-
-    @property
-    def timeout(self) -> int | None:
-        return self.timeout_seconds
 
 
 class RequestV3(_Common):

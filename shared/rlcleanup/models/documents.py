@@ -12,38 +12,40 @@ from rlcleanup.models.events import JobEvent
 from rlcleanup.models.record import CompletionRecord
 
 
-class _Document(BaseModel):
+class Document(BaseModel):
+    """A stored document or a part of one: a field no model names is refused, never kept unread."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class KeptRecord(_Document):
+class KeptRecord(Document):
     """runs/{run_id}/history/{n}: an earlier record `run --rerun` kept, oldest first."""
 
     archived_at: datetime
     record: CompletionRecord
 
 
-class RunIdBinding(_Document):
+class RunIdBinding(Document):
     """run_ids/{id}: where the run holding this id lives."""
 
     run_uri: str
 
 
-class RunLocation(_Document):
+class RunLocation(Document):
     """run_locations/{sha256 of a location}: the id the run at that location holds."""
 
     run_id: str
     run_uri: str
 
 
-class RunIdConflictNote(_Document):
+class RunIdConflictNote(Document):
     """run_id_conflicts/{located id}: the id a run declared and was not given (another run holds it)."""
 
     holder: str
     run_uri: str
 
 
-class EndedGrant(_Document):
+class EndedGrant(Document):
     """ended_grants/{grant id}: a grant that ended (used, refused, expired); kept when its run is forgotten."""
 
     run_id: str
@@ -51,7 +53,7 @@ class EndedGrant(_Document):
     at: datetime
 
 
-class LostRun(_Document):
+class LostRun(Document):
     """lost_runs/{run_id}: a run the record store lost, the event that re-drives it, and whether it was."""
 
     run_id: str
@@ -63,7 +65,7 @@ class LostRun(_Document):
     redriven_at: datetime | None = None  # the sweep published its event once
 
 
-class AttemptCount(_Document):
+class AttemptCount(Document):
     """delivery_attempts/{entry point:message} (a message's deliveries that hit a defect) and
     notify_attempts/{run:state:channel} (a notification's tries)."""
 
@@ -71,7 +73,7 @@ class AttemptCount(_Document):
     entry_point: str | None = None
 
 
-class LastTransientError(_Document):
+class LastTransientError(Document):
     """delivery_last_errors/{entry point:last:message hash}: the last transient error a message's deliveries hit,
     which the dead-letter recorder names if Pub/Sub gives up on it (runtime/failures.py note_transient)."""
 
@@ -79,7 +81,7 @@ class LastTransientError(_Document):
     last_error: str
 
 
-class PoisonMessage(_Document):
+class PoisonMessage(Document):
     """poison_messages/{hash}: a delivery refused for good that names no run it could be recorded on."""
 
     step: str
@@ -90,7 +92,7 @@ class PoisonMessage(_Document):
     named_run_uri: str | None = None
 
 
-class SourceSeen(_Document):
+class SourceSeen(Document):
     """source_seen/{hint key}: a hint a source already gave (a status version, a controller job's end, a re-drive
     or stall report), so it is given once."""
 

@@ -7,9 +7,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from rlcleanup.errors import screened_value
+from rlcleanup.models.record_base import _Model  # record fields: the record's own base
 
 
 class FailureClass(StrEnum):
@@ -20,10 +21,6 @@ class FailureClass(StrEnum):
     configuration = "configuration"
     training = "training"
     unknown = "unknown"
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_enum_values=False)
 
 
 class FailureEvidence(_Model):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -399,13 +399,4 @@ def spec_for(scale: str, **overrides: int | None) -> LargeSpec:
 
 
 def write_spec(dest: Path, spec: LargeSpec) -> Path:
-    return write_large_run(
-        dest,
-        ranks=spec.ranks,
-        attempts=spec.attempts,
-        exports=spec.exports,
-        log_bytes_total=spec.log_bytes_total,
-        shards=spec.shards,
-        name=spec.name,
-        model=spec.model,
-    )
+    return write_large_run(dest, **asdict(spec))

@@ -15,10 +15,11 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rlcleanup.formats.config import get
 from rlcleanup.formats.config_diff import diff_flat, flatten_config
+from rlcleanup.models.documents import Document
 from rlcleanup.models.failures import ConfigChange, KnownFix, SimilarRun
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.models.vocab import TerminalState
@@ -92,16 +93,14 @@ def own_locations(flat: Mapping[str, str], roots: tuple[str | None, ...]) -> dic
 ConfigScreen = Callable[[Mapping[str, str]], tuple[dict[str, str], list[str]]]
 
 
-class ConfigKey(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ConfigKey(Document):
     key: str
     value: str
 
 
-class KeptConfig(BaseModel):
+class KeptConfig(Document):
     """run_configs/{run_id}: the run's configuration, flattened, screened and bounded."""
 
-    model_config = ConfigDict(extra="forbid")
     run_id: str
     keys: list[ConfigKey] = Field(default_factory=list)
     truncated: bool = False

@@ -50,20 +50,38 @@ SUCCEEDED, FAILED, CANCELLED = Verdict.succeeded, Verdict.failed, Verdict.cancel
 
 @dataclass
 class TerminalVerdict:
-    terminal_state: TerminalState
+    decision: TerminalDecision  # the one decision; the terminal fields below are read from it, never copied
     reasoning: list[str]
     controller: Source | None  # the controller state the record quotes (terminal_readings.ControllerReadings)
     step_budget: int | None  # effective: the trainer's logged max when it disagrees with the config
     last_trained_step: int | None
     last_saved_step: int | None
-    first_failure_cause: FailureCause | None
     attempts: list[Attempt]
     coverage: ChainCoverage
     stitched: StitchedMetrics = field(repr=False, default_factory=StitchedMetrics)
-    decision: TerminalDecision | None = None  # the one decision every field above was taken from
-    earliest_symptom: FailureCause | None = None  # run-layout-v2.md §7: quoted when every error is teardown
-    first_failure_reason: str | None = None  # `no_causal_error_found` when only teardown was logged
-    decided_by: str | None = None  # the §6 rule that decided
+
+    @property
+    def terminal_state(self) -> TerminalState:
+        return self.decision.state
+
+    @property
+    def first_failure_cause(self) -> FailureCause | None:
+        return self.decision.cause
+
+    @property
+    def earliest_symptom(self) -> FailureCause | None:
+        """run-layout-v2.md §7: quoted when every error is teardown."""
+        return self.decision.earliest_symptom
+
+    @property
+    def first_failure_reason(self) -> str | None:
+        """`no_causal_error_found` when only teardown was logged."""
+        return self.decision.first_failure_reason
+
+    @property
+    def decided_by(self) -> str:
+        """The §6 rule that decided."""
+        return self.decision.rule
 
     @property
     def controller_state(self) -> str | None:
@@ -371,20 +389,15 @@ def establish_terminal_state(
     by_id = {s.attempt_id: s for s in scans}
     attempts = [_attempt_model(a, by_id.get(a.attempt_id), stitched) for a in layout.attempts]
     return TerminalVerdict(
-        terminal_state=decision.state,
+        decision=decision,
         reasoning=reasoning,
         controller=controller,
         step_budget=ev.budget,
         last_trained_step=_last_trained_step(stitched, events, ev.budget),
         last_saved_step=layout.last_saved_step,
-        first_failure_cause=decision.cause,
-        earliest_symptom=decision.earliest_symptom,
-        first_failure_reason=decision.first_failure_reason,
-        decided_by=decision.rule,
         attempts=attempts,
         coverage=stitched.coverage,
         stitched=stitched,
-        decision=decision,
     )
 
 

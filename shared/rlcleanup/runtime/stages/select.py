@@ -58,15 +58,11 @@ def measure_storage(p: Ports, run_id: str) -> None:
         return
     fix = f"`rlcleanup storage --refresh {run_id}` measures it"
     try:
-        storage_ledger.measure_and_record(
-            p.storage,
-            p.records,
-            record,
-            "at completion",
-            p.clock.now(),
-            max_objects=p.capture_page_objects,
-            quarantine_settings=p.settings.quarantine,
+        bound, held = p.capture_page_objects, p.settings.quarantine  # a bounded pass, the deployment's quarantine
+        ledger = storage_ledger.measure(
+            p.storage, record, "at completion", p.clock.now(), max_objects=bound, quarantine_settings=held
         )
+        storage_ledger.record_ledger(p.records, run_id, ledger)
         note = None
     except storage_ledger.LedgerTooLarge as exc:
         note = f"not measured at completion: {exc} (more than one invocation lists); {fix}"
