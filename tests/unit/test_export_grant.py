@@ -219,7 +219,9 @@ def test_a_checkpoint_that_expires_before_the_export_could_finish_is_refused_wit
     detail = preview["detail"]
     assert "B/s, the stated default throughput" in detail and "expires at" in detail and "needs about" in detail
     # The alternative is the exact command, not "copy it by hand".
-    assert f"`rlcleanup grant {run_id} --action preserve --step 20 --to <durable URI> --key <key id> --dry-run`" in detail
+    assert (
+        f"`rlcleanup grant {run_id} --action preserve --step 20 --to <durable URI> --key <key id> --dry-run`" in detail
+    )
     assert "by hand" not in detail
     monkeypatch.setenv("RLCLEANUP_EXPORT_THROUGHPUT_BYTES_PER_SECOND", "1e12")
     monkeypatch.setenv("RLCLEANUP_EXPORT_MARGIN_SECONDS", "60")
