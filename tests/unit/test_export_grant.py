@@ -251,5 +251,6 @@ def test_an_owed_export_near_its_expiry_names_the_exact_grant_command(run: tuple
     [(at, item, _uri)] = [d for d in owed_export_deadlines([owed], owed.expires_at - timedelta(hours=24), run_id)]
     assert at == owed.expires_at and item.startswith("needs person by ")
     assert f"`rlcleanup grant {run_id} --action export --step 20 --key <key id> --dry-run`" in item
+    assert f"`rlcleanup grant {run_id} --action preserve --step 20 --to <durable URI> --key <key id> --dry-run`" in item
     command = next(i for i in record.remaining_work if i.startswith("export owed: run global_step_20"))
     assert f"rlcleanup grant {run_id} --action export --step 20" in command

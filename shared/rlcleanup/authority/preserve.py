@@ -40,6 +40,7 @@ from rlcleanup.authority.visibility import read_visibility
 from rlcleanup.formats.checkpoints.base import export_digest
 from rlcleanup.models.export_jobs import CheckpointCopy, PreservedCheckpoint
 from rlcleanup.models.record import AuthorityAction, CompletionRecord
+from rlcleanup.ports.hub import is_hub
 from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, Storage, WriteOutcome
 from rlcleanup.steps.expiry import ttl_days
 from rlcleanup.uris import join, parent, within
@@ -81,6 +82,9 @@ def destination_refusal(storage: Storage, record: CompletionRecord, grant: Grant
     dest = (grant.destination or "").rstrip("/")
     if not dest:
         return refuse(Refusal.not_allowed, "a preserve grant needs a destination (--to URI)", grant.destination)
+    if is_hub(dest):
+        why = f"{dest} is a model hub: a checkpoint is preserved to storage (gs://, s3://, a local directory)"
+        return refuse(Refusal.not_allowed, why, dest)
     real = real_location(dest)
     places = _run_places(record, checkpoint)
     if within(real, places) or any(within(p, (real,)) for p in places):
