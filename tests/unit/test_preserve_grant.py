@@ -135,9 +135,10 @@ def test_an_export_that_cannot_finish_in_time_runs_after_a_preserve_from_the_ver
     assert f"++checkpoint_export.checkpoint_path={dest}" in preview["argv"]  # the job reads the durable copy
     assert preview["checkpoint"] == str(dest) and preview["checkpoint_expires_at"] is None
     assert preview["throughput"]["basis"] == "default" and preview["throughput"]["bytes_per_second"] == 1
-    # The copy altered afterwards: the export refuses to read it.
-    victim = next(p for p in sorted(dest.rglob("*")) if p.is_file() and p.name != MARKER)
-    victim.write_bytes(victim.read_bytes() + b"x")
+    # The copy altered afterwards (one byte, same size: its CRC32C tells): the export refuses to read it.
+    victim = next(p for p in sorted(dest.rglob("*")) if p.is_file() and p.stat().st_size and p.suffix != ".json")
+    data = victim.read_bytes()
+    victim.write_bytes(bytes([data[0] ^ 1]) + data[1:])
     code, refused = _grant(run_id, "--action", "export", "--step", "20", "--dry-run")
     assert code == 3 and refused["refusal"] == "destination_altered", refused
 

@@ -232,9 +232,22 @@ def _preflight(
 
 
 def _preserved(storage: Storage, copy: PreservedCheckpoint, dest: str | None) -> Outcome | None:
-    """The preserved copy still holds what the preserve grant verified (every name at its size), or the refusal."""
-    held = {o.uri[len(copy.destination.rstrip("/")) + 1 :]: o.size for o in storage.list(copy.destination)}
-    altered = [o.name for o in copy.objects if held.get(o.name) != o.size]
+    """The preserved copy still holds what the preserve grant verified (every name at its size, and its CRC32C/MD5
+    where the listing gives one, as a hand-off's twin is checked), or the refusal: the destination is the
+    approver's team's to write, so what it holds is checked again before a job reads it."""
+    root = copy.destination.rstrip("/")
+    held = {o.uri[len(root) + 1 :]: o for o in storage.list(root)}
+
+    def changed(name: str, size: int, crc32c: str | None, md5: str | None) -> bool:
+        now = held.get(name)
+        return (
+            now is None
+            or now.size != size
+            or bool(crc32c and now.crc32c and now.crc32c != crc32c)
+            or bool(md5 and now.md5 and now.md5 != md5)
+        )
+
+    altered = [o.name for o in copy.objects if changed(o.name, o.size, o.crc32c, o.md5)]
     if altered:
         why = f"the preserved copy {copy.destination} no longer holds what was preserved: {altered[:5]}"
         return refuse(Refusal.destination_altered, why, dest)
