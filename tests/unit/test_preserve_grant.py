@@ -222,5 +222,13 @@ def test_a_destination_holding_other_bytes_is_never_overwritten_and_ours_are_rem
     refused = preserve(storage, record, _signed(record, digest, dest))
     assert isinstance(refused, Outcome) and refused.refusal is Refusal.destination_conflict, refused
     assert _files(dest) == {names[-1]: b"someone else's file"}  # theirs untouched, none of ours left
+    foreign.unlink()
+    (dest / MARKER).write_bytes(b"\xff not a marker")  # another's marker, not even JSON: a conflict, not a defect
+    refused = preserve(storage, record, _signed(record, digest, dest))
+    assert isinstance(refused, Outcome) and refused.refusal is Refusal.destination_conflict, refused
+    assert _files(dest) == {MARKER: b"\xff not a marker"}
+    code, _, err = invoke("grant", run_id, "--action", "preserve", "--step", "20", "--key", "alice",
+                          "--to", str(dest), "--digest", "0" * 64, "--dry-run")  # fmt: skip
+    assert code == 3 and "not --digest" in err, err  # the checkpoint is not what the approver pinned: unsigned
     code, _, err = invoke("grant", run_id, "--action", "preserve", "--step", "20", "--key", "alice", "--dry-run")
     assert code == 2 and "--to" in err, err  # no destination: nothing signed

@@ -278,10 +278,14 @@ def preserve(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcom
 
 
 def _read_marker(storage: Storage, uri: str) -> dict[str, Any] | None:
+    """The destination's marker (None: there is none). One that is not ours to read (not JSON, too large, not an
+    object) reads as an empty marker: another's, a conflict, never an error that uses the grant up."""
     try:
         value = json.loads(storage.read_bytes(uri, 16 * 1024 * 1024))
     except FileNotFoundError:
         return None
+    except ValueError:  # not JSON (JSONDecodeError), or larger than any marker we write (ObjectTooLarge)
+        return {}
     return value if isinstance(value, dict) else {}
 
 
