@@ -227,6 +227,8 @@ def test_a_destination_holding_other_bytes_is_never_overwritten_and_ours_are_rem
     refused = preserve(storage, record, _signed(record, digest, dest))
     assert isinstance(refused, Outcome) and refused.refusal is Refusal.destination_conflict, refused
     assert _files(dest) == {MARKER: b"\xff not a marker"}
+    code, preview = _grant(run_id, "--action", "preserve", "--step", "20", "--to", str(dest), "--dry-run")
+    assert code == 3 and preview["refusal"] == "destination_conflict", preview  # the preview refuses it too
     code, _, err = invoke("grant", run_id, "--action", "preserve", "--step", "20", "--key", "alice",
                           "--to", str(dest), "--digest", "0" * 64, "--dry-run")  # fmt: skip
     assert code == 3 and "not --digest" in err, err  # the checkpoint is not what the approver pinned: unsigned

@@ -15,7 +15,8 @@ digest uses). Carrying it out (`plan_preserve`, which the preview runs too, then
 3. each object copied pinned to the listed version (authority/pinning.py: a GCS rewrite with
    `if_source_generation_match`, an S3 copy with `CopySourceIfMatch`, else streamed with every byte hashed) and
    verified (size, CRC32C/MD5 of the copy against the source's); write-once, so a redelivery finds identical
-   copies and a foreign file at the destination is `destination_conflict`;
+   copies and a foreign file at the destination is `destination_conflict` (another's marker there is refused
+   before a byte moves, in the preview too);
 4. `_PRESERVED.json` written last (the digest, step, grant and every object's proof). Any refusal after the first
    copy removes what this attempt created: a refusal leaves nothing behind.
 
@@ -175,6 +176,9 @@ def plan_preserve(
             f"signed {grant.digest} (an object was added, removed or rewritten since)"
         )
         return refuse(Refusal.wrong_digest, why, dest)
+    marker = _read_marker(storage, join(dest, MARKER))
+    if marker is not None and (marker.get("grant_id"), marker.get("manifest_digest")) != (grant.grant_id, now):
+        return refuse(Refusal.destination_conflict, f"{join(dest, MARKER)} already marks another preserve", dest)
     missing = missing_local_dirs(dest)
     if missing and apply:
         create_private_dirs(missing)
@@ -212,12 +216,7 @@ def preserve(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcom
     if isinstance(plan, Outcome):
         return plan
     marker = join(plan.destination, MARKER)
-    existing = _read_marker(storage, marker)
-    if existing is not None and (existing.get("grant_id"), existing.get("manifest_digest")) != (
-        grant.grant_id,
-        plan.digest,
-    ):
-        return refuse(Refusal.destination_conflict, f"{marker} already marks another preserve", plan.destination)
+    existing = _read_marker(storage, marker)  # plan_preserve refused another's: this is ours (a redelivery) or none
     created: list[str] = []
     proofs: dict[str, CopyProof] = {}
     try:
