@@ -168,6 +168,9 @@ def test_an_owed_export_runs_under_a_grant_on_a_real_ray_head(
     [action] = [a for a in record.authority_actions if a.action == "export"]
     assert action.export_job is not None and action.export_job.job_id == job_id
     assert action.export_job.argv == preview["argv"] and action.export_job.request_digest == action.digest
+    # What a later export's preflight measures from once the job's end is recorded: its bytes and its start.
+    assert action.export_job.bytes == preview["checkpoint_bytes"] and action.export_job.submitted_at is not None
+    assert preview["throughput"]["basis"] == "default"  # no earlier export of this size has a recorded end
     again = ray.submit(ExportJobSpec(submission_id=job_id, argv=tuple(preview["argv"])))
     assert again.already and again.state == "SUCCEEDED" and again.exit_code == 0
     assert len([j for j in ray.list_jobs() if j.submission_id == job_id]) == 1

@@ -1,4 +1,5 @@
-"""A grant's copies on S3 stay server-side and pinned (issue 36 item 1, docs/authority.md P36).
+"""A grant's copies on S3 stay server-side and pinned (issue 36 item 1, docs/authority.md P36; a preserve grant's
+too, issue 49).
 
 An S3 run preserved to S3 and published to an S3 bucket of the same endpoint: every pinned copy (source ->
 staging -> destination) is a CopyObject or UploadPartCopy conditioned on the pinned ETag, so no shard byte passes
@@ -12,6 +13,7 @@ refused; as the GCS emulator tests do for IAM, the reading is stood in for (a pr
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -23,9 +25,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))  # the authority tests' World
 from authority_support import World
 
+import rlcleanup.authority.preserve as preserve_mod
 import rlcleanup.authority.publish as publish_mod
 from rlcleanup.adapters.s3_storage import S3Storage
 from rlcleanup.authority.grants import Approver, new_key, public_b64, register_approver
+from rlcleanup.authority.preserve import checkpoint_of, preserve_target
 from rlcleanup.formats.safetensors_header import DEFAULT_FIRST_BLOCK
 from rlcleanup.models.vocab import Visibility
 from rlcleanup.ports.storage import ObjectInfo, SourceChangedError, VisibilityReading, WriteOutcome
@@ -227,3 +231,48 @@ def test_the_multipart_copy_of_a_source_overwritten_after_the_pin_is_refused(
     assert not s3_admin.list_multipart_uploads(Bucket=bucket).get("Uploads")  # aborted
     assert _keys(s3_admin, bucket, "_rlcleanup/") == []  # its resume state deleted
     assert _stats(proxy)["object_bodies"].get(f"/{bucket}/ckpt/shard.bin", 0) == 0
+
+
+def test_a_preserve_on_s3_copies_the_checkpoint_server_side_pinned_and_verified(
+    s3_admin: Any, proxy: str, tmp_path: Path, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 49: a preserve grant copies an owed export's checkpoint to a durable bucket of the same endpoint, every
+    object a CopyObject conditioned on its pinned ETag (no byte through the process), each copy verified, the
+    marker last; the export grant would then read that copy."""
+    bucket, durable = f"s3-pres-{uid}", f"s3-dur-{uid}"
+    s3_admin.create_bucket(Bucket=bucket)
+    s3_admin.create_bucket(Bucket=durable)
+    monkeypatch.setattr(preserve_mod, "read_visibility", _private_bucket)
+    write_sample_run(tmp_path / "sample", "deferred-export")
+    run_uri = upload_sample_run_to(S3Storage(), tmp_path / "sample", f"s3://{bucket}/iris/job")
+    stack = EmbeddedStack.create(tmp_path / "records.db", f"s3://{bucket}/preserved")
+    key = new_key()
+    register_approver(
+        stack.ports.records,
+        Approver(approver_id="alice", public_key=public_b64(key), allowed_prefixes=[f"s3://{durable}/keep"]),
+    )
+    event = manual_event(run_uri)
+    stack.emit(event)
+    w = World(stack, run_uri, resolve_run_id(stack.ports, event), key, tmp_path / "unused", tmp_path)
+    step, digest = preserve_target(stack.ports.storage, w.record, 20, None)
+    checkpoint = checkpoint_of(w.record, step)
+    assert checkpoint is not None and checkpoint.startswith(f"s3://{bucket}/")
+    sources = {o.uri.removeprefix(checkpoint + "/"): o for o in S3Storage().list(checkpoint)}
+    before = _stats(proxy)["object_bodies"]
+
+    destination = f"s3://{durable}/keep/s20"
+    grant = w.grant("preserve", step=step, digest=digest, destination=destination)
+    w.deliver(w.message(grant))
+
+    action = w.action(grant.grant_id)
+    assert action["state"] == "preserved" and action["refusal"] is None, action
+    moved = {p: n - before.get(p, 0) for p, n in _stats(proxy)["object_bodies"].items() if n != before.get(p, 0)}
+    copied = [p for p in moved if "/global_step_20/" in p or "/keep/s20/" in p]
+    assert copied == [f"/{durable}/keep/s20/_PRESERVED.json"], moved  # every object server-side; the marker ours
+    for name, src in sources.items():
+        dst = S3Storage().stat(f"{destination}/{name}")
+        assert dst is not None and dst.size == src.size and dst.etag == src.etag, name
+    preserved = action["preserved"]
+    assert {o["name"] for o in preserved["objects"]} == set(sources) and preserved["manifest_digest"] == digest
+    marker = json.loads(s3_admin.get_object(Bucket=durable, Key="keep/s20/_PRESERVED.json")["Body"].read())
+    assert all(o["source_etag"] and o["sha256"] is None for o in marker["objects"]), marker  # ETag-pinned copies

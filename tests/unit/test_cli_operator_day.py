@@ -87,7 +87,10 @@ def test_fixed_choices_are_listed_in_help(monkeypatch: pytest.MonkeyPatch) -> No
     code, out, _ = _invoke("grant", "--help")
     flat = " ".join(out.replace("│", " ").split())
     assert code == 0
-    assert "<publish|handoff|register|reclaim|cancel|purge|export>" in flat and "<private|internal|public>" in flat
+    assert (
+        "<publish|handoff|register|reclaim|cancel|purge|export|preserve>" in flat
+        and "<private|internal|public>" in flat
+    )
     code, out, _ = _invoke("report", "--help")
     assert "<md|html|json>" in " ".join(out.replace("│", " ").split())
 
@@ -104,7 +107,7 @@ def test_shell_completion_offers_the_fixed_choices() -> None:
     assert out.stdout.split() == ["sqlite", "firestore"], out.stderr[-500:]
     env["COMP_WORDS"] = "rlcleanup grant RUN --action "
     out = subprocess.run([str(exe)], env={**env, "COMP_CWORD": "4"}, capture_output=True, text=True, timeout=60)
-    actions = ["publish", "handoff", "register", "reclaim", "cancel", "purge", "export"]
+    actions = ["publish", "handoff", "register", "reclaim", "cancel", "purge", "export", "preserve"]
     assert out.stdout.split() == actions, out.stderr[-500:]
 
 

@@ -218,7 +218,11 @@ def test_a_checkpoint_that_expires_before_the_export_could_finish_is_refused_wit
     assert preview["refusal"] == granted["refusal"] == "expires_too_soon", preview
     detail = preview["detail"]
     assert "B/s, the stated default throughput" in detail and "expires at" in detail and "needs about" in detail
-    assert "preserve" in detail and "no `preserve` grant yet" in detail
+    # The alternative is the exact command, not "copy it by hand".
+    assert (
+        f"`rlcleanup grant {run_id} --action preserve --step 20 --to <durable URI> --key <key id> --dry-run`" in detail
+    )
+    assert "by hand" not in detail
     monkeypatch.setenv("RLCLEANUP_EXPORT_THROUGHPUT_BYTES_PER_SECOND", "1e12")
     monkeypatch.setenv("RLCLEANUP_EXPORT_MARGIN_SECONDS", "60")
     code, preview = _grant(run_id, 20, "--dry-run", "--json")
@@ -247,5 +251,6 @@ def test_an_owed_export_near_its_expiry_names_the_exact_grant_command(run: tuple
     [(at, item, _uri)] = [d for d in owed_export_deadlines([owed], owed.expires_at - timedelta(hours=24), run_id)]
     assert at == owed.expires_at and item.startswith("needs person by ")
     assert f"`rlcleanup grant {run_id} --action export --step 20 --key <key id> --dry-run`" in item
+    assert f"`rlcleanup grant {run_id} --action preserve --step 20 --to <durable URI> --key <key id> --dry-run`" in item
     command = next(i for i in record.remaining_work if i.startswith("export owed: run global_step_20"))
     assert f"rlcleanup grant {run_id} --action export --step 20" in command

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rlcleanup.authority import export, ledger, quarantine, storage_ledger
+from rlcleanup.authority import export, export_throughput, ledger, preserve, quarantine, storage_ledger
 from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal
 from rlcleanup.authority.hub_publish import publish_to_hub
@@ -225,14 +225,23 @@ def _export(p: GrantPorts, task: GrantTask) -> Outcome:
     """Run the owed export on the run's controller (authority/export.py): the same plan the preview showed, then
     one submission under an id derived from the grant."""
     record, grant = _needs_record(task), task.grant
-    plan = export.plan_export(p.storage, record, grant, p.settings.export, p.clock.now(), p.export_submitter)
+    throughput = export_throughput.for_record(p.records, record, p.settings.export)
+    plan = export.plan_export(
+        p.storage, record, grant, p.settings.export, p.clock.now(), p.export_submitter, throughput
+    )
     if isinstance(plan, Outcome):
         return plan
     return export.submit(plan, grant)
 
 
+def _preserve(p: GrantPorts, task: GrantTask) -> Outcome:
+    """Copy the step's checkpoint, as the grant pinned it, to durable storage (authority/preserve.py)."""
+    return preserve.preserve(p.storage, _needs_record(task), task.grant)
+
+
 ACTIONS: dict[Action, ActionHandler] = {
     Action.export: _export,
+    Action.preserve: _preserve,
     Action.cancel: _clear_cancel,
     Action.register: _register,
     Action.reclaim: _reclaim,

@@ -12,9 +12,11 @@ sha256 of the file as read when the grant was signed). Carrying it out (`plan_ex
 3. the command is the deployment's converter (RLCLEANUP_EXPORT_CONVERTER, never the run's) followed by upstream's
    `++checkpoint_export.*` overrides from the validated fields, an argv list; the request's Hub repo is not passed
    (the job would publish outside any grant: the new export is published by a publish grant once it validates);
-4. the expiry preflight: the checkpoint's bytes over the export throughput (a stated default,
-   RLCLEANUP_EXPORT_THROUGHPUT_BYTES_PER_SECOND) plus a margin must end before the checkpoint's first object
-   expires (its backend's lifecycle rule, steps/expiry.py), else `expires_too_soon` with the numbers;
+4. the expiry preflight: the checkpoint's bytes over the export throughput (the median measured for the run's
+   model size, else a stated default: authority/export_throughput.py) plus a margin must end before the
+   checkpoint's first object expires (its backend's lifecycle rule, steps/expiry.py), else `expires_too_soon` with
+   the numbers and the exact preserve grant to run instead. Once a preserve grant copied the checkpoint to durable
+   storage (authority/preserve.py), the job reads that copy and the preflight lists it: no expiry;
 5. the job is submitted through the controller port (`ExportSubmitter`) under a submission id derived from the grant,
    so a redelivery finds the job it already submitted.
 """
@@ -28,8 +30,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from rlcleanup.authority.export_throughput import Throughput, default_throughput
 from rlcleanup.authority.grants import Grant, Refusal, real_location
 from rlcleanup.authority.outcome import Outcome, refuse
+from rlcleanup.authority.preserve import preserved_copy
 from rlcleanup.formats.export_request_schema import (
     RequestSchemaError,
     RequestStatus,
@@ -38,14 +42,15 @@ from rlcleanup.formats.export_request_schema import (
     model_source,
     validate_request,
 )
-from rlcleanup.models.export_jobs import ExportJob
+from rlcleanup.models.export_jobs import ExportJob, PreservedCheckpoint
 from rlcleanup.models.record import Candidate, CompletionRecord
 from rlcleanup.models.vocab import CandidateState
 from rlcleanup.ports.controllers import ExportJobSpec, ExportSubmitter, SubmittedJob
 from rlcleanup.ports.storage import Storage
 from rlcleanup.settings import ExportSettings
+from rlcleanup.steps.deferred_export import preserve_grant_command
 from rlcleanup.steps.expiry import earliest_of, stamp
-from rlcleanup.uris import parent, within
+from rlcleanup.uris import basename, join, parent, within
 
 REQUEST_CAP = 64 * 1024  # a request is a few hundred bytes; anything larger is not one
 EXPORT_METADATA_RUN, EXPORT_METADATA_STEP, EXPORT_METADATA_GRANT = (
@@ -53,11 +58,16 @@ EXPORT_METADATA_RUN, EXPORT_METADATA_STEP, EXPORT_METADATA_GRANT = (
     "rlcleanup_export_step",
     "rlcleanup_grant",
 )
-PRESERVE_ALTERNATIVE = (
-    "copy the checkpoint to durable storage first, server-side, then grant the export from there: rlcleanup has no "
-    "`preserve` grant yet (issue 49 item 5), so copy it by hand (`gcloud storage cp -r` / `aws s3 cp --recursive`) "
-    "and point a new request at the copy"
-)
+
+
+def preserve_alternative(run_id: str, step: int) -> str:
+    """What an `expires_too_soon` refusal offers instead: the preserve grant that copies the checkpoint to durable
+    storage server-side, after which the same export grant reads the copy."""
+    return (
+        f"copy the checkpoint server-side to durable storage first with a preserve grant, "
+        f"`{preserve_grant_command(run_id, step)}` (then without --dry-run), then grant the export again: it reads "
+        "the preserved copy, which no lifecycle rule expires"
+    )
 
 
 def request_digest(data: bytes) -> str:
@@ -84,6 +94,9 @@ class ExportPlan:
     needs_seconds: float
     expires_at: datetime | None
     notes: list[str]
+    throughput: Throughput
+    checkpoint: str  # what the job converts: the request's checkpoint, or its preserved copy
+    planned_at: datetime  # submitted in the same invocation: a measured duration starts here
 
     def preview(self) -> dict[str, Any]:
         return {
@@ -94,7 +107,9 @@ class ExportPlan:
             "controller": self.controller,
             "job_id": self.job.submission_id,
             "argv": list(self.job.argv),
+            "checkpoint": self.checkpoint,
             "checkpoint_bytes": self.checkpoint_bytes,
+            "throughput": self.throughput.as_doc(),
             "needs_seconds": round(self.needs_seconds),
             "checkpoint_expires_at": stamp(self.expires_at) if self.expires_at else None,
             "notes": self.notes,
@@ -109,6 +124,8 @@ class ExportPlan:
             state=submitted.state,
             exit_code=submitted.exit_code,
             message=submitted.message,
+            submitted_at=self.planned_at,
+            bytes=self.checkpoint_bytes,
         )
 
 
@@ -188,23 +205,53 @@ def _paths_refusal(
 
 
 def _preflight(
-    storage: Storage, checkpoint: str, settings: ExportSettings, now: datetime, dest: str | None
+    storage: Storage,
+    checkpoint: str,
+    settings: ExportSettings,
+    now: datetime,
+    grant: Grant,
+    throughput: Throughput,
+    run_id: str,
 ) -> tuple[int, float, datetime | None] | Outcome:
-    """(bytes, seconds the export needs, the checkpoint's first expiry), or the refusal naming the numbers."""
+    """(bytes, seconds the export needs, the checkpoint's first expiry), or the refusal naming the numbers and the
+    preserve grant to run instead."""
     objects = list(storage.list(checkpoint))
     size = sum(o.size for o in objects)
-    needs = size / settings.throughput_bytes_per_second + settings.margin_seconds
+    needs = size / throughput.bytes_per_second + settings.margin_seconds
     expires = earliest_of(objects)
     if expires is not None and now + timedelta(seconds=needs) > expires:
         left = max(0.0, (expires - now).total_seconds())
         why = (
             f"the checkpoint {checkpoint} ({size} bytes) expires at {stamp(expires)}, in {left:.0f} s; the export needs "
-            f"about {needs:.0f} s ({size} B / {settings.throughput_bytes_per_second:.0f} B/s, the stated default "
-            f"throughput, + {settings.margin_seconds:.0f} s margin): it cannot finish in time. Instead: "
-            f"{PRESERVE_ALTERNATIVE}"
+            f"about {needs:.0f} s ({size} B / {throughput.bytes_per_second:.0f} B/s, {throughput.describe()}, "
+            f"+ {settings.margin_seconds:.0f} s margin): it cannot finish in time. Instead: "
+            f"{preserve_alternative(run_id, grant.step or 0)}"
         )
-        return refuse(Refusal.expires_too_soon, why, dest)
+        return refuse(Refusal.expires_too_soon, why, grant.destination)
     return size, needs, expires
+
+
+def _preserved(storage: Storage, copy: PreservedCheckpoint, dest: str | None) -> Outcome | None:
+    """The preserved copy still holds what the preserve grant verified (every name at its size, and its CRC32C/MD5
+    where the listing gives one, as a hand-off's twin is checked), or the refusal: the destination is the
+    approver's team's to write, so what it holds is checked again before a job reads it."""
+    root = copy.destination.rstrip("/")
+    held = {o.uri[len(root) + 1 :]: o for o in storage.list(root)}
+
+    def changed(name: str, size: int, crc32c: str | None, md5: str | None) -> bool:
+        now = held.get(name)
+        return (
+            now is None
+            or now.size != size
+            or bool(crc32c and now.crc32c and now.crc32c != crc32c)
+            or bool(md5 and now.md5 and now.md5 != md5)
+        )
+
+    altered = [o.name for o in copy.objects if changed(o.name, o.size, o.crc32c, o.md5)]
+    if altered:
+        why = f"the preserved copy {copy.destination} no longer holds what was preserved: {altered[:5]}"
+        return refuse(Refusal.destination_altered, why, dest)
+    return None
 
 
 Submitters = Callable[[str], ExportSubmitter | None]  # a controller's name -> its submitter (None: not configured)
@@ -217,8 +264,10 @@ def plan_export(
     settings: ExportSettings,
     now: datetime,
     submitters: Submitters,
+    throughput: Throughput | None = None,
 ) -> ExportPlan | Outcome:
-    """Every check the grant runs, in order (module docstring); nothing is written or submitted."""
+    """Every check the grant runs, in order (module docstring); nothing is written or submitted. `throughput`: what
+    the preflight estimates with (export_throughput.for_record); None, the stated default."""
     dest = grant.destination
     if not settings.converter:
         return refuse(Refusal.not_allowed, "no export converter is configured (RLCLEANUP_EXPORT_CONVERTER)", dest)
@@ -234,16 +283,26 @@ def plan_export(
         return candidate
     assert candidate.export_request is not None
     uri = candidate.export_request.uri
-    request = _read_request(storage, uri, grant)
+    copy = preserved_copy(record.authority_actions, grant.step) if grant.step is not None else None
+    if copy is not None:  # a preserve grant copied it to durable storage: the job reads the copy
+        altered = _preserved(storage, copy, dest)
+        if altered is not None:
+            return altered
+    # The request as the preserved copy holds it (the same bytes: the digest says so) outlives the original.
+    request = _read_request(storage, join(copy.destination, basename(uri)) if copy else uri, grant)
     if isinstance(request, Outcome):
         return request
     refused = _paths_refusal(record, grant, uri, request, settings)
     if refused is not None:
         return refused
-    timing = _preflight(storage, request.checkpoint_path, settings, now, dest)
+    checkpoint, notes = request.checkpoint_path, []
+    if copy is not None:
+        checkpoint = copy.destination
+        notes.append(f"the job reads the preserved copy {checkpoint} (a preserve grant copied {copy.source})")
+    throughput = throughput or default_throughput(settings)
+    timing = _preflight(storage, checkpoint, settings, now, grant, throughput, record.run_id)
     if isinstance(timing, Outcome):
         return timing
-    notes = []
     if request.hf_hub_repo_id:
         notes.append(
             f"the request names Hub repo {request.hf_hub_repo_id}: not passed to the job (it would publish outside "
@@ -251,7 +310,7 @@ def plan_export(
         )
     if request.status is RequestStatus.in_progress:
         notes.append(f"the request reads in_progress ({request.attempts} attempt(s)): an earlier job may still run")
-    argv = (*settings.converter, *converter_overrides(request, hub_repo_id=None))
+    argv = (*settings.converter, *converter_overrides(request, hub_repo_id=None, checkpoint_path=checkpoint))
     metadata = {
         EXPORT_METADATA_RUN: record.run_id,
         EXPORT_METADATA_STEP: str(request.step),
@@ -259,7 +318,10 @@ def plan_export(
     }
     job = ExportJobSpec(submission_id=submission_id(grant), argv=argv, metadata=metadata)
     size, needs, expires = timing
-    return ExportPlan(candidate, uri, request, job, settings.controller, submitter, size, needs, expires, notes)
+    return ExportPlan(
+        candidate, uri, request, job, settings.controller, submitter, size, needs, expires, notes,
+        throughput, checkpoint, planned_at=now,
+    )  # fmt: skip
 
 
 def submit(plan: ExportPlan, grant: Grant) -> Outcome:

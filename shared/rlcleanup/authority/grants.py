@@ -45,6 +45,9 @@ class Action(StrEnum):
     cancel = "cancel"
     purge = "purge"  # delete what a reclaim quarantined before its expiry (authority/quarantine.py)
     export = "export"  # run an owed HF export on the run's controller (authority/export.py); rlcleanup converts nothing
+    preserve = (
+        "preserve"  # copy a checkpoint server-side to durable storage (authority/preserve.py), e.g. before export
+    )
 
 
 class GrantState(StrEnum):
@@ -95,6 +98,8 @@ class Refusal(StrEnum):
     not_allowed = "not_allowed"  # a path, host or command outside the allowed set, or no converter configured
     expires_too_soon = "expires_too_soon"  # the checkpoint expires before the export could finish
     no_controller = "no_controller"  # the run's controller is not configured in this deployment
+    # Preserve grants (authority/preserve.py).
+    destination_expires = "destination_expires"  # a lifecycle rule would delete the copy: not durable storage
 
 
 class Grant(BaseModel):

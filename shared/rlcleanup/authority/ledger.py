@@ -363,6 +363,7 @@ def _actions(gid: str, doc: GrantDoc) -> list[AuthorityAction]:
         reclaimed_bytes=int(out.get("reclaimed_bytes") or 0),
         progress=doc.progress,
         export_job=out.get("export_job"),
+        preserved=out.get("preserved"),
     )
     if not doc.replays:
         return [action]

@@ -27,6 +27,7 @@ class Outcome:
     quarantined: list[str] | None = None  # reclaim: where each moved object is now
     refused_objects: list[dict[str, Any]] | None = None  # reclaim: what the retention plan would not let go
     export_job: dict[str, Any] | None = None  # export: the job submitted on the run's controller (ExportJob)
+    preserved: dict[str, Any] | None = None  # preserve: the checkpoint's verified durable copy (PreservedCheckpoint)
 
     @property
     def refused(self) -> bool:
@@ -54,6 +55,7 @@ ACTION_FACTS = (
     "quarantined",
     "refused_objects",
     "export_job",
+    "preserved",
 )
 
 

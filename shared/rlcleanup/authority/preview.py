@@ -3,7 +3,8 @@
 publish / handoff: `publish.plan_publish` (objects, sizes, checksums, destination visibility read back); to an
 `hf://` destination `hub_publish.plan_hub` (the same, the repo's visibility read from the Hub, nothing created);
 reclaim: `reclaim.make_plan` (twins re-verified, the exact deletion list); export: `export.plan_export` (the
-request's digest and schema, the allowed set, the expiry preflight, the exact argv). Nothing is written or submitted.
+request's digest and schema, the allowed set, the expiry preflight with the throughput it used, the exact argv);
+preserve: `preserve.plan_preserve` (the destination's rules, the checkpoint's manifest digest, every object). Nothing is written or submitted.
 
 `preview_signed` is what `grant --dry-run` runs: the signed grant goes through `grants.verify` first, the very
 check `apply-grant` runs on arrival (signature, approver and its revocation, lifetime, the approver's and the
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rlcleanup.authority import export, quarantine
+from rlcleanup.authority import export, export_throughput, preserve, quarantine
 from rlcleanup.authority.actions import cancel_refusal
 from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.grants import Action, Grant, Refusal, verify
@@ -96,13 +97,19 @@ class ExportContext:
 
 
 def preview_export(
-    storage: Storage, record: CompletionRecord, grant: Grant, now: datetime, context: ExportContext | None
+    storage: Storage,
+    record: CompletionRecord,
+    grant: Grant,
+    now: datetime,
+    context: ExportContext | None,
+    records: RunRecords | None = None,
 ) -> dict[str, Any]:
     """What an export grant would submit: `export.plan_export`, the checks the grant runs, nothing submitted."""
     if context is None:
         why = "this preview was given no export settings or controllers"
         return _refused(grant, refuse(Refusal.no_controller, why, grant.destination))
-    plan = export.plan_export(storage, record, grant, context.settings, now, context.submitters)
+    throughput = export_throughput.for_record(records, record, context.settings) if records is not None else None
+    plan = export.plan_export(storage, record, grant, context.settings, now, context.submitters, throughput)
     if isinstance(plan, Outcome):
         return _refused(grant, plan)
     return {"action": grant.action.value, "would": "submit", "destination": grant.destination, **plan.preview()}
@@ -152,7 +159,12 @@ def preview_grant(
     if grant.action is Action.purge:
         return preview_purge(records, record, grant)
     if grant.action is Action.export:
-        return preview_export(storage, record, grant, now, export_context)
+        return preview_export(storage, record, grant, now, export_context, records)
+    if grant.action is Action.preserve:
+        planned = preserve.plan_preserve(storage, record, grant)
+        if isinstance(planned, Outcome):
+            return _refused(grant, planned)
+        return {"action": grant.action.value, "would": "preserve", **planned.preview()}
     if grant.action is Action.cancel and (refused_cancel := cancel_refusal(record, grant)) is not None:
         return _refused(grant, refused_cancel)
     return {

@@ -19,7 +19,13 @@ import typer
 from rlcleanup.authority import ledger
 from rlcleanup.authority.grants import Action, GrantState, Visibility
 from rlcleanup.cli.approvers import approver_app
-from rlcleanup.cli.destinations import absolute_if_local, export_target_or_exit, gcs_credentials_problem, scheme_typo
+from rlcleanup.cli.destinations import (
+    absolute_if_local,
+    export_target_or_exit,
+    gcs_credentials_problem,
+    preserve_target_or_exit,
+    scheme_typo,
+)
 from rlcleanup.cli.options import (
     DbOption,
     JsonOption,
@@ -137,7 +143,12 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
     ],
     destination: Annotated[
         str | None,
-        typer.Option(help="destination: gs://bucket/path, hf://namespace/repo or a local directory (not for cancel)"),
+        typer.Option(
+            "--destination",
+            "--to",
+            help="destination: gs://bucket/path, hf://namespace/repo or a local directory (not for cancel; "
+            "preserve: durable storage outside the run's roots)",
+        ),
     ] = None,
     step: Annotated[int | None, typer.Option(help="candidate step (default: the selected one)")] = None,
     digest: Annotated[str | None, typer.Option(help="candidate digest (default: looked up in the record)")] = None,
@@ -191,6 +202,10 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
     asked_step = step  # the preview this command follows was filed under the step as asked
     if action is Action.export:  # pins the request's bytes; the destination is where the request exports to
         step, digest, destination = export_target_or_exit(record, step, digest, destination)
+    elif action is Action.preserve:  # pins the checkpoint's manifest as listed now; the destination is the approver's
+        step, digest = preserve_target_or_exit(record, step, digest)
+        if not destination:
+            _fail("a preserve grant needs --to URI: durable storage outside the run's roots", 2)
     elif action is not Action.cancel and digest is None:
         chosen = step if step is not None else (record.selection.step if record.selection else None)
         if chosen is None:
@@ -217,7 +232,7 @@ def grant(  # noqa: C901 -- a typer command: one check per option before anythin
     if dry_run:  # signed in memory, never sent: the preview verifies it as apply-grant would
         _print_preview(record, g, json.dumps(sign(g, private)).encode(), now, store.as_json, records, previewed)
         return
-    if action not in {Action.cancel, Action.export}:  # an export grant pins the request's digest itself
+    if action not in {Action.cancel, Action.export, Action.preserve}:  # these pin their own digest at signing
         moved = previewed.moved(step, digest)
         if moved:
             _fail(
@@ -319,7 +334,7 @@ def _print_preview(
         hub=hugging_face_hub,
         export_context=exports,
     )
-    if preview["would"] != "refuse" and g.action not in {Action.cancel, Action.export}:
+    if preview["would"] != "refuse" and g.action not in {Action.cancel, Action.export, Action.preserve}:
         previewed.remember(g.step, g.digest, now)  # the grant command that follows signs only this
     if as_json:
         typer.echo(json.dumps(preview, indent=2))

@@ -75,3 +75,17 @@ def export_target_or_exit(
         fail(str(exc), exc.exit_code)
         raise
     return step, digest, absolute_if_local(dest)
+
+
+def preserve_target_or_exit(record: Any, step: int | None, digest: str | None) -> tuple[int, str]:
+    """A preserve grant's step and the checkpoint's manifest digest listed now (authority/preserve.py
+    `preserve_target`), or the command's exit with the reason; nothing is signed then."""
+    from rlcleanup.authority.preserve import PreserveTargetError, preserve_target
+    from rlcleanup.cli.stores import fail
+    from rlcleanup.runtime.backends import open_storage
+
+    try:
+        return preserve_target(open_storage(), record, step, digest)
+    except PreserveTargetError as exc:
+        fail(str(exc), exc.exit_code)
+        raise

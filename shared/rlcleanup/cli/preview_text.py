@@ -56,6 +56,27 @@ def render_preview(preview: dict[str, Any]) -> str:
         ]
         lines += [f"  delete {d['uri']}  {_object_facts(d)}" for d in preview["delete"]]
         return "\n".join(lines)
+    if action == "preserve":
+        lines = [
+            f"dry run: preserve step {preview['step']}'s checkpoint {preview['checkpoint']} → {dest}",
+            f"  {preview['object_count']} object(s), {preview['total_bytes']} bytes, pinned as manifest digest "
+            f"{preview['digest']}; visibility {preview['visibility']}; no lifecycle rule expires the destination",
+        ]
+        lines += [f"  creates {c}" + ("" if "://" in c else " (mode 0700)") for c in preview["creates"]]
+        lines += [f"  {o['name']}  {_object_facts(o)}" for o in preview["objects"]]
+        return "\n".join(lines)
+    if action == "export" and "argv" in preview:
+        rate = preview["throughput"]
+        return "\n".join(
+            [
+                f"dry run: export step {preview['step']} would submit job {preview['job_id']} to "
+                f"{preview['controller']}: {' '.join(preview['argv'])}",
+                f"  checkpoint {preview['checkpoint']} ({preview['checkpoint_bytes']} B) expires "
+                f"{preview['checkpoint_expires_at'] or 'never'}; the export needs about {preview['needs_seconds']} s "
+                f"at {rate['bytes_per_second']} B/s ({rate['said']})",
+                *(f"  note: {n}" for n in preview["notes"]),
+            ]
+        )
     if "objects" not in preview:
         return f"dry run: {action}: {preview.get('detail', '')}"
     lines = [

@@ -135,12 +135,15 @@ def model_source(request: UpstreamRequest) -> str | None:
     return request.model_source_uri if isinstance(request, RequestV3) else None
 
 
-def converter_overrides(request: UpstreamRequest, *, hub_repo_id: str | None) -> list[str]:
+def converter_overrides(
+    request: UpstreamRequest, *, hub_repo_id: str | None, checkpoint_path: str | None = None
+) -> list[str]:
     """upstream `build_command`'s overrides, one argv element each. `hub_repo_id` is what the job may publish to
-    itself (rlcleanup passes None: a Hub publish goes through its own grant after the export is validated)."""
+    itself (rlcleanup passes None: a Hub publish goes through its own grant after the export is validated);
+    `checkpoint_path` where the job reads the checkpoint when not the request's own (a preserved copy of it)."""
     return [
         f"++checkpoint_export.step={request.step}",
-        f"++checkpoint_export.checkpoint_path={request.checkpoint_path}",
+        f"++checkpoint_export.checkpoint_path={checkpoint_path or request.checkpoint_path}",
         f"++checkpoint_export.export_root={request.export_path}",
         f"++checkpoint_export.hf_hub_repo_id={hub_repo_id or 'null'}",
         f"++checkpoint_export.hf_hub_private={str(request.hf_hub_private).lower()}",

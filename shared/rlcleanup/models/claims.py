@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from rlcleanup.models.export_jobs import ExportJob
+from rlcleanup.models.export_jobs import ExportJob, PreservedCheckpoint
 
 PRE_CANCEL = "pre-cancel:"  # the key prefix of a run's pre-cancel captures (PreCancelCaptured)
 
@@ -88,3 +88,4 @@ class GrantApplied(BaseModel):
     quarantined: list[str] | None = None  # reclaim: where each moved object is now
     refused_objects: list[dict[str, Any]] | None = None  # reclaim: what the retention plan would not let go
     export_job: ExportJob | None = None  # export: the job submitted on the run's controller
+    preserved: PreservedCheckpoint | None = None  # preserve: the checkpoint's verified durable copy

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field, computed_field, field_validator, model_validator
 
 from rlcleanup.errors import redact_credentials
-from rlcleanup.models.export_jobs import ExportJob
+from rlcleanup.models.export_jobs import ExportJob, PreservedCheckpoint
 from rlcleanup.models.failures import FailureClass, FailureEvidence, SignatureBasis, SimilarRun
 from rlcleanup.models.record_base import RunText as RunText
 from rlcleanup.models.record_base import _Model, _without
@@ -290,6 +290,9 @@ class AuthorityAction(_Model):
         description="a Hub upload's progress: files_done, files_total, bytes_done, bytes_total, skipped (already there)",
     )
     export_job: ExportJob | None = Field(default=None, description="the job an export grant submitted")
+    preserved: PreservedCheckpoint | None = Field(
+        default=None, description="the durable copy a preserve grant made of a checkpoint"
+    )
 
     @field_validator("detail")
     @classmethod

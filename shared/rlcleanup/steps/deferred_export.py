@@ -33,11 +33,21 @@ from rlcleanup.uris import basename, parent
 STAGING_PREFIX = ".tmp-hf-export-"  # fsdp_strategy._atomic_local_export_dir's tempfile.mkdtemp prefix
 EXPORT_TOOL = "cloud/iris/export_hf_checkpoint.py --request <checkpoint dir>"
 KEY_PLACEHOLDER = "<key id>"
+DURABLE_PLACEHOLDER = "<durable URI>"  # a prefix no lifecycle rule expires, outside the run's roots
 
 
 def export_grant_command(run_id: str, step: int) -> str:
     """The export grant's dry run a person pastes (authority/export.py; docs/authority.md §9)."""
     return f"rlcleanup grant {shlex.quote(run_id)} --action export --step {step} --key {KEY_PLACEHOLDER} --dry-run"
+
+
+def preserve_grant_command(run_id: str, step: int) -> str:
+    """The preserve grant's dry run a person pastes before an export that cannot finish in time
+    (authority/preserve.py; docs/authority.md §9): the destination is theirs to choose, durable storage."""
+    return (
+        f"rlcleanup grant {shlex.quote(run_id)} --action preserve --step {step} --to {DURABLE_PLACEHOLDER} "
+        f"--key {KEY_PLACEHOLDER} --dry-run"
+    )
 
 
 def export_request(storage: Storage, layout: RunLayout, step: int) -> ExportRequestState | None:

@@ -27,7 +27,7 @@ from rlcleanup.models.vocab import CandidateState
 from rlcleanup.ports.lifecycle import GCS_AGE, LifecycleRule
 from rlcleanup.ports.storage import ObjectInfo, Storage
 from rlcleanup.steps import layout_d
-from rlcleanup.steps.deferred_export import EXPORT_TOOL, export_grant_command
+from rlcleanup.steps.deferred_export import EXPORT_TOOL, export_grant_command, preserve_grant_command
 from rlcleanup.steps.layout_model import RunLayout
 
 _TTL = re.compile(r"/tmp/ttl=(\d+)d(?:/|$)")
@@ -105,7 +105,12 @@ def owed_export_deadlines(
             f"global_step_{c.step}'s HF export is owed ({describe(request)}) and its checkpoint {c.uri} {dies} at "
             f"{stamp(c.expires_at)} (temp storage, tmp/ttl={ttl_days(c.uri)}d): convert it ({EXPORT_TOOL}) or copy "
             "the checkpoint to durable storage before then"
-        ) + (f"; grant the export: `{export_grant_command(run_id, c.step)}`" if run_id is not None else "")
+        ) + (
+            f"; grant the export: `{export_grant_command(run_id, c.step)}`, or preserve the checkpoint first: "
+            f"`{preserve_grant_command(run_id, c.step)}`"
+            if run_id is not None
+            else ""
+        )
         found.append((c.expires_at, deadline_item(c.expires_at, what), c.uri))
     return sorted(found)
 
