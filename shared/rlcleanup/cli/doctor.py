@@ -169,7 +169,7 @@ def _record_store(backend: str | None, db: Path, project: str | None) -> tuple[F
                 f"SQLite {db}: cannot be created ({parent} is not writable)",
                 "pass --db PATH (or set RLCLEANUP_DB) to a writable place",
                 {"backend": "sqlite", "path": str(db)},
-            ), Finding.info("approvers", "none (no record store)")
+            ), Finding.info(check="approvers", detail="none (no record store)")
         store = Finding.ok(
             "record store",
             f"SQLite {db} (no records yet: the first `rlcleanup run` creates it)",
@@ -194,7 +194,7 @@ def _record_store(backend: str | None, db: Path, project: str | None) -> tuple[F
         # A StoreSetupError's own words name the fix; anything else (a timeout, a defect) gets the general one.
         fix = None if isinstance(exc, StoreSetupError) else "check the --backend/--db/--project given, and the network"
         return Finding.fail("record store", _one_line(exc), fix, facts | {"reachable": False}), Finding.info(
-            "approvers", "not read (the record store is not usable)"
+            check="approvers", detail="not read (the record store is not usable)"
         )
     store = Finding.ok("record store", where, facts=facts | {"reachable": True})
     if not approvers:
@@ -203,18 +203,18 @@ def _record_store(backend: str | None, db: Path, project: str | None) -> tuple[F
     lines = "; ".join(f"{a}: {', '.join(prefixes)}" for a, prefixes in active) or "every one revoked"
     revoked = len(approvers) - len(active)
     return store, Finding.ok(
-        "approvers",
-        lines + (f" ({revoked} revoked)" if revoked else ""),
+        check="approvers",
+        detail=lines + (f" ({revoked} revoked)" if revoked else ""),
         facts={"approvers": [{"approver_id": a, "prefixes": p, "active": live} for a, p, live in approvers]},
     )
 
 
 def _no_approvers() -> Finding:
     return Finding.info(
-        "approvers",
-        "none registered (needed only to grant a publish or a reclaim)",
-        "`rlcleanup keygen --id NAME` then `rlcleanup approver add NAME --public-key KEY --prefix DEST`",
-        {"approvers": []},
+        check="approvers",
+        detail="none registered (needed only to grant a publish or a reclaim)",
+        fix="`rlcleanup keygen --id NAME` then `rlcleanup approver add NAME --public-key KEY --prefix DEST`",
+        facts={"approvers": []},
     )
 
 
