@@ -99,10 +99,8 @@ def child(attempts_json: str, engine: str) -> None:
 def cut_child(storage: LocalStorage, attempts: list[Any], rss_before: int) -> None:
     """Each file as scan-log-part scans it: over MAX_PART_BYTES, cut into segments run one after another, each
     segment's scan serialised as its part file and dropped (one invocation each in production; here in turn)."""
-    from dataclasses import asdict
-
     from rlcleanup.parsing.segments import scan_log_segment
-    from rlcleanup.steps.logscan import MAX_PART_BYTES, _segment
+    from rlcleanup.steps.logscan import MAX_PART_BYTES, _segment, scans_json
 
     counts = {"lines": 0, "files": 0, "errors": 0, "events": 0, "metric_rows": 0, "segments": 0}
     cpu0, t0 = time.process_time(), time.perf_counter()
@@ -114,7 +112,7 @@ def cut_child(storage: LocalStorage, attempts: list[Any], rss_before: int) -> No
             for index in range(count):
                 segment = _segment(index, count, size).model_copy(update={"seed": seed})
                 result = scan_log_segment(storage, uri, attempt.attempt_id, segment)
-                json.dumps(asdict(result.scan), default=str)  # what the part stores
+                scans_json([result.scan])  # what the part stores (steps/logscan.scan_part)
                 for key in ("errors", "events", "metric_rows"):
                     counts[key] += len(getattr(result.scan, key))
                 seed, lines = result.next_seed, result.scan.lines

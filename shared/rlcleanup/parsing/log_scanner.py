@@ -19,6 +19,7 @@ from rlcleanup.models.parts import SegmentSeed
 from rlcleanup.parsing.infra_statements import statement_for, statement_message
 from rlcleanup.parsing.log_grammar import (
     CHAIN_LINES,
+    EVENT_GATES,
     EVENT_HINTS,
     EVENT_PATTERNS,
     FATAL_HINTS,
@@ -268,7 +269,9 @@ class LogScanner:
     def _event(self, text: str, lineno: int, timestamp: datetime | None) -> None:
         if not any(hint in text for hint in EVENT_HINTS):
             return
-        for kind, pattern in EVENT_PATTERNS:
+        for (kind, pattern), gate in zip(EVENT_PATTERNS, EVENT_GATES, strict=True):
+            if gate is not None and gate not in text:
+                continue  # the literal every match holds is absent: the search cannot match
             match = pattern.search(text)
             if not match:
                 continue
