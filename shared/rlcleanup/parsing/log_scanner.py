@@ -192,11 +192,12 @@ class LogScanner:
         """Inside a traceback or a legacy metric block: every next line must be fed, whatever it holds."""
         return self._tb is not None or self._metrics.in_block
 
-    def feed(self, raw: str) -> None:
+    def feed(self, raw: str, cleaned: CleanLine | None = None) -> None:
+        """One line; `cleaned` is clean_line(raw) when the caller has it already (the block engine does)."""
         scan = self.scan
         scan.lines += 1
         lineno = scan.lines
-        cleaned = clean_line(raw)
+        cleaned = clean_line(raw) if cleaned is None else cleaned
         if cleaned.timestamp is None and cleaned.month_day_time is not None:
             cleaned = CleanLine(cleaned.text, self._with_year(cleaned.month_day_time), None)
         if cleaned.timestamp is not None:
