@@ -131,24 +131,29 @@ EVENT_HINTS = (
 )
 # Lowercased-line gates. Not plain "nccl": every `NCCL INFO` chatter line has it; the NCCL noise rule needs a
 # watchdog, a timeout or an abort, so gate on those words instead.
-FATAL_HINTS = (
-    "error",
-    "fault",
-    "sig",
-    "terminate",
-    "cuda",
-    "watchdog",
-    "timeout",
-    "time out",
-    "timed out",
-    "aborted",
-    "fatal",
-    "out_of_memory",
-    "out of memory",
-    "low on memory",
-    "xid",
-    "cancelled at",  # Slurm's `*** JOB N CANCELLED AT …` without `error:` before it (teardown, judged)
-    *STATEMENT_HINTS,  # the infrastructure statements' gates (parsing/infra_statements.py)
+# Each hint once (a statement's gate may repeat one above): the scanner tries every hint on every fed line.
+FATAL_HINTS = tuple(
+    dict.fromkeys(
+        (
+            "error",
+            "fault",
+            "sig",
+            "terminate",
+            "cuda",
+            "watchdog",
+            "timeout",
+            "time out",
+            "timed out",
+            "aborted",
+            "fatal",
+            "out_of_memory",
+            "out of memory",
+            "low on memory",
+            "xid",
+            "cancelled at",  # Slurm's `*** JOB N CANCELLED AT …` without `error:` before it (teardown, judged)
+            *STATEMENT_HINTS,  # the infrastructure statements' gates (parsing/infra_statements.py)
+        )
+    )
 )
 
 
