@@ -60,6 +60,7 @@ _NUMERIC_TEXT = re.compile(
 )
 MAX_NUMERIC_TEXT = 64
 _ATTR = re.compile(r"(\w+)=(\S+)")
+_JSON = json.JSONDecoder()  # stateless: one for every mirror line, not one built per line
 _GLOBAL_STEP = "trainer/global_step"
 
 
@@ -241,7 +242,7 @@ class MetricParser:
             return None
         attrs = dict(_ATTR.findall(match.group("attrs")))
         try:
-            metrics, _ = json.JSONDecoder().raw_decode(text, match.end())
+            metrics, _ = _JSON.raw_decode(text, match.end())
         except ValueError:
             return None
         if not isinstance(metrics, dict):
