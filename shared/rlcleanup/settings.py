@@ -13,6 +13,11 @@ places) and `Platform` (what the cloud, the shell and the emulators set). The AW
 itself (adapters/s3_client.py builds its default endpoint from the same names, commented there); the
 `*_EMULATOR_HOST` variables are read by the Google client libraries, and by us only to pick anonymous credentials.
 Low in the layering: runtime and adapters may import this module; it imports nothing of rlcleanup.
+
+Every cold start imports this module (entrypoints.py validates the deployment settings before the first delivery),
+so the groups a cold start never reads (`CopyJobSettings`, `HubSettings`, `S3Settings`, `CopySettings`,
+`LocalPaths`, `Platform`) build their validators on first use (pydantic's `defer_build`), not at import: a third of
+the module's schema building (tests/unit/test_import_weight.py keeps them unbuilt after the entry import).
 """
 
 from __future__ import annotations
@@ -337,7 +342,7 @@ def _env_name(kind: type[BaseSettings], field: str) -> str:
 class CopyJobSettings(BaseSettings):
     """The large-copy job's overrides (runtime/copy_job.py): the run and the claim key of the part's ticket."""
 
-    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(defer_build=True, extra="ignore", frozen=True)
 
     run_id: str | None = Field(default=None, validation_alias="RLCLEANUP_COPY_RUN_ID")
     ticket: str | None = Field(default=None, validation_alias="RLCLEANUP_COPY_TICKET")
@@ -346,7 +351,7 @@ class CopyJobSettings(BaseSettings):
 class HubSettings(BaseSettings):
     """The Hugging Face Hub client (adapters/hf_hub.py) and the upload job's overrides (runtime/hub_job.py)."""
 
-    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(defer_build=True, extra="ignore", frozen=True)
 
     token: str | None = Field(default=None, validation_alias="HF_TOKEN")  # a secret environment variable on GCP
     endpoint: str = Field(default="https://huggingface.co", validation_alias="HF_ENDPOINT", pattern=r"^https?://")
@@ -368,7 +373,7 @@ class HubSettings(BaseSettings):
 
 
 class S3Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RLCLEANUP_S3_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(defer_build=True, env_prefix="RLCLEANUP_S3_", extra="ignore", frozen=True)
 
     # `virtual` (CoreWeave) or `path`; unset/auto = the adapter's choice. AWS_S3_ADDRESSING_STYLE is botocore's.
     addressing_style: Literal["path", "virtual", "auto"] | None = None
@@ -393,7 +398,7 @@ class CopySettings(BaseSettings):
     upload id; GCS: the rewrite token) under `state_prefix` in the destination's bucket, named by a hash of the
     destination: never a place an input chooses, and deleted when the copy completes."""
 
-    model_config = SettingsConfigDict(env_prefix="RLCLEANUP_COPY_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(defer_build=True, env_prefix="RLCLEANUP_COPY_", extra="ignore", frozen=True)
 
     s3_multipart_threshold: int = Field(default=5 * GIB, ge=1, le=5 * GIB)
     s3_part_bytes: int = Field(default=512 * MIB, ge=5 * MIB, le=5 * GIB)  # S3: 5 MiB..5 GiB per part
@@ -430,7 +435,7 @@ def s3_endpoint_specs(environ: Mapping[str, str] | None = None) -> dict[str, dic
 class LocalPaths(BaseSettings):
     """Where the CLI and the embedded/local stack keep things (rlcleanup/paths.py resolves the defaults)."""
 
-    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(defer_build=True, extra="ignore", frozen=True)
 
     db: Path | None = Field(default=None, validation_alias="RLCLEANUP_DB")
     stack_dir: Path | None = Field(default=None, validation_alias="RLCLEANUP_STACK_DIR")
@@ -451,7 +456,7 @@ class Platform(BaseSettings):
     """What the platform, the shell or a test sets around us. The Google client libraries read the emulator hosts
     and the project themselves; we read them to choose a backend and anonymous credentials, and for log labels."""
 
-    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(defer_build=True, extra="ignore", frozen=True)
 
     project: str | None = Field(default=None, validation_alias="GOOGLE_CLOUD_PROJECT")
     service: str | None = Field(default=None, validation_alias="K_SERVICE")  # Cloud Run's own

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HEAVY = ("grpc", "google.api_core", "google.protobuf", "requests", "urllib3")
 SCAN_PATH = (
     "rlcleanup.errors",
@@ -76,3 +78,37 @@ def test_the_entry_points_are_the_topologys_functions() -> None:
     from rlcleanup.runtime.topology import load_topology
 
     assert entry_point_names() == [fn.entry_point for fn in load_topology().functions] == list(ENTRY_POINTS)
+
+
+DEFERRED_SETTINGS = ("CopyJobSettings", "HubSettings", "S3Settings", "CopySettings", "LocalPaths", "Platform")
+
+
+def test_the_entry_import_builds_only_the_settings_a_cold_start_validates() -> None:
+    """The deployment settings (and the groups they hold) are validated at cold start; the other settings groups
+    build their validators when first read (settings.py, `defer_build`), not in every cold start."""
+    code = (
+        "import json, sys; sys.path.insert(0, 'functions'); import main\n"
+        "from rlcleanup import settings\n"
+        f"names = {(*DEFERRED_SETTINGS, 'DeploymentSettings', 'IrisSettings', 'NotifySettings')!r}\n"
+        "print(json.dumps({n: getattr(settings, n).__pydantic_complete__ for n in names}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        check=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    ).stdout
+    built = json.loads(out.splitlines()[-1])
+    assert [name for name in DEFERRED_SETTINGS if built[name]] == [], "built at import: every cold start pays them"
+    assert built["DeploymentSettings"] and built["IrisSettings"] and built["NotifySettings"]
+
+
+def test_a_deferred_settings_group_still_reads_and_checks_its_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlcleanup.settings import CopySettings, SettingsError, platform, read
+
+    monkeypatch.setenv("CLOUD_RUN_TASK_COUNT", "3")
+    monkeypatch.setenv("RLCLEANUP_COPY_S3_WORKERS", "65")
+    assert platform().task_count == 3
+    with pytest.raises(SettingsError, match="RLCLEANUP_COPY_S3_WORKERS='65'"):
+        read(CopySettings)

@@ -34,7 +34,7 @@ from rlcleanup.parsing.attempt_logs import scan_log
 from rlcleanup.parsing.log_engine import BLOCK_BYTES, MAX_LINE_BYTES, BlockScan, hit_finder
 from rlcleanup.parsing.log_grammar import FATAL_HINTS
 from rlcleanup.parsing.log_scanner import MAX_ERRORS_PER_FILE, LogScan, LogScanner
-from rlcleanup.parsing.metrics import MAX_LINE_CHARS
+from rlcleanup.parsing.metrics import MAX_LINE_CHARS, CleanLine
 from rlcleanup.parsing.pod_logs import cri_lines, is_cri
 from rlcleanup.parsing.segments import line_start, merge_segments, scan_segment
 from rlcleanup.samples.generator import SCENARIOS, write_sample_run
@@ -287,9 +287,9 @@ def test_giant_line_memory_is_bounded_by_the_cut() -> None:
     sizes: list[int] = []
 
     class Watch(LogScanner):
-        def feed(self, raw: str) -> None:
+        def feed(self, raw: str, cleaned: CleanLine | None = None) -> None:
             sizes.append(len(raw))
-            super().feed(raw)
+            super().feed(raw, cleaned)
 
     data = b"Segmentation fault " + b"y" * (3 * MAX_LINE_BYTES) + b"\nCUDA error: next\n"
     scanner = Watch("log://g")

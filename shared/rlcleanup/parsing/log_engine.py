@@ -212,11 +212,19 @@ class BlockScan:
         """The complete lines in buf[low + 1 : cut]; buf[low] is the newline before them."""
         pos = self._fed_while_busy(buf, low + 1, cut)
         next_hit = self.finder.next_hit
+        scan = self.scanner.scan
         while pos < cut and (end := next_hit(buf, pos, cut)) is not None:
             start = buf.rfind(b"\n", pos - 1, end) + 1  # hits never span a newline
-            self._quiet(buf, pos, start)
             stop = buf.find(b"\n", end, cut)
-            self.scanner.feed(_decode(buf[start:stop]))
+            raw = _decode(buf[start:stop])
+            cleaned = clean_line(raw)
+            if cleaned.timestamp is not None and scan.first_timestamp is not None:
+                # The hit line's own stamp replaces whatever the quiet lines before it held before anything reads
+                # it (LogScanner.feed sets it first): count them, skip their stamp searches.
+                scan.lines += buf.count(b"\n", pos, start)
+            else:
+                self._quiet(buf, pos, start)
+            self.scanner.feed(raw, cleaned)
             pos = self._fed_while_busy(buf, stop + 1, cut)
         self._quiet(buf, pos, cut)
 

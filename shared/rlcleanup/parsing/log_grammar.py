@@ -61,6 +61,25 @@ EVENT_PATTERNS: tuple[tuple[EventKind, re.Pattern[str]], ...] = (
     (EventKind.controller_stopped, re.compile(r"\*\*\* (?:JOB|STEP) [\w.]+ (?:ON \S+ )?CANCELLED AT \S+")),
 )
 
+# A plain run of characters every match of the EVENT_PATTERNS entry at the same index holds (None: a caseless
+# pattern, searched whenever the line passes EVENT_HINTS). The scanner searches a pattern only when its literal is in
+# the line: a metric mirror line passes the hints (`trainer/global_step`) and would otherwise run all twelve searches.
+# tests/unit/test_logs.py derives each from its pattern's parse: a top-level literal run, never inside a branch.
+EVENT_GATES: tuple[str | None, ...] = (
+    "Successfully saved checkpoint for global_step_",
+    "Resumed at global_step ",
+    "Reached max training steps (",
+    "Reached max_training_steps=",
+    None,
+    "Saved final checkpoint.",
+    "Training done!",
+    None,
+    "No checkpoint found, starting training from scratch",
+    "Training already complete on resume",
+    "Training stopped early by callback",
+    "CANCELLED AT ",
+)
+
 
 def event_phrase(kind: EventKind, text: str) -> str:
     """The words of `text` that made it a `kind` event (a log line carries a logger prefix around them)."""
@@ -112,24 +131,29 @@ EVENT_HINTS = (
 )
 # Lowercased-line gates. Not plain "nccl": every `NCCL INFO` chatter line has it; the NCCL noise rule needs a
 # watchdog, a timeout or an abort, so gate on those words instead.
-FATAL_HINTS = (
-    "error",
-    "fault",
-    "sig",
-    "terminate",
-    "cuda",
-    "watchdog",
-    "timeout",
-    "time out",
-    "timed out",
-    "aborted",
-    "fatal",
-    "out_of_memory",
-    "out of memory",
-    "low on memory",
-    "xid",
-    "cancelled at",  # Slurm's `*** JOB N CANCELLED AT …` without `error:` before it (teardown, judged)
-    *STATEMENT_HINTS,  # the infrastructure statements' gates (parsing/infra_statements.py)
+# Each hint once (a statement's gate may repeat one above): the scanner tries every hint on every fed line.
+FATAL_HINTS = tuple(
+    dict.fromkeys(
+        (
+            "error",
+            "fault",
+            "sig",
+            "terminate",
+            "cuda",
+            "watchdog",
+            "timeout",
+            "time out",
+            "timed out",
+            "aborted",
+            "fatal",
+            "out_of_memory",
+            "out of memory",
+            "low on memory",
+            "xid",
+            "cancelled at",  # Slurm's `*** JOB N CANCELLED AT …` without `error:` before it (teardown, judged)
+            *STATEMENT_HINTS,  # the infrastructure statements' gates (parsing/infra_statements.py)
+        )
+    )
 )
 
 

@@ -19,6 +19,7 @@ from rlcleanup.models.parts import SegmentSeed
 from rlcleanup.parsing.infra_statements import statement_for, statement_message
 from rlcleanup.parsing.log_grammar import (
     CHAIN_LINES,
+    EVENT_GATES,
     EVENT_HINTS,
     EVENT_PATTERNS,
     FATAL_HINTS,
@@ -191,11 +192,12 @@ class LogScanner:
         """Inside a traceback or a legacy metric block: every next line must be fed, whatever it holds."""
         return self._tb is not None or self._metrics.in_block
 
-    def feed(self, raw: str) -> None:
+    def feed(self, raw: str, cleaned: CleanLine | None = None) -> None:
+        """One line; `cleaned` is clean_line(raw) when the caller has it already (the block engine does)."""
         scan = self.scan
         scan.lines += 1
         lineno = scan.lines
-        cleaned = clean_line(raw)
+        cleaned = clean_line(raw) if cleaned is None else cleaned
         if cleaned.timestamp is None and cleaned.month_day_time is not None:
             cleaned = CleanLine(cleaned.text, self._with_year(cleaned.month_day_time), None)
         if cleaned.timestamp is not None:
@@ -268,7 +270,9 @@ class LogScanner:
     def _event(self, text: str, lineno: int, timestamp: datetime | None) -> None:
         if not any(hint in text for hint in EVENT_HINTS):
             return
-        for kind, pattern in EVENT_PATTERNS:
+        for (kind, pattern), gate in zip(EVENT_PATTERNS, EVENT_GATES, strict=True):
+            if gate is not None and gate not in text:
+                continue  # the literal every match holds is absent: the search cannot match
             match = pattern.search(text)
             if not match:
                 continue

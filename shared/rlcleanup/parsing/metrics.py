@@ -31,7 +31,9 @@ MAX_BLOCK_CHARS = 256 * 1024  # a legacy dict block larger than this is dropped 
 MAX_BLOCK_LINES = 2000
 MAX_FOREIGN_LINES = 64  # interleaved non-dict lines tolerated inside a legacy block
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# ESC first, the alternation after it: the same matches as `ESC[...|ESC[@-Z\\-_]` (`[` is in neither second class),
+# and sre's literal-prefix search finds each ESC without trying the pattern at every character.
+_ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|[@-Z\\-_])")
 _TIMESTAMP = re.compile(
     r"^\[?(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)\]?\s?"
 )
@@ -58,6 +60,7 @@ _NUMERIC_TEXT = re.compile(
 )
 MAX_NUMERIC_TEXT = 64
 _ATTR = re.compile(r"(\w+)=(\S+)")
+_JSON = json.JSONDecoder()  # stateless: one for every mirror line, not one built per line
 _GLOBAL_STEP = "trainer/global_step"
 
 
@@ -83,7 +86,10 @@ def clean_line(raw: str) -> CleanLine:
     Ray prints the prefix before the process's own line, so `(actor pid=N) 2026-11-30 08:00:00.000 | ERROR ...`
     carries its timestamp after the prefix: prefixes are peeled repeatedly, not in one fixed order.
     """
-    text = _ANSI.sub("", raw[:MAX_LINE_CHARS]).rstrip("\r\n")
+    text = raw[:MAX_LINE_CHARS]
+    if "\x1b" in text:  # most lines carry no colour: no substitution to run
+        text = _ANSI.sub("", text)
+    text = text.rstrip("\r\n")
     timestamp = None
     month_day_time = None
     for _ in range(_MAX_PREFIXES):
@@ -100,7 +106,9 @@ def clean_line(raw: str) -> CleanLine:
             text = text[match.end() :]
             continue
         break
-    return CleanLine(_RAY_REPEAT.sub("", text), timestamp, month_day_time)
+    if "[repeated " in text:  # _RAY_REPEAT's literal: without it the `\s*` scan from every character finds nothing
+        text = _RAY_REPEAT.sub("", text)
+    return CleanLine(text, timestamp, month_day_time)
 
 
 @dataclass(frozen=True)
@@ -234,7 +242,7 @@ class MetricParser:
             return None
         attrs = dict(_ATTR.findall(match.group("attrs")))
         try:
-            metrics, _ = json.JSONDecoder().raw_decode(text, match.end())
+            metrics, _ = _JSON.raw_decode(text, match.end())
         except ValueError:
             return None
         if not isinstance(metrics, dict):
