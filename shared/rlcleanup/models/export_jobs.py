@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import Field
 
 from rlcleanup.models.record_base import RunText, _Model
@@ -19,3 +21,27 @@ class ExportJob(_Model):
     state: str = "PENDING"
     exit_code: int | None = None
     message: RunText | None = None
+    # Filled when the sweep sees the job end (authority/export_follow.py): the job is never asked again after.
+    started_at: datetime | None = Field(default=None, description="when the controller started the job")
+    ended_at: datetime | None = Field(default=None, description="when the job ended, as its controller says")
+    duration_seconds: float | None = Field(default=None, description="ended_at - started_at, when both are known")
+
+
+class ExportJobEnd(_Model):
+    """How a submitted export job ended, as the sweep read it from its controller (authority/export_follow.py):
+    the facts the record's export job and, for a job that did not succeed, its run error are written from.
+    `log_tail` is the end of the job's log, bounded and with every secret-bearing line withheld."""
+
+    state: str = Field(description="the controller's terminal state, as it spells it (Ray: SUCCEEDED/FAILED/STOPPED)")
+    succeeded: bool
+    exit_code: int | None = None
+    message: RunText | None = None
+    started_at: datetime | None = None
+    ended_at: datetime
+    log_tail: RunText | None = None
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.started_at is None:
+            return None
+        return max(0.0, (self.ended_at - self.started_at).total_seconds())
