@@ -32,7 +32,7 @@ from rlcleanup.runtime.embedded import EmbeddedStack, manual_event
 from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.settings import ExportSettings, unconfigured
 
-CONVERTER = Path(__file__).resolve().parents[1] / "integration" / "tiny_converter.py"
+CONVERTER = Path(__file__).resolve().parents[1] / "servers" / "tiny_converter.py"
 STARTED = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 SECRET = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345"
 
