@@ -152,9 +152,11 @@ def test_a_job_that_succeeds_puts_its_validated_export_on_the_record_and_closes_
     )
     assert not [e for e in after.errors if e.code.startswith("export_job")], after.errors
     assert 20 in [c.step for c in after.candidates if c.valid]
-    # The report is re-rendered from the record: it lists step 20 as valid now.
-    assert after.report_uri and after.report_uri != before.report_uri
-    report = Path(after.report_uri.removeprefix("file://")).read_text()
+    # The report is re-rendered from the record: step 20 is no longer an owed (convertible) export in it.
+    assert before.report_uri and after.report_uri and after.report_uri != before.report_uri
+    earlier, report = (Path(r.removeprefix("file://")).read_text() for r in (before.report_uri, after.report_uri))
+    owed_rows = [r.count("CONVERTIBLE (request pending)") for r in (earlier, report)]  # steps 10 and 20, then 10
+    assert owed_rows == [2, 1], owed_rows
     assert "exports/global_step_20/policy" in report
 
     # A second pass asks nothing: the job's end is recorded.
