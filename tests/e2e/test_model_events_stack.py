@@ -106,17 +106,17 @@ def subscriber(stack: StackState, tmp_path: Path, uid: str) -> Iterator[tuple[Pa
 @pytest.fixture
 def ray_for_exports(stack: StackState) -> Iterator[str]:
     """A real Ray head, and the stack's grant and sweep functions configured to run export jobs on it (restored
-    after: no other test's functions know this head)."""
-    with ray_head() as url:
+    after: no other test's functions know this head). The functions restart while the head boots."""
+    with ray_head() as head:
         env = {
             "RLCLEANUP_EXPORT_CONVERTER": json.dumps([sys.executable, str(CONVERTER)]),
             "RLCLEANUP_EXPORT_CONTROLLER": "ray",
-            "RLCLEANUP_RAY_DASHBOARD": url,
+            "RLCLEANUP_RAY_DASHBOARD": head.url,
         }
         try:
             for fn in GRANT_FUNCTIONS:
                 restart_function(stack, fn, extra_env=env)
-            yield url
+            yield head.ready()
         finally:
             for fn in GRANT_FUNCTIONS:
                 restart_function(stack, fn, extra_env={})

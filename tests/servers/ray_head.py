@@ -57,39 +57,50 @@ def _stop(sid: int) -> None:
 
 
 @contextlib.contextmanager
-def ray_head() -> Iterator[str]:
-    """A real Ray head on free ports; yields its dashboard's URL once the Jobs API answers."""
-    if not RAY.exists():
-        raise AssertionError(f"{RAY} is missing: run `make .venv-ray/.installed` (make test does)")
-    temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
-    port, dashboard = _free_port(), _free_port()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    command = [
-        str(RAY), "start", "--head", f"--port={port}", f"--dashboard-port={dashboard}",
-        "--dashboard-host=127.0.0.1", "--include-dashboard=true", "--num-cpus=1", f"--temp-dir={temp}",
-        "--disable-usage-stats",
-    ]  # fmt: skip
-    starter = subprocess.Popen(
-        command, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    sid = starter.pid
+def ray_head() -> Iterator[RayHead]:
+    """A real Ray head on free ports, starting: its URL is known at once (configure what will talk to it meanwhile),
+    `ready()` waits until its Jobs API answers. Every process of its session is stopped when the block ends."""
+    head = RayHead()
     try:
-        out, _ = starter.communicate(timeout=120)
-        assert starter.returncode == 0, out
-        url = f"http://127.0.0.1:{dashboard}"
+        yield head
+    finally:
+        head.stop()
+
+
+class RayHead:
+    def __init__(self) -> None:
+        if not RAY.exists():
+            raise AssertionError(f"{RAY} is missing: run `make .venv-ray/.installed` (make test does)")
+        self.temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+        port, dashboard = _free_port(), _free_port()
+        self.url = f"http://127.0.0.1:{dashboard}"
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+        command = [
+            str(RAY), "start", "--head", f"--port={port}", f"--dashboard-port={dashboard}",
+            "--dashboard-host=127.0.0.1", "--include-dashboard=true", "--num-cpus=1", f"--temp-dir={self.temp}",
+            "--disable-usage-stats",
+        ]  # fmt: skip
+        self.starter = subprocess.Popen(
+            command, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.sid = self.starter.pid
+
+    def ready(self) -> str:
+        out, _ = self.starter.communicate(timeout=120)
+        assert self.starter.returncode == 0, out
         deadline = time.monotonic() + 60
         while True:
             try:
-                if requests.get(f"{url}/api/jobs/", timeout=2).ok:
-                    break
+                if requests.get(f"{self.url}/api/jobs/", timeout=2).ok:
+                    return self.url
             except requests.ConnectionError:
                 pass
             assert time.monotonic() < deadline, "the Ray dashboard's Jobs API never answered"
             time.sleep(0.5)
-        yield url
-    finally:
-        _stop(sid)
-        shutil.rmtree(temp, ignore_errors=True)
+
+    def stop(self) -> None:
+        _stop(self.sid)
+        shutil.rmtree(self.temp, ignore_errors=True)
 
 
 def wait_job(controller: RayController, job_id: str, seconds: float = 90) -> str:
