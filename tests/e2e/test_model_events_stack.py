@@ -189,6 +189,7 @@ def test_an_owed_export_runs_on_ray_and_its_published_model_reaches_the_sample_s
     assert job.controller == "ray" and job.job_id.startswith("rlcleanup-export-20-") and job.argv == preview["argv"]
     ray = RayController(ray_for_exports)
     assert wait_job(ray, job.job_id) == "SUCCEEDED", ray.snapshot(job.job_id).logs
+    assert "tiny_converter: step 20 exit 0" in (ray.job_log_tail(job.job_id, 4096) or "")  # the route a failure reads
     # A redelivery of the same submission id finds the job instead of submitting a second one.
     again = ray.submit(ExportJobSpec(submission_id=job.job_id, argv=tuple(job.argv)))
     assert again.already and again.state == "SUCCEEDED"

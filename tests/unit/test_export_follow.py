@@ -196,6 +196,21 @@ def test_a_failed_job_is_a_run_error_with_its_exit_and_log_tail_and_the_export_s
     assert len([e for e in again.errors if e.code == "export_job_failed"]) == 1
 
 
+def test_a_job_that_succeeds_without_writing_an_export_is_an_error_and_the_export_stays_owed(tmp_path: Path) -> None:
+    ray = ChildProcessRay()
+    stack = _stack(tmp_path, ray, [sys.executable, "-c", "print('converted nothing')"])  # exit 0, no export
+    before, _ = _granted_export(tmp_path, stack)
+    after = _sweep_records(stack)
+    [error] = [e for e in after.errors if e.code == "export_job_invalid"]
+    assert "succeeded, but global_step_20's export is convertible" in error.message
+    assert f"rlcleanup grant {after.run_id} --action export --step 20" in error.message
+    assert next(c for c in after.candidates if c.step == 20).state.value == "convertible"
+    assert any("global_step_20" in i and i.startswith("export owed") for i in after.remaining_work)
+    assert any(i.startswith("export job ") and "ended SUCCEEDED (exit 0) without a valid export" in i
+               for i in after.remaining_work)  # fmt: skip
+    assert [c.step for c in after.candidates if c.valid] == [c.step for c in before.candidates if c.valid]
+
+
 def test_a_log_tail_is_bounded_to_its_last_lines_and_characters() -> None:
     lines = [f"line {i} " + "x" * 200 for i in range(500)]
     tail = log_tail("\n".join(lines))

@@ -23,6 +23,7 @@ step's export lives).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -54,9 +55,10 @@ class OpenJob:
     job: ExportJob
 
 
-def open_export_jobs(records: RunRecords, *, scan_limit: int, limit: int) -> list[OpenJob]:
+def open_export_jobs(records: RunRecords, now: datetime, *, scan_limit: int, limit: int) -> list[OpenJob]:
     """The export jobs a sweep pass asks about: on finished records, submitted by a grant that was not refused, no
-    end recorded yet; at most `limit`, the longest waiting first (a busy deployment's oldest job is never starved)."""
+    end recorded yet. At most `limit`, drawn afresh each pass (ordered by a hash of the grant and the pass's
+    minute), so with more open jobs than one pass asks about, none is left out pass after pass."""
     found = [
         OpenJob(record.run_id, action.grant_id, action.step, action.export_job)
         for record in records.list_runs(limit=scan_limit)
@@ -68,7 +70,8 @@ def open_export_jobs(records: RunRecords, *, scan_limit: int, limit: int) -> lis
         and action.export_job is not None
         and action.export_job.ended_at is None
     ]
-    return sorted(found, key=lambda j: (j.job.started_at is not None, j.job.started_at, j.run_id))[:limit]
+    draw = now.strftime("%Y%m%d%H%M")
+    return sorted(found, key=lambda j: hashlib.sha256(f"{draw}/{j.grant_id}".encode()).hexdigest())[:limit]
 
 
 def verdict(controller: str, state: str) -> Verdict:
@@ -164,9 +167,9 @@ def invalid_export_error(open_job: OpenJob, candidate: Candidate) -> RunError:
     return RunError(step="export", code=RunErrorCode.export_job_invalid, message=message)
 
 
-def already_recorded(record: CompletionRecord, error: RunError) -> bool:
-    """A run error for this job is already on the record (a pass that filed it and stopped before noting the end)."""
-    job_id = error.message.split(" ", 3)[2]
+def already_recorded(record: CompletionRecord, error: RunError, job_id: str) -> bool:
+    """A run error of this kind for this job is already on the record (a pass that filed it and stopped before
+    noting the job's end)."""
     return any(e.code == error.code and f"export job {job_id} " in e.message for e in record.errors)
 
 

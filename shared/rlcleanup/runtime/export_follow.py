@@ -43,7 +43,7 @@ from rlcleanup.steps.wrapup import finish_record
 
 log = logging.getLogger(__name__)
 
-FOLLOW_PER_PASS = 20  # controller calls one pass makes at most (a pass runs in one function invocation)
+FOLLOW_PER_PASS = 20  # jobs one pass asks about (one job_state call each, a log read for a failed one)
 
 
 @dataclass
@@ -58,7 +58,7 @@ class FollowSummary:
 
 def follow_export_jobs(p: Ports, now: datetime, scan_limit: int) -> FollowSummary:
     summary = FollowSummary()
-    for open_job in follow.open_export_jobs(p.records, scan_limit=scan_limit, limit=FOLLOW_PER_PASS):
+    for open_job in follow.open_export_jobs(p.records, now, scan_limit=scan_limit, limit=FOLLOW_PER_PASS):
         end = _ask(p, open_job, now)
         if end == RUNNING:
             summary.running += 1
@@ -113,7 +113,7 @@ def _ended(p: Ports, open_job: follow.OpenJob, end: ExportJobEnd, now: datetime)
     else:
         errors.append(follow.failure_error(open_job, end))
     record = p.records.get(run_id)
-    fresh = [e for e in errors if record is not None and not follow.already_recorded(record, e)]
+    fresh = [e for e in errors if record is not None and not follow.already_recorded(record, e, open_job.job.job_id)]
     if fresh:
         p.records.add_errors(run_id, fresh)
     follow.note_job_end(p.records, open_job, end)  # last: a pass that stops before it is redone whole
