@@ -195,9 +195,8 @@ def _sweep_records(p: Ports, now: datetime, config: SweepConfig) -> str:
             log.warning("sweep marked %s stalled: %s", record.run_id, message)
     rechecked = _recheck_deadlines(p, now, config)
     lost = redrive_lost_runs(p, now)  # runs the record store lost: their kept event, published again
-    jobs = follow_export_jobs(
-        p, now, config.record_scan_limit
-    )  # export grants' jobs: ended? (runtime/export_follow.py)
+    # Export grants' jobs: asked whether they ended, and what an end means recorded (runtime/export_follow.py).
+    jobs = follow_export_jobs(p, now, config.record_scan_limit)
     return (
         f"records: {redriven} re-driven, {stalled} stalled, {rechecked} deadline(s) changed, {lost} lost run(s) "
         f"re-driven; {jobs}"
