@@ -21,6 +21,7 @@ from rlcleanup.authority.export_follow import LOG_TAIL_CHARS, LOG_TAIL_LINES, lo
 from rlcleanup.authority.grants import Approver, Grant, new_key, public_b64, register_approver, sign
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.controllers import (
+    ControllerRefused,
     ControllerSnapshot,
     ControllerUnavailable,
     ExportJobSpec,
@@ -45,6 +46,7 @@ class ChildProcessRay:
     polls: bool = False
     down: bool = False
     running: bool = False  # the job has not ended yet
+    forgotten: bool = False  # the head was restarted: it no longer knows the job (404)
     jobs: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
     specs: dict[str, ExportJobSpec] = field(default_factory=dict)
     asked: list[str] = field(default_factory=list)
@@ -63,6 +65,8 @@ class ChildProcessRay:
         self.asked.append(job_id)
         if self.down:
             raise ControllerUnavailable("ray", "connection refused (the head is down)")
+        if self.forgotten:
+            raise ControllerRefused("ray", f"GET /api/jobs/{job_id}: HTTP 404: Job {job_id} does not exist", status=404)
         if self.running:
             return SubmittedJob(controller="ray", job_id=job_id, state="RUNNING", started_at=STARTED)
         if job_id not in self.jobs:
@@ -209,6 +213,21 @@ def test_a_job_that_succeeds_without_writing_an_export_is_an_error_and_the_expor
     assert any(i.startswith("export job ") and "ended SUCCEEDED (exit 0) without a valid export" in i
                for i in after.remaining_work)  # fmt: skip
     assert [c.step for c in after.candidates if c.valid] == [c.step for c in before.candidates if c.valid]
+
+
+def test_a_job_its_controller_no_longer_knows_is_recorded_gone_once_and_the_export_stays_owed(tmp_path: Path) -> None:
+    ray = ChildProcessRay(forgotten=True)
+    stack = _stack(tmp_path, ray, [sys.executable, str(CONVERTER)])
+    _granted_export(tmp_path, stack)
+    after = _sweep_records(stack)
+    [error] = [e for e in after.errors if e.code == "export_job_failed"]
+    assert "ended ABSENT (no exit code): ray no longer knows job" in error.message and "404" in error.message
+    assert next(c for c in after.candidates if c.step == 20).state.value == "convertible"
+    [action] = [a for a in after.authority_actions if a.action == "export"]
+    assert action.export_job is not None and action.export_job.state == "ABSENT" and action.export_job.ended_at
+    asked = len(ray.asked)
+    again = _sweep_records(stack)  # never asked again, never filed twice
+    assert len(ray.asked) == asked and len([e for e in again.errors if e.code == "export_job_failed"]) == 1
 
 
 def test_a_log_tail_is_bounded_to_its_last_lines_and_characters() -> None:

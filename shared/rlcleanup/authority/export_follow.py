@@ -95,6 +95,17 @@ def job_end(job: SubmittedJob, log_text: str | None, now: datetime) -> ExportJob
     )
 
 
+def vanished_job(job: ExportJob, detail: str, now: datetime) -> ExportJobEnd:
+    """A job its controller no longer knows (Ray answers 404: a restarted head keeps no job history): it will never
+    be seen ending, so it is recorded as ended `ABSENT` now, with the controller's words, and the export stays owed."""
+    return ExportJobEnd(
+        state="ABSENT",
+        succeeded=False,
+        message=f"{job.controller} no longer knows job {job.job_id}: {detail}"[:2000],
+        ended_at=now,
+    )
+
+
 def log_tail(text: str) -> str:
     """The last lines of a job's log, bounded; a line any secret rule flags is withheld whole (the finding names
     the rule, never the value). The run error's own redaction (errors.redact_credentials) runs after."""

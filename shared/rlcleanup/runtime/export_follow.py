@@ -33,7 +33,7 @@ from rlcleanup.errors import ErrorKind, error_kind
 from rlcleanup.models.controller_states import Verdict
 from rlcleanup.models.export_jobs import ExportJobEnd
 from rlcleanup.models.record import RunError
-from rlcleanup.ports.controllers import ControllerError, ExportSubmitter
+from rlcleanup.ports.controllers import ControllerError, ControllerRefused, ExportSubmitter
 from rlcleanup.runtime import admission
 from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.ports import Ports
@@ -91,6 +91,11 @@ def _ask(p: Ports, open_job: follow.OpenJob, now: datetime) -> ExportJobEnd | Un
         if not said.terminal:
             return RUNNING
         logs = None if said is Verdict.succeeded else _log_tail(submitter, job.job_id)
+    except ControllerRefused as exc:
+        if exc.status == 404:  # it will never be seen ending: recorded as gone, the export still owed
+            return follow.vanished_job(job, str(exc), now)
+        log.error("export job %s of run %s: %s", job.job_id, run_id, exc, extra={"run_id": run_id})
+        return UNREACHABLE
     except ControllerError as exc:  # down (transient) or refusing (permanent): never a failed run, asked again
         level = logging.WARNING if error_kind(exc) is ErrorKind.transient else logging.ERROR
         log.log(level, "export job %s of run %s: %s", job.job_id, run_id, exc, extra={"run_id": run_id})
