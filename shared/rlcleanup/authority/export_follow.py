@@ -2,8 +2,8 @@
 
 An export grant submits the owed export and records the job (`ExportJob` on the grant's action, authority/export.py).
 Nothing tells rlcleanup when that job ends (Ray has no completion hook), so each records sweep asks the job's
-controller about every recorded export job that has not ended yet (`open_export_jobs`: bounded per pass, oldest
-first), through the same `ExportSubmitter` port the grant submitted through. The wiring (runtime/export_follow.py)
+controller about every recorded export job that has not ended yet (`open_export_jobs`: bounded per pass, drawn
+afresh each pass), through the same `ExportSubmitter` port the grant submitted through. The wiring (runtime/export_follow.py)
 does the asking; this module holds what the answer means:
 
 - the job's end is read into `ExportJobEnd` (`job_end`): state, exit code, message, start and end, and for a job that

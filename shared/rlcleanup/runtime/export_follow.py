@@ -33,7 +33,7 @@ from rlcleanup.errors import ErrorKind, error_kind
 from rlcleanup.models.controller_states import Verdict
 from rlcleanup.models.export_jobs import ExportJobEnd
 from rlcleanup.models.record import RunError
-from rlcleanup.ports.controllers import ControllerError, ControllerRefused, ExportSubmitter
+from rlcleanup.ports.controllers import ControllerError, ControllerRefused, ExportSubmitter, UnknownControllerError
 from rlcleanup.runtime import admission
 from rlcleanup.runtime.evidence import refresh_report
 from rlcleanup.runtime.ports import Ports
@@ -78,7 +78,11 @@ UNREACHABLE: Unended = "unreachable"
 def _ask(p: Ports, open_job: follow.OpenJob, now: datetime) -> ExportJobEnd | Unended:
     """The job's end, or why there is none on this pass (still running; its controller cannot be asked)."""
     job, run_id = open_job.job, open_job.run_id
-    submitter = p.export_submitter(job.controller)
+    try:
+        submitter = p.export_submitter(job.controller)
+    except UnknownControllerError as exc:  # a record naming a controller nobody registered: never this pass's end
+        log.error("export job %s of run %s: %s", job.job_id, run_id, exc, extra={"run_id": run_id})
+        return UNREACHABLE
     if submitter is None:
         why = f"its controller {job.controller} is not configured here"
         log.warning(
