@@ -56,7 +56,7 @@ $(CHECKOV_STAMP):
 	.venv-checkov/bin/pip install -q 'checkov==3.*'
 	touch $(CHECKOV_STAMP)
 
-# A real local Ray head for the export-grant test (tests/integration/test_export_ray.py: `ray start --head`, the
+# A real local Ray head for the export-grant chain (tests/e2e/test_model_events_stack.py: `ray start --head`, the
 # dashboard's Job Submission REST API). Its own venv: ray[default] pins packages (grpcio, pydantic extras, aiohttp)
 # rlcleanup does not need, and rlcleanup never imports ray: it only starts the head and speaks HTTP to it.
 RAY_STAMP := .venv-ray/.installed

@@ -40,6 +40,8 @@ class RunErrorCode(StrEnum):
     bus_unreachable = "bus_unreachable"
     controller_refused = "controller_refused"
     deadline_passed = "deadline_passed"
+    export_job_failed = "export_job_failed"
+    export_job_invalid = "export_job_invalid"
     internal_error = "internal_error"
     invalid_grant = "invalid_grant"
     invalid_message = "invalid_message"

@@ -23,11 +23,13 @@ class ExportJob(_Model):
     state: str = "PENDING"
     exit_code: int | None = None
     message: RunText | None = None
-    # What a later export grant's preflight measures throughput from (authority/export_throughput.py): the bytes
-    # the job converts over the time from its submission to its recorded end. `ended_at` is filled by whatever
-    # records the job's end; a job without it is not measured.
+    # What a later export grant's preflight measures throughput from (authority/export_throughput.py), filled when
+    # the sweep sees the job end (authority/export_follow.py; the job is never asked again after): the bytes the job
+    # converts over its run time (duration_seconds; from submission to end where the controller gave no start).
     submitted_at: datetime | None = Field(default=None, description="when the grant submitted it")
-    ended_at: datetime | None = Field(default=None, description="when the job ended, as recorded after it ended")
+    started_at: datetime | None = Field(default=None, description="when the controller started the job")
+    ended_at: datetime | None = Field(default=None, description="when the job ended, as its controller says")
+    duration_seconds: float | None = Field(default=None, description="ended_at - started_at, when both are known")
     bytes: int | None = Field(
         default=None, ge=0, description="the checkpoint bytes the job converts (what the expiry preflight divides)"
     )
@@ -56,3 +58,23 @@ class PreservedCheckpoint(_Model):
     total_bytes: int = Field(ge=0)
     objects: list[CheckpointCopy] = Field(default_factory=list)
     marker: str = Field(description="the `_PRESERVED.json` written last, after every object verified")
+
+
+class ExportJobEnd(_Model):
+    """How a submitted export job ended, as the sweep read it from its controller (authority/export_follow.py):
+    the facts the record's export job and, for a job that did not succeed, its run error are written from.
+    `log_tail` is the end of the job's log, bounded and with every secret-bearing line withheld."""
+
+    state: str = Field(description="the controller's terminal state, as it spells it (Ray: SUCCEEDED/FAILED/STOPPED)")
+    succeeded: bool
+    exit_code: int | None = None
+    message: RunText | None = None
+    started_at: datetime | None = None
+    ended_at: datetime
+    log_tail: RunText | None = None
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.started_at is None:
+            return None
+        return max(0.0, (self.ended_at - self.started_at).total_seconds())

@@ -138,6 +138,8 @@ class SubmittedJob(BaseModel):
     already: bool = False
     exit_code: int | None = None
     message: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
 
 
 @runtime_checkable
@@ -153,3 +155,7 @@ class ExportSubmitter(Protocol):
 
     def job_state(self, job_id: str) -> SubmittedJob:
         """The job's state now; `ControllerError` when it cannot be read."""
+
+    def job_log_tail(self, job_id: str, max_bytes: int) -> str | None:
+        """The last `max_bytes` of the job's log (None: the controller keeps none); `ControllerError` when it
+        cannot be read. The sweep records it for a job that did not succeed (authority/export_follow.py)."""

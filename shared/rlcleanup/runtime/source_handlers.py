@@ -28,6 +28,7 @@ from rlcleanup.report.notice import urgency
 from rlcleanup.runtime.attempt_scope import PASS_PREFIX
 from rlcleanup.runtime.claims import once_ran
 from rlcleanup.runtime.evidence import refresh_report
+from rlcleanup.runtime.export_follow import follow_export_jobs
 from rlcleanup.runtime.ports import Ports
 from rlcleanup.runtime.recovery import redrive_lost_runs
 from rlcleanup.settings import DeploymentSettings, unconfigured
@@ -194,9 +195,11 @@ def _sweep_records(p: Ports, now: datetime, config: SweepConfig) -> str:
             log.warning("sweep marked %s stalled: %s", record.run_id, message)
     rechecked = _recheck_deadlines(p, now, config)
     lost = redrive_lost_runs(p, now)  # runs the record store lost: their kept event, published again
+    # Export grants' jobs: asked whether they ended, and what an end means recorded (runtime/export_follow.py).
+    jobs = follow_export_jobs(p, now, config.record_scan_limit)
     return (
         f"records: {redriven} re-driven, {stalled} stalled, {rechecked} deadline(s) changed, {lost} lost run(s) "
-        "re-driven"
+        f"re-driven; {jobs}"
     )
 
 

@@ -131,12 +131,17 @@ def still_open(items: Iterable[str], actions: Iterable[AuthorityAction], owed: C
 
 def export_job_item(action: AuthorityAction) -> str:
     """An export grant's job, while its step's export is still owed (`owed`: the convertible and partial steps):
-    once a pass of the run finds the export it wrote, the item is gone with the owed one."""
+    the sweep follows it (authority/export_follow.py), and once it ends with a valid export the item is gone with
+    the owed one; a job that ended without one says so, and the owed item names the grant that retries it."""
     job = action.export_job
     assert job is not None
+    submitted = f"{EXPORT_JOB_PREFIX}{job.job_id} submitted to {job.controller} for global_step_{action.step}"
+    if job.ended_at is None:
+        return f"{submitted} (grant {action.grant_id}): the sweep follows it and validates the new export when it ends"
+    exit_text = f"exit {job.exit_code}" if job.exit_code is not None else "no exit code"
     return (
-        f"{EXPORT_JOB_PREFIX}{job.job_id} submitted to {job.controller} for global_step_{action.step} (grant "
-        f"{action.grant_id}): when it ends, run the pipeline on the run again to validate the new export"
+        f"{submitted} (grant {action.grant_id}) ended {job.state} ({exit_text}) without a valid export: the run's "
+        "errors hold its message and log tail; the export is still owed"
     )
 
 

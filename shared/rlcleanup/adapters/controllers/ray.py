@@ -9,7 +9,8 @@ driver_node_id, driver_exit_code}` with `status` one of PENDING, RUNNING, STOPPE
 Unix milliseconds. Older servers answered a map `{job_id: {...}}` (the REST page's example still shows it):
 both are accepted. Note the trailing slash: `/api/jobs` without it is not the list route.
 
-Export grants submit through the same server (`submit`, `job_state`): `POST /api/jobs/` with `entrypoint`
+Export grants submit through the same server (`submit`, `job_state`, and `job_log_tail` when the sweep sees the job
+end without success: `GET /api/jobs/{id}/logs`, `{"logs": "<the driver's log>"}`): `POST /api/jobs/` with `entrypoint`
 (`shlex.join` of the grant's argv), `submission_id` and `metadata` (Ray's `JobSubmitRequest`, same
 pydantic_models.py / `dashboard/modules/job/common.py`), answered `{"job_id", "submission_id"}`; a submission id
 Ray already holds is refused (Ray 2.60.0 answers HTTP 500 with the agent's traceback, "ValueError: Job with
@@ -67,6 +68,7 @@ class JobDetails(BaseModel):
     submission_id: str | None = None
     status: str
     message: str | None = None
+    start_time: int | None = None
     end_time: int | None = None
     metadata: dict[str, str] | None = None
     runtime_env: dict[str, Any] | None = None
@@ -78,10 +80,11 @@ class JobDetails(BaseModel):
 
     @property
     def ended_at(self) -> datetime | None:
-        if not self.end_time:
-            return None
-        seconds = self.end_time / 1000 if self.end_time > 10**11 else self.end_time  # ms (2.x); old docs: s
-        return datetime.fromtimestamp(seconds, UTC)
+        return _instant(self.end_time)
+
+    @property
+    def started_at(self) -> datetime | None:
+        return _instant(self.start_time)
 
     @property
     def run_uri(self) -> str | None:
@@ -90,6 +93,13 @@ class JobDetails(BaseModel):
         if not uri and isinstance(env, dict):
             uri = env.get(RUN_URI_ENV)
         return str(uri).rstrip("/") if uri else None
+
+
+def _instant(stamp: int | None) -> datetime | None:
+    if not stamp:
+        return None
+    seconds = stamp / 1000 if stamp > 10**11 else stamp  # ms (2.x); old docs: s
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 def parse_job_list(payload: Any) -> list[JobDetails]:
@@ -165,8 +175,7 @@ class RayController:
     def snapshot(self, job_id: str) -> ControllerSnapshot:
         segment = urllib.parse.quote(checked_job_id(JOB_ID, NAME, job_id), safe="")
         details = self._get_object(f"/api/jobs/{segment}")
-        logs = self._get_object(f"/api/jobs/{segment}/logs").get("logs")
-        text = logs[-self.max_log_bytes :] if isinstance(logs, str) else None
+        text = self._log_tail(segment, self.max_log_bytes)
         return ControllerSnapshot(
             source=NAME,
             job_id=str(details.get("submission_id") or details.get("job_id") or job_id),
@@ -220,4 +229,15 @@ class RayController:
             state=RAY.spell(details.status),
             exit_code=details.driver_exit_code,
             message=details.message,
+            started_at=details.started_at,
+            ended_at=details.ended_at,
         )
+
+    def job_log_tail(self, job_id: str, max_bytes: int) -> str | None:
+        """`GET /api/jobs/{id}/logs` (`{"logs": "..."}`, the driver's whole log), its last `max_bytes` characters."""
+        segment = urllib.parse.quote(checked_job_id(JOB_ID, NAME, job_id), safe="")
+        return self._log_tail(segment, min(max_bytes, self.max_log_bytes))
+
+    def _log_tail(self, segment: str, max_bytes: int) -> str | None:
+        logs = self._get_object(f"/api/jobs/{segment}/logs").get("logs")
+        return logs[-max_bytes:] if isinstance(logs, str) else None

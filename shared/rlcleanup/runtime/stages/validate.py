@@ -118,18 +118,23 @@ def _returning(outcome: ValidationOutcome) -> Callable[[], ValidationOutcome]:
 
 
 @dataclass(frozen=True)
-class _ValidationInputs:
+class ValidationInputs:
     layout: RunLayout
     metric_steps: set[int] | None
     step_budget: int | None
 
 
-def _validation_inputs(p: Ports, msg: CandidateMessage) -> _ValidationInputs:
-    """What validating any candidate of the run needs: the stored layout, the steps the metrics cover, the budget."""
-    layout = run_layout(p, msg.run_id, msg.run_uri, msg.scope)
-    record = p.records.get(msg.run_id)
+def _validation_inputs(p: Ports, msg: CandidateMessage) -> ValidationInputs:
+    return validation_inputs(p, msg.run_id, msg.run_uri, msg.scope)
+
+
+def validation_inputs(p: Ports, run_id: str, run_uri: str, scope: str) -> ValidationInputs:
+    """What validating any candidate of the run needs: the stored layout, the steps the metrics cover, the budget
+    (the sweep validates an export job's new export with the same, runtime/export_follow.py)."""
+    layout = run_layout(p, run_id, run_uri, scope)
+    record = p.records.get(run_id)
     metric_steps = load_metric_steps(p.storage, record.metrics_uri) if record and record.metrics_uri else None
-    return _ValidationInputs(layout, metric_steps, record.step_budget if record else None)
+    return ValidationInputs(layout, metric_steps, record.step_budget if record else None)
 
 
 @barrier_work(BARRIER)
