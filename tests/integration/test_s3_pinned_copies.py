@@ -59,26 +59,30 @@ def _private_bucket(_storage: Any, uri: str) -> VisibilityReading:
     return VisibilityReading(Visibility.private, f"{uri}: a SeaweedFS bucket with no policy (test stand-in)")
 
 
-def _world(tmp: Path, s3_admin: Any, uid: str, monkeypatch: pytest.MonkeyPatch) -> tuple[World, str, str]:
-    """An S3 run whose evidence (and so a publish's staging) is preserved to S3; returns the world, the run
-    bucket and the publish bucket (same endpoint)."""
-    bucket, published = f"s3-pin-{uid}", f"s3-pub-{uid}"
+def _world(
+    tmp: Path, s3_admin: Any, uid: str, monkeypatch: pytest.MonkeyPatch, sample: str = "selection-policy"
+) -> tuple[World, str, str]:
+    """An S3 run of `sample` whose evidence (and so a publish's staging) is preserved to S3, and a second bucket
+    of the same endpoint that alice may grant a copy to (a publish's or a preserve's destination); returns the
+    world, the run bucket and that destination bucket. Both grants' visibility readings are stood in for."""
+    bucket, destination = f"s3-pin-{uid}", f"s3-dst-{uid}"
     s3_admin.create_bucket(Bucket=bucket)
-    s3_admin.create_bucket(Bucket=published)
+    s3_admin.create_bucket(Bucket=destination)
     monkeypatch.setattr(publish_mod, "read_visibility", _private_bucket)
-    write_sample_run(tmp / "sample", "selection-policy")
+    monkeypatch.setattr(preserve_mod, "read_visibility", _private_bucket)
+    write_sample_run(tmp / "sample", sample)
     run_uri = upload_sample_run_to(S3Storage(), tmp / "sample", f"s3://{bucket}/iris/job")
     stack = EmbeddedStack.create(tmp / "records.db", f"s3://{bucket}/preserved")
     key = new_key()
     register_approver(
         stack.ports.records,
-        Approver(approver_id="alice", public_key=public_b64(key), allowed_prefixes=[f"s3://{published}/models"]),
+        Approver(approver_id="alice", public_key=public_b64(key), allowed_prefixes=[f"s3://{destination}"]),
     )
     event = manual_event(run_uri)
     stack.emit(event)
     world = World(stack, run_uri, resolve_run_id(stack.ports, event), key, tmp / "unused", tmp)
     assert world.record.preserved_locations[0].startswith(f"s3://{bucket}/preserved"), world.record
-    return world, bucket, published
+    return world, bucket, destination
 
 
 def _keys(s3_admin: Any, bucket: str, prefix: str) -> list[str]:
@@ -239,22 +243,8 @@ def test_a_preserve_on_s3_copies_the_checkpoint_server_side_pinned_and_verified(
     """Issue 49: a preserve grant copies an owed export's checkpoint to a durable bucket of the same endpoint, every
     object a CopyObject conditioned on its pinned ETag (no byte through the process), each copy verified, the
     marker last; the export grant would then read that copy."""
-    bucket, durable = f"s3-pres-{uid}", f"s3-dur-{uid}"
-    s3_admin.create_bucket(Bucket=bucket)
-    s3_admin.create_bucket(Bucket=durable)
-    monkeypatch.setattr(preserve_mod, "read_visibility", _private_bucket)
-    write_sample_run(tmp_path / "sample", "deferred-export")
-    run_uri = upload_sample_run_to(S3Storage(), tmp_path / "sample", f"s3://{bucket}/iris/job")
-    stack = EmbeddedStack.create(tmp_path / "records.db", f"s3://{bucket}/preserved")
-    key = new_key()
-    register_approver(
-        stack.ports.records,
-        Approver(approver_id="alice", public_key=public_b64(key), allowed_prefixes=[f"s3://{durable}/keep"]),
-    )
-    event = manual_event(run_uri)
-    stack.emit(event)
-    w = World(stack, run_uri, resolve_run_id(stack.ports, event), key, tmp_path / "unused", tmp_path)
-    step, digest = preserve_target(stack.ports.storage, w.record, 20, None)
+    w, bucket, durable = _world(tmp_path, s3_admin, uid, monkeypatch, "deferred-export")
+    step, digest = preserve_target(w.stack.ports.storage, w.record, 20, None)
     checkpoint = checkpoint_of(w.record, step)
     assert checkpoint is not None and checkpoint.startswith(f"s3://{bucket}/")
     sources = {o.uri.removeprefix(checkpoint + "/"): o for o in S3Storage().list(checkpoint)}

@@ -3,6 +3,7 @@ stack state) lives under the test's own directories and no cloud backend is reac
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlcleanup.cli.main import app
+from rlcleanup.samples.generator import write_sample_run
 
 runner = CliRunner()
 # Variables of the developer's own shell that would change what a probe of the environment (doctor) finds.
@@ -56,6 +58,33 @@ def without_ambient_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def invoke(*args: str) -> tuple[int, str, str]:
     result = runner.invoke(app, list(args))
     return result.exit_code, result.stdout, result.stderr
+
+
+def classify_sample(base: Path, sample: str) -> tuple[str, Path]:
+    """The sample run written under base/src and classified through `run --json`: (its run id, its root)."""
+    root = write_sample_run(base / "src", sample)
+    code, out, err = invoke("run", str(root), "--json")
+    assert code == 0, err
+    return json.loads(out)["run_id"], root
+
+
+def add_approver(approver_id: str, *prefixes: Path) -> None:
+    """A key made by `keygen` and its approver registered, allowed to grant under each of prefixes."""
+    code, out, err = invoke("keygen", "--id", approver_id)
+    assert code == 0, err
+    public = next(line.split()[-1] for line in out.splitlines() if line.startswith("public key:"))
+    allowed = [arg for prefix in prefixes for arg in ("--prefix", str(prefix))]
+    code, _, err = invoke("approver", "add", approver_id, "--public-key", public, *allowed)
+    assert code == 0, err
+
+
+def ray_export_env(home: Path, monkeypatch: pytest.MonkeyPatch, converter: list[str], dashboard: str) -> None:
+    """isolated_cli_env under home, as a module's fixture made it, with the export settings of a deployment that
+    submits to Ray (the converter's argv, the dashboard's URL)."""
+    isolated_cli_env(home, monkeypatch)
+    monkeypatch.setenv("RLCLEANUP_EXPORT_CONVERTER", json.dumps(converter))
+    monkeypatch.setenv("RLCLEANUP_EXPORT_CONTROLLER", "ray")
+    monkeypatch.setenv("RLCLEANUP_RAY_DASHBOARD", dashboard)
 
 
 def read_terminal(fd: int) -> bytes:

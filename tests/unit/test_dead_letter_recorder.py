@@ -50,16 +50,14 @@ class FailingCopies(RoutingStorage):
 
 
 def _pubsub_stack(
-    tmp_path: Path,
-    storage: RoutingStorage,
-    forwarded: list[Delivered],
-    failing: str | None = None,
-    table: StageTable | None = None,
-) -> EmbeddedStack:
-    """An embedded stack whose give-ups are Pub/Sub's: the message goes to the recorder, the exception nowhere.
-    `failing`: the function whose messages are given up on, where its trigger feeds more than one. `table`: the
-    stage table served (a development stack's, `stack up --stages`; None: the packaged one)."""
+    tmp_path: Path, storage: RoutingStorage, failing: str | None = None, table: StageTable | None = None
+) -> tuple[EmbeddedStack, list[Delivered]]:
+    """An embedded stack whose give-ups are Pub/Sub's: the message goes to the recorder, the exception nowhere;
+    returned with the list of the messages forwarded so far. `failing`: the function whose messages are given up
+    on, where its trigger feeds more than one. `table`: the stage table served (a development stack's,
+    `stack up --stages`; None: the packaged one)."""
     bus = InProcessBus()
+    forwarded: list[Delivered] = []
     topology = table.topology if table else load_topology()
     stack: EmbeddedStack | None = None
 
@@ -72,7 +70,7 @@ def _pubsub_stack(
 
     bus.on_dead_letter = forward
     stack = EmbeddedStack.create(tmp_path / "r.db", str(tmp_path / "p"), bus=bus, storage=storage, table=table)
-    return stack
+    return stack, forwarded
 
 
 def deliver_to_recorder(stack: EmbeddedStack, data: bytes, attributes: dict[str, str]) -> str:
@@ -91,8 +89,7 @@ def _record(tmp_path: Path) -> Any:
 
 
 def test_a_member_pubsub_gave_up_on_is_recorded_and_completed_as_failed(tmp_path: Path) -> None:
-    forwarded: list[Delivered] = []
-    stack = _pubsub_stack(tmp_path, FailingCopies("/terminal.json"), forwarded)
+    stack, forwarded = _pubsub_stack(tmp_path, FailingCopies("/terminal.json"))
     stack.emit(manual_event(str(write_sample_run(tmp_path / "src", "completed-resumed"))))
     assert [m.topic for m in forwarded] == ["capture-parts"]
     record = _record(tmp_path)
@@ -115,8 +112,7 @@ def test_a_member_pubsub_gave_up_on_is_recorded_and_completed_as_failed(tmp_path
 
 
 def test_a_pipeline_stage_pubsub_gave_up_on_fails_the_run(tmp_path: Path) -> None:
-    forwarded: list[Delivered] = []
-    stack = _pubsub_stack(tmp_path, RoutingStorage(), forwarded, failing="plan-capture")
+    stack, forwarded = _pubsub_stack(tmp_path, RoutingStorage(), failing="plan-capture")
     plan = stack.ports.topology.function("plan-capture")
     handlers = stack.bus.subscribers[stack.ports.topology.trigger_of(plan.name)]
     assert len(handlers) == 2  # run-classified feeds the terminal-state planner, then the capture planner
@@ -138,7 +134,7 @@ def test_a_pipeline_stage_pubsub_gave_up_on_fails_the_run(tmp_path: Path) -> Non
 def test_a_member_stored_before_its_dead_letter_arrived_fails_nothing(tmp_path: Path) -> None:
     """At-least-once: a dead letter of a member whose outcome is stored (a duplicate forwarded late, a delivery that
     stored its work but never got its ack through) records nothing, fails nothing and leaves the member as it is."""
-    stack = _pubsub_stack(tmp_path, RoutingStorage(), [])
+    stack, _ = _pubsub_stack(tmp_path, RoutingStorage())
     parts: list[bytes] = []
     stack.bus.subscribe("capture-parts", lambda data, attributes, message_id: parts.append(data))
     stack.emit(manual_event(str(write_sample_run(tmp_path / "src", "completed-resumed"))))
@@ -151,7 +147,7 @@ def test_a_member_stored_before_its_dead_letter_arrived_fails_nothing(tmp_path: 
 
 
 def test_a_pipeline_step_stored_before_its_dead_letter_arrived_fails_nothing(tmp_path: Path) -> None:
-    stack = _pubsub_stack(tmp_path, RoutingStorage(), [])
+    stack, _ = _pubsub_stack(tmp_path, RoutingStorage())
     classified: list[bytes] = []
     stack.bus.subscribe("run-classified", lambda data, attributes, message_id: classified.append(data))
     stack.emit(manual_event(str(write_sample_run(tmp_path / "src", "completed-resumed"))))
@@ -163,7 +159,7 @@ def test_a_pipeline_step_stored_before_its_dead_letter_arrived_fails_nothing(tmp
 
 
 def test_a_copy_the_function_parked_after_recording_is_not_recorded_twice(tmp_path: Path) -> None:
-    stack = _pubsub_stack(tmp_path, RoutingStorage(), [])
+    stack, _ = _pubsub_stack(tmp_path, RoutingStorage())
     stack.emit(manual_event(str(write_sample_run(tmp_path / "src", "completed-resumed"))))
     before = _record(tmp_path)
     data = b'{"run_id": "' + RUN_ID.encode() + b'", "scope": "", "run_uri": "x", "preserve_root": "y"}'
@@ -176,7 +172,7 @@ def test_a_copy_the_function_parked_after_recording_is_not_recorded_twice(tmp_pa
 @pytest.mark.parametrize("topic", ["", "record-dead-letter-dlq", "job-events"])
 def test_only_another_functions_dead_letter_topic_is_recorded(tmp_path: Path, topic: str) -> None:
     """The recorder's own dead letters (and anything not a dead-letter topic) are refused, never looped."""
-    stack = _pubsub_stack(tmp_path, RoutingStorage(), [])
+    stack, _ = _pubsub_stack(tmp_path, RoutingStorage())
     outcome = deliver_to_recorder(stack, b"{}", {DEAD_LETTER_TOPIC: topic})
     assert "unknown_dead_letter_topic" in outcome
 
@@ -186,9 +182,8 @@ def test_a_development_stages_dead_letter_finds_its_row_in_the_served_table(tmp_
     not the packaged one. On a `stack up --stages safety_eval_stage:TABLE` stack the new stage's dead letter is
     recorded on the run under its name and fails the run, as a packaged stage's does (the packaged table has no row
     for it: the recorder used to fail on it as a defect, and the run stayed in progress)."""
-    forwarded: list[Delivered] = []
     table = safety_eval_stage.TABLE
-    stack = _pubsub_stack(tmp_path, RoutingStorage(), forwarded, table=table)
+    stack, forwarded = _pubsub_stack(tmp_path, RoutingStorage(), table=table)
     [handlers] = [stack.bus.subscribers[safety_eval_stage.TOPIC]]
 
     def every_delivery_fails(data: bytes, attributes: dict[str, str], message_id: str) -> None:
@@ -219,7 +214,7 @@ class CountingClaims(SqliteIdempotencyStore):
 def test_a_dead_letter_of_a_batch_reads_its_members_outcomes_once(tmp_path: Path) -> None:
     """Issue 46: a validation batch of several members is one dead letter: the recorder reads which of them are
     stored once, not once per member, and still fails only those not stored."""
-    stack = _pubsub_stack(tmp_path, RoutingStorage(), [])
+    stack, _ = _pubsub_stack(tmp_path, RoutingStorage())
     batches: list[CandidateMessage] = []
     stack.bus.subscribe(
         "candidate-validation",

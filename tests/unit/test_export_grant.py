@@ -17,17 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import invoke, isolated_cli_env
+from cli_support import add_approver, classify_sample, invoke, isolated_cli_env, ray_export_env
 
 from rlcleanup.adapters.local_storage import LocalStorage
-from rlcleanup.authority.export import plan_export
+from rlcleanup.adapters.sqlite_records import SqliteRunRecords
+from rlcleanup.authority.export import ExportContext, plan_export
 from rlcleanup.authority.grants import Action, Grant, Refusal
 from rlcleanup.authority.outcome import Outcome
 from rlcleanup.formats.export_request_schema import RequestSchemaError, validate_request
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.controllers import ExportJobSpec, SubmittedJob
 from rlcleanup.samples.exports_v3 import HUB_REPO, export_request
-from rlcleanup.samples.generator import write_sample_run
 from rlcleanup.settings import ExportSettings
 from rlcleanup.steps.expiry import owed_export_deadlines
 
@@ -42,14 +42,8 @@ def classified(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     base = tmp_path_factory.mktemp("export-grant")
     with pytest.MonkeyPatch.context() as mp:
         isolated_cli_env(base, mp)
-        root = write_sample_run(base / "src", "deferred-export")
-        code, out, err = invoke("run", str(root), "--json")
-        assert code == 0, err
-        run_id = json.loads(out)["run_id"]
-        code, out, err = invoke("keygen", "--id", "alice")
-        public = next(line.split()[-1] for line in out.splitlines() if line.startswith("public key:"))
-        assert invoke("approver", "add", "alice", "--public-key", public, "--prefix", str(root.resolve()),
-                      "--prefix", str(base / "models"))[0] == 0  # fmt: skip
+        run_id, root = classify_sample(base, "deferred-export")
+        add_approver("alice", root.resolve(), base / "models")
         [request] = (base / "src").rglob("global_step_20/hf_export_request.json")
         yield run_id, root, request, base
 
@@ -58,14 +52,7 @@ def classified(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 def run(classified: tuple[str, Path, Path, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path, Path]]:
     """(run id, run root, step 20's request) with the export settings of a deployment that submits to Ray."""
     run_id, root, request, base = classified
-    for var in ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "RLCLEANUP_DB"):
-        monkeypatch.delenv(var, raising=False)
-    for var, name in (("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "config"), ("XDG_CACHE_HOME", "cache")):
-        monkeypatch.setenv(var, str(base / name))  # as isolated_cli_env set them for the module's run
-    monkeypatch.setenv("HOME", str(base / "home"))
-    monkeypatch.setenv("RLCLEANUP_EXPORT_CONVERTER", json.dumps(CONVERTER))
-    monkeypatch.setenv("RLCLEANUP_EXPORT_CONTROLLER", "ray")
-    monkeypatch.setenv("RLCLEANUP_RAY_DASHBOARD", RAY)
+    ray_export_env(base, monkeypatch, CONVERTER, RAY)  # the module's environment, as its fixture made it
     original = request.read_bytes()
     checkpoint = [(f, f.stat().st_mtime) for f in request.parent.rglob("*")]
     yield run_id, root, request
@@ -116,7 +103,9 @@ def test_the_preview_shows_the_exact_argv_from_the_validated_request(run: tuple[
     assert preview["checkpoint_bytes"] > 0 and preview["request_status"] == "pending"
 
 
-def test_a_request_edited_after_the_grant_was_signed_is_refused_wrong_digest(run: tuple[str, Path, Path]) -> None:
+def test_a_request_edited_after_the_grant_was_signed_is_refused_wrong_digest(
+    run: tuple[str, Path, Path], tmp_path: Path
+) -> None:
     run_id, _, path = run
     original = hashlib.sha256(path.read_bytes()).hexdigest()
     _edit(path, num_nodes=64)  # the run's owner rewrites it after the approver read it
@@ -132,7 +121,8 @@ def test_a_request_edited_after_the_grant_was_signed_is_refused_wrong_digest(run
         granted_by="alice", granted_at=now, expires_at=now + timedelta(hours=1),
     )  # fmt: skip
     settings = ExportSettings(converter=tuple(CONVERTER), controller="ray")
-    refused = plan_export(LocalStorage(), record, grant, settings, now, lambda _name: _NeverSubmits())
+    exports = ExportContext(settings, lambda _name: _NeverSubmits(), SqliteRunRecords(tmp_path / "records.db"))
+    refused = plan_export(LocalStorage(), record, grant, exports, now)
     assert isinstance(refused, Outcome) and refused.refusal is Refusal.wrong_digest, refused
     assert f"the grant pinned {original}" in refused.detail
 

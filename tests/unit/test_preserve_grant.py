@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import invoke, isolated_cli_env
+from cli_support import add_approver, classify_sample, invoke, isolated_cli_env, ray_export_env
 
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.authority.grants import Action, Grant, Refusal
@@ -26,7 +26,6 @@ from rlcleanup.authority.preserve import MARKER, preserve, preserve_target
 from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.storage import WriteOutcome
 from rlcleanup.runtime.backends import open_storage
-from rlcleanup.samples.generator import write_sample_run
 
 CONVERTER = ["python3", "-m", "tiny_converter"]
 
@@ -38,14 +37,9 @@ def classified(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     base = tmp_path_factory.mktemp("preserve-grant")
     with pytest.MonkeyPatch.context() as mp:
         isolated_cli_env(base, mp)
-        root = write_sample_run(base / "src", "deferred-export")
-        code, out, err = invoke("run", str(root), "--json")
-        assert code == 0, err
-        run_id = json.loads(out)["run_id"]
-        code, out, err = invoke("keygen", "--id", "alice")
-        public = next(line.split()[-1] for line in out.splitlines() if line.startswith("public key:"))
+        run_id, root = classify_sample(base, "deferred-export")
         (base / "durable").mkdir(mode=0o700)
-        assert invoke("approver", "add", "alice", "--public-key", public, "--prefix", str(base.resolve()))[0] == 0
+        add_approver("alice", base.resolve())
         [request] = (base / "src").rglob("global_step_20/hf_export_request.json")
         yield run_id, root, request.parent, base
 
@@ -55,14 +49,7 @@ def run(
     classified: tuple[str, Path, Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[str, Path, Path, Path]]:
     run_id, root, checkpoint, base = classified
-    for var in ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "RLCLEANUP_DB"):
-        monkeypatch.delenv(var, raising=False)
-    for var, name in (("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "config"), ("XDG_CACHE_HOME", "cache")):
-        monkeypatch.setenv(var, str(base / name))
-    monkeypatch.setenv("HOME", str(base / "home"))
-    monkeypatch.setenv("RLCLEANUP_EXPORT_CONVERTER", json.dumps(CONVERTER))
-    monkeypatch.setenv("RLCLEANUP_EXPORT_CONTROLLER", "ray")
-    monkeypatch.setenv("RLCLEANUP_RAY_DASHBOARD", "http://127.0.0.1:9")  # never reached: previews submit nothing
+    ray_export_env(base, monkeypatch, CONVERTER, "http://127.0.0.1:9")  # never reached: previews submit nothing
     files = {f: (f.read_bytes(), f.stat().st_mtime) for f in checkpoint.rglob("*") if f.is_file()}
     yield run_id, root, checkpoint, base
     for f, (data, mtime) in files.items():
@@ -89,6 +76,14 @@ def _signed(record: CompletionRecord, digest: str, dest: Path) -> Grant:
         run_id=record.run_id, action=Action.preserve, step=20, digest=digest, destination=str(dest),
         granted_by="alice", granted_at=now, expires_at=now + timedelta(hours=1),
     )  # fmt: skip
+
+
+def _signed_preserve(run_id: str) -> Callable[[Path], Outcome]:
+    """A preserve of step 20 to a destination, signed over the checkpoint's manifest as it is listed now (before a
+    test changes anything), carried out against the run's record and storage."""
+    record, storage = _record(run_id), open_storage()
+    _, digest = preserve_target(storage, record, 20, None)
+    return lambda dest: preserve(storage, record, _signed(record, digest, dest))
 
 
 def _files(path: Path) -> dict[str, bytes]:
@@ -145,15 +140,14 @@ def test_an_export_that_cannot_finish_in_time_runs_after_a_preserve_from_the_ver
 
 def test_a_checkpoint_changed_after_signing_is_refused_with_nothing_copied(run: tuple[str, Path, Path, Path]) -> None:
     run_id, _, checkpoint, base = run
-    record, storage = _record(run_id), open_storage()
-    _, digest = preserve_target(storage, record, 20, None)
+    preserve_to = _signed_preserve(run_id)
     shard = next(f for f in sorted(checkpoint.rglob("*")) if f.is_file() and f.stat().st_size > 0)
     data, stat = shard.read_bytes(), shard.stat()
     shard.write_bytes(bytes([data[0] ^ 1]) + data[1:])  # one bit, same size, mtime put back
     os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     dest = base / "durable" / "s20-tampered"
-    refused = preserve(storage, record, _signed(record, digest, dest))
-    assert isinstance(refused, Outcome) and refused.refusal is Refusal.wrong_digest, refused
+    refused = preserve_to(dest)
+    assert refused.refusal is Refusal.wrong_digest, refused
     assert not dest.exists()
 
 
@@ -161,8 +155,7 @@ def test_a_checkpoint_changed_while_it_is_copied_leaves_nothing_at_the_destinati
     run: tuple[str, Path, Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_id, _, checkpoint, base = run
-    record, storage = _record(run_id), open_storage()
-    _, digest = preserve_target(storage, record, 20, None)
+    preserve_to = _signed_preserve(run_id)
     victim = sorted(f for f in checkpoint.rglob("*") if f.is_file())[-1]  # copied last: earlier copies are made
     uploads: list[str] = []
     upload = LocalStorage.upload_file_if_absent
@@ -175,8 +168,8 @@ def test_a_checkpoint_changed_while_it_is_copied_leaves_nothing_at_the_destinati
 
     monkeypatch.setattr(LocalStorage, "upload_file_if_absent", owner_rewrites_while_copying)
     dest = base / "durable" / "s20-racing"
-    refused = preserve(storage, record, _signed(record, digest, dest))
-    assert isinstance(refused, Outcome) and refused.refusal is Refusal.source_changed, refused
+    refused = preserve_to(dest)
+    assert refused.refusal is Refusal.source_changed, refused
     assert len(uploads) >= 2  # copies were made before the change was seen ...
     assert not dest.exists() or not any(p.is_file() for p in dest.rglob("*"))  # ... and none is left
 
@@ -185,8 +178,7 @@ def test_a_destination_the_run_owns_or_that_expires_is_refused_before_a_byte_mov
     run: tuple[str, Path, Path, Path],
 ) -> None:
     run_id, root, checkpoint, base = run
-    record, storage = _record(run_id), open_storage()
-    _, digest = preserve_target(storage, record, 20, None)
+    preserve_to = _signed_preserve(run_id)
     cases = {
         root.resolve() / "preserved-inside": Refusal.not_allowed,  # the run writes there, a reclaim deletes there
         checkpoint.resolve() / "copy": Refusal.not_allowed,
@@ -195,8 +187,8 @@ def test_a_destination_the_run_owns_or_that_expires_is_refused_before_a_byte_mov
     }
     before = {name: _files(base / name) for name in ("src", "durable")}
     for dest, refusal in cases.items():
-        refused = preserve(storage, record, _signed(record, digest, dest))
-        assert isinstance(refused, Outcome) and refused.refusal is refusal, (dest, refused)
+        refused = preserve_to(dest)
+        assert refused.refusal is refusal, (dest, refused)
     # The preview and the grant give the same refusal through the command line.
     dest = str(base.resolve() / "durable" / "tmp" / "ttl=7d" / "s20")
     code_preview, preview = _grant(run_id, "--action", "preserve", "--step", "20", "--to", dest, "--dry-run")
@@ -211,21 +203,20 @@ def test_a_destination_holding_other_bytes_is_never_overwritten_and_ours_are_rem
     run: tuple[str, Path, Path, Path],
 ) -> None:
     run_id, _, checkpoint, base = run
-    record, storage = _record(run_id), open_storage()
-    _, digest = preserve_target(storage, record, 20, None)
+    preserve_to = _signed_preserve(run_id)
     dest = base / "durable" / "s20-occupied"
     dest.mkdir(mode=0o700)
     names = sorted(str(f.relative_to(checkpoint)) for f in checkpoint.rglob("*") if f.is_file())
     foreign = dest / names[-1]
     foreign.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     foreign.write_bytes(b"someone else's file")
-    refused = preserve(storage, record, _signed(record, digest, dest))
-    assert isinstance(refused, Outcome) and refused.refusal is Refusal.destination_conflict, refused
+    refused = preserve_to(dest)
+    assert refused.refusal is Refusal.destination_conflict, refused
     assert _files(dest) == {names[-1]: b"someone else's file"}  # theirs untouched, none of ours left
     foreign.unlink()
     (dest / MARKER).write_bytes(b"\xff not a marker")  # another's marker, not even JSON: a conflict, not a defect
-    refused = preserve(storage, record, _signed(record, digest, dest))
-    assert isinstance(refused, Outcome) and refused.refusal is Refusal.destination_conflict, refused
+    refused = preserve_to(dest)
+    assert refused.refusal is Refusal.destination_conflict, refused
     assert _files(dest) == {MARKER: b"\xff not a marker"}
     code, preview = _grant(run_id, "--action", "preserve", "--step", "20", "--to", str(dest), "--dry-run")
     assert code == 3 and preview["refusal"] == "destination_conflict", preview  # the preview refuses it too

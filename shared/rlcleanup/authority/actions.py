@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rlcleanup.authority import export, export_throughput, ledger, preserve, quarantine, storage_ledger
+from rlcleanup.authority import export, ledger, preserve, quarantine, storage_ledger
 from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.grants import Action, Grant, GrantState, Refusal
 from rlcleanup.authority.hub_publish import publish_to_hub
@@ -225,10 +225,8 @@ def _export(p: GrantPorts, task: GrantTask) -> Outcome:
     """Run the owed export on the run's controller (authority/export.py): the same plan the preview showed, then
     one submission under an id derived from the grant."""
     record, grant = _needs_record(task), task.grant
-    throughput = export_throughput.for_record(p.records, record, p.settings.export)
-    plan = export.plan_export(
-        p.storage, record, grant, p.settings.export, p.clock.now(), p.export_submitter, throughput
-    )
+    context = export.ExportContext(p.settings.export, p.export_submitter, p.records)
+    plan = export.plan_export(p.storage, record, grant, context, p.clock.now())
     if isinstance(plan, Outcome):
         return plan
     return export.submit(plan, grant)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from rlcleanup.authority.export_throughput import Throughput, default_throughput
+from rlcleanup.authority.export_throughput import ListsRuns, Throughput, for_record
 from rlcleanup.authority.grants import Grant, Refusal, real_location
 from rlcleanup.authority.outcome import Outcome, refuse
 from rlcleanup.authority.preserve import preserved_copy
@@ -116,14 +116,12 @@ class ExportPlan:
         }
 
     def record_job(self, submitted: SubmittedJob, digest: str) -> ExportJob:
+        """The job as the record keeps it: what its controller reported (the fields of the same names: controller,
+        id, state, exit code, message), the command planned, the digest signed, and what a measurement divides."""
         return ExportJob(
-            controller=submitted.controller,
-            job_id=submitted.job_id,
+            **submitted.model_dump(include=set(ExportJob.model_fields)),
             argv=list(self.job.argv),
             request_digest=digest,
-            state=submitted.state,
-            exit_code=submitted.exit_code,
-            message=submitted.message,
             submitted_at=self.planned_at,
             bytes=self.checkpoint_bytes,
         )
@@ -257,24 +255,29 @@ def _preserved(storage: Storage, copy: PreservedCheckpoint, dest: str | None) ->
 Submitters = Callable[[str], ExportSubmitter | None]  # a controller's name -> its submitter (None: not configured)
 
 
+@dataclass(frozen=True)
+class ExportContext:
+    """What an export plan needs beyond the storage, the record and the grant, the same for the grant and its
+    preview: the deployment's export settings, its controllers, and the records store whose measured exports give
+    the throughput the preflight estimates with (export_throughput.for_record)."""
+
+    settings: ExportSettings
+    submitters: Submitters
+    records: ListsRuns
+
+
 def plan_export(
-    storage: Storage,
-    record: CompletionRecord,
-    grant: Grant,
-    settings: ExportSettings,
-    now: datetime,
-    submitters: Submitters,
-    throughput: Throughput | None = None,
+    storage: Storage, record: CompletionRecord, grant: Grant, context: ExportContext, now: datetime
 ) -> ExportPlan | Outcome:
-    """Every check the grant runs, in order (module docstring); nothing is written or submitted. `throughput`: what
-    the preflight estimates with (export_throughput.for_record); None, the stated default."""
+    """Every check the grant runs, in order (module docstring); nothing is written or submitted."""
+    settings = context.settings
     dest = grant.destination
     if not settings.converter:
         return refuse(Refusal.not_allowed, "no export converter is configured (RLCLEANUP_EXPORT_CONVERTER)", dest)
     if not settings.controller:
         why = "no controller runs export jobs in this deployment (RLCLEANUP_EXPORT_CONTROLLER, e.g. ray)"
         return refuse(Refusal.no_controller, why, dest)
-    submitter = submitters(settings.controller)
+    submitter = context.submitters(settings.controller)
     if submitter is None:
         why = f"the run's controller {settings.controller} is not configured here (for ray: RLCLEANUP_RAY_DASHBOARD)"
         return refuse(Refusal.no_controller, why, dest)
@@ -299,7 +302,7 @@ def plan_export(
     if copy is not None:
         checkpoint = copy.destination
         notes.append(f"the job reads the preserved copy {checkpoint} (a preserve grant copied {copy.source})")
-    throughput = throughput or default_throughput(settings)
+    throughput = for_record(context.records, record, settings)  # listed only once the cheap checks pass
     timing = _preflight(storage, checkpoint, settings, now, grant, throughput, record.run_id)
     if isinstance(timing, Outcome):
         return timing

@@ -248,17 +248,7 @@ def preserve(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcom
         manifest_digest=plan.digest,
         object_count=len(proofs),
         total_bytes=plan.total_bytes,
-        objects=[
-            CheckpointCopy(
-                name=n,
-                size=p.size,
-                crc32c=p.crc32c,
-                md5=p.md5,
-                sha256=p.sha256,
-                source_fingerprint=p.source_fingerprint,
-            )
-            for n, p in sorted(proofs.items())
-        ],
+        objects=[_recorded_copy(n, p) for n, p in sorted(proofs.items())],
         marker=marker,
     )
     said = "already preserved" if existing is not None else "preserved"
@@ -274,6 +264,12 @@ def preserve(storage: Storage, record: CompletionRecord, grant: Grant) -> Outcom
         detail=(f"created {', '.join(plan.creates)} (mode 0700); " if plan.creates else "") + detail,
         preserved=copy.model_dump(mode="json"),
     )
+
+
+def _recorded_copy(name: str, proof: CopyProof) -> CheckpointCopy:
+    """One object's verified copy as the record keeps it: the proof's fields of the same names (size, checksums,
+    the source version pinned), under the object's name in the checkpoint."""
+    return CheckpointCopy(name=name, **proof.model_dump(include=set(CheckpointCopy.model_fields)))
 
 
 def _read_marker(storage: Storage, uri: str) -> dict[str, Any] | None:

@@ -13,11 +13,10 @@ deployment's destination prefixes), so a preview never says "would" where the gr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rlcleanup.authority import export, export_throughput, preserve, quarantine
+from rlcleanup.authority import export, preserve, quarantine
 from rlcleanup.authority.actions import cancel_refusal
 from rlcleanup.authority.artifact import pin
 from rlcleanup.authority.grants import Action, Grant, Refusal, verify
@@ -29,7 +28,6 @@ from rlcleanup.models.record import CompletionRecord
 from rlcleanup.ports.hub import HubFactory, is_hub
 from rlcleanup.ports.records import RunRecords
 from rlcleanup.ports.storage import Storage, StorageAccessError, StorageError
-from rlcleanup.settings import ExportSettings
 
 
 def _refused(grant: Grant, outcome: Outcome) -> dict[str, Any]:
@@ -88,28 +86,14 @@ def preview_purge(records: RunRecords, record: CompletionRecord, grant: Grant) -
     }
 
 
-@dataclass(frozen=True)
-class ExportContext:
-    """What an export preview needs beyond the storage: the deployment's export settings and its controllers."""
-
-    settings: ExportSettings
-    submitters: export.Submitters
-
-
 def preview_export(
-    storage: Storage,
-    record: CompletionRecord,
-    grant: Grant,
-    now: datetime,
-    context: ExportContext | None,
-    records: RunRecords | None = None,
+    storage: Storage, record: CompletionRecord, grant: Grant, now: datetime, context: export.ExportContext | None
 ) -> dict[str, Any]:
     """What an export grant would submit: `export.plan_export`, the checks the grant runs, nothing submitted."""
     if context is None:
         why = "this preview was given no export settings or controllers"
         return _refused(grant, refuse(Refusal.no_controller, why, grant.destination))
-    throughput = export_throughput.for_record(records, record, context.settings) if records is not None else None
-    plan = export.plan_export(storage, record, grant, context.settings, now, context.submitters, throughput)
+    plan = export.plan_export(storage, record, grant, context, now)
     if isinstance(plan, Outcome):
         return _refused(grant, plan)
     return {"action": grant.action.value, "would": "submit", "destination": grant.destination, **plan.preview()}
@@ -122,7 +106,7 @@ def preview_grant(
     now: datetime,
     records: RunRecords,
     hub: HubFactory | None = None,
-    export_context: ExportContext | None = None,
+    export_context: export.ExportContext | None = None,
 ) -> dict[str, Any]:
     if grant.action in {Action.publish, Action.handoff} and grant.destination and is_hub(grant.destination):
         return _preview_hub(storage, record, grant, hub)
@@ -159,7 +143,7 @@ def preview_grant(
     if grant.action is Action.purge:
         return preview_purge(records, record, grant)
     if grant.action is Action.export:
-        return preview_export(storage, record, grant, now, export_context, records)
+        return preview_export(storage, record, grant, now, export_context)
     if grant.action is Action.preserve:
         planned = preserve.plan_preserve(storage, record, grant)
         if isinstance(planned, Outcome):
@@ -184,7 +168,7 @@ def preview_signed(
     *,
     deployment_prefixes: tuple[str, ...] | None,
     hub: HubFactory | None = None,
-    export_context: ExportContext | None = None,
+    export_context: export.ExportContext | None = None,
 ) -> dict[str, Any]:
     """The preview of a signed grant message: refused exactly as `apply-grant` would refuse it on arrival (the same
     `verify`, for the run the message is delivered for), else what `preview_grant` computes."""

@@ -317,13 +317,14 @@ class _PreviewCheck:
 def _print_preview(
     record: Any, g: Any, signed: bytes, now: datetime, as_json: bool, store: Any, previewed: _PreviewCheck
 ) -> None:
-    from rlcleanup.authority.preview import ExportContext, preview_signed
+    from rlcleanup.authority.export import ExportContext
+    from rlcleanup.authority.preview import preview_signed
     from rlcleanup.runtime.ports import export_submitter, hugging_face_hub
     from rlcleanup.settings import load_settings
 
     prefixes = load_settings().allowed_destination_prefixes  # the bound apply-grant enforces in this deployment
     settings = load_settings()
-    exports = ExportContext(settings.export, lambda name: export_submitter(name, settings))
+    exports = ExportContext(settings.export, lambda name: export_submitter(name, settings), store)
     preview = preview_signed(
         open_storage(),
         record,

@@ -62,9 +62,7 @@ def render_preview(preview: dict[str, Any]) -> str:
             f"  {preview['object_count']} object(s), {preview['total_bytes']} bytes, pinned as manifest digest "
             f"{preview['digest']}; visibility {preview['visibility']}; no lifecycle rule expires the destination",
         ]
-        lines += [f"  creates {c}" + ("" if "://" in c else " (mode 0700)") for c in preview["creates"]]
-        lines += [f"  {o['name']}  {_object_facts(o)}" for o in preview["objects"]]
-        return "\n".join(lines)
+        return "\n".join(lines + _copy_lines(preview))
     if action == "export" and "argv" in preview:
         rate = preview["throughput"]
         return "\n".join(
@@ -84,9 +82,13 @@ def render_preview(preview: dict[str, Any]) -> str:
         f"  {preview['object_count']} object(s), {preview['total_bytes']} bytes; visibility "
         f"{preview['visibility']} ({preview['visibility_evidence']}); secret scan {preview['secret_scan']}",
     ]
-    lines += [f"  creates {c}" + ("" if "://" in c else " (mode 0700)") for c in preview["creates"]]
-    lines += [f"  {o['name']}  {_object_facts(o)}" for o in preview["objects"]]
-    return "\n".join(lines)
+    return "\n".join(lines + _copy_lines(preview))
+
+
+def _copy_lines(preview: dict[str, Any]) -> list[str]:
+    """What a copying grant (publish, handoff, preserve) creates at its destination, then each object it copies."""
+    creates = [f"  creates {c}" + ("" if "://" in c else " (mode 0700)") for c in preview["creates"]]
+    return creates + [f"  {o['name']}  {_object_facts(o)}" for o in preview["objects"]]
 
 
 def _object_facts(row: dict[str, Any]) -> str:
