@@ -14,6 +14,7 @@ topology.yaml, and one module under runtime/stages/.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -145,3 +146,28 @@ class StageTable:
 def stage_table() -> StageTable:
     """The built-in table over the packaged topology."""
     return StageTable(ROWS, load_topology())
+
+
+class StageTableSpecError(ValueError):
+    """A `MODULE:ATTR` that names no importable `StageTable` (the operator's `stack up --stages` argument)."""
+
+
+def import_stage_table(spec: str) -> StageTable:
+    """The `StageTable` named `MODULE:ATTR`, importable on PYTHONPATH; anything else is refused. Only a development
+    stack's operator names one (`rlcleanup stack up --stages`): it is wiring's to import, so the faces import no
+    module they cannot name (the whiteboard's "faces get backends from the wiring" stays provable)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr.isidentifier():
+        raise StageTableSpecError(f"--stages {spec!r}: name a stage table as MODULE:ATTR (e.g. mystages.table:TABLE)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise StageTableSpecError(
+            f"--stages {spec!r}: cannot import {module_name} ({exc}); is it on PYTHONPATH?"
+        ) from exc
+    table = getattr(module, attr, None)
+    if not isinstance(table, StageTable):
+        raise StageTableSpecError(
+            f"--stages {spec!r}: {module_name}.{attr} is {type(table).__name__}, not a StageTable"
+        )
+    return table

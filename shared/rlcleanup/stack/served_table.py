@@ -9,10 +9,9 @@ bundle's functions/main.py) never read it, and no event, message or run file can
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
-from rlcleanup.runtime.stage_table import StageTable
+from rlcleanup.runtime.stage_table import StageTable, StageTableSpecError, import_stage_table
 from rlcleanup.runtime.topology import Topology, load_topology
 from rlcleanup.stack.procs import StackError
 
@@ -21,18 +20,12 @@ TABLE_SOURCE = Path(__file__).with_name("table_entrypoints.py")  # functions-fra
 
 
 def load_stage_table(spec: str) -> StageTable:
-    """The `StageTable` named `MODULE:ATTR` (importable on the stack's PYTHONPATH); anything else is refused."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr.isidentifier():
-        raise StackError(f"--stages {spec!r}: name a stage table as MODULE:ATTR (e.g. mystages.table:TABLE)")
+    """The `StageTable` named `MODULE:ATTR` (importable on the stack's PYTHONPATH; the wiring imports it,
+    runtime/stage_table.import_stage_table); anything else is refused as the stack's error."""
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise StackError(f"--stages {spec!r}: cannot import {module_name} ({exc}); is it on PYTHONPATH?") from exc
-    table = getattr(module, attr, None)
-    if not isinstance(table, StageTable):
-        raise StackError(f"--stages {spec!r}: {module_name}.{attr} is {type(table).__name__}, not a StageTable")
-    return table
+        return import_stage_table(spec)
+    except StageTableSpecError as exc:
+        raise StackError(str(exc)) from exc
 
 
 def served_topology(stages: str | None) -> Topology:
