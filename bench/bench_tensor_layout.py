@@ -1,7 +1,8 @@
 """Cost of the export tensor-layout check (formats/checkpoints/tensor_layout.py) per candidate, each case in a fresh
 interpreter: the first check of a process (torch + transformers import, the model class, the meta model) and a
 second check of the same config (the meta model is cached per config.json), with the process's CPU time, wall time
-and peak RSS. Cases: the tests' tiny Qwen3-MoE (fused and per-expert) and tiny Llama, and real-size name sets
+and peak RSS. Each process starts with an empty verdict cache (layout_verdicts.py), so "first" is a cold process's
+cost. Cases: the tests' tiny Qwen3-MoE (fused and per-expert) and tiny Llama, and real-size name sets
 (Qwen3-30B-A3B per-expert: 18,867 names; its fused form; Qwen3-8B dense; Llama-3-70B) built from their configs'
 dimensions: only names are read, so a real size costs what its name count costs. Nothing is asserted on time.
 Run: .venv/bin/python bench/bench_tensor_layout.py
@@ -13,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 from _common import REPO
@@ -110,9 +112,15 @@ def main() -> None:
     print(f"tensor-layout check per candidate, fresh process per case (load {os.getloadavg()[0]:.1f}):")
     print(f"  {'case':28} {'names':>6} {'miss':>5} {'unexp':>5}  first: cpu / wall   cached: cpu / wall   peak RSS")
     for name in CASES:
-        run = subprocess.run(
-            [sys.executable, __file__, "--child", name], cwd=REPO, capture_output=True, text=True, check=True
-        )
+        with tempfile.TemporaryDirectory(prefix="bench-layout-") as cache:  # no verdict kept by an earlier process
+            run = subprocess.run(
+                [sys.executable, __file__, "--child", name],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "XDG_CACHE_HOME": cache},
+            )
         r = json.loads(run.stdout.strip().splitlines()[-1])
         if not r["checked"]:
             print(f"  {name:28} not checked (the layout-check extra is not installed)")

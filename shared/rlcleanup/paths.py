@@ -6,6 +6,7 @@ Resolved at call time (not import time) so `XDG_*` / `RLCLEANUP_*` set by a test
     approver keys                             $XDG_CONFIG_HOME/rlcleanup/keys/   (~/.config/rlcleanup/keys)
     local stack pids, logs, state.json        $XDG_CACHE_HOME/rlcleanup/stack   (~/.cache/rlcleanup/stack)
     reports opened by `report --web`          $XDG_CACHE_HOME/rlcleanup/reports/<run id>/
+    tensor-layout verdicts (a cache)          $XDG_CACHE_HOME/rlcleanup/tensor-layout/   (formats/checkpoints/layout_verdicts.py)
 """
 
 from __future__ import annotations
