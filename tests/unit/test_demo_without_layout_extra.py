@@ -33,7 +33,7 @@ def without_layout_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     """As on the demo's install: `import torch` / `import transformers` fail (the verdict caches are cleared
     around it and the verdicts kept on disk are a fresh install's, none, so no answer from a test with the extra is
     reused)."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("RLCLEANUP_LAYOUT_VERDICTS_DIR", str(tmp_path / "verdicts"))
     tensor_layout._meta_model.cache_clear()
     tensor_layout._verdict.cache_clear()
     for name in ("torch", "transformers"):

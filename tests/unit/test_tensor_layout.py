@@ -35,8 +35,8 @@ def test_the_layout_check_extra_is_installed_in_the_dev_env() -> None:
 @pytest.fixture
 def no_kept_verdicts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty verdict cache (layout_verdicts.py), as on a fresh install: the check is decided in this process."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path / "cache" / "rlcleanup" / "tensor-layout"
+    monkeypatch.setenv("RLCLEANUP_LAYOUT_VERDICTS_DIR", str(tmp_path / "verdicts"))
+    return tmp_path / "verdicts"
 
 
 def test_without_transformers_the_check_is_skipped_and_says_why(
@@ -130,6 +130,18 @@ def test_a_verdict_kept_on_disk_answers_a_later_process_without_importing_transf
     assert not check_tensor_layout(moe_config(), set(moe_tensors(fused=False))).checked
     tensor_layout._meta_model.cache_clear()
     tensor_layout._verdict.cache_clear()
+
+
+def test_verdicts_are_kept_under_the_cache_home_unless_a_directory_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlcleanup.paths import layout_verdicts_dir
+
+    monkeypatch.delenv("RLCLEANUP_LAYOUT_VERDICTS_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert layout_verdicts_dir() == tmp_path / "cache" / "rlcleanup" / "tensor-layout"
+    monkeypatch.setenv("RLCLEANUP_LAYOUT_VERDICTS_DIR", str(tmp_path / "shared"))
+    assert layout_verdicts_dir() == tmp_path / "shared"
 
 
 def test_a_kept_verdict_that_does_not_read_back_is_decided_again(no_kept_verdicts: Path) -> None:

@@ -9,8 +9,8 @@ skipped as before. Verdicts of a quantized config are not kept (what the quantiz
 packages). An entry that does not read back as a verdict is ignored and decided again; entries are written whole
 (a temporary file renamed over), so concurrent processes never read half of one.
 
-Where: `$XDG_CACHE_HOME/rlcleanup/tensor-layout/` (rlcleanup.paths.cache_home: the operator's setting, never a
-run's input), one small JSON file per key named by its sha256.
+Where: `$RLCLEANUP_LAYOUT_VERDICTS_DIR`, else `$XDG_CACHE_HOME/rlcleanup/tensor-layout/` (rlcleanup.paths: the
+operator's settings, never a run's input), one small JSON file per key named by its sha256.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from rlcleanup.paths import cache_home
+from rlcleanup.paths import layout_verdicts_dir
 
 CHECKER = Path(__file__).with_name("tensor_layout.py")
 
 
 def verdicts_dir() -> Path:
-    return cache_home() / "tensor-layout"
+    return layout_verdicts_dir()
 
 
 @lru_cache(maxsize=1)
