@@ -8,7 +8,7 @@ figures; asserts nothing.
 
     .venv/bin/python bench/bench_hub_publish.py [--short]
 
-`--short` (CI, tests/unit/test_bench_short.py): an 8-shard export and an interruption after 3 uploads.
+`--short` (CI, tests/unit/test_bench_short.py): a 3-shard export and an interruption after 2 uploads.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--short", action="store_true", help="a small export (CI: the bench still works)")
     args = ap.parse_args()
-    shards = 8 if args.short else None  # None: the model's default, 30 shards
-    interrupt_after = 3 if args.short else 10
+    shards = 3 if args.short else None  # None: the model's default, 30 shards
+    interrupt_after = 2 if args.short else 10
 
     from rlcleanup.adapters.hf_hub import HubDestination
     from rlcleanup.authority.artifact import Pinned, pin

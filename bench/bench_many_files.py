@@ -10,7 +10,7 @@ in RESULTS.md); a million preserved needs the ceiling raised, given there by ari
     .venv/bin/python bench/bench_many_files.py --files 100000
     .venv/bin/python bench/bench_many_files.py --files 100000 --ceiling 20000
     .venv/bin/python bench/bench_many_files.py --files 1000000
-    .venv/bin/python bench/bench_many_files.py --short      # CI: 1,000 files in pages of 300 (4 per plan)
+    .venv/bin/python bench/bench_many_files.py --short      # CI: 200 files in pages of 60 (4 per plan)
 """
 
 from __future__ import annotations
@@ -135,11 +135,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=100_000)
     parser.add_argument("--ceiling", type=int, default=None, help="RLCLEANUP_MAX_RUN_OBJECTS for this run")
-    parser.add_argument("--short", action="store_true", help="1,000 files in pages of 300 (CI: the bench still works)")
+    parser.add_argument("--short", action="store_true", help="200 files in pages of 60 (CI: the bench still works)")
     parser.add_argument(CHILD, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.short:
-        args.files = 1_000
+        args.files = 200
     if args.child:
         _child(Path(args.child), args.files)
         return
@@ -148,7 +148,7 @@ def main() -> None:
     if args.ceiling is not None:
         env["RLCLEANUP_MAX_RUN_OBJECTS"] = str(args.ceiling)
     if args.short:  # several pages per plan, as the full size has
-        env["RLCLEANUP_CAPTURE_PAGE_OBJECTS"] = "300"
+        env["RLCLEANUP_CAPTURE_PAGE_OBJECTS"] = "60"
     with tempfile.TemporaryDirectory(prefix="bench-many-") as tmp:
         cmd = [sys.executable, __file__, "--files", str(args.files), CHILD, tmp]
         subprocess.run(cmd, check=True, env=env)

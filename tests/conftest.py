@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import shutil
 import tempfile
 import uuid
@@ -17,6 +18,16 @@ import pytest
 
 from rlcleanup.stack import StackState, down, s3_server, up
 from rlcleanup.stack.provision import client_env
+
+# One tensor-layout verdict cache for every process of the session (formats/checkpoints/layout_verdicts.py): the
+# xdist workers inherit it from the controller that made it, and the stack's functions and every CLI subprocess
+# from them, whatever XDG_CACHE_HOME a test gives its own user. So torch + transformers are imported to decide a
+# config and name set once per session, not in each `rlcleanup run` subprocess (~5 s CPU each). The tests of the
+# cache itself and of an install without the extra point it at an empty directory of their own.
+if "RLCLEANUP_LAYOUT_VERDICTS_DIR" not in os.environ:
+    _verdicts = tempfile.mkdtemp(prefix="rlcleanup-verdicts-")
+    os.environ["RLCLEANUP_LAYOUT_VERDICTS_DIR"] = _verdicts
+    atexit.register(shutil.rmtree, _verdicts, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ Resolved at call time (not import time) so `XDG_*` / `RLCLEANUP_*` set by a test
     approver keys                             $XDG_CONFIG_HOME/rlcleanup/keys/   (~/.config/rlcleanup/keys)
     local stack pids, logs, state.json        $XDG_CACHE_HOME/rlcleanup/stack   (~/.cache/rlcleanup/stack)
     reports opened by `report --web`          $XDG_CACHE_HOME/rlcleanup/reports/<run id>/
+    tensor-layout verdicts (a cache)          $XDG_CACHE_HOME/rlcleanup/tensor-layout/   (RLCLEANUP_LAYOUT_VERDICTS_DIR)
 """
 
 from __future__ import annotations
@@ -59,3 +60,10 @@ def stack_dir() -> Path:
     """One local stack per user, found from any directory (`RLCLEANUP_STACK_DIR` overrides)."""
     explicit = read(LocalPaths).stack_dir
     return explicit.resolve() if explicit else cache_home() / "stack"
+
+
+def layout_verdicts_dir() -> Path:
+    """Tensor-layout verdicts kept between processes (formats/checkpoints/layout_verdicts.py; a cache, safe to delete):
+    `RLCLEANUP_LAYOUT_VERDICTS_DIR` overrides, so processes with different cache homes can share one."""
+    explicit = read(LocalPaths).layout_verdicts_dir
+    return explicit if explicit else cache_home() / "tensor-layout"

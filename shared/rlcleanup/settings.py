@@ -440,6 +440,7 @@ class LocalPaths(BaseSettings):
     db: Path | None = Field(default=None, validation_alias="RLCLEANUP_DB")
     stack_dir: Path | None = Field(default=None, validation_alias="RLCLEANUP_STACK_DIR")
     functions_source: Path | None = Field(default=None, validation_alias="RLCLEANUP_FUNCTIONS_SOURCE")
+    layout_verdicts_dir: Path | None = Field(default=None, validation_alias="RLCLEANUP_LAYOUT_VERDICTS_DIR")
     # XDG base directories: the spec says a relative value is invalid and must be ignored (paths.py does).
     xdg_state_home: Path | None = Field(default=None, validation_alias="XDG_STATE_HOME")
     xdg_config_home: Path | None = Field(default=None, validation_alias="XDG_CONFIG_HOME")

@@ -7,6 +7,10 @@ mid-copy leaves its claim `running` until that lease runs out, and every redeliv
 ("being processed by another worker"). So the crash test first restarts capture-part with a 4 s lease — shorter
 than the emulator's 10 s minimum backoff, so the first redelivery after the kill already finds the lease expired
 and takes the claim over — and puts the function back with its topology lease afterwards.
+
+Deadlines: the Firestore outage tests wait for an in-flight delivery to fail and log the outage, which takes the
+record store's deadline (RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS, 30 s by default). They restart capture-part, whose
+deliveries are the ones in flight, with a 6 s deadline, so the outage shows in seconds, and put the default back.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from rlcleanup.stack.emit import job_event, publish_event
 
 pytestmark = pytest.mark.e2e
 SHORT_LEASE = "4"
+SHORT_STORE_DEADLINE = "6"  # s: long enough for the emulator's answers on a loaded machine, far below the 30 s default
 EXTRA_LOGS = 600  # with the sample's own files: 4 capture parts of <= 200 objects in the `run` group
 
 
@@ -133,6 +138,18 @@ def _push_paused(stack: StackState, function: str) -> Iterator[None]:
     finally:
         subscriber.modify_push_config(request={"subscription": sub, "push_config": {"push_endpoint": endpoint}})
         subscriber.close()
+
+
+@pytest.fixture
+def short_store_deadline_capture(stack: StackState) -> Iterator[None]:
+    """capture-part, whose deliveries are in flight when Firestore goes away, with a record-store deadline of
+    SHORT_STORE_DEADLINE instead of the 30 s default (RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS): its calls fail, and
+    log the outage, that much sooner; put back with the default afterwards."""
+    restart_function(stack, "capture-part", extra_env={"RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS": SHORT_STORE_DEADLINE})
+    try:
+        yield
+    finally:
+        restart_function(stack, "capture-part")
 
 
 @pytest.fixture
@@ -382,7 +399,12 @@ def _assert_outage_logged(stack: StackState, run_id: str) -> None:
 
 
 def test_firestore_unresponsive_mid_run_completes_through_redelivery(
-    stack: StackState, gcs_client: Any, firestore_client: Any, tmp_path: Path, uid: str
+    stack: StackState,
+    gcs_client: Any,
+    firestore_client: Any,
+    tmp_path: Path,
+    uid: str,
+    short_store_deadline_capture: None,
 ) -> None:
     """A Firestore outage as production has it (the service stops answering, its data stays): the emulator is
     frozen (SIGSTOP) for longer than the record store's deadline (RLCLEANUP_RECORD_STORE_TIMEOUT_SECONDS), mid-copy, then resumed (SIGCONT). The
@@ -406,7 +428,9 @@ def test_firestore_unresponsive_mid_run_completes_through_redelivery(
     assert _record_store_errors(stack, run_id, "RecordStoreLost") == []  # nothing was lost
 
 
-def test_firestore_restarted_mid_run(stack: StackState, gcs_client, firestore_client, tmp_path: Path, uid: str) -> None:  # type: ignore[no-untyped-def]
+def test_firestore_restarted_mid_run(
+    stack: StackState, gcs_client, firestore_client, tmp_path: Path, uid: str, short_store_deadline_capture: None
+) -> None:  # type: ignore[no-untyped-def]
     """The Firestore emulator is SIGKILLed mid-run and started again on the same port, empty: the emulator keeps
     its state in memory, and `--export-on-exit` does not run on a crash (nor, measured, on SIGTERM of the bare
     emulator script), so a restart is a total loss of records and claims. Real Firestore never loses committed

@@ -9,6 +9,8 @@ import importlib.metadata as md
 import re
 import sys
 import tomllib
+from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,15 +44,26 @@ def _declared() -> set[str]:
     return {re.sub(r"[-_.]+", "-", n).lower() for n in names}
 
 
+@cache
+def _top_level_providers() -> Mapping[str, list[str]]:
+    return md.packages_distributions()  # reads every installed distribution's file list: once, not per module
+
+
+@cache
+def _installed_files() -> list[tuple[str, list[str]]]:
+    """(distribution name, its files) of every installed distribution, read once for all the namespace modules."""
+    return [(dist.metadata["Name"], [str(f) for f in dist.files or []]) for dist in md.distributions()]
+
+
 def _distributions(module: str) -> set[str]:
     """Installed distributions providing `module` (for google.x.y: those whose files include google/x/y)."""
     if "." not in module:
-        return {re.sub(r"[-_.]+", "-", d).lower() for d in md.packages_distributions().get(module, [])}
+        return {re.sub(r"[-_.]+", "-", d).lower() for d in _top_level_providers().get(module, [])}
     prefix = module.replace(".", "/")
     out = set()
-    for dist in md.distributions():
-        if any(str(f).startswith((prefix + "/", prefix + ".py")) for f in dist.files or []):
-            out.add(re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower())
+    for name, files in _installed_files():
+        if any(f.startswith((prefix + "/", prefix + ".py")) for f in files):
+            out.add(re.sub(r"[-_.]+", "-", name).lower())
     return out
 
 

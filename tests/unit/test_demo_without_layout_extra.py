@@ -29,9 +29,11 @@ def _demo_script() -> ModuleType:
 
 
 @pytest.fixture
-def without_layout_extra(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def without_layout_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """As on the demo's install: `import torch` / `import transformers` fail (the verdict caches are cleared
-    around it, so no answer from a test with the extra is reused)."""
+    around it and the verdicts kept on disk are a fresh install's, none, so no answer from a test with the extra is
+    reused)."""
+    monkeypatch.setenv("RLCLEANUP_LAYOUT_VERDICTS_DIR", str(tmp_path / "verdicts"))
     tensor_layout._meta_model.cache_clear()
     tensor_layout._verdict.cache_clear()
     for name in ("torch", "transformers"):

@@ -14,7 +14,7 @@ from PIL import Image
 from rlcleanup.adapters.local_storage import LocalStorage
 from rlcleanup.adapters.sqlite_records import SqliteRunRecords
 from rlcleanup.models.record import ChainCoverage, CompletionRecord
-from rlcleanup.report import ReportInputs, load_inputs, publish_report, render_report
+from rlcleanup.report import ReportInputs, load_inputs, publish_report, render_report, timeline
 from rlcleanup.report.timeline import GAP_RED, STATE_COLOURS
 from rlcleanup.runtime.embedded import run_embedded
 from rlcleanup.samples.generator import write_sample_run
@@ -236,11 +236,36 @@ def test_timeline_svg_carries_the_metric_window_and_selection(runs: dict[str, Co
 
 
 def test_rendering_is_deterministic(runs: dict[str, CompletionRecord]) -> None:
+    timeline._DRAWN.clear()
     a = _render(runs["failed-first-link"], timeline=True)
+    timeline._DRAWN.clear()  # drawn again, not the picture kept from the first render
     b = _render(runs["failed-first-link"], timeline=True)
     assert a.timeline and b.timeline
     assert a.timeline.png == b.timeline.png and a.timeline.svg == b.timeline.svg
     assert a.html() == b.html() and a.markdown("timeline.png") == b.markdown("timeline.png")
+
+
+def test_a_picture_already_drawn_is_reused_and_one_that_shows_something_else_is_drawn(
+    runs: dict[str, CompletionRecord], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grant refreshes the report of a record whose picture did not change: it is not drawn again. Whatever the
+    picture shows (here the budget line, a coverage gap) changing draws it again."""
+    drawn: list[str] = []
+    draw = timeline._draw
+    monkeypatch.setattr(timeline, "_draw", lambda inputs, *a: (drawn.append(inputs.record.run_id), draw(inputs, *a))[1])
+    timeline._DRAWN.clear()
+    record = runs["selection-policy"]
+    first = _render(record, timeline=True).timeline
+    assert first is not None and len(drawn) == 1
+    first.probes.clear()  # the caller's copy: the kept picture keeps its probes
+    unshown = record.model_copy(update={"remaining_work": [*record.remaining_work, "something the picture omits"]})
+    again = _render(unshown, timeline=True).timeline
+    assert again is not None and len(drawn) == 1 and again.probes
+    assert (again.png, again.svg) == (_render(record, timeline=True).timeline.png, first.svg)  # type: ignore[union-attr]
+    budget = _render(record.model_copy(update={"step_budget": 35}), timeline=True).timeline
+    assert budget is not None and len(drawn) == 2 and "budget 35" in budget.svg and budget.png != again.png
+    gapped = render_report(_gap_inputs(record)).timeline
+    assert gapped is not None and len(drawn) == 3 and any(k.startswith("gap:") for k in gapped.probes)
 
 
 # ------------------------------------------------------------------ publication into the preserved location

@@ -32,7 +32,16 @@ def test_the_layout_check_extra_is_installed_in_the_dev_env() -> None:
     assert torch.__version__ and int(transformers.__version__.split(".")[0]) >= 5
 
 
-def test_without_transformers_the_check_is_skipped_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def no_kept_verdicts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty verdict cache (layout_verdicts.py), as on a fresh install: the check is decided in this process."""
+    monkeypatch.setenv("RLCLEANUP_LAYOUT_VERDICTS_DIR", str(tmp_path / "verdicts"))
+    return tmp_path / "verdicts"
+
+
+def test_without_transformers_the_check_is_skipped_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, no_kept_verdicts: Path
+) -> None:
     tensor_layout._meta_model.cache_clear()
     tensor_layout._verdict.cache_clear()
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
@@ -45,7 +54,9 @@ def test_without_transformers_the_check_is_skipped_and_says_why(monkeypatch: pyt
     tensor_layout._verdict.cache_clear()
 
 
-def test_a_repeated_architecture_is_decided_once_and_a_changed_name_set_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_repeated_architecture_is_decided_once_and_a_changed_name_set_again(
+    monkeypatch: pytest.MonkeyPatch, no_kept_verdicts: Path
+) -> None:
     """A run's candidates share config.json and header names: the second is answered from the cached verdict
     (no name renamed again), while one changed name is a new question with its own answer, never a stale one."""
     import transformers.core_model_loading as loading
@@ -70,7 +81,7 @@ def test_a_repeated_architecture_is_decided_once_and_a_changed_name_set_again(mo
     assert check_tensor_layout(model_config(), names).missing == []
 
 
-def test_candidates_checked_at_once_build_the_meta_model_once_and_agree() -> None:
+def test_candidates_checked_at_once_build_the_meta_model_once_and_agree(no_kept_verdicts: Path) -> None:
     """validate_many checks a batch's candidates from several threads: the first verdict is computed once (not
     once per thread, ~5 s each on a cold process) and every thread gets it, none a skipped check."""
     import threading
@@ -93,6 +104,56 @@ def test_candidates_checked_at_once_build_the_meta_model_once_and_agree() -> Non
     assert len(reports) == 8 and all(r.checked and not r.mismatch for r in reports), reports
     assert tensor_layout._meta_model.cache_info().misses == 1
     assert tensor_layout._verdict.cache_info().misses == 1
+
+
+def test_a_verdict_kept_on_disk_answers_a_later_process_without_importing_transformers(
+    monkeypatch: pytest.MonkeyPatch, no_kept_verdicts: Path
+) -> None:
+    """A later process (its in-memory caches empty) with the same config and names reads the kept verdict: here it
+    cannot import transformers or torch at all and still gets the full answer, fused MoE flagged as before. A name
+    set never decided is not answered from the disk."""
+    fused = set(moe_tensors(fused=True))
+    first = check_tensor_layout(moe_config(), fused)
+    assert first.checked and first.unexpected and len(list(no_kept_verdicts.glob("*.json"))) == 1
+    tensor_layout._meta_model.cache_clear()
+    tensor_layout._verdict.cache_clear()
+    for name in ("torch", "transformers"):
+        monkeypatch.setitem(sys.modules, name, None)
+    kept = check_tensor_layout(moe_config(), fused)
+    assert (kept.checked, kept.architecture, kept.missing, kept.unexpected, kept.experts) == (
+        True,
+        first.architecture,
+        first.missing,
+        first.unexpected,
+        first.experts,
+    )
+    assert not check_tensor_layout(moe_config(), set(moe_tensors(fused=False))).checked
+    tensor_layout._meta_model.cache_clear()
+    tensor_layout._verdict.cache_clear()
+
+
+def test_verdicts_are_kept_under_the_cache_home_unless_a_directory_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlcleanup.paths import layout_verdicts_dir
+
+    monkeypatch.delenv("RLCLEANUP_LAYOUT_VERDICTS_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert layout_verdicts_dir() == tmp_path / "cache" / "rlcleanup" / "tensor-layout"
+    monkeypatch.setenv("RLCLEANUP_LAYOUT_VERDICTS_DIR", str(tmp_path / "shared"))
+    assert layout_verdicts_dir() == tmp_path / "shared"
+
+
+def test_a_kept_verdict_that_does_not_read_back_is_decided_again(no_kept_verdicts: Path) -> None:
+    names = set(moe_tensors(fused=False))
+    assert check_tensor_layout(moe_config(), names).checked
+    (entry,) = no_kept_verdicts.glob("*.json")
+    for garbage in ("{not json", "[]", json.dumps({"architecture": 7}), json.dumps({"missing": ["x"]})):
+        entry.write_text(garbage)
+        tensor_layout._verdict.cache_clear()
+        again = check_tensor_layout(moe_config(), names)
+        assert (again.checked, again.missing, again.unexpected, again.experts) == (True, [], [], [])
+        assert json.loads(entry.read_text())["architecture"] == again.architecture  # written whole again
 
 
 def test_per_expert_moe_loads_and_fused_moe_does_not() -> None:

@@ -3,15 +3,19 @@ and the selection metric with its window shaded and the selected step marked.
 
 matplotlib is imported inside `render_timeline` (it costs ~0.5 s) and drawn on an Agg canvas without pyplot,
 so nothing global (backend, current figure) is touched and renders are safe in a server thread. Outputs are
-deterministic (no dates, fixed SVG id salt): a re-render of the same record writes identical bytes.
+deterministic (no dates, fixed SVG id salt): a re-render of the same record writes identical bytes, so a picture
+whose inputs (`_drawn_from`) did not change is given back as drawn before instead of drawn again.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import math
 import re
-from dataclasses import dataclass, field
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlcleanup.models.record import CompletionRecord
@@ -93,15 +97,59 @@ def has_timeline(r: CompletionRecord) -> bool:
     return bool(r.chain.attempts or r.candidates)
 
 
-def render_timeline(inputs: ReportInputs) -> TimelineImage | None:
+# Pictures drawn in this process by what they show (_drawn_from): a grant refreshes the report of a record whose
+# picture rarely changes, and drawing it (PNG and SVG) is most of a report's time (~0.5 s). A few entries only.
+_DRAWN: OrderedDict[str, TimelineImage] = OrderedDict()
+_DRAWN_KEPT = 8
+_DRAWN_LOCK = threading.Lock()
+
+
+def _drawn_from(inputs: ReportInputs, xs: list[float], ys: list[float]) -> str:
+    """Everything render_timeline draws from, and nothing else (a field it starts to read belongs here too)."""
     r = inputs.record
-    if not has_timeline(r):
+    coverage = r.chain.coverage
+    return json.dumps(
+        [
+            r.run_id,
+            [(a.attempt_id, a.state, a.first_step, a.last_step) for a in r.chain.attempts],
+            [list(gap) for gap in coverage.gaps],
+            [coverage.first_step, coverage.last_step, r.step_budget],
+            r.first_failure_cause.attempt_id if r.first_failure_cause else None,
+            [(c.step, c.valid) for c in r.candidates],
+            list(marked_step(r)),
+            r.selection.metric_window if r.selection else None,
+            list(inputs.checkpoint_steps),
+            inputs.metric_name,
+            xs,
+            ys,
+        ],
+        default=str,
+    )
+
+
+def render_timeline(inputs: ReportInputs) -> TimelineImage | None:
+    if not has_timeline(inputs.record):
         return None
+    xs, ys = _metric_points(inputs)
+    key = _drawn_from(inputs, xs, ys)
+    with _DRAWN_LOCK:
+        drawn = _DRAWN.get(key)
+    if drawn is None:
+        drawn = _draw(inputs, xs, ys)  # outside the lock: two threads may draw one picture, never block on it
+    with _DRAWN_LOCK:
+        _DRAWN[key] = drawn
+        _DRAWN.move_to_end(key)
+        while len(_DRAWN) > _DRAWN_KEPT:
+            _DRAWN.popitem(last=False)
+    return replace(drawn, probes=dict(drawn.probes))  # the caller's own copy
+
+
+def _draw(inputs: ReportInputs, xs: list[float], ys: list[float]) -> TimelineImage:
+    r = inputs.record
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    xs, ys = _metric_points(inputs)
     gaps = [(a, b) for a, b in r.chain.coverage.gaps]
     rows = [f"{a.attempt_id} ({a.state or '?'})" for a in r.chain.attempts] + ["checkpoints", "exports"]
     chain_h = 0.9 + 0.38 * len(rows)

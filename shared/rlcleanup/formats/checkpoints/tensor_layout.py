@@ -33,7 +33,8 @@ dev env installs it with the CPU torch build); without them the check is recorde
 (bench/bench_tensor_layout.py, torch 2.13 CPU, transformers 5.24, CPU time): the first candidate of a process ~5 s
 (the torch + transformers import and the meta model) and ~350 MB peak RSS; every further candidate with the same
 config.json reuses the cached meta model: ~0.25 s CPU for 18,867 per-expert names (0.12 s before experts were
-counted), and the cached verdict after that. Nothing scales with tensor bytes: meta tensors have no storage, and only
+counted), and the cached verdict after that; a later process with the same config and names reads the verdict kept
+on disk (layout_verdicts.py) and imports neither. Nothing scales with tensor bytes: meta tensors have no storage, and only
 header names and shapes are read.
 """
 
@@ -48,6 +49,8 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple
+
+from rlcleanup.formats.checkpoints.layout_verdicts import keep_verdict, load_verdict, verdict_key
 
 MAX_NAMES_SHOWN = 5
 
@@ -366,6 +369,41 @@ def _spans(numbers: list[int]) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
 
 
+def _decide(config: dict[str, Any], config_json: str, names: frozenset[str]) -> tuple[_Verdict, _Quantized | None]:
+    """The verdict kept on disk by an earlier process (layout_verdicts.py: no torch + transformers import), else
+    decided here and kept; a quantized config is always decided here."""
+    key = None if "quantization_config" in config else verdict_key(config_json, names)
+    kept = _kept(key) if key else None
+    if kept is not None:
+        return kept, None
+    with _VERDICT_LOCK:
+        verdict = _verdict(config_json, names)
+        quantized = _meta_model(config_json).quantized  # cached by the verdict just taken
+    if key and quantized is None:
+        keep_verdict(key, verdict._asdict())
+    return verdict, quantized
+
+
+def _kept(key: str) -> _Verdict | None:
+    fields = load_verdict(key)
+    try:
+        kept = _Verdict(**fields) if fields is not None else None
+        if kept is None or not isinstance(kept.architecture, str):
+            return None
+        lists = (kept.missing, kept.unexpected, kept.expert_indices)
+        if not all(isinstance(names, list) and all(isinstance(n, str) for n in names) for names in lists):
+            return None
+        dims = tuple(_ExpertDim(str(tensor), str(target), int(experts)) for tensor, target, experts in kept.expert_dims)
+    except (TypeError, ValueError):
+        return None
+    return kept._replace(
+        missing=tuple(kept.missing),
+        unexpected=tuple(kept.unexpected),
+        expert_indices=tuple(kept.expert_indices),
+        expert_dims=dims,
+    )
+
+
 def check_tensor_layout(
     config: dict[str, Any], tensors: Mapping[str, Sequence[int]] | Set[str], *, trace_memory: bool = False
 ) -> LayoutReport:
@@ -378,10 +416,7 @@ def check_tensor_layout(
         tracemalloc.start()
     try:
         try:
-            config_json, names = json.dumps(config, sort_keys=True), frozenset(tensors)
-            with _VERDICT_LOCK:
-                verdict = _verdict(config_json, names)
-                quantized = _meta_model(config_json).quantized  # cached by the verdict just taken
+            verdict, quantized = _decide(config, json.dumps(config, sort_keys=True), frozenset(tensors))
         except _Unavailable as exc:
             return LayoutReport(checked=False, skipped_reason=str(exc), quantization=_quant_method(config))
         experts = list(verdict.expert_indices)
