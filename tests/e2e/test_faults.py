@@ -167,6 +167,9 @@ def test_capture_part_killed_mid_copy_completes_after_redelivery(
     run_uri, run_id = _big_sample(stack, gcs_client, tmp_path, uid, "kill-copy")
     publish_event(job_event(run_uri, "SUCCEEDED"), stack.project)
     running = _wait_step(firestore_client, run_id, "capture-part:", "running")
+    # Freeze the instance the moment a part is seen running (SIGSTOP: no copy moves on while push is paused and the
+    # claims are read), then SIGKILL the frozen group: the crash lands mid-copy however fast the copies have become.
+    kill_server(stack, "fn-capture-part", signal.SIGSTOP)
     with _push_paused(stack, "capture-part"):
         kill_server(stack, "fn-capture-part")  # SIGKILL the whole functions-framework group, mid-copy
         killed_at = time.monotonic()
