@@ -31,7 +31,7 @@ from rlcleanup.authority.ledger import grant_docs
 from rlcleanup.authority.secrets import scan_string
 from rlcleanup.errors import RunErrorCode
 from rlcleanup.models.controller_states import Verdict, source
-from rlcleanup.models.export_jobs import ExportJob, ExportJobEnd
+from rlcleanup.models.export_jobs import ExportJob, ExportJobEnd, JobRun
 from rlcleanup.models.record import Candidate, CompletionRecord, RunError
 from rlcleanup.models.vocab import CandidateState, RecordStatus
 from rlcleanup.ports.controllers import SubmittedJob
@@ -120,16 +120,9 @@ def log_tail(text: str) -> str:
 
 def ended_job(job: ExportJob, end: ExportJobEnd) -> ExportJob:
     """The record's export job with its end."""
-    return job.model_copy(
-        update={
-            "state": end.state,
-            "exit_code": end.exit_code,
-            "message": end.message,
-            "started_at": end.started_at or job.started_at,
-            "ended_at": end.ended_at,
-            "duration_seconds": end.duration_seconds,
-        }
-    )
+    run = end.model_dump(include=set(JobRun.model_fields))  # every field a job's run and its end share
+    run["started_at"] = end.started_at or job.started_at
+    return job.model_copy(update=run | {"duration_seconds": end.duration_seconds})
 
 
 def note_job_end(records: RunRecords, open_job: OpenJob, end: ExportJobEnd) -> bool:

@@ -11,7 +11,18 @@ from pydantic import Field
 from rlcleanup.models.record_base import RunText, _Model
 
 
-class ExportJob(_Model):
+class JobRun(_Model):
+    """What a controller says of a job's run: its state as the controller spells it, and how it ended. The record's
+    export job and the end the sweep reads (ExportJobEnd) are both this, so the end is copied field for field."""
+
+    state: str = Field(default="PENDING", description="as the controller spells it (Ray: PENDING ... SUCCEEDED)")
+    exit_code: int | None = None
+    message: RunText | None = None
+    started_at: datetime | None = Field(default=None, description="when the controller started the job")
+    ended_at: datetime | None = Field(default=None, description="when the job ended, as its controller says")
+
+
+class ExportJob(JobRun):
     """Which controller runs it, under which id, with which command; `state` as the controller last said."""
 
     controller: str = Field(description="the job-state controller that runs it (`ray`)")
@@ -20,15 +31,10 @@ class ExportJob(_Model):
         description="the command the job runs: the deployment's converter, then the request's fields"
     )
     request_digest: str = Field(description="sha256 of hf_export_request.json as the grant pinned it")
-    state: str = "PENDING"
-    exit_code: int | None = None
-    message: RunText | None = None
     # What a later export grant's preflight measures throughput from (authority/export_throughput.py), filled when
     # the sweep sees the job end (authority/export_follow.py; the job is never asked again after): the bytes the job
     # converts over its run time (duration_seconds; from submission to end where the controller gave no start).
     submitted_at: datetime | None = Field(default=None, description="when the grant submitted it")
-    started_at: datetime | None = Field(default=None, description="when the controller started the job")
-    ended_at: datetime | None = Field(default=None, description="when the job ended, as its controller says")
     duration_seconds: float | None = Field(default=None, description="ended_at - started_at, when both are known")
     bytes: int | None = Field(
         default=None, ge=0, description="the checkpoint bytes the job converts (what the expiry preflight divides)"
@@ -60,17 +66,13 @@ class PreservedCheckpoint(_Model):
     marker: str = Field(description="the `_PRESERVED.json` written last, after every object verified")
 
 
-class ExportJobEnd(_Model):
+class ExportJobEnd(JobRun):
     """How a submitted export job ended, as the sweep read it from its controller (authority/export_follow.py):
     the facts the record's export job and, for a job that did not succeed, its run error are written from.
     `log_tail` is the end of the job's log, bounded and with every secret-bearing line withheld."""
 
-    state: str = Field(description="the controller's terminal state, as it spells it (Ray: SUCCEEDED/FAILED/STOPPED)")
+    ended_at: datetime  # an end is always dated: the controller's time, else when the sweep saw it ended
     succeeded: bool
-    exit_code: int | None = None
-    message: RunText | None = None
-    started_at: datetime | None = None
-    ended_at: datetime
     log_tail: RunText | None = None
 
     @property
