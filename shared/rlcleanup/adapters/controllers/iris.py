@@ -314,6 +314,11 @@ class IrisController:
     def polls(self) -> bool:
         return self.rpc is not None
 
+    @property
+    def submits(self) -> bool:
+        """Export jobs go through the Connect RPCs: none without a controller URL (snapshots only)."""
+        return self.rpc is not None
+
     def list_finished(self, seen: Seen, now: datetime) -> list[FinishedJob]:
         if self.rpc is None:
             return []
