@@ -252,6 +252,11 @@ def test_iris_export_submit_sends_the_argv_as_data_never_a_shell(standin: Any, t
     job = controller.submit(ExportJobSpec(submission_id="exp-x", argv=("echo", f"; touch {marker}")))
     assert _until_ended(controller, job.job_id).state == "SUCCEEDED"
     assert controller.job_log_tail(job.job_id, 1000) == f"; touch {marker}" and not marker.exists()
+    missing = controller.submit(ExportJobSpec(submission_id="exp-m", argv=(str(tmp_path / "no-such-converter"),)))
+    assert (controller.job_state(missing.job_id).state, controller.job_state(missing.job_id).exit_code) == (
+        "FAILED",
+        127,
+    )
     with pytest.raises(ControllerRefused):
         controller.submit(ExportJobSpec(submission_id="../x", argv=("true",)))
     with pytest.raises(ControllerRefused):  # no controller URL: nothing to submit to

@@ -86,11 +86,16 @@ def launch_job(state: dict[str, Any], body: dict[str, Any], logs_dir: Path) -> t
     state["jobs"] = jobs = [j for j in jobs if j["jobId"] != job_id]  # a finished job's name is reused
     logs_dir.mkdir(parents=True, exist_ok=True)
     log = logs_dir / f"{len(list(logs_dir.iterdir()))}.log"
-    with log.open("wb") as out:
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    job: dict[str, Any] = {"jobId": job_id, "name": name, "state": "JOB_STATE_RUNNING", "submittedAt": _now_ms()}
+    jobs.append(job)
+    try:
+        with log.open("wb") as out:
+            child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    except OSError as exc:  # a command that cannot start is a failed job (as a worker reports it), not a crash
+        job.update(state="JOB_STATE_FAILED", exitCode=127, error=str(exc), finishedAt=_now_ms())
+        return 200, {"jobId": job_id}
     _children[job_id] = (child, log)
-    jobs.append({"jobId": job_id, "name": name, "state": "JOB_STATE_RUNNING", "submittedAt": _now_ms()})
-    jobs[-1]["startedAt"] = jobs[-1]["submittedAt"]
+    job["startedAt"] = job["submittedAt"]
     return 200, {"jobId": job_id}
 
 
