@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from rlcleanup.adapters.controllers import iris, ray
 from rlcleanup.models.events import JobEvent
-from rlcleanup.ports.controllers import ControllerRefused
+from rlcleanup.ports.controllers import ControllerRefused, ExportJobSpec
 from rlcleanup.runtime.embedded import EmbeddedStack
 from rlcleanup.samples.generator import VERSION, write_sample_run
 from rlcleanup.stack import procs
@@ -214,3 +215,49 @@ def test_ray_older_map_form_is_accepted(standin: Any) -> None:
     url, _ = standin("ray_jobs", {"raysubmit_1": {"status": "STOPPED", "metadata": {"rlcleanup_run_uri": "gs://b/r"}}})
     found = ray.RayController(url).list_finished(lambda key: False, datetime.now(UTC))
     assert [(f.event.state, f.event.run_uri) for f in found if f.event] == [("STOPPED", "gs://b/r")]
+
+
+def _until_ended(controller: iris.IrisController, job_id: str) -> Any:
+    deadline = datetime.now(UTC) + timedelta(seconds=20)
+    while (job := controller.job_state(job_id)).state == "RUNNING" and datetime.now(UTC) < deadline:
+        time.sleep(0.05)  # the argv is a child of the stand-in: wait for its exit, bounded
+    return job
+
+
+def test_iris_export_submit_runs_the_argv_once_and_reads_its_end_and_log(standin: Any) -> None:
+    url, jobs_file = standin("iris_controller", {"token": "s3cret", "jobs": []})
+    controller = iris.IrisController(iris.IrisRpc(url, "s3cret"), "c1")
+    ok = ExportJobSpec(submission_id="exp-abc", argv=(sys.executable, "-c", "print('converted; ok')"))
+    first = controller.submit(ok)
+    assert (first.job_id, first.already) == ("/rlcleanup/exp-abc", False)
+    again = controller.submit(ok)  # a redelivered grant: the job is found by name, not launched twice
+    assert (again.job_id, again.already) == (first.job_id, True)
+    assert len(json.loads(jobs_file.read_text())["jobs"]) == 1
+    done = _until_ended(controller, first.job_id)
+    assert (done.state, done.exit_code, done.ended_at is not None) == ("SUCCEEDED", 0, True)
+    assert controller.submit(ok).already  # a finished job's name is not reused for a second launch either
+
+    argv = (sys.executable, "-c", "import sys; print('line one'); print('disk full'); sys.exit(3)")
+    failed = controller.submit(ExportJobSpec(submission_id="exp-bad", argv=argv))
+    end = _until_ended(controller, failed.job_id)
+    assert (end.state, end.exit_code) == ("FAILED", 3)
+    assert controller.job_log_tail(failed.job_id, 9) == "disk full"
+    assert controller.job_log_tail(failed.job_id, 1000) == "line one\ndisk full"
+
+
+def test_iris_export_submit_sends_the_argv_as_data_never_a_shell(standin: Any, tmp_path: Path) -> None:
+    url, _ = standin("iris_controller", {"jobs": []})
+    controller = iris.IrisController(iris.IrisRpc(url), "c1")
+    marker = tmp_path / "pwned"
+    job = controller.submit(ExportJobSpec(submission_id="exp-x", argv=("echo", f"; touch {marker}")))
+    assert _until_ended(controller, job.job_id).state == "SUCCEEDED"
+    assert controller.job_log_tail(job.job_id, 1000) == f"; touch {marker}" and not marker.exists()
+    missing = controller.submit(ExportJobSpec(submission_id="exp-m", argv=(str(tmp_path / "no-such-converter"),)))
+    assert (controller.job_state(missing.job_id).state, controller.job_state(missing.job_id).exit_code) == (
+        "FAILED",
+        127,
+    )
+    with pytest.raises(ControllerRefused):
+        controller.submit(ExportJobSpec(submission_id="../x", argv=("true",)))
+    with pytest.raises(ControllerRefused):  # no controller URL: nothing to submit to
+        iris.IrisController().submit(ExportJobSpec(submission_id="exp-y", argv=("true",)))

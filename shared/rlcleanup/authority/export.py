@@ -279,7 +279,8 @@ def plan_export(
         return refuse(Refusal.no_controller, why, dest)
     submitter = context.submitters(settings.controller)
     if submitter is None:
-        why = f"the run's controller {settings.controller} is not configured here (for ray: RLCLEANUP_RAY_DASHBOARD)"
+        configured_by = "for ray: RLCLEANUP_RAY_DASHBOARD; for iris: RLCLEANUP_IRIS_URL"
+        why = f"the run's controller {settings.controller} is not configured here ({configured_by})"
         return refuse(Refusal.no_controller, why, dest)
     candidate = _owed(record, grant)
     if isinstance(candidate, Outcome):

@@ -147,9 +147,12 @@ def export_submitter(
     name: str, settings: DeploymentSettings, controllers: ControllerRegistry = BUILTIN_CONTROLLERS
 ) -> ExportSubmitter | None:
     """The named controller as an export submitter (export grants): None when this deployment does not configure
-    it or it cannot submit (Iris: not yet); an unknown name is refused as the registry refuses it."""
+    it or it cannot submit (Iris configured for snapshots only: no `RLCLEANUP_IRIS_URL`, no RPCs to launch
+    through); an unknown name is refused as the registry refuses it."""
     controller = controllers.build(name, settings)
-    return controller if isinstance(controller, ExportSubmitter) else None
+    if not isinstance(controller, ExportSubmitter) or not getattr(controller, "submits", True):
+        return None
+    return controller
 
 
 def hub_upload_job(settings: DeploymentSettings, job_args: tuple[str, ...] = ()) -> JobLauncher | None:

@@ -17,6 +17,16 @@ over `{job_name}`, `{run_id}`, `{attempt_id}` (job name = `<run.id>-<attempt_id>
 reuses a finished job's name (`fail_if_exists=false`), so a job is identified by (cluster, job uid) where the uid
 is the job id plus its `submitted_at`: a resubmission under the same name is a new job.
 
+Export jobs (ExportSubmitter, docs/authority.md §9) go through `LaunchJob` (controller.proto @010ac14
+`Controller.LaunchJobRequest{name, entrypoint: RuntimeEntrypoint{run_command: CommandEntrypoint{argv[]}},
+fail_if_exists}` → `LaunchJobResponse{job_id}`; `RuntimeEntrypoint`/`CommandEntrypoint` from `job.proto`
+@01e95db): the argv is the command as a list, never a shell string, and the request carries no environment, so the
+job gets no rlcleanup credential. The job's name is the submission id and `fail_if_exists=true` ("return
+ALREADY_EXISTS even if an existing job with the same name is in a terminal state"), so a redelivered submit is
+refused `already_exists` and finds its job by name through `ListJobs{query.name_filter}` instead of replacing it.
+The log tail is `GetTaskLogs{id: job id, tail, max_total_lines}` → `{task_logs[]: {task_id, logs[]: LogEntry},
+truncated}` (controller.proto @010ac14), each entry's `data` line joined in order.
+
 The snapshot runs the Iris CLI's JSON output (`RLCLEANUP_IRIS_STATUS_CMD`, `{job_id}` substituted as one whole
 argv element), without a shell.
 """
@@ -41,8 +51,10 @@ from rlcleanup.ports.controllers import (
     ControllerRefused,
     ControllerSnapshot,
     ControllerUnavailable,
+    ExportJobSpec,
     FinishedJob,
     Seen,
+    SubmittedJob,
     checked_job_id,
 )
 from rlcleanup.settings import DEFAULT_IRIS_STATUS_CMD, IrisSettings
@@ -56,6 +68,9 @@ RUN_URI_ENV = "RLCLEANUP_RUN_URI"
 _JOB_NAME = re.compile(r"^(?P<run_id>.+)-(?P<attempt_id>[0-9a-f]{12})$")
 # A job id is data: checked against this grammar and passed as one argv element (ports.controllers.checked_job_id).
 JOB_ID = re.compile(r"^/?[A-Za-z0-9][A-Za-z0-9._-]{0,127}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,127}){0,8}$")
+# An export job's name is its submission id: one path segment (the controller prefixes the submitting user).
+JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+LOG_LINES = 1000  # GetTaskLogs.max_total_lines for a tail (0 would be the controller's default, 10000)
 
 
 class _Wire(BaseModel):
@@ -118,9 +133,12 @@ class IrisRpc:
             raise ControllerRefused(NAME, f"{method} answered {type(data).__name__}, not a JSON object")
         return data
 
-    def list_jobs(self, state_filter: str, *, offset: int = 0, limit: int = MAX_LIMIT) -> ListJobsResponse:
+    def list_jobs(
+        self, state_filter: str, *, offset: int = 0, limit: int = MAX_LIMIT, name_filter: str = ""
+    ) -> ListJobsResponse:
         query = {
             "stateFilter": state_filter,
+            "nameFilter": name_filter,
             "sortField": "JOB_SORT_FIELD_DATE",
             "sortDirection": "SORT_DIRECTION_DESC",
             "offset": offset,
@@ -131,6 +149,24 @@ class IrisRpc:
     def get_job_state(self, job_ids: list[str]) -> dict[str, str]:
         states = self.call("GetJobState", {"jobIds": job_ids}).get("states") or {}
         return {str(k): IRIS.spell(v) for k, v in states.items()}
+
+    def job_status(self, job_id: str) -> JobStatus:
+        return JobStatus.model_validate(self.call("GetJobStatus", {"jobId": job_id}).get("job") or {})
+
+    def launch_job(self, name: str, argv: list[str]) -> str:
+        """LaunchJob with the argv as the run command and no environment; `already_exists` raises (the caller
+        looks the job up by name)."""
+        entrypoint = {"runCommand": {"argv": argv}}
+        answer = self.call("LaunchJob", {"name": name, "entrypoint": entrypoint, "failIfExists": True})
+        job_id = answer.get("jobId") or answer.get("job_id")
+        if not isinstance(job_id, str) or not job_id:
+            raise ControllerRefused(NAME, f"LaunchJob answered {str(answer)[:200]!r}, no job id")
+        return job_id
+
+    def task_logs_tail(self, job_id: str, max_lines: int = LOG_LINES) -> list[str]:
+        answer = self.call("GetTaskLogs", {"id": job_id, "tail": True, "maxTotalLines": str(max_lines)})
+        batches = answer.get("taskLogs") or answer.get("task_logs") or []
+        return [str(e.get("data", "")) for b in batches if isinstance(b, dict) for e in b.get("logs") or []]
 
     def job_env(self, job_id: str) -> dict[str, str]:
         """The job's environment variables from its original LaunchJobRequest (GetJobStatus.request)."""
@@ -278,6 +314,11 @@ class IrisController:
     def polls(self) -> bool:
         return self.rpc is not None
 
+    @property
+    def submits(self) -> bool:
+        """Export jobs go through the Connect RPCs: none without a controller URL (snapshots only)."""
+        return self.rpc is not None
+
     def list_finished(self, seen: Seen, now: datetime) -> list[FinishedJob]:
         if self.rpc is None:
             return []
@@ -285,3 +326,49 @@ class IrisController:
 
     def snapshot(self, job_id: str) -> ControllerSnapshot:
         return snapshot_of(self.cli.status(job_id), job_id)
+
+    # ------------------------------------------------------------ ExportSubmitter (module docstring)
+
+    def _rpc(self) -> IrisRpc:
+        if self.rpc is None:
+            raise ControllerRefused(NAME, "no controller URL configured: an export job cannot be submitted")
+        return self.rpc
+
+    def submit(self, job: ExportJobSpec) -> SubmittedJob:
+        """LaunchJob once under the submission id as the job's name; a name the controller holds is that job."""
+        name = checked_job_id(JOB_NAME, NAME, job.submission_id)
+        rpc = self._rpc()
+        try:
+            job_id = rpc.launch_job(name, list(job.argv))
+        except ControllerRefused as exc:
+            if exc.reason != "already_exists":
+                raise
+            return self._by_name(rpc, name).model_copy(update={"already": True})
+        return SubmittedJob(controller=NAME, job_id=job_id, state="PENDING")
+
+    def _by_name(self, rpc: IrisRpc, name: str) -> SubmittedJob:
+        # name_filter is a substring match: keep the exact name; the newest first (sort by date, descending).
+        jobs = [j for j in rpc.list_jobs("", limit=MAX_LIMIT, name_filter=name).jobs if j.job_name == name]
+        if not jobs:
+            raise ControllerRefused(NAME, f"LaunchJob said {name!r} exists, but ListJobs does not list it")
+        return _submitted(jobs[0])
+
+    def job_state(self, job_id: str) -> SubmittedJob:
+        return _submitted(self._rpc().job_status(checked_job_id(JOB_ID, NAME, job_id)))
+
+    def job_log_tail(self, job_id: str, max_bytes: int) -> str | None:
+        """The job's last log lines (every task's, in the controller's order), their last `max_bytes` characters."""
+        lines = self._rpc().task_logs_tail(checked_job_id(JOB_ID, NAME, job_id))
+        return "\n".join(lines)[-max_bytes:] if max_bytes > 0 else ""
+
+
+def _submitted(job: JobStatus) -> SubmittedJob:
+    return SubmittedJob(
+        controller=NAME,
+        job_id=job.job_id,
+        state=job.spelled_state,
+        exit_code=job.exit_code if job.finished_at else None,
+        message=job.error or None,
+        started_at=job.started_at.datetime if job.started_at else None,
+        ended_at=job.finished_at.datetime if job.finished_at else None,
+    )
